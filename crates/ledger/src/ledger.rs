@@ -1,0 +1,1398 @@
+//! The state machine: participants, accounts, limits and transfers in memory,
+//! changed only by [`Ledger::apply_batch`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::amount::Amount;
+use crate::crypto::{Condition, Fulfilment, RequestHash};
+use crate::error::{ErrorCode, Rejection};
+use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
+use crate::model::*;
+use crate::snapshot::Snapshot;
+
+/// Bounds on what the ledger holds. Exceeding one rejects the command.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_participants: usize,
+    pub max_currencies_per_participant: usize,
+    /// Transfers kept in memory (each ~250 bytes). Finished transfers are
+    /// kept so that duplicates and `GET` can be answered.
+    pub max_transfers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_participants: 10_000,
+            max_currencies_per_participant: 16,
+            max_transfers: 50_000_000,
+        }
+    }
+}
+
+pub(crate) struct Participant {
+    pub(crate) name: FspName,
+    pub(crate) is_hub: bool,
+    pub(crate) active: bool,
+    pub(crate) created_at_ms: i64,
+    pub(crate) accounts: Vec<AccountId>,
+    dirty: bool,
+}
+
+pub(crate) struct Account {
+    pub(crate) participant: ParticipantId,
+    pub(crate) currency: Currency,
+    pub(crate) kind: AccountKind,
+    pub(crate) active: bool,
+    pub(crate) value: Amount,
+    pub(crate) reserved: Amount,
+    pub(crate) net_debit_cap: Option<Amount>,
+    pub(crate) created_at_ms: i64,
+    dirty: bool,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Finish {
+    pub(crate) kind: FinishKind,
+    pub(crate) request_hash: RequestHash,
+    pub(crate) at_ms: i64,
+}
+
+pub(crate) struct Transfer {
+    pub(crate) seq: u64,
+    pub(crate) kind: TransferKind,
+    pub(crate) debit: AccountId,
+    pub(crate) credit: AccountId,
+    pub(crate) amount: Amount,
+    pub(crate) condition: Condition,
+    pub(crate) expiration_ms: i64,
+    pub(crate) prepared_at_ms: i64,
+    pub(crate) request_hash: RequestHash,
+    pub(crate) state: TransferState,
+    pub(crate) reason: Option<ErrorCode>,
+    pub(crate) finish: Option<Finish>,
+    pub(crate) fulfilment: Option<Fulfilment>,
+    pub(crate) memo: Option<Box<FundsMemo>>,
+}
+
+/// What one batch produced: an outcome per command, in order, and the
+/// records the store must make durable before any outcome is released.
+#[derive(Debug)]
+pub struct BatchResult {
+    pub outcomes: Vec<Outcome>,
+    pub records: Vec<Record>,
+}
+
+/// The ledger. Owned by one thread; no I/O, no clock, no randomness: the
+/// same batches applied to the same state give the same state.
+pub struct Ledger {
+    limits: Limits,
+    pub(crate) hub: Option<ParticipantId>,
+    pub(crate) participants: Vec<Participant>,
+    pub(crate) participant_by_name: HashMap<FspName, ParticipantId>,
+    pub(crate) accounts: Vec<Account>,
+    pub(crate) transfers: HashMap<TransferId, Transfer>,
+    pub(crate) last_seq: u64,
+    /// Reserved FSPIOP transfers by expiration instant: the next one to expire
+    /// is the first entry, so expiry costs nothing until it is due.
+    pub(crate) expiry: BTreeSet<(i64, TransferId)>,
+    pub(crate) now_ms: i64,
+    records: Vec<Record>,
+    dirty_participants: Vec<ParticipantId>,
+    dirty_accounts: Vec<AccountId>,
+}
+
+fn overflow() -> Rejection {
+    Rejection::new(
+        ErrorCode::INTERNAL_SERVER_ERROR,
+        "amount arithmetic would overflow",
+    )
+}
+
+fn validation(description: impl Into<String>) -> Rejection {
+    Rejection::new(ErrorCode::GENERIC_VALIDATION_ERROR, description)
+}
+
+impl Ledger {
+    pub fn new(limits: Limits) -> Ledger {
+        Ledger {
+            limits,
+            hub: None,
+            participants: Vec::new(),
+            participant_by_name: HashMap::new(),
+            accounts: Vec::new(),
+            transfers: HashMap::new(),
+            last_seq: 0,
+            expiry: BTreeSet::new(),
+            now_ms: i64::MIN,
+            records: Vec::new(),
+            dirty_participants: Vec::new(),
+            dirty_accounts: Vec::new(),
+        }
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The hub participant's name, once created.
+    pub fn hub_name(&self) -> Option<FspName> {
+        self.hub.map(|id| self.participants[index(id.0)].name)
+    }
+
+    pub fn transfer_count(&self) -> usize {
+        self.transfers.len()
+    }
+
+    /// The latest time the ledger has seen (the clock never goes back).
+    pub fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// When the next reserved transfer expires, so that the pipeline can wake
+    /// exactly then and apply [`Command::Expire`].
+    pub fn next_expiry_ms(&self) -> Option<i64> {
+        self.expiry.first().map(|&(at_ms, _)| at_ms)
+    }
+
+    /// Applies `commands` in order at time `now_ms` (clamped so that time
+    /// never goes back). Each command is atomic.
+    pub fn apply_batch(&mut self, now_ms: i64, commands: &[Command]) -> BatchResult {
+        self.now_ms = self.now_ms.max(now_ms);
+        let outcomes = commands.iter().map(|command| self.apply(command)).collect();
+        let mut records = std::mem::replace(&mut self.records, Vec::with_capacity(commands.len()));
+        for id in self.dirty_participants.drain(..) {
+            let participant = &mut self.participants[index(id.0)];
+            participant.dirty = false;
+            records.push(Record::Participant(participant_row(id, participant)));
+        }
+        for id in self.dirty_accounts.drain(..) {
+            let account = &mut self.accounts[index(id.0)];
+            account.dirty = false;
+            records.push(Record::Account(account_row(id, account)));
+        }
+        #[cfg(debug_assertions)]
+        if let Err(problem) = self.check_balances() {
+            panic!("ledger invariant broken after a batch: {problem}");
+        }
+        BatchResult { outcomes, records }
+    }
+
+    fn apply(&mut self, command: &Command) -> Outcome {
+        let result = match command {
+            Command::CreateHub { name } => self.create_hub(*name),
+            Command::CreateHubAccount { currency, kind } => {
+                self.create_hub_account(*currency, *kind)
+            }
+            Command::CreateParticipant { name, currency } => {
+                self.create_participant(*name, *currency)
+            }
+            Command::SetParticipantActive { name, active } => {
+                self.set_participant_active(*name, *active)
+            }
+            Command::SetAccountActive {
+                name,
+                account,
+                active,
+            } => self.set_account_active(*name, *account, *active),
+            Command::InitNetDebitCap {
+                name,
+                currency,
+                net_debit_cap,
+            } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, true),
+            Command::SetNetDebitCap {
+                name,
+                currency,
+                net_debit_cap,
+            } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, false),
+            Command::Prepare(prepare) => self.prepare(prepare),
+            Command::Fulfil(fulfil) => self.fulfil(fulfil),
+            Command::Abort(abort) => self.abort(abort),
+            Command::FundsIn(funds) => self.funds_in(funds),
+            Command::FundsOutReserve(funds) => self.funds_out_reserve(funds),
+            Command::FundsOutCommit(finish) => self.funds_out_finish(finish, FinishKind::Fulfil),
+            Command::FundsOutAbort(finish) => self.funds_out_finish(finish, FinishKind::Abort),
+            Command::GetTransfer {
+                transfer_id,
+                caller,
+            } => self.get_transfer(*transfer_id, *caller),
+            Command::Expire => Ok(self.expire()),
+        };
+        result.unwrap_or_else(Outcome::Rejected)
+    }
+
+    // ----- reference data -------------------------------------------------
+
+    fn participant_id(&self, name: FspName) -> Result<ParticipantId, Rejection> {
+        self.participant_by_name.get(&name).copied().ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::ID_NOT_FOUND,
+                format!("participant '{name}' not found"),
+            )
+        })
+    }
+
+    pub(crate) fn participant(&self, id: ParticipantId) -> &Participant {
+        &self.participants[index(id.0)]
+    }
+
+    pub(crate) fn account(&self, id: AccountId) -> &Account {
+        &self.accounts[index(id.0)]
+    }
+
+    fn account_mut(&mut self, id: AccountId) -> &mut Account {
+        let account = &mut self.accounts[index(id.0)];
+        if !account.dirty {
+            account.dirty = true;
+            self.dirty_accounts.push(id);
+        }
+        account
+    }
+
+    fn participant_mut(&mut self, id: ParticipantId) -> &mut Participant {
+        let participant = &mut self.participants[index(id.0)];
+        if !participant.dirty {
+            participant.dirty = true;
+            self.dirty_participants.push(id);
+        }
+        participant
+    }
+
+    fn find_account(
+        &self,
+        participant: ParticipantId,
+        currency: Currency,
+        kind: AccountKind,
+    ) -> Option<AccountId> {
+        self.participant(participant)
+            .accounts
+            .iter()
+            .copied()
+            .find(|&id| {
+                let account = self.account(id);
+                account.currency == currency && account.kind == kind
+            })
+    }
+
+    fn add_participant(&mut self, name: FspName, is_hub: bool) -> Result<ParticipantId, Rejection> {
+        if self.participants.len() >= self.limits.max_participants {
+            return Err(Rejection::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "the ledger holds its limit of {} participants",
+                    self.limits.max_participants
+                ),
+            ));
+        }
+        let id = ParticipantId(self.participants.len() as u32 + 1);
+        self.participants.push(Participant {
+            name,
+            is_hub,
+            active: true,
+            created_at_ms: self.now_ms,
+            accounts: Vec::new(),
+            dirty: false,
+        });
+        self.participant_mut(id);
+        self.participant_by_name.insert(name, id);
+        Ok(id)
+    }
+
+    fn add_account(
+        &mut self,
+        participant: ParticipantId,
+        currency: Currency,
+        kind: AccountKind,
+    ) -> AccountId {
+        let id = AccountId(self.accounts.len() as u32 + 1);
+        self.accounts.push(Account {
+            participant,
+            currency,
+            kind,
+            active: true,
+            value: Amount::ZERO,
+            reserved: Amount::ZERO,
+            net_debit_cap: None,
+            created_at_ms: self.now_ms,
+            dirty: false,
+        });
+        self.account_mut(id);
+        self.participant_mut(participant).accounts.push(id);
+        id
+    }
+
+    fn create_hub(&mut self, name: FspName) -> Result<Outcome, Rejection> {
+        if let Some(hub) = self.hub_name() {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("the hub exists already as '{hub}'"),
+            ));
+        }
+        if self.participant_by_name.contains_key(&name) {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("'{name}' is a DFSP already"),
+            ));
+        }
+        self.hub = Some(self.add_participant(name, true)?);
+        Ok(Outcome::Done)
+    }
+
+    fn create_hub_account(
+        &mut self,
+        currency: Currency,
+        kind: AccountKind,
+    ) -> Result<Outcome, Rejection> {
+        if !kind.is_hub() {
+            return Err(validation(format!(
+                "{} is not a hub account type",
+                kind.as_str()
+            )));
+        }
+        let hub = self.hub.ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                "the hub is not created yet",
+            )
+        })?;
+        if self.find_account(hub, currency, kind).is_some() {
+            return Err(Rejection::new(
+                ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                format!(
+                    "hub account {} in {currency} has already been registered",
+                    kind.as_str()
+                ),
+            ));
+        }
+        self.check_currency_limit(hub, currency)?;
+        let id = self.add_account(hub, currency, kind);
+        Ok(Outcome::AccountsCreated(vec![id]))
+    }
+
+    /// Refuses a new currency for a participant that holds the limit already.
+    fn check_currency_limit(
+        &self,
+        participant: ParticipantId,
+        currency: Currency,
+    ) -> Result<(), Rejection> {
+        let mut currencies: Vec<Currency> = self
+            .participant(participant)
+            .accounts
+            .iter()
+            .map(|&id| self.account(id).currency)
+            .collect();
+        currencies.sort_unstable();
+        currencies.dedup();
+        if currencies.contains(&currency)
+            || currencies.len() < self.limits.max_currencies_per_participant
+        {
+            return Ok(());
+        }
+        Err(Rejection::new(
+            ErrorCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "'{}' holds its limit of {} currencies",
+                self.participant(participant).name,
+                currencies.len()
+            ),
+        ))
+    }
+
+    /// The hub's reconciliation account in `currency`, when both hub accounts exist.
+    fn hub_accounts(&self, currency: Currency) -> Option<AccountId> {
+        let hub = self.hub?;
+        self.find_account(hub, currency, AccountKind::HubMultilateralSettlement)?;
+        self.find_account(hub, currency, AccountKind::HubReconciliation)
+    }
+
+    fn create_participant(
+        &mut self,
+        name: FspName,
+        currency: Currency,
+    ) -> Result<Outcome, Rejection> {
+        if self.hub_name() == Some(name) {
+            return Err(validation(format!("'{name}' is the hub's name")));
+        }
+        if self.hub_accounts(currency).is_none() {
+            return Err(Rejection::new(
+                ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                format!("the hub's HUB_MULTILATERAL_SETTLEMENT and HUB_RECONCILIATION accounts in {currency} must exist first"),
+            ));
+        }
+        let existing = self.participant_by_name.get(&name).copied();
+        if let Some(id) = existing {
+            if self
+                .find_account(id, currency, AccountKind::Position)
+                .is_some()
+            {
+                return Err(Rejection::new(
+                    ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                    format!("participant '{name}' has already registered {currency}"),
+                ));
+            }
+            self.check_currency_limit(id, currency)?;
+        }
+        let id = match existing {
+            Some(id) => id,
+            None => self.add_participant(name, false)?,
+        };
+        let position = self.add_account(id, currency, AccountKind::Position);
+        let settlement = self.add_account(id, currency, AccountKind::Settlement);
+        Ok(Outcome::AccountsCreated(vec![position, settlement]))
+    }
+
+    fn set_participant_active(
+        &mut self,
+        name: FspName,
+        active: bool,
+    ) -> Result<Outcome, Rejection> {
+        let id = self.participant_id(name)?;
+        if self.participant(id).active != active {
+            self.participant_mut(id).active = active;
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn owned_account(
+        &self,
+        name: FspName,
+        account: AccountId,
+    ) -> Result<(ParticipantId, AccountId), Rejection> {
+        let participant = self.participant_id(name)?;
+        let owned = self.participant(participant).accounts.contains(&account);
+        if !owned {
+            return Err(Rejection::new(
+                ErrorCode::ID_NOT_FOUND,
+                format!("participant '{name}' has no account {}", account.0),
+            ));
+        }
+        Ok((participant, account))
+    }
+
+    fn set_account_active(
+        &mut self,
+        name: FspName,
+        account: AccountId,
+        active: bool,
+    ) -> Result<Outcome, Rejection> {
+        let (_, account) = self.owned_account(name, account)?;
+        if self.account(account).active != active {
+            self.account_mut(account).active = active;
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn set_net_debit_cap(
+        &mut self,
+        name: FspName,
+        currency: Currency,
+        net_debit_cap: Amount,
+        first: bool,
+    ) -> Result<Outcome, Rejection> {
+        let id = self.participant_id(name)?;
+        let position = self
+            .find_account(id, currency, AccountKind::Position)
+            .ok_or_else(|| {
+                validation(format!(
+                    "participant '{name}' has no {currency} POSITION account"
+                ))
+            })?;
+        if net_debit_cap.is_negative() || net_debit_cap > Amount::MAX_TRANSFER {
+            return Err(validation(
+                "NET_DEBIT_CAP must be between 0 and 18 integer digits",
+            ));
+        }
+        if first && self.account(position).net_debit_cap.is_some() {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("participant '{name}' has a {currency} NET_DEBIT_CAP already; change it with PUT /participants/{name}/limits"),
+            ));
+        }
+        self.account_mut(position).net_debit_cap = Some(net_debit_cap);
+        Ok(Outcome::Done)
+    }
+
+    // ----- transfers --------------------------------------------------------
+
+    pub(crate) fn view(&self, transfer_id: TransferId, transfer: &Transfer) -> TransferView {
+        let debit = self.account(transfer.debit);
+        let credit = self.account(transfer.credit);
+        TransferView {
+            transfer_id,
+            kind: transfer.kind,
+            payer: self.participant(debit.participant).name,
+            payee: self.participant(credit.participant).name,
+            amount: transfer.amount,
+            currency: debit.currency,
+            state: transfer.state,
+            reason: transfer.reason,
+            expiration_ms: transfer.expiration_ms,
+            prepared_at_ms: transfer.prepared_at_ms,
+            completed_at_ms: match transfer.state {
+                TransferState::Reserved => None,
+                _ => Some(
+                    transfer
+                        .finish
+                        .map_or(transfer.prepared_at_ms, |finish| finish.at_ms),
+                ),
+            },
+            fulfilment: transfer.fulfilment,
+        }
+    }
+
+    fn view_of(&self, transfer_id: TransferId) -> TransferView {
+        self.view(transfer_id, &self.transfers[&transfer_id])
+    }
+
+    /// Duplicate rule for a request that creates a transfer (FSPIOP §3.2.5.1).
+    fn check_new_transfer(
+        &self,
+        transfer_id: TransferId,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        let Some(existing) = self.transfers.get(&transfer_id) else {
+            if self.transfers.len() >= self.limits.max_transfers {
+                return Err(Rejection::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "the ledger holds its limit of {} transfers",
+                        self.limits.max_transfers
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        if existing.request_hash == request_hash {
+            return Ok(Some(Outcome::Duplicate(self.view(transfer_id, existing))));
+        }
+        Err(Rejection::new(
+            ErrorCode::MODIFIED_REQUEST,
+            format!("transfer {transfer_id} was received before with a different body"),
+        ))
+    }
+
+    /// Duplicate rule for a request that finishes a transfer: a resend of the
+    /// request that finished it is a duplicate; any other request of the same
+    /// kind is a modified request.
+    fn check_finish_duplicate(
+        &self,
+        transfer_id: TransferId,
+        transfer: &Transfer,
+        kind: FinishKind,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        match transfer.finish {
+            Some(finish) if finish.kind == kind && finish.request_hash == request_hash => {
+                Ok(Some(Outcome::Duplicate(self.view(transfer_id, transfer))))
+            }
+            Some(finish) if finish.kind == kind => Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!(
+                    "transfer {transfer_id} was finished by a {} with a different body",
+                    kind.as_str().to_lowercase()
+                ),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    fn not_reserved(transfer_id: TransferId, state: TransferState) -> Rejection {
+        if state == TransferState::Expired {
+            return Rejection::new(
+                ErrorCode::TRANSFER_EXPIRED,
+                format!("transfer {transfer_id} has expired"),
+            );
+        }
+        validation(format!(
+            "transfer {transfer_id} is {}, not RESERVED",
+            state.as_str()
+        ))
+    }
+
+    /// A DFSP's POSITION account in `currency`, required to be usable.
+    fn active_position(
+        &self,
+        role: &str,
+        name: FspName,
+        currency: Currency,
+    ) -> Result<AccountId, Rejection> {
+        let id = self
+            .participant_by_name
+            .get(&name)
+            .copied()
+            .ok_or_else(|| validation(format!("{role} FSP '{name}' not found")))?;
+        let participant = self.participant(id);
+        if !participant.active {
+            return Err(validation(format!("{role} FSP '{name}' is inactive")));
+        }
+        let account = self
+            .find_account(id, currency, AccountKind::Position)
+            .ok_or_else(|| validation(format!("{role} FSP '{name}' has no {currency} account")))?;
+        if !self.account(account).active {
+            return Err(validation(format!(
+                "{role} FSP '{name}' has its {currency} POSITION account inactive"
+            )));
+        }
+        Ok(account)
+    }
+
+    fn prepare(&mut self, prepare: &Prepare) -> Result<Outcome, Rejection> {
+        let transfer_id = prepare.transfer_id;
+        if let Some(duplicate) = self.check_new_transfer(transfer_id, prepare.request_hash)? {
+            return Ok(duplicate);
+        }
+        if !prepare.amount.is_valid_transfer_amount() {
+            return Err(validation(
+                "amount must be above 0, with at most 18 integer digits and 4 decimals",
+            ));
+        }
+        if prepare.payer == prepare.payee {
+            return Err(validation(format!(
+                "payer and payee are both '{}'",
+                prepare.payer
+            )));
+        }
+        let payer_position = self.active_position("payer", prepare.payer, prepare.currency)?;
+        let payee_position = self.active_position("payee", prepare.payee, prepare.currency)?;
+        let payer = self.account(payer_position).participant;
+        let settlement = self
+            .find_account(payer, prepare.currency, AccountKind::Settlement)
+            .ok_or_else(|| {
+                validation(format!(
+                    "payer FSP '{}' has no {} SETTLEMENT account",
+                    prepare.payer, prepare.currency
+                ))
+            })?;
+        if prepare.expiration_ms <= self.now_ms {
+            return Err(Rejection::new(
+                ErrorCode::TRANSFER_EXPIRED,
+                format!("transfer {transfer_id} expired before it was prepared"),
+            ));
+        }
+
+        // Mojaloop's position check (central-ledger position facade), with the
+        // headroom of each reservation taken before the next command runs.
+        let position = self.account(payer_position);
+        let settlement = self.account(settlement);
+        let effective = position
+            .value
+            .checked_add(position.reserved)
+            .ok_or_else(overflow)?;
+        let liquidity_cover = settlement
+            .value
+            .checked_add(settlement.reserved)
+            .and_then(Amount::checked_neg)
+            .ok_or_else(overflow)?;
+        let available_liquidity = liquidity_cover
+            .checked_sub(effective)
+            .ok_or_else(overflow)?;
+        let net_debit_cap = position.net_debit_cap.unwrap_or(Amount::ZERO);
+        let available_limit = net_debit_cap.checked_sub(effective).ok_or_else(overflow)?;
+        let new_reserved = position
+            .reserved
+            .checked_add(prepare.amount)
+            .ok_or_else(overflow)?;
+
+        let refusal = if prepare.amount > available_liquidity {
+            Some(Rejection::new(
+                ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
+                format!(
+                    "amount {} exceeds the payer's available liquidity of {available_liquidity}",
+                    prepare.amount
+                ),
+            ))
+        } else if prepare.amount > available_limit {
+            Some(Rejection::new(
+                ErrorCode::PAYER_LIMIT_ERROR,
+                format!(
+                    "amount {} exceeds the payer's available net debit cap of {available_limit}",
+                    prepare.amount
+                ),
+            ))
+        } else {
+            None
+        };
+        let state = if refusal.is_some() {
+            TransferState::Rejected
+        } else {
+            TransferState::Reserved
+        };
+        if state == TransferState::Reserved {
+            self.account_mut(payer_position).reserved = new_reserved;
+            self.expiry.insert((prepare.expiration_ms, transfer_id));
+        }
+        self.insert_transfer(
+            transfer_id,
+            Transfer {
+                seq: 0,
+                kind: TransferKind::Fspiop,
+                debit: payer_position,
+                credit: payee_position,
+                amount: prepare.amount,
+                condition: prepare.condition,
+                expiration_ms: prepare.expiration_ms,
+                prepared_at_ms: self.now_ms,
+                request_hash: prepare.request_hash,
+                state,
+                reason: refusal.as_ref().map(|r| r.code),
+                finish: None,
+                fulfilment: None,
+                memo: None,
+            },
+        );
+        let transfer = self.view_of(transfer_id);
+        Ok(match refusal {
+            Some(error) => Outcome::Failed { transfer, error },
+            None => Outcome::Transfer(transfer),
+        })
+    }
+
+    fn insert_transfer(&mut self, transfer_id: TransferId, mut transfer: Transfer) {
+        self.last_seq += 1;
+        transfer.seq = self.last_seq;
+        self.records.push(Record::Transfer(TransferRow {
+            seq: transfer.seq,
+            transfer_id,
+            kind: transfer.kind,
+            debit: transfer.debit,
+            credit: transfer.credit,
+            amount: transfer.amount,
+            condition: transfer.condition,
+            expiration_ms: transfer.expiration_ms,
+            prepared_at_ms: transfer.prepared_at_ms,
+            request_hash: transfer.request_hash,
+            state: transfer.state,
+            reason: transfer.reason,
+            memo: transfer.memo.clone(),
+        }));
+        let previous = self.transfers.insert(transfer_id, transfer);
+        assert!(
+            previous.is_none(),
+            "transfer ids are checked for duplicates before insertion"
+        );
+    }
+
+    /// Moves a reserved transfer to its final state: releases the hold on the
+    /// debit account and, on commit, posts the amount from credit to debit.
+    /// Checks every sum before changing anything.
+    fn finish(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        state: TransferState,
+        reason: Option<ErrorCode>,
+        request_hash: RequestHash,
+        fulfilment: Option<Fulfilment>,
+    ) -> Result<TransferView, Rejection> {
+        let transfer = &self.transfers[&transfer_id];
+        assert_eq!(
+            transfer.state,
+            TransferState::Reserved,
+            "only a reserved transfer can finish"
+        );
+        let (debit, credit, amount, expiration_ms) = (
+            transfer.debit,
+            transfer.credit,
+            transfer.amount,
+            transfer.expiration_ms,
+        );
+        let debit_account = self.account(debit);
+        let released = debit_account
+            .reserved
+            .checked_sub(amount)
+            .ok_or_else(overflow)?;
+        assert!(
+            !released.is_negative(),
+            "a hold never exceeds what the account reserved"
+        );
+        let posted = if state == TransferState::Committed {
+            let debit_value = debit_account
+                .value
+                .checked_add(amount)
+                .ok_or_else(overflow)?;
+            let credit_value = self
+                .account(credit)
+                .value
+                .checked_sub(amount)
+                .ok_or_else(overflow)?;
+            Some((debit_value, credit_value))
+        } else {
+            None
+        };
+
+        self.account_mut(debit).reserved = released;
+        if let Some((debit_value, credit_value)) = posted {
+            assert_eq!(self.account(debit).currency, self.account(credit).currency);
+            self.account_mut(debit).value = debit_value;
+            self.account_mut(credit).value = credit_value;
+        }
+        self.expiry.remove(&(expiration_ms, transfer_id));
+        let now_ms = self.now_ms;
+        let transfer = self
+            .transfers
+            .get_mut(&transfer_id)
+            .expect("looked up above");
+        transfer.state = state;
+        transfer.reason = reason;
+        transfer.fulfilment = fulfilment;
+        transfer.finish = Some(Finish {
+            kind,
+            request_hash,
+            at_ms: now_ms,
+        });
+        let seq = transfer.seq;
+        self.records.push(Record::Finish(FinishRow {
+            seq,
+            kind,
+            state,
+            reason,
+            finished_at_ms: now_ms,
+            request_hash,
+            fulfilment,
+        }));
+        Ok(self.view_of(transfer_id))
+    }
+
+    /// Finds a transfer that `caller` may finish as its payee.
+    fn payee_transfer(
+        &self,
+        transfer_id: TransferId,
+        caller: FspName,
+    ) -> Result<&Transfer, Rejection> {
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        if transfer.kind != TransferKind::Fspiop {
+            return Err(validation(format!(
+                "transfer {transfer_id} is a funds movement, not an FSPIOP transfer"
+            )));
+        }
+        let payee = self
+            .participant(self.account(transfer.credit).participant)
+            .name;
+        if payee != caller {
+            return Err(validation(format!(
+                "'{caller}' is not the payee of transfer {transfer_id}"
+            )));
+        }
+        Ok(transfer)
+    }
+
+    fn fulfil(&mut self, fulfil: &Fulfil) -> Result<Outcome, Rejection> {
+        let transfer_id = fulfil.transfer_id;
+        let transfer = self.payee_transfer(transfer_id, fulfil.caller)?;
+        if let Some(duplicate) = self.check_finish_duplicate(
+            transfer_id,
+            transfer,
+            FinishKind::Fulfil,
+            fulfil.request_hash,
+        )? {
+            return Ok(duplicate);
+        }
+        if transfer.state != TransferState::Reserved {
+            return Err(Self::not_reserved(transfer_id, transfer.state));
+        }
+        let (hash, fulfilment) = (fulfil.request_hash, fulfil.fulfilment);
+        if self.now_ms >= transfer.expiration_ms {
+            let code = ErrorCode::TRANSFER_EXPIRED;
+            let view = self.finish(
+                transfer_id,
+                FinishKind::Fulfil,
+                TransferState::Expired,
+                Some(code),
+                hash,
+                None,
+            )?;
+            let error = Rejection::new(
+                code,
+                format!("transfer {transfer_id} was fulfilled at or after its expiration"),
+            );
+            return Ok(Outcome::Failed {
+                transfer: view,
+                error,
+            });
+        }
+        if fulfilment.condition() != transfer.condition {
+            let code = ErrorCode::GENERIC_VALIDATION_ERROR;
+            let view = self.finish(
+                transfer_id,
+                FinishKind::Fulfil,
+                TransferState::Aborted,
+                Some(code),
+                hash,
+                None,
+            )?;
+            let error = Rejection::new(
+                code,
+                "invalid fulfilment: its SHA-256 is not the transfer's condition",
+            );
+            return Ok(Outcome::Failed {
+                transfer: view,
+                error,
+            });
+        }
+        let view = self.finish(
+            transfer_id,
+            FinishKind::Fulfil,
+            TransferState::Committed,
+            None,
+            hash,
+            Some(fulfilment),
+        )?;
+        Ok(Outcome::Transfer(view))
+    }
+
+    fn abort(&mut self, abort: &Abort) -> Result<Outcome, Rejection> {
+        let transfer_id = abort.transfer_id;
+        let transfer = self.payee_transfer(transfer_id, abort.caller)?;
+        if let Some(duplicate) = self.check_finish_duplicate(
+            transfer_id,
+            transfer,
+            FinishKind::Abort,
+            abort.request_hash,
+        )? {
+            return Ok(duplicate);
+        }
+        if transfer.state != TransferState::Reserved {
+            return Err(Self::not_reserved(transfer_id, transfer.state));
+        }
+        if !abort.error_code.is_valid() {
+            return Err(validation(format!(
+                "error code {} is not an FSPIOP error code",
+                abort.error_code.0
+            )));
+        }
+        let view = self.finish(
+            transfer_id,
+            FinishKind::Abort,
+            TransferState::Aborted,
+            Some(abort.error_code),
+            abort.request_hash,
+            None,
+        )?;
+        Ok(Outcome::Transfer(view))
+    }
+
+    fn get_transfer(&self, transfer_id: TransferId, caller: FspName) -> Result<Outcome, Rejection> {
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        let view = self.view(transfer_id, transfer);
+        if caller != view.payer && caller != view.payee {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("'{caller}' is neither the payer nor the payee of transfer {transfer_id}"),
+            ));
+        }
+        Ok(Outcome::Transfer(view))
+    }
+
+    fn expire(&mut self) -> Outcome {
+        let mut expired = Vec::new();
+        while let Some(&(expiration_ms, transfer_id)) = self.expiry.first() {
+            if expiration_ms > self.now_ms {
+                break;
+            }
+            let code = Some(ErrorCode::TRANSFER_EXPIRED);
+            match self.finish(
+                transfer_id,
+                FinishKind::Expiry,
+                TransferState::Expired,
+                code,
+                RequestHash::default(),
+                None,
+            ) {
+                Ok(view) => expired.push(view),
+                // Releasing a hold cannot overflow; should it, keep the
+                // transfer reserved rather than spin on it.
+                Err(_) => {
+                    self.expiry.remove(&(expiration_ms, transfer_id));
+                }
+            }
+        }
+        Outcome::Expired(expired)
+    }
+
+    // ----- funds in and out -----------------------------------------------
+
+    /// The participant's SETTLEMENT account named in a funds command, with
+    /// the hub's reconciliation account in the same currency.
+    fn funds_accounts(&self, funds: &Funds) -> Result<(AccountId, AccountId), Rejection> {
+        let (_, account) = self.owned_account(funds.participant, funds.account)?;
+        let settlement = self.account(account);
+        if settlement.kind != AccountKind::Settlement {
+            return Err(validation(format!(
+                "account {} is a {} account, not SETTLEMENT",
+                account.0,
+                settlement.kind.as_str()
+            )));
+        }
+        if settlement.currency != funds.currency {
+            return Err(validation(format!(
+                "account {} holds {}, not {}",
+                account.0, settlement.currency, funds.currency
+            )));
+        }
+        if !settlement.active {
+            return Err(validation(format!("account {} is inactive", account.0)));
+        }
+        if !funds.amount.is_valid_transfer_amount() {
+            return Err(validation(
+                "amount must be above 0, with at most 18 integer digits and 4 decimals",
+            ));
+        }
+        let reconciliation = self.hub_accounts(funds.currency).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                format!("the hub has no {} accounts", funds.currency),
+            )
+        })?;
+        Ok((account, reconciliation))
+    }
+
+    fn funds_in(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
+        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
+            return Ok(duplicate);
+        }
+        let (settlement, reconciliation) = self.funds_accounts(funds)?;
+        // Funds in: HUB_RECONCILIATION +X, the DFSP's SETTLEMENT −X.
+        let debit_value = self
+            .account(reconciliation)
+            .value
+            .checked_add(funds.amount)
+            .ok_or_else(overflow)?;
+        let credit_value = self
+            .account(settlement)
+            .value
+            .checked_sub(funds.amount)
+            .ok_or_else(overflow)?;
+        self.account_mut(reconciliation).value = debit_value;
+        self.account_mut(settlement).value = credit_value;
+        self.insert_funds(
+            funds,
+            TransferKind::FundsIn,
+            reconciliation,
+            settlement,
+            TransferState::Committed,
+        );
+        Ok(Outcome::Transfer(self.view_of(funds.transfer_id)))
+    }
+
+    fn funds_out_reserve(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
+        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
+            return Ok(duplicate);
+        }
+        let (settlement, reconciliation) = self.funds_accounts(funds)?;
+        let account = self.account(settlement);
+        let new_reserved = account
+            .reserved
+            .checked_add(funds.amount)
+            .ok_or_else(overflow)?;
+        let balance_after = account
+            .value
+            .checked_add(new_reserved)
+            .ok_or_else(overflow)?;
+        if balance_after.is_positive() {
+            let available = account
+                .value
+                .checked_add(account.reserved)
+                .and_then(Amount::checked_neg)
+                .ok_or_else(overflow)?;
+            return Err(Rejection::new(
+                ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
+                format!(
+                    "funds out of {} exceeds the {available} available in settlement account {}",
+                    funds.amount, settlement.0
+                ),
+            ));
+        }
+        self.account_mut(settlement).reserved = new_reserved;
+        self.insert_funds(
+            funds,
+            TransferKind::FundsOut,
+            settlement,
+            reconciliation,
+            TransferState::Reserved,
+        );
+        Ok(Outcome::Transfer(self.view_of(funds.transfer_id)))
+    }
+
+    fn insert_funds(
+        &mut self,
+        funds: &Funds,
+        kind: TransferKind,
+        debit: AccountId,
+        credit: AccountId,
+        state: TransferState,
+    ) {
+        self.insert_transfer(
+            funds.transfer_id,
+            Transfer {
+                seq: 0,
+                kind,
+                debit,
+                credit,
+                amount: funds.amount,
+                condition: Condition::default(),
+                expiration_ms: i64::MAX,
+                prepared_at_ms: self.now_ms,
+                request_hash: funds.request_hash,
+                state,
+                reason: None,
+                finish: None,
+                fulfilment: None,
+                memo: Some(Box::new(funds.memo.clone())),
+            },
+        );
+    }
+
+    fn funds_out_finish(
+        &mut self,
+        command: &FundsFinish,
+        kind: FinishKind,
+    ) -> Result<Outcome, Rejection> {
+        let transfer_id = command.transfer_id;
+        let (_, account) = self.owned_account(command.participant, command.account)?;
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        if transfer.kind != TransferKind::FundsOut || transfer.debit != account {
+            return Err(validation(format!(
+                "transfer {transfer_id} is not a funds out of account {}",
+                account.0
+            )));
+        }
+        if let Some(duplicate) =
+            self.check_finish_duplicate(transfer_id, transfer, kind, command.request_hash)?
+        {
+            return Ok(duplicate);
+        }
+        if transfer.state != TransferState::Reserved {
+            return Err(Self::not_reserved(transfer_id, transfer.state));
+        }
+        let state = if kind == FinishKind::Fulfil {
+            TransferState::Committed
+        } else {
+            TransferState::Aborted
+        };
+        let view = self.finish(transfer_id, kind, state, None, command.request_hash, None)?;
+        Ok(Outcome::Transfer(view))
+    }
+
+    // ----- invariants -------------------------------------------------------
+
+    /// Double entry and holds: per currency the posted values sum to zero,
+    /// and no account holds a negative reservation. O(accounts).
+    pub fn check_balances(&self) -> Result<(), String> {
+        let mut sums: HashMap<Currency, Amount> = HashMap::new();
+        for (i, account) in self.accounts.iter().enumerate() {
+            let sum = sums.entry(account.currency).or_default();
+            *sum = sum
+                .checked_add(account.value)
+                .ok_or("balance sum overflows")?;
+            if account.reserved.is_negative() {
+                return Err(format!(
+                    "account {} holds a negative reservation {}",
+                    i + 1,
+                    account.reserved
+                ));
+            }
+        }
+        match sums.into_iter().find(|(_, sum)| *sum != Amount::ZERO) {
+            Some((currency, sum)) => Err(format!("{currency} accounts sum to {sum}, not 0")),
+            None => Ok(()),
+        }
+    }
+
+    /// The whole state as rows, in a canonical order: what the store holds
+    /// after every batch so far has been committed.
+    pub fn snapshot(&self) -> Snapshot {
+        let participants = self
+            .participants
+            .iter()
+            .enumerate()
+            .map(|(i, p)| participant_row(ParticipantId(i as u32 + 1), p))
+            .collect();
+        let accounts = self
+            .accounts
+            .iter()
+            .enumerate()
+            .map(|(i, a)| account_row(AccountId(i as u32 + 1), a))
+            .collect();
+        let mut transfers = Vec::with_capacity(self.transfers.len());
+        let mut finishes = Vec::new();
+        for (&transfer_id, transfer) in &self.transfers {
+            let initial_state = if transfer.finish.is_some() {
+                TransferState::Reserved
+            } else {
+                transfer.state
+            };
+            transfers.push(TransferRow {
+                seq: transfer.seq,
+                transfer_id,
+                kind: transfer.kind,
+                debit: transfer.debit,
+                credit: transfer.credit,
+                amount: transfer.amount,
+                condition: transfer.condition,
+                expiration_ms: transfer.expiration_ms,
+                prepared_at_ms: transfer.prepared_at_ms,
+                request_hash: transfer.request_hash,
+                state: initial_state,
+                reason: if transfer.finish.is_some() {
+                    None
+                } else {
+                    transfer.reason
+                },
+                memo: transfer.memo.clone(),
+            });
+            if let Some(finish) = transfer.finish {
+                finishes.push(FinishRow {
+                    seq: transfer.seq,
+                    kind: finish.kind,
+                    state: transfer.state,
+                    reason: transfer.reason,
+                    finished_at_ms: finish.at_ms,
+                    request_hash: finish.request_hash,
+                    fulfilment: transfer.fulfilment,
+                });
+            }
+        }
+        transfers.sort_unstable_by_key(|row| row.seq);
+        finishes.sort_unstable_by_key(|row| row.seq);
+        Snapshot {
+            participants,
+            accounts,
+            transfers,
+            finishes,
+        }
+    }
+
+    /// Rebuilds the ledger from stored rows. The rows are audited first; a
+    /// store that does not add up is refused rather than served.
+    pub fn restore(snapshot: Snapshot, limits: Limits) -> Result<Ledger, String> {
+        let problems = snapshot.audit();
+        if !problems.is_empty() {
+            let shown: Vec<_> = problems.iter().take(10).map(String::as_str).collect();
+            return Err(format!(
+                "the store does not add up ({} problems; run `kasi audit`): {}",
+                problems.len(),
+                shown.join("; ")
+            ));
+        }
+        let mut ledger = Ledger::new(limits);
+        let mut now_ms = i64::MIN;
+        for row in snapshot.participants {
+            now_ms = now_ms.max(row.created_at_ms);
+            if row.is_hub {
+                ledger.hub = Some(row.id);
+            }
+            ledger.participant_by_name.insert(row.name, row.id);
+            ledger.participants.push(Participant {
+                name: row.name,
+                is_hub: row.is_hub,
+                active: row.active,
+                created_at_ms: row.created_at_ms,
+                accounts: Vec::new(),
+                dirty: false,
+            });
+        }
+        for row in snapshot.accounts {
+            now_ms = now_ms.max(row.created_at_ms);
+            ledger.participants[index(row.participant.0)]
+                .accounts
+                .push(row.id);
+            ledger.accounts.push(Account {
+                participant: row.participant,
+                currency: row.currency,
+                kind: row.kind,
+                active: row.active,
+                value: row.value,
+                reserved: row.reserved,
+                net_debit_cap: row.net_debit_cap,
+                created_at_ms: row.created_at_ms,
+                dirty: false,
+            });
+        }
+        let mut finishes = snapshot.finishes.into_iter().peekable();
+        ledger.transfers.reserve(snapshot.transfers.len());
+        for row in snapshot.transfers {
+            now_ms = now_ms.max(row.prepared_at_ms);
+            let mut transfer = Transfer {
+                seq: row.seq,
+                kind: row.kind,
+                debit: row.debit,
+                credit: row.credit,
+                amount: row.amount,
+                condition: row.condition,
+                expiration_ms: row.expiration_ms,
+                prepared_at_ms: row.prepared_at_ms,
+                request_hash: row.request_hash,
+                state: row.state,
+                reason: row.reason,
+                finish: None,
+                fulfilment: None,
+                memo: row.memo,
+            };
+            // Both lists are in seq order (the audit checked it).
+            if let Some(finish) = finishes.next_if(|finish| finish.seq == row.seq) {
+                now_ms = now_ms.max(finish.finished_at_ms);
+                transfer.state = finish.state;
+                transfer.reason = finish.reason;
+                transfer.fulfilment = finish.fulfilment;
+                transfer.finish = Some(Finish {
+                    kind: finish.kind,
+                    request_hash: finish.request_hash,
+                    at_ms: finish.finished_at_ms,
+                });
+            }
+            if transfer.state == TransferState::Reserved && transfer.kind == TransferKind::Fspiop {
+                ledger
+                    .expiry
+                    .insert((transfer.expiration_ms, row.transfer_id));
+            }
+            ledger.last_seq = row.seq;
+            ledger.transfers.insert(row.transfer_id, transfer);
+        }
+        ledger.now_ms = now_ms;
+        Ok(ledger)
+    }
+}
+
+/// Ids are 1-based (as Mojaloop's); the vectors are 0-based.
+fn index(id: u32) -> usize {
+    id as usize - 1
+}
+
+fn participant_row(id: ParticipantId, participant: &Participant) -> ParticipantRow {
+    ParticipantRow {
+        id,
+        name: participant.name,
+        is_hub: participant.is_hub,
+        active: participant.active,
+        created_at_ms: participant.created_at_ms,
+    }
+}
+
+fn account_row(id: AccountId, account: &Account) -> AccountRow {
+    AccountRow {
+        id,
+        participant: account.participant,
+        currency: account.currency,
+        kind: account.kind,
+        active: account.active,
+        value: account.value,
+        reserved: account.reserved,
+        net_debit_cap: account.net_debit_cap,
+        created_at_ms: account.created_at_ms,
+    }
+}

@@ -1,0 +1,413 @@
+//! The ledger's vocabulary: commands in, outcomes out, records to the store.
+
+use crate::amount::Amount;
+use crate::crypto::{Condition, Fulfilment, RequestHash};
+use crate::error::{ErrorCode, Rejection};
+use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
+
+/// Mojaloop's ledger account types (central-ledger `seeds/ledgerAccountType.js`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AccountKind {
+    /// A DFSP's net position: what it owes the scheme (positive) or is owed.
+    Position,
+    /// A DFSP's settlement account: negative when it has deposited funds.
+    Settlement,
+    HubMultilateralSettlement,
+    HubReconciliation,
+}
+
+impl AccountKind {
+    pub const ALL: [AccountKind; 4] = [
+        AccountKind::Position,
+        AccountKind::Settlement,
+        AccountKind::HubMultilateralSettlement,
+        AccountKind::HubReconciliation,
+    ];
+
+    /// Mojaloop's name for the type, as the admin API and the store spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccountKind::Position => "POSITION",
+            AccountKind::Settlement => "SETTLEMENT",
+            AccountKind::HubMultilateralSettlement => "HUB_MULTILATERAL_SETTLEMENT",
+            AccountKind::HubReconciliation => "HUB_RECONCILIATION",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<AccountKind> {
+        AccountKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+    }
+
+    pub fn is_hub(self) -> bool {
+        matches!(
+            self,
+            AccountKind::HubMultilateralSettlement | AccountKind::HubReconciliation
+        )
+    }
+}
+
+/// What a transfer moves: an FSPIOP transfer between two DFSPs' positions,
+/// or an operator's funds movement on a DFSP's settlement account.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransferKind {
+    Fspiop,
+    FundsIn,
+    FundsOut,
+}
+
+impl TransferKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferKind::Fspiop => "TRANSFER",
+            TransferKind::FundsIn => "FUNDS_IN",
+            TransferKind::FundsOut => "FUNDS_OUT",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TransferKind> {
+        [
+            TransferKind::Fspiop,
+            TransferKind::FundsIn,
+            TransferKind::FundsOut,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
+}
+
+/// A transfer's state. Every transfer ends in exactly one of the final ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransferState {
+    /// Amount held on the debit account; waiting for fulfil, abort or expiry.
+    Reserved,
+    /// Final: value moved from credit to debit account.
+    Committed,
+    /// Final: the payee (or the operator) aborted it, or the fulfilment was wrong.
+    Aborted,
+    /// Final: it was still reserved at its expiration instant.
+    Expired,
+    /// Final: refused by the liquidity or limit check at prepare; nothing moved.
+    Rejected,
+}
+
+impl TransferState {
+    pub fn is_final(self) -> bool {
+        self != TransferState::Reserved
+    }
+
+    /// The state as FSPIOP's four-valued `TransferState` shows it.
+    pub fn fspiop(self) -> &'static str {
+        match self {
+            TransferState::Reserved => "RESERVED",
+            TransferState::Committed => "COMMITTED",
+            TransferState::Aborted | TransferState::Expired | TransferState::Rejected => "ABORTED",
+        }
+    }
+
+    /// The store's spelling (Mojaloop's internal state names).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferState::Reserved => "RESERVED",
+            TransferState::Committed => "COMMITTED",
+            TransferState::Aborted => "ABORTED",
+            TransferState::Expired => "EXPIRED_RESERVED",
+            TransferState::Rejected => "ABORTED_REJECTED",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TransferState> {
+        [
+            TransferState::Reserved,
+            TransferState::Committed,
+            TransferState::Aborted,
+            TransferState::Expired,
+            TransferState::Rejected,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
+    }
+}
+
+/// Which request finished a reserved transfer. Duplicates are detected per
+/// kind, as Mojaloop keeps separate fulfil and error duplicate checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FinishKind {
+    /// The payee's `PUT /transfers/{id}` (or `recordFundsOutCommit`).
+    Fulfil,
+    /// The payee's `PUT /transfers/{id}/error` (or `recordFundsOutAbort`).
+    Abort,
+    /// The expiration instant passed.
+    Expiry,
+}
+
+impl FinishKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishKind::Fulfil => "FULFIL",
+            FinishKind::Abort => "ABORT",
+            FinishKind::Expiry => "EXPIRY",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<FinishKind> {
+        [FinishKind::Fulfil, FinishKind::Abort, FinishKind::Expiry]
+            .into_iter()
+            .find(|k| k.as_str() == text)
+    }
+}
+
+/// Operator's notes on a funds movement (Mojaloop's `reason` and
+/// `externalReference`); kept with the transfer, never interpreted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FundsMemo {
+    pub external_reference: String,
+    pub reason: String,
+}
+
+/// FSPIOP `POST /transfers`, parsed.
+#[derive(Clone, Debug)]
+pub struct Prepare {
+    pub transfer_id: TransferId,
+    pub payer: FspName,
+    pub payee: FspName,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub condition: Condition,
+    pub expiration_ms: i64,
+    pub request_hash: RequestHash,
+}
+
+/// FSPIOP `PUT /transfers/{id}` from the payee.
+#[derive(Clone, Debug)]
+pub struct Fulfil {
+    pub transfer_id: TransferId,
+    /// The FSP that sent it (`FSPIOP-Source`); must be the payee.
+    pub caller: FspName,
+    pub fulfilment: Fulfilment,
+    pub request_hash: RequestHash,
+}
+
+/// FSPIOP `PUT /transfers/{id}/error` from the payee.
+#[derive(Clone, Debug)]
+pub struct Abort {
+    pub transfer_id: TransferId,
+    pub caller: FspName,
+    /// The payee's error code, kept as the transfer's reason.
+    pub error_code: ErrorCode,
+    pub request_hash: RequestHash,
+}
+
+/// Operator's `recordFundsIn` / `recordFundsOutPrepareReserve`.
+#[derive(Clone, Debug)]
+pub struct Funds {
+    pub transfer_id: TransferId,
+    pub participant: FspName,
+    /// The participant's SETTLEMENT account, as named in the admin path.
+    pub account: AccountId,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub memo: FundsMemo,
+    pub request_hash: RequestHash,
+}
+
+/// Operator's `recordFundsOutCommit` / `recordFundsOutAbort`.
+#[derive(Clone, Debug)]
+pub struct FundsFinish {
+    pub transfer_id: TransferId,
+    pub participant: FspName,
+    pub account: AccountId,
+    pub request_hash: RequestHash,
+}
+
+/// One input to the ledger. A batch is applied in order, each command
+/// atomically: a rejected command changes nothing.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Creates the hub participant (once, at first start).
+    CreateHub {
+        name: FspName,
+    },
+    /// `POST /participants/Hub/accounts`.
+    CreateHubAccount {
+        currency: Currency,
+        kind: AccountKind,
+    },
+    /// `POST /participants`: creates the DFSP if new and its POSITION and
+    /// SETTLEMENT accounts in `currency`.
+    CreateParticipant {
+        name: FspName,
+        currency: Currency,
+    },
+    /// `PUT /participants/{name}`.
+    SetParticipantActive {
+        name: FspName,
+        active: bool,
+    },
+    /// `PUT /participants/{name}/accounts/{id}`.
+    SetAccountActive {
+        name: FspName,
+        account: AccountId,
+        active: bool,
+    },
+    /// `POST /participants/{name}/initialPositionAndLimits`: the first cap.
+    InitNetDebitCap {
+        name: FspName,
+        currency: Currency,
+        net_debit_cap: Amount,
+    },
+    /// `PUT /participants/{name}/limits`: changes an existing cap.
+    SetNetDebitCap {
+        name: FspName,
+        currency: Currency,
+        net_debit_cap: Amount,
+    },
+    Prepare(Prepare),
+    Fulfil(Fulfil),
+    Abort(Abort),
+    FundsIn(Funds),
+    FundsOutReserve(Funds),
+    FundsOutCommit(FundsFinish),
+    FundsOutAbort(FundsFinish),
+    /// `GET /transfers/{id}`: only the payer or the payee may ask.
+    GetTransfer {
+        transfer_id: TransferId,
+        caller: FspName,
+    },
+    /// Expires every reserved transfer whose expiration is at or before the
+    /// batch's time. The pipeline issues it when the next expiry is due.
+    Expire,
+}
+
+/// A transfer as the API needs it to answer and to route callbacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferView {
+    pub transfer_id: TransferId,
+    pub kind: TransferKind,
+    pub payer: FspName,
+    pub payee: FspName,
+    pub amount: Amount,
+    pub currency: Currency,
+    pub state: TransferState,
+    /// Why it did not commit: 4001/4200 for a rejection, 3100 for a wrong
+    /// fulfilment, 3303 for expiry, or the payee's own error code.
+    pub reason: Option<ErrorCode>,
+    pub expiration_ms: i64,
+    pub prepared_at_ms: i64,
+    pub completed_at_ms: Option<i64>,
+    pub fulfilment: Option<Fulfilment>,
+}
+
+/// The result of one command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// An admin command took effect.
+    Done,
+    /// A participant was created or gained a currency; its new accounts.
+    AccountsCreated(Vec<AccountId>),
+    /// The transfer's state after the command (RESERVED, COMMITTED, ABORTED
+    /// by the payee or operator), or its current state for `GetTransfer`.
+    Transfer(TransferView),
+    /// The same request was seen before: nothing changed; the current state
+    /// is here so that the API can resend it.
+    Duplicate(TransferView),
+    /// The command was refused and changed nothing.
+    Rejected(Rejection),
+    /// The command was refused and that refusal is the transfer's final
+    /// state: a prepare over the liquidity cover or the net debit cap
+    /// (REJECTED), a wrong fulfilment (ABORTED), a fulfil after expiration
+    /// (EXPIRED). Balances are as before the transfer.
+    Failed {
+        transfer: TransferView,
+        error: Rejection,
+    },
+    /// Transfers that `Expire` moved from RESERVED to EXPIRED.
+    Expired(Vec<TransferView>),
+}
+
+impl Outcome {
+    /// The FSPIOP error code of a refusal, if this outcome is one.
+    pub fn error_code(&self) -> Option<ErrorCode> {
+        match self {
+            Outcome::Rejected(rejection)
+            | Outcome::Failed {
+                error: rejection, ..
+            } => Some(rejection.code),
+            _ => None,
+        }
+    }
+}
+
+/// A participant as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParticipantRow {
+    pub id: ParticipantId,
+    pub name: FspName,
+    pub is_hub: bool,
+    pub active: bool,
+    pub created_at_ms: i64,
+}
+
+/// An account as stored, with its balances after the batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountRow {
+    pub id: AccountId,
+    pub participant: ParticipantId,
+    pub currency: Currency,
+    pub kind: AccountKind,
+    pub active: bool,
+    /// Posted balance: the sum of committed movements (debits positive).
+    pub value: Amount,
+    /// Held by reserved transfers that debit this account; never negative.
+    pub reserved: Amount,
+    /// POSITION accounts only, once set.
+    pub net_debit_cap: Option<Amount>,
+    pub created_at_ms: i64,
+}
+
+/// A transfer as first recorded (prepare, funds in, funds out reserve, or a
+/// rejected prepare). Written once, never updated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferRow {
+    /// Order of recording, from 1; the store's primary key.
+    pub seq: u64,
+    pub transfer_id: TransferId,
+    pub kind: TransferKind,
+    pub debit: AccountId,
+    pub credit: AccountId,
+    pub amount: Amount,
+    pub condition: Condition,
+    pub expiration_ms: i64,
+    pub prepared_at_ms: i64,
+    pub request_hash: RequestHash,
+    /// RESERVED, or a state that is final at once (COMMITTED funds in,
+    /// REJECTED prepare).
+    pub state: TransferState,
+    pub reason: Option<ErrorCode>,
+    pub memo: Option<Box<FundsMemo>>,
+}
+
+/// How a reserved transfer finished. Written once per transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FinishRow {
+    pub seq: u64,
+    pub kind: FinishKind,
+    pub state: TransferState,
+    pub reason: Option<ErrorCode>,
+    pub finished_at_ms: i64,
+    /// Zero for expiry.
+    pub request_hash: RequestHash,
+    pub fulfilment: Option<Fulfilment>,
+}
+
+/// What a batch changed, for the store to make durable in one transaction.
+/// Participant and account rows carry their whole new value (upserts);
+/// transfer and finish rows are inserts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    Participant(ParticipantRow),
+    Account(AccountRow),
+    Transfer(TransferRow),
+    Finish(FinishRow),
+}

@@ -1,0 +1,257 @@
+//! The ledger's state as rows, and the audit that recomputes every balance
+//! from the recorded transfers and compares.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::amount::Amount;
+use crate::ids::{Currency, FspName, TransferId};
+use crate::model::*;
+
+/// Every row the store holds: what recovery reads and `kasi audit` checks.
+/// Each list is in id (or seq) order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub participants: Vec<ParticipantRow>,
+    pub accounts: Vec<AccountRow>,
+    pub transfers: Vec<TransferRow>,
+    pub finishes: Vec<FinishRow>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Recomputed {
+    value: Amount,
+    reserved: Amount,
+}
+
+impl Snapshot {
+    /// Recomputes every account's value and reservation from the transfers
+    /// and their finishes, and checks the rows' own consistency. Returns one
+    /// line per problem; empty means the store adds up.
+    pub fn audit(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut problem = |text: String| {
+            if problems.len() < 1000 {
+                problems.push(text);
+            }
+        };
+
+        let mut names: HashSet<FspName> = HashSet::new();
+        let mut hubs = 0;
+        for (i, row) in self.participants.iter().enumerate() {
+            if row.id.0 as usize != i + 1 {
+                problem(format!("participant row {} has id {}", i + 1, row.id.0));
+            }
+            if !names.insert(row.name) {
+                problem(format!("participant name '{}' appears twice", row.name));
+            }
+            hubs += usize::from(row.is_hub);
+        }
+        if hubs > 1 {
+            problem(format!("{hubs} participants are marked as the hub"));
+        }
+
+        let mut keys = HashSet::new();
+        for (i, row) in self.accounts.iter().enumerate() {
+            if row.id.0 as usize != i + 1 {
+                problem(format!("account row {} has id {}", i + 1, row.id.0));
+            }
+            match self
+                .participants
+                .get((row.participant.0 as usize).wrapping_sub(1))
+            {
+                None => problem(format!(
+                    "account {} belongs to missing participant {}",
+                    row.id.0, row.participant.0
+                )),
+                Some(owner) if owner.is_hub != row.kind.is_hub() => problem(format!(
+                    "account {} is {} but belongs to '{}'",
+                    row.id.0,
+                    row.kind.as_str(),
+                    owner.name
+                )),
+                Some(_) => {}
+            }
+            if !keys.insert((row.participant, row.currency, row.kind)) {
+                problem(format!(
+                    "account {} duplicates another {} {} account",
+                    row.id.0,
+                    row.currency,
+                    row.kind.as_str()
+                ));
+            }
+            if row.reserved.is_negative() {
+                problem(format!(
+                    "account {} has a negative reservation {}",
+                    row.id.0, row.reserved
+                ));
+            }
+            if row.net_debit_cap.is_some() && row.kind != AccountKind::Position {
+                problem(format!(
+                    "account {} is {} but has a net debit cap",
+                    row.id.0,
+                    row.kind.as_str()
+                ));
+            }
+        }
+
+        let mut recomputed = vec![Recomputed::default(); self.accounts.len()];
+        let mut ids: HashSet<TransferId> = HashSet::with_capacity(self.transfers.len());
+        let mut previous_seq = 0;
+        for row in &self.transfers {
+            if row.seq <= previous_seq {
+                problem(format!(
+                    "transfer seq {} follows seq {previous_seq}",
+                    row.seq
+                ));
+            }
+            previous_seq = row.seq;
+            if !ids.insert(row.transfer_id) {
+                problem(format!("transfer {} appears twice", row.transfer_id));
+            }
+            if let Err(text) = self.check_transfer_accounts(row) {
+                problem(format!("transfer {}: {text}", row.transfer_id));
+                continue;
+            }
+            if !row.amount.is_valid_transfer_amount() {
+                problem(format!(
+                    "transfer {} has amount {}",
+                    row.transfer_id, row.amount
+                ));
+            }
+            let expected_first_state = match row.kind {
+                TransferKind::Fspiop => {
+                    matches!(row.state, TransferState::Reserved | TransferState::Rejected)
+                }
+                TransferKind::FundsIn => row.state == TransferState::Committed,
+                TransferKind::FundsOut => row.state == TransferState::Reserved,
+            };
+            if !expected_first_state {
+                problem(format!(
+                    "transfer {} was recorded as {}",
+                    row.transfer_id,
+                    row.state.as_str()
+                ));
+            }
+        }
+
+        let mut finished = vec![None; self.transfers.len()];
+        let mut previous_seq = 0;
+        for finish in &self.finishes {
+            if finish.seq <= previous_seq {
+                problem(format!(
+                    "finish for seq {} follows seq {previous_seq}",
+                    finish.seq
+                ));
+            }
+            previous_seq = finish.seq;
+            match self
+                .transfers
+                .binary_search_by_key(&finish.seq, |row| row.seq)
+            {
+                Err(_) => problem(format!("finish for seq {} has no transfer", finish.seq)),
+                Ok(i) if self.transfers[i].state != TransferState::Reserved => problem(format!(
+                    "transfer {} finished although it was never reserved",
+                    self.transfers[i].transfer_id
+                )),
+                Ok(_) if !finish.state.is_final() => problem(format!(
+                    "finish for seq {} leaves the transfer RESERVED",
+                    finish.seq
+                )),
+                Ok(i) => finished[i] = Some(finish.state),
+            }
+        }
+
+        for (row, finish) in self.transfers.iter().zip(&finished) {
+            if self.check_transfer_accounts(row).is_err() {
+                continue;
+            }
+            let debit = row.debit.0 as usize - 1;
+            let credit = row.credit.0 as usize - 1;
+            let state = finish.unwrap_or(row.state);
+            let ok = match state {
+                TransferState::Committed => {
+                    add(&mut recomputed[debit].value, row.amount)
+                        && add(&mut recomputed[credit].value, negate(row.amount))
+                }
+                TransferState::Reserved => add(&mut recomputed[debit].reserved, row.amount),
+                TransferState::Aborted | TransferState::Expired | TransferState::Rejected => true,
+            };
+            if !ok {
+                problem(format!("balances overflow at transfer {}", row.transfer_id));
+            }
+        }
+
+        let mut sums: HashMap<Currency, Amount> = HashMap::new();
+        for (row, computed) in self.accounts.iter().zip(&recomputed) {
+            if row.value != computed.value || row.reserved != computed.reserved {
+                problem(format!(
+                    "account {} ({} {} of participant {}) records value {} reserved {}, but its transfers give value {} reserved {}",
+                    row.id.0,
+                    row.currency,
+                    row.kind.as_str(),
+                    row.participant.0,
+                    row.value,
+                    row.reserved,
+                    computed.value,
+                    computed.reserved
+                ));
+            }
+            if !add(sums.entry(row.currency).or_default(), row.value) {
+                problem(format!("{} balances overflow", row.currency));
+            }
+        }
+        let mut unbalanced: Vec<_> = sums
+            .into_iter()
+            .filter(|(_, sum)| *sum != Amount::ZERO)
+            .collect();
+        unbalanced.sort();
+        for (currency, sum) in unbalanced {
+            problem(format!("{currency} accounts sum to {sum}, not 0"));
+        }
+        problems
+    }
+
+    fn check_transfer_accounts(&self, row: &TransferRow) -> Result<(), String> {
+        let account = |id: crate::ids::AccountId| {
+            self.accounts
+                .get((id.0 as usize).wrapping_sub(1))
+                .ok_or_else(|| format!("account {} does not exist", id.0))
+        };
+        let (debit, credit) = (account(row.debit)?, account(row.credit)?);
+        if row.debit == row.credit || debit.currency != credit.currency {
+            return Err(format!(
+                "moves between accounts {} and {}",
+                row.debit.0, row.credit.0
+            ));
+        }
+        let expected = match row.kind {
+            TransferKind::Fspiop => (AccountKind::Position, AccountKind::Position),
+            TransferKind::FundsIn => (AccountKind::HubReconciliation, AccountKind::Settlement),
+            TransferKind::FundsOut => (AccountKind::Settlement, AccountKind::HubReconciliation),
+        };
+        if (debit.kind, credit.kind) != expected {
+            return Err(format!(
+                "a {} debits {} and credits {}",
+                row.kind.as_str(),
+                debit.kind.as_str(),
+                credit.kind.as_str()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn add(total: &mut Amount, amount: Amount) -> bool {
+    match total.checked_add(amount) {
+        Some(sum) => {
+            *total = sum;
+            true
+        }
+        None => false,
+    }
+}
+
+fn negate(amount: Amount) -> Amount {
+    // Transfer amounts are at most 10^22, far from i128's edge.
+    amount.checked_neg().unwrap_or(Amount::ZERO)
+}
