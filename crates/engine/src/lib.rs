@@ -1,1 +1,553 @@
+//! The ledger pipeline: two threads between the API and the disk.
+//!
+//! ```text
+//! submitters ──queue──► ledger thread ──records──► store thread ──► replies
+//!                       (apply batch N+1)          (commit batch N, fsync)
+//! ```
+//!
+//! The ledger thread never waits on a timer for work: it blocks on its
+//! queue, takes everything waiting (up to a cap) as the next batch, applies
+//! it, hands the records to the store thread and goes on. It wakes without a
+//! message only at the next transfer's expiration instant. The store thread
+//! commits whatever batches are waiting in one transaction (group commit: one
+//! fsync however many batches) and only then releases their outcomes. A
+//! batch's outcomes may depend on the batch before it, and batches commit in
+//! order, so nothing is released that a crash could take back.
+//!
+//! If a commit fails, memory is ahead of the disk: the pipeline stops taking
+//! work and answers every pending and later submission with
+//! [`EngineError::StoreFailed`]. Restarting recovers from the store.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ledger::{Command, Ledger, Limits, Outcome, Record, TransferView};
+use store::{Store, StoreError};
+
+/// Called once with a submission's outcomes, after they are durable (or with
+/// the reason they never will be). Runs on the store thread: keep it short.
+pub type Reply = Box<dyn FnOnce(Result<Vec<Outcome>, EngineError>) + Send>;
+
+/// Receives transfers that expired, after the expiry is durable.
+pub type ExpiredSink = Box<dyn FnMut(Vec<TransferView>) + Send>;
+
+/// Milliseconds since the Unix epoch.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EngineError {
+    /// The pipeline is shutting down or has stopped.
+    Stopped,
+    /// The queue is full (only from [`EngineHandle::try_submit`]).
+    Overloaded,
+    /// A submission held more commands than one batch may.
+    TooLarge { commands: usize, max: usize },
+    /// A store commit failed; the pipeline has stopped.
+    StoreFailed(String),
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::Stopped => f.write_str("the ledger pipeline has stopped"),
+            EngineError::Overloaded => f.write_str("the ledger queue is full"),
+            EngineError::TooLarge { commands, max } => {
+                write!(
+                    f,
+                    "a submission of {commands} commands exceeds the batch limit of {max}"
+                )
+            }
+            EngineError::StoreFailed(why) => {
+                write!(f, "the store failed, the pipeline has stopped: {why}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+pub struct EngineConfig {
+    /// Most commands the ledger applies as one batch.
+    pub max_batch_commands: usize,
+    /// Submissions that may wait for the ledger thread; `submit` blocks and
+    /// `try_submit` refuses beyond this.
+    pub queue_capacity: usize,
+    /// Ledger batches waiting for the store that may share one commit.
+    pub max_batches_per_commit: usize,
+    pub clock: Clock,
+    pub on_expired: Option<ExpiredSink>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> EngineConfig {
+        EngineConfig {
+            max_batch_commands: 8192,
+            queue_capacity: 65_536,
+            max_batches_per_commit: 64,
+            clock: system_clock(),
+            on_expired: None,
+        }
+    }
+}
+
+/// Counters for logs, metrics and benchmarks. Monotonic.
+#[derive(Default)]
+pub struct Stats {
+    pub ledger_batches: AtomicU64,
+    pub commands: AtomicU64,
+    pub store_commits: AtomicU64,
+    pub records: AtomicU64,
+    pub commit_nanos: AtomicU64,
+    pub apply_nanos: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub ledger_batches: u64,
+    pub commands: u64,
+    pub store_commits: u64,
+    pub records: u64,
+    pub commit_nanos: u64,
+    pub apply_nanos: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            ledger_batches: self.ledger_batches.load(Ordering::Relaxed),
+            commands: self.commands.load(Ordering::Relaxed),
+            store_commits: self.store_commits.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            commit_nanos: self.commit_nanos.load(Ordering::Relaxed),
+            apply_nanos: self.apply_nanos.load(Ordering::Relaxed),
+        }
+    }
+}
+
+struct Shared {
+    stopped: AtomicBool,
+    failure: Mutex<Option<String>>,
+    stats: Stats,
+}
+
+impl Shared {
+    fn failure(&self) -> Option<EngineError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .map(EngineError::StoreFailed)
+    }
+}
+
+enum Message {
+    Submit {
+        commands: Vec<Command>,
+        reply: Reply,
+    },
+    Stop,
+}
+
+/// A cheap, cloneable way to submit commands.
+#[derive(Clone)]
+pub struct EngineHandle {
+    sender: SyncSender<Message>,
+    shared: Arc<Shared>,
+    max_batch_commands: usize,
+}
+
+impl EngineHandle {
+    fn check(&self, commands: &[Command]) -> Result<(), EngineError> {
+        if let Some(failure) = self.shared.failure() {
+            return Err(failure);
+        }
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return Err(EngineError::Stopped);
+        }
+        if commands.len() > self.max_batch_commands {
+            return Err(EngineError::TooLarge {
+                commands: commands.len(),
+                max: self.max_batch_commands,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues `commands` (applied in order, within one batch); `reply` gets
+    /// their outcomes once durable. Blocks while the queue is full.
+    pub fn submit(&self, commands: Vec<Command>, reply: Reply) {
+        if let Err(error) = self.check(&commands) {
+            return reply(Err(error));
+        }
+        if let Err(mpsc::SendError(Message::Submit { reply, .. })) =
+            self.sender.send(Message::Submit { commands, reply })
+        {
+            reply(Err(EngineError::Stopped));
+        }
+    }
+
+    /// Like [`submit`](Self::submit), but refuses with
+    /// [`EngineError::Overloaded`] instead of waiting for queue space.
+    pub fn try_submit(&self, commands: Vec<Command>, reply: Reply) {
+        if let Err(error) = self.check(&commands) {
+            return reply(Err(error));
+        }
+        match self.sender.try_send(Message::Submit { commands, reply }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(Message::Submit { reply, .. })) => {
+                reply(Err(EngineError::Overloaded))
+            }
+            Err(TrySendError::Disconnected(Message::Submit { reply, .. })) => {
+                reply(Err(EngineError::Stopped))
+            }
+            Err(_) => unreachable!("only submissions are sent here"),
+        }
+    }
+
+    /// Submits and waits for the durable outcomes.
+    pub fn execute(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, EngineError> {
+        let (sender, receiver) = mpsc::sync_channel(1);
+        self.submit(
+            commands,
+            Box::new(move |result| {
+                let _ = sender.send(result);
+            }),
+        );
+        receiver.recv().unwrap_or(Err(EngineError::Stopped))
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+}
+
+/// The running pipeline. Dropping it stops it as [`Engine::shutdown`] does.
+pub struct Engine {
+    handle: EngineHandle,
+    ledger_thread: Option<JoinHandle<()>>,
+    store_thread: Option<JoinHandle<()>>,
+}
+
+/// What recovery found, for the start-up log and BENCHMARKS.md.
+#[derive(Clone, Copy, Debug)]
+pub struct Recovery {
+    pub participants: usize,
+    pub accounts: usize,
+    pub transfers: usize,
+    pub load_time: Duration,
+    pub rebuild_time: Duration,
+}
+
+/// Reads the store and rebuilds the ledger from it (after auditing it).
+pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recovery), StoreError> {
+    let started = Instant::now();
+    let snapshot = store.load()?;
+    let loaded = Instant::now();
+    let (participants, accounts, transfers) = (
+        snapshot.participants.len(),
+        snapshot.accounts.len(),
+        snapshot.transfers.len(),
+    );
+    let ledger = Ledger::restore(snapshot, limits).map_err(StoreError)?;
+    let recovery = Recovery {
+        participants,
+        accounts,
+        transfers,
+        load_time: loaded - started,
+        rebuild_time: loaded.elapsed(),
+    };
+    Ok((ledger, recovery))
+}
+
+struct StoreJob {
+    records: Vec<Record>,
+    replies: Vec<(Reply, Vec<Outcome>)>,
+    expired: Vec<TransferView>,
+}
+
+impl Engine {
+    /// Starts the ledger and store threads on a recovered ledger.
+    pub fn start(ledger: Ledger, store: Box<dyn Store>, config: EngineConfig) -> Engine {
+        let max_batch_commands = config.max_batch_commands.max(1);
+        let (sender, receiver) = mpsc::sync_channel(config.queue_capacity.max(1));
+        // A few batches may wait for the store while it commits; more than
+        // that and the ledger thread waits too, so the queue pushes back.
+        let (store_sender, store_receiver) =
+            mpsc::sync_channel(config.max_batches_per_commit.max(1) * 2);
+        let shared = Arc::new(Shared {
+            stopped: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            stats: Stats::default(),
+        });
+        let ledger_loop = LedgerLoop {
+            ledger,
+            receiver,
+            to_store: store_sender,
+            shared: shared.clone(),
+            clock: config.clock,
+            max_batch_commands,
+        };
+        let ledger_thread = std::thread::Builder::new()
+            .name("kasi-ledger".into())
+            .spawn(move || ledger_loop.run())
+            .expect("spawning the ledger thread");
+        let store_shared = shared.clone();
+        let max_batches_per_commit = config.max_batches_per_commit.max(1);
+        let on_expired = config.on_expired;
+        let store_thread = std::thread::Builder::new()
+            .name("kasi-store".into())
+            .spawn(move || {
+                store_loop(
+                    store,
+                    store_receiver,
+                    store_shared,
+                    max_batches_per_commit,
+                    on_expired,
+                )
+            })
+            .expect("spawning the store thread");
+        Engine {
+            handle: EngineHandle {
+                sender,
+                shared,
+                max_batch_commands,
+            },
+            ledger_thread: Some(ledger_thread),
+            store_thread: Some(store_thread),
+        }
+    }
+
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Stops taking work, applies and commits everything already queued,
+    /// releases its outcomes and closes the store. Returns the store failure
+    /// if there was one.
+    pub fn shutdown(mut self) -> Result<(), EngineError> {
+        self.stop();
+        match self.handle.shared.failure() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+
+    fn stop(&mut self) {
+        let Some(ledger_thread) = self.ledger_thread.take() else {
+            return;
+        };
+        let _ = self.handle.sender.send(Message::Stop);
+        self.handle.shared.stopped.store(true, Ordering::Release);
+        let _ = ledger_thread.join();
+        if let Some(store_thread) = self.store_thread.take() {
+            let _ = store_thread.join();
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct LedgerLoop {
+    ledger: Ledger,
+    receiver: Receiver<Message>,
+    to_store: SyncSender<StoreJob>,
+    shared: Arc<Shared>,
+    clock: Clock,
+    max_batch_commands: usize,
+}
+
+impl LedgerLoop {
+    fn run(mut self) {
+        let mut commands: Vec<Command> = Vec::with_capacity(self.max_batch_commands);
+        let mut replies: Vec<(Reply, usize)> = Vec::new();
+        let mut stopping = false;
+        while !stopping {
+            // Wait for the first submission, or until the next expiry is due.
+            let now_ms = (self.clock)();
+            let next_expiry_ms = self.ledger.next_expiry_ms();
+            let expiry_due = next_expiry_ms.is_some_and(|at_ms| at_ms <= now_ms);
+            if !expiry_due {
+                let message = match next_expiry_ms {
+                    None => self
+                        .receiver
+                        .recv()
+                        .map_err(|_| RecvTimeoutError::Disconnected),
+                    Some(at_ms) => self
+                        .receiver
+                        .recv_timeout(Duration::from_millis((at_ms - now_ms) as u64)),
+                };
+                match message {
+                    Ok(message) => stopping |= self.take(message, &mut commands, &mut replies),
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => stopping = true,
+                }
+            }
+            // Everything else already waiting joins the batch, up to the cap.
+            while !stopping && commands.len() < self.max_batch_commands {
+                match self.receiver.try_recv() {
+                    Ok(message) => stopping |= self.take(message, &mut commands, &mut replies),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => stopping = true,
+                }
+            }
+            self.apply(&mut commands, &mut replies);
+        }
+        // Whatever raced with the stop is answered, not dropped.
+        self.shared.stopped.store(true, Ordering::Release);
+        while let Ok(message) = self.receiver.try_recv() {
+            if let Message::Submit { reply, .. } = message {
+                reply(Err(EngineError::Stopped));
+            }
+        }
+    }
+
+    /// Adds a message to the batch being built; returns true on `Stop`.
+    fn take(
+        &self,
+        message: Message,
+        commands: &mut Vec<Command>,
+        replies: &mut Vec<(Reply, usize)>,
+    ) -> bool {
+        match message {
+            Message::Submit {
+                commands: mut submitted,
+                reply,
+            } => {
+                replies.push((reply, submitted.len()));
+                commands.append(&mut submitted);
+                false
+            }
+            Message::Stop => true,
+        }
+    }
+
+    fn apply(&mut self, commands: &mut Vec<Command>, replies: &mut Vec<(Reply, usize)>) {
+        if let Some(failure) = self.shared.failure() {
+            commands.clear();
+            for (reply, _) in replies.drain(..) {
+                reply(Err(failure.clone()));
+            }
+            return;
+        }
+        let now_ms = (self.clock)();
+        let expire = self
+            .ledger
+            .next_expiry_ms()
+            .is_some_and(|at_ms| at_ms <= now_ms);
+        if commands.is_empty() && !expire {
+            return;
+        }
+        if expire {
+            commands.insert(0, Command::Expire);
+        }
+        let started = Instant::now();
+        let result = self.ledger.apply_batch(now_ms, commands);
+        let stats = &self.shared.stats;
+        stats
+            .apply_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        stats.ledger_batches.fetch_add(1, Ordering::Relaxed);
+        stats
+            .commands
+            .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        commands.clear();
+
+        let mut outcomes = result.outcomes.into_iter();
+        let expired = match expire {
+            true => match outcomes.next() {
+                Some(Outcome::Expired(views)) => views,
+                _ => unreachable!("Expire was the batch's first command"),
+            },
+            false => Vec::new(),
+        };
+        let replies = replies
+            .drain(..)
+            .map(|(reply, count)| (reply, outcomes.by_ref().take(count).collect()))
+            .collect();
+        let job = StoreJob {
+            records: result.records,
+            replies,
+            expired,
+        };
+        if let Err(mpsc::SendError(job)) = self.to_store.send(job) {
+            // The store thread is gone: it failed and said why.
+            let failure = self.shared.failure().unwrap_or(EngineError::Stopped);
+            for (reply, _) in job.replies {
+                reply(Err(failure.clone()));
+            }
+        }
+    }
+}
+
+fn store_loop(
+    mut store: Box<dyn Store>,
+    receiver: Receiver<StoreJob>,
+    shared: Arc<Shared>,
+    max_batches_per_commit: usize,
+    mut on_expired: Option<ExpiredSink>,
+) {
+    while let Ok(first) = receiver.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < max_batches_per_commit {
+            match receiver.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let result = match shared.failure() {
+            Some(failure) => Err(failure),
+            None => {
+                let batches: Vec<&[Record]> =
+                    jobs.iter().map(|job| job.records.as_slice()).collect();
+                let started = Instant::now();
+                let committed = store.commit(&batches);
+                let stats = &shared.stats;
+                stats
+                    .commit_nanos
+                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                stats.store_commits.fetch_add(1, Ordering::Relaxed);
+                stats.records.fetch_add(
+                    batches.iter().map(|b| b.len() as u64).sum(),
+                    Ordering::Relaxed,
+                );
+                committed.map_err(|error| {
+                    let why = format!("{} commit failed: {error}", store.describe());
+                    *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                    EngineError::StoreFailed(why)
+                })
+            }
+        };
+        for job in jobs {
+            match &result {
+                Ok(()) => {
+                    for (reply, outcomes) in job.replies {
+                        reply(Ok(outcomes));
+                    }
+                    if let (Some(sink), false) = (on_expired.as_mut(), job.expired.is_empty()) {
+                        sink(job.expired);
+                    }
+                }
+                Err(error) => {
+                    for (reply, _) in job.replies {
+                        reply(Err(error.clone()));
+                    }
+                }
+            }
+        }
+    }
+}

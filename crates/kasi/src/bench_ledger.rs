@@ -1,0 +1,534 @@
+//! `kasi bench ledger`: ledger + store throughput and submit-to-durable
+//! latency, in-process, with synthetic DFSPs.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::{Args, ValueEnum};
+use engine::{Engine, EngineConfig, EngineError, EngineHandle, StatsSnapshot};
+use hdrhistogram::Histogram;
+use ledger::{
+    AccountId, AccountKind, Amount, Command, Currency, FspName, Fulfil, Fulfilment, Funds,
+    FundsMemo, Ledger, Limits, Outcome, Prepare, RequestHash, TransferId, TransferState,
+};
+use serde_json::json;
+use store::sqlite::{SqliteOptions, SqliteStore};
+
+#[derive(Args)]
+pub struct BenchLedgerArgs {
+    /// Simulated DFSPs (8 to 1,000 are typical); each pays the others in turn.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    dfsps: u32,
+
+    /// Transfers per phase. The store holds twice this many at the end, which
+    /// is what the recovery time is measured on.
+    #[arg(long, default_value_t = 500_000)]
+    transfers: u64,
+
+    /// Submissions in flight at once, like that many concurrent API requests.
+    #[arg(long, default_value_t = 1024)]
+    window: usize,
+
+    /// Commands per submission (1 = one API request per command).
+    #[arg(long, default_value_t = 1)]
+    submission_size: usize,
+
+    /// Most commands per ledger batch.
+    #[arg(long, default_value_t = 8192)]
+    max_batch: usize,
+
+    /// Durability of the runs: `on` (fsync every commit), `off` (reference
+    /// only: a crash could lose acknowledged work), or `both`.
+    #[arg(long, value_enum, default_value_t = FsyncMode::Both)]
+    fsync: FsyncMode,
+
+    /// Keep the store here instead of a temporary directory (must be new).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+
+    /// Print the summary as one JSON object on standard output.
+    #[arg(long)]
+    json: bool,
+
+    /// Print `<transfer-id> <STATE>` on standard output as each outcome
+    /// becomes durable (used by the crash test).
+    #[arg(long, hide = true)]
+    print_durable: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FsyncMode {
+    On,
+    Off,
+    Both,
+}
+
+pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
+    if args.window == 0 || args.submission_size == 0 || args.submission_size > args.max_batch {
+        bail!("--window and --submission-size must be at least 1, and --submission-size at most --max-batch");
+    }
+    let modes: &[bool] = match args.fsync {
+        FsyncMode::On => &[true],
+        FsyncMode::Off => &[false],
+        FsyncMode::Both => &[true, false],
+    };
+    if args.data_dir.is_some() && modes.len() > 1 {
+        bail!("--data-dir keeps one run's store: pass --fsync on or --fsync off with it");
+    }
+    if !args.json && !args.print_durable {
+        println!(
+            "kasi bench ledger: {} DFSPs, {} transfers per phase, {} submissions in flight x {} command(s), batches up to {}",
+            args.dfsps, args.transfers, args.window, args.submission_size, args.max_batch
+        );
+    }
+    let mut runs = Vec::new();
+    for &fsync in modes {
+        let report = run_once(&args, fsync)?;
+        if !args.json && !args.print_durable {
+            report.print();
+        }
+        runs.push(report);
+    }
+    if args.json {
+        let durable = runs.iter().find(|run| run.fsync).unwrap_or(&runs[0]);
+        let summary = json!({
+            "dfsps": args.dfsps,
+            "transfers_per_phase": args.transfers,
+            "window": args.window,
+            "submission_size": args.submission_size,
+            "transfers_per_s": durable.phases[2].rate_per_s,
+            "p99_ms": durable.phases[2].quantile_ms(0.99),
+            "fsync": durable.fsync,
+            "runs": runs.iter().map(Report::to_json).collect::<Vec<_>>(),
+        });
+        println!("{summary}");
+    }
+    let errors: u64 = runs
+        .iter()
+        .flat_map(|run| &run.phases)
+        .map(|phase| phase.errors)
+        .sum();
+    Ok(if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+const PHASES: [&str; 3] = ["prepare", "fulfil", "transfer"];
+
+struct PhaseReport {
+    name: &'static str,
+    operations: u64,
+    errors: u64,
+    elapsed: Duration,
+    rate_per_s: f64,
+    latency_us: Histogram<u64>,
+    stats: StatsSnapshot,
+}
+
+impl PhaseReport {
+    fn quantile_ms(&self, quantile: f64) -> f64 {
+        self.latency_us.value_at_quantile(quantile) as f64 / 1000.0
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let stats = &self.stats;
+        json!({
+            "phase": self.name,
+            "operations": self.operations,
+            "errors": self.errors,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "per_s": self.rate_per_s,
+            "p50_ms": self.quantile_ms(0.5),
+            "p90_ms": self.quantile_ms(0.9),
+            "p99_ms": self.quantile_ms(0.99),
+            "p999_ms": self.quantile_ms(0.999),
+            "max_ms": self.latency_us.max() as f64 / 1000.0,
+            "ledger_batches": stats.ledger_batches,
+            "commands_per_batch": ratio(stats.commands, stats.ledger_batches),
+            "store_commits": stats.store_commits,
+            "commit_ms_mean": ratio(stats.commit_nanos, stats.store_commits) / 1e6,
+            "apply_us_per_command": ratio(stats.apply_nanos, stats.commands) / 1e3,
+        })
+    }
+}
+
+fn ratio(numerator: u64, denominator: u64) -> f64 {
+    if denominator == 0 {
+        0.0
+    } else {
+        numerator as f64 / denominator as f64
+    }
+}
+
+struct Report {
+    fsync: bool,
+    phases: Vec<PhaseReport>,
+    recovered_transfers: usize,
+    recovery: Duration,
+}
+
+impl Report {
+    fn print(&self) {
+        println!();
+        println!(
+            "fsync {}:",
+            if self.fsync {
+                "on (durable)"
+            } else {
+                "off (reference only)"
+            }
+        );
+        println!(
+            "  {:<9} {:>11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10}",
+            "phase",
+            "per s",
+            "p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "p99.9",
+            "max ms",
+            "cmd/batch",
+            "commit ms",
+            "apply us"
+        );
+        for phase in &self.phases {
+            let stats = &phase.stats;
+            println!(
+                "  {:<9} {:>11.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.0} {:>10.2} {:>10.2}{}",
+                phase.name,
+                phase.rate_per_s,
+                phase.quantile_ms(0.5),
+                phase.quantile_ms(0.9),
+                phase.quantile_ms(0.99),
+                phase.quantile_ms(0.999),
+                phase.latency_us.max() as f64 / 1000.0,
+                ratio(stats.commands, stats.ledger_batches),
+                ratio(stats.commit_nanos, stats.store_commits) / 1e6,
+                ratio(stats.apply_nanos, stats.commands) / 1e3,
+                if phase.errors > 0 { format!("  ERRORS: {}", phase.errors) } else { String::new() }
+            );
+        }
+        println!(
+            "  recovery of {} transfers: {:.0} ms",
+            self.recovered_transfers,
+            self.recovery.as_secs_f64() * 1000.0
+        );
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "fsync": self.fsync,
+            "prepares_per_s": self.phases[0].rate_per_s,
+            "commits_per_s": self.phases[1].rate_per_s,
+            "transfers_per_s": self.phases[2].rate_per_s,
+            "p99_ms": self.phases[2].quantile_ms(0.99),
+            "recovered_transfers": self.recovered_transfers,
+            "recovery_ms": self.recovery.as_secs_f64() * 1000.0,
+            "phases": self.phases.iter().map(PhaseReport::to_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
+    let temporary;
+    let data_dir = match &args.data_dir {
+        Some(dir) => {
+            if dir.join(store::sqlite::DATABASE_FILE).exists() {
+                bail!(
+                    "{} holds a store already; the benchmark needs a new directory",
+                    dir.display()
+                );
+            }
+            dir.clone()
+        }
+        None => {
+            temporary = tempfile::Builder::new()
+                .prefix("kasi-bench-")
+                .tempdir()
+                .context("cannot make a temp dir")?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let store = SqliteStore::open(&data_dir, SqliteOptions { fsync })?;
+    let config = EngineConfig {
+        max_batch_commands: args.max_batch,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(Ledger::new(Limits::default()), Box::new(store), config);
+    let handle = engine.handle();
+    let dfsps = onboard(&handle, args.dfsps)?;
+
+    let fulfilment = Fulfilment::from_preimage([7; 32]);
+    let mut driver = Driver {
+        handle: &handle,
+        args,
+        dfsps: &dfsps,
+        fulfilment,
+        next_id: 1,
+    };
+    let first = driver.next_id;
+    let prepare = driver.run_phase(0, Phase::Prepare { first })?;
+    let fulfil = driver.run_phase(1, Phase::Fulfil { first })?;
+    let transfer = driver.run_phase(2, Phase::TwoPhase)?;
+    engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    // Recovery: reopen the store and rebuild the ledger, timed.
+    let started = Instant::now();
+    let mut store = SqliteStore::open(&data_dir, SqliteOptions { fsync })?;
+    let (ledger, _) = engine::recover(&mut store, Limits::default())?;
+    let recovery = started.elapsed();
+    Ok(Report {
+        fsync,
+        phases: vec![prepare, fulfil, transfer],
+        recovered_transfers: ledger.transfer_count(),
+        recovery,
+    })
+}
+
+const CURRENCY: &str = "USD";
+
+/// Creates the hub, its accounts and `count` funded DFSPs with high caps.
+fn onboard(handle: &EngineHandle, count: u32) -> anyhow::Result<Vec<FspName>> {
+    let currency = Currency::parse(CURRENCY).expect("USD is ISO 4217");
+    let hub = FspName::new("Hub").expect("valid name");
+    let mut setup = vec![
+        Command::CreateHub { name: hub },
+        Command::CreateHubAccount {
+            currency,
+            kind: AccountKind::HubMultilateralSettlement,
+        },
+        Command::CreateHubAccount {
+            currency,
+            kind: AccountKind::HubReconciliation,
+        },
+    ];
+    let names: Vec<FspName> = (0..count)
+        .map(|i| FspName::new(&format!("dfsp{i:04}")).expect("valid name"))
+        .collect();
+    for &name in &names {
+        setup.push(Command::CreateParticipant { name, currency });
+        setup.push(Command::InitNetDebitCap {
+            name,
+            currency,
+            net_debit_cap: Amount::from_whole(1_000_000_000_000),
+        });
+    }
+    let mut outcomes = Vec::new();
+    for chunk in setup.chunks(1000) {
+        outcomes.extend(handle.execute(chunk.to_vec())?);
+    }
+    // Each DFSP's SETTLEMENT account id was returned by its creation.
+    let mut funding = Vec::new();
+    let mut created = outcomes.iter().filter_map(|outcome| match outcome {
+        Outcome::AccountsCreated(ids) if ids.len() == 2 => Some(ids[1]),
+        _ => None,
+    });
+    for (i, &name) in names.iter().enumerate() {
+        let settlement: AccountId = created.next().context("DFSP creation failed")?;
+        funding.push(Command::FundsIn(Funds {
+            transfer_id: TransferId(u128::MAX - i as u128),
+            participant: name,
+            account: settlement,
+            amount: Amount::from_whole(1_000_000_000_000),
+            currency,
+            memo: FundsMemo {
+                external_reference: "bench".into(),
+                reason: "initial liquidity".into(),
+            },
+            request_hash: RequestHash::default(),
+        }));
+    }
+    for chunk in funding.chunks(1000) {
+        outcomes.extend(handle.execute(chunk.to_vec())?);
+    }
+    if let Some(failure) = outcomes.iter().find_map(|outcome| match outcome {
+        Outcome::Rejected(rejection) => Some(rejection.clone()),
+        _ => None,
+    }) {
+        bail!("onboarding failed: {failure}");
+    }
+    Ok(names)
+}
+
+#[derive(Clone, Copy)]
+enum Phase {
+    /// Prepare transfers `first..first + n`.
+    Prepare { first: u128 },
+    /// Fulfil the transfers the prepare phase reserved.
+    Fulfil { first: u128 },
+    /// Prepare new transfers and fulfil each once its prepare is durable.
+    TwoPhase,
+}
+
+struct Completion {
+    submitted: Instant,
+    fulfil_next: bool,
+    result: Result<Vec<Outcome>, EngineError>,
+}
+
+struct Driver<'a> {
+    handle: &'a EngineHandle,
+    args: &'a BenchLedgerArgs,
+    dfsps: &'a [FspName],
+    fulfilment: Fulfilment,
+    next_id: u128,
+}
+
+impl Driver<'_> {
+    fn prepare(&self, id: u128) -> Command {
+        let n = self.dfsps.len() as u128;
+        let payer = (id % n) as usize;
+        // Each DFSP pays every other in turn, so positions stay near zero.
+        let payee = ((id % n + 1 + (id / n) % (n - 1)) % n) as usize;
+        Command::Prepare(Prepare {
+            transfer_id: TransferId(id),
+            payer: self.dfsps[payer],
+            payee: self.dfsps[payee],
+            amount: Amount::from_units(1 + (id % 1_000_000) as i128),
+            currency: Currency::parse(CURRENCY).expect("ISO 4217"),
+            condition: self.fulfilment.condition(),
+            // Far enough that nothing expires during the run.
+            expiration_ms: i64::MAX / 2,
+            request_hash: RequestHash([(id % 251) as u8; 32]),
+        })
+    }
+
+    fn fulfil(&self, id: u128) -> Command {
+        let n = self.dfsps.len() as u128;
+        let payee = ((id % n + 1 + (id / n) % (n - 1)) % n) as usize;
+        Command::Fulfil(Fulfil {
+            transfer_id: TransferId(id),
+            caller: self.dfsps[payee],
+            fulfilment: self.fulfilment,
+            request_hash: RequestHash([(id % 241) as u8; 32]),
+        })
+    }
+
+    fn run_phase(&mut self, index: usize, phase: Phase) -> anyhow::Result<PhaseReport> {
+        let total = self.args.transfers;
+        let size = self.args.submission_size as u64;
+        let (sender, receiver) = mpsc::channel::<Completion>();
+        let mut latency_us =
+            Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("valid bounds");
+        let stats_before = self.handle.stats();
+        let start_id = match phase {
+            Phase::Prepare { first } | Phase::Fulfil { first } => first,
+            Phase::TwoPhase => self.next_id,
+        };
+        let started = Instant::now();
+        let (mut submitted, mut completed, mut in_flight, mut errors) = (0u64, 0u64, 0usize, 0u64);
+        let mut stdout = std::io::stdout().lock();
+        while completed < total {
+            while in_flight < self.args.window && submitted < total {
+                let count = size.min(total - submitted);
+                let ids = (start_id + submitted as u128)..(start_id + (submitted + count) as u128);
+                let (commands, fulfil_next) = match phase {
+                    Phase::Fulfil { .. } => (ids.map(|id| self.fulfil(id)).collect(), false),
+                    Phase::Prepare { .. } => (ids.map(|id| self.prepare(id)).collect(), false),
+                    Phase::TwoPhase => (ids.map(|id| self.prepare(id)).collect(), true),
+                };
+                self.submit(commands, fulfil_next, Instant::now(), &sender);
+                submitted += count;
+                in_flight += 1;
+            }
+            let first = receiver.recv().context("the pipeline stopped answering")?;
+            let mut next = Some(first);
+            while let Some(completion) = next.take() {
+                in_flight -= 1;
+                let elapsed_us = completion.submitted.elapsed().as_micros() as u64;
+                let outcomes = completion.result.map_err(|e| anyhow::anyhow!("{e}"))?;
+                let mut fulfils = Vec::new();
+                for outcome in &outcomes {
+                    let expected =
+                        if completion.fulfil_next || matches!(phase, Phase::Prepare { .. }) {
+                            TransferState::Reserved
+                        } else {
+                            TransferState::Committed
+                        };
+                    match outcome {
+                        Outcome::Transfer(view) if view.state == expected => {
+                            if self.args.print_durable {
+                                let _ = writeln!(
+                                    stdout,
+                                    "{} {}",
+                                    view.transfer_id,
+                                    view.state.as_str()
+                                );
+                            }
+                            if completion.fulfil_next {
+                                fulfils.push(self.fulfil(view.transfer_id.0));
+                            } else {
+                                completed += 1;
+                            }
+                        }
+                        _ => {
+                            errors += 1;
+                            completed += 1;
+                        }
+                    }
+                }
+                // Only the phase's final operation counts in its latency.
+                if !completion.fulfil_next {
+                    latency_us.saturating_record_n(elapsed_us.max(1), outcomes.len() as u64);
+                }
+                if !fulfils.is_empty() {
+                    // A two-phase transfer is timed from its prepare's submission.
+                    self.submit(fulfils, false, completion.submitted, &sender);
+                    in_flight += 1;
+                }
+                next = receiver.try_recv().ok();
+            }
+            if self.args.print_durable {
+                let _ = stdout.flush();
+            }
+        }
+        let elapsed = started.elapsed();
+        if let Phase::TwoPhase | Phase::Prepare { .. } = phase {
+            self.next_id = start_id + total as u128;
+        }
+        let after = self.handle.stats();
+        let stats = StatsSnapshot {
+            ledger_batches: after.ledger_batches - stats_before.ledger_batches,
+            commands: after.commands - stats_before.commands,
+            store_commits: after.store_commits - stats_before.store_commits,
+            records: after.records - stats_before.records,
+            commit_nanos: after.commit_nanos - stats_before.commit_nanos,
+            apply_nanos: after.apply_nanos - stats_before.apply_nanos,
+        };
+        Ok(PhaseReport {
+            name: PHASES[index],
+            operations: total,
+            errors,
+            elapsed,
+            rate_per_s: total as f64 / elapsed.as_secs_f64(),
+            latency_us,
+            stats,
+        })
+    }
+
+    fn submit(
+        &self,
+        commands: Vec<Command>,
+        fulfil_next: bool,
+        submitted: Instant,
+        sender: &mpsc::Sender<Completion>,
+    ) {
+        let sender = sender.clone();
+        self.handle.submit(
+            commands,
+            Box::new(move |result| {
+                let _ = sender.send(Completion {
+                    submitted,
+                    fulfil_next,
+                    result,
+                });
+            }),
+        );
+    }
+}

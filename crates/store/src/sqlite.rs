@@ -1,0 +1,431 @@
+//! The embedded store: one SQLite database in WAL mode in the data directory.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ledger::{
+    AccountId, AccountKind, AccountRow, Amount, Condition, Currency, ErrorCode, FinishKind,
+    FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, Record, RequestHash,
+    Snapshot, TransferId, TransferKind, TransferRow, TransferState,
+};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
+
+use crate::{Store, StoreError};
+
+/// The database file inside the data directory.
+pub const DATABASE_FILE: &str = "kasi.db";
+/// Held (flock) by the one process that may write the data directory.
+pub const LOCK_FILE: &str = "kasi.lock";
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS participants (
+    id            INTEGER PRIMARY KEY,
+    name          TEXT    NOT NULL UNIQUE,
+    is_hub        INTEGER NOT NULL,
+    is_active     INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS accounts (
+    id             INTEGER PRIMARY KEY,
+    participant_id INTEGER NOT NULL,
+    currency       TEXT    NOT NULL,
+    kind           TEXT    NOT NULL,
+    is_active      INTEGER NOT NULL,
+    value          TEXT    NOT NULL,
+    reserved       TEXT    NOT NULL,
+    net_debit_cap  TEXT,
+    created_at_ms  INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS transfers (
+    seq                INTEGER PRIMARY KEY,
+    transfer_id        BLOB    NOT NULL,
+    kind               TEXT    NOT NULL,
+    debit_account_id   INTEGER NOT NULL,
+    credit_account_id  INTEGER NOT NULL,
+    amount             TEXT    NOT NULL,
+    condition          BLOB,
+    expiration_ms      INTEGER,
+    prepared_at_ms     INTEGER NOT NULL,
+    request_hash       BLOB    NOT NULL,
+    state              TEXT    NOT NULL,
+    reason             INTEGER,
+    external_reference TEXT,
+    memo               TEXT
+) STRICT;
+CREATE TABLE IF NOT EXISTS transfer_finishes (
+    seq            INTEGER PRIMARY KEY,
+    kind           TEXT    NOT NULL,
+    state          TEXT    NOT NULL,
+    reason         INTEGER,
+    finished_at_ms INTEGER NOT NULL,
+    request_hash   BLOB    NOT NULL,
+    fulfilment     BLOB
+) STRICT;
+";
+
+/// How the store makes commits durable.
+#[derive(Clone, Copy, Debug)]
+pub struct SqliteOptions {
+    /// `true`: every commit is fsync'd before it returns (`synchronous=FULL`).
+    /// `false` is for benchmarks only: a crash may lose acknowledged work.
+    pub fsync: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> SqliteOptions {
+        SqliteOptions { fsync: true }
+    }
+}
+
+pub struct SqliteStore {
+    connection: Connection,
+    path: PathBuf,
+    /// Keeps the data directory's write lock for the store's lifetime.
+    _lock: Option<File>,
+    text: String,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir` for writing. Only
+    /// one process may do so at a time: a second one is refused.
+    pub fn open(data_dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|e| {
+            StoreError(format!(
+                "cannot create data directory {}: {e}",
+                data_dir.display()
+            ))
+        })?;
+        let lock_path = data_dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError(format!("cannot open {}: {e}", lock_path.display())))?;
+        lock.try_lock().map_err(|_| {
+            StoreError(format!(
+                "{} is in use by another kasi process (lock {})",
+                data_dir.display(),
+                lock_path.display()
+            ))
+        })?;
+        let path = data_dir.join(DATABASE_FILE);
+        let connection = Connection::open(&path)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(
+            None,
+            "synchronous",
+            if options.fsync { "FULL" } else { "OFF" },
+        )?;
+        connection.pragma_update(None, "cache_size", -65536)?;
+        connection.pragma_update(None, "temp_store", "MEMORY")?;
+        // Fewer, larger checkpoints: each one costs an fsync of the database.
+        connection.pragma_update(None, "wal_autocheckpoint", 4096)?;
+        let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        match version {
+            0 => {
+                connection.execute_batch(SCHEMA)?;
+                connection.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+            }
+            SCHEMA_VERSION => {}
+            other => {
+                return Err(StoreError(format!(
+                    "{} has schema version {other}; this kasi knows version {SCHEMA_VERSION}",
+                    path.display()
+                )))
+            }
+        }
+        Ok(SqliteStore {
+            connection,
+            path,
+            _lock: Some(lock),
+            text: String::new(),
+        })
+    }
+
+    /// Opens an existing store read-only (for `kasi audit`), without taking
+    /// the write lock: a running hub may keep writing meanwhile.
+    pub fn open_read_only(data_dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = data_dir.join(DATABASE_FILE);
+        if !path.exists() {
+            return Err(StoreError(format!("no kasi store at {}", path.display())));
+        }
+        let connection = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if version != SCHEMA_VERSION {
+            return Err(StoreError(format!(
+                "{} has schema version {version}, expected {SCHEMA_VERSION}",
+                path.display()
+            )));
+        }
+        Ok(SqliteStore {
+            connection,
+            path,
+            _lock: None,
+            text: String::new(),
+        })
+    }
+
+    fn write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        let transaction = self.connection.transaction()?;
+        {
+            let mut participant = transaction.prepare_cached(
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
+            )?;
+            let mut account = transaction.prepare_cached(
+                "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
+                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap",
+            )?;
+            let mut transfer = transaction.prepare_cached(
+                "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
+                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+            )?;
+            let mut finish = transaction.prepare_cached(
+                "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?;
+            let text = &mut self.text;
+            for record in batches.iter().flat_map(|batch| batch.iter()) {
+                match record {
+                    Record::Participant(row) => {
+                        participant.execute(params![
+                            row.id.0,
+                            row.name.as_str(),
+                            row.is_hub,
+                            row.active,
+                            row.created_at_ms
+                        ])?;
+                    }
+                    Record::Account(row) => {
+                        text.clear();
+                        write!(text, "{}|{}", row.value, row.reserved)
+                            .expect("writing to a String");
+                        let (value, reserved) = text.split_once('|').expect("written above");
+                        account.execute(params![
+                            row.id.0,
+                            row.participant.0,
+                            row.currency.as_str(),
+                            row.kind.as_str(),
+                            row.active,
+                            value,
+                            reserved,
+                            row.net_debit_cap.map(|cap| cap.to_string()),
+                            row.created_at_ms,
+                        ])?;
+                    }
+                    Record::Transfer(row) => {
+                        text.clear();
+                        write!(text, "{}", row.amount).expect("writing to a String");
+                        let fspiop = row.kind == TransferKind::Fspiop;
+                        transfer.execute(params![
+                            row.seq as i64,
+                            &row.transfer_id.to_bytes()[..],
+                            row.kind.as_str(),
+                            row.debit.0,
+                            row.credit.0,
+                            text.as_str(),
+                            fspiop.then_some(&row.condition.0[..]),
+                            fspiop.then_some(row.expiration_ms),
+                            row.prepared_at_ms,
+                            &row.request_hash.0[..],
+                            row.state.as_str(),
+                            row.reason.map(|code| code.0),
+                            row.memo
+                                .as_ref()
+                                .map(|memo| memo.external_reference.as_str()),
+                            row.memo.as_ref().map(|memo| memo.reason.as_str()),
+                        ])?;
+                    }
+                    Record::Finish(row) => {
+                        finish.execute(params![
+                            row.seq as i64,
+                            row.kind.as_str(),
+                            row.state.as_str(),
+                            row.reason.map(|code| code.0),
+                            row.finished_at_ms,
+                            &row.request_hash.0[..],
+                            row.fulfilment.as_ref().map(|f| &f.preimage()[..]),
+                        ])?;
+                    }
+                }
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn read(&mut self) -> Result<Snapshot, StoreError> {
+        // One read transaction, so that a hub writing meanwhile cannot show
+        // us half of a batch.
+        let transaction = self.connection.transaction()?;
+        let mut snapshot = Snapshot::default();
+        {
+            let mut statement = transaction.prepare(
+                "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.participants.push(ParticipantRow {
+                    id: ParticipantId(row.get(0)?),
+                    name: parse(row, 1, "participant name", FspName::new)?,
+                    is_hub: row.get(2)?,
+                    active: row.get(3)?,
+                    created_at_ms: row.get(4)?,
+                });
+            }
+            let mut statement = transaction.prepare(
+                "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
+                 FROM accounts ORDER BY id",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let net_debit_cap: Option<String> = row.get(7)?;
+                snapshot.accounts.push(AccountRow {
+                    id: AccountId(row.get(0)?),
+                    participant: ParticipantId(row.get(1)?),
+                    currency: parse(row, 2, "currency", Currency::parse)?,
+                    kind: parse(row, 3, "account kind", AccountKind::parse)?,
+                    active: row.get(4)?,
+                    value: parse(row, 5, "value", |t| Amount::parse_signed(t).ok())?,
+                    reserved: parse(row, 6, "reserved", |t| Amount::parse_signed(t).ok())?,
+                    net_debit_cap: match net_debit_cap {
+                        None => None,
+                        Some(text) => Some(
+                            Amount::parse_signed(&text)
+                                .map_err(|_| StoreError(format!("bad net_debit_cap {text:?}")))?,
+                        ),
+                    },
+                    created_at_ms: row.get(8)?,
+                });
+            }
+            let mut statement = transaction.prepare(
+                "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition, expiration_ms,
+                    prepared_at_ms, request_hash, state, reason, external_reference, memo
+                 FROM transfers ORDER BY seq",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
+                let external_reference: Option<String> = row.get(12)?;
+                let reason: Option<String> = row.get(13)?;
+                let memo = match (external_reference, reason) {
+                    (None, None) => None,
+                    (external_reference, reason) => Some(Box::new(FundsMemo {
+                        external_reference: external_reference.unwrap_or_default(),
+                        reason: reason.unwrap_or_default(),
+                    })),
+                };
+                snapshot.transfers.push(TransferRow {
+                    seq: row.get::<_, i64>(0)? as u64,
+                    transfer_id: TransferId::from_bytes(blob(row, 1)?),
+                    kind,
+                    debit: AccountId(row.get(3)?),
+                    credit: AccountId(row.get(4)?),
+                    amount: parse(row, 5, "amount", |t| Amount::parse_signed(t).ok())?,
+                    condition: match row.get_ref(6)? {
+                        ValueRef::Null => Condition::default(),
+                        _ => Condition(blob(row, 6)?),
+                    },
+                    expiration_ms: row.get::<_, Option<i64>>(7)?.unwrap_or(i64::MAX),
+                    prepared_at_ms: row.get(8)?,
+                    request_hash: RequestHash(blob(row, 9)?),
+                    state: parse(row, 10, "transfer state", TransferState::parse)?,
+                    reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
+                    memo,
+                });
+            }
+            let mut statement = transaction.prepare(
+                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment
+                 FROM transfer_finishes ORDER BY seq",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.finishes.push(FinishRow {
+                    seq: row.get::<_, i64>(0)? as u64,
+                    kind: parse(row, 1, "finish kind", FinishKind::parse)?,
+                    state: parse(row, 2, "transfer state", TransferState::parse)?,
+                    reason: row.get::<_, Option<u16>>(3)?.map(ErrorCode),
+                    finished_at_ms: row.get(4)?,
+                    request_hash: RequestHash(blob(row, 5)?),
+                    fulfilment: match row.get_ref(6)? {
+                        ValueRef::Null => None,
+                        _ => Some(Fulfilment::from_preimage(blob(row, 6)?)),
+                    },
+                });
+            }
+        }
+        transaction.commit()?;
+        Ok(snapshot)
+    }
+
+    /// Rows written so far, by table (for logs and tests).
+    pub fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let mut counts = Vec::new();
+        for table in ["participants", "accounts", "transfers", "transfer_finishes"] {
+            let count: Option<i64> = self
+                .connection
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            counts.push((table, count.unwrap_or(0) as u64));
+        }
+        Ok(counts)
+    }
+}
+
+fn parse<T>(
+    row: &Row<'_>,
+    column: usize,
+    what: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    let text = match row.get_ref(column)? {
+        ValueRef::Text(bytes) => {
+            std::str::from_utf8(bytes).map_err(|_| StoreError(format!("{what} is not UTF-8")))?
+        }
+        other => {
+            return Err(StoreError(format!(
+                "{what} is stored as {:?}, not text",
+                other.data_type()
+            )))
+        }
+    };
+    parse(text).ok_or_else(|| StoreError(format!("bad {what} {text:?} in the store")))
+}
+
+fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreError> {
+    match row.get_ref(column)? {
+        ValueRef::Blob(bytes) => bytes.try_into().map_err(|_| {
+            StoreError(format!(
+                "column {column} holds {} bytes, not {N}",
+                bytes.len()
+            ))
+        }),
+        other => Err(StoreError(format!(
+            "column {column} is stored as {:?}, not a blob",
+            other.data_type()
+        ))),
+    }
+}
+
+impl Store for SqliteStore {
+    fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        self.write(batches)
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        self.read()
+    }
+
+    fn describe(&self) -> String {
+        format!("sqlite {}", self.path.display())
+    }
+}
