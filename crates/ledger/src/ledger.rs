@@ -9,6 +9,7 @@ use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
 use crate::model::*;
 use crate::snapshot::Snapshot;
+use crate::transfer_map::TransferMap;
 
 /// Bounds on what the ledger holds. Exceeding one rejects the command.
 #[derive(Clone, Copy, Debug)]
@@ -91,7 +92,7 @@ pub struct Ledger {
     pub(crate) participants: Vec<Participant>,
     pub(crate) participant_by_name: HashMap<FspName, ParticipantId>,
     pub(crate) accounts: Vec<Account>,
-    pub(crate) transfers: HashMap<TransferId, Transfer>,
+    pub(crate) transfers: TransferMap,
     pub(crate) last_seq: u64,
     /// Reserved FSPIOP transfers by expiration instant: the next one to expire
     /// is the first entry, so expiry costs nothing until it is due.
@@ -121,7 +122,7 @@ impl Ledger {
             participants: Vec::new(),
             participant_by_name: HashMap::new(),
             accounts: Vec::new(),
-            transfers: HashMap::new(),
+            transfers: TransferMap::new(),
             last_seq: 0,
             expiry: BTreeSet::new(),
             now_ms: i64::MIN,
@@ -1230,7 +1231,7 @@ impl Ledger {
             .collect();
         let mut transfers = Vec::with_capacity(self.transfers.len());
         let mut finishes = Vec::new();
-        for (&transfer_id, transfer) in &self.transfers {
+        for (&transfer_id, transfer) in self.transfers.iter() {
             let initial_state = if transfer.finish.is_some() {
                 TransferState::Reserved
             } else {

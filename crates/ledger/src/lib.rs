@@ -22,6 +22,7 @@ mod ids;
 mod ledger;
 mod model;
 mod snapshot;
+mod transfer_map;
 
 pub use amount::{Amount, AmountError, MAX_INTEGER_DIGITS, SCALE};
 pub use crypto::{Condition, Fulfilment, RequestHash, BASE64URL_LEN, PREIMAGE_LEN};

@@ -3,6 +3,9 @@
 use std::fmt::Write as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, SyncSender};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Condition, Currency, ErrorCode, FinishKind,
@@ -80,9 +83,14 @@ impl Default for SqliteOptions {
     }
 }
 
+/// Records written between two background checkpoints.
+const CHECKPOINT_EVERY_RECORDS: usize = 32_768;
+
 pub struct SqliteStore {
     connection: Connection,
     path: PathBuf,
+    checkpointer: Option<Checkpointer>,
+    records_since_checkpoint: usize,
     /// Keeps the data directory's write lock for the store's lifetime.
     _lock: Option<File>,
     text: String,
@@ -122,8 +130,11 @@ impl SqliteStore {
         )?;
         connection.pragma_update(None, "cache_size", -65536)?;
         connection.pragma_update(None, "temp_store", "MEMORY")?;
-        // Fewer, larger checkpoints: each one costs an fsync of the database.
-        connection.pragma_update(None, "wal_autocheckpoint", 4096)?;
+        // Checkpoints (copying the WAL into the database, with an fsync) run
+        // on their own thread and connection, never inside a commit: a commit
+        // waits only for its own WAL append.
+        connection.pragma_update(None, "wal_autocheckpoint", 0)?;
+        connection.pragma_update(None, "journal_size_limit", 256 * 1024 * 1024)?;
         let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
         match version {
             0 => {
@@ -138,9 +149,12 @@ impl SqliteStore {
                 )))
             }
         }
+        let checkpointer = Checkpointer::start(&path)?;
         Ok(SqliteStore {
             connection,
             path,
+            checkpointer: Some(checkpointer),
+            records_since_checkpoint: 0,
             _lock: Some(lock),
             text: String::new(),
         })
@@ -164,6 +178,8 @@ impl SqliteStore {
         Ok(SqliteStore {
             connection,
             path,
+            checkpointer: None,
+            records_since_checkpoint: 0,
             _lock: None,
             text: String::new(),
         })
@@ -258,6 +274,14 @@ impl SqliteStore {
             }
         }
         transaction.commit()?;
+        self.records_since_checkpoint += batches.iter().map(|batch| batch.len()).sum::<usize>();
+        if self.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS {
+            if let Some(checkpointer) = &self.checkpointer {
+                // A checkpoint already asked for and not yet begun covers this one.
+                let _ = checkpointer.signal.try_send(());
+            }
+            self.records_since_checkpoint = 0;
+        }
         Ok(())
     }
 
@@ -378,6 +402,52 @@ impl SqliteStore {
             counts.push((table, count.unwrap_or(0) as u64));
         }
         Ok(counts)
+    }
+}
+
+/// Copies committed WAL frames into the database file in the background.
+struct Checkpointer {
+    signal: SyncSender<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Checkpointer, StoreError> {
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(Duration::from_secs(5))?;
+        let (signal, requests) = mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("kasi-checkpoint".into())
+            .spawn(move || {
+                while requests.recv().is_ok() {
+                    // PASSIVE: copies what it can without blocking the writer.
+                    let result =
+                        connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    if let Err(error) = result {
+                        eprintln!("kasi: background checkpoint failed (will retry): {error}");
+                    }
+                }
+            })
+            .map_err(|e| StoreError(format!("cannot start the checkpoint thread: {e}")))?;
+        Ok(Checkpointer {
+            signal,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        if let Some(mut checkpointer) = self.checkpointer.take() {
+            drop(checkpointer.signal);
+            if let Some(thread) = checkpointer.thread.take() {
+                let _ = thread.join();
+            }
+            // A clean close leaves an empty WAL: the next start reads one file.
+            let _ = self
+                .connection
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
     }
 }
 

@@ -1,0 +1,68 @@
+//! The transfer index, split into shards so that growing it never stalls the
+//! ledger thread for long: a `HashMap` rehashes everything when it grows, and
+//! at millions of transfers one rehash would take tens of milliseconds, all
+//! of it added to the latency of every command in that batch. With 64 shards
+//! each rehash touches 1/64 of the transfers.
+
+use std::collections::HashMap;
+use std::ops::Index;
+
+use crate::ids::TransferId;
+use crate::ledger::Transfer;
+
+const SHARDS: usize = 64;
+
+pub(crate) struct TransferMap {
+    shards: Vec<HashMap<TransferId, Transfer>>,
+    len: usize,
+}
+
+fn shard(id: &TransferId) -> usize {
+    // Both random (v4) and sequential ids spread evenly.
+    let folded = (id.0 as u64) ^ ((id.0 >> 64) as u64);
+    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+}
+
+impl TransferMap {
+    pub(crate) fn new() -> TransferMap {
+        TransferMap { shards: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0 }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn get(&self, id: &TransferId) -> Option<&Transfer> {
+        self.shards[shard(id)].get(id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: &TransferId) -> Option<&mut Transfer> {
+        self.shards[shard(id)].get_mut(id)
+    }
+
+    pub(crate) fn insert(&mut self, id: TransferId, transfer: Transfer) -> Option<Transfer> {
+        let previous = self.shards[shard(&id)].insert(id, transfer);
+        if previous.is_none() {
+            self.len += 1;
+        }
+        previous
+    }
+
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        for map in &mut self.shards {
+            map.reserve(additional / SHARDS + 1);
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&TransferId, &Transfer)> {
+        self.shards.iter().flat_map(|map| map.iter())
+    }
+}
+
+impl Index<&TransferId> for TransferMap {
+    type Output = Transfer;
+
+    fn index(&self, id: &TransferId) -> &Transfer {
+        self.get(id).expect("the transfer exists")
+    }
+}
