@@ -235,7 +235,7 @@ impl EngineHandle {
 /// The running pipeline. Dropping it stops it as [`Engine::shutdown`] does.
 pub struct Engine {
     handle: EngineHandle,
-    ledger_thread: Option<JoinHandle<()>>,
+    ledger_thread: Option<JoinHandle<Ledger>>,
     store_thread: Option<JoinHandle<()>>,
 }
 
@@ -333,26 +333,25 @@ impl Engine {
     }
 
     /// Stops taking work, applies and commits everything already queued,
-    /// releases its outcomes and closes the store. Returns the store failure
-    /// if there was one.
-    pub fn shutdown(mut self) -> Result<(), EngineError> {
-        self.stop();
-        match self.handle.shared.failure() {
-            Some(failure) => Err(failure),
-            None => Ok(()),
+    /// releases its outcomes and closes the store. Returns the ledger as it
+    /// was after the last batch, or the store failure if there was one.
+    pub fn shutdown(mut self) -> Result<Ledger, EngineError> {
+        let ledger = self.stop();
+        if let Some(failure) = self.handle.shared.failure() {
+            return Err(failure);
         }
+        ledger.ok_or(EngineError::Stopped)
     }
 
-    fn stop(&mut self) {
-        let Some(ledger_thread) = self.ledger_thread.take() else {
-            return;
-        };
+    fn stop(&mut self) -> Option<Ledger> {
+        let ledger_thread = self.ledger_thread.take()?;
         let _ = self.handle.sender.send(Message::Stop);
         self.handle.shared.stopped.store(true, Ordering::Release);
-        let _ = ledger_thread.join();
+        let ledger = ledger_thread.join().ok();
         if let Some(store_thread) = self.store_thread.take() {
             let _ = store_thread.join();
         }
+        ledger
     }
 }
 
@@ -372,7 +371,7 @@ struct LedgerLoop {
 }
 
 impl LedgerLoop {
-    fn run(mut self) {
+    fn run(mut self) -> Ledger {
         let mut commands: Vec<Command> = Vec::with_capacity(self.max_batch_commands);
         let mut replies: Vec<(Reply, usize)> = Vec::new();
         let mut stopping = false;
@@ -414,6 +413,7 @@ impl LedgerLoop {
                 reply(Err(EngineError::Stopped));
             }
         }
+        self.ledger
     }
 
     /// Adds a message to the batch being built; returns true on `Stop`.

@@ -87,7 +87,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     let served = runtime.block_on(serve_http(args.admin_listen, started));
     info!("stopping: committing queued work");
-    let stopped = engine.shutdown();
+    let stopped = engine.shutdown().map(drop);
     served?;
     stopped.context("the ledger pipeline failed")?;
     info!("stopped cleanly");

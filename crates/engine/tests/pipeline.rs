@@ -1,0 +1,344 @@
+//! The pipeline with a real SQLite store: durability, recovery, expiry at
+//! the instant, group commit and fail-stop on a store error.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine::{recover, system_clock, Engine, EngineConfig, EngineError};
+use ledger::*;
+use store::sqlite::{SqliteOptions, SqliteStore};
+use store::{Store, StoreError};
+
+fn name(text: &str) -> FspName {
+    FspName::new(text).unwrap()
+}
+
+fn usd() -> Currency {
+    Currency::parse("USD").unwrap()
+}
+
+/// Hub, USD hub accounts, and two funded DFSPs with a cap of 1,000.
+fn onboarding() -> Vec<Command> {
+    let mut commands = vec![
+        Command::CreateHub { name: name("Hub") },
+        Command::CreateHubAccount {
+            currency: usd(),
+            kind: AccountKind::HubMultilateralSettlement,
+        },
+        Command::CreateHubAccount {
+            currency: usd(),
+            kind: AccountKind::HubReconciliation,
+        },
+    ];
+    for (dfsp, settlement) in [("payerfsp", 4), ("payeefsp", 6)] {
+        commands.push(Command::CreateParticipant {
+            name: name(dfsp),
+            currency: usd(),
+        });
+        commands.push(Command::InitNetDebitCap {
+            name: name(dfsp),
+            currency: usd(),
+            net_debit_cap: Amount::from_whole(1000),
+        });
+        commands.push(Command::FundsIn(Funds {
+            transfer_id: TransferId(u128::MAX - settlement),
+            participant: name(dfsp),
+            account: AccountId(settlement as u32),
+            amount: Amount::from_whole(5000),
+            currency: usd(),
+            memo: FundsMemo::default(),
+            request_hash: RequestHash([1; 32]),
+        }));
+    }
+    commands
+}
+
+fn prepare(id: u128, expiration_ms: i64) -> Command {
+    Command::Prepare(Prepare {
+        transfer_id: TransferId(id),
+        payer: name("payerfsp"),
+        payee: name("payeefsp"),
+        amount: Amount::from_whole(10),
+        currency: usd(),
+        condition: Fulfilment::from_preimage([id as u8; 32]).condition(),
+        expiration_ms,
+        request_hash: RequestHash([id as u8; 32]),
+    })
+}
+
+fn fulfil(id: u128) -> Command {
+    Command::Fulfil(Fulfil {
+        transfer_id: TransferId(id),
+        caller: name("payeefsp"),
+        fulfilment: Fulfilment::from_preimage([id as u8; 32]),
+        request_hash: RequestHash([id as u8 ^ 0xff; 32]),
+    })
+}
+
+fn far_future() -> i64 {
+    (system_clock())() + 3_600_000
+}
+
+fn open(dir: &std::path::Path) -> SqliteStore {
+    SqliteStore::open(dir, SqliteOptions::default()).unwrap()
+}
+
+fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
+    let mut store = open(dir);
+    let (ledger, _) = recover(&mut store, Limits::default()).unwrap();
+    Engine::start(ledger, Box::new(store), config)
+}
+
+#[test]
+fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path(), EngineConfig::default());
+    let handle = engine.handle();
+    let outcomes = handle.execute(onboarding()).unwrap();
+    assert!(
+        outcomes.iter().all(|o| o.error_code().is_none()),
+        "{outcomes:?}"
+    );
+    for id in 1..=50u128 {
+        let outcome = handle.execute(vec![prepare(id, far_future())]).unwrap();
+        assert!(
+            matches!(&outcome[0], Outcome::Transfer(v) if v.state == TransferState::Reserved),
+            "{outcome:?}"
+        );
+    }
+    for id in 1..=25u128 {
+        let outcome = handle.execute(vec![fulfil(id)]).unwrap();
+        assert!(
+            matches!(&outcome[0], Outcome::Transfer(v) if v.state == TransferState::Committed),
+            "{outcome:?}"
+        );
+    }
+    let live = engine.shutdown().unwrap();
+
+    let mut store = open(dir.path());
+    let (recovered, recovery) = recover(&mut store, Limits::default()).unwrap();
+    assert_eq!(recovery.transfers, 52, "50 prepares and 2 funds in");
+    assert_eq!(recovered.snapshot(), live.snapshot());
+    assert!(recovered.snapshot().audit().is_empty());
+}
+
+#[test]
+fn a_second_writer_is_refused_while_the_first_holds_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let _first = open(dir.path());
+    let second = SqliteStore::open(dir.path(), SqliteOptions::default());
+    assert!(second
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("in use by another kasi process"));
+}
+
+#[test]
+fn a_reserved_transfer_expires_at_its_expiration_instant_without_any_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sender, expired) = mpsc::channel();
+    let config = EngineConfig {
+        on_expired: Some(Box::new(move |views| {
+            let _ = sender.send((views, (system_clock())()));
+        })),
+        ..EngineConfig::default()
+    };
+    let engine = start(dir.path(), config);
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let expiration_ms = (system_clock())() + 300;
+    let outcome = handle
+        .execute(vec![prepare(7, expiration_ms), prepare(8, far_future())])
+        .unwrap();
+    assert!(
+        outcome.iter().all(|o| matches!(o, Outcome::Transfer(_))),
+        "{outcome:?}"
+    );
+
+    let (views, seen_at_ms) = expired
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the expiry must fire by itself");
+    assert_eq!(views.len(), 1);
+    assert_eq!(views[0].transfer_id, TransferId(7));
+    assert_eq!(views[0].state, TransferState::Expired);
+    assert_eq!(views[0].reason, Some(ErrorCode::TRANSFER_EXPIRED));
+    assert!(
+        seen_at_ms >= expiration_ms,
+        "expired at {seen_at_ms}, before its expiration {expiration_ms}"
+    );
+    // It fires at the instant, not on a coarse scan.
+    assert!(
+        seen_at_ms - expiration_ms < 1000,
+        "expired {} ms late",
+        seen_at_ms - expiration_ms
+    );
+
+    let live = engine.shutdown().unwrap();
+    let state = |id| {
+        live.snapshot()
+            .finishes
+            .iter()
+            .find(|f| f.seq == id)
+            .map(|f| f.state)
+    };
+    // Transfer 7 is the 3rd recorded (after two funds in); 8 is still reserved.
+    assert_eq!(state(3), Some(TransferState::Expired));
+    assert_eq!(state(4), None);
+    let account = &live.snapshot().accounts[3 - 1];
+    assert_eq!(
+        account.reserved,
+        Amount::from_whole(10),
+        "only transfer 8 is still held"
+    );
+}
+
+#[test]
+fn concurrent_submissions_are_batched_and_each_gets_its_own_outcomes() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path(), EngineConfig::default());
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let expiration_ms = far_future();
+    for id in 1..=2000u128 {
+        let sender = sender.clone();
+        handle.submit(
+            vec![prepare(id, expiration_ms)],
+            Box::new(move |result| sender.send((id, result)).unwrap()),
+        );
+    }
+    let mut seen = 0;
+    for _ in 0..2000 {
+        let (id, result) = receiver.recv_timeout(Duration::from_secs(30)).unwrap();
+        let outcomes = result.unwrap();
+        assert_eq!(outcomes.len(), 1);
+        match &outcomes[0] {
+            Outcome::Transfer(view) => assert_eq!(view.transfer_id, TransferId(id)),
+            // The cap of 1,000 is reached after 100 transfers of 10.
+            Outcome::Failed { transfer, error } => {
+                assert_eq!(transfer.transfer_id, TransferId(id));
+                assert_eq!(error.code, ErrorCode::PAYER_LIMIT_ERROR);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 2000);
+    let stats = handle.stats();
+    assert!(stats.store_commits <= stats.ledger_batches);
+    assert!(
+        stats.ledger_batches < 2000,
+        "2000 queued submissions must share batches"
+    );
+    let live = engine.shutdown().unwrap();
+    let reserved: Vec<_> = live
+        .snapshot()
+        .transfers
+        .iter()
+        .filter(|t| t.state == TransferState::Reserved)
+        .map(|t| t.transfer_id)
+        .collect();
+    assert_eq!(reserved.len(), 100, "exactly the cap's worth is reserved");
+}
+
+#[test]
+fn shutdown_commits_and_answers_everything_queued_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path(), EngineConfig::default());
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (sender, receiver) = mpsc::channel();
+    for id in 1..=50u128 {
+        let sender = sender.clone();
+        handle.submit(
+            vec![prepare(id, far_future())],
+            Box::new(move |result| sender.send(result).unwrap()),
+        );
+    }
+    let live = engine.shutdown().unwrap();
+    for _ in 0..50 {
+        assert!(receiver.recv().unwrap().is_ok());
+    }
+    assert_eq!(
+        handle.execute(vec![prepare(99, far_future())]),
+        Err(EngineError::Stopped)
+    );
+    let mut store = open(dir.path());
+    let (recovered, _) = recover(&mut store, Limits::default()).unwrap();
+    assert_eq!(recovered.snapshot(), live.snapshot());
+}
+
+/// A store whose commits fail after the first `healthy` of them.
+struct FailingStore {
+    healthy: usize,
+}
+
+impl Store for FailingStore {
+    fn commit(&mut self, _: &[&[Record]]) -> Result<(), StoreError> {
+        if self.healthy == 0 {
+            return Err(StoreError("disk full".into()));
+        }
+        self.healthy -= 1;
+        Ok(())
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::default())
+    }
+
+    fn describe(&self) -> String {
+        "failing test store".into()
+    }
+}
+
+#[test]
+fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it() {
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FailingStore { healthy: 1 }),
+        EngineConfig::default(),
+    );
+    let handle = engine.handle();
+    assert!(handle.execute(onboarding()).is_ok());
+    let failed = handle.execute(vec![prepare(1, far_future())]);
+    assert!(
+        matches!(failed, Err(EngineError::StoreFailed(ref why)) if why.contains("disk full")),
+        "{failed:?}"
+    );
+    let later = handle.execute(vec![prepare(2, far_future())]);
+    assert!(
+        matches!(later, Err(EngineError::StoreFailed(_))),
+        "{later:?}"
+    );
+    assert!(matches!(
+        engine.shutdown(),
+        Err(EngineError::StoreFailed(_))
+    ));
+}
+
+#[test]
+fn an_oversized_submission_is_refused_whole() {
+    let config = EngineConfig {
+        max_batch_commands: 4,
+        clock: Arc::new(|| 1_000),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FailingStore { healthy: 10 }),
+        config,
+    );
+    let commands = (1..=5).map(|id| prepare(id, 2_000)).collect();
+    assert_eq!(
+        engine.handle().execute(commands),
+        Err(EngineError::TooLarge {
+            commands: 5,
+            max: 4
+        })
+    );
+    let started = Instant::now();
+    engine.shutdown().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
