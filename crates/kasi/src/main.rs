@@ -79,8 +79,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Colour only for a person at a terminal; log files and pipes get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {

@@ -25,7 +25,10 @@ fn shard(id: &TransferId) -> usize {
 
 impl TransferMap {
     pub(crate) fn new() -> TransferMap {
-        TransferMap { shards: (0..SHARDS).map(|_| HashMap::new()).collect(), len: 0 }
+        TransferMap {
+            shards: (0..SHARDS).map(|_| HashMap::new()).collect(),
+            len: 0,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {

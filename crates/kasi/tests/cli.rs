@@ -1,0 +1,357 @@
+//! End-to-end tests of the real `kasi` binary: serve, audit, and a writer
+//! killed with SIGKILL in the middle of a stream.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ledger::{Snapshot, TransferId, TransferState};
+use store::sqlite::SqliteStore;
+use store::Store as _;
+
+fn kasi() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kasi"));
+    command
+        .env_remove("KASI_LOG")
+        .env_remove("KASI_DATA_DIR")
+        .env_remove("KASI_ADMIN_LISTEN")
+        .env_remove("KASI_HUB_NAME");
+    command
+}
+
+/// Starts `kasi serve` on an ephemeral port; returns the child and the
+/// address it logged.
+fn serve(
+    data_dir: &Path,
+    extra: &[&str],
+) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
+    let mut child = kasi()
+        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "kasi serve exited before serving"
+        );
+        if let Some(rest) = line.split("admin=").nth(1) {
+            let address = rest
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches(|c: char| !c.is_ascii_digit());
+            return (child, address.parse().unwrap(), stderr);
+        }
+    }
+}
+
+fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait().unwrap()
+}
+
+fn load(data_dir: &Path) -> Snapshot {
+    SqliteStore::open_read_only(data_dir)
+        .unwrap()
+        .load()
+        .unwrap()
+}
+
+#[test]
+fn serve_answers_health_stops_on_sigterm_and_restarts_on_the_same_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, address, _stderr) = serve(dir.path(), &["--hub-name", "Switch"]);
+    let (status, body) = http_get(address, "/health");
+    assert_eq!(status, 200);
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(health["status"], "OK");
+    assert!(
+        terminate(&mut child).success(),
+        "SIGTERM must stop the hub cleanly"
+    );
+
+    let snapshot = load(dir.path());
+    assert_eq!(snapshot.participants.len(), 1);
+    assert_eq!(snapshot.participants[0].name.as_str(), "Switch");
+    assert!(snapshot.participants[0].is_hub);
+
+    // Restart: the hub is recovered, not created again.
+    let (mut child, address, _stderr) = serve(dir.path(), &["--hub-name", "Switch"]);
+    assert_eq!(http_get(address, "/health").0, 200);
+    assert!(terminate(&mut child).success());
+    assert_eq!(load(dir.path()).participants.len(), 1);
+
+    // A different hub name for the same data is refused with a reason.
+    let output = kasi()
+        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("pass --hub-name Switch"));
+}
+
+#[test]
+fn a_second_hub_on_the_same_data_dir_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut first, _, _stderr) = serve(dir.path(), &[]);
+    let output = kasi()
+        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("in use by another kasi process"));
+    assert!(terminate(&mut first).success());
+}
+
+#[test]
+fn configuration_comes_from_the_environment_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = kasi()
+        .arg("serve")
+        .env("KASI_DATA_DIR", dir.path())
+        .env("KASI_ADMIN_LISTEN", "127.0.0.1:0")
+        .env("KASI_HUB_NAME", "EnvHub")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving") {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0);
+    }
+    assert!(terminate(&mut child).success());
+    assert_eq!(load(dir.path()).participants[0].name.as_str(), "EnvHub");
+}
+
+#[test]
+fn help_explains_the_commands() {
+    let output = kasi().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for word in ["serve", "audit", "bench", "KASI_LOG"] {
+        assert!(help.contains(word), "--help lacks {word}:\n{help}");
+    }
+    let output = kasi().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&output.stdout);
+    for word in [
+        "--data-dir",
+        "KASI_DATA_DIR",
+        "--admin-listen",
+        "--hub-name",
+    ] {
+        assert!(help.contains(word), "serve --help lacks {word}:\n{help}");
+    }
+}
+
+/// The crash test: a writer reports each outcome once it is durable; it is
+/// killed with SIGKILL mid-stream; everything it reported must be in the
+/// store, at least as far along, and the store must audit clean.
+#[test]
+fn a_writer_killed_mid_stream_loses_nothing_it_reported_durable() {
+    // Each kill lands at a different point of a batch's life; a few rounds
+    // make a premature acknowledgement very likely to be caught.
+    for kill_after in [30_000, 27_000, 34_000] {
+        kill_writer_and_check(kill_after);
+    }
+}
+
+fn kill_writer_and_check(kill_after: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let mut writer = kasi()
+        .args([
+            "bench",
+            "ledger",
+            "--fsync",
+            "on",
+            "--print-durable",
+            "--transfers",
+            "20000",
+            "--dfsps",
+            "16",
+        ])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(writer.stdout.take().unwrap());
+    let mut reported = Vec::new();
+    let mut line = String::new();
+    // Kill it halfway through the fulfil phase (20,000 prepares, then their
+    // fulfils), while it is still writing as fast as it can.
+    while reported.len() < kill_after {
+        line.clear();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "the writer stopped early"
+        );
+        let (id, state) = line.trim_end().split_once(' ').unwrap();
+        reported.push((
+            TransferId::parse(id).unwrap(),
+            TransferState::parse(state).unwrap(),
+        ));
+    }
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    assert!(reported
+        .iter()
+        .any(|(_, state)| *state == TransferState::Committed));
+
+    let snapshot = load(&data_dir);
+    let finished: std::collections::HashMap<u64, TransferState> =
+        snapshot.finishes.iter().map(|f| (f.seq, f.state)).collect();
+    let stored: std::collections::HashMap<TransferId, TransferState> = snapshot
+        .transfers
+        .iter()
+        .map(|row| {
+            (
+                row.transfer_id,
+                finished.get(&row.seq).copied().unwrap_or(row.state),
+            )
+        })
+        .collect();
+    for (id, state) in &reported {
+        let now = stored
+            .get(id)
+            .unwrap_or_else(|| panic!("transfer {id} was reported durable but is not stored"));
+        let ok = match state {
+            TransferState::Reserved => {
+                matches!(now, TransferState::Reserved | TransferState::Committed)
+            }
+            other => now == other,
+        };
+        assert!(
+            ok,
+            "transfer {id} was reported {state:?} but is stored as {now:?}"
+        );
+    }
+
+    let audit = kasi()
+        .arg("audit")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+    // And the hub starts on it.
+    let (mut child, address, _stderr) = serve(&data_dir, &[]);
+    assert_eq!(http_get(address, "/health").0, 200);
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
+fn audit_finds_a_tampered_balance_and_serve_refuses_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let run = kasi()
+        .args([
+            "bench",
+            "ledger",
+            "--fsync",
+            "off",
+            "--transfers",
+            "2000",
+            "--dfsps",
+            "4",
+            "--json",
+        ])
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert!(summary["transfers_per_s"].as_f64().unwrap() > 0.0);
+    assert!(summary["p99_ms"].as_f64().is_some());
+
+    let clean = kasi()
+        .arg("audit")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stdout)
+    );
+
+    // Someone edits a position behind the ledger's back.
+    let connection = rusqlite::Connection::open(data_dir.join("kasi.db")).unwrap();
+    let changed = connection.execute("UPDATE accounts SET value = '123.45' WHERE kind = 'POSITION' AND id = (SELECT min(id) FROM accounts WHERE kind = 'POSITION')", []).unwrap();
+    assert_eq!(changed, 1);
+    drop(connection);
+
+    let audit = kasi()
+        .arg("audit")
+        .arg("--data-dir")
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert_eq!(audit.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&audit.stdout);
+    assert!(report.contains("records value 123.45"), "{report}");
+    assert!(report.contains("USD accounts sum to"), "{report}");
+
+    let serve = kasi()
+        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .output()
+        .unwrap();
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&serve.stderr).contains("does not add up"));
+}
+
+#[test]
+fn audit_of_a_missing_store_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = kasi()
+        .arg("audit")
+        .arg("--data-dir")
+        .arg(dir.path().join("nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no kasi store"));
+}
