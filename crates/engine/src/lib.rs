@@ -110,6 +110,8 @@ pub struct Stats {
     pub records: AtomicU64,
     pub commit_nanos: AtomicU64,
     pub apply_nanos: AtomicU64,
+    pub max_commit_nanos: AtomicU64,
+    pub max_apply_nanos: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,6 +122,9 @@ pub struct StatsSnapshot {
     pub records: u64,
     pub commit_nanos: u64,
     pub apply_nanos: u64,
+    /// Longest single commit / batch apply so far.
+    pub max_commit_nanos: u64,
+    pub max_apply_nanos: u64,
 }
 
 impl Stats {
@@ -131,6 +136,8 @@ impl Stats {
             records: self.records.load(Ordering::Relaxed),
             commit_nanos: self.commit_nanos.load(Ordering::Relaxed),
             apply_nanos: self.apply_nanos.load(Ordering::Relaxed),
+            max_commit_nanos: self.max_commit_nanos.load(Ordering::Relaxed),
+            max_apply_nanos: self.max_apply_nanos.load(Ordering::Relaxed),
         }
     }
 }
@@ -458,9 +465,11 @@ impl LedgerLoop {
         let started = Instant::now();
         let result = self.ledger.apply_batch(now_ms, commands);
         let stats = &self.shared.stats;
+        let apply_nanos = started.elapsed().as_nanos() as u64;
+        stats.apply_nanos.fetch_add(apply_nanos, Ordering::Relaxed);
         stats
-            .apply_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .max_apply_nanos
+            .fetch_max(apply_nanos, Ordering::Relaxed);
         stats.ledger_batches.fetch_add(1, Ordering::Relaxed);
         stats
             .commands
@@ -517,9 +526,13 @@ fn store_loop(
                 let started = Instant::now();
                 let committed = store.commit(&batches);
                 let stats = &shared.stats;
+                let commit_nanos = started.elapsed().as_nanos() as u64;
                 stats
                     .commit_nanos
-                    .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    .fetch_add(commit_nanos, Ordering::Relaxed);
+                stats
+                    .max_commit_nanos
+                    .fetch_max(commit_nanos, Ordering::Relaxed);
                 stats.store_commits.fetch_add(1, Ordering::Relaxed);
                 stats.records.fetch_add(
                     batches.iter().map(|b| b.len() as u64).sum(),

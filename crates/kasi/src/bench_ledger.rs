@@ -154,6 +154,8 @@ impl PhaseReport {
             "store_commits": stats.store_commits,
             "commit_ms_mean": ratio(stats.commit_nanos, stats.store_commits) / 1e6,
             "apply_us_per_command": ratio(stats.apply_nanos, stats.commands) / 1e3,
+            "max_commit_ms": stats.max_commit_nanos as f64 / 1e6,
+            "max_apply_ms": stats.max_apply_nanos as f64 / 1e6,
         })
     }
 }
@@ -500,6 +502,9 @@ impl Driver<'_> {
             records: after.records - stats_before.records,
             commit_nanos: after.commit_nanos - stats_before.commit_nanos,
             apply_nanos: after.apply_nanos - stats_before.apply_nanos,
+            // Maxima are since start; good enough to tell where a stall was.
+            max_commit_nanos: after.max_commit_nanos,
+            max_apply_nanos: after.max_apply_nanos,
         };
         Ok(PhaseReport {
             name: PHASES[index],

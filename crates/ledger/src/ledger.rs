@@ -172,6 +172,8 @@ impl Ledger {
             account.dirty = false;
             records.push(Record::Account(account_row(id, account)));
         }
+        // Growth work proportional to the batch, so no batch pays for all.
+        self.transfers.grow_ahead(4 * commands.len() + 8192);
         #[cfg(debug_assertions)]
         if let Err(problem) = self.check_balances() {
             panic!("ledger invariant broken after a batch: {problem}");

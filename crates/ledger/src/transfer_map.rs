@@ -1,8 +1,9 @@
 //! The transfer index, split into shards so that growing it never stalls the
 //! ledger thread for long: a `HashMap` rehashes everything when it grows, and
 //! at millions of transfers one rehash would take tens of milliseconds, all
-//! of it added to the latency of every command in that batch. With 64 shards
-//! each rehash touches 1/64 of the transfers.
+//! of it added to the latency of every command in that batch. With 256 shards
+//! each rehash touches 1/256 of the transfers, and
+//! [`TransferMap::grow_ahead`] keeps the shards from all growing at once.
 
 use std::collections::HashMap;
 use std::ops::Index;
@@ -10,7 +11,7 @@ use std::ops::Index;
 use crate::ids::TransferId;
 use crate::ledger::Transfer;
 
-const SHARDS: usize = 64;
+const SHARDS: usize = 256;
 
 pub(crate) struct TransferMap {
     shards: Vec<HashMap<TransferId, Transfer>>,
@@ -20,7 +21,7 @@ pub(crate) struct TransferMap {
 fn shard(id: &TransferId) -> usize {
     // Both random (v4) and sequential ids spread evenly.
     let folded = (id.0 as u64) ^ ((id.0 >> 64) as u64);
-    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+    (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
 }
 
 impl TransferMap {
@@ -67,5 +68,28 @@ impl Index<&TransferId> for TransferMap {
 
     fn index(&self, id: &TransferId) -> &Transfer {
         self.get(id).expect("the transfer exists")
+    }
+}
+
+impl TransferMap {
+    /// Grows shards ahead of need, within a budget of entries moved, so that
+    /// growth is spread over batches instead of every shard rehashing in the
+    /// same batch (they fill at the same rate, so they would). Called once per
+    /// batch; a shard is grown once it is half full.
+    pub(crate) fn grow_ahead(&mut self, budget_entries: usize) {
+        let mut spent = 0;
+        while let Some(fullest) = self
+            .shards
+            .iter_mut()
+            .filter(|map| map.len() * 2 > map.capacity())
+            .max_by_key(|map| map.len() * 1024 / map.capacity().max(1))
+        {
+            if spent > 0 && spent + fullest.len() > budget_entries {
+                break;
+            }
+            spent += fullest.len();
+            let capacity = fullest.capacity();
+            fullest.reserve(capacity);
+        }
     }
 }
