@@ -1,0 +1,1 @@
+//! FSPIOP v1.1 wire format (being written).

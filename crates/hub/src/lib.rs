@@ -1,0 +1,1 @@
+//! kasi HTTP side (being written).
