@@ -31,6 +31,10 @@ fn onboarding() -> Vec<Command> {
             kind: AccountKind::HubReconciliation,
         },
     ];
+    commands.push(Command::CreateSettlementModel {
+        name: "DEFAULTDEFERREDNET".into(),
+        definition: r#"{"settlementGranularity":"NET"}"#.into(),
+    });
     for (dfsp, settlement) in [("payerfsp", 4), ("payeefsp", 6)] {
         commands.push(Command::CreateParticipant {
             name: name(dfsp),
@@ -41,6 +45,16 @@ fn onboarding() -> Vec<Command> {
             currency: usd(),
             net_debit_cap: Amount::from_whole(1000),
         });
+        for endpoint_type in [
+            "FSPIOP_CALLBACK_URL_TRANSFER_POST",
+            "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+        ] {
+            commands.push(Command::SetEndpoint {
+                name: name(dfsp),
+                endpoint_type: endpoint_type.into(),
+                value: format!("http://127.0.0.1:9/{dfsp}/transfers"),
+            });
+        }
         commands.push(Command::FundsIn(Funds {
             transfer_id: TransferId(u128::MAX - settlement),
             participant: name(dfsp),
@@ -121,6 +135,11 @@ fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
     assert_eq!(recovery.transfers, 52, "50 prepares and 2 funds in");
     assert_eq!(recovered.snapshot(), live.snapshot());
     assert!(recovered.snapshot().audit().is_empty());
+    assert_eq!(recovered.snapshot().endpoints.len(), 4);
+    assert_eq!(
+        recovered.snapshot().settlement_models[0].name,
+        "DEFAULTDEFERREDNET"
+    );
 }
 
 #[test]

@@ -37,6 +37,8 @@ pub(crate) struct Participant {
     pub(crate) active: bool,
     pub(crate) created_at_ms: i64,
     pub(crate) accounts: Vec<AccountId>,
+    /// (type, value), at most one per type.
+    pub(crate) endpoints: Vec<(String, String)>,
     dirty: bool,
 }
 
@@ -98,6 +100,7 @@ pub struct Ledger {
     /// is the first entry, so expiry costs nothing until it is due.
     pub(crate) expiry: BTreeSet<(i64, TransferId)>,
     pub(crate) now_ms: i64,
+    pub(crate) settlement_models: Vec<SettlementModelRow>,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -126,6 +129,7 @@ impl Ledger {
             last_seq: 0,
             expiry: BTreeSet::new(),
             now_ms: i64::MIN,
+            settlement_models: Vec::new(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -220,6 +224,18 @@ impl Ledger {
                 caller,
             } => self.get_transfer(*transfer_id, *caller),
             Command::Expire => Ok(self.expire()),
+            Command::SetEndpoint {
+                name,
+                endpoint_type,
+                value,
+            } => self.set_endpoint(*name, endpoint_type, value),
+            Command::CreateSettlementModel { name, definition } => {
+                self.create_settlement_model(name, definition)
+            }
+            Command::ReadParticipants { name } => self.read_participants(*name),
+            Command::ReadSettlementModels => {
+                Ok(Outcome::SettlementModels(self.settlement_models.clone()))
+            }
         };
         result.unwrap_or_else(Outcome::Rejected)
     }
@@ -294,6 +310,7 @@ impl Ledger {
             active: true,
             created_at_ms: self.now_ms,
             accounts: Vec::new(),
+            endpoints: Vec::new(),
             dirty: false,
         });
         self.participant_mut(id);
@@ -513,6 +530,120 @@ impl Ledger {
         }
         self.account_mut(position).net_debit_cap = Some(net_debit_cap);
         Ok(Outcome::Done)
+    }
+
+    fn set_endpoint(
+        &mut self,
+        name: FspName,
+        endpoint_type: &str,
+        value: &str,
+    ) -> Result<Outcome, Rejection> {
+        let id = self.participant_id(name)?;
+        let type_ok = !endpoint_type.is_empty()
+            && endpoint_type.len() <= ENDPOINT_TYPE_MAX_LEN
+            && endpoint_type
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if !type_ok {
+            return Err(validation(format!(
+                "endpoint type must be 1-{ENDPOINT_TYPE_MAX_LEN} characters of A-Z, 0-9 and _"
+            )));
+        }
+        if value.is_empty()
+            || value.len() > ENDPOINT_VALUE_MAX_LEN
+            || value.chars().any(char::is_control)
+        {
+            return Err(validation(format!(
+                "endpoint value must be 1-{ENDPOINT_VALUE_MAX_LEN} printable characters"
+            )));
+        }
+        // Endpoints have their own records; the participant row is unchanged.
+        let participant = &mut self.participants[index(id.0)];
+        match participant
+            .endpoints
+            .iter_mut()
+            .find(|(kind, _)| kind == endpoint_type)
+        {
+            Some((_, existing)) => *existing = value.to_string(),
+            None => participant
+                .endpoints
+                .push((endpoint_type.to_string(), value.to_string())),
+        }
+        self.records.push(Record::Endpoint(EndpointRow {
+            participant: id,
+            endpoint_type: endpoint_type.to_string(),
+            value: value.to_string(),
+        }));
+        Ok(Outcome::Done)
+    }
+
+    fn create_settlement_model(
+        &mut self,
+        name: &str,
+        definition: &str,
+    ) -> Result<Outcome, Rejection> {
+        if name.is_empty()
+            || name.len() > SETTLEMENT_MODEL_NAME_MAX_LEN
+            || name.chars().any(char::is_control)
+        {
+            return Err(validation(format!(
+                "settlement model name must be 1-{SETTLEMENT_MODEL_NAME_MAX_LEN} characters"
+            )));
+        }
+        if definition.len() > SETTLEMENT_MODEL_DEFINITION_MAX_LEN {
+            return Err(validation("settlement model definition is too long"));
+        }
+        if self
+            .settlement_models
+            .iter()
+            .any(|model| model.name == name)
+        {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("settlement model '{name}' already exists"),
+            ));
+        }
+        let row = SettlementModelRow {
+            id: self.settlement_models.len() as u32 + 1,
+            name: name.to_string(),
+            definition: definition.to_string(),
+        };
+        self.settlement_models.push(row.clone());
+        self.records.push(Record::SettlementModel(row));
+        Ok(Outcome::Done)
+    }
+
+    fn read_participants(&self, name: Option<FspName>) -> Result<Outcome, Rejection> {
+        let ids: Vec<ParticipantId> = match name {
+            Some(name) => vec![self.participant_id(name)?],
+            None => (1..=self.participants.len() as u32)
+                .map(ParticipantId)
+                .collect(),
+        };
+        let views = ids
+            .into_iter()
+            .map(|id| {
+                let participant = self.participant(id);
+                ParticipantView {
+                    participant: participant_row(id, participant),
+                    accounts: participant
+                        .accounts
+                        .iter()
+                        .map(|&a| account_row(a, self.account(a)))
+                        .collect(),
+                    endpoints: participant
+                        .endpoints
+                        .iter()
+                        .map(|(endpoint_type, value)| EndpointRow {
+                            participant: id,
+                            endpoint_type: endpoint_type.clone(),
+                            value: value.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Ok(Outcome::Participants(views))
     }
 
     // ----- transfers --------------------------------------------------------
@@ -1272,7 +1403,24 @@ impl Ledger {
         }
         transfers.sort_unstable_by_key(|row| row.seq);
         finishes.sort_unstable_by_key(|row| row.seq);
+        let mut endpoints: Vec<EndpointRow> = self
+            .participants
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.endpoints
+                    .iter()
+                    .map(move |(endpoint_type, value)| EndpointRow {
+                        participant: ParticipantId(i as u32 + 1),
+                        endpoint_type: endpoint_type.clone(),
+                        value: value.clone(),
+                    })
+            })
+            .collect();
+        endpoints.sort();
         Snapshot {
+            endpoints,
+            settlement_models: self.settlement_models.clone(),
             participants,
             accounts,
             transfers,
@@ -1306,6 +1454,7 @@ impl Ledger {
                 active: row.active,
                 created_at_ms: row.created_at_ms,
                 accounts: Vec::new(),
+                endpoints: Vec::new(),
                 dirty: false,
             });
         }
@@ -1326,6 +1475,13 @@ impl Ledger {
                 dirty: false,
             });
         }
+        for endpoint in snapshot.endpoints {
+            let participant = &mut ledger.participants[index(endpoint.participant.0)];
+            participant
+                .endpoints
+                .push((endpoint.endpoint_type, endpoint.value));
+        }
+        ledger.settlement_models = snapshot.settlement_models;
         let mut finishes = snapshot.finishes.into_iter().peekable();
         ledger.transfers.reserve(snapshot.transfers.len());
         for row in snapshot.transfers {

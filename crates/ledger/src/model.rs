@@ -271,6 +271,23 @@ pub enum Command {
     FundsOutCommit(FundsFinish),
     FundsOutAbort(FundsFinish),
     /// `GET /transfers/{id}`: only the payer or the payee may ask.
+    /// `POST /participants/{name}/endpoints`: sets (or replaces) one endpoint.
+    SetEndpoint {
+        name: FspName,
+        endpoint_type: String,
+        value: String,
+    },
+    /// `POST /settlementModels`: keeps the model under a unique name.
+    CreateSettlementModel {
+        name: String,
+        definition: String,
+    },
+    /// Reads one participant (or all) with accounts and endpoints.
+    ReadParticipants {
+        name: Option<FspName>,
+    },
+    /// Reads every settlement model.
+    ReadSettlementModels,
     GetTransfer {
         transfer_id: TransferId,
         caller: FspName,
@@ -324,6 +341,8 @@ pub enum Outcome {
     },
     /// Transfers that `Expire` moved from RESERVED to EXPIRED.
     Expired(Vec<TransferView>),
+    Participants(Vec<ParticipantView>),
+    SettlementModels(Vec<SettlementModelRow>),
 }
 
 impl Outcome {
@@ -410,4 +429,41 @@ pub enum Record {
     Account(AccountRow),
     Transfer(TransferRow),
     Finish(FinishRow),
+    Endpoint(EndpointRow),
+    SettlementModel(SettlementModelRow),
+}
+
+/// Longest endpoint type name the ledger keeps (Mojaloop's are < 64).
+pub const ENDPOINT_TYPE_MAX_LEN: usize = 64;
+/// Longest endpoint value (a URL template) the ledger keeps.
+pub const ENDPOINT_VALUE_MAX_LEN: usize = 1024;
+/// Longest settlement model name, and its definition as JSON.
+pub const SETTLEMENT_MODEL_NAME_MAX_LEN: usize = 64;
+pub const SETTLEMENT_MODEL_DEFINITION_MAX_LEN: usize = 4096;
+
+/// A participant's callback endpoint (Mojaloop's `participantEndpoint`):
+/// `endpoint_type` is e.g. `FSPIOP_CALLBACK_URL_TRANSFER_POST`, `value` a URL
+/// template. The ledger keeps them; the HTTP side interprets them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EndpointRow {
+    pub participant: ParticipantId,
+    pub endpoint_type: String,
+    pub value: String,
+}
+
+/// A settlement model as the operator defined it, kept verbatim until
+/// settlement is built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettlementModelRow {
+    pub id: u32,
+    pub name: String,
+    pub definition: String,
+}
+
+/// A participant with its accounts and endpoints, for the admin API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParticipantView {
+    pub participant: ParticipantRow,
+    pub accounts: Vec<AccountRow>,
+    pub endpoints: Vec<EndpointRow>,
 }

@@ -15,6 +15,10 @@ pub struct Snapshot {
     pub accounts: Vec<AccountRow>,
     pub transfers: Vec<TransferRow>,
     pub finishes: Vec<FinishRow>,
+    /// In (participant, type) order.
+    pub endpoints: Vec<EndpointRow>,
+    /// In id order.
+    pub settlement_models: Vec<SettlementModelRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -90,6 +94,39 @@ impl Snapshot {
                     "account {} is {} but has a net debit cap",
                     row.id.0,
                     row.kind.as_str()
+                ));
+            }
+        }
+
+        for pair in self.endpoints.windows(2) {
+            if (pair[0].participant, &pair[0].endpoint_type)
+                >= (pair[1].participant, &pair[1].endpoint_type)
+            {
+                problem(format!(
+                    "endpoints of participant {} are duplicated or out of order",
+                    pair[1].participant.0
+                ));
+            }
+        }
+        for endpoint in &self.endpoints {
+            if self
+                .participants
+                .get((endpoint.participant.0 as usize).wrapping_sub(1))
+                .is_none()
+            {
+                problem(format!(
+                    "endpoint {} belongs to missing participant {}",
+                    endpoint.endpoint_type, endpoint.participant.0
+                ));
+            }
+        }
+        let mut model_names = HashSet::new();
+        for (i, model) in self.settlement_models.iter().enumerate() {
+            if model.id as usize != i + 1 || !model_names.insert(model.name.as_str()) {
+                problem(format!(
+                    "settlement model row {} ('{}') is out of order or duplicated",
+                    i + 1,
+                    model.name
                 ));
             }
         }

@@ -561,6 +561,8 @@ struct Mirror {
     transfers: HashMap<TransferId, TransferRow>,
     finishes: HashMap<TransferId, FinishRow>,
     by_seq: HashMap<u64, TransferId>,
+    endpoints: BTreeMap<(ParticipantId, String), EndpointRow>,
+    settlement_models: Vec<SettlementModelRow>,
 }
 
 impl Mirror {
@@ -586,6 +588,11 @@ impl Mirror {
                     );
                     self.transfers.insert(row.transfer_id, row.clone());
                 }
+                Record::Endpoint(row) => {
+                    self.endpoints
+                        .insert((row.participant, row.endpoint_type.clone()), row.clone());
+                }
+                Record::SettlementModel(row) => self.settlement_models.push(row.clone()),
                 Record::Finish(row) => {
                     let id = *self.by_seq.get(&row.seq).expect("finish of a recorded seq");
                     assert_eq!(
@@ -676,6 +683,8 @@ impl Mirror {
             accounts: self.accounts.values().cloned().collect(),
             transfers,
             finishes,
+            endpoints: self.endpoints.values().cloned().collect(),
+            settlement_models: self.settlement_models.clone(),
         }
     }
 
@@ -742,6 +751,12 @@ fn rejected(code: u16) -> (Expect, Vec<Delta>) {
 /// Predicts a command's outcome and balance movements from the store's rows.
 fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
     match command {
+        Command::SetEndpoint { .. }
+        | Command::CreateSettlementModel { .. }
+        | Command::ReadParticipants { .. }
+        | Command::ReadSettlementModels => {
+            unreachable!("reference-data commands are not generated here")
+        }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
         Command::CreateHubAccount { .. } => (Expect::Created(1), vec![]),
         Command::CreateParticipant { .. } => (Expect::Created(2), vec![]),

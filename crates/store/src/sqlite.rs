@@ -8,9 +8,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AccountId, AccountKind, AccountRow, Amount, Condition, Currency, ErrorCode, FinishKind,
-    FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, Record, RequestHash,
-    Snapshot, TransferId, TransferKind, TransferRow, TransferState,
+    AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
+    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, Record,
+    RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow,
+    TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -57,6 +58,17 @@ CREATE TABLE IF NOT EXISTS transfers (
     reason             INTEGER,
     external_reference TEXT,
     memo               TEXT
+) STRICT;
+CREATE TABLE IF NOT EXISTS endpoints (
+    participant_id INTEGER NOT NULL,
+    type           TEXT    NOT NULL,
+    value          TEXT    NOT NULL,
+    PRIMARY KEY (participant_id, type)
+) STRICT;
+CREATE TABLE IF NOT EXISTS settlement_models (
+    id         INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL UNIQUE,
+    definition TEXT    NOT NULL
 ) STRICT;
 CREATE TABLE IF NOT EXISTS transfer_finishes (
     seq            INTEGER PRIMARY KEY,
@@ -141,7 +153,8 @@ impl SqliteStore {
                 connection.execute_batch(SCHEMA)?;
                 connection.pragma_update(None, "user_version", SCHEMA_VERSION)?;
             }
-            SCHEMA_VERSION => {}
+            // Tables added within a version are created on open.
+            SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             other => {
                 return Err(StoreError(format!(
                     "{} has schema version {other}; this kasi knows version {SCHEMA_VERSION}",
@@ -207,6 +220,13 @@ impl SqliteStore {
                 "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?;
+            let mut endpoint = transaction.prepare_cached(
+                "INSERT INTO endpoints (participant_id, type, value) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (participant_id, type) DO UPDATE SET value = excluded.value",
+            )?;
+            let mut settlement_model = transaction.prepare_cached(
+                "INSERT INTO settlement_models (id, name, definition) VALUES (?1, ?2, ?3)",
+            )?;
             let text = &mut self.text;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
                 match record {
@@ -258,6 +278,16 @@ impl SqliteStore {
                                 .map(|memo| memo.external_reference.as_str()),
                             row.memo.as_ref().map(|memo| memo.reason.as_str()),
                         ])?;
+                    }
+                    Record::Endpoint(row) => {
+                        endpoint.execute(params![
+                            row.participant.0,
+                            row.endpoint_type,
+                            row.value
+                        ])?;
+                    }
+                    Record::SettlementModel(row) => {
+                        settlement_model.execute(params![row.id, row.name, row.definition])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -382,6 +412,29 @@ impl SqliteStore {
                         ValueRef::Null => None,
                         _ => Some(Fulfilment::from_preimage(blob(row, 6)?)),
                     },
+                });
+            }
+        }
+        {
+            let mut statement = transaction.prepare(
+                "SELECT participant_id, type, value FROM endpoints ORDER BY participant_id, type",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.endpoints.push(EndpointRow {
+                    participant: ParticipantId(row.get(0)?),
+                    endpoint_type: row.get(1)?,
+                    value: row.get(2)?,
+                });
+            }
+            let mut statement = transaction
+                .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.settlement_models.push(SettlementModelRow {
+                    id: row.get(0)?,
+                    name: row.get(1)?,
+                    definition: row.get(2)?,
                 });
             }
         }
