@@ -1,1 +1,63 @@
-//! FSPIOP v1.1 wire format (being written).
+//! The FSPIOP v1.1 wire format, as a pure library: request headers and
+//! version negotiation, transfer bodies with schema validation, the bodies
+//! the hub sends back, error answers, and FSPIOP's `DateTime`.
+//!
+//! No I/O, no async, no HTTP types: header values come in as
+//! `Option<&str>` (see [`header_str`] for raw bytes) and bodies as `&[u8]`;
+//! the caller adapts its HTTP library. Bodies are read with serde_json into
+//! borrowed structs (no copy of strings without escapes), everything else
+//! is parsed by hand.
+//!
+//! # Which error code a fault gets
+//!
+//! Every description names the header or field at fault, with its JSON path
+//! (`amount.currency`, `extensionList.extension[2].key`):
+//!
+//! * **3102 Missing mandatory element**: a required header is absent or
+//!   empty; the body is empty; a required property is absent.
+//! * **3101 Malformed syntax**: a header that does not parse (Content-Type,
+//!   Accept, Date, an FSP header, a path `{ID}`); a body that is not one
+//!   JSON object (bad syntax or UTF-8, trailing data, a duplicate key); a
+//!   property of the wrong JSON type, including
+//!   `null` (`"amount": 5` where an object is expected).
+//! * **3100 Generic validation error**: a property of the right JSON type
+//!   whose value breaks a schema rule: a pattern (CorrelationId, Amount,
+//!   IlpPacket, IlpCondition, DateTime, ErrorCode), a length (FspId,
+//!   ExtensionKey/Value, ErrorDescription, ExtensionList items), an
+//!   enumeration (Currency, TransferState), or a hub rule on a valid value
+//!   (a fulfil's ABORTED/RECEIVED state, an FspId that is not a usable
+//!   [`ledger::FspName`], an errorCode outside 1000-5999).
+//! * **3001 Unacceptable version** (HTTP 406): Content-Type or Accept asks
+//!   for a version other than 1.0 and 1.1.
+//!
+//! Unknown JSON properties are ignored at every level, as Mojaloop's hub
+//! does. The first fault in schema property order is reported.
+
+mod datetime;
+mod error;
+mod headers;
+mod json;
+mod transfers;
+
+pub use datetime::{format_date_time, parse_date_time};
+pub use error::{
+    error_body, error_body_with_extensions, http_status_for, FspiopError,
+    ERROR_DESCRIPTION_MAX_CHARS,
+};
+pub(crate) use headers::SUPPORTED_VERSION_EXTENSIONS;
+pub use headers::{
+    check_content_type, check_date, check_fsp_header, content_type_for, header_str,
+    negotiate_accept, CheckedHeaders, RequestHeaders, Resource, Version, ACCEPT, CONTENT_TYPE,
+    DATE, FSPIOP_DESTINATION, FSPIOP_SOURCE,
+};
+pub use json::{
+    push_extension_list, EXTENSION_KEY_MAX_CHARS, EXTENSION_LIST_MAX_ITEMS,
+    EXTENSION_VALUE_MAX_CHARS,
+};
+pub use transfers::{
+    check_completed_timestamp, is_correlation_id, parse_correlation_id, parse_error_information,
+    parse_transfer_fulfil, parse_transfer_prepare, transfer_patch_body,
+    transfer_patch_body_with_extensions, transfer_put_body, ParsedError, ParsedFulfil,
+    ParsedPrepare, WireState, COMPLETED_TIMESTAMP_MAX_FUTURE_MS, COMPLETED_TIMESTAMP_MAX_PAST_MS,
+    ILP_PACKET_MAX_CHARS,
+};

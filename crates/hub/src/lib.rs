@@ -1,1 +1,202 @@
-//! kasi HTTP side (being written).
+//! kasi's HTTP side: the DFSP-facing FSPIOP API, the operator's admin API,
+//! and the callback dispatcher that answers DFSPs asynchronously.
+//!
+//! Requests are checked here, on every core, and turned into ledger
+//! commands; the pipeline (`engine`) applies them and releases each outcome
+//! once durable; the handler then answers and queues the callbacks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use engine::{EngineError, EngineHandle};
+use ledger::{Command, ErrorCode, FspName, Outcome};
+
+pub mod admin;
+pub mod endpoints;
+pub mod notify;
+pub mod transfers;
+
+use endpoints::Endpoints;
+use notify::Dispatcher;
+
+/// Settings of the HTTP side.
+#[derive(Clone, Debug)]
+pub struct HubConfig {
+    /// The hub participant's name: FSPIOP-Source of hub-originated callbacks.
+    pub hub_name: FspName,
+    /// Base URL the admin API puts in its `links` (central-ledger style).
+    pub admin_base_url: String,
+    /// Largest request body accepted (Mojaloop: 5 MB).
+    pub max_body_bytes: usize,
+    /// Longest a request may take, including waiting for durability.
+    pub request_timeout: Duration,
+}
+
+impl HubConfig {
+    pub fn new(hub_name: FspName) -> HubConfig {
+        HubConfig {
+            hub_name,
+            admin_base_url: String::new(),
+            max_body_bytes: 5 * 1024 * 1024,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Shared state of both APIs.
+pub struct Hub {
+    pub config: HubConfig,
+    pub engine: EngineHandle,
+    pub endpoints: Endpoints,
+    pub dispatcher: Dispatcher,
+    started: Instant,
+}
+
+impl Hub {
+    /// Builds the hub on a running pipeline, loading every DFSP's endpoints.
+    pub async fn new(config: HubConfig, engine: EngineHandle, dispatcher: Dispatcher) -> Result<Hub, EngineError> {
+        let mut hub =
+            Hub { config, engine, endpoints: Endpoints::default(), dispatcher, started: Instant::now() };
+        if let Ok(Outcome::Participants(views)) = hub.execute_one(Command::ReadParticipants { name: None }).await {
+            hub.endpoints = Endpoints::load(&views);
+        }
+        Ok(hub)
+    }
+
+    /// Submits commands and waits for their durable outcomes, without
+    /// blocking the async runtime: a full queue is refused, not waited on.
+    pub async fn execute(&self, commands: Vec<Command>) -> Result<Vec<Outcome>, EngineError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        self.engine.try_submit(
+            commands,
+            Box::new(move |result| {
+                let _ = sender.send(result);
+            }),
+        );
+        receiver.await.unwrap_or(Err(EngineError::Stopped))
+    }
+
+    pub async fn execute_one(&self, command: Command) -> Result<Outcome, HubError> {
+        let mut outcomes = self.execute(vec![command]).await.map_err(HubError::from)?;
+        outcomes.pop().ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// FSPIOP `DateTime` of a millisecond timestamp.
+pub fn format_time(ms: i64) -> String {
+    fspiop::format_date_time(ms)
+}
+
+/// An error answered synchronously, in the FSPIOP error body shape
+/// (central-ledger uses the same for the admin API).
+#[derive(Debug)]
+pub struct HubError {
+    pub code: ErrorCode,
+    pub description: String,
+}
+
+impl HubError {
+    pub fn new(code: ErrorCode, description: impl Into<String>) -> HubError {
+        HubError { code, description: description.into() }
+    }
+
+    /// The error an unexpected ledger outcome stands for.
+    pub fn from_outcome(outcome: Outcome) -> HubError {
+        match outcome {
+            Outcome::Rejected(rejection) | Outcome::Failed { error: rejection, .. } => {
+                HubError::new(rejection.code, format!("{} - {}", rejection.code.description(), rejection.description))
+            }
+            other => HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, format!("unexpected ledger outcome {other:?}")),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(fspiop::http_status_for(self.code)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+impl From<EngineError> for HubError {
+    fn from(error: EngineError) -> HubError {
+        // 2003: Service currently unavailable (FSPIOP §7.6).
+        HubError::new(ErrorCode(2003), format!("Service currently unavailable - {error}"))
+    }
+}
+
+impl From<fspiop::FspiopError> for HubError {
+    fn from(error: fspiop::FspiopError) -> HubError {
+        HubError { code: error.code, description: error.description }
+    }
+}
+
+impl IntoResponse for HubError {
+    fn into_response(self) -> Response {
+        let body = fspiop::error_body(self.code, &self.description);
+        (self.status(), [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+/// The DFSP-facing application: FSPIOP routes behind the common guard.
+pub fn api_app(hub: Arc<Hub>) -> Router {
+    guarded(transfers::router(hub.clone()), &hub)
+}
+
+/// The operator-facing application: central-ledger's admin routes.
+pub fn admin_app(hub: Arc<Hub>) -> Router {
+    guarded(admin::router(hub.clone()), &hub)
+}
+
+fn guarded(router: Router, hub: &Hub) -> Router {
+    let timeout = hub.config.request_timeout;
+    router
+        .layer(axum::middleware::from_fn(move |request, next| guard(timeout, request, next)))
+        .layer(axum::extract::DefaultBodyLimit::max(hub.config.max_body_bytes))
+}
+
+/// Bounds each request's time, and answers the framework's own refusals
+/// (unknown path, wrong method, oversized body, ...) in the FSPIOP error
+/// format instead of plain text.
+async fn guard(timeout: Duration, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let response = match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        // 2004: Server timed out (FSPIOP §7.6).
+        Err(_) => return HubError::new(ErrorCode(2004), "Server timed out - the request took too long").into_response(),
+    };
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
+    if is_json || response.status().is_success() {
+        return response;
+    }
+    let (code, description) = match response.status() {
+        StatusCode::NOT_FOUND => (ErrorCode(3002), "Unknown URI - no such resource".to_string()),
+        StatusCode::METHOD_NOT_ALLOWED => (ErrorCode::GENERIC_CLIENT_ERROR, "Generic client error - method not allowed on this resource".to_string()),
+        StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::MALFORMED_SYNTAX, "Malformed syntax - the body is larger than allowed".to_string()),
+        status => (ErrorCode::GENERIC_CLIENT_ERROR, format!("Generic client error - {status}")),
+    };
+    let status = response.status();
+    let mut replaced = HubError::new(code, description).into_response();
+    *replaced.status_mut() = status;
+    replaced
+}
+
+/// `GET /health`, in the shape Mojaloop's services answer.
+pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
+    axum::Json(serde_json::json!({
+        "status": "OK",
+        "uptime": hub.started.elapsed().as_secs(),
+        "versionNumber": env!("CARGO_PKG_VERSION"),
+    }))
+    .into_response()
+}

@@ -1,19 +1,20 @@
-//! `kasi serve`: open the store, recover, run the pipeline, answer health.
+//! `kasi serve`: open the store, recover, run the pipeline and both APIs.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use axum::routing::get;
-use axum::{Json, Router};
 use clap::Args;
 use engine::{Engine, EngineConfig};
+use hub::notify::{Dispatcher, DispatcherConfig};
+use hub::{Hub, HubConfig};
 use ledger::{Command, FspName, Limits, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store as _;
-use tracing::{info, warn};
+use tracing::info;
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -21,6 +22,10 @@ pub struct ServeArgs {
     /// kasi process may serve a directory at a time.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
+
+    /// Address of the DFSP-facing FSPIOP API (Mojaloop ml-api-adapter's port).
+    #[arg(long, env = "KASI_API_LISTEN", default_value = "127.0.0.1:3000")]
+    api_listen: SocketAddr,
 
     /// Address of the operator-facing admin API (Mojaloop central-ledger's port).
     #[arg(long, env = "KASI_ADMIN_LISTEN", default_value = "127.0.0.1:3001")]
@@ -30,20 +35,19 @@ pub struct ServeArgs {
     /// and the FSPIOP-Source of callbacks the hub originates.
     #[arg(long, env = "KASI_HUB_NAME", default_value = "Hub")]
     hub_name: String,
+
+    /// Seconds to keep delivering queued callbacks after a stop signal.
+    #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
+    shutdown_grace_s: u64,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let hub_name = FspName::new(&args.hub_name).with_context(|| {
-        format!(
-            "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
-            args.hub_name
-        )
+        format!("--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'", args.hub_name)
     })?;
-    let started = Instant::now();
     let mut store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
-    let (ledger, recovery) =
-        engine::recover(&mut store, Limits::default()).context("recovery failed")?;
+    let (ledger, recovery) = engine::recover(&mut store, Limits::default()).context("recovery failed")?;
     info!(
         store = %store.describe(),
         participants = recovery.participants,
@@ -56,27 +60,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let existing_hub = ledger.hub_name();
     if let Some(existing) = existing_hub {
         if existing != hub_name {
-            bail!(
-                "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
-                args.data_dir.display()
-            );
-        }
-    }
-    let config = EngineConfig {
-        on_expired: Some(Box::new(|expired| {
-            info!(count = expired.len(), "transfers expired")
-        })),
-        ..EngineConfig::default()
-    };
-    let engine = Engine::start(ledger, Box::new(store), config);
-    if existing_hub.is_none() {
-        match engine
-            .handle()
-            .execute(vec![Command::CreateHub { name: hub_name }])?
-            .as_slice()
-        {
-            [Outcome::Done] => info!(hub = %hub_name, "created the hub participant"),
-            other => bail!("could not create the hub participant: {other:?}"),
+            bail!("the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}", args.data_dir.display());
         }
     }
 
@@ -85,51 +69,88 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .thread_name("kasi-http")
         .build()
         .context("cannot start the async runtime")?;
-    let served = runtime.block_on(serve_http(args.admin_listen, started));
-    info!("stopping: committing queued work");
+
+    // Expired transfers come from the store thread once durable; a task turns
+    // them into 3303 callbacks.
+    let (expired_sender, mut expired) = tokio::sync::mpsc::unbounded_channel();
+    let config = EngineConfig {
+        on_expired: Some(Box::new(move |views| {
+            let _ = expired_sender.send(views);
+        })),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::start(ledger, Box::new(store), config);
+    if existing_hub.is_none() {
+        match engine.handle().execute(vec![Command::CreateHub { name: hub_name }])?.as_slice() {
+            [Outcome::Done] => info!(hub = %hub_name, "created the hub participant"),
+            other => bail!("could not create the hub participant: {other:?}"),
+        }
+    }
+
+    let grace = Duration::from_secs(args.shutdown_grace_s);
+    let served = runtime.block_on(async {
+        let dispatcher = Dispatcher::new(DispatcherConfig::default());
+        let mut hub_config = HubConfig::new(hub_name);
+        hub_config.admin_base_url = format!("http://{}", args.admin_listen);
+        let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
+        let expiry_hub = hub.clone();
+        let expiry_task = tokio::spawn(async move {
+            while let Some(views) = expired.recv().await {
+                info!(count = views.len(), "transfers expired");
+                expiry_hub.notify_expired(&views);
+            }
+        });
+        let result = serve_http(hub, args.api_listen, args.admin_listen).await;
+        info!("stopped accepting requests");
+        anyhow::Ok((result, dispatcher, expiry_task))
+    });
+    let (served, dispatcher, expiry_task) = served?;
+
+    info!("committing queued work");
     let stopped = engine.shutdown().map(drop);
+    runtime.block_on(async {
+        // The pipeline is stopped, so no expiry can follow; deliver what is queued.
+        let _ = expiry_task.await;
+        let started = Instant::now();
+        dispatcher.shutdown(grace).await;
+        info!(ms = started.elapsed().as_millis() as u64, "callbacks drained");
+    });
     served?;
     stopped.context("the ledger pipeline failed")?;
     info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_http(admin_listen: SocketAddr, started: Instant) -> anyhow::Result<()> {
-    let start_time = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let health = move || async move {
-        Json(serde_json::json!({
-            "status": "OK",
-            "uptime": started.elapsed().as_secs(),
-            "startTime": start_time,
-            "versionNumber": env!("CARGO_PKG_VERSION"),
-        }))
-    };
-    let admin = Router::new().route("/health", get(health));
-    let listener = tokio::net::TcpListener::bind(admin_listen)
+async fn serve_http(hub: Arc<Hub>, api_listen: SocketAddr, admin_listen: SocketAddr) -> anyhow::Result<()> {
+    let api = tokio::net::TcpListener::bind(api_listen)
+        .await
+        .with_context(|| format!("cannot listen on {api_listen} (--api-listen)"))?;
+    let admin = tokio::net::TcpListener::bind(admin_listen)
         .await
         .with_context(|| format!("cannot listen on {admin_listen} (--admin-listen)"))?;
-    info!(admin = %listener.local_addr()?, "serving");
-    axum::serve(listener, admin)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    // Listen for the stop signals before saying we serve, so a signal sent
+    // right after the log line is never the default (fatal) one.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let (stop_sender, stop) = tokio::sync::watch::channel(false);
+    let signal = tokio::spawn(async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => info!("SIGINT received"),
+            _ = terminate.recv() => info!("SIGTERM received"),
+        }
+        let _ = stop_sender.send(true);
+    });
+    info!(api = %api.local_addr()?, admin = %admin.local_addr()?, "serving");
+    let wait = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stop.wait_for(|stopped| *stopped).await;
+    };
+    let api_app = hub::api_app(hub.clone());
+    let admin_app = hub::admin_app(hub);
+    let api_server = axum::serve(api, api_app).with_graceful_shutdown(wait(stop.clone()));
+    let admin_server = axum::serve(admin, admin_app).with_graceful_shutdown(wait(stop));
+    let (api_result, admin_result) = tokio::join!(api_server, admin_server);
+    signal.abort();
+    api_result.context("FSPIOP API server failed")?;
+    admin_result.context("admin API server failed")?;
     Ok(())
-}
-
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
-            Err(error) => {
-                warn!(%error, "cannot listen for SIGTERM; stop with SIGINT");
-                let _ = interrupt.await;
-                return;
-            }
-        };
-    tokio::select! {
-        _ = interrupt => info!("SIGINT received"),
-        _ = terminate.recv() => info!("SIGTERM received"),
-    }
 }

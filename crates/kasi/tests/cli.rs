@@ -17,6 +17,7 @@ fn kasi() -> Command {
         .env_remove("KASI_LOG")
         .env_remove("KASI_DATA_DIR")
         .env_remove("KASI_ADMIN_LISTEN")
+        .env_remove("KASI_API_LISTEN")
         .env_remove("KASI_HUB_NAME");
     command
 }
@@ -28,7 +29,7 @@ fn serve(
     extra: &[&str],
 ) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
     let mut child = kasi()
-        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(extra)
         .stderr(Stdio::piped())
@@ -112,7 +113,7 @@ fn serve_answers_health_stops_on_sigterm_and_restarts_on_the_same_state() {
 
     // A different hub name for the same data is refused with a reason.
     let output = kasi()
-        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -125,7 +126,7 @@ fn a_second_hub_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, _, _stderr) = serve(dir.path(), &[]);
     let output = kasi()
-        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -141,6 +142,7 @@ fn configuration_comes_from_the_environment_too() {
         .arg("serve")
         .env("KASI_DATA_DIR", dir.path())
         .env("KASI_ADMIN_LISTEN", "127.0.0.1:0")
+        .env("KASI_API_LISTEN", "127.0.0.1:0")
         .env("KASI_HUB_NAME", "EnvHub")
         .stderr(Stdio::piped())
         .spawn()
@@ -335,7 +337,7 @@ fn audit_finds_a_tampered_balance_and_serve_refuses_the_store() {
     assert!(report.contains("USD accounts sum to"), "{report}");
 
     let serve = kasi()
-        .args(["serve", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data_dir)
         .output()
         .unwrap();

@@ -1,0 +1,522 @@
+//! The operator's admin API, with Mojaloop central-ledger's paths and JSON
+//! shapes, so that existing onboarding collections work unchanged.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use ledger::{
+    AccountId, AccountKind, AccountRow, Amount, Command, Currency, ErrorCode, FspName, Funds, FundsFinish, FundsMemo,
+    Outcome, ParticipantView, RequestHash, TransferId,
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use crate::{format_time, Hub, HubError};
+
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/participants", get(list_participants).post(create_participant))
+        .route("/participants/limits", get(all_limits))
+        .route("/participants/:name", get(get_participant).put(set_participant_active))
+        .route("/participants/:name/accounts", get(list_accounts).post(create_hub_account))
+        .route("/participants/:name/accounts/:id", put(set_account_active).post(record_funds))
+        .route("/participants/:name/accounts/:id/transfers/:transfer_id", put(finish_funds_out))
+        .route("/participants/:name/initialPositionAndLimits", post(initial_position_and_limits))
+        .route("/participants/:name/limits", get(participant_limits).put(set_limits))
+        .route("/participants/:name/endpoints", get(list_endpoints).post(set_endpoint))
+        .route("/participants/:name/positions", get(positions))
+        .route("/settlementModels", get(list_settlement_models).post(create_settlement_model))
+        .route("/health", get(crate::health))
+        .with_state(hub)
+}
+
+/// Admin bodies are small; anything malformed is a 3101 naming what.
+fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, HubError> {
+    serde_json::from_slice(body).map_err(|error| {
+        HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("Malformed syntax - {error}"))
+    })
+}
+
+fn fsp_name(text: &str) -> Result<FspName, HubError> {
+    FspName::new(text).ok_or_else(|| {
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("'{text}' is not a participant name: 1-32 printable ASCII characters, no spaces or '/'"),
+        )
+    })
+}
+
+fn currency(text: &str) -> Result<Currency, HubError> {
+    Currency::parse(text)
+        .ok_or_else(|| HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, format!("'{text}' is not an ISO 4217 currency")))
+}
+
+/// Reads an amount the way central-ledger accepts it: a JSON number or a
+/// numeric string, exact (no floating point on the way).
+fn amount(raw: &RawValue, field: &str) -> Result<Amount, HubError> {
+    let text = raw.get().trim();
+    let text = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);
+    Amount::parse_lenient(text).map_err(|error| {
+        HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, format!("{field}: '{text}' is not a valid amount: {error}"))
+    })
+}
+
+/// An exact decimal as a JSON number.
+fn number(amount: Amount) -> Box<RawValue> {
+    RawValue::from_string(amount.to_string()).expect("a decimal is a JSON number")
+}
+
+fn created(body: Value) -> Response {
+    (StatusCode::CREATED, axum::Json(body)).into_response()
+}
+
+fn participant_json(hub: &Hub, view: &ParticipantView) -> Value {
+    let name = view.participant.name.as_str();
+    let link = format!("{}/participants/{name}", hub.config.admin_base_url);
+    json!({
+        "name": name,
+        "id": link,
+        "created": format_time(view.participant.created_at_ms),
+        "isActive": u8::from(view.participant.active),
+        "links": { "self": link },
+        "accounts": view.accounts.iter().map(|account| json!({
+            "id": account.id.0,
+            "ledgerAccountType": account.kind.as_str(),
+            "currency": account.currency.as_str(),
+            "isActive": u8::from(account.active),
+            "createdDate": format_time(account.created_at_ms),
+            "createdBy": "unknown",
+        })).collect::<Vec<_>>(),
+        "isProxy": 0,
+    })
+}
+
+/// Mojaloop's position value includes what reserved transfers hold; kasi
+/// keeps the hold apart (`heldValue`) and reports the sum as `value`.
+fn position_value(account: &AccountRow) -> Amount {
+    account.value.checked_add(account.reserved).unwrap_or(account.value)
+}
+
+async fn read_participants(hub: &Hub, name: Option<FspName>) -> Result<Vec<ParticipantView>, HubError> {
+    match hub.execute_one(Command::ReadParticipants { name }).await? {
+        Outcome::Participants(views) => Ok(views),
+        other => Err(HubError::from_outcome(other)),
+    }
+}
+
+async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubError> {
+    let name = fsp_name(name)?;
+    let mut views = read_participants(hub, Some(name)).await?;
+    views.pop().ok_or_else(|| HubError::new(ErrorCode::ID_NOT_FOUND, format!("participant '{name}' not found")))
+}
+
+/// Runs an admin command that answers `Done` or `AccountsCreated`.
+async fn apply(hub: &Hub, command: Command) -> Result<(), HubError> {
+    match hub.execute_one(command).await? {
+        Outcome::Done | Outcome::AccountsCreated(_) => Ok(()),
+        other => Err(HubError::from_outcome(other)),
+    }
+}
+
+async fn list_participants(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
+    let views = read_participants(&hub, None).await?;
+    let body: Vec<Value> = views.iter().map(|view| participant_json(&hub, view)).collect();
+    Ok(axum::Json(body).into_response())
+}
+
+async fn get_participant(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+    let view = read_participant(&hub, &name).await?;
+    Ok(axum::Json(participant_json(&hub, &view)).into_response())
+}
+
+#[derive(Deserialize)]
+struct NewParticipant {
+    name: String,
+    currency: String,
+}
+
+async fn create_participant(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
+    let request: NewParticipant = parse(&body)?;
+    let name = fsp_name(&request.name)?;
+    apply(&hub, Command::CreateParticipant { name, currency: currency(&request.currency)? }).await?;
+    let view = read_participant(&hub, name.as_str()).await?;
+    Ok(created(participant_json(&hub, &view)))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ActiveFlag {
+    is_active: Value,
+}
+
+fn active_flag(flag: &Value) -> Result<bool, HubError> {
+    match flag {
+        Value::Bool(active) => Ok(*active),
+        Value::Number(n) if n.as_u64() == Some(1) => Ok(true),
+        Value::Number(n) if n.as_u64() == Some(0) => Ok(false),
+        _ => Err(HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, "isActive must be true, false, 1 or 0")),
+    }
+}
+
+async fn set_participant_active(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: ActiveFlag = parse(&body)?;
+    let name = fsp_name(&name)?;
+    apply(&hub, Command::SetParticipantActive { name, active: active_flag(&request.is_active)? }).await?;
+    let view = read_participant(&hub, name.as_str()).await?;
+    Ok(axum::Json(participant_json(&hub, &view)).into_response())
+}
+
+#[derive(Deserialize)]
+struct NewHubAccount {
+    #[serde(rename = "type")]
+    kind: String,
+    currency: String,
+}
+
+async fn create_hub_account(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: NewHubAccount = parse(&body)?;
+    if name != hub.config.hub_name.as_str() {
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("accounts are created this way only for the hub ('{}')", hub.config.hub_name),
+        ));
+    }
+    let kind = AccountKind::parse(&request.kind).filter(|kind| kind.is_hub()).ok_or_else(|| {
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            "type must be HUB_MULTILATERAL_SETTLEMENT or HUB_RECONCILIATION",
+        )
+    })?;
+    apply(&hub, Command::CreateHubAccount { currency: currency(&request.currency)?, kind }).await?;
+    let view = read_participant(&hub, &name).await?;
+    Ok(created(participant_json(&hub, &view)))
+}
+
+async fn list_accounts(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+    let view = read_participant(&hub, &name).await?;
+    let accounts: Vec<Value> = view
+        .accounts
+        .iter()
+        .map(|account| {
+            json!({
+                "id": account.id.0,
+                "ledgerAccountType": account.kind.as_str(),
+                "currency": account.currency.as_str(),
+                "isActive": u8::from(account.active),
+                "value": number(position_value(account)),
+                "reservedValue": 0,
+                "heldValue": number(account.reserved),
+                "changedDate": format_time(account.created_at_ms),
+            })
+        })
+        .collect();
+    Ok(axum::Json(accounts).into_response())
+}
+
+fn account_id(text: &str) -> Result<AccountId, HubError> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|&id| id > 0)
+        .map(AccountId)
+        .ok_or_else(|| HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("'{text}' is not an account id")))
+}
+
+async fn set_account_active(
+    State(hub): State<Arc<Hub>>,
+    Path((name, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: ActiveFlag = parse(&body)?;
+    let command =
+        Command::SetAccountActive { name: fsp_name(&name)?, account: account_id(&id)?, active: active_flag(&request.is_active)? };
+    apply(&hub, command).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+#[derive(Deserialize)]
+struct MoneyJson {
+    amount: Box<RawValue>,
+    currency: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FundsRequest {
+    transfer_id: String,
+    #[serde(default)]
+    external_reference: String,
+    action: String,
+    #[serde(default)]
+    reason: String,
+    amount: MoneyJson,
+}
+
+fn transfer_id(text: &str) -> Result<TransferId, HubError> {
+    TransferId::parse(text)
+        .ok_or_else(|| HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("transferId '{text}' is not a UUID")))
+}
+
+/// Funds in/out are answered 202 as in central-ledger, but only once durable;
+/// a refusal is answered with its error at once rather than dropped.
+async fn record_funds(
+    State(hub): State<Arc<Hub>>,
+    Path((name, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: FundsRequest = parse(&body)?;
+    let funds = Funds {
+        transfer_id: transfer_id(&request.transfer_id)?,
+        participant: fsp_name(&name)?,
+        account: account_id(&id)?,
+        amount: amount(&request.amount.amount, "amount.amount")?,
+        currency: currency(&request.amount.currency)?,
+        memo: FundsMemo { external_reference: request.external_reference, reason: request.reason },
+        request_hash: RequestHash::of(&body),
+    };
+    let command = match request.action.as_str() {
+        "recordFundsIn" => Command::FundsIn(funds),
+        "recordFundsOutPrepareReserve" => Command::FundsOutReserve(funds),
+        other => {
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("action '{other}' is not recordFundsIn or recordFundsOutPrepareReserve"),
+            ))
+        }
+    };
+    funds_outcome(hub.execute_one(command).await?)
+}
+
+fn funds_outcome(outcome: Outcome) -> Result<Response, HubError> {
+    match outcome {
+        Outcome::Transfer(_) | Outcome::Duplicate(_) => Ok(StatusCode::ACCEPTED.into_response()),
+        other => Err(HubError::from_outcome(other)),
+    }
+}
+
+#[derive(Deserialize)]
+struct FundsFinishRequest {
+    action: String,
+}
+
+async fn finish_funds_out(
+    State(hub): State<Arc<Hub>>,
+    Path((name, id, transfer)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: FundsFinishRequest = parse(&body)?;
+    let finish = FundsFinish {
+        transfer_id: transfer_id(&transfer)?,
+        participant: fsp_name(&name)?,
+        account: account_id(&id)?,
+        request_hash: RequestHash::of(&body),
+    };
+    let command = match request.action.as_str() {
+        "recordFundsOutCommit" => Command::FundsOutCommit(finish),
+        "recordFundsOutAbort" => Command::FundsOutAbort(finish),
+        other => {
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("action '{other}' is not recordFundsOutCommit or recordFundsOutAbort"),
+            ))
+        }
+    };
+    funds_outcome(hub.execute_one(command).await?)
+}
+
+#[derive(Deserialize)]
+struct LimitJson {
+    #[serde(rename = "type")]
+    kind: String,
+    value: Box<RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitialPositionAndLimits {
+    currency: String,
+    limit: LimitJson,
+    #[serde(default)]
+    initial_position: Option<Box<RawValue>>,
+}
+
+fn net_debit_cap(limit: &LimitJson) -> Result<Amount, HubError> {
+    if limit.kind != "NET_DEBIT_CAP" {
+        return Err(HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, "limit.type must be NET_DEBIT_CAP"));
+    }
+    amount(&limit.value, "limit.value")
+}
+
+async fn initial_position_and_limits(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let request: InitialPositionAndLimits = parse(&body)?;
+    if let Some(initial) = &request.initial_position {
+        if amount(initial, "initialPosition")? != Amount::ZERO {
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                "initialPosition must be 0: positions move only by transfers and settlement",
+            ));
+        }
+    }
+    let command = Command::InitNetDebitCap {
+        name: fsp_name(&name)?,
+        currency: currency(&request.currency)?,
+        net_debit_cap: net_debit_cap(&request.limit)?,
+    };
+    apply(&hub, command).await?;
+    Ok(StatusCode::CREATED.into_response())
+}
+
+#[derive(Deserialize)]
+struct SetLimits {
+    currency: String,
+    limit: LimitJson,
+}
+
+async fn set_limits(State(hub): State<Arc<Hub>>, Path(name): Path<String>, body: Bytes) -> Result<Response, HubError> {
+    let request: SetLimits = parse(&body)?;
+    let cap = net_debit_cap(&request.limit)?;
+    let command = Command::SetNetDebitCap { name: fsp_name(&name)?, currency: currency(&request.currency)?, net_debit_cap: cap };
+    apply(&hub, command).await?;
+    Ok(axum::Json(json!({
+        "currency": request.currency,
+        "limit": { "type": "NET_DEBIT_CAP", "value": number(cap), "alarmPercentage": 10 },
+    }))
+    .into_response())
+}
+
+fn limits_of(view: &ParticipantView, currency: Option<&str>, with_name: bool) -> Vec<Value> {
+    view.accounts
+        .iter()
+        .filter(|account| account.kind == AccountKind::Position)
+        .filter(|account| currency.is_none_or(|c| c == account.currency.as_str()))
+        .filter_map(|account| {
+            let cap = account.net_debit_cap?;
+            let mut limit = json!({
+                "currency": account.currency.as_str(),
+                "limit": { "type": "NET_DEBIT_CAP", "value": number(cap), "alarmPercentage": 10 },
+            });
+            if with_name {
+                limit["name"] = json!(view.participant.name.as_str());
+            }
+            Some(limit)
+        })
+        .collect()
+}
+
+async fn participant_limits(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, HubError> {
+    let view = read_participant(&hub, &name).await?;
+    Ok(axum::Json(limits_of(&view, query.get("currency").map(String::as_str), false)).into_response())
+}
+
+async fn all_limits(
+    State(hub): State<Arc<Hub>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, HubError> {
+    let views = read_participants(&hub, None).await?;
+    let currency = query.get("currency").map(String::as_str);
+    let limits: Vec<Value> = views.iter().flat_map(|view| limits_of(view, currency, true)).collect();
+    Ok(axum::Json(limits).into_response())
+}
+
+#[derive(Deserialize)]
+struct NewEndpoint {
+    #[serde(rename = "type")]
+    kind: String,
+    value: String,
+}
+
+async fn set_endpoint(State(hub): State<Arc<Hub>>, Path(name): Path<String>, body: Bytes) -> Result<Response, HubError> {
+    let request: NewEndpoint = parse(&body)?;
+    crate::endpoints::check_endpoint(&request.kind, &request.value)?;
+    let name = fsp_name(&name)?;
+    apply(&hub, Command::SetEndpoint { name, endpoint_type: request.kind.clone(), value: request.value.clone() }).await?;
+    hub.endpoints.set(name, &request.kind, &request.value);
+    Ok(StatusCode::CREATED.into_response())
+}
+
+async fn list_endpoints(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+    let view = read_participant(&hub, &name).await?;
+    let endpoints: Vec<Value> =
+        view.endpoints.iter().map(|e| json!({ "type": e.endpoint_type, "value": e.value })).collect();
+    Ok(axum::Json(endpoints).into_response())
+}
+
+async fn positions(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, HubError> {
+    let view = read_participant(&hub, &name).await?;
+    let position = |account: &AccountRow| {
+        json!({
+            "currency": account.currency.as_str(),
+            "value": number(position_value(account)),
+            "changedDate": format_time(hub.now_ms()),
+        })
+    };
+    let accounts = view.accounts.iter().filter(|account| account.kind == AccountKind::Position);
+    match query.get("currency") {
+        Some(wanted) => {
+            let account = accounts.into_iter().find(|account| account.currency.as_str() == wanted).ok_or_else(|| {
+                HubError::new(ErrorCode::ID_NOT_FOUND, format!("participant '{name}' has no {wanted} position"))
+            })?;
+            Ok(axum::Json(position(account)).into_response())
+        }
+        None => Ok(axum::Json(accounts.map(position).collect::<Vec<_>>()).into_response()),
+    }
+}
+
+#[derive(Deserialize)]
+struct NewSettlementModel {
+    name: String,
+}
+
+async fn create_settlement_model(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
+    let request: NewSettlementModel = parse(&body)?;
+    let definition: Value = parse(&body)?;
+    let command = Command::CreateSettlementModel { name: request.name, definition: definition.to_string() };
+    apply(&hub, command).await?;
+    Ok(StatusCode::CREATED.into_response())
+}
+
+async fn list_settlement_models(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
+    let models = match hub.execute_one(Command::ReadSettlementModels).await? {
+        Outcome::SettlementModels(models) => models,
+        other => return Err(HubError::from_outcome(other)),
+    };
+    let body: Vec<Value> = models
+        .iter()
+        .map(|model| {
+            let mut value: Value = serde_json::from_str(&model.definition).unwrap_or_else(|_| json!({}));
+            if let Value::Object(map) = &mut value {
+                map.insert("settlementModelId".into(), json!(model.id));
+                map.insert("name".into(), json!(model.name));
+                map.entry("isActive").or_insert(json!(1));
+            }
+            value
+        })
+        .collect();
+    Ok(axum::Json(body).into_response())
+}

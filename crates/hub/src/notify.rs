@@ -1,0 +1,1288 @@
+//! The callback dispatcher: sends FSPIOP callbacks (`PUT`/`POST`/`PATCH` with
+//! a body) to the URLs the DFSPs registered.
+//!
+//! Mojaloop's notification handler froze for more than 15 s whenever one
+//! DFSP's endpoint was unreachable, and every other DFSP's callbacks waited
+//! behind it (seed 000). Here each destination (DFSP) has its own bounded
+//! queue and its own workers, at most
+//! [`DispatcherConfig::max_in_flight_per_destination`] of them, so a dead or
+//! slow endpoint only ever holds up its own callbacks.
+//!
+//! - [`Dispatcher::send`] never blocks and never awaits: it checks the URL,
+//!   appends to the destination's queue and, if that destination has fewer
+//!   workers than its concurrency limit, spawns one. It can be called from any
+//!   thread, inside or outside the runtime.
+//! - Workers take callbacks in FIFO order, so callbacks to one destination are
+//!   started in the order they were sent (with more than one worker they can
+//!   complete out of order). A worker exits when its queue is empty, so an idle
+//!   destination holds no task.
+//! - All destinations share one hyper-util client with a pool of keep-alive
+//!   HTTP/1.1 connections. Only `http://` URLs are accepted; any other URL is
+//!   a permanent failure, counted and never retried.
+//! - Each attempt has a connect timeout and a whole-request timeout. Transport
+//!   errors and timeouts are retried with exponential backoff and jitter, as
+//!   the DFSP may never have seen the request. Any HTTP answer is final: 2xx
+//!   counts `sent_ok`, anything else `http_error`.
+//! - Nothing on the per-callback path logs above `debug`, and no body is ever
+//!   formatted or logged. Warnings (queue full, gave up, non-2xx answer) are
+//!   limited to one per destination and kind per second, and carry the totals.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TE, TRANSFER_ENCODING, UPGRADE};
+use http::uri::Scheme;
+use http::{HeaderMap, Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// Idle keep-alive connections are closed after this long.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// No retry waits longer than this, whatever the base and attempt number.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A response body is read (and thrown away) so that its connection can go
+/// back to the pool; a body larger than this is abandoned with its connection.
+const MAX_DRAINED_RESPONSE_BYTES: usize = 64 * 1024;
+/// At most one warning of each kind per destination per this many ms.
+const WARN_INTERVAL_MS: u64 = 1_000;
+
+/// One callback to deliver.
+#[derive(Clone)]
+pub struct Callback {
+    /// The DFSP the callback is for: the key of its queue and its statistics.
+    pub destination: String,
+    pub method: Method,
+    /// Absolute `http://` URL.
+    pub url: String,
+    /// Sent as given, except the framing and hop-by-hop headers (`Host`,
+    /// `Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`, `TE`,
+    /// `Upgrade`), which the client sets itself from the URL and the body.
+    pub headers: HeaderMap,
+    /// Sent byte for byte.
+    pub body: Bytes,
+}
+
+impl fmt::Debug for Callback {
+    /// Never shows the body, only its length.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Callback")
+            .field("destination", &self.destination)
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &self.headers.len())
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+/// Limits and timeouts of a [`Dispatcher`].
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Concurrent requests (and workers) per destination. 0 is taken as 1.
+    pub max_in_flight_per_destination: usize,
+    /// Callbacks waiting per destination, not counting those in flight;
+    /// beyond this, [`Dispatcher::send`] drops the callback.
+    pub max_queue_per_destination: usize,
+    /// TCP connect timeout of one attempt (DNS resolution is not included;
+    /// `request_timeout` bounds it).
+    pub connect_timeout: Duration,
+    /// Whole attempt: resolve, connect, send, and receive the response head.
+    pub request_timeout: Duration,
+    /// Attempts per callback, the first included. 0 is taken as 1.
+    pub max_attempts: u32,
+    /// The wait before retry n (n = 0, 1, …) is `backoff_base * 2^n`, scaled
+    /// by a jitter factor in [0.5, 1.5], and at most 30 s.
+    pub backoff_base: Duration,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        DispatcherConfig {
+            max_in_flight_per_destination: 8,
+            max_queue_per_destination: 10_000,
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Counters of one destination, as returned by [`Dispatcher::stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DestinationStats {
+    pub destination: String,
+    /// Answered with a 2xx status.
+    pub sent_ok: u64,
+    /// Given up: attempts exhausted, URL not usable (not `http://`), or still
+    /// undelivered when [`Dispatcher::shutdown`]'s deadline passed.
+    pub failed: u64,
+    /// Retries made (a callback tried three times counts two).
+    pub retried: u64,
+    /// Refused by `send`: queue full, or sent after shutdown began.
+    pub dropped: u64,
+    /// Answered with a status other than 2xx (final, not retried).
+    pub http_error: u64,
+    /// Taken by a worker and not finished (includes waiting for a retry).
+    pub in_flight: usize,
+    /// Waiting in the queue.
+    pub queued: usize,
+    /// Time from the start of the answered attempt to the response head, over
+    /// every answered callback (2xx or not): sum, count and maximum, in µs.
+    pub latency_sum_us: u64,
+    pub latency_count: u64,
+    pub latency_max_us: u64,
+}
+
+/// Sends callbacks through per-destination queues. Cheap to clone: clones
+/// share the queues, the connection pool and the counters.
+#[derive(Clone)]
+pub struct Dispatcher {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    config: DispatcherConfig,
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// Where workers are spawned; captured by `new` so that `send` works from
+    /// any thread.
+    runtime: tokio::runtime::Handle,
+    destinations: RwLock<HashMap<String, Arc<Destination>>>,
+    /// False once shutdown has begun.
+    accepting: AtomicBool,
+    /// True once shutdown's deadline has passed: workers stop at once.
+    abort: watch::Sender<bool>,
+    /// Callbacks accepted and not finished (queued or in flight), all
+    /// destinations together.
+    pending: AtomicUsize,
+    /// Worker tasks alive, all destinations together.
+    workers: AtomicUsize,
+    /// Notified when `pending` or `workers` drops to zero.
+    changed: Notify,
+    /// State of the jitter generator.
+    jitter: AtomicU64,
+    /// Origin of the warning rate limiter's clock.
+    epoch: Instant,
+}
+
+/// A queued callback, its URL already checked.
+struct Job {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+struct Destination {
+    name: String,
+    state: Mutex<QueueState>,
+    sent_ok: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    dropped: AtomicU64,
+    http_error: AtomicU64,
+    latency_sum_us: AtomicU64,
+    latency_count: AtomicU64,
+    latency_max_us: AtomicU64,
+    warn_dropped: WarnLimiter,
+    warn_failed: WarnLimiter,
+    warn_http_error: WarnLimiter,
+}
+
+#[derive(Default)]
+struct QueueState {
+    queue: VecDeque<Job>,
+    workers: usize,
+    in_flight: usize,
+}
+
+/// Lets a warning through at most once per `WARN_INTERVAL_MS`.
+#[derive(Default)]
+struct WarnLimiter {
+    next_ms: AtomicU64,
+}
+
+impl WarnLimiter {
+    fn allow(&self, now_ms: u64) -> bool {
+        let next = self.next_ms.load(Ordering::Relaxed);
+        now_ms >= next
+            && self
+                .next_ms
+                .compare_exchange(
+                    next,
+                    now_ms + WARN_INTERVAL_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+    }
+}
+
+impl Destination {
+    fn new(name: &str) -> Destination {
+        Destination {
+            name: name.to_owned(),
+            state: Mutex::default(),
+            sent_ok: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            http_error: AtomicU64::new(0),
+            latency_sum_us: AtomicU64::new(0),
+            latency_count: AtomicU64::new(0),
+            latency_max_us: AtomicU64::new(0),
+            warn_dropped: WarnLimiter::default(),
+            warn_failed: WarnLimiter::default(),
+            warn_http_error: WarnLimiter::default(),
+        }
+    }
+
+    /// The queue state. Never held across an await; a panic while holding it
+    /// cannot leave it inconsistent, so poisoning is ignored.
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record_latency(&self, latency: Duration) {
+        let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> DestinationStats {
+        let (in_flight, queued) = {
+            let state = self.lock();
+            (state.in_flight, state.queue.len())
+        };
+        DestinationStats {
+            destination: self.name.clone(),
+            sent_ok: self.sent_ok.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            http_error: self.http_error.load(Ordering::Relaxed),
+            in_flight,
+            queued,
+            latency_sum_us: self.latency_sum_us.load(Ordering::Relaxed),
+            latency_count: self.latency_count.load(Ordering::Relaxed),
+            latency_max_us: self.latency_max_us.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Why `send` refused a callback.
+enum Refused {
+    QueueFull,
+    ShuttingDown,
+}
+
+impl Dispatcher {
+    /// Builds the dispatcher and its connection pool.
+    ///
+    /// # Panics
+    ///
+    /// If called outside a tokio runtime: workers are spawned on the runtime
+    /// that was current here.
+    pub fn new(config: DispatcherConfig) -> Dispatcher {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        let (abort, _) = watch::channel(false);
+        let epoch = Instant::now();
+        Dispatcher {
+            inner: Arc::new(Inner {
+                config,
+                client,
+                runtime: tokio::runtime::Handle::current(),
+                destinations: RwLock::default(),
+                accepting: AtomicBool::new(true),
+                abort,
+                pending: AtomicUsize::new(0),
+                workers: AtomicUsize::new(0),
+                changed: Notify::new(),
+                jitter: AtomicU64::new(0x5DEE_CE66_D1CE_5EED),
+                epoch,
+            }),
+        }
+    }
+
+    /// Queues a callback and returns at once; never blocks, never awaits.
+    ///
+    /// The callback is dropped (counted in `dropped`) if its destination's
+    /// queue is full or shutdown has begun, and failed at once (counted in
+    /// `failed`) if its URL is not an absolute `http://` URL.
+    pub fn send(&self, callback: Callback) {
+        let inner = &self.inner;
+        let destination = inner.destination(&callback.destination);
+        let uri = match parse_http_url(&callback.url) {
+            Ok(uri) => uri,
+            Err(reason) => {
+                let total = destination.failed.fetch_add(1, Ordering::Relaxed) + 1;
+                if destination.warn_failed.allow(inner.now_ms()) {
+                    warn!(
+                        destination = %destination.name,
+                        url = %callback.url,
+                        reason,
+                        failed_total = total,
+                        "callback not sent: unusable URL"
+                    );
+                }
+                return;
+            }
+        };
+        let Callback {
+            method,
+            mut headers,
+            body,
+            ..
+        } = callback;
+        strip_connection_headers(&mut headers);
+        let job = Job {
+            method,
+            uri,
+            headers,
+            body,
+        };
+
+        let max_workers = inner.config.max_in_flight_per_destination.max(1);
+        let outcome = {
+            let mut state = destination.lock();
+            // Checked under the queue lock: shutdown clears the queues under
+            // the same lock after clearing `accepting`, so nothing slips in.
+            if !inner.accepting.load(Ordering::SeqCst) {
+                Err(Refused::ShuttingDown)
+            } else if state.queue.len() >= inner.config.max_queue_per_destination {
+                Err(Refused::QueueFull)
+            } else {
+                state.queue.push_back(job);
+                inner.pending.fetch_add(1, Ordering::SeqCst);
+                let spawn = state.workers < max_workers;
+                if spawn {
+                    state.workers += 1;
+                    inner.workers.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(spawn)
+            }
+        };
+        match outcome {
+            Ok(true) => {
+                inner
+                    .runtime
+                    .spawn(run_worker(Arc::clone(inner), destination));
+            }
+            Ok(false) => {}
+            Err(refused) => {
+                let total = destination.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if destination.warn_dropped.allow(inner.now_ms()) {
+                    let reason = match refused {
+                        Refused::QueueFull => "queue full",
+                        Refused::ShuttingDown => "shutting down",
+                    };
+                    warn!(
+                        destination = %destination.name,
+                        reason,
+                        dropped_total = total,
+                        "callback dropped"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The counters of every destination seen so far, sorted by name.
+    pub fn stats(&self) -> Vec<DestinationStats> {
+        let destinations: Vec<Arc<Destination>> = self
+            .inner
+            .destinations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut stats: Vec<DestinationStats> = destinations.iter().map(|d| d.stats()).collect();
+        stats.sort_by(|a, b| a.destination.cmp(&b.destination));
+        stats
+    }
+
+    /// Stops accepting callbacks (later `send`s count as `dropped`), keeps
+    /// delivering, retries included, until nothing is left or `deadline` has
+    /// passed, then abandons whatever is left (counted as `failed`) and returns
+    /// once every worker has stopped. Calling it again is harmless.
+    pub async fn shutdown(&self, deadline: Duration) {
+        let inner = &self.inner;
+        inner.accepting.store(false, Ordering::SeqCst);
+        let drained = tokio::time::timeout(
+            deadline,
+            inner.wait_until(|| inner.pending.load(Ordering::SeqCst) == 0),
+        )
+        .await
+        .is_ok();
+        if !drained {
+            let left = inner.pending.load(Ordering::SeqCst);
+            warn!(
+                callbacks = left,
+                "callback dispatcher: shutdown deadline passed, abandoning undelivered callbacks"
+            );
+        }
+        inner.abort.send_replace(true);
+        let destinations: Vec<Arc<Destination>> = inner
+            .destinations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for destination in destinations {
+            let abandoned = std::mem::take(&mut destination.lock().queue).len();
+            if abandoned > 0 {
+                destination
+                    .failed
+                    .fetch_add(abandoned as u64, Ordering::Relaxed);
+                inner.finish(abandoned);
+            }
+        }
+        // Workers see `abort` at once and cancel what they are sending.
+        inner
+            .wait_until(|| inner.workers.load(Ordering::SeqCst) == 0)
+            .await;
+    }
+}
+
+impl Inner {
+    fn destination(&self, name: &str) -> Arc<Destination> {
+        if let Some(destination) = self
+            .destinations
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+        {
+            return Arc::clone(destination);
+        }
+        let mut destinations = self.destinations.write().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            destinations
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(Destination::new(name))),
+        )
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// `count` callbacks are finished, whatever their outcome.
+    fn finish(&self, count: usize) {
+        if self.pending.fetch_sub(count, Ordering::SeqCst) == count {
+            self.changed.notify_waiters();
+        }
+    }
+
+    async fn wait_until(&self, condition: impl Fn() -> bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if condition() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// A cheap pseudo-random number for jitter (splitmix64 over a counter).
+    fn next_random(&self) -> u64 {
+        splitmix64(
+            self.jitter
+                .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed),
+        )
+    }
+}
+
+/// Takes callbacks from one destination's queue until it is empty.
+async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
+    let mut abort = inner.abort.subscribe();
+    loop {
+        let job = {
+            let mut state = destination.lock();
+            match state.queue.pop_front() {
+                Some(job) => {
+                    state.in_flight += 1;
+                    job
+                }
+                None => {
+                    state.workers -= 1;
+                    break;
+                }
+            }
+        };
+        let aborted = if *abort.borrow() {
+            true
+        } else {
+            tokio::select! {
+                biased;
+                _ = abort.wait_for(|abort| *abort) => true,
+                () = deliver(&inner, &destination, &job) => false,
+            }
+        };
+        if aborted {
+            destination.failed.fetch_add(1, Ordering::Relaxed);
+            debug!(destination = %destination.name, url = %job.uri, "callback abandoned at shutdown");
+        }
+        destination.lock().in_flight -= 1;
+        inner.finish(1);
+    }
+    if inner.workers.fetch_sub(1, Ordering::SeqCst) == 1 {
+        inner.changed.notify_waiters();
+    }
+}
+
+/// Delivers one callback: attempts, retries, counters, warnings.
+async fn deliver(inner: &Inner, destination: &Destination, job: &Job) {
+    let config = &inner.config;
+    let max_attempts = config.max_attempts.max(1);
+    let mut attempt: u32 = 1;
+    loop {
+        let mut request = Request::new(Full::new(job.body.clone()));
+        *request.method_mut() = job.method.clone();
+        *request.uri_mut() = job.uri.clone();
+        *request.headers_mut() = job.headers.clone();
+
+        let started = Instant::now();
+        let deadline = started + config.request_timeout;
+        let error = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
+            Ok(Ok(response)) => {
+                destination.record_latency(started.elapsed());
+                let status = response.status();
+                if status.is_success() {
+                    destination.sent_ok.fetch_add(1, Ordering::Relaxed);
+                    debug!(destination = %destination.name, url = %job.uri, %status, attempt, "callback delivered");
+                } else {
+                    let total = destination.http_error.fetch_add(1, Ordering::Relaxed) + 1;
+                    if destination.warn_http_error.allow(inner.now_ms()) {
+                        warn!(
+                            destination = %destination.name,
+                            url = %job.uri,
+                            %status,
+                            http_error_total = total,
+                            "callback answered with an error status"
+                        );
+                    } else {
+                        debug!(destination = %destination.name, url = %job.uri, %status, "callback answered with an error status");
+                    }
+                }
+                // Read the (normally empty) body so the connection can be
+                // reused; the answer is already counted either way.
+                let _ = tokio::time::timeout_at(deadline, drain(response.into_body())).await;
+                return;
+            }
+            Ok(Err(error)) => ErrorChain(&error).to_string(),
+            Err(_) => format!("no response within {:?}", config.request_timeout),
+        };
+
+        if attempt >= max_attempts {
+            let total = destination.failed.fetch_add(1, Ordering::Relaxed) + 1;
+            if destination.warn_failed.allow(inner.now_ms()) {
+                warn!(
+                    destination = %destination.name,
+                    url = %job.uri,
+                    attempts = attempt,
+                    %error,
+                    failed_total = total,
+                    "callback failed, giving up"
+                );
+            } else {
+                debug!(destination = %destination.name, url = %job.uri, attempts = attempt, %error, "callback failed, giving up");
+            }
+            return;
+        }
+        destination.retried.fetch_add(1, Ordering::Relaxed);
+        let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        debug!(destination = %destination.name, url = %job.uri, attempt, %error, ?delay, "callback attempt failed, will retry");
+        tokio::time::sleep(delay).await;
+        attempt += 1;
+    }
+}
+
+/// Reads and discards a response body, up to a limit.
+async fn drain(mut body: Incoming) {
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return };
+        if let Some(data) = frame.data_ref() {
+            seen += data.len();
+            if seen > MAX_DRAINED_RESPONSE_BYTES {
+                return;
+            }
+        }
+    }
+}
+
+/// The wait before retry `retry` (0 for the first): `base * 2^retry`, capped
+/// at `MAX_BACKOFF`, then scaled by a factor in [0.5, 1.5] drawn from `random`.
+fn backoff(base: Duration, retry: u32, random: u64) -> Duration {
+    let exponential = base.saturating_mul(1u32 << retry.min(20)).min(MAX_BACKOFF);
+    let nanos = u64::try_from(exponential.as_nanos()).unwrap_or(u64::MAX);
+    // random / 2^64 in [0, 1), times `exponential`, without overflow.
+    let jitter = ((u128::from(nanos) * u128::from(random)) >> 64) as u64;
+    Duration::from_nanos(nanos / 2 + jitter)
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Accepts an absolute `http://` URL with a host.
+fn parse_http_url(url: &str) -> Result<Uri, &'static str> {
+    let uri: Uri = url.parse().map_err(|_| "not a valid URL")?;
+    match uri.scheme() {
+        Some(scheme) if *scheme == Scheme::HTTP => {}
+        Some(scheme) if *scheme == Scheme::HTTPS => return Err("https is not supported yet"),
+        Some(_) => return Err("scheme is not http"),
+        None => return Err("not an absolute URL"),
+    }
+    match uri.host() {
+        Some(host) if !host.is_empty() => Ok(uri),
+        _ => Err("no host"),
+    }
+}
+
+/// Removes the headers that describe the connection or the framing rather
+/// than the callback; the client writes its own from the URL and the body.
+fn strip_connection_headers(headers: &mut HeaderMap) {
+    for name in [
+        HOST,
+        CONTENT_LENGTH,
+        TRANSFER_ENCODING,
+        CONNECTION,
+        TE,
+        UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+    headers.remove("keep-alive");
+}
+
+/// Formats an error with its chain of causes, `a: b: c`.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(error) = source {
+            write!(f, ": {error}")?;
+            source = error.source();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+    use std::net::SocketAddr;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::mpsc;
+
+    /// A request as a stub server saw it.
+    #[derive(Debug)]
+    struct Received {
+        method: String,
+        target: String,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    }
+
+    impl Received {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    enum Behaviour {
+        /// Answers every request with this status and an empty body.
+        Answer(u16),
+        /// Closes the first connection as soon as it is accepted, then
+        /// answers 200.
+        DropFirstConnection,
+        /// Reads requests and never answers.
+        Hang,
+    }
+
+    struct Stub {
+        addr: SocketAddr,
+        requests: mpsc::UnboundedReceiver<Received>,
+        connections: Arc<AtomicUsize>,
+    }
+
+    impl Stub {
+        fn url(&self, path: &str) -> String {
+            format!("http://{}{}", self.addr, path)
+        }
+
+        /// The next request, or a panic after `within`.
+        async fn next(&mut self, within: Duration) -> Received {
+            tokio::time::timeout(within, self.requests.recv())
+                .await
+                .expect("no request arrived in time")
+                .expect("stub server stopped")
+        }
+
+        /// Requests received and not yet taken.
+        fn count_received(&mut self) -> usize {
+            let mut n = 0;
+            while self.requests.try_recv().is_ok() {
+                n += 1;
+            }
+            n
+        }
+    }
+
+    /// A minimal HTTP/1.1 server on an ephemeral 127.0.0.1 port (keep-alive,
+    /// `Content-Length` bodies only: all the dispatcher sends).
+    async fn stub(behaviour: Behaviour) -> Stub {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, requests) = mpsc::unbounded_channel();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::clone(&connections);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let n = accepted.fetch_add(1, Ordering::SeqCst);
+                if n == 0 && matches!(behaviour, Behaviour::DropFirstConnection) {
+                    drop(stream);
+                    continue;
+                }
+                tokio::spawn(serve_connection(stream, behaviour, tx.clone()));
+            }
+        });
+        Stub {
+            addr,
+            requests,
+            connections,
+        }
+    }
+
+    async fn serve_connection(
+        stream: TcpStream,
+        behaviour: Behaviour,
+        tx: mpsc::UnboundedSender<Received>,
+    ) {
+        let mut buffer = Vec::new();
+        while let Some(request) = read_request(&stream, &mut buffer).await {
+            let _ = tx.send(request);
+            let status = match behaviour {
+                Behaviour::Answer(status) => status,
+                Behaviour::DropFirstConnection => 200,
+                Behaviour::Hang => std::future::pending().await,
+            };
+            let response = format!("HTTP/1.1 {status} Stub\r\ncontent-length: 0\r\n\r\n");
+            if write_all(&stream, response.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn read_more(stream: &TcpStream, buffer: &mut Vec<u8>) -> Option<()> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            stream.readable().await.ok()?;
+            match stream.try_read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => {
+                    buffer.extend_from_slice(&chunk[..n]);
+                    return Some(());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    async fn write_all(stream: &TcpStream, mut data: &[u8]) -> std::io::Result<()> {
+        while !data.is_empty() {
+            stream.writable().await?;
+            match stream.try_write(data) {
+                Ok(n) => data = &data[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_request(stream: &TcpStream, buffer: &mut Vec<u8>) -> Option<Received> {
+        let head_end = loop {
+            if let Some(i) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            read_more(stream, buffer).await?;
+        };
+        let head = String::from_utf8(buffer[..head_end].to_vec()).ok()?;
+        let mut lines = head.split("\r\n");
+        let mut request_line = lines.next()?.split(' ');
+        let method = request_line.next()?.to_owned();
+        let target = request_line.next()?.to_owned();
+        let headers: Vec<(String, String)> = lines
+            .filter(|line| !line.is_empty())
+            .filter_map(|line| line.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let length: usize = headers
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        while buffer.len() < head_end + length {
+            read_more(stream, buffer).await?;
+        }
+        let body = buffer[head_end..head_end + length].to_vec();
+        buffer.drain(..head_end + length);
+        Some(Received {
+            method,
+            target,
+            headers,
+            body,
+        })
+    }
+
+    /// A port nothing listens on (bound, then released).
+    async fn closed_port_url() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        format!("http://{addr}/transfers/1")
+    }
+
+    fn callback(destination: &str, url: String, body: &'static [u8]) -> Callback {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "content-type",
+            HeaderValue::from_static("application/vnd.interoperability.transfers+json;version=1.1"),
+        );
+        Callback {
+            destination: destination.to_owned(),
+            method: Method::PUT,
+            url,
+            headers,
+            body: Bytes::from_static(body),
+        }
+    }
+
+    fn stats_of(dispatcher: &Dispatcher, destination: &str) -> DestinationStats {
+        dispatcher
+            .stats()
+            .into_iter()
+            .find(|s| s.destination == destination)
+            .unwrap_or_else(|| panic!("no stats for {destination}"))
+    }
+
+    fn fast_config() -> DispatcherConfig {
+        DispatcherConfig {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_secs(2),
+            backoff_base: Duration::from_millis(10),
+            ..DispatcherConfig::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn delivers_method_path_headers_and_exact_body_in_order() {
+        let mut server = stub(Behaviour::Answer(200)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_in_flight_per_destination: 1,
+            ..fast_config()
+        });
+        let body: &'static [u8] =
+            b"{\"transferState\":\"COMMITTED\"}\x00\xff\r\n\r\nGET / HTTP/1.1";
+        let mut first = callback("payeefsp", server.url("/transfers/0a1b/error?x=1"), body);
+        first
+            .headers
+            .insert("fspiop-source", HeaderValue::from_static("switch"));
+        first
+            .headers
+            .insert("fspiop-destination", HeaderValue::from_static("payeefsp"));
+        first
+            .headers
+            .append("x-multi", HeaderValue::from_static("a"));
+        first
+            .headers
+            .append("x-multi", HeaderValue::from_static("b"));
+        // Framing headers from elsewhere must not reach the wire.
+        first
+            .headers
+            .insert("content-length", HeaderValue::from_static("999"));
+        first
+            .headers
+            .insert("host", HeaderValue::from_static("kasi.example"));
+        let mut second = callback("payeefsp", server.url("/quotes/7"), b"");
+        second.method = Method::PATCH;
+        let mut third = callback("payeefsp", server.url("/parties/MSISDN/1"), b"{}");
+        third.method = Method::POST;
+        dispatcher.send(first);
+        dispatcher.send(second);
+        dispatcher.send(third);
+
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.method, "PUT");
+        assert_eq!(got.target, "/transfers/0a1b/error?x=1");
+        assert_eq!(got.body, body);
+        assert_eq!(
+            got.header("content-length"),
+            Some(body.len().to_string().as_str())
+        );
+        assert_eq!(got.header("host"), Some(server.addr.to_string().as_str()));
+        assert_eq!(
+            got.header("content-type"),
+            Some("application/vnd.interoperability.transfers+json;version=1.1")
+        );
+        assert_eq!(got.header("fspiop-source"), Some("switch"));
+        assert_eq!(got.header("fspiop-destination"), Some("payeefsp"));
+        let multi: Vec<&str> = got
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "x-multi")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(multi, ["a", "b"]);
+
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(
+            (got.method.as_str(), got.target.as_str()),
+            ("PATCH", "/quotes/7")
+        );
+        assert!(got.body.is_empty());
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(
+            (got.method.as_str(), got.target.as_str()),
+            ("POST", "/parties/MSISDN/1")
+        );
+        assert_eq!(got.body, b"{}");
+
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!(
+            (stats.sent_ok, stats.failed, stats.retried, stats.http_error),
+            (3, 0, 0, 0)
+        );
+        assert_eq!(stats.latency_count, 3);
+        assert!(stats.latency_max_us > 0 && stats.latency_sum_us >= stats.latency_max_us);
+        // Keep-alive: the three went over one connection.
+        assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn dead_endpoints_do_not_delay_a_healthy_destination() {
+        let mut healthy = stub(Behaviour::Answer(200)).await;
+        let mut hanging = stub(Behaviour::Hang).await;
+        let refused = closed_port_url().await;
+        let dispatcher = Dispatcher::new(fast_config());
+
+        let started = std::time::Instant::now();
+        for i in 0..200 {
+            dispatcher.send(callback("dead-refused", refused.clone(), b"{}"));
+            dispatcher.send(callback(
+                "dead-hanging",
+                hanging.url(&format!("/transfers/{i}")),
+                b"{}",
+            ));
+            dispatcher.send(callback(
+                "healthy",
+                healthy.url(&format!("/transfers/{i}")),
+                b"{}",
+            ));
+        }
+        for _ in 0..200 {
+            healthy.next(Duration::from_secs(1)).await;
+        }
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < Duration::from_secs(1),
+            "healthy callbacks took {elapsed:?}"
+        );
+
+        // The hanging endpoint holds all its workers, and no more.
+        let stuck = stats_of(&dispatcher, "dead-hanging");
+        assert_eq!(stuck.in_flight, 8, "{stuck:?}");
+        assert_eq!(stuck.queued, 192, "{stuck:?}");
+        assert_eq!(stuck.sent_ok + stuck.failed, 0, "{stuck:?}");
+        assert!(hanging.count_received() <= 8);
+
+        dispatcher.shutdown(Duration::from_millis(200)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "the 2 s request timeout never had to elapse"
+        );
+        let ok = stats_of(&dispatcher, "healthy");
+        assert_eq!(
+            (ok.sent_ok, ok.failed, ok.dropped, ok.http_error),
+            (200, 0, 0, 0)
+        );
+        let stuck = stats_of(&dispatcher, "dead-hanging");
+        assert_eq!(
+            (stuck.sent_ok, stuck.failed, stuck.in_flight, stuck.queued),
+            (0, 200, 0, 0)
+        );
+        let dead = stats_of(&dispatcher, "dead-refused");
+        assert_eq!(
+            (dead.sent_ok, dead.failed, dead.in_flight, dead.queued),
+            (0, 200, 0, 0)
+        );
+        assert!(dead.retried > 0, "{dead:?}");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_connection_is_retried_and_delivered() {
+        let mut server = stub(Behaviour::DropFirstConnection).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        dispatcher.send(callback(
+            "payeefsp",
+            server.url("/transfers/1"),
+            b"{\"a\":1}",
+        ));
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"{\"a\":1}");
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!(
+            (stats.sent_ok, stats.retried, stats.failed),
+            (1, 1, 0),
+            "{stats:?}"
+        );
+        assert_eq!(server.connections.load(Ordering::SeqCst), 2);
+        assert_eq!(server.count_received(), 0);
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_max_attempts() {
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_attempts: 3,
+            backoff_base: Duration::from_millis(1),
+            ..fast_config()
+        });
+        dispatcher.send(callback("gone", closed_port_url().await, b"{}"));
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "gone");
+        assert_eq!(
+            (stats.sent_ok, stats.retried, stats.failed),
+            (0, 2, 1),
+            "{stats:?}"
+        );
+        assert_eq!(stats.latency_count, 0);
+    }
+
+    #[tokio::test]
+    async fn an_error_status_is_counted_and_not_retried() {
+        let mut server = stub(Behaviour::Answer(500)).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        for _ in 0..3 {
+            dispatcher.send(callback("payeefsp", server.url("/transfers/1"), b"{}"));
+        }
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!(
+            (stats.http_error, stats.sent_ok, stats.retried, stats.failed),
+            (3, 0, 0, 0),
+            "{stats:?}"
+        );
+        assert_eq!(stats.latency_count, 3);
+        assert_eq!(server.count_received(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts() {
+        let mut server = stub(Behaviour::Hang).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_in_flight_per_destination: 1,
+            max_queue_per_destination: 5,
+            ..fast_config()
+        });
+        dispatcher.send(callback("slow", server.url("/1"), b"{}"));
+        // The worker has taken the first one: the queue is empty again.
+        server.next(Duration::from_secs(2)).await;
+        for _ in 0..8 {
+            dispatcher.send(callback("slow", server.url("/2"), b"{}"));
+        }
+        let stats = stats_of(&dispatcher, "slow");
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.dropped),
+            (1, 5, 3),
+            "{stats:?}"
+        );
+
+        dispatcher.shutdown(Duration::ZERO).await;
+        let stats = stats_of(&dispatcher, "slow");
+        assert_eq!(
+            (stats.in_flight, stats.queued, stats.dropped, stats.failed),
+            (0, 0, 3, 6),
+            "{stats:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_delivers_what_is_queued() {
+        let mut server = stub(Behaviour::Answer(202)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_in_flight_per_destination: 2,
+            ..fast_config()
+        });
+        for i in 0..100 {
+            dispatcher.send(callback(
+                "payeefsp",
+                server.url(&format!("/transfers/{i}")),
+                b"{}",
+            ));
+        }
+        dispatcher.shutdown(Duration::from_secs(3)).await;
+        assert_eq!(server.count_received(), 100);
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!(
+            (stats.sent_ok, stats.failed, stats.in_flight, stats.queued),
+            (100, 0, 0, 0),
+            "{stats:?}"
+        );
+
+        // Closed for good.
+        dispatcher.send(callback("payeefsp", server.url("/late"), b"{}"));
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!((stats.dropped, stats.queued), (1, 0));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(server.count_received(), 0);
+    }
+
+    #[tokio::test]
+    async fn shutdown_gives_up_at_its_deadline() {
+        let mut server = stub(Behaviour::Hang).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        for _ in 0..3 {
+            dispatcher.send(callback("slow", server.url("/1"), b"{}"));
+        }
+        server.next(Duration::from_secs(2)).await;
+        let started = std::time::Instant::now();
+        dispatcher.shutdown(Duration::from_millis(100)).await;
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(100) && elapsed < Duration::from_millis(500),
+            "{elapsed:?}"
+        );
+        let stats = stats_of(&dispatcher, "slow");
+        assert_eq!(
+            (stats.failed, stats.in_flight, stats.queued),
+            (3, 0, 0),
+            "{stats:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn unusable_urls_fail_at_once_without_retry() {
+        let dispatcher = Dispatcher::new(fast_config());
+        for url in [
+            "https://127.0.0.1:1/transfers/1",
+            "not a url",
+            "/transfers/1",
+            "ftp://host/x",
+        ] {
+            dispatcher.send(callback("odd", url.to_owned(), b"{}"));
+        }
+        let stats = stats_of(&dispatcher, "odd");
+        assert_eq!(
+            (stats.failed, stats.retried, stats.queued, stats.in_flight),
+            (4, 0, 0, 0),
+            "{stats:?}"
+        );
+        dispatcher.shutdown(Duration::ZERO).await;
+    }
+
+    #[tokio::test]
+    async fn send_works_from_a_thread_outside_the_runtime() {
+        let mut server = stub(Behaviour::Answer(200)).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        let sender = dispatcher.clone();
+        let url = server.url("/transfers/1");
+        std::thread::spawn(move || sender.send(callback("payeefsp", url, b"{}")))
+            .join()
+            .unwrap();
+        server.next(Duration::from_secs(2)).await;
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 1);
+    }
+
+    #[test]
+    fn backoff_doubles_with_bounded_jitter() {
+        let base = Duration::from_millis(100);
+        for retry in 0..6u32 {
+            let nominal = base * 2u32.pow(retry);
+            for random in [
+                0,
+                1,
+                u64::MAX / 3,
+                u64::MAX / 2,
+                u64::MAX,
+                splitmix64(u64::from(retry)),
+            ] {
+                let delay = backoff(base, retry, random);
+                assert!(
+                    delay >= nominal / 2 && delay <= nominal * 3 / 2,
+                    "{retry} {delay:?}"
+                );
+            }
+        }
+        assert!(backoff(base, 1_000, u64::MAX) <= MAX_BACKOFF * 3 / 2);
+        assert_eq!(backoff(Duration::ZERO, 3, 12345), Duration::ZERO);
+        // The source varies.
+        let draws: std::collections::HashSet<u64> = (0..100).map(splitmix64).collect();
+        assert_eq!(draws.len(), 100);
+    }
+
+    #[test]
+    fn warnings_are_rate_limited() {
+        let limiter = WarnLimiter::default();
+        assert!(limiter.allow(0));
+        assert!(!limiter.allow(1));
+        assert!(!limiter.allow(999));
+        assert!(limiter.allow(1_000));
+        assert!(!limiter.allow(1_500));
+    }
+
+    #[test]
+    fn debug_never_shows_the_body() {
+        let cb = callback("payeefsp", "http://h/x".to_owned(), b"secret-payload");
+        let text = format!("{cb:?}");
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("body_len: 14"), "{text}");
+    }
+}

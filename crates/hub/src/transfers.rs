@@ -1,0 +1,296 @@
+//! FSPIOP v1.1 transfers: `POST /transfers`, `PUT /transfers/{ID}`,
+//! `PUT /transfers/{ID}/error`, `GET /transfers/{ID}`, and the callbacks
+//! Mojaloop's ml-api-adapter sends for each outcome.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use fspiop::Resource;
+use ledger::{Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView};
+
+use crate::notify::Callback;
+use crate::{Hub, HubError};
+
+const TRANSFER_POST: &str = "FSPIOP_CALLBACK_URL_TRANSFER_POST";
+const TRANSFER_PUT: &str = "FSPIOP_CALLBACK_URL_TRANSFER_PUT";
+const TRANSFER_ERROR: &str = "FSPIOP_CALLBACK_URL_TRANSFER_ERROR";
+
+pub fn routes() -> Router<Arc<Hub>> {
+    Router::new()
+        .route("/transfers", post(prepare))
+        .route("/transfers/:id", put(fulfil).get(get_transfer))
+        .route("/transfers/:id/error", put(abort))
+}
+
+/// What the headers of a request said.
+struct Caller {
+    source: FspName,
+    version: fspiop::Version,
+}
+
+/// Header checks shared by every transfers request (FSPIOP §3.2).
+fn check_headers(headers: &HeaderMap, expects_accept: bool) -> Result<Caller, HubError> {
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let version = fspiop::check_content_type(Resource::Transfers, header("content-type"))?;
+    if expects_accept {
+        fspiop::negotiate_accept(Resource::Transfers, header("accept"))?;
+    }
+    fspiop::check_date(header("date"))?;
+    let source = fspiop::check_fsp_header("FSPIOP-Source", header("fspiop-source"), true)?
+        .expect("a required header is present when Ok");
+    fspiop::check_fsp_header("FSPIOP-Destination", header("fspiop-destination"), false)?;
+    Ok(Caller { source, version })
+}
+
+/// Headers of the original request that travel with it to the other DFSP,
+/// so that its signature still verifies.
+const FORWARDED_HEADERS: &[&str] = &[
+    "content-type",
+    "date",
+    "fspiop-source",
+    "fspiop-destination",
+    "fspiop-signature",
+    "fspiop-uri",
+    "fspiop-http-method",
+    "fspiop-encryption",
+    "traceparent",
+    "tracestate",
+];
+
+fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for name in FORWARDED_HEADERS.iter().copied().chain(keep_accept.then_some("accept")) {
+        if let Some(value) = original.get(name) {
+            headers.insert(HeaderName::from_static(name), value.clone());
+        }
+    }
+    headers
+}
+
+/// Headers of a callback the hub itself originates.
+fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let content_type = fspiop::content_type_for(Resource::Transfers, version);
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    for (name, value) in [
+        ("content-type", content_type.as_str()),
+        ("date", date.as_str()),
+        ("fspiop-source", hub.config.hub_name.as_str()),
+        ("fspiop-destination", destination.as_str()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
+
+impl Hub {
+    /// Queues a callback to `destination`'s endpoint of `endpoint_type`; a
+    /// DFSP without that endpoint cannot be called back, which is logged.
+    fn call_back(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        transfer_id: TransferId,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) {
+        let id = transfer_id.to_string();
+        let Some(url) = self.endpoints.url(destination, endpoint_type, &[("transferId", id.as_str())]) else {
+            tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
+            return;
+        };
+        self.dispatcher.send(Callback { destination: destination.to_string(), method, url, headers, body });
+    }
+
+    /// `PUT /transfers/{ID}/error` from the hub.
+    fn send_error(
+        &self,
+        destination: FspName,
+        transfer_id: TransferId,
+        code: ErrorCode,
+        description: &str,
+        version: fspiop::Version,
+    ) {
+        let body = fspiop::error_body(code, description);
+        let headers = hub_headers(self, destination, version);
+        self.call_back(destination, TRANSFER_ERROR, transfer_id, Method::PUT, headers, Bytes::from(body));
+    }
+
+    /// Tells `destination` the transfer's current state: a `PUT` for a
+    /// reserved or committed transfer, a `PUT …/error` with the reason for
+    /// one that did not commit (v1.1 allows no ABORTED state in a `PUT`).
+    fn send_state(&self, destination: FspName, view: &TransferView, version: fspiop::Version) {
+        match view.state {
+            TransferState::Reserved | TransferState::Committed => {
+                let body = fspiop::transfer_put_body(
+                    view.state.fspiop(),
+                    view.fulfilment.as_ref(),
+                    view.completed_at_ms,
+                );
+                let headers = hub_headers(self, destination, version);
+                self.call_back(destination, TRANSFER_PUT, view.transfer_id, Method::PUT, headers, Bytes::from(body));
+            }
+            TransferState::Aborted | TransferState::Expired | TransferState::Rejected => {
+                let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
+                let description = format!("{} - transfer is {}", code.description(), view.state.as_str());
+                self.send_error(destination, view.transfer_id, code, &description, version);
+            }
+        }
+    }
+
+    /// The 3303 callbacks of transfers the ledger expired.
+    pub fn notify_expired(&self, expired: &[TransferView]) {
+        let version = fspiop::Version::V1_1;
+        for view in expired {
+            let description = "Transfer expired - the transfer reached its expiration before it was fulfilled";
+            self.send_error(view.payer, view.transfer_id, ErrorCode::TRANSFER_EXPIRED, description, version);
+            self.send_error(view.payee, view.transfer_id, ErrorCode::TRANSFER_EXPIRED, description, version);
+        }
+    }
+}
+
+fn described(error: &ledger::Rejection) -> String {
+    format!("{} - {}", error.code.description(), error.description)
+}
+
+async fn prepare(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, true)?;
+    let parsed = fspiop::parse_transfer_prepare(&body)?;
+    let prepare = parsed.to_prepare();
+    if prepare.payer != caller.source {
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
+                caller.source, prepare.payer
+            ),
+        ));
+    }
+    let transfer_id = prepare.transfer_id;
+    match hub.execute_one(Command::Prepare(prepare)).await? {
+        Outcome::Transfer(view) => {
+            let forwarded = forwarded_headers(&headers, true);
+            hub.call_back(view.payee, TRANSFER_POST, transfer_id, Method::POST, forwarded, body);
+        }
+        Outcome::Failed { transfer, error } => {
+            hub.send_error(transfer.payer, transfer_id, error.code, &described(&error), caller.version)
+        }
+        Outcome::Rejected(error) => {
+            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
+        }
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+async fn fulfil(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, false)?;
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    let parsed = fspiop::parse_transfer_fulfil(&body)?;
+    let reserve_only = parsed.transfer_state == "RESERVED";
+    let command = Command::Fulfil(Fulfil {
+        transfer_id,
+        caller: caller.source,
+        fulfilment: parsed.fulfilment,
+        request_hash: parsed.request_hash,
+    });
+    match hub.execute_one(command).await? {
+        Outcome::Transfer(view) => {
+            if reserve_only {
+                // The payee asked to be told the commit (v1.1 RESERVED):
+                // the payer gets the hub's PUT, the payee a PATCH.
+                hub.send_state(view.payer, &view, caller.version);
+                let patch = fspiop::transfer_patch_body("COMMITTED", view.completed_at_ms.unwrap_or_else(crate::now_ms));
+                let headers = hub_headers(&hub, view.payee, caller.version);
+                hub.call_back(view.payee, TRANSFER_PUT, transfer_id, Method::PATCH, headers, Bytes::from(patch));
+            } else {
+                let forwarded = forwarded_headers(&headers, false);
+                hub.call_back(view.payer, TRANSFER_PUT, transfer_id, Method::PUT, forwarded.clone(), body.clone());
+                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default.
+                hub.call_back(view.payee, TRANSFER_PUT, transfer_id, Method::PUT, forwarded, body);
+            }
+        }
+        Outcome::Failed { transfer, error } => {
+            let description = described(&error);
+            hub.send_error(transfer.payer, transfer_id, error.code, &description, caller.version);
+            if reserve_only {
+                let patch = fspiop::transfer_patch_body("ABORTED", transfer.completed_at_ms.unwrap_or_else(crate::now_ms));
+                let headers = hub_headers(&hub, transfer.payee, caller.version);
+                hub.call_back(transfer.payee, TRANSFER_PUT, transfer_id, Method::PATCH, headers, Bytes::from(patch));
+            } else {
+                hub.send_error(transfer.payee, transfer_id, error.code, &description, caller.version);
+            }
+        }
+        Outcome::Rejected(error) => {
+            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
+        }
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn abort(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, false)?;
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    let parsed = fspiop::parse_error_information(&body)?;
+    let command = Command::Abort(Abort {
+        transfer_id,
+        caller: caller.source,
+        error_code: parsed.code,
+        request_hash: parsed.request_hash,
+    });
+    match hub.execute_one(command).await? {
+        Outcome::Transfer(view) => {
+            let forwarded = forwarded_headers(&headers, false);
+            hub.call_back(view.payer, TRANSFER_ERROR, transfer_id, Method::PUT, forwarded, body);
+        }
+        Outcome::Rejected(error) => {
+            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
+        }
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn get_transfer(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, true)?;
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    match hub.execute_one(Command::GetTransfer { transfer_id, caller: caller.source }).await? {
+        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.version),
+        Outcome::Rejected(error) => {
+            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
+        }
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// The FSPIOP router with its own `GET /health`.
+pub fn router(hub: Arc<Hub>) -> Router {
+    routes().route("/health", get(crate::health)).with_state(hub)
+}
