@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
+mod config;
 mod bench_ledger;
 mod serve;
 
@@ -22,6 +23,11 @@ struct Cli {
     /// as `info,engine=debug`.
     #[arg(long, global = true, env = "KASI_LOG", default_value = "info")]
     log_level: String,
+
+    /// A file of `key = value` settings named like the flags
+    /// (`data-dir = "/var/lib/kasi"`). Flags and KASI_* variables win over it.
+    #[arg(long, global = true, env = "KASI_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
 
     #[command(subcommand)]
     command: Command,
@@ -68,7 +74,12 @@ struct DataDirArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(error) = config::apply_config_file::<Cli>(&args) {
+        eprintln!("kasi: {error:#}");
+        return ExitCode::from(2);
+    }
+    let cli = Cli::parse_from(args);
     let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log_level) {
         Ok(filter) => filter,
         Err(error) => {
