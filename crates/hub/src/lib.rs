@@ -17,6 +17,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod endpoints;
 pub mod notify;
+pub mod server;
 pub mod transfers;
 
 use endpoints::Endpoints;
@@ -57,10 +58,22 @@ pub struct Hub {
 
 impl Hub {
     /// Builds the hub on a running pipeline, loading every DFSP's endpoints.
-    pub async fn new(config: HubConfig, engine: EngineHandle, dispatcher: Dispatcher) -> Result<Hub, EngineError> {
-        let mut hub =
-            Hub { config, engine, endpoints: Endpoints::default(), dispatcher, started: Instant::now() };
-        if let Ok(Outcome::Participants(views)) = hub.execute_one(Command::ReadParticipants { name: None }).await {
+    pub async fn new(
+        config: HubConfig,
+        engine: EngineHandle,
+        dispatcher: Dispatcher,
+    ) -> Result<Hub, EngineError> {
+        let mut hub = Hub {
+            config,
+            engine,
+            endpoints: Endpoints::default(),
+            dispatcher,
+            started: Instant::now(),
+        };
+        if let Ok(Outcome::Participants(views)) = hub
+            .execute_one(Command::ReadParticipants { name: None })
+            .await
+        {
             hub.endpoints = Endpoints::load(&views);
         }
         Ok(hub)
@@ -81,7 +94,9 @@ impl Hub {
 
     pub async fn execute_one(&self, command: Command) -> Result<Outcome, HubError> {
         let mut outcomes = self.execute(vec![command]).await.map_err(HubError::from)?;
-        outcomes.pop().ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))
+        outcomes
+            .pop()
+            .ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))
     }
 
     pub fn now_ms(&self) -> i64 {
@@ -90,7 +105,9 @@ impl Hub {
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// FSPIOP `DateTime` of a millisecond timestamp.
@@ -108,41 +125,67 @@ pub struct HubError {
 
 impl HubError {
     pub fn new(code: ErrorCode, description: impl Into<String>) -> HubError {
-        HubError { code, description: description.into() }
+        HubError {
+            code,
+            description: description.into(),
+        }
     }
 
     /// The error an unexpected ledger outcome stands for.
     pub fn from_outcome(outcome: Outcome) -> HubError {
         match outcome {
-            Outcome::Rejected(rejection) | Outcome::Failed { error: rejection, .. } => {
-                HubError::new(rejection.code, format!("{} - {}", rejection.code.description(), rejection.description))
-            }
-            other => HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, format!("unexpected ledger outcome {other:?}")),
+            Outcome::Rejected(rejection)
+            | Outcome::Failed {
+                error: rejection, ..
+            } => HubError::new(
+                rejection.code,
+                format!(
+                    "{} - {}",
+                    rejection.code.description(),
+                    rejection.description
+                ),
+            ),
+            other => HubError::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                format!("unexpected ledger outcome {other:?}"),
+            ),
         }
     }
 
     pub fn status(&self) -> StatusCode {
-        StatusCode::from_u16(fspiop::http_status_for(self.code)).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        StatusCode::from_u16(fspiop::http_status_for(self.code))
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
 impl From<EngineError> for HubError {
     fn from(error: EngineError) -> HubError {
         // 2003: Service currently unavailable (FSPIOP §7.6).
-        HubError::new(ErrorCode(2003), format!("Service currently unavailable - {error}"))
+        HubError::new(
+            ErrorCode(2003),
+            format!("Service currently unavailable - {error}"),
+        )
     }
 }
 
 impl From<fspiop::FspiopError> for HubError {
     fn from(error: fspiop::FspiopError) -> HubError {
-        HubError { code: error.code, description: error.description }
+        HubError {
+            code: error.code,
+            description: error.description,
+        }
     }
 }
 
 impl IntoResponse for HubError {
     fn into_response(self) -> Response {
         let body = fspiop::error_body(self.code, &self.description);
-        (self.status(), [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+        (
+            self.status(),
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
     }
 }
 
@@ -159,18 +202,50 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
 fn guarded(router: Router, hub: &Hub) -> Router {
     let timeout = hub.config.request_timeout;
     router
-        .layer(axum::middleware::from_fn(move |request, next| guard(timeout, request, next)))
-        .layer(axum::extract::DefaultBodyLimit::max(hub.config.max_body_bytes))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            guard(timeout, request, next)
+        }))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            hub.config.max_body_bytes,
+        ))
 }
 
 /// Bounds each request's time, and answers the framework's own refusals
 /// (unknown path, wrong method, oversized body, ...) in the FSPIOP error
 /// format instead of plain text.
-async fn guard(timeout: Duration, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+async fn guard(
+    timeout: Duration,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    // hyper bounds the head only roughly (by its read buffer); this is exact.
+    let header_bytes: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if header_bytes > server::MAX_HEADER_BYTES {
+        let mut response = HubError::new(
+            ErrorCode::MALFORMED_SYNTAX,
+            format!(
+                "Malformed syntax - headers of {header_bytes} bytes exceed {} bytes",
+                server::MAX_HEADER_BYTES
+            ),
+        )
+        .into_response();
+        *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+        return response;
+    }
     let response = match tokio::time::timeout(timeout, next.run(request)).await {
         Ok(response) => response,
         // 2004: Server timed out (FSPIOP §7.6).
-        Err(_) => return HubError::new(ErrorCode(2004), "Server timed out - the request took too long").into_response(),
+        Err(_) => {
+            return HubError::new(
+                ErrorCode(2004),
+                "Server timed out - the request took too long",
+            )
+            .into_response()
+        }
     };
     let is_json = response
         .headers()
@@ -180,10 +255,22 @@ async fn guard(timeout: Duration, request: axum::extract::Request, next: axum::m
         return response;
     }
     let (code, description) = match response.status() {
-        StatusCode::NOT_FOUND => (ErrorCode(3002), "Unknown URI - no such resource".to_string()),
-        StatusCode::METHOD_NOT_ALLOWED => (ErrorCode::GENERIC_CLIENT_ERROR, "Generic client error - method not allowed on this resource".to_string()),
-        StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::MALFORMED_SYNTAX, "Malformed syntax - the body is larger than allowed".to_string()),
-        status => (ErrorCode::GENERIC_CLIENT_ERROR, format!("Generic client error - {status}")),
+        StatusCode::NOT_FOUND => (
+            ErrorCode(3002),
+            "Unknown URI - no such resource".to_string(),
+        ),
+        StatusCode::METHOD_NOT_ALLOWED => (
+            ErrorCode::GENERIC_CLIENT_ERROR,
+            "Generic client error - method not allowed on this resource".to_string(),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            ErrorCode::MALFORMED_SYNTAX,
+            "Malformed syntax - the body is larger than allowed".to_string(),
+        ),
+        status => (
+            ErrorCode::GENERIC_CLIENT_ERROR,
+            format!("Generic client error - {status}"),
+        ),
     };
     let status = response.status();
     let mut replaced = HubError::new(code, description).into_response();

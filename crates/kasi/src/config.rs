@@ -36,8 +36,11 @@ pub fn apply_config_file<C: CommandFactory>(args: &[OsString]) -> anyhow::Result
 }
 
 fn known_variables(command: &clap::Command) -> BTreeSet<String> {
-    let mut known: BTreeSet<String> =
-        command.get_arguments().filter_map(|arg| arg.get_env()).map(|env| env.to_string_lossy().into_owned()).collect();
+    let mut known: BTreeSet<String> = command
+        .get_arguments()
+        .filter_map(|arg| arg.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+        .collect();
     for sub in command.get_subcommands() {
         known.extend(known_variables(sub));
     }
@@ -46,7 +49,8 @@ fn known_variables(command: &clap::Command) -> BTreeSet<String> {
 }
 
 fn read(path: &Path, known: &BTreeSet<String>) -> anyhow::Result<Vec<(String, String)>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
     let mut settings = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -54,16 +58,34 @@ fn read(path: &Path, known: &BTreeSet<String>) -> anyhow::Result<Vec<(String, St
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
-            bail!("{}:{}: expected `key = value`, found {line:?}", path.display(), number + 1);
+            bail!(
+                "{}:{}: expected `key = value`, found {line:?}",
+                path.display(),
+                number + 1
+            );
         };
         let key = key.trim();
         let value = value.trim();
-        let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
         let variable = format!("KASI_{}", key.replace('-', "_").to_uppercase());
         if !known.contains(&variable) {
-            let keys: Vec<String> =
-                known.iter().map(|v| v.trim_start_matches("KASI_").to_lowercase().replace('_', "-")).collect();
-            bail!("{}:{}: unknown setting {key:?}; known: {}", path.display(), number + 1, keys.join(", "));
+            let keys: Vec<String> = known
+                .iter()
+                .map(|v| {
+                    v.trim_start_matches("KASI_")
+                        .to_lowercase()
+                        .replace('_', "-")
+                })
+                .collect();
+            bail!(
+                "{}:{}: unknown setting {key:?}; known: {}",
+                path.display(),
+                number + 1,
+                keys.join(", ")
+            );
         }
         settings.push((variable, value.to_string()));
     }

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
-mod config;
 mod bench_ledger;
+mod config;
 mod serve;
 
 /// kasi: a fast FSPIOP (Mojaloop) payments interoperability hub in one binary.

@@ -43,11 +43,15 @@ pub struct ServeArgs {
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let hub_name = FspName::new(&args.hub_name).with_context(|| {
-        format!("--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'", args.hub_name)
+        format!(
+            "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
+            args.hub_name
+        )
     })?;
     let mut store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
-    let (ledger, recovery) = engine::recover(&mut store, Limits::default()).context("recovery failed")?;
+    let (ledger, recovery) =
+        engine::recover(&mut store, Limits::default()).context("recovery failed")?;
     info!(
         store = %store.describe(),
         participants = recovery.participants,
@@ -60,7 +64,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let existing_hub = ledger.hub_name();
     if let Some(existing) = existing_hub {
         if existing != hub_name {
-            bail!("the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}", args.data_dir.display());
+            bail!(
+                "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
+                args.data_dir.display()
+            );
         }
     }
 
@@ -81,7 +88,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let engine = Engine::start(ledger, Box::new(store), config);
     if existing_hub.is_none() {
-        match engine.handle().execute(vec![Command::CreateHub { name: hub_name }])?.as_slice() {
+        match engine
+            .handle()
+            .execute(vec![Command::CreateHub { name: hub_name }])?
+            .as_slice()
+        {
             [Outcome::Done] => info!(hub = %hub_name, "created the hub participant"),
             other => bail!("could not create the hub participant: {other:?}"),
         }
@@ -113,7 +124,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let _ = expiry_task.await;
         let started = Instant::now();
         dispatcher.shutdown(grace).await;
-        info!(ms = started.elapsed().as_millis() as u64, "callbacks drained");
+        info!(
+            ms = started.elapsed().as_millis() as u64,
+            "callbacks drained"
+        );
     });
     served?;
     stopped.context("the ledger pipeline failed")?;
@@ -121,7 +135,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_http(hub: Arc<Hub>, api_listen: SocketAddr, admin_listen: SocketAddr) -> anyhow::Result<()> {
+async fn serve_http(
+    hub: Arc<Hub>,
+    api_listen: SocketAddr,
+    admin_listen: SocketAddr,
+) -> anyhow::Result<()> {
     let api = tokio::net::TcpListener::bind(api_listen)
         .await
         .with_context(|| format!("cannot listen on {api_listen} (--api-listen)"))?;
@@ -146,11 +164,10 @@ async fn serve_http(hub: Arc<Hub>, api_listen: SocketAddr, admin_listen: SocketA
     };
     let api_app = hub::api_app(hub.clone());
     let admin_app = hub::admin_app(hub);
-    let api_server = axum::serve(api, api_app).with_graceful_shutdown(wait(stop.clone()));
-    let admin_server = axum::serve(admin, admin_app).with_graceful_shutdown(wait(stop));
-    let (api_result, admin_result) = tokio::join!(api_server, admin_server);
+    tokio::join!(
+        hub::server::serve(api, api_app, wait(stop.clone())),
+        hub::server::serve(admin, admin_app, wait(stop)),
+    );
     signal.abort();
-    api_result.context("FSPIOP API server failed")?;
-    admin_result.context("admin API server failed")?;
     Ok(())
 }
