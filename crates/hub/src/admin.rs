@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use ledger::{
-    AccountId, AccountKind, AccountRow, Amount, Command, Currency, ErrorCode, FspName, Funds, FundsFinish, FundsMemo,
-    Outcome, ParticipantView, RequestHash, TransferId,
+    AccountId, AccountKind, AccountRow, Amount, Command, Currency, ErrorCode, FspName, Funds,
+    FundsFinish, FundsMemo, Outcome, ParticipantView, RequestHash, TransferId,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -22,17 +22,44 @@ use crate::{format_time, Hub, HubError};
 
 pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
-        .route("/participants", get(list_participants).post(create_participant))
+        .route(
+            "/participants",
+            get(list_participants).post(create_participant),
+        )
         .route("/participants/limits", get(all_limits))
-        .route("/participants/:name", get(get_participant).put(set_participant_active))
-        .route("/participants/:name/accounts", get(list_accounts).post(create_hub_account))
-        .route("/participants/:name/accounts/:id", put(set_account_active).post(record_funds))
-        .route("/participants/:name/accounts/:id/transfers/:transfer_id", put(finish_funds_out))
-        .route("/participants/:name/initialPositionAndLimits", post(initial_position_and_limits))
-        .route("/participants/:name/limits", get(participant_limits).put(set_limits))
-        .route("/participants/:name/endpoints", get(list_endpoints).post(set_endpoint))
+        .route(
+            "/participants/:name",
+            get(get_participant).put(set_participant_active),
+        )
+        .route(
+            "/participants/:name/accounts",
+            get(list_accounts).post(create_hub_account),
+        )
+        .route(
+            "/participants/:name/accounts/:id",
+            put(set_account_active).post(record_funds),
+        )
+        .route(
+            "/participants/:name/accounts/:id/transfers/:transfer_id",
+            put(finish_funds_out),
+        )
+        .route(
+            "/participants/:name/initialPositionAndLimits",
+            post(initial_position_and_limits),
+        )
+        .route(
+            "/participants/:name/limits",
+            get(participant_limits).put(set_limits),
+        )
+        .route(
+            "/participants/:name/endpoints",
+            get(list_endpoints).post(set_endpoint),
+        )
         .route("/participants/:name/positions", get(positions))
-        .route("/settlementModels", get(list_settlement_models).post(create_settlement_model))
+        .route(
+            "/settlementModels",
+            get(list_settlement_models).post(create_settlement_model),
+        )
         .route("/health", get(crate::health))
         .with_state(hub)
 }
@@ -40,7 +67,10 @@ pub fn router(hub: Arc<Hub>) -> Router {
 /// Admin bodies are small; anything malformed is a 3101 naming what.
 fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, HubError> {
     serde_json::from_slice(body).map_err(|error| {
-        HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("Malformed syntax - {error}"))
+        HubError::new(
+            ErrorCode::MALFORMED_SYNTAX,
+            format!("Malformed syntax - {error}"),
+        )
     })
 }
 
@@ -54,17 +84,27 @@ fn fsp_name(text: &str) -> Result<FspName, HubError> {
 }
 
 fn currency(text: &str) -> Result<Currency, HubError> {
-    Currency::parse(text)
-        .ok_or_else(|| HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, format!("'{text}' is not an ISO 4217 currency")))
+    Currency::parse(text).ok_or_else(|| {
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("'{text}' is not an ISO 4217 currency"),
+        )
+    })
 }
 
 /// Reads an amount the way central-ledger accepts it: a JSON number or a
 /// numeric string, exact (no floating point on the way).
 fn amount(raw: &RawValue, field: &str) -> Result<Amount, HubError> {
     let text = raw.get().trim();
-    let text = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);
+    let text = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
     Amount::parse_lenient(text).map_err(|error| {
-        HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, format!("{field}: '{text}' is not a valid amount: {error}"))
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("{field}: '{text}' is not a valid amount: {error}"),
+        )
     })
 }
 
@@ -101,10 +141,16 @@ fn participant_json(hub: &Hub, view: &ParticipantView) -> Value {
 /// Mojaloop's position value includes what reserved transfers hold; kasi
 /// keeps the hold apart (`heldValue`) and reports the sum as `value`.
 fn position_value(account: &AccountRow) -> Amount {
-    account.value.checked_add(account.reserved).unwrap_or(account.value)
+    account
+        .value
+        .checked_add(account.reserved)
+        .unwrap_or(account.value)
 }
 
-async fn read_participants(hub: &Hub, name: Option<FspName>) -> Result<Vec<ParticipantView>, HubError> {
+async fn read_participants(
+    hub: &Hub,
+    name: Option<FspName>,
+) -> Result<Vec<ParticipantView>, HubError> {
     match hub.execute_one(Command::ReadParticipants { name }).await? {
         Outcome::Participants(views) => Ok(views),
         other => Err(HubError::from_outcome(other)),
@@ -114,7 +160,12 @@ async fn read_participants(hub: &Hub, name: Option<FspName>) -> Result<Vec<Parti
 async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubError> {
     let name = fsp_name(name)?;
     let mut views = read_participants(hub, Some(name)).await?;
-    views.pop().ok_or_else(|| HubError::new(ErrorCode::ID_NOT_FOUND, format!("participant '{name}' not found")))
+    views.pop().ok_or_else(|| {
+        HubError::new(
+            ErrorCode::ID_NOT_FOUND,
+            format!("participant '{name}' not found"),
+        )
+    })
 }
 
 /// Runs an admin command that answers `Done` or `AccountsCreated`.
@@ -127,11 +178,17 @@ async fn apply(hub: &Hub, command: Command) -> Result<(), HubError> {
 
 async fn list_participants(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
     let views = read_participants(&hub, None).await?;
-    let body: Vec<Value> = views.iter().map(|view| participant_json(&hub, view)).collect();
+    let body: Vec<Value> = views
+        .iter()
+        .map(|view| participant_json(&hub, view))
+        .collect();
     Ok(axum::Json(body).into_response())
 }
 
-async fn get_participant(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+async fn get_participant(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+) -> Result<Response, HubError> {
     let view = read_participant(&hub, &name).await?;
     Ok(axum::Json(participant_json(&hub, &view)).into_response())
 }
@@ -142,10 +199,20 @@ struct NewParticipant {
     currency: String,
 }
 
-async fn create_participant(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
+async fn create_participant(
+    State(hub): State<Arc<Hub>>,
+    body: Bytes,
+) -> Result<Response, HubError> {
     let request: NewParticipant = parse(&body)?;
     let name = fsp_name(&request.name)?;
-    apply(&hub, Command::CreateParticipant { name, currency: currency(&request.currency)? }).await?;
+    apply(
+        &hub,
+        Command::CreateParticipant {
+            name,
+            currency: currency(&request.currency)?,
+        },
+    )
+    .await?;
     let view = read_participant(&hub, name.as_str()).await?;
     Ok(created(participant_json(&hub, &view)))
 }
@@ -161,7 +228,10 @@ fn active_flag(flag: &Value) -> Result<bool, HubError> {
         Value::Bool(active) => Ok(*active),
         Value::Number(n) if n.as_u64() == Some(1) => Ok(true),
         Value::Number(n) if n.as_u64() == Some(0) => Ok(false),
-        _ => Err(HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, "isActive must be true, false, 1 or 0")),
+        _ => Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            "isActive must be true, false, 1 or 0",
+        )),
     }
 }
 
@@ -172,7 +242,14 @@ async fn set_participant_active(
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
     let name = fsp_name(&name)?;
-    apply(&hub, Command::SetParticipantActive { name, active: active_flag(&request.is_active)? }).await?;
+    apply(
+        &hub,
+        Command::SetParticipantActive {
+            name,
+            active: active_flag(&request.is_active)?,
+        },
+    )
+    .await?;
     let view = read_participant(&hub, name.as_str()).await?;
     Ok(axum::Json(participant_json(&hub, &view)).into_response())
 }
@@ -193,21 +270,36 @@ async fn create_hub_account(
     if name != hub.config.hub_name.as_str() {
         return Err(HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!("accounts are created this way only for the hub ('{}')", hub.config.hub_name),
+            format!(
+                "accounts are created this way only for the hub ('{}')",
+                hub.config.hub_name
+            ),
         ));
     }
-    let kind = AccountKind::parse(&request.kind).filter(|kind| kind.is_hub()).ok_or_else(|| {
-        HubError::new(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            "type must be HUB_MULTILATERAL_SETTLEMENT or HUB_RECONCILIATION",
-        )
-    })?;
-    apply(&hub, Command::CreateHubAccount { currency: currency(&request.currency)?, kind }).await?;
+    let kind = AccountKind::parse(&request.kind)
+        .filter(|kind| kind.is_hub())
+        .ok_or_else(|| {
+            HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                "type must be HUB_MULTILATERAL_SETTLEMENT or HUB_RECONCILIATION",
+            )
+        })?;
+    apply(
+        &hub,
+        Command::CreateHubAccount {
+            currency: currency(&request.currency)?,
+            kind,
+        },
+    )
+    .await?;
     let view = read_participant(&hub, &name).await?;
     Ok(created(participant_json(&hub, &view)))
 }
 
-async fn list_accounts(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+async fn list_accounts(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+) -> Result<Response, HubError> {
     let view = read_participant(&hub, &name).await?;
     let accounts: Vec<Value> = view
         .accounts
@@ -233,7 +325,12 @@ fn account_id(text: &str) -> Result<AccountId, HubError> {
         .ok()
         .filter(|&id| id > 0)
         .map(AccountId)
-        .ok_or_else(|| HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("'{text}' is not an account id")))
+        .ok_or_else(|| {
+            HubError::new(
+                ErrorCode::MALFORMED_SYNTAX,
+                format!("'{text}' is not an account id"),
+            )
+        })
 }
 
 async fn set_account_active(
@@ -242,8 +339,11 @@ async fn set_account_active(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
-    let command =
-        Command::SetAccountActive { name: fsp_name(&name)?, account: account_id(&id)?, active: active_flag(&request.is_active)? };
+    let command = Command::SetAccountActive {
+        name: fsp_name(&name)?,
+        account: account_id(&id)?,
+        active: active_flag(&request.is_active)?,
+    };
     apply(&hub, command).await?;
     Ok(StatusCode::OK.into_response())
 }
@@ -267,8 +367,12 @@ struct FundsRequest {
 }
 
 fn transfer_id(text: &str) -> Result<TransferId, HubError> {
-    TransferId::parse(text)
-        .ok_or_else(|| HubError::new(ErrorCode::MALFORMED_SYNTAX, format!("transferId '{text}' is not a UUID")))
+    TransferId::parse(text).ok_or_else(|| {
+        HubError::new(
+            ErrorCode::MALFORMED_SYNTAX,
+            format!("transferId '{text}' is not a UUID"),
+        )
+    })
 }
 
 /// Funds in/out are answered 202 as in central-ledger, but only once durable;
@@ -285,7 +389,10 @@ async fn record_funds(
         account: account_id(&id)?,
         amount: amount(&request.amount.amount, "amount.amount")?,
         currency: currency(&request.amount.currency)?,
-        memo: FundsMemo { external_reference: request.external_reference, reason: request.reason },
+        memo: FundsMemo {
+            external_reference: request.external_reference,
+            reason: request.reason,
+        },
         request_hash: RequestHash::of(&body),
     };
     let command = match request.action.as_str() {
@@ -356,7 +463,10 @@ struct InitialPositionAndLimits {
 
 fn net_debit_cap(limit: &LimitJson) -> Result<Amount, HubError> {
     if limit.kind != "NET_DEBIT_CAP" {
-        return Err(HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, "limit.type must be NET_DEBIT_CAP"));
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            "limit.type must be NET_DEBIT_CAP",
+        ));
     }
     amount(&limit.value, "limit.value")
 }
@@ -390,10 +500,18 @@ struct SetLimits {
     limit: LimitJson,
 }
 
-async fn set_limits(State(hub): State<Arc<Hub>>, Path(name): Path<String>, body: Bytes) -> Result<Response, HubError> {
+async fn set_limits(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, HubError> {
     let request: SetLimits = parse(&body)?;
     let cap = net_debit_cap(&request.limit)?;
-    let command = Command::SetNetDebitCap { name: fsp_name(&name)?, currency: currency(&request.currency)?, net_debit_cap: cap };
+    let command = Command::SetNetDebitCap {
+        name: fsp_name(&name)?,
+        currency: currency(&request.currency)?,
+        net_debit_cap: cap,
+    };
     apply(&hub, command).await?;
     Ok(axum::Json(json!({
         "currency": request.currency,
@@ -427,7 +545,12 @@ async fn participant_limits(
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, HubError> {
     let view = read_participant(&hub, &name).await?;
-    Ok(axum::Json(limits_of(&view, query.get("currency").map(String::as_str), false)).into_response())
+    Ok(axum::Json(limits_of(
+        &view,
+        query.get("currency").map(String::as_str),
+        false,
+    ))
+    .into_response())
 }
 
 async fn all_limits(
@@ -436,7 +559,10 @@ async fn all_limits(
 ) -> Result<Response, HubError> {
     let views = read_participants(&hub, None).await?;
     let currency = query.get("currency").map(String::as_str);
-    let limits: Vec<Value> = views.iter().flat_map(|view| limits_of(view, currency, true)).collect();
+    let limits: Vec<Value> = views
+        .iter()
+        .flat_map(|view| limits_of(view, currency, true))
+        .collect();
     Ok(axum::Json(limits).into_response())
 }
 
@@ -447,19 +573,37 @@ struct NewEndpoint {
     value: String,
 }
 
-async fn set_endpoint(State(hub): State<Arc<Hub>>, Path(name): Path<String>, body: Bytes) -> Result<Response, HubError> {
+async fn set_endpoint(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, HubError> {
     let request: NewEndpoint = parse(&body)?;
     crate::endpoints::check_endpoint(&request.kind, &request.value)?;
     let name = fsp_name(&name)?;
-    apply(&hub, Command::SetEndpoint { name, endpoint_type: request.kind.clone(), value: request.value.clone() }).await?;
+    apply(
+        &hub,
+        Command::SetEndpoint {
+            name,
+            endpoint_type: request.kind.clone(),
+            value: request.value.clone(),
+        },
+    )
+    .await?;
     hub.endpoints.set(name, &request.kind, &request.value);
     Ok(StatusCode::CREATED.into_response())
 }
 
-async fn list_endpoints(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Result<Response, HubError> {
+async fn list_endpoints(
+    State(hub): State<Arc<Hub>>,
+    Path(name): Path<String>,
+) -> Result<Response, HubError> {
     let view = read_participant(&hub, &name).await?;
-    let endpoints: Vec<Value> =
-        view.endpoints.iter().map(|e| json!({ "type": e.endpoint_type, "value": e.value })).collect();
+    let endpoints: Vec<Value> = view
+        .endpoints
+        .iter()
+        .map(|e| json!({ "type": e.endpoint_type, "value": e.value }))
+        .collect();
     Ok(axum::Json(endpoints).into_response())
 }
 
@@ -476,12 +620,21 @@ async fn positions(
             "changedDate": format_time(hub.now_ms()),
         })
     };
-    let accounts = view.accounts.iter().filter(|account| account.kind == AccountKind::Position);
+    let accounts = view
+        .accounts
+        .iter()
+        .filter(|account| account.kind == AccountKind::Position);
     match query.get("currency") {
         Some(wanted) => {
-            let account = accounts.into_iter().find(|account| account.currency.as_str() == wanted).ok_or_else(|| {
-                HubError::new(ErrorCode::ID_NOT_FOUND, format!("participant '{name}' has no {wanted} position"))
-            })?;
+            let account = accounts
+                .into_iter()
+                .find(|account| account.currency.as_str() == wanted)
+                .ok_or_else(|| {
+                    HubError::new(
+                        ErrorCode::ID_NOT_FOUND,
+                        format!("participant '{name}' has no {wanted} position"),
+                    )
+                })?;
             Ok(axum::Json(position(account)).into_response())
         }
         None => Ok(axum::Json(accounts.map(position).collect::<Vec<_>>()).into_response()),
@@ -493,10 +646,16 @@ struct NewSettlementModel {
     name: String,
 }
 
-async fn create_settlement_model(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
+async fn create_settlement_model(
+    State(hub): State<Arc<Hub>>,
+    body: Bytes,
+) -> Result<Response, HubError> {
     let request: NewSettlementModel = parse(&body)?;
     let definition: Value = parse(&body)?;
-    let command = Command::CreateSettlementModel { name: request.name, definition: definition.to_string() };
+    let command = Command::CreateSettlementModel {
+        name: request.name,
+        definition: definition.to_string(),
+    };
     apply(&hub, command).await?;
     Ok(StatusCode::CREATED.into_response())
 }
@@ -509,7 +668,8 @@ async fn list_settlement_models(State(hub): State<Arc<Hub>>) -> Result<Response,
     let body: Vec<Value> = models
         .iter()
         .map(|model| {
-            let mut value: Value = serde_json::from_str(&model.definition).unwrap_or_else(|_| json!({}));
+            let mut value: Value =
+                serde_json::from_str(&model.definition).unwrap_or_else(|_| json!({}));
             if let Value::Object(map) = &mut value {
                 map.insert("settlementModelId".into(), json!(model.id));
                 map.insert("name".into(), json!(model.name));

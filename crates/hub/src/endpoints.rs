@@ -79,21 +79,38 @@ impl Endpoints {
         let endpoints = Endpoints::default();
         for view in views {
             for endpoint in &view.endpoints {
-                endpoints.set(view.participant.name, &endpoint.endpoint_type, &endpoint.value);
+                endpoints.set(
+                    view.participant.name,
+                    &endpoint.endpoint_type,
+                    &endpoint.value,
+                );
             }
         }
         endpoints
     }
 
     pub fn set(&self, participant: FspName, endpoint_type: &str, value: &str) {
-        let mut map = self.by_participant.write().unwrap_or_else(|e| e.into_inner());
-        map.entry(participant).or_default().insert(endpoint_type.to_string(), value.to_string());
+        let mut map = self
+            .by_participant
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        map.entry(participant)
+            .or_default()
+            .insert(endpoint_type.to_string(), value.to_string());
     }
 
     /// The URL of `participant`'s `endpoint_type`, with `{{name}}` templates
     /// replaced from `variables`; `None` when the DFSP registered none.
-    pub fn url(&self, participant: FspName, endpoint_type: &str, variables: &[(&str, &str)]) -> Option<String> {
-        let map = self.by_participant.read().unwrap_or_else(|e| e.into_inner());
+    pub fn url(
+        &self,
+        participant: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+    ) -> Option<String> {
+        let map = self
+            .by_participant
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let template = map.get(&participant)?.get(endpoint_type)?;
         Some(expand(template, variables))
     }
@@ -135,19 +152,31 @@ mod tests {
 
     #[test]
     fn templates_expand() {
-        let url = expand("http://dfsp/transfers/{{transferId}}/error", &[("transferId", "abc")]);
+        let url = expand(
+            "http://dfsp/transfers/{{transferId}}/error",
+            &[("transferId", "abc")],
+        );
         assert_eq!(url, "http://dfsp/transfers/abc/error");
         let url = expand(
             "http://dfsp/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
-            &[("partyIdType", "MSISDN"), ("partyIdentifier", "123"), ("partySubIdOrType", "x")],
+            &[
+                ("partyIdType", "MSISDN"),
+                ("partyIdentifier", "123"),
+                ("partySubIdOrType", "x"),
+            ],
         );
         assert_eq!(url, "http://dfsp/parties/MSISDN/123/x");
-        assert_eq!(expand("http://dfsp/{{unknown}}/a{{", &[]), "http://dfsp/{{unknown}}/a{{");
+        assert_eq!(
+            expand("http://dfsp/{{unknown}}/a{{", &[]),
+            "http://dfsp/{{unknown}}/a{{"
+        );
     }
 
     #[test]
     fn endpoint_checks() {
-        assert!(check_endpoint("FSPIOP_CALLBACK_URL_TRANSFER_POST", "http://dfsp/transfers").is_ok());
+        assert!(
+            check_endpoint("FSPIOP_CALLBACK_URL_TRANSFER_POST", "http://dfsp/transfers").is_ok()
+        );
         assert!(check_endpoint("FSPIOP_CALLBACK_URL_TRANSFER_POST", "dfsp/transfers").is_err());
         assert!(check_endpoint("NET_DEBIT_CAP_ADJUSTMENT_EMAIL", "ops@example.com").is_ok());
         assert!(check_endpoint("NOT_A_TYPE", "http://x").is_err());

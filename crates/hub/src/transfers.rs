@@ -11,7 +11,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::Resource;
-use ledger::{Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView};
+use ledger::{
+    Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
+};
 
 use crate::notify::Callback;
 use crate::{Hub, HubError};
@@ -64,7 +66,11 @@ const FORWARDED_HEADERS: &[&str] = &[
 
 fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    for name in FORWARDED_HEADERS.iter().copied().chain(keep_accept.then_some("accept")) {
+    for name in FORWARDED_HEADERS
+        .iter()
+        .copied()
+        .chain(keep_accept.then_some("accept"))
+    {
         if let Some(value) = original.get(name) {
             headers.insert(HeaderName::from_static(name), value.clone());
         }
@@ -103,11 +109,20 @@ impl Hub {
         body: Bytes,
     ) {
         let id = transfer_id.to_string();
-        let Some(url) = self.endpoints.url(destination, endpoint_type, &[("transferId", id.as_str())]) else {
+        let Some(url) =
+            self.endpoints
+                .url(destination, endpoint_type, &[("transferId", id.as_str())])
+        else {
             tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
             return;
         };
-        self.dispatcher.send(Callback { destination: destination.to_string(), method, url, headers, body });
+        self.dispatcher.send(Callback {
+            destination: destination.to_string(),
+            method,
+            url,
+            headers,
+            body,
+        });
     }
 
     /// `PUT /transfers/{ID}/error` from the hub.
@@ -121,7 +136,14 @@ impl Hub {
     ) {
         let body = fspiop::error_body(code, description);
         let headers = hub_headers(self, destination, version);
-        self.call_back(destination, TRANSFER_ERROR, transfer_id, Method::PUT, headers, Bytes::from(body));
+        self.call_back(
+            destination,
+            TRANSFER_ERROR,
+            transfer_id,
+            Method::PUT,
+            headers,
+            Bytes::from(body),
+        );
     }
 
     /// Tells `destination` the transfer's current state: a `PUT` for a
@@ -136,11 +158,22 @@ impl Hub {
                     view.completed_at_ms,
                 );
                 let headers = hub_headers(self, destination, version);
-                self.call_back(destination, TRANSFER_PUT, view.transfer_id, Method::PUT, headers, Bytes::from(body));
+                self.call_back(
+                    destination,
+                    TRANSFER_PUT,
+                    view.transfer_id,
+                    Method::PUT,
+                    headers,
+                    Bytes::from(body),
+                );
             }
             TransferState::Aborted | TransferState::Expired | TransferState::Rejected => {
                 let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
-                let description = format!("{} - transfer is {}", code.description(), view.state.as_str());
+                let description = format!(
+                    "{} - transfer is {}",
+                    code.description(),
+                    view.state.as_str()
+                );
                 self.send_error(destination, view.transfer_id, code, &description, version);
             }
         }
@@ -150,9 +183,22 @@ impl Hub {
     pub fn notify_expired(&self, expired: &[TransferView]) {
         let version = fspiop::Version::V1_1;
         for view in expired {
-            let description = "Transfer expired - the transfer reached its expiration before it was fulfilled";
-            self.send_error(view.payer, view.transfer_id, ErrorCode::TRANSFER_EXPIRED, description, version);
-            self.send_error(view.payee, view.transfer_id, ErrorCode::TRANSFER_EXPIRED, description, version);
+            let description =
+                "Transfer expired - the transfer reached its expiration before it was fulfilled";
+            self.send_error(
+                view.payer,
+                view.transfer_id,
+                ErrorCode::TRANSFER_EXPIRED,
+                description,
+                version,
+            );
+            self.send_error(
+                view.payee,
+                view.transfer_id,
+                ErrorCode::TRANSFER_EXPIRED,
+                description,
+                version,
+            );
         }
     }
 }
@@ -161,7 +207,11 @@ fn described(error: &ledger::Rejection) -> String {
     format!("{} - {}", error.code.description(), error.description)
 }
 
-async fn prepare(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -> Result<Response, HubError> {
+async fn prepare(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
     let caller = check_headers(&headers, true)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
     let prepare = parsed.to_prepare();
@@ -178,14 +228,29 @@ async fn prepare(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -
     match hub.execute_one(Command::Prepare(prepare)).await? {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(&headers, true);
-            hub.call_back(view.payee, TRANSFER_POST, transfer_id, Method::POST, forwarded, body);
+            hub.call_back(
+                view.payee,
+                TRANSFER_POST,
+                transfer_id,
+                Method::POST,
+                forwarded,
+                body,
+            );
         }
-        Outcome::Failed { transfer, error } => {
-            hub.send_error(transfer.payer, transfer_id, error.code, &described(&error), caller.version)
-        }
-        Outcome::Rejected(error) => {
-            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
-        }
+        Outcome::Failed { transfer, error } => hub.send_error(
+            transfer.payer,
+            transfer_id,
+            error.code,
+            &described(&error),
+            caller.version,
+        ),
+        Outcome::Rejected(error) => hub.send_error(
+            caller.source,
+            transfer_id,
+            error.code,
+            &described(&error),
+            caller.version,
+        ),
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
         other => return Err(HubError::from_outcome(other)),
     }
@@ -214,30 +279,80 @@ async fn fulfil(
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
                 hub.send_state(view.payer, &view, caller.version);
-                let patch = fspiop::transfer_patch_body("COMMITTED", view.completed_at_ms.unwrap_or_else(crate::now_ms));
+                let patch = fspiop::transfer_patch_body(
+                    "COMMITTED",
+                    view.completed_at_ms.unwrap_or_else(crate::now_ms),
+                );
                 let headers = hub_headers(&hub, view.payee, caller.version);
-                hub.call_back(view.payee, TRANSFER_PUT, transfer_id, Method::PATCH, headers, Bytes::from(patch));
+                hub.call_back(
+                    view.payee,
+                    TRANSFER_PUT,
+                    transfer_id,
+                    Method::PATCH,
+                    headers,
+                    Bytes::from(patch),
+                );
             } else {
                 let forwarded = forwarded_headers(&headers, false);
-                hub.call_back(view.payer, TRANSFER_PUT, transfer_id, Method::PUT, forwarded.clone(), body.clone());
+                hub.call_back(
+                    view.payer,
+                    TRANSFER_PUT,
+                    transfer_id,
+                    Method::PUT,
+                    forwarded.clone(),
+                    body.clone(),
+                );
                 // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default.
-                hub.call_back(view.payee, TRANSFER_PUT, transfer_id, Method::PUT, forwarded, body);
+                hub.call_back(
+                    view.payee,
+                    TRANSFER_PUT,
+                    transfer_id,
+                    Method::PUT,
+                    forwarded,
+                    body,
+                );
             }
         }
         Outcome::Failed { transfer, error } => {
             let description = described(&error);
-            hub.send_error(transfer.payer, transfer_id, error.code, &description, caller.version);
+            hub.send_error(
+                transfer.payer,
+                transfer_id,
+                error.code,
+                &description,
+                caller.version,
+            );
             if reserve_only {
-                let patch = fspiop::transfer_patch_body("ABORTED", transfer.completed_at_ms.unwrap_or_else(crate::now_ms));
+                let patch = fspiop::transfer_patch_body(
+                    "ABORTED",
+                    transfer.completed_at_ms.unwrap_or_else(crate::now_ms),
+                );
                 let headers = hub_headers(&hub, transfer.payee, caller.version);
-                hub.call_back(transfer.payee, TRANSFER_PUT, transfer_id, Method::PATCH, headers, Bytes::from(patch));
+                hub.call_back(
+                    transfer.payee,
+                    TRANSFER_PUT,
+                    transfer_id,
+                    Method::PATCH,
+                    headers,
+                    Bytes::from(patch),
+                );
             } else {
-                hub.send_error(transfer.payee, transfer_id, error.code, &description, caller.version);
+                hub.send_error(
+                    transfer.payee,
+                    transfer_id,
+                    error.code,
+                    &description,
+                    caller.version,
+                );
             }
         }
-        Outcome::Rejected(error) => {
-            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
-        }
+        Outcome::Rejected(error) => hub.send_error(
+            caller.source,
+            transfer_id,
+            error.code,
+            &described(&error),
+            caller.version,
+        ),
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
         other => return Err(HubError::from_outcome(other)),
     }
@@ -262,11 +377,22 @@ async fn abort(
     match hub.execute_one(command).await? {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(&headers, false);
-            hub.call_back(view.payer, TRANSFER_ERROR, transfer_id, Method::PUT, forwarded, body);
+            hub.call_back(
+                view.payer,
+                TRANSFER_ERROR,
+                transfer_id,
+                Method::PUT,
+                forwarded,
+                body,
+            );
         }
-        Outcome::Rejected(error) => {
-            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
-        }
+        Outcome::Rejected(error) => hub.send_error(
+            caller.source,
+            transfer_id,
+            error.code,
+            &described(&error),
+            caller.version,
+        ),
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
         other => return Err(HubError::from_outcome(other)),
     }
@@ -280,11 +406,21 @@ async fn get_transfer(
 ) -> Result<Response, HubError> {
     let caller = check_headers(&headers, true)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
-    match hub.execute_one(Command::GetTransfer { transfer_id, caller: caller.source }).await? {
+    match hub
+        .execute_one(Command::GetTransfer {
+            transfer_id,
+            caller: caller.source,
+        })
+        .await?
+    {
         Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.version),
-        Outcome::Rejected(error) => {
-            hub.send_error(caller.source, transfer_id, error.code, &described(&error), caller.version)
-        }
+        Outcome::Rejected(error) => hub.send_error(
+            caller.source,
+            transfer_id,
+            error.code,
+            &described(&error),
+            caller.version,
+        ),
         other => return Err(HubError::from_outcome(other)),
     }
     Ok(StatusCode::ACCEPTED.into_response())
@@ -292,5 +428,7 @@ async fn get_transfer(
 
 /// The FSPIOP router with its own `GET /health`.
 pub fn router(hub: Arc<Hub>) -> Router {
-    routes().route("/health", get(crate::health)).with_state(hub)
+    routes()
+        .route("/health", get(crate::health))
+        .with_state(hub)
 }

@@ -29,7 +29,14 @@ fn serve(
     extra: &[&str],
 ) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
     let mut child = kasi()
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(data_dir)
         .args(extra)
         .stderr(Stdio::piped())
@@ -113,7 +120,14 @@ fn serve_answers_health_stops_on_sigterm_and_restarts_on_the_same_state() {
 
     // A different hub name for the same data is refused with a reason.
     let output = kasi()
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -126,7 +140,14 @@ fn a_second_hub_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, _, _stderr) = serve(dir.path(), &[]);
     let output = kasi()
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(dir.path())
         .output()
         .unwrap();
@@ -337,7 +358,14 @@ fn audit_finds_a_tampered_balance_and_serve_refuses_the_store() {
     assert!(report.contains("USD accounts sum to"), "{report}");
 
     let serve = kasi()
-        .args(["serve", "--api-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--api-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(&data_dir)
         .output()
         .unwrap();
