@@ -35,18 +35,40 @@ struct Caller {
     version: fspiop::Version,
 }
 
-/// Header checks shared by every transfers request (FSPIOP §3.2).
-fn check_headers(headers: &HeaderMap, expects_accept: bool) -> Result<Caller, HubError> {
-    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let version = fspiop::check_content_type(Resource::Transfers, header("content-type"))?;
-    if expects_accept {
-        fspiop::negotiate_accept(Resource::Transfers, header("accept"))?;
+/// Which headers a request must carry (FSPIOP §3.2.1): a `POST` has a body
+/// and expects an answer (Content-Type and Accept), a `PUT` callback has a
+/// body and no Accept, a `GET` has no body (Content-Type optional).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Post,
+    Put,
+    Get,
+}
+
+/// Header checks shared by every transfers request.
+fn check_headers(headers: &HeaderMap, shape: Shape) -> Result<Caller, HubError> {
+    let header =
+        |name: &str| fspiop::header_str(name, headers.get(name).map(|value| value.as_bytes()));
+    let content_type = header("content-type")?;
+    let mut version = match (shape, content_type) {
+        (Shape::Get, None) => None,
+        (_, content_type) => Some(fspiop::check_content_type(
+            Resource::Transfers,
+            content_type,
+        )?),
+    };
+    if shape != Shape::Put {
+        let accepted = fspiop::negotiate_accept(Resource::Transfers, header("accept")?)?;
+        version.get_or_insert(accepted);
     }
-    fspiop::check_date(header("date"))?;
-    let source = fspiop::check_fsp_header("FSPIOP-Source", header("fspiop-source"), true)?
+    fspiop::check_date(header("date")?)?;
+    let source = fspiop::check_fsp_header("FSPIOP-Source", header("fspiop-source")?, true)?
         .expect("a required header is present when Ok");
-    fspiop::check_fsp_header("FSPIOP-Destination", header("fspiop-destination"), false)?;
-    Ok(Caller { source, version })
+    fspiop::check_fsp_header("FSPIOP-Destination", header("fspiop-destination")?, false)?;
+    Ok(Caller {
+        source,
+        version: version.unwrap_or(fspiop::Version::V1_1),
+    })
 }
 
 /// Headers of the original request that travel with it to the other DFSP,
@@ -212,7 +234,7 @@ async fn prepare(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, true)?;
+    let caller = check_headers(&headers, Shape::Post)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
     let prepare = parsed.to_prepare();
     if prepare.payer != caller.source {
@@ -263,9 +285,14 @@ async fn fulfil(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, false)?;
+    let caller = check_headers(&headers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_transfer_fulfil(&body)?;
+    if let Some(completed_ms) = parsed.completed_ms {
+        // ml-api-adapter's check: at most 200 ms ahead of the hub's clock
+        // and 300 s behind it.
+        fspiop::check_completed_timestamp(completed_ms, crate::now_ms())?;
+    }
     let reserve_only = parsed.transfer_state == "RESERVED";
     let command = Command::Fulfil(Fulfil {
         transfer_id,
@@ -365,7 +392,7 @@ async fn abort(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, false)?;
+    let caller = check_headers(&headers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_error_information(&body)?;
     let command = Command::Abort(Abort {
@@ -404,7 +431,7 @@ async fn get_transfer(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, true)?;
+    let caller = check_headers(&headers, Shape::Get)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     match hub
         .execute_one(Command::GetTransfer {
