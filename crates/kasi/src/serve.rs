@@ -128,6 +128,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ms = started.elapsed().as_millis() as u64,
             "callbacks drained"
         );
+        for stats in dispatcher.stats() {
+            info!(
+                destination = %stats.destination,
+                sent_ok = stats.sent_ok,
+                http_error = stats.http_error,
+                failed = stats.failed,
+                retried = stats.retried,
+                dropped = stats.dropped,
+                mean_us = stats.latency_sum_us.checked_div(stats.latency_count).unwrap_or(0),
+                max_us = stats.latency_max_us,
+                "callbacks by destination"
+            );
+        }
     });
     served?;
     stopped.context("the ledger pipeline failed")?;
