@@ -273,7 +273,12 @@ async fn prepare(
             &described(&error),
             caller.version,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        // A resend of a finished transfer gets its state again; one still in
+        // flight is ignored, as central-ledger does (its answer is coming).
+        Outcome::Duplicate(view) if view.state.is_final() => {
+            hub.send_state(caller.source, &view, caller.version)
+        }
+        Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
     }
     Ok(StatusCode::ACCEPTED.into_response())
@@ -326,16 +331,18 @@ async fn fulfil(
                     TRANSFER_PUT,
                     transfer_id,
                     Method::PUT,
-                    forwarded.clone(),
+                    forwarded,
                     body.clone(),
                 );
-                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default.
+                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
+                // same body, but from the hub, not the payee's own headers.
+                let confirmation = hub_headers(&hub, view.payee, caller.version);
                 hub.call_back(
                     view.payee,
                     TRANSFER_PUT,
                     transfer_id,
                     Method::PUT,
-                    forwarded,
+                    confirmation,
                     body,
                 );
             }

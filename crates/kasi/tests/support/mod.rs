@@ -1,0 +1,1076 @@
+//! Shared machinery of the end-to-end transfer tests: the real `kasi serve`
+//! process, DFSP callback stubs (real HTTP servers), a small HTTP/1.1
+//! client, onboarding over the admin API, and FSPIOP bodies and headers.
+//!
+//! Nothing here sleeps for a fixed time to wait for something: callbacks
+//! are awaited on a channel with a deadline, and "nothing arrives" is a
+//! short bounded wait.
+
+#![allow(dead_code)]
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+// ------------------------------------------------------------------ constants
+
+pub const CONTENT_TYPE: &str = "application/vnd.interoperability.transfers+json;version=1.1";
+pub const ACCEPT: &str = "application/vnd.interoperability.transfers+json;version=1";
+pub const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
+pub const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
+/// 32 zero bytes: a well-formed fulfilment that does not match [`CONDITION`].
+pub const WRONG_FULFILMENT: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+pub const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
+
+pub const PAYER: &str = "payerfsp";
+pub const PAYEE: &str = "payeefsp";
+pub const HUB_NAME: &str = "Hub";
+
+/// How long a callback that must come may take.
+pub const CALLBACK_WAIT: Duration = Duration::from_secs(10);
+/// How long to listen for a callback that must not come.
+pub const QUIET_WAIT: Duration = Duration::from_millis(300);
+
+// ---------------------------------------------------------------------- time
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// (year, month 1-12, day 1-31) of a day count since 1970-01-01
+/// (H. Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let days = days + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    } as u32;
+    (year_of_era + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// FSPIOP `DateTime`, e.g. `2026-11-22T08:00:00.000Z`.
+pub fn fspiop_time(ms: i64) -> String {
+    let (year, month, day) = civil_from_days(ms.div_euclid(86_400_000));
+    let in_day = ms.rem_euclid(86_400_000);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000
+    )
+}
+
+/// RFC 7231 IMF-fixdate, e.g. `Sun, 22 Nov 2026 08:00:00 GMT`.
+pub fn http_date(ms: i64) -> String {
+    const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = ms.div_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let in_day = ms.rem_euclid(86_400_000) / 1000;
+    format!(
+        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+        WEEKDAYS[(days + 4).rem_euclid(7) as usize],
+        MONTHS[month as usize - 1],
+        in_day / 3600,
+        in_day / 60 % 60,
+        in_day % 60
+    )
+}
+
+/// An expiration far enough ahead never to matter in a test.
+pub fn far_future() -> i64 {
+    now_ms() + 3_600_000
+}
+
+/// A fresh lowercase version-4 UUID.
+pub fn new_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let mut first = RandomState::new().build_hasher();
+    first.write_u64(count);
+    first.write_u128(nanos);
+    let high = first.finish();
+    let mut second = RandomState::new().build_hasher();
+    second.write_u64(high);
+    second.write_u64(count);
+    let low = second.finish();
+    let mut hex = format!("{high:016x}{low:016x}").into_bytes();
+    hex[12] = b'4';
+    hex[16] = b"89ab"[usize::from(hex[16]) % 4];
+    let hex = String::from_utf8(hex).unwrap();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+// -------------------------------------------------------------------- bodies
+
+pub fn prepare_body(
+    id: &str,
+    payer: &str,
+    payee: &str,
+    amount: &str,
+    expiration_ms: i64,
+) -> String {
+    format!(
+        r#"{{"transferId":"{id}","payerFsp":"{payer}","payeeFsp":"{payee}","amount":{{"amount":"{amount}","currency":"USD"}},"ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}","expiration":"{}"}}"#,
+        fspiop_time(expiration_ms)
+    )
+}
+
+pub fn fulfil_body(fulfilment: &str, state: &str) -> String {
+    format!(
+        r#"{{"fulfilment":"{fulfilment}","completedTimestamp":"{}","transferState":"{state}"}}"#,
+        fspiop_time(now_ms())
+    )
+}
+
+pub fn error_body(code: &str, description: &str) -> String {
+    format!(r#"{{"errorInformation":{{"errorCode":"{code}","errorDescription":"{description}"}}}}"#)
+}
+
+/// The headers a DFSP sends with an FSPIOP request (Accept only on POST
+/// and GET).
+pub fn fspiop_headers(source: &str, destination: &str, with_accept: bool) -> Vec<(String, String)> {
+    let mut headers = vec![("Content-Type".to_string(), CONTENT_TYPE.to_string())];
+    if with_accept {
+        headers.push(("Accept".to_string(), ACCEPT.to_string()));
+    }
+    headers.push(("Date".to_string(), http_date(now_ms())));
+    headers.push(("FSPIOP-Source".to_string(), source.to_string()));
+    headers.push(("FSPIOP-Destination".to_string(), destination.to_string()));
+    headers
+}
+
+pub fn header_value<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.as_str())
+}
+
+/// `headers` with `name` set to `value` (replaced or added).
+pub fn with_header(
+    mut headers: Vec<(String, String)>,
+    name: &str,
+    value: &str,
+) -> Vec<(String, String)> {
+    headers.retain(|(key, _)| !key.eq_ignore_ascii_case(name));
+    headers.push((name.to_string(), value.to_string()));
+    headers
+}
+
+/// `headers` without `name`.
+pub fn without_header(mut headers: Vec<(String, String)>, name: &str) -> Vec<(String, String)> {
+    headers.retain(|(key, _)| !key.eq_ignore_ascii_case(name));
+    headers
+}
+
+// --------------------------------------------------------------- HTTP client
+
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|error| panic!("response body is not JSON ({error}): {self:?}"))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_value(&self.headers, name)
+    }
+}
+
+impl fmt::Debug for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut text = self.text();
+        if text.len() > 2000 {
+            text.truncate(2000);
+            text.push_str("...");
+        }
+        write!(f, "HTTP {} {:?} {text}", self.status, self.headers)
+    }
+}
+
+/// Where a complete response ends in `raw`, if it is complete.
+fn response_end(raw: &[u8], eof: bool) -> Option<usize> {
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let field = |name: &str| {
+        head.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix(':'))
+            })
+            .map(|value| value.trim().to_string())
+    };
+    if let Some(length) = field("content-length") {
+        let length: usize = length.parse().ok()?;
+        return (raw.len() >= head_end + length).then_some(head_end + length);
+    }
+    if field("transfer-encoding").is_some_and(|value| value.contains("chunked")) {
+        return raw[head_end..]
+            .windows(5)
+            .position(|w| w == b"0\r\n\r\n")
+            .map(|at| head_end + at + 5)
+            .or(eof.then_some(raw.len()));
+    }
+    let status: u16 = head.split_whitespace().nth(1)?.parse().ok()?;
+    if status == 204 || status == 304 || (100..200).contains(&status) {
+        return Some(head_end);
+    }
+    eof.then_some(raw.len())
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") else {
+            break;
+        };
+        let size_text = String::from_utf8_lossy(&data[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .unwrap_or(0);
+        data = &data[line_end + 2..];
+        if size == 0 || data.len() < size {
+            break;
+        }
+        out.extend_from_slice(&data[..size]);
+        data = data.get(size + 2..).unwrap_or(&[]);
+    }
+    out
+}
+
+fn parse_response(raw: &[u8]) -> Response {
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| {
+            panic!(
+                "incomplete HTTP response: {:?}",
+                String::from_utf8_lossy(raw)
+            )
+        })
+        + 4;
+    let head = String::from_utf8_lossy(&raw[..head_end - 4]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_string()))
+        .collect();
+    let mut body = raw[head_end..].to_vec();
+    if header_value(&headers, "transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        body = dechunk(&body);
+    } else if let Some(length) =
+        header_value(&headers, "content-length").and_then(|v| v.parse::<usize>().ok())
+    {
+        body.truncate(length);
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`). A large
+/// body is written from another thread while the answer is read, so that a
+/// server refusing it early (413) is still heard.
+pub fn http(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Response {
+    let mut stream =
+        TcpStream::connect(address).unwrap_or_else(|error| panic!("connect {address}: {error}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH") {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    let writer = if body.len() > 256 * 1024 {
+        let mut clone = stream.try_clone().unwrap();
+        let body = body.to_vec();
+        Some(std::thread::spawn(move || {
+            let _ = clone.write_all(&body);
+        }))
+    } else {
+        stream.write_all(body).unwrap();
+        None
+    };
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => {
+                break;
+            }
+            Ok(n) => {
+                raw.extend_from_slice(&buffer[..n]);
+                if response_end(&raw, false).is_some() {
+                    break;
+                }
+            }
+            // A server that refused a body early may reset the connection
+            // after answering; what was read is the answer.
+            Err(error) if !raw.is_empty() => {
+                let _ = error;
+                break;
+            }
+            Err(error) => panic!("{method} {path} to {address}: no answer: {error}"),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
+    parse_response(&raw)
+}
+
+// --------------------------------------------------------------- DFSP stubs
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("dfsp-stubs")
+            .enable_all()
+            .build()
+            .unwrap()
+    })
+}
+
+/// One request a stub received.
+#[derive(Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Names in lower case.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Wall-clock arrival, ms since the epoch.
+    pub at_ms: i64,
+    pub at: Instant,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        header_value(&self.headers, name)
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|error| panic!("callback body is not JSON ({error}): {self:?}"))
+    }
+}
+
+impl fmt::Debug for Received {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {} {:?} {}",
+            self.method,
+            self.path,
+            self.headers,
+            self.text()
+        )
+    }
+}
+
+/// A DFSP's callback server: records every request and answers 200.
+pub struct Stub {
+    pub name: String,
+    address: SocketAddr,
+    requests: Mutex<mpsc::Receiver<Received>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn record(
+    axum::extract::State(sender): axum::extract::State<mpsc::Sender<Received>>,
+    request: axum::extract::Request,
+) -> axum::http::StatusCode {
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let _ = sender.send(Received {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        headers,
+        body: body.to_vec(),
+        at_ms: now_ms(),
+        at: Instant::now(),
+    });
+    axum::http::StatusCode::OK
+}
+
+impl Stub {
+    pub fn start(name: &str) -> Stub {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let (sender, requests) = mpsc::channel();
+        let app = axum::Router::new().fallback(record).with_state(sender);
+        let task = runtime().spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let _ = axum::serve(listener, app).await;
+        });
+        Stub {
+            name: name.to_string(),
+            address,
+            requests: Mutex::new(requests),
+            task,
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub fn next_within(&self, within: Duration) -> Option<Received> {
+        self.requests.lock().unwrap().recv_timeout(within).ok()
+    }
+
+    /// The next request; fails the test if none comes within [`CALLBACK_WAIT`].
+    pub fn next(&self, waiting_for: &str) -> Received {
+        self.next_within(CALLBACK_WAIT).unwrap_or_else(|| {
+            panic!(
+                "{}: no request within {CALLBACK_WAIT:?} (waiting for {waiting_for})",
+                self.name
+            )
+        })
+    }
+
+    /// The next request, which must be `method path`.
+    pub fn expect(&self, method: &str, path: &str) -> Received {
+        let received = self.next(&format!("{method} {path}"));
+        assert_eq!(
+            (received.method.as_str(), received.path.as_str()),
+            (method, path),
+            "{}: expected {method} {path}, got {received:?}",
+            self.name
+        );
+        received
+    }
+
+    /// The next request, which must be the hub's `PUT /transfers/{id}/error`
+    /// carrying `code`, addressed to this DFSP.
+    pub fn expect_error(&self, transfer_id: &str, code: &str) -> Received {
+        let received = self.expect("PUT", &format!("/transfers/{transfer_id}/error"));
+        assert_hub_error_callback(&received, &self.name, code);
+        received
+    }
+
+    /// Fails the test if any request arrives within `within`.
+    pub fn assert_quiet(&self, within: Duration) {
+        if let Some(received) = self.next_within(within) {
+            panic!("{}: expected no request, got {received:?}", self.name);
+        }
+    }
+
+    /// Fails the test if a request is already waiting (no wait at all).
+    pub fn assert_nothing_pending(&self) {
+        if let Ok(received) = self.requests.lock().unwrap().try_recv() {
+            panic!("{}: expected no request, got {received:?}", self.name);
+        }
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A callback error sent by the hub: `FSPIOP-Source: Hub`, destination the
+/// DFSP, the FSPIOP error body with `code`.
+pub fn assert_hub_error_callback(received: &Received, destination: &str, code: &str) {
+    assert_eq!(
+        received.header("fspiop-source"),
+        Some(HUB_NAME),
+        "FSPIOP-Source of {received:?}"
+    );
+    assert_eq!(
+        received.header("fspiop-destination"),
+        Some(destination),
+        "FSPIOP-Destination of {received:?}"
+    );
+    assert!(
+        received.header("content-type").is_some_and(
+            |value| value.starts_with("application/vnd.interoperability.transfers+json")
+        ),
+        "Content-Type of {received:?}"
+    );
+    assert!(received.header("date").is_some(), "Date of {received:?}");
+    let body = received.json();
+    assert_eq!(
+        body["errorInformation"]["errorCode"],
+        json!(code),
+        "error code of {received:?}"
+    );
+    assert!(
+        body["errorInformation"]["errorDescription"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty()),
+        "errorDescription of {received:?}"
+    );
+}
+
+/// A synchronous FSPIOP error answer: `status` and
+/// `{"errorInformation":{"errorCode":code,"errorDescription":...}}`.
+pub fn assert_error_response(response: &Response, status: u16, code: &str) {
+    assert_eq!(response.status, status, "{response:?}");
+    let body = response.json();
+    assert_eq!(
+        body["errorInformation"]["errorCode"],
+        json!(code),
+        "{response:?}"
+    );
+    assert!(
+        body["errorInformation"]["errorDescription"]
+            .as_str()
+            .is_some_and(|d| !d.is_empty()),
+        "{response:?}"
+    );
+}
+
+/// An endpoint that accepts connections and never answers.
+pub struct Blackhole {
+    address: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Blackhole {
+    pub fn start() -> Blackhole {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        let task = runtime().spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        Blackhole {
+            address,
+            accepted,
+            task,
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Blackhole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// ------------------------------------------------------------- the hub process
+
+pub fn kasi() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_kasi"));
+    command
+        .env_remove("KASI_LOG")
+        .env_remove("KASI_DATA_DIR")
+        .env_remove("KASI_ADMIN_LISTEN")
+        .env_remove("KASI_API_LISTEN")
+        .env_remove("KASI_HUB_NAME")
+        .env_remove("KASI_SHUTDOWN_GRACE_S");
+    command
+}
+
+/// A running `kasi serve` on ephemeral ports.
+pub struct Hub {
+    child: Child,
+    pub api: SocketAddr,
+    pub admin: SocketAddr,
+    pub data_dir: PathBuf,
+    log: Arc<Mutex<String>>,
+    exited: bool,
+}
+
+fn address_after(line: &str, key: &str) -> Option<SocketAddr> {
+    let rest = line.split(key).nth(1)?;
+    let token = rest.split_whitespace().next()?;
+    token
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()
+}
+
+impl Hub {
+    pub fn start(data_dir: &Path) -> Hub {
+        let mut child = kasi()
+            .args([
+                "serve",
+                "--api-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut line = String::new();
+        let (api, admin) = loop {
+            line.clear();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                let status = child.wait().unwrap();
+                panic!(
+                    "kasi serve exited ({status}) before serving:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+            log.lock().unwrap().push_str(&line);
+            if line.contains("serving") {
+                if let (Some(api), Some(admin)) =
+                    (address_after(&line, "api="), address_after(&line, "admin="))
+                {
+                    break (api, admin);
+                }
+            }
+        };
+        // Keep reading the log so the hub never blocks on a full pipe.
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while matches!(stderr.read_line(&mut line), Ok(n) if n > 0) {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Hub {
+            child,
+            api,
+            admin,
+            data_dir: data_dir.to_path_buf(),
+            log,
+            exited: false,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+        self.exited = true;
+    }
+
+    /// SIGTERM and wait (at most 30 s) for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.exited = true;
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kasi serve did not stop within 30 s of SIGTERM:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // ---------------------------------------------------------- admin API
+
+    pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
+        let mut headers = Vec::new();
+        let bytes = match body {
+            Some(body) => {
+                headers.push(("Content-Type".to_string(), "application/json".to_string()));
+                serde_json::to_vec(body).unwrap()
+            }
+            None => Vec::new(),
+        };
+        http(self.admin, method, path, &headers, &bytes)
+    }
+
+    /// An admin request that must answer `status`.
+    pub fn admin_expect(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+        status: u16,
+    ) -> Response {
+        let response = self.admin(method, path, body.as_ref());
+        assert_eq!(
+            response.status, status,
+            "{method} {path} {body:?}: {response:?}"
+        );
+        response
+    }
+
+    /// The hub's accounts and the settlement model, as the golden-path
+    /// collection's hub setup does it.
+    pub fn setup(&self) {
+        for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+            self.admin_expect(
+                "POST",
+                "/participants/Hub/accounts",
+                Some(json!({"type": kind, "currency": "USD"})),
+                201,
+            );
+        }
+        self.admin_expect(
+            "POST",
+            "/settlementModels",
+            Some(json!({
+                "name": "DEFAULTDEFERREDNET",
+                "settlementGranularity": "NET",
+                "settlementInterchange": "MULTILATERAL",
+                "settlementDelay": "DEFERRED",
+                "requireLiquidityCheck": true,
+                "ledgerAccountType": "POSITION",
+                "autoPositionReset": true
+            })),
+            201,
+        );
+    }
+
+    /// A DFSP onboarded as the golden-path collection does it: participant,
+    /// net debit cap, the three transfer endpoints at `base_url`, funds in.
+    pub fn onboard(&self, name: &str, base_url: &str, net_debit_cap: u64, deposit: u64) {
+        self.admin_expect(
+            "POST",
+            "/participants",
+            Some(json!({"name": name, "currency": "USD"})),
+            201,
+        );
+        self.admin_expect(
+            "POST",
+            &format!("/participants/{name}/initialPositionAndLimits"),
+            Some(json!({
+                "currency": "USD",
+                "limit": {"type": "NET_DEBIT_CAP", "value": net_debit_cap},
+                "initialPosition": 0
+            })),
+            201,
+        );
+        for (kind, path) in [
+            ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
+            (
+                "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+                "/transfers/{{transferId}}",
+            ),
+            (
+                "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
+                "/transfers/{{transferId}}/error",
+            ),
+        ] {
+            self.admin_expect(
+                "POST",
+                &format!("/participants/{name}/endpoints"),
+                Some(json!({"type": kind, "value": format!("{base_url}{path}")})),
+                201,
+            );
+        }
+        if deposit > 0 {
+            let settlement = self.account_id(name, "SETTLEMENT");
+            self.admin_expect(
+                "POST",
+                &format!("/participants/{name}/accounts/{settlement}"),
+                Some(json!({
+                    "transferId": new_id(),
+                    "externalReference": "ref",
+                    "action": "recordFundsIn",
+                    "reason": "deposit",
+                    "amount": {"amount": deposit.to_string(), "currency": "USD"}
+                })),
+                202,
+            );
+        }
+    }
+
+    fn account(&self, name: &str, kind: &str) -> Value {
+        let accounts = self
+            .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
+            .json();
+        accounts
+            .as_array()
+            .unwrap_or_else(|| panic!("accounts of {name} are not a list: {accounts}"))
+            .iter()
+            .find(|account| {
+                account["ledgerAccountType"] == json!(kind) && account["currency"] == json!("USD")
+            })
+            .unwrap_or_else(|| panic!("{name} has no USD {kind} account: {accounts}"))
+            .clone()
+    }
+
+    pub fn account_id(&self, name: &str, kind: &str) -> u64 {
+        self.account(name, kind)["id"]
+            .as_u64()
+            .expect("numeric account id")
+    }
+
+    /// The `value` of a DFSP's USD account of `kind`, from
+    /// `GET /participants/{name}/accounts`.
+    pub fn account_value(&self, name: &str, kind: &str) -> f64 {
+        number(&self.account(name, kind)["value"])
+    }
+
+    /// The USD position, from `GET /participants/{name}/positions`.
+    pub fn position(&self, name: &str) -> f64 {
+        let positions = self
+            .admin_expect("GET", &format!("/participants/{name}/positions"), None, 200)
+            .json();
+        let usd = match &positions {
+            Value::Array(list) => list.iter().find(|p| p["currency"] == json!("USD")).cloned(),
+            Value::Object(_) => Some(positions.clone()),
+            _ => None,
+        };
+        let usd = usd.unwrap_or_else(|| panic!("{name} has no USD position: {positions}"));
+        number(&usd["value"])
+    }
+
+    // ---------------------------------------------------------- FSPIOP API
+
+    pub fn api(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Response {
+        http(self.api, method, path, headers, body)
+    }
+
+    /// `POST /transfers` from `source` with the standard headers.
+    pub fn prepare(&self, source: &str, destination: &str, body: &str) -> Response {
+        self.api(
+            "POST",
+            "/transfers",
+            &fspiop_headers(source, destination, true),
+            body.as_bytes(),
+        )
+    }
+
+    /// `PUT /transfers/{id}` from `source` (no Accept on a callback).
+    pub fn fulfil(
+        &self,
+        transfer_id: &str,
+        source: &str,
+        destination: &str,
+        body: &str,
+    ) -> Response {
+        let path = format!("/transfers/{transfer_id}");
+        self.api(
+            "PUT",
+            &path,
+            &fspiop_headers(source, destination, false),
+            body.as_bytes(),
+        )
+    }
+
+    /// `PUT /transfers/{id}/error` from `source`.
+    pub fn reject(
+        &self,
+        transfer_id: &str,
+        source: &str,
+        destination: &str,
+        body: &str,
+    ) -> Response {
+        let path = format!("/transfers/{transfer_id}/error");
+        self.api(
+            "PUT",
+            &path,
+            &fspiop_headers(source, destination, false),
+            body.as_bytes(),
+        )
+    }
+
+    /// `GET /transfers/{id}` from `source`.
+    pub fn get_transfer(&self, transfer_id: &str, source: &str, destination: &str) -> Response {
+        let path = format!("/transfers/{transfer_id}");
+        self.api(
+            "GET",
+            &path,
+            &fspiop_headers(source, destination, true),
+            b"",
+        )
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if !self.exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("---- kasi serve log (last lines) ----");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// A JSON number or numeric string as f64 (test amounts are small).
+pub fn number(value: &Value) -> f64 {
+    match value {
+        Value::Number(n) => n.as_f64().unwrap(),
+        Value::String(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {value}")),
+        other => panic!("not a number: {other}"),
+    }
+}
+
+// -------------------------------------------------------------- a scenario
+
+/// A hub with a payer and a payee, each with a callback stub.
+pub struct Scenario {
+    pub hub: Hub,
+    pub payer: Stub,
+    pub payee: Stub,
+    pub dir: tempfile::TempDir,
+}
+
+impl Scenario {
+    /// Both DFSPs with a net debit cap of 10,000 and 5,000 deposited.
+    pub fn new() -> Scenario {
+        Scenario::with_payer(10_000, 5_000)
+    }
+
+    pub fn with_payer(net_debit_cap: u64, deposit: u64) -> Scenario {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::start(&dir.path().join("data"));
+        hub.setup();
+        let payer = Stub::start(PAYER);
+        let payee = Stub::start(PAYEE);
+        hub.onboard(PAYER, &payer.base_url(), net_debit_cap, deposit);
+        hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+        Scenario {
+            hub,
+            payer,
+            payee,
+            dir,
+        }
+    }
+
+    /// A prepare from the payer that must be accepted (202) and forwarded to
+    /// the payee; returns the transfer id and the body sent.
+    pub fn reserve(&self, amount: &str, expiration_ms: i64) -> (String, String) {
+        let id = new_id();
+        let body = prepare_body(&id, PAYER, PAYEE, amount, expiration_ms);
+        let response = self.hub.prepare(PAYER, PAYEE, &body);
+        assert_eq!(response.status, 202, "prepare: {response:?}");
+        let forwarded = self.payee.expect("POST", "/transfers");
+        assert_eq!(
+            forwarded.text(),
+            body,
+            "the payee must get the payer's exact bytes"
+        );
+        (id, body)
+    }
+
+    /// A fulfil from the payee that must be answered 200.
+    pub fn fulfil(&self, transfer_id: &str, body: &str) {
+        let response = self.hub.fulfil(transfer_id, PAYEE, PAYER, body);
+        assert_eq!(response.status, 200, "fulfil: {response:?}");
+    }
+}
