@@ -65,6 +65,30 @@ fn onboarding() -> Vec<Command> {
             request_hash: RequestHash([1; 32]),
         }));
     }
+    let party = |identifier: &str, sub_id: Option<&str>| PartyKey {
+        id_type: "MSISDN".into(),
+        identifier: identifier.into(),
+        sub_id: sub_id.map(Into::into),
+    };
+    commands.push(Command::RegisterParty {
+        key: party("255700000001", None),
+        fsp: name("payeefsp"),
+        currency: Some(usd()),
+    });
+    commands.push(Command::RegisterParty {
+        key: party("255700000001", Some("home")),
+        fsp: name("payerfsp"),
+        currency: None,
+    });
+    commands.push(Command::RegisterParty {
+        key: party("255700000002", None),
+        fsp: name("payerfsp"),
+        currency: None,
+    });
+    commands.push(Command::DeleteParty {
+        key: party("255700000002", None),
+        caller: name("payerfsp"),
+    });
     commands
 }
 
@@ -136,6 +160,12 @@ fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
     assert_eq!(recovered.snapshot(), live.snapshot());
     assert!(recovered.snapshot().audit().is_empty());
     assert_eq!(recovered.snapshot().endpoints.len(), 4);
+    let parties = recovered.snapshot().parties;
+    assert_eq!(parties.len(), 2, "two registered, one deleted: {parties:?}");
+    assert_eq!(
+        parties[0].key.sub_id, None,
+        "the key without a sub-id sorts first"
+    );
     assert_eq!(
         recovered.snapshot().settlement_models[0].name,
         "DEFAULTDEFERREDNET"

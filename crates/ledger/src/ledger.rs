@@ -61,6 +61,13 @@ pub(crate) struct Finish {
     pub(crate) at_ms: i64,
 }
 
+#[derive(Clone, Copy)]
+pub(crate) struct PartyEntry {
+    pub(crate) fsp: ParticipantId,
+    pub(crate) currency: Option<Currency>,
+    pub(crate) registered_at_ms: i64,
+}
+
 pub(crate) struct Transfer {
     pub(crate) seq: u64,
     pub(crate) kind: TransferKind,
@@ -101,6 +108,7 @@ pub struct Ledger {
     pub(crate) expiry: BTreeSet<(i64, TransferId)>,
     pub(crate) now_ms: i64,
     pub(crate) settlement_models: Vec<SettlementModelRow>,
+    pub(crate) parties: HashMap<PartyKey, PartyEntry>,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -130,6 +138,7 @@ impl Ledger {
             expiry: BTreeSet::new(),
             now_ms: i64::MIN,
             settlement_models: Vec::new(),
+            parties: HashMap::new(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -236,6 +245,20 @@ impl Ledger {
             Command::ReadSettlementModels => {
                 Ok(Outcome::SettlementModels(self.settlement_models.clone()))
             }
+            Command::RegisterParty { key, fsp, currency } => {
+                self.register_party(key, *fsp, *currency)
+            }
+            Command::DeleteParty { key, caller } => self.delete_party(key, *caller),
+            Command::ReadParties => Ok(Outcome::Parties(
+                self.parties
+                    .iter()
+                    .map(|(key, entry)| PartyView {
+                        key: key.clone(),
+                        fsp: self.participant(entry.fsp).name,
+                        currency: entry.currency,
+                    })
+                    .collect(),
+            )),
         };
         result.unwrap_or_else(Outcome::Rejected)
     }
@@ -644,6 +667,68 @@ impl Ledger {
             })
             .collect();
         Ok(Outcome::Participants(views))
+    }
+
+    fn register_party(
+        &mut self,
+        key: &PartyKey,
+        fsp: FspName,
+        currency: Option<Currency>,
+    ) -> Result<Outcome, Rejection> {
+        check_party_key(key)?;
+        let id = self
+            .participant_by_name
+            .get(&fsp)
+            .copied()
+            .ok_or_else(|| validation(format!("FSP '{fsp}' is not a participant")))?;
+        let participant = self.participant(id);
+        if participant.is_hub || !participant.active {
+            return Err(validation(format!(
+                "FSP '{fsp}' cannot hold parties (it is the hub or inactive)"
+            )));
+        }
+        if let Some(existing) = self.parties.get(key) {
+            if existing.fsp != id {
+                return Err(Rejection::new(
+                    ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                    format!("party {key} is registered to another FSP"),
+                ));
+            }
+            if existing.currency == currency {
+                return Ok(Outcome::Done);
+            }
+        }
+        let entry = PartyEntry {
+            fsp: id,
+            currency,
+            registered_at_ms: self.now_ms,
+        };
+        self.parties.insert(key.clone(), entry);
+        self.records.push(Record::Party(PartyRow {
+            key: key.clone(),
+            fsp: id,
+            currency,
+            registered_at_ms: self.now_ms,
+        }));
+        Ok(Outcome::Done)
+    }
+
+    fn delete_party(&mut self, key: &PartyKey, caller: FspName) -> Result<Outcome, Rejection> {
+        check_party_key(key)?;
+        let entry = self.parties.get(key).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::ID_NOT_FOUND,
+                format!("party {key} is not registered"),
+            )
+        })?;
+        if self.participant(entry.fsp).name != caller {
+            return Err(validation(format!(
+                "party {key} is not registered to '{caller}'"
+            )));
+        }
+        self.parties.remove(key);
+        self.records.push(Record::PartyDeleted(key.clone()));
+        Ok(Outcome::Done)
     }
 
     // ----- transfers --------------------------------------------------------
@@ -1418,7 +1503,19 @@ impl Ledger {
             })
             .collect();
         endpoints.sort();
+        let mut parties: Vec<PartyRow> = self
+            .parties
+            .iter()
+            .map(|(key, entry)| PartyRow {
+                key: key.clone(),
+                fsp: entry.fsp,
+                currency: entry.currency,
+                registered_at_ms: entry.registered_at_ms,
+            })
+            .collect();
+        parties.sort_by(|a, b| a.key.cmp(&b.key));
         Snapshot {
+            parties,
             endpoints,
             settlement_models: self.settlement_models.clone(),
             participants,
@@ -1482,6 +1579,14 @@ impl Ledger {
                 .push((endpoint.endpoint_type, endpoint.value));
         }
         ledger.settlement_models = snapshot.settlement_models;
+        for row in snapshot.parties {
+            let entry = PartyEntry {
+                fsp: row.fsp,
+                currency: row.currency,
+                registered_at_ms: row.registered_at_ms,
+            };
+            ledger.parties.insert(row.key, entry);
+        }
         let mut finishes = snapshot.finishes.into_iter().peekable();
         ledger.transfers.reserve(snapshot.transfers.len());
         for row in snapshot.transfers {
@@ -1525,6 +1630,21 @@ impl Ledger {
         ledger.now_ms = now_ms;
         Ok(ledger)
     }
+}
+
+fn check_party_key(key: &PartyKey) -> Result<(), Rejection> {
+    let part_ok = |text: &str| {
+        !text.is_empty() && text.len() <= PARTY_ID_MAX_LEN && !text.chars().any(char::is_control)
+    };
+    if part_ok(&key.id_type)
+        && part_ok(&key.identifier)
+        && key.sub_id.as_deref().is_none_or(part_ok)
+    {
+        return Ok(());
+    }
+    Err(validation(format!(
+        "party type, identifier and sub-id must be 1-{PARTY_ID_MAX_LEN} printable characters"
+    )))
 }
 
 /// Ids are 1-based (as Mojaloop's); the vectors are 0-based.

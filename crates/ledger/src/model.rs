@@ -286,6 +286,20 @@ pub enum Command {
     ReadParticipants {
         name: Option<FspName>,
     },
+    /// `POST /participants/{Type}/{ID}[/{SubId}]`: `fsp` (the caller) holds
+    /// the party. Registering again by the same FSP updates the currency.
+    RegisterParty {
+        key: PartyKey,
+        fsp: FspName,
+        currency: Option<Currency>,
+    },
+    /// `DELETE /participants/{Type}/{ID}[/{SubId}]` by the FSP holding it.
+    DeleteParty {
+        key: PartyKey,
+        caller: FspName,
+    },
+    /// Every registered party (to load the hub's lookup table).
+    ReadParties,
     /// Reads every settlement model.
     ReadSettlementModels,
     GetTransfer {
@@ -343,6 +357,7 @@ pub enum Outcome {
     Expired(Vec<TransferView>),
     Participants(Vec<ParticipantView>),
     SettlementModels(Vec<SettlementModelRow>),
+    Parties(Vec<PartyView>),
 }
 
 impl Outcome {
@@ -431,6 +446,47 @@ pub enum Record {
     Finish(FinishRow),
     Endpoint(EndpointRow),
     SettlementModel(SettlementModelRow),
+    Party(PartyRow),
+    PartyDeleted(PartyKey),
+}
+
+/// Longest party identifier, sub-id or type name kept (FSPIOP: 128).
+pub const PARTY_ID_MAX_LEN: usize = 128;
+
+/// An FSPIOP party: `partyIdType`, `partyIdentifier` and the optional
+/// `partySubIdOrType`, as the participant registry (the oracle) keys it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartyKey {
+    pub id_type: String,
+    pub identifier: String,
+    pub sub_id: Option<String>,
+}
+
+impl std::fmt::Display for PartyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.id_type, self.identifier)?;
+        match &self.sub_id {
+            Some(sub_id) => write!(f, "/{sub_id}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Which FSP holds a party, as registered in the built-in oracle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartyRow {
+    pub key: PartyKey,
+    pub fsp: ParticipantId,
+    pub currency: Option<Currency>,
+    pub registered_at_ms: i64,
+}
+
+/// A registry entry as the API needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartyView {
+    pub key: PartyKey,
+    pub fsp: FspName,
+    pub currency: Option<Currency>,
 }
 
 /// Longest endpoint type name the ledger keeps (Mojaloop's are < 64).

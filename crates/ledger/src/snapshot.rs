@@ -19,6 +19,8 @@ pub struct Snapshot {
     pub endpoints: Vec<EndpointRow>,
     /// In id order.
     pub settlement_models: Vec<SettlementModelRow>,
+    /// The built-in oracle, in key order.
+    pub parties: Vec<PartyRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -118,6 +120,26 @@ impl Snapshot {
                     "endpoint {} belongs to missing participant {}",
                     endpoint.endpoint_type, endpoint.participant.0
                 ));
+            }
+        }
+        for pair in self.parties.windows(2) {
+            if pair[0].key >= pair[1].key {
+                problem(format!(
+                    "party {} is duplicated or out of order",
+                    pair[1].key
+                ));
+            }
+        }
+        for party in &self.parties {
+            match self
+                .participants
+                .get((party.fsp.0 as usize).wrapping_sub(1))
+            {
+                Some(owner) if !owner.is_hub => {}
+                _ => problem(format!(
+                    "party {} is held by participant {}, which cannot hold parties",
+                    party.key, party.fsp.0
+                )),
             }
         }
         let mut model_names = HashSet::new();

@@ -593,6 +593,9 @@ impl Mirror {
                         .insert((row.participant, row.endpoint_type.clone()), row.clone());
                 }
                 Record::SettlementModel(row) => self.settlement_models.push(row.clone()),
+                Record::Party(_) | Record::PartyDeleted(_) => {
+                    unreachable!("parties are not generated here")
+                }
                 Record::Finish(row) => {
                     let id = *self.by_seq.get(&row.seq).expect("finish of a recorded seq");
                     assert_eq!(
@@ -685,6 +688,7 @@ impl Mirror {
             finishes,
             endpoints: self.endpoints.values().cloned().collect(),
             settlement_models: self.settlement_models.clone(),
+            parties: Vec::new(),
         }
     }
 
@@ -754,7 +758,10 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         Command::SetEndpoint { .. }
         | Command::CreateSettlementModel { .. }
         | Command::ReadParticipants { .. }
-        | Command::ReadSettlementModels => {
+        | Command::ReadSettlementModels
+        | Command::RegisterParty { .. }
+        | Command::DeleteParty { .. }
+        | Command::ReadParties => {
             unreachable!("reference-data commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

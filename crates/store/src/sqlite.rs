@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
-    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, Record,
-    RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow,
-    TransferState,
+    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, PartyKey,
+    PartyRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind,
+    TransferRow, TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -69,6 +69,15 @@ CREATE TABLE IF NOT EXISTS settlement_models (
     id         INTEGER PRIMARY KEY,
     name       TEXT    NOT NULL UNIQUE,
     definition TEXT    NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS parties (
+    id_type          TEXT    NOT NULL,
+    identifier       TEXT    NOT NULL,
+    sub_id           TEXT    NOT NULL,  -- '' when the party has none
+    participant_id   INTEGER NOT NULL,
+    currency         TEXT,
+    registered_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (id_type, identifier, sub_id)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS transfer_finishes (
     seq            INTEGER PRIMARY KEY,
@@ -227,6 +236,15 @@ impl SqliteStore {
             let mut settlement_model = transaction.prepare_cached(
                 "INSERT INTO settlement_models (id, name, definition) VALUES (?1, ?2, ?3)",
             )?;
+            let mut party = transaction.prepare_cached(
+                "INSERT INTO parties (id_type, identifier, sub_id, participant_id, currency, registered_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (id_type, identifier, sub_id) DO UPDATE SET participant_id = excluded.participant_id,
+                    currency = excluded.currency, registered_at_ms = excluded.registered_at_ms",
+            )?;
+            let mut party_deleted = transaction.prepare_cached(
+                "DELETE FROM parties WHERE id_type = ?1 AND identifier = ?2 AND sub_id = ?3",
+            )?;
             let text = &mut self.text;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
                 match record {
@@ -288,6 +306,23 @@ impl SqliteStore {
                     }
                     Record::SettlementModel(row) => {
                         settlement_model.execute(params![row.id, row.name, row.definition])?;
+                    }
+                    Record::Party(row) => {
+                        party.execute(params![
+                            row.key.id_type,
+                            row.key.identifier,
+                            row.key.sub_id.as_deref().unwrap_or(""),
+                            row.fsp.0,
+                            row.currency.map(|c| c.to_string()),
+                            row.registered_at_ms,
+                        ])?;
+                    }
+                    Record::PartyDeleted(key) => {
+                        party_deleted.execute(params![
+                            key.id_type,
+                            key.identifier,
+                            key.sub_id.as_deref().unwrap_or("")
+                        ])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -427,6 +462,32 @@ impl SqliteStore {
                     value: row.get(2)?,
                 });
             }
+            let mut statement = transaction.prepare(
+                "SELECT id_type, identifier, sub_id, participant_id, currency, registered_at_ms FROM parties",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let sub_id: String = row.get(2)?;
+                let currency: Option<String> = row.get(4)?;
+                snapshot.parties.push(PartyRow {
+                    key: PartyKey {
+                        id_type: row.get(0)?,
+                        identifier: row.get(1)?,
+                        sub_id: (!sub_id.is_empty()).then_some(sub_id),
+                    },
+                    fsp: ParticipantId(row.get(3)?),
+                    currency: match currency {
+                        None => None,
+                        Some(code) => Some(
+                            Currency::parse(&code)
+                                .ok_or_else(|| StoreError(format!("bad currency {code:?}")))?,
+                        ),
+                    },
+                    registered_at_ms: row.get(5)?,
+                });
+            }
+            // In the ledger's key order (Rust's, not SQLite's collation).
+            snapshot.parties.sort_by(|a, b| a.key.cmp(&b.key));
             let mut statement = transaction
                 .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
             let mut rows = statement.query([])?;
