@@ -237,6 +237,11 @@ impl EngineHandle {
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
     }
+
+    /// Most commands one submission may hold.
+    pub fn max_batch_commands(&self) -> usize {
+        self.max_batch_commands
+    }
 }
 
 /// The running pipeline. Dropping it stops it as [`Engine::shutdown`] does.

@@ -60,6 +60,21 @@ fn digits(bytes: &[u8], at: usize, count: usize) -> Option<u32> {
     Some(value)
 }
 
+/// True when `text` is FSPIOP's `Date` (`YYYY-MM-DD`, e.g. a
+/// `dateOfBirth`): a year 1000-9999 and a real calendar date.
+pub(crate) fn is_date(text: &str) -> bool {
+    let b = text.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return false;
+    }
+    let (Some(year), Some(month), Some(day)) = (digits(b, 0, 4), digits(b, 5, 2), digits(b, 8, 2))
+    else {
+        return false;
+    };
+    let year = i64::from(year);
+    year >= 1000 && (1..=12).contains(&month) && day >= 1 && day <= days_in_month(year, month)
+}
+
 /// Parses FSPIOP's `DateTime` to milliseconds since the Unix epoch (UTC).
 ///
 /// Exactly the v1.1 schema's pattern: a year 1000-9999, a real calendar

@@ -133,13 +133,28 @@ pub fn error_body_with_extensions(
     description: &str,
     extensions: &[(&str, &str)],
 ) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + description.len().min(512));
+    out.extend_from_slice(b"{\"errorInformation\":");
+    push_error_information(&mut out, code, description, extensions);
+    out.push(b'}');
+    out
+}
+
+/// Appends an `ErrorInformation` object, `{"errorCode":"3100",
+/// "errorDescription":"...","extensionList":..}`, bounded as
+/// [`error_body`] describes.
+pub(crate) fn push_error_information(
+    out: &mut Vec<u8>,
+    code: ErrorCode,
+    description: &str,
+    extensions: &[(&str, &str)],
+) {
     let description = if description.is_empty() {
         code.description()
     } else {
         json::truncate_chars(description, ERROR_DESCRIPTION_MAX_CHARS)
     };
-    let mut out = Vec::with_capacity(64 + description.len());
-    out.extend_from_slice(b"{\"errorInformation\":{\"errorCode\":\"");
+    out.extend_from_slice(b"{\"errorCode\":\"");
     // An ErrorCode outside 1000-9999 cannot be written as FSPIOP's four
     // digits; say "internal server error" rather than send invalid JSON.
     let digits = if (1000..=9999).contains(&code.0) {
@@ -147,15 +162,14 @@ pub fn error_body_with_extensions(
     } else {
         ErrorCode::INTERNAL_SERVER_ERROR.0
     };
-    json::push_u64(&mut out, u64::from(digits));
+    json::push_u64(out, u64::from(digits));
     out.extend_from_slice(b"\",\"errorDescription\":");
-    json::push_str(&mut out, description);
+    json::push_str(out, description);
     if !extensions.is_empty() {
         out.push(b',');
-        json::push_extension_list(&mut out, extensions);
+        json::push_extension_list(out, extensions);
     }
-    out.extend_from_slice(b"}}");
-    out
+    out.push(b'}');
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The FSPIOP v1.1 wire format, as a pure library: request headers and
-//! version negotiation, transfer bodies with schema validation, the bodies
-//! the hub sends back, error answers, and FSPIOP's `DateTime`.
+//! version negotiation, transfer, quote and participant-registry bodies
+//! with schema validation, party path parameters, the bodies the hub sends
+//! back, error answers, and FSPIOP's `DateTime`.
 //!
 //! No I/O, no async, no HTTP types: header values come in as
 //! `Option<&str>` (see [`header_str`] for raw bytes) and bodies as `&[u8]`;
@@ -16,15 +17,17 @@
 //! * **3102 Missing mandatory element**: a required header is absent or
 //!   empty; the body is empty; a required property is absent.
 //! * **3101 Malformed syntax**: a header that does not parse (Content-Type,
-//!   Accept, Date, an FSP header, a path `{ID}`); a body that is not one
+//!   Accept, Date, an FSP header, a path `{ID}`, `{Type}` or `{SubId}`); a body that is not one
 //!   JSON object (bad syntax or UTF-8, trailing data, a duplicate key); a
 //!   property of the wrong JSON type, including
 //!   `null` (`"amount": 5` where an object is expected).
 //! * **3100 Generic validation error**: a property of the right JSON type
 //!   whose value breaks a schema rule: a pattern (CorrelationId, Amount,
-//!   IlpPacket, IlpCondition, DateTime, ErrorCode), a length (FspId,
-//!   ExtensionKey/Value, ErrorDescription, ExtensionList items), an
-//!   enumeration (Currency, TransferState), or a hub rule on a valid value
+//!   IlpPacket, IlpCondition, DateTime, Date, ErrorCode, Latitude/Longitude,
+//!   Name, MerchantClassificationCode, ...), a length (FspId,
+//!   PartyIdentifier, Note, ExtensionKey/Value, ErrorDescription, ExtensionList
+//!   and partyList items), an enumeration (Currency, TransferState,
+//!   PartyIdType, AmountType, TransactionScenario, ...), or a hub rule on a valid value
 //!   (a fulfil's ABORTED/RECEIVED state, an FspId that is not a usable
 //!   [`ledger::FspName`], an errorCode outside 1000-5999).
 //! * **3001 Unacceptable version** (HTTP 406): Content-Type or Accept asks
@@ -37,6 +40,10 @@ mod datetime;
 mod error;
 mod headers;
 mod json;
+mod participants;
+mod party;
+mod quotes;
+mod schema;
 mod transfers;
 
 pub use datetime::{format_date_time, parse_date_time};
@@ -54,6 +61,21 @@ pub use json::{
     push_extension_list, EXTENSION_KEY_MAX_CHARS, EXTENSION_LIST_MAX_ITEMS,
     EXTENSION_VALUE_MAX_CHARS,
 };
+/// The registry's key of a party (`{Type}/{ID}[/{SubId}]`), the ledger's
+/// type, re-exported: see [`parse_party_key`].
+pub use ledger::PartyKey;
+pub use participants::{
+    parse_participant_post, parse_participants_batch, participant_put_body,
+    participants_batch_put_body, participants_batch_put_body_with_fsp, ParsedParticipantPost,
+    ParsedParticipantsBatch, PARTY_LIST_MAX_ITEMS,
+};
+pub use party::{
+    check_party_identifier, check_party_put, check_party_sub_id, parse_party_id_type,
+    parse_party_key, ParsedPartyIdInfo, PartyIdType, PARTY_IDENTIFIER_MAX_CHARS,
+    PARTY_SUB_ID_MAX_CHARS,
+};
+pub use quotes::{parse_quote_post, parse_quote_put, AmountType, ParsedQuotePost, ParsedQuotePut};
+pub use schema::Money;
 pub use transfers::{
     check_completed_timestamp, is_correlation_id, parse_correlation_id, parse_error_information,
     parse_transfer_fulfil, parse_transfer_prepare, transfer_patch_body,

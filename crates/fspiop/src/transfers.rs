@@ -12,6 +12,7 @@ use crate::json::{
     self, char_len_at_most, JsonArr, JsonObj, JsonStr, EXTENSION_KEY_MAX_CHARS,
     EXTENSION_LIST_MAX_ITEMS, EXTENSION_VALUE_MAX_CHARS,
 };
+use crate::schema::{Child, Item};
 use crate::{FspiopError, ERROR_DESCRIPTION_MAX_CHARS};
 use ledger::{
     Abort, Amount, Condition, Currency, ErrorCode, FspName, Fulfil, Fulfilment, Prepare,
@@ -29,47 +30,28 @@ pub const COMPLETED_TIMESTAMP_MAX_PAST_MS: i64 = 300_000;
 
 // ------------------------------------------------------------- field paths
 
-/// Where a field is, for error descriptions: `amount.currency`,
-/// `extensionList.extension[3].key`. Formatting happens only on error.
+/// Where a field is, for error descriptions: `amount.currency`. Nested and
+/// indexed paths (`extensionList.extension[3].key`) are built with
+/// [`Child`] and [`Item`]; formatting happens only on error.
 #[derive(Clone, Copy)]
-struct FieldPath<'p> {
-    parent: &'p str,
-    index: Option<usize>,
-    leaf: &'p str,
-}
+pub(crate) struct FieldPath<'p>(&'p str);
 
 impl<'p> FieldPath<'p> {
-    const fn new(leaf: &'p str) -> Self {
-        FieldPath {
-            parent: "",
-            index: None,
-            leaf,
-        }
-    }
-
-    const fn item(parent: &'p str, index: usize, leaf: &'p str) -> Self {
-        FieldPath {
-            parent,
-            index: Some(index),
-            leaf,
-        }
+    pub(crate) const fn new(leaf: &'p str) -> Self {
+        FieldPath(leaf)
     }
 }
 
 impl fmt::Display for FieldPath<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.parent)?;
-        if let Some(index) = self.index {
-            write!(f, "[{index}]")?;
-        }
-        if !self.parent.is_empty() && !self.leaf.is_empty() {
-            f.write_str(".")?;
-        }
-        f.write_str(self.leaf)
+        f.write_str(self.0)
     }
 }
 
-fn required_str<'b>(value: &'b JsonStr<'_>, path: FieldPath<'_>) -> Result<&'b str, FspiopError> {
+pub(crate) fn required_str<'b>(
+    value: &'b JsonStr<'_>,
+    path: impl fmt::Display,
+) -> Result<&'b str, FspiopError> {
     match value {
         JsonStr::Text(text) => Ok(text),
         JsonStr::Absent => Err(FspiopError::missing(path)),
@@ -80,9 +62,9 @@ fn required_str<'b>(value: &'b JsonStr<'_>, path: FieldPath<'_>) -> Result<&'b s
     }
 }
 
-fn optional_str<'b>(
+pub(crate) fn optional_str<'b>(
     value: &'b JsonStr<'_>,
-    path: FieldPath<'_>,
+    path: impl fmt::Display,
 ) -> Result<Option<&'b str>, FspiopError> {
     match value {
         JsonStr::Absent => Ok(None),
@@ -90,7 +72,10 @@ fn optional_str<'b>(
     }
 }
 
-fn required_obj<'b, T>(value: &'b JsonObj<T>, path: FieldPath<'_>) -> Result<&'b T, FspiopError> {
+pub(crate) fn required_obj<T>(
+    value: &JsonObj<T>,
+    path: impl fmt::Display,
+) -> Result<&T, FspiopError> {
     match value {
         JsonObj::Present(inner) => Ok(inner),
         JsonObj::Absent => Err(FspiopError::missing(path)),
@@ -101,10 +86,10 @@ fn required_obj<'b, T>(value: &'b JsonObj<T>, path: FieldPath<'_>) -> Result<&'b
     }
 }
 
-fn optional_obj<'b, T>(
-    value: &'b JsonObj<T>,
-    path: FieldPath<'_>,
-) -> Result<Option<&'b T>, FspiopError> {
+pub(crate) fn optional_obj<T>(
+    value: &JsonObj<T>,
+    path: impl fmt::Display,
+) -> Result<Option<&T>, FspiopError> {
     match value {
         JsonObj::Absent => Ok(None),
         other => required_obj(other, path).map(Some),
@@ -112,9 +97,9 @@ fn optional_obj<'b, T>(
 }
 
 /// A string of 1..=max characters.
-fn bounded_text<'b>(
+pub(crate) fn bounded_text<'b>(
     value: &'b JsonStr<'_>,
-    path: FieldPath<'_>,
+    path: impl fmt::Display + Copy,
     max: usize,
 ) -> Result<&'b str, FspiopError> {
     let text = required_str(value, path)?;
@@ -131,7 +116,7 @@ fn bounded_text<'b>(
 /// anything serde_json refuses (bad syntax, bad UTF-8, a duplicate key,
 /// trailing data) is 3101. Values of unknown properties are skipped
 /// without recursion, so deep nesting cannot exhaust the stack.
-fn parse_object<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, FspiopError> {
+pub(crate) fn parse_object<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, FspiopError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(FspiopError::missing("body"));
     }
@@ -150,7 +135,7 @@ fn parse_object<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, FspiopError
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct ExtensionRaw<'a> {
+pub(crate) struct ExtensionRaw<'a> {
     #[serde(borrow)]
     key: JsonStr<'a>,
     #[serde(borrow)]
@@ -159,29 +144,24 @@ struct ExtensionRaw<'a> {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct ExtensionListRaw<'a> {
+pub(crate) struct ExtensionListRaw<'a> {
     #[serde(borrow)]
     extension: JsonArr<JsonObj<ExtensionRaw<'a>>, EXTENSION_LIST_MAX_ITEMS>,
 }
 
-/// Where an extension list sits: the list's path and its array's path.
-type ExtensionListPath = (&'static str, &'static str);
-const TOP_EXTENSION_LIST: ExtensionListPath = ("extensionList", "extensionList.extension");
-const ERROR_EXTENSION_LIST: ExtensionListPath = (
-    "errorInformation.extensionList",
-    "errorInformation.extensionList.extension",
-);
+const TOP_EXTENSION_LIST: FieldPath<'static> = FieldPath::new("extensionList");
+const ERROR_EXTENSION_LIST: FieldPath<'static> = FieldPath::new("errorInformation.extensionList");
 
-/// Validates an optional `ExtensionList`: `{extension: [1..=16 {key,
-/// value}]}`, keys 1-32 characters, values 1-128.
-fn check_extension_list(
+/// Validates an optional `ExtensionList` at `path`: `{extension: [1..=16
+/// {key, value}]}`, keys 1-32 characters, values 1-128.
+pub(crate) fn check_extension_list(
     list: &JsonObj<ExtensionListRaw<'_>>,
-    (path, array_path): ExtensionListPath,
+    path: impl fmt::Display + Copy,
 ) -> Result<(), FspiopError> {
-    let Some(list) = optional_obj(list, FieldPath::new(path))? else {
+    let Some(list) = optional_obj(list, path)? else {
         return Ok(());
     };
-    let items_path = FieldPath::new(array_path);
+    let items_path = Child(path, "extension");
     let (items, len) = match &list.extension {
         JsonArr::Items { items, len } => (items, *len),
         JsonArr::Absent => return Err(FspiopError::missing(items_path)),
@@ -199,16 +179,12 @@ fn check_extension_list(
         ));
     }
     for (index, item) in items.iter().enumerate() {
-        let item_path = FieldPath::item(array_path, index, "");
+        let item_path = Item(items_path, index);
         let item = required_obj(item, item_path)?;
-        bounded_text(
-            &item.key,
-            FieldPath::item(array_path, index, "key"),
-            EXTENSION_KEY_MAX_CHARS,
-        )?;
+        bounded_text(&item.key, Child(item_path, "key"), EXTENSION_KEY_MAX_CHARS)?;
         bounded_text(
             &item.value,
-            FieldPath::item(array_path, index, "value"),
+            Child(item_path, "value"),
             EXTENSION_VALUE_MAX_CHARS,
         )?;
     }
@@ -231,7 +207,7 @@ pub fn is_correlation_id(text: &str) -> bool {
     })
 }
 
-fn correlation_id(text: &str) -> Option<TransferId> {
+pub(crate) fn correlation_id(text: &str) -> Option<TransferId> {
     if is_correlation_id(text) {
         TransferId::parse(text)
     } else {
@@ -239,7 +215,7 @@ fn correlation_id(text: &str) -> Option<TransferId> {
     }
 }
 
-const CORRELATION_ID_RULE: &str =
+pub(crate) const CORRELATION_ID_RULE: &str =
     "not a CorrelationId (lowercase UUID, version 1-5, variant 8/9/a/b)";
 
 /// A path `{ID}` that must be a `CorrelationId` (e.g. `/transfers/{ID}`);
@@ -249,7 +225,10 @@ pub fn parse_correlation_id(text: &str) -> Result<TransferId, FspiopError> {
         .ok_or_else(|| FspiopError::malformed("path parameter ID", CORRELATION_ID_RULE))
 }
 
-fn fsp_id(value: &JsonStr<'_>, path: FieldPath<'_>) -> Result<FspName, FspiopError> {
+pub(crate) fn fsp_id(
+    value: &JsonStr<'_>,
+    path: impl fmt::Display + Copy,
+) -> Result<FspName, FspiopError> {
     let text = bounded_text(value, path, FSP_NAME_MAX_LEN)?;
     FspName::new(text).ok_or_else(|| {
         FspiopError::invalid(
@@ -259,7 +238,7 @@ fn fsp_id(value: &JsonStr<'_>, path: FieldPath<'_>) -> Result<FspName, FspiopErr
     })
 }
 
-fn date_time(text: &str, path: FieldPath<'_>) -> Result<i64, FspiopError> {
+pub(crate) fn date_time(text: &str, path: impl fmt::Display) -> Result<i64, FspiopError> {
     parse_date_time(text).ok_or_else(|| {
         FspiopError::invalid(
             path,
@@ -269,7 +248,7 @@ fn date_time(text: &str, path: FieldPath<'_>) -> Result<i64, FspiopError> {
 }
 
 /// FSPIOP's `IlpPacket` pattern `^[A-Za-z0-9-_]+[=]{0,2}$`, 1-32768 characters.
-fn is_ilp_packet(text: &str) -> bool {
+pub(crate) fn is_ilp_packet(text: &str) -> bool {
     let bytes = text.as_bytes();
     if bytes.is_empty() || bytes.len() > ILP_PACKET_MAX_CHARS {
         return false;
@@ -291,11 +270,11 @@ fn is_ilp_packet(text: &str) -> bool {
 
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct MoneyRaw<'a> {
+pub(crate) struct MoneyRaw<'a> {
     #[serde(borrow)]
-    currency: JsonStr<'a>,
+    pub(crate) currency: JsonStr<'a>,
     #[serde(borrow)]
-    amount: JsonStr<'a>,
+    pub(crate) amount: JsonStr<'a>,
 }
 
 #[derive(Deserialize, Default)]

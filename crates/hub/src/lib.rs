@@ -17,11 +17,14 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod endpoints;
 pub mod notify;
+pub mod parties;
+pub mod quotes;
 pub mod server;
 pub mod transfers;
 
 use endpoints::Endpoints;
 use notify::Dispatcher;
+use parties::Parties;
 
 /// Settings of the HTTP side.
 #[derive(Clone, Debug)]
@@ -52,31 +55,44 @@ pub struct Hub {
     pub config: HubConfig,
     pub engine: EngineHandle,
     pub endpoints: Endpoints,
+    pub parties: Parties,
     pub dispatcher: Dispatcher,
     started: Instant,
 }
 
 impl Hub {
-    /// Builds the hub on a running pipeline, loading every DFSP's endpoints.
+    /// Builds the hub on a running pipeline, loading every DFSP's endpoints
+    /// and the party registry into memory.
     pub async fn new(
         config: HubConfig,
         engine: EngineHandle,
         dispatcher: Dispatcher,
-    ) -> Result<Hub, EngineError> {
+    ) -> Result<Hub, HubError> {
         let mut hub = Hub {
             config,
             engine,
             endpoints: Endpoints::default(),
+            parties: Parties::default(),
             dispatcher,
             started: Instant::now(),
         };
-        if let Ok(Outcome::Participants(views)) = hub
+        match hub
             .execute_one(Command::ReadParticipants { name: None })
-            .await
+            .await?
         {
-            hub.endpoints = Endpoints::load(&views);
+            Outcome::Participants(views) => hub.endpoints = Endpoints::load(&views),
+            other => return Err(HubError::from_outcome(other)),
+        }
+        match hub.execute_one(Command::ReadParties).await? {
+            Outcome::Parties(views) => hub.parties = Parties::load(views),
+            other => return Err(HubError::from_outcome(other)),
         }
         Ok(hub)
+    }
+
+    /// Most commands one `execute` may carry.
+    pub fn engine_batch_limit(&self) -> usize {
+        self.engine.max_batch_commands()
     }
 
     /// Submits commands and waits for their durable outcomes, without
@@ -158,6 +174,14 @@ impl HubError {
     }
 }
 
+impl std::fmt::Display for HubError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.description)
+    }
+}
+
+impl std::error::Error for HubError {}
+
 impl From<EngineError> for HubError {
     fn from(error: EngineError) -> HubError {
         // 2003: Service currently unavailable (FSPIOP §7.6).
@@ -191,7 +215,10 @@ impl IntoResponse for HubError {
 
 /// The DFSP-facing application: FSPIOP routes behind the common guard.
 pub fn api_app(hub: Arc<Hub>) -> Router {
-    guarded(transfers::router(hub.clone()), &hub)
+    let fspiop = transfers::router(hub.clone())
+        .merge(quotes::routes().with_state(hub.clone()))
+        .merge(parties::routes().with_state(hub.clone()));
+    guarded(fspiop, &hub)
 }
 
 /// The operator-facing application: central-ledger's admin routes.

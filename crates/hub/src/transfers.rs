@@ -30,35 +30,36 @@ pub fn routes() -> Router<Arc<Hub>> {
 }
 
 /// What the headers of a request said.
-struct Caller {
-    source: FspName,
-    version: fspiop::Version,
+pub(crate) struct Caller {
+    pub(crate) source: FspName,
+    pub(crate) version: fspiop::Version,
 }
 
 /// Which headers a request must carry (FSPIOP §3.2.1): a `POST` has a body
 /// and expects an answer (Content-Type and Accept), a `PUT` callback has a
 /// body and no Accept, a `GET` has no body (Content-Type optional).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Shape {
+pub(crate) enum Shape {
     Post,
     Put,
     Get,
 }
 
-/// Header checks shared by every transfers request.
-fn check_headers(headers: &HeaderMap, shape: Shape) -> Result<Caller, HubError> {
+/// Header checks shared by every FSPIOP request about `resource`.
+pub(crate) fn check_headers(
+    headers: &HeaderMap,
+    resource: Resource,
+    shape: Shape,
+) -> Result<Caller, HubError> {
     let header =
         |name: &str| fspiop::header_str(name, headers.get(name).map(|value| value.as_bytes()));
     let content_type = header("content-type")?;
     let mut version = match (shape, content_type) {
         (Shape::Get, None) => None,
-        (_, content_type) => Some(fspiop::check_content_type(
-            Resource::Transfers,
-            content_type,
-        )?),
+        (_, content_type) => Some(fspiop::check_content_type(resource, content_type)?),
     };
     if shape != Shape::Put {
-        let accepted = fspiop::negotiate_accept(Resource::Transfers, header("accept")?)?;
+        let accepted = fspiop::negotiate_accept(resource, header("accept")?)?;
         version.get_or_insert(accepted);
     }
     fspiop::check_date(header("date")?)?;
@@ -234,7 +235,7 @@ async fn prepare(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Shape::Post)?;
+    let caller = check_headers(&headers, Resource::Transfers, Shape::Post)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
     let prepare = parsed.to_prepare();
     if prepare.payer != caller.source {
@@ -290,7 +291,7 @@ async fn fulfil(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Shape::Put)?;
+    let caller = check_headers(&headers, Resource::Transfers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_transfer_fulfil(&body)?;
     if let Some(completed_ms) = parsed.completed_ms {
@@ -399,7 +400,7 @@ async fn abort(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Shape::Put)?;
+    let caller = check_headers(&headers, Resource::Transfers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_error_information(&body)?;
     let command = Command::Abort(Abort {
@@ -438,7 +439,7 @@ async fn get_transfer(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Shape::Get)?;
+    let caller = check_headers(&headers, Resource::Transfers, Shape::Get)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     match hub
         .execute_one(Command::GetTransfer {

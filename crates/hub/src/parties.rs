@@ -1,0 +1,639 @@
+//! Account lookup, as Mojaloop's account-lookup-service does it with the
+//! built-in oracle: the participant registry (`/participants/{Type}/{ID}`)
+//! and party lookup (`/parties/{Type}/{ID}`) routed to the FSP holding the
+//! party. Lookups read an in-memory table; only registrations go through
+//! the ledger (so they are durable before they are acknowledged).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+use fspiop::Resource;
+use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
+
+use crate::notify::Callback;
+use crate::transfers::{check_headers, Shape};
+use crate::{Hub, HubError};
+
+/// Who holds which party: the read side of the built-in oracle.
+#[derive(Default)]
+pub struct Parties {
+    by_key: RwLock<HashMap<PartyKey, (FspName, Option<Currency>)>>,
+}
+
+impl Parties {
+    pub fn load(views: Vec<PartyView>) -> Parties {
+        let parties = Parties::default();
+        {
+            let mut map = parties.by_key.write().unwrap_or_else(|e| e.into_inner());
+            for view in views {
+                map.insert(view.key, (view.fsp, view.currency));
+            }
+        }
+        parties
+    }
+
+    pub fn holder(&self, key: &PartyKey) -> Option<FspName> {
+        self.by_key
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .map(|(fsp, _)| *fsp)
+    }
+
+    fn set(&self, key: PartyKey, fsp: FspName, currency: Option<Currency>) {
+        self.by_key
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, (fsp, currency));
+    }
+
+    fn remove(&self, key: &PartyKey) {
+        self.by_key
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+pub fn routes() -> Router<Arc<Hub>> {
+    Router::new()
+        .route("/participants", post(register_batch))
+        .route(
+            "/participants/:id_type/:id",
+            post(register).get(lookup_participant).delete(delete),
+        )
+        .route(
+            "/participants/:id_type/:id/:sub_id",
+            post(register_sub)
+                .get(lookup_participant_sub)
+                .delete(delete_sub),
+        )
+        .route("/parties/:id_type/:id", get(get_party).put(put_party))
+        .route("/parties/:id_type/:id/error", put(put_party_error))
+        .route(
+            "/parties/:id_type/:id/:sub_id",
+            get(get_party_sub).put(put_party_sub),
+        )
+        .route(
+            "/parties/:id_type/:id/:sub_id/error",
+            put(put_party_error_sub),
+        )
+}
+
+fn party_key(id_type: &str, identifier: &str, sub_id: Option<&str>) -> Result<PartyKey, HubError> {
+    let id_type = fspiop::parse_party_id_type(id_type)?;
+    fspiop::check_party_identifier(identifier)?;
+    if let Some(sub_id) = sub_id {
+        fspiop::check_party_sub_id(sub_id)?;
+    }
+    Ok(PartyKey {
+        id_type: id_type.as_str().to_string(),
+        identifier: identifier.to_string(),
+        sub_id: sub_id.map(str::to_string),
+    })
+}
+
+fn variables(key: &PartyKey) -> [(&'static str, &str); 3] {
+    [
+        ("partyIdType", key.id_type.as_str()),
+        ("partyIdentifier", key.identifier.as_str()),
+        ("partySubIdOrType", key.sub_id.as_deref().unwrap_or("")),
+    ]
+}
+
+/// The endpoint type for `base`, or its `_SUB_ID_` variant when the party
+/// has a sub-id (`FSPIOP_CALLBACK_URL_PARTIES_GET` →
+/// `FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_GET`).
+fn endpoint_type(base: &str, operation: &str, key: &PartyKey) -> String {
+    match key.sub_id {
+        Some(_) => format!("FSPIOP_CALLBACK_URL_{base}_SUB_ID_{operation}"),
+        None => format!("FSPIOP_CALLBACK_URL_{base}_{operation}"),
+    }
+}
+
+fn hub_headers(
+    hub: &Hub,
+    resource: Resource,
+    destination: FspName,
+    version: fspiop::Version,
+) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let content_type = fspiop::content_type_for(resource, version);
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    for (name, value) in [
+        ("content-type", content_type.as_str()),
+        ("date", date.as_str()),
+        ("fspiop-source", hub.config.hub_name.as_str()),
+        ("fspiop-destination", destination.as_str()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
+
+/// Headers of the original request that travel with it.
+fn forwarded(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in original {
+        let keep = matches!(
+            name.as_str(),
+            "content-type" | "date" | "traceparent" | "tracestate"
+        ) || name.as_str().starts_with("fspiop-")
+            || (keep_accept && name.as_str() == "accept");
+        if keep {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    headers
+}
+
+impl Hub {
+    fn send_to(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        vars: &[(&str, &str)],
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> bool {
+        let Some(url) = self.endpoints.url(destination, endpoint_type, vars) else {
+            return false;
+        };
+        self.dispatcher.send(Callback {
+            destination: destination.to_string(),
+            method,
+            url,
+            headers,
+            body,
+        });
+        true
+    }
+
+    /// An error from the hub to `destination` about `key`, at its
+    /// `{base}_PUT_ERROR` endpoint (or the sub-id one).
+    fn send_party_error(
+        &self,
+        resource: Resource,
+        base: &str,
+        destination: FspName,
+        key: &PartyKey,
+        code: ErrorCode,
+        description: &str,
+        version: fspiop::Version,
+    ) {
+        let body = Bytes::from(fspiop::error_body(code, description));
+        let headers = hub_headers(self, resource, destination, version);
+        let endpoint = endpoint_type(base, "PUT_ERROR", key);
+        if !self.send_to(
+            destination,
+            &endpoint,
+            &variables(key),
+            Method::PUT,
+            headers,
+            body,
+        ) {
+            tracing::warn!(%destination, endpoint, party = %key, "no error endpoint registered; callback dropped");
+        }
+    }
+}
+
+// ----- participant registry -----------------------------------------------
+
+async fn register(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    register_party(&hub, party_key(&id_type, &id, None)?, headers, body).await
+}
+
+async fn register_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    register_party(
+        &hub,
+        party_key(&id_type, &id, Some(&sub_id))?,
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn register_party(
+    hub: &Hub,
+    key: PartyKey,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Participants, Shape::Post)?;
+    let request = fspiop::parse_participant_post(&body)?;
+    let outcome = if request.fsp != caller.source {
+        Outcome::Rejected(ledger::Rejection::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "fspId '{}' is not the FSPIOP-Source '{}': an FSP registers only its own parties",
+                request.fsp, caller.source
+            ),
+        ))
+    } else {
+        let command = Command::RegisterParty {
+            key: key.clone(),
+            fsp: request.fsp,
+            currency: request.currency,
+        };
+        hub.execute_one(command).await?
+    };
+    match outcome {
+        Outcome::Done => {
+            hub.parties.set(key.clone(), request.fsp, request.currency);
+            let body = Bytes::from(fspiop::participant_put_body(&request.fsp));
+            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
+            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
+            if !hub.send_to(
+                caller.source,
+                &endpoint,
+                &variables(&key),
+                Method::PUT,
+                headers,
+                body,
+            ) {
+                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
+            }
+        }
+        Outcome::Rejected(error) => hub.send_party_error(
+            Resource::Participants,
+            "PARTICIPANT",
+            caller.source,
+            &key,
+            error.code,
+            &format!("{} - {}", error.code.description(), error.description),
+            caller.version,
+        ),
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+async fn lookup_participant(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    answer_lookup(&hub, party_key(&id_type, &id, None)?, headers)
+}
+
+async fn lookup_participant_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    answer_lookup(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers)
+}
+
+/// `GET /participants/{Type}/{ID}`: who holds the party, answered from memory.
+fn answer_lookup(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
+    match hub.parties.holder(&key) {
+        Some(fsp) => {
+            let body = Bytes::from(fspiop::participant_put_body(&fsp));
+            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
+            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
+            if !hub.send_to(
+                caller.source,
+                &endpoint,
+                &variables(&key),
+                Method::PUT,
+                headers,
+                body,
+            ) {
+                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
+            }
+        }
+        None => hub.send_party_error(
+            Resource::Participants,
+            "PARTICIPANT",
+            caller.source,
+            &key,
+            ErrorCode::ID_NOT_FOUND,
+            &format!("Generic ID not found - party {key} is not registered"),
+            caller.version,
+        ),
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+async fn delete(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    delete_party(&hub, party_key(&id_type, &id, None)?, headers).await
+}
+
+async fn delete_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    delete_party(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers).await
+}
+
+async fn delete_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
+    match hub
+        .execute_one(Command::DeleteParty {
+            key: key.clone(),
+            caller: caller.source,
+        })
+        .await?
+    {
+        Outcome::Done => {
+            hub.parties.remove(&key);
+            let body = Bytes::from(fspiop::participant_put_body(&caller.source));
+            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
+            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
+            if !hub.send_to(
+                caller.source,
+                &endpoint,
+                &variables(&key),
+                Method::PUT,
+                headers,
+                body,
+            ) {
+                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
+            }
+        }
+        Outcome::Rejected(error) => hub.send_party_error(
+            Resource::Participants,
+            "PARTICIPANT",
+            caller.source,
+            &key,
+            error.code,
+            &format!("{} - {}", error.code.description(), error.description),
+            caller.version,
+        ),
+        other => return Err(HubError::from_outcome(other)),
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// Batch `POST /participants`: every party registered to the caller in one
+/// batch of ledger commands; one `PUT /participants/{requestId}` answers all.
+async fn register_batch(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Participants, Shape::Post)?;
+    let request = fspiop::parse_participants_batch(&body)?;
+    let mut results: Vec<(PartyKey, Option<(ErrorCode, String)>)> =
+        Vec::with_capacity(request.parties.len());
+    let mut commands = Vec::new();
+    let mut pending = Vec::new();
+    for item in &request.parties {
+        let key = item.key.clone();
+        let fsp = item.fsp.unwrap_or(caller.source);
+        if fsp != caller.source {
+            let reason = format!("fspId '{fsp}' is not the FSPIOP-Source '{}'", caller.source);
+            results.push((key, Some((ErrorCode::GENERIC_VALIDATION_ERROR, reason))));
+            continue;
+        }
+        pending.push(results.len());
+        results.push((key.clone(), None));
+        commands.push(Command::RegisterParty {
+            key,
+            fsp,
+            currency: request.currency,
+        });
+    }
+    let max = hub.engine_batch_limit();
+    let mut outcomes = Vec::with_capacity(commands.len());
+    for chunk in commands.chunks(max) {
+        outcomes.extend(hub.execute(chunk.to_vec()).await.map_err(HubError::from)?);
+    }
+    for (index, outcome) in pending.into_iter().zip(outcomes) {
+        match outcome {
+            Outcome::Done => {
+                let key = results[index].0.clone();
+                hub.parties.set(key, caller.source, request.currency);
+            }
+            Outcome::Rejected(error) => results[index].1 = Some((error.code, error.description)),
+            other => {
+                results[index].1 = Some((ErrorCode::INTERNAL_SERVER_ERROR, format!("{other:?}")))
+            }
+        }
+    }
+    let body = Bytes::from(fspiop::participants_batch_put_body(
+        &results,
+        request.currency,
+    ));
+    let headers = hub_headers(&hub, Resource::Participants, caller.source, caller.version);
+    let request_id = request.request_id.to_string();
+    let vars = [("requestId", request_id.as_str())];
+    if !hub.send_to(
+        caller.source,
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
+        &vars,
+        Method::PUT,
+        headers,
+        body,
+    ) {
+        tracing::warn!(destination = %caller.source, "no FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT endpoint; callback dropped");
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+// ----- parties ------------------------------------------------------------
+
+async fn get_party(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    route_get_party(&hub, party_key(&id_type, &id, None)?, headers)
+}
+
+async fn get_party_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    route_get_party(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers)
+}
+
+/// `GET /parties/{Type}/{ID}`: find the FSP holding the party and forward
+/// the request to it; tell the requester if there is none (3204) or it
+/// cannot be reached (3201).
+fn route_get_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
+    let Some(holder) = hub.parties.holder(&key) else {
+        hub.send_party_error(
+            Resource::Parties,
+            "PARTIES",
+            caller.source,
+            &key,
+            ErrorCode(3204),
+            &format!("Party not found - no FSP holds party {key}"),
+            caller.version,
+        );
+        return Ok(StatusCode::ACCEPTED.into_response());
+    };
+    let mut forward = forwarded(&headers, true);
+    if let Ok(value) = HeaderValue::from_str(holder.as_str()) {
+        forward.insert(HeaderName::from_static("fspiop-destination"), value);
+    }
+    let endpoint = endpoint_type("PARTIES", "GET", &key);
+    if !hub.send_to(
+        holder,
+        &endpoint,
+        &variables(&key),
+        Method::GET,
+        forward,
+        Bytes::new(),
+    ) {
+        hub.send_party_error(
+            Resource::Parties,
+            "PARTIES",
+            caller.source,
+            &key,
+            ErrorCode(3201),
+            &format!("Destination FSP Error - '{holder}' has no {endpoint} endpoint"),
+            caller.version,
+        );
+    }
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+async fn put_party(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    route_party_answer(&hub, party_key(&id_type, &id, None)?, headers, body, false)
+}
+
+async fn put_party_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    route_party_answer(
+        &hub,
+        party_key(&id_type, &id, Some(&sub_id))?,
+        headers,
+        body,
+        false,
+    )
+}
+
+async fn put_party_error(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    route_party_answer(&hub, party_key(&id_type, &id, None)?, headers, body, true)
+}
+
+async fn put_party_error_sub(
+    State(hub): State<Arc<Hub>>,
+    Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    route_party_answer(
+        &hub,
+        party_key(&id_type, &id, Some(&sub_id))?,
+        headers,
+        body,
+        true,
+    )
+}
+
+/// The payee FSP's `PUT /parties/...` (or `.../error`), forwarded as its
+/// original bytes to the requester named in FSPIOP-Destination.
+fn route_party_answer(
+    hub: &Hub,
+    key: PartyKey,
+    headers: HeaderMap,
+    body: Bytes,
+    error: bool,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Parties, Shape::Put)?;
+    if error {
+        fspiop::parse_error_information(&body)?;
+    } else {
+        fspiop::check_party_put(&body)?;
+    }
+    let destination = headers
+        .get("fspiop-destination")
+        .and_then(|value| value.to_str().ok())
+        .and_then(FspName::new)
+        .ok_or_else(|| {
+            HubError::new(
+                ErrorCode::MISSING_MANDATORY_ELEMENT,
+                "Missing mandatory element - FSPIOP-Destination",
+            )
+        })?;
+    let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
+    if !hub.send_to(
+        destination,
+        &endpoint,
+        &variables(&key),
+        Method::PUT,
+        forwarded(&headers, false),
+        body,
+    ) {
+        hub.send_party_error(
+            Resource::Parties,
+            "PARTIES",
+            caller.source,
+            &key,
+            ErrorCode(3201),
+            &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),
+            caller.version,
+        );
+    }
+    Ok(StatusCode::OK.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sub_id_endpoints_use_the_sub_id_variant() {
+        let key = |sub_id: Option<&str>| PartyKey {
+            id_type: "MSISDN".into(),
+            identifier: "1".into(),
+            sub_id: sub_id.map(Into::into),
+        };
+        assert_eq!(
+            endpoint_type("PARTIES", "GET", &key(None)),
+            "FSPIOP_CALLBACK_URL_PARTIES_GET"
+        );
+        assert_eq!(
+            endpoint_type("PARTIES", "GET", &key(Some("x"))),
+            "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_GET"
+        );
+        assert_eq!(
+            endpoint_type("PARTICIPANT", "PUT_ERROR", &key(Some("x"))),
+            "FSPIOP_CALLBACK_URL_PARTICIPANT_SUB_ID_PUT_ERROR"
+        );
+    }
+}

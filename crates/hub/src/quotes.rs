@@ -1,0 +1,388 @@
+//! FSPIOP v1.1 quotes, routed as Mojaloop's quoting-service does in its
+//! default `SIMPLE_ROUTING_MODE`: nothing is kept, every request is checked
+//! (headers, path id, body schema) and passed on, as its original bytes and
+//! FSPIOP headers, to the DFSP named in `FSPIOP-Destination`.
+//!
+//! | Request | Answer | Forwarded to the destination's |
+//! |---|---|---|
+//! | `POST /quotes` | 202 | `POST {base}/quotes` |
+//! | `PUT /quotes/{ID}` | 200 | `PUT {base}/quotes/{ID}` |
+//! | `PUT /quotes/{ID}/error` | 200 | `PUT {base}/quotes/{ID}/error` |
+//! | `GET /quotes/{ID}` | 202 | `GET {base}/quotes/{ID}` |
+//!
+//! `{base}` is the destination's `FSPIOP_CALLBACK_URL_QUOTES` endpoint, a
+//! bare base URL. A destination without one (which covers an unknown
+//! participant) gets nothing; the sender instead gets, from the hub,
+//! `PUT {its base}/quotes/{ID}/error` with 3201 "Destination FSP Error".
+//! No ledger command is involved, so the answer does not wait on the
+//! pipeline.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{post, put};
+use axum::Router;
+use fspiop::Resource;
+use ledger::{ErrorCode, FspName};
+
+use crate::notify::Callback;
+use crate::transfers::{check_headers, Caller, Shape};
+use crate::{Hub, HubError};
+
+/// The endpoint type holding a DFSP's quotes base URL.
+pub const QUOTES_ENDPOINT: &str = "FSPIOP_CALLBACK_URL_QUOTES";
+/// 3201 Destination FSP Error: the destination cannot be reached.
+const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
+
+pub fn routes() -> Router<Arc<Hub>> {
+    Router::new()
+        .route("/quotes", post(post_quote))
+        .route("/quotes/:id", put(put_quote).get(get_quote))
+        .route("/quotes/:id/error", put(put_quote_error))
+}
+
+/// Where under a DFSP's quotes base URL a request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuotePath<'a> {
+    /// `{base}/quotes`
+    Collection,
+    /// `{base}/quotes/{ID}`
+    Quote(&'a str),
+    /// `{base}/quotes/{ID}/error`
+    Error(&'a str),
+}
+
+/// The URL of `path` under `base` (one trailing `/` of the base is
+/// dropped, so `http://dfsp/` and `http://dfsp` give the same URLs).
+fn quote_url(base: &str, path: QuotePath<'_>) -> String {
+    let base = base.strip_suffix('/').unwrap_or(base);
+    match path {
+        QuotePath::Collection => format!("{base}/quotes"),
+        QuotePath::Quote(id) => format!("{base}/quotes/{id}"),
+        QuotePath::Error(id) => format!("{base}/quotes/{id}/error"),
+    }
+}
+
+/// `FSPIOP-Destination`, which quotes routing cannot do without: 3102 when
+/// absent or empty, 3101 when not an FSP id.
+fn required_destination(headers: &HeaderMap) -> Result<FspName, HubError> {
+    let value = fspiop::header_str(
+        fspiop::FSPIOP_DESTINATION,
+        headers
+            .get("fspiop-destination")
+            .map(|value| value.as_bytes()),
+    )?;
+    let destination = fspiop::check_fsp_header(fspiop::FSPIOP_DESTINATION, value, true)?;
+    destination.ok_or_else(|| fspiop::FspiopError::missing(fspiop::FSPIOP_DESTINATION).into())
+}
+
+/// Headers of the original request that travel with it, so that an
+/// end-to-end signature still verifies (the same set as transfers).
+const FORWARDED_HEADERS: &[&str] = &[
+    "content-type",
+    "date",
+    "fspiop-source",
+    "fspiop-destination",
+    "fspiop-signature",
+    "fspiop-uri",
+    "fspiop-http-method",
+    "fspiop-encryption",
+    "traceparent",
+    "tracestate",
+];
+
+fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for name in FORWARDED_HEADERS
+        .iter()
+        .copied()
+        .chain(keep_accept.then_some("accept"))
+    {
+        if let Some(value) = original.get(name) {
+            headers.insert(HeaderName::from_static(name), value.clone());
+        }
+    }
+    headers
+}
+
+/// Headers of an error callback the hub itself sends `destination`.
+fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let content_type = fspiop::content_type_for(Resource::Quotes, version);
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    for (name, value) in [
+        ("content-type", content_type.as_str()),
+        ("date", date.as_str()),
+        ("fspiop-source", hub.config.hub_name.as_str()),
+        ("fspiop-destination", destination.as_str()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    headers
+}
+
+/// Queues `method` to `path` under `participant`'s quotes base URL; false
+/// (and nothing sent) when the participant has no such endpoint.
+fn send_to_quotes(
+    hub: &Hub,
+    participant: FspName,
+    path: QuotePath<'_>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> bool {
+    let Some(base) = hub.endpoints.url(participant, QUOTES_ENDPOINT, &[]) else {
+        return false;
+    };
+    hub.dispatcher.send(Callback {
+        destination: participant.to_string(),
+        method,
+        url: quote_url(&base, path),
+        headers,
+        body,
+    });
+    true
+}
+
+/// A checked request, passed on to `destination`; if it cannot be, the
+/// sender is told with a 3201 error callback from the hub.
+struct Route<'a> {
+    caller: Caller,
+    destination: FspName,
+    /// The quote's id, for the error callback's URL.
+    quote_id: &'a str,
+    path: QuotePath<'a>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+fn route(hub: &Hub, route: Route<'_>) {
+    let Route {
+        caller,
+        destination,
+        quote_id,
+        path,
+        method,
+        headers,
+        body,
+    } = route;
+    if send_to_quotes(hub, destination, path, method, headers, body) {
+        return;
+    }
+    tracing::debug!(%destination, source = %caller.source, quote = quote_id, "no {QUOTES_ENDPOINT} endpoint for the destination; answering 3201");
+    let description =
+        format!("Destination FSP Error - '{destination}' has no {QUOTES_ENDPOINT} endpoint");
+    let body = Bytes::from(fspiop::error_body(DESTINATION_FSP_ERROR, &description));
+    let headers = hub_headers(hub, caller.source, caller.version);
+    if !send_to_quotes(
+        hub,
+        caller.source,
+        QuotePath::Error(quote_id),
+        Method::PUT,
+        headers,
+        body,
+    ) {
+        tracing::warn!(source = %caller.source, %destination, quote = quote_id, "neither destination nor source has a {QUOTES_ENDPOINT} endpoint; 3201 error callback dropped");
+    }
+}
+
+async fn post_quote(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Quotes, Shape::Post)?;
+    let destination = required_destination(&headers)?;
+    let parsed = fspiop::parse_quote_post(&body)?;
+    let quote_id = parsed.quote_id.to_string();
+    let forwarded = forwarded_headers(&headers, true);
+    route(
+        &hub,
+        Route {
+            caller,
+            destination,
+            quote_id: &quote_id,
+            path: QuotePath::Collection,
+            method: Method::POST,
+            headers: forwarded,
+            body,
+        },
+    );
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+async fn put_quote(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
+    let destination = required_destination(&headers)?;
+    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
+    fspiop::parse_quote_put(&body)?;
+    let forwarded = forwarded_headers(&headers, false);
+    route(
+        &hub,
+        Route {
+            caller,
+            destination,
+            quote_id: &quote_id,
+            path: QuotePath::Quote(&quote_id),
+            method: Method::PUT,
+            headers: forwarded,
+            body,
+        },
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn put_quote_error(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
+    let destination = required_destination(&headers)?;
+    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
+    fspiop::parse_error_information(&body)?;
+    let forwarded = forwarded_headers(&headers, false);
+    route(
+        &hub,
+        Route {
+            caller,
+            destination,
+            quote_id: &quote_id,
+            path: QuotePath::Error(&quote_id),
+            method: Method::PUT,
+            headers: forwarded,
+            body,
+        },
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+async fn get_quote(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Quotes, Shape::Get)?;
+    let destination = required_destination(&headers)?;
+    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
+    let forwarded = forwarded_headers(&headers, true);
+    route(
+        &hub,
+        Route {
+            caller,
+            destination,
+            quote_id: &quote_id,
+            path: QuotePath::Quote(&quote_id),
+            method: Method::GET,
+            headers: forwarded,
+            body: Bytes::new(),
+        },
+    );
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
+
+    #[test]
+    fn urls_hang_off_the_base() {
+        for base in ["http://payee:4000", "http://payee:4000/"] {
+            assert_eq!(
+                quote_url(base, QuotePath::Collection),
+                "http://payee:4000/quotes"
+            );
+            assert_eq!(
+                quote_url(base, QuotePath::Quote(ID)),
+                format!("http://payee:4000/quotes/{ID}")
+            );
+            assert_eq!(
+                quote_url(base, QuotePath::Error(ID)),
+                format!("http://payee:4000/quotes/{ID}/error")
+            );
+        }
+        assert_eq!(
+            quote_url("http://sdk/inbound/", QuotePath::Collection),
+            "http://sdk/inbound/quotes"
+        );
+    }
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn the_destination_is_required() {
+        assert_eq!(
+            required_destination(&headers(&[("fspiop-destination", "payeefsp")])).unwrap(),
+            FspName::new("payeefsp").unwrap()
+        );
+        for (map, code) in [
+            (headers(&[]), ErrorCode::MISSING_MANDATORY_ELEMENT),
+            (
+                headers(&[("fspiop-destination", "")]),
+                ErrorCode::MISSING_MANDATORY_ELEMENT,
+            ),
+            (
+                headers(&[("fspiop-destination", "a b")]),
+                ErrorCode::MALFORMED_SYNTAX,
+            ),
+        ] {
+            let error = required_destination(&map).unwrap_err();
+            assert_eq!(error.code, code, "{}", error.description);
+            assert!(error.description.contains("FSPIOP-Destination"));
+        }
+    }
+
+    #[test]
+    fn forwarding_keeps_fspiop_headers_and_accept_only_when_asked() {
+        let original = headers(&[
+            (
+                "content-type",
+                "application/vnd.interoperability.quotes+json;version=1.0",
+            ),
+            (
+                "accept",
+                "application/vnd.interoperability.quotes+json;version=1",
+            ),
+            ("date", "Tue, 15 Nov 1994 08:12:31 GMT"),
+            ("fspiop-source", "payerfsp"),
+            ("fspiop-destination", "payeefsp"),
+            ("fspiop-signature", "{\"signature\":\"x\"}"),
+            ("authorization", "Bearer secret"),
+            ("host", "hub"),
+        ]);
+        let with_accept = forwarded_headers(&original, true);
+        assert_eq!(with_accept.len(), 6);
+        assert!(with_accept.get("authorization").is_none());
+        assert!(with_accept.get("host").is_none());
+        assert_eq!(
+            with_accept.get("fspiop-signature"),
+            original.get("fspiop-signature")
+        );
+        let without = forwarded_headers(&original, false);
+        assert_eq!(without.len(), 5);
+        assert!(without.get("accept").is_none());
+    }
+}
