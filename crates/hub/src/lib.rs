@@ -21,6 +21,7 @@ pub mod parties;
 pub mod quotes;
 pub mod server;
 pub mod transfers;
+pub mod wire;
 
 use endpoints::Endpoints;
 use notify::Dispatcher;

@@ -17,7 +17,7 @@ use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
 use crate::notify::Callback;
-use crate::transfers::{check_headers, Shape};
+use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Shape};
 use crate::{Hub, HubError};
 
 /// Who holds which party: the read side of the built-in oracle.
@@ -115,44 +115,6 @@ fn endpoint_type(base: &str, operation: &str, key: &PartyKey) -> String {
         Some(_) => format!("FSPIOP_CALLBACK_URL_{base}_SUB_ID_{operation}"),
         None => format!("FSPIOP_CALLBACK_URL_{base}_{operation}"),
     }
-}
-
-fn hub_headers(
-    hub: &Hub,
-    resource: Resource,
-    destination: FspName,
-    version: fspiop::Version,
-) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    let content_type = fspiop::content_type_for(resource, version);
-    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
-    for (name, value) in [
-        ("content-type", content_type.as_str()),
-        ("date", date.as_str()),
-        ("fspiop-source", hub.config.hub_name.as_str()),
-        ("fspiop-destination", destination.as_str()),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
-    headers
-}
-
-/// Headers of the original request that travel with it.
-fn forwarded(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for (name, value) in original {
-        let keep = matches!(
-            name.as_str(),
-            "content-type" | "date" | "traceparent" | "tracestate"
-        ) || name.as_str().starts_with("fspiop-")
-            || (keep_accept && name.as_str() == "accept");
-        if keep {
-            headers.append(name.clone(), value.clone());
-        }
-    }
-    headers
 }
 
 impl Hub {

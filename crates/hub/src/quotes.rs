@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
@@ -29,7 +29,7 @@ use fspiop::Resource;
 use ledger::{ErrorCode, FspName};
 
 use crate::notify::Callback;
-use crate::transfers::{check_headers, Caller, Shape};
+use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
 use crate::{Hub, HubError};
 
 /// The endpoint type holding a DFSP's quotes base URL.
@@ -79,51 +79,9 @@ fn required_destination(headers: &HeaderMap) -> Result<FspName, HubError> {
     destination.ok_or_else(|| fspiop::FspiopError::missing(fspiop::FSPIOP_DESTINATION).into())
 }
 
-/// Headers of the original request that travel with it, so that an
-/// end-to-end signature still verifies (the same set as transfers).
-const FORWARDED_HEADERS: &[&str] = &[
-    "content-type",
-    "date",
-    "fspiop-source",
-    "fspiop-destination",
-    "fspiop-signature",
-    "fspiop-uri",
-    "fspiop-http-method",
-    "fspiop-encryption",
-    "traceparent",
-    "tracestate",
-];
-
-fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    for name in FORWARDED_HEADERS
-        .iter()
-        .copied()
-        .chain(keep_accept.then_some("accept"))
-    {
-        if let Some(value) = original.get(name) {
-            headers.insert(HeaderName::from_static(name), value.clone());
-        }
-    }
-    headers
-}
-
 /// Headers of an error callback the hub itself sends `destination`.
 fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    let content_type = fspiop::content_type_for(Resource::Quotes, version);
-    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
-    for (name, value) in [
-        ("content-type", content_type.as_str()),
-        ("date", date.as_str()),
-        ("fspiop-source", hub.config.hub_name.as_str()),
-        ("fspiop-destination", destination.as_str()),
-    ] {
-        if let Ok(value) = HeaderValue::from_str(value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
-    headers
+    crate::wire::hub_headers(hub, Resource::Quotes, destination, version)
 }
 
 /// Queues `method` to `path` under `participant`'s quotes base URL; false
@@ -296,6 +254,7 @@ async fn get_quote(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::{HeaderName, HeaderValue};
 
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
 
