@@ -91,6 +91,32 @@ impl Hub {
         Ok(hub)
     }
 
+    /// Queues a callback to `destination`'s `endpoint_type` endpoint, with
+    /// the URL template's `{{name}}`s filled from `variables`. False (and
+    /// nothing queued) when the DFSP registered no such endpoint.
+    pub(crate) fn send_callback(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> bool {
+        let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
+            return false;
+        };
+        let destination = destination.to_string();
+        self.dispatcher.send(notify::Callback {
+            destination,
+            method,
+            url,
+            headers,
+            body,
+        });
+        true
+    }
+
     /// Most commands one `execute` may carry.
     pub fn engine_batch_limit(&self) -> usize {
         self.engine.max_batch_commands()

@@ -16,7 +16,6 @@ use axum::Router;
 use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
-use crate::notify::Callback;
 use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Shape};
 use crate::{Hub, HubError};
 
@@ -118,28 +117,6 @@ fn endpoint_type(base: &str, operation: &str, key: &PartyKey) -> String {
 }
 
 impl Hub {
-    fn send_to(
-        &self,
-        destination: FspName,
-        endpoint_type: &str,
-        vars: &[(&str, &str)],
-        method: Method,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> bool {
-        let Some(url) = self.endpoints.url(destination, endpoint_type, vars) else {
-            return false;
-        };
-        self.dispatcher.send(Callback {
-            destination: destination.to_string(),
-            method,
-            url,
-            headers,
-            body,
-        });
-        true
-    }
-
     /// An error from the hub to `destination` about `key`, at its
     /// `{base}_PUT_ERROR` endpoint (or the sub-id one).
     fn send_party_error(
@@ -155,7 +132,7 @@ impl Hub {
         let body = Bytes::from(fspiop::error_body(code, description));
         let headers = hub_headers(self, resource, destination, version);
         let endpoint = endpoint_type(base, "PUT_ERROR", key);
-        if !self.send_to(
+        if !self.send_callback(
             destination,
             &endpoint,
             &variables(key),
@@ -224,7 +201,7 @@ async fn register_party(
             let body = Bytes::from(fspiop::participant_put_body(&request.fsp));
             let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
             let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_to(
+            if !hub.send_callback(
                 caller.source,
                 &endpoint,
                 &variables(&key),
@@ -273,7 +250,7 @@ fn answer_lookup(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Respons
             let body = Bytes::from(fspiop::participant_put_body(&fsp));
             let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
             let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_to(
+            if !hub.send_callback(
                 caller.source,
                 &endpoint,
                 &variables(&key),
@@ -327,7 +304,7 @@ async fn delete_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Re
             let body = Bytes::from(fspiop::participant_put_body(&caller.source));
             let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
             let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_to(
+            if !hub.send_callback(
                 caller.source,
                 &endpoint,
                 &variables(&key),
@@ -405,7 +382,7 @@ async fn register_batch(
     let headers = hub_headers(&hub, Resource::Participants, caller.source, caller.version);
     let request_id = request.request_id.to_string();
     let vars = [("requestId", request_id.as_str())];
-    if !hub.send_to(
+    if !hub.send_callback(
         caller.source,
         "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
         &vars,
@@ -458,7 +435,7 @@ fn route_get_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Respo
         forward.insert(HeaderName::from_static("fspiop-destination"), value);
     }
     let endpoint = endpoint_type("PARTIES", "GET", &key);
-    if !hub.send_to(
+    if !hub.send_callback(
         holder,
         &endpoint,
         &variables(&key),
@@ -553,7 +530,7 @@ fn route_party_answer(
             )
         })?;
     let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
-    if !hub.send_to(
+    if !hub.send_callback(
         destination,
         &endpoint,
         &variables(&key),

@@ -15,7 +15,6 @@ use ledger::{
     Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
 };
 
-use crate::notify::Callback;
 use crate::wire::{check_headers, forwarded_headers, Shape};
 use crate::{Hub, HubError};
 
@@ -48,20 +47,16 @@ impl Hub {
         body: Bytes,
     ) {
         let id = transfer_id.to_string();
-        let Some(url) =
-            self.endpoints
-                .url(destination, endpoint_type, &[("transferId", id.as_str())])
-        else {
-            tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
-            return;
-        };
-        self.dispatcher.send(Callback {
-            destination: destination.to_string(),
+        if !self.send_callback(
+            destination,
+            endpoint_type,
+            &[("transferId", id.as_str())],
             method,
-            url,
             headers,
             body,
-        });
+        ) {
+            tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
+        }
     }
 
     /// `PUT /transfers/{ID}/error` from the hub.
