@@ -198,6 +198,36 @@ pub fn without_header(mut headers: Vec<(String, String)>, name: &str) -> Vec<(St
     headers
 }
 
+/// The headers a DFSP sends with an FSPIOP request on `resource`
+/// (`parties`, `participants`, `quotes`, ...): Content-Type in
+/// `content_version`, Accept `version=1` only when `with_accept` (POST,
+/// GET, DELETE), Date, FSPIOP-Source, and FSPIOP-Destination only when
+/// given.
+pub fn resource_headers(
+    resource: &str,
+    content_version: &str,
+    source: &str,
+    destination: Option<&str>,
+    with_accept: bool,
+) -> Vec<(String, String)> {
+    let mut headers = vec![(
+        "Content-Type".to_string(),
+        format!("application/vnd.interoperability.{resource}+json;version={content_version}"),
+    )];
+    if with_accept {
+        headers.push((
+            "Accept".to_string(),
+            format!("application/vnd.interoperability.{resource}+json;version=1"),
+        ));
+    }
+    headers.push(("Date".to_string(), http_date(now_ms())));
+    headers.push(("FSPIOP-Source".to_string(), source.to_string()));
+    if let Some(destination) = destination {
+        headers.push(("FSPIOP-Destination".to_string(), destination.to_string()));
+    }
+    headers
+}
+
 // --------------------------------------------------------------- HTTP client
 
 pub struct Response {
@@ -881,6 +911,16 @@ impl Hub {
                 202,
             );
         }
+    }
+
+    /// One endpoint of `kind` for DFSP `name`, which must be accepted (201).
+    pub fn add_endpoint(&self, name: &str, kind: &str, value: &str) {
+        self.admin_expect(
+            "POST",
+            &format!("/participants/{name}/endpoints"),
+            Some(json!({"type": kind, "value": value})),
+            201,
+        );
     }
 
     fn account(&self, name: &str, kind: &str) -> Value {
