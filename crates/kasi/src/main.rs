@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod audit;
 mod bench_ledger;
+mod bench_transfers;
 mod config;
 mod serve;
 
@@ -64,6 +65,17 @@ enum BenchCommand {
     /// recover it is measured. By default this runs once with fsync (the
     /// real guarantee) and once without, for reference.
     Ledger(bench_ledger::BenchLedgerArgs),
+    /// Drive whole FSPIOP transfers through a hub over HTTP, playing every DFSP.
+    ///
+    /// One process is both payer and payee of every simulated DFSP: each
+    /// virtual user sends `POST /transfers` and waits for its commit
+    /// notification, and a callback server fulfils every forwarded prepare.
+    /// The DFSPs are onboarded through the admin API. By default a hub is
+    /// started on a temporary data directory (`--embedded`); `--api` and
+    /// `--admin` point at one already running. Reports throughput and the
+    /// latency of each leg; exits with status 1 if any transfer failed or
+    /// timed out.
+    Transfers(bench_transfers::BenchTransfersArgs),
 }
 
 #[derive(Args)]
@@ -101,6 +113,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Audit(args) => audit::run(&args.data_dir),
         Command::Bench(BenchCommand::Ledger(args)) => bench_ledger::run(args),
+        Command::Bench(BenchCommand::Transfers(args)) => bench_transfers::run(args),
     };
     match result {
         Ok(code) => code,
