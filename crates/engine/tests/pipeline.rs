@@ -89,6 +89,27 @@ fn onboarding() -> Vec<Command> {
         key: party("255700000002", None),
         caller: name("payerfsp"),
     });
+    // Oracles 1 (then updated), 2, and 3 (then deleted: its id stays spent).
+    for (id_type, currency, is_default) in [
+        ("MSISDN", Some(usd()), true),
+        ("EMAIL", None, false),
+        ("BUSINESS", None, true),
+    ] {
+        commands.push(Command::CreateOracle {
+            id_type: id_type.into(),
+            endpoint: format!("http://127.0.0.1:9/oracle/{id_type}"),
+            currency,
+            is_default,
+        });
+    }
+    commands.push(Command::UpdateOracle {
+        id: 1,
+        id_type: "MSISDN".into(),
+        endpoint: "http://127.0.0.1:9/oracle/msisdn-v2".into(),
+        currency: Some(usd()),
+        is_default: true,
+    });
+    commands.push(Command::DeleteOracle { id: 3 });
     commands
 }
 
@@ -169,6 +190,43 @@ fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
     assert_eq!(
         recovered.snapshot().settlement_models[0].name,
         "DEFAULTDEFERREDNET"
+    );
+    let oracles = recovered.snapshot().oracles;
+    assert_eq!(
+        oracles.len(),
+        3,
+        "the deleted oracle keeps its row: {oracles:?}"
+    );
+    assert_eq!(oracles[0].endpoint, "http://127.0.0.1:9/oracle/msisdn-v2");
+    assert_eq!(oracles[0].currency, Some(usd()));
+    assert!(oracles[0].is_default && oracles[0].active);
+    assert_eq!(oracles[1].id_type, "EMAIL");
+    assert!(!oracles[2].active, "oracle 3 was deleted");
+    let mut recovered = recovered;
+    let result = recovered.apply_batch(
+        (system_clock())(),
+        &[
+            Command::ReadOracles,
+            Command::CreateOracle {
+                id_type: "BUSINESS".into(),
+                endpoint: "http://127.0.0.1:9/oracle/business".into(),
+                currency: None,
+                is_default: true,
+            },
+        ],
+    );
+    match &result.outcomes[0] {
+        Outcome::Oracles(live) => assert_eq!(
+            live.iter().map(|o| o.id).collect::<Vec<_>>(),
+            [1, 2],
+            "only live oracles are read"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        result.outcomes[1],
+        Outcome::OracleCreated(4),
+        "a deleted oracle's id is not reused after a restart"
     );
 }
 

@@ -99,6 +99,16 @@ impl Endpoints {
             .insert(endpoint_type.to_string(), value.to_string());
     }
 
+    /// Whether `participant` registered any endpoint: a DFSP the hub can
+    /// route to.
+    pub fn contains(&self, participant: FspName) -> bool {
+        self.by_participant
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&participant)
+            .is_some_and(|types| !types.is_empty())
+    }
+
     /// The URL of `participant`'s `endpoint_type`, with `{{name}}` templates
     /// replaced from `variables`; `None` when the DFSP registered none.
     pub fn url(

@@ -17,6 +17,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod endpoints;
 pub mod notify;
+pub mod oracles;
 pub mod parties;
 pub mod quotes;
 pub mod server;
@@ -25,6 +26,7 @@ pub mod wire;
 
 use endpoints::Endpoints;
 use notify::Dispatcher;
+use oracles::Oracles;
 use parties::Parties;
 
 /// Settings of the HTTP side.
@@ -38,6 +40,14 @@ pub struct HubConfig {
     pub max_body_bytes: usize,
     /// Longest a request may take, including waiting for durability.
     pub request_timeout: Duration,
+    /// How long an external oracle's answer (a holder, or none) is reused.
+    pub oracle_cache_ttl: Duration,
+    /// Oracle answers kept at most; the oldest is dropped first.
+    pub oracle_cache_capacity: usize,
+    /// TCP connect timeout of a request to an external oracle.
+    pub oracle_connect_timeout: Duration,
+    /// Whole request to an external oracle, answer read included.
+    pub oracle_request_timeout: Duration,
 }
 
 impl HubConfig {
@@ -47,6 +57,10 @@ impl HubConfig {
             admin_base_url: String::new(),
             max_body_bytes: 5 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            oracle_cache_ttl: oracles::DEFAULT_CACHE_TTL,
+            oracle_cache_capacity: oracles::DEFAULT_CACHE_CAPACITY,
+            oracle_connect_timeout: Duration::from_secs(2),
+            oracle_request_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -57,23 +71,27 @@ pub struct Hub {
     pub engine: EngineHandle,
     pub endpoints: Endpoints,
     pub parties: Parties,
+    /// External oracles, asked when the built-in registry has no holder.
+    pub oracles: Oracles,
     pub dispatcher: Dispatcher,
     started: Instant,
 }
 
 impl Hub {
-    /// Builds the hub on a running pipeline, loading every DFSP's endpoints
-    /// and the party registry into memory.
+    /// Builds the hub on a running pipeline, loading every DFSP's endpoints,
+    /// the party registry and the external oracles into memory.
     pub async fn new(
         config: HubConfig,
         engine: EngineHandle,
         dispatcher: Dispatcher,
     ) -> Result<Hub, HubError> {
+        let oracles = Oracles::new(&config);
         let mut hub = Hub {
             config,
             engine,
             endpoints: Endpoints::default(),
             parties: Parties::default(),
+            oracles,
             dispatcher,
             started: Instant::now(),
         };
@@ -86,6 +104,10 @@ impl Hub {
         }
         match hub.execute_one(Command::ReadParties).await? {
             Outcome::Parties(views) => hub.parties = Parties::load(views),
+            other => return Err(HubError::from_outcome(other)),
+        }
+        match hub.execute_one(Command::ReadOracles).await? {
+            Outcome::Oracles(rows) => hub.oracles.replace(rows),
             other => return Err(HubError::from_outcome(other)),
         }
         Ok(hub)
@@ -250,7 +272,10 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
 
 /// The operator-facing application: central-ledger's admin routes.
 pub fn admin_app(hub: Arc<Hub>) -> Router {
-    guarded(admin::router(hub.clone()), &hub)
+    guarded(
+        admin::router(hub.clone()).merge(oracles::router(hub.clone())),
+        &hub,
+    )
 }
 
 fn guarded(router: Router, hub: &Hub) -> Router {

@@ -2,13 +2,15 @@
 //! built-in oracle: the participant registry (`/participants/{Type}/{ID}`)
 //! and party lookup (`/parties/{Type}/{ID}`) routed to the FSP holding the
 //! party. Lookups read an in-memory table; only registrations go through
-//! the ledger (so they are durable before they are acknowledged).
+//! the ledger (so they are durable before they are acknowledged). A party
+//! the registry does not hold is looked up in the external oracle
+//! configured for its type, if any (see [`crate::oracles`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -16,6 +18,7 @@ use axum::Router;
 use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
+use crate::oracles::Resolution;
 use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Shape};
 use crate::{Hub, HubError};
 
@@ -116,7 +119,70 @@ fn endpoint_type(base: &str, operation: &str, key: &PartyKey) -> String {
     }
 }
 
+/// FSPIOP 2006, which ALS raises when an oracle cannot be asked.
+const PARTY_RESOLUTION_FAILED: ErrorCode = ErrorCode(2006);
+
+/// The `currency` a lookup's query string names, if any: it selects the
+/// oracle and is passed on to it.
+fn query_currency(query: Option<&str>) -> Result<Option<Currency>, HubError> {
+    let Some(query) = query else {
+        return Ok(None);
+    };
+    let Some(value) = query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find_map(|(name, value)| (name == "currency").then_some(value))
+    else {
+        return Ok(None);
+    };
+    Currency::parse(value).map(Some).ok_or_else(|| {
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "Generic validation error - query parameter currency: '{value}' is not an ISO 4217 currency"
+            ),
+        )
+    })
+}
+
+/// Who holds a party, as far as the hub can tell.
+enum Holder {
+    Found(FspName),
+    /// Neither the registry nor the party type's oracle (if any) knows one.
+    Unknown {
+        oracle: Option<u32>,
+    },
+    /// The oracle could not be asked (the reason is logged by the oracles).
+    Unresolved {
+        oracle: u32,
+    },
+}
+
 impl Hub {
+    /// The FSP holding `key`: from the built-in registry (memory only, no
+    /// await), else from the external oracle for its type, whose answers
+    /// are cached. Only FSPs with endpoints here count as holders.
+    async fn find_holder(
+        &self,
+        key: &PartyKey,
+        currency: Option<Currency>,
+        source: FspName,
+    ) -> Holder {
+        if let Some(fsp) = self.parties.holder(key) {
+            return Holder::Found(fsp);
+        }
+        let hub_name = self.config.hub_name;
+        let known = |fsp: FspName| fsp != hub_name && self.endpoints.contains(fsp);
+        match self.oracles.resolve(key, currency, source, known).await {
+            Resolution::Holder(fsp) => Holder::Found(fsp),
+            Resolution::NoOracle => Holder::Unknown { oracle: None },
+            Resolution::NotFound { oracle } => Holder::Unknown {
+                oracle: Some(oracle),
+            },
+            Resolution::Failed { oracle, .. } => Holder::Unresolved { oracle },
+        }
+    }
+
     /// An error from the hub to `destination` about `key`, at its
     /// `{base}_PUT_ERROR` endpoint (or the sub-id one).
     fn send_party_error(
@@ -229,24 +295,39 @@ async fn register_party(
 async fn lookup_participant(
     State(hub): State<Arc<Hub>>,
     Path((id_type, id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    answer_lookup(&hub, party_key(&id_type, &id, None)?, headers)
+    answer_lookup(&hub, party_key(&id_type, &id, None)?, headers, query).await
 }
 
 async fn lookup_participant_sub(
     State(hub): State<Arc<Hub>>,
     Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    answer_lookup(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers)
+    answer_lookup(
+        &hub,
+        party_key(&id_type, &id, Some(&sub_id))?,
+        headers,
+        query,
+    )
+    .await
 }
 
-/// `GET /participants/{Type}/{ID}`: who holds the party, answered from memory.
-fn answer_lookup(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+/// `GET /participants/{Type}/{ID}`: who holds the party, answered from
+/// memory, or from the party type's external oracle.
+async fn answer_lookup(
+    hub: &Hub,
+    key: PartyKey,
+    headers: HeaderMap,
+    query: Option<String>,
+) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
-    match hub.parties.holder(&key) {
-        Some(fsp) => {
+    let currency = query_currency(query.as_deref())?;
+    let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
+        Holder::Found(fsp) => {
             let body = Bytes::from(fspiop::participant_put_body(&fsp));
             let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
             let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
@@ -260,17 +341,33 @@ fn answer_lookup(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Respons
             ) {
                 tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
             }
+            return Ok(StatusCode::ACCEPTED.into_response());
         }
-        None => hub.send_party_error(
-            Resource::Participants,
-            "PARTICIPANT",
-            caller.source,
-            &key,
+        Holder::Unknown { oracle: None } => (
             ErrorCode::ID_NOT_FOUND,
-            &format!("Generic ID not found - party {key} is not registered"),
-            caller.version,
+            format!("Generic ID not found - party {key} is not registered"),
         ),
-    }
+        Holder::Unknown {
+            oracle: Some(oracle),
+        } => (
+            ErrorCode::ID_NOT_FOUND,
+            format!("Generic ID not found - oracle {oracle} knows no FSP holding party {key}"),
+        ),
+        // The reason is logged, not told to the DFSP.
+        Holder::Unresolved { oracle } => (
+            PARTY_RESOLUTION_FAILED,
+            format!("Temporary party resolution failed - oracle {oracle} could not be asked about party {key}"),
+        ),
+    };
+    hub.send_party_error(
+        Resource::Participants,
+        "PARTICIPANT",
+        caller.source,
+        &key,
+        code,
+        &description,
+        caller.version,
+    );
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -400,45 +497,90 @@ async fn register_batch(
 async fn get_party(
     State(hub): State<Arc<Hub>>,
     Path((id_type, id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    route_get_party(&hub, party_key(&id_type, &id, None)?, headers)
+    route_get_party(&hub, party_key(&id_type, &id, None)?, headers, query).await
 }
 
 async fn get_party_sub(
     State(hub): State<Arc<Hub>>,
     Path((id_type, id, sub_id)): Path<(String, String, String)>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    route_get_party(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers)
+    route_get_party(
+        &hub,
+        party_key(&id_type, &id, Some(&sub_id))?,
+        headers,
+        query,
+    )
+    .await
 }
 
-/// `GET /parties/{Type}/{ID}`: find the FSP holding the party and forward
-/// the request to it; tell the requester if there is none (3204) or it
-/// cannot be reached (3201).
-fn route_get_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+/// `GET /parties/{Type}/{ID}`: find the FSP holding the party (registry,
+/// else the type's oracle, selected by the query's `currency` if any) and
+/// forward the request to it; tell the requester if there is none (3204),
+/// the oracle cannot be asked (2006) or the holder cannot be reached (3201).
+async fn route_get_party(
+    hub: &Hub,
+    key: PartyKey,
+    headers: HeaderMap,
+    query: Option<String>,
+) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
-    let Some(holder) = hub.parties.holder(&key) else {
-        hub.send_party_error(
-            Resource::Parties,
-            "PARTIES",
-            caller.source,
-            &key,
+    let currency = query_currency(query.as_deref())?;
+    let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
+        Holder::Found(holder) => {
+            forward_get_party(hub, &key, &headers, &caller, holder);
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
+        Holder::Unknown { oracle: None } => (
             ErrorCode(3204),
-            &format!("Party not found - no FSP holds party {key}"),
-            caller.version,
-        );
-        return Ok(StatusCode::ACCEPTED.into_response());
+            format!("Party not found - no FSP holds party {key}"),
+        ),
+        Holder::Unknown {
+            oracle: Some(oracle),
+        } => (
+            ErrorCode(3204),
+            format!("Party not found - oracle {oracle} knows no FSP holding party {key}"),
+        ),
+        // The reason is logged, not told to the DFSP.
+        Holder::Unresolved { oracle } => (
+            PARTY_RESOLUTION_FAILED,
+            format!("Temporary party resolution failed - oracle {oracle} could not be asked about party {key}"),
+        ),
     };
-    let mut forward = forwarded(&headers, true);
+    hub.send_party_error(
+        Resource::Parties,
+        "PARTIES",
+        caller.source,
+        &key,
+        code,
+        &description,
+        caller.version,
+    );
+    Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// Forwards the requester's `GET /parties/...` to `holder`, or tells the
+/// requester (3201) that `holder` has no endpoint for it.
+fn forward_get_party(
+    hub: &Hub,
+    key: &PartyKey,
+    headers: &HeaderMap,
+    caller: &crate::wire::Caller,
+    holder: FspName,
+) {
+    let mut forward = forwarded(headers, true);
     if let Ok(value) = HeaderValue::from_str(holder.as_str()) {
         forward.insert(HeaderName::from_static("fspiop-destination"), value);
     }
-    let endpoint = endpoint_type("PARTIES", "GET", &key);
+    let endpoint = endpoint_type("PARTIES", "GET", key);
     if !hub.send_callback(
         holder,
         &endpoint,
-        &variables(&key),
+        &variables(key),
         Method::GET,
         forward,
         Bytes::new(),
@@ -447,13 +589,12 @@ fn route_get_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Respo
             Resource::Parties,
             "PARTIES",
             caller.source,
-            &key,
+            key,
             ErrorCode(3201),
             &format!("Destination FSP Error - '{holder}' has no {endpoint} endpoint"),
             caller.version,
         );
     }
-    Ok(StatusCode::ACCEPTED.into_response())
 }
 
 async fn put_party(

@@ -109,6 +109,9 @@ pub struct Ledger {
     pub(crate) now_ms: i64,
     pub(crate) settlement_models: Vec<SettlementModelRow>,
     pub(crate) parties: HashMap<PartyKey, PartyEntry>,
+    /// Every oracle ever created, by id (index + 1); deleted ones stay,
+    /// inactive, so that ids are never reused.
+    pub(crate) oracles: Vec<OracleRow>,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -139,6 +142,7 @@ impl Ledger {
             now_ms: i64::MIN,
             settlement_models: Vec::new(),
             parties: HashMap::new(),
+            oracles: Vec::new(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -249,6 +253,23 @@ impl Ledger {
                 self.register_party(key, *fsp, *currency)
             }
             Command::DeleteParty { key, caller } => self.delete_party(key, *caller),
+            Command::CreateOracle {
+                id_type,
+                endpoint,
+                currency,
+                is_default,
+            } => self.create_oracle(id_type, endpoint, *currency, *is_default),
+            Command::UpdateOracle {
+                id,
+                id_type,
+                endpoint,
+                currency,
+                is_default,
+            } => self.update_oracle(*id, id_type, endpoint, *currency, *is_default),
+            Command::DeleteOracle { id } => self.delete_oracle(*id),
+            Command::ReadOracles => Ok(Outcome::Oracles(
+                self.oracles.iter().filter(|o| o.active).cloned().collect(),
+            )),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties
                     .iter()
@@ -728,6 +749,114 @@ impl Ledger {
         }
         self.parties.remove(key);
         self.records.push(Record::PartyDeleted(key.clone()));
+        Ok(Outcome::Done)
+    }
+
+    /// Checks an oracle's configuration against the live oracles other than
+    /// `except`: one per (type, currency), one default per type.
+    fn check_oracle(
+        &self,
+        except: Option<u32>,
+        id_type: &str,
+        endpoint: &str,
+        currency: Option<Currency>,
+        is_default: bool,
+    ) -> Result<(), Rejection> {
+        check_oracle_fields(id_type, endpoint)?;
+        for other in self
+            .oracles
+            .iter()
+            .filter(|o| o.active && Some(o.id) != except && o.id_type == id_type)
+        {
+            if other.currency == currency {
+                let currency = currency.map_or("any currency".to_string(), |c| c.to_string());
+                return Err(Rejection::new(
+                    ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                    format!(
+                        "oracle {} serves {id_type} for {currency} already",
+                        other.id
+                    ),
+                ));
+            }
+            if is_default && other.is_default {
+                return Err(Rejection::new(
+                    ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+                    format!("oracle {} is the default for {id_type} already", other.id),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn create_oracle(
+        &mut self,
+        id_type: &str,
+        endpoint: &str,
+        currency: Option<Currency>,
+        is_default: bool,
+    ) -> Result<Outcome, Rejection> {
+        self.check_oracle(None, id_type, endpoint, currency, is_default)?;
+        let live = self.oracles.iter().filter(|o| o.active).count();
+        if live >= ORACLES_MAX || self.oracles.len() >= ORACLE_IDS_MAX {
+            return Err(Rejection::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "the ledger holds its limit of oracles ({ORACLES_MAX} live, {ORACLE_IDS_MAX} ids)"
+                ),
+            ));
+        }
+        let row = OracleRow {
+            id: self.oracles.len() as u32 + 1,
+            id_type: id_type.to_string(),
+            endpoint: endpoint.to_string(),
+            currency,
+            is_default,
+            active: true,
+        };
+        let id = row.id;
+        self.oracles.push(row.clone());
+        self.records.push(Record::Oracle(row));
+        Ok(Outcome::OracleCreated(id))
+    }
+
+    fn live_oracle_index(&self, id: u32) -> Result<usize, Rejection> {
+        (id as usize)
+            .checked_sub(1)
+            .filter(|&i| self.oracles.get(i).is_some_and(|o| o.active))
+            .ok_or_else(|| {
+                Rejection::new(ErrorCode::ID_NOT_FOUND, format!("oracle {id} not found"))
+            })
+    }
+
+    fn update_oracle(
+        &mut self,
+        id: u32,
+        id_type: &str,
+        endpoint: &str,
+        currency: Option<Currency>,
+        is_default: bool,
+    ) -> Result<Outcome, Rejection> {
+        let i = self.live_oracle_index(id)?;
+        self.check_oracle(Some(id), id_type, endpoint, currency, is_default)?;
+        let row = OracleRow {
+            id,
+            id_type: id_type.to_string(),
+            endpoint: endpoint.to_string(),
+            currency,
+            is_default,
+            active: true,
+        };
+        if self.oracles[i] != row {
+            self.oracles[i] = row.clone();
+            self.records.push(Record::Oracle(row));
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn delete_oracle(&mut self, id: u32) -> Result<Outcome, Rejection> {
+        let i = self.live_oracle_index(id)?;
+        self.oracles[i].active = false;
+        self.records.push(Record::OracleDeleted(id));
         Ok(Outcome::Done)
     }
 
@@ -1516,6 +1645,7 @@ impl Ledger {
         parties.sort_by(|a, b| a.key.cmp(&b.key));
         Snapshot {
             parties,
+            oracles: self.oracles.clone(),
             endpoints,
             settlement_models: self.settlement_models.clone(),
             participants,
@@ -1579,6 +1709,7 @@ impl Ledger {
                 .push((endpoint.endpoint_type, endpoint.value));
         }
         ledger.settlement_models = snapshot.settlement_models;
+        ledger.oracles = snapshot.oracles;
         for row in snapshot.parties {
             let entry = PartyEntry {
                 fsp: row.fsp,
@@ -1645,6 +1776,35 @@ fn check_party_key(key: &PartyKey) -> Result<(), Rejection> {
     Err(validation(format!(
         "party type, identifier and sub-id must be 1-{PARTY_ID_MAX_LEN} printable characters"
     )))
+}
+
+/// An oracle's party id type (A-Z, 0-9, `_`) and its endpoint: an
+/// `http://` or `https://` URL of printable characters without spaces.
+pub(crate) fn check_oracle_fields(id_type: &str, endpoint: &str) -> Result<(), Rejection> {
+    let type_ok = !id_type.is_empty()
+        && id_type.len() <= ORACLE_ID_TYPE_MAX_LEN
+        && id_type
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if !type_ok {
+        return Err(validation(format!(
+            "oracle id type must be 1-{ORACLE_ID_TYPE_MAX_LEN} characters of A-Z, 0-9 and _"
+        )));
+    }
+    let host = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"))
+        .unwrap_or("");
+    let endpoint_ok = endpoint.len() <= ORACLE_ENDPOINT_MAX_LEN
+        && !host.is_empty()
+        && !host.starts_with('/')
+        && endpoint.bytes().all(|b| b.is_ascii_graphic());
+    if !endpoint_ok {
+        return Err(validation(format!(
+            "oracle endpoint must be an http:// or https:// URL of at most {ORACLE_ENDPOINT_MAX_LEN} printable characters without spaces"
+        )));
+    }
+    Ok(())
 }
 
 /// Ids are 1-based (as Mojaloop's); the vectors are 0-based.

@@ -302,6 +302,30 @@ pub enum Command {
     ReadParties,
     /// Reads every settlement model.
     ReadSettlementModels,
+    /// `POST /oracles`: an external oracle for a party id type (and
+    /// optionally one currency). At most one live oracle per (type,
+    /// currency), and one default per type.
+    CreateOracle {
+        id_type: String,
+        endpoint: String,
+        currency: Option<Currency>,
+        is_default: bool,
+    },
+    /// `PUT /oracles/{ID}`: replaces a live oracle's configuration.
+    UpdateOracle {
+        id: u32,
+        id_type: String,
+        endpoint: String,
+        currency: Option<Currency>,
+        is_default: bool,
+    },
+    /// `DELETE /oracles/{ID}`: the oracle stops being used; its id is never
+    /// given to another one.
+    DeleteOracle {
+        id: u32,
+    },
+    /// Every live oracle, in id order.
+    ReadOracles,
     GetTransfer {
         transfer_id: TransferId,
         caller: FspName,
@@ -358,6 +382,10 @@ pub enum Outcome {
     Participants(Vec<ParticipantView>),
     SettlementModels(Vec<SettlementModelRow>),
     Parties(Vec<PartyView>),
+    /// `CreateOracle` took effect; the new oracle's id.
+    OracleCreated(u32),
+    /// Live oracles, in id order.
+    Oracles(Vec<OracleRow>),
 }
 
 impl Outcome {
@@ -448,6 +476,11 @@ pub enum Record {
     SettlementModel(SettlementModelRow),
     Party(PartyRow),
     PartyDeleted(PartyKey),
+    /// An oracle as created or updated (an upsert of the whole row).
+    Oracle(OracleRow),
+    /// The oracle with this id was deleted (its row stays, inactive, so
+    /// that the id is never reused).
+    OracleDeleted(u32),
 }
 
 /// Longest party identifier, sub-id or type name kept (FSPIOP: 128).
@@ -514,6 +547,34 @@ pub struct SettlementModelRow {
     pub id: u32,
     pub name: String,
     pub definition: String,
+}
+
+/// Longest oracle party id type (FSPIOP's are at most 16 characters).
+pub const ORACLE_ID_TYPE_MAX_LEN: usize = 32;
+/// Longest oracle endpoint URL.
+pub const ORACLE_ENDPOINT_MAX_LEN: usize = 1024;
+/// Live oracles the ledger keeps at most.
+pub const ORACLES_MAX: usize = 1_000;
+/// Oracle ids the ledger gives out at most, deleted ones included (ids are
+/// never reused, so a deleted oracle keeps its row).
+pub const ORACLE_IDS_MAX: usize = 65_536;
+
+/// An external oracle (Mojaloop ALS's `oracleEndpoint`): where to ask who
+/// holds parties of `id_type` (`GET {endpoint}/participants/{Type}/{ID}`),
+/// for one currency or any. The ledger keeps it; the HTTP side calls it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OracleRow {
+    /// From 1, in creation order; never reused.
+    pub id: u32,
+    /// An FSPIOP `PartyIdType`, e.g. `MSISDN`.
+    pub id_type: String,
+    /// Base URL (`http://` or `https://`), without a trailing `/participants`.
+    pub endpoint: String,
+    pub currency: Option<Currency>,
+    /// Used for lookups of `id_type` that name no currency.
+    pub is_default: bool,
+    /// False once deleted.
+    pub active: bool,
 }
 
 /// A participant with its accounts and endpoints, for the admin API.

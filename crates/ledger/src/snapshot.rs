@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::amount::Amount;
 use crate::ids::{Currency, FspName, TransferId};
+use crate::ledger::check_oracle_fields;
 use crate::model::*;
 
 /// Every row the store holds: what recovery reads and `kasi audit` checks.
@@ -21,6 +22,8 @@ pub struct Snapshot {
     pub settlement_models: Vec<SettlementModelRow>,
     /// The built-in oracle, in key order.
     pub parties: Vec<PartyRow>,
+    /// External oracles, in id order, deleted ones included (inactive).
+    pub oracles: Vec<OracleRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -151,6 +154,41 @@ impl Snapshot {
                     model.name
                 ));
             }
+        }
+        let mut live_oracles = HashMap::new();
+        let mut default_oracles = HashMap::new();
+        for (i, oracle) in self.oracles.iter().enumerate() {
+            if oracle.id as usize != i + 1 {
+                problem(format!("oracle row {} has id {}", i + 1, oracle.id));
+            }
+            if let Err(rejection) = check_oracle_fields(&oracle.id_type, &oracle.endpoint) {
+                problem(format!("oracle {}: {}", oracle.id, rejection.description));
+            }
+            if !oracle.active {
+                continue;
+            }
+            let key = (oracle.id_type.as_str(), oracle.currency);
+            if let Some(other) = live_oracles.insert(key, oracle.id) {
+                problem(format!(
+                    "oracles {other} and {} serve the same id type and currency",
+                    oracle.id
+                ));
+            }
+            if oracle.is_default {
+                if let Some(other) = default_oracles.insert(oracle.id_type.as_str(), oracle.id) {
+                    problem(format!(
+                        "oracles {other} and {} are both the default for {}",
+                        oracle.id, oracle.id_type
+                    ));
+                }
+            }
+        }
+        if live_oracles.len() > ORACLES_MAX || self.oracles.len() > ORACLE_IDS_MAX {
+            problem(format!(
+                "{} oracles ({} live) exceed the limits",
+                self.oracles.len(),
+                live_oracles.len()
+            ));
         }
 
         let mut recomputed = vec![Recomputed::default(); self.accounts.len()];

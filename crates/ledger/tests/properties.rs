@@ -596,6 +596,9 @@ impl Mirror {
                 Record::Party(_) | Record::PartyDeleted(_) => {
                     unreachable!("parties are not generated here")
                 }
+                Record::Oracle(_) | Record::OracleDeleted(_) => {
+                    unreachable!("oracles are not generated here")
+                }
                 Record::Finish(row) => {
                     let id = *self.by_seq.get(&row.seq).expect("finish of a recorded seq");
                     assert_eq!(
@@ -689,6 +692,7 @@ impl Mirror {
             endpoints: self.endpoints.values().cloned().collect(),
             settlement_models: self.settlement_models.clone(),
             parties: Vec::new(),
+            oracles: Vec::new(),
         }
     }
 
@@ -761,7 +765,11 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::ReadSettlementModels
         | Command::RegisterParty { .. }
         | Command::DeleteParty { .. }
-        | Command::ReadParties => {
+        | Command::ReadParties
+        | Command::CreateOracle { .. }
+        | Command::UpdateOracle { .. }
+        | Command::DeleteOracle { .. }
+        | Command::ReadOracles => {
             unreachable!("reference-data commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
-    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, ParticipantId, ParticipantRow, PartyKey,
-    PartyRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind,
-    TransferRow, TransferState,
+    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
+    ParticipantRow, PartyKey, PartyRow, Record, RequestHash, SettlementModelRow, Snapshot,
+    TransferId, TransferKind, TransferRow, TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -78,6 +78,14 @@ CREATE TABLE IF NOT EXISTS parties (
     currency         TEXT,
     registered_at_ms INTEGER NOT NULL,
     PRIMARY KEY (id_type, identifier, sub_id)
+) STRICT;
+CREATE TABLE IF NOT EXISTS oracles (
+    id         INTEGER PRIMARY KEY,
+    id_type    TEXT    NOT NULL,
+    endpoint   TEXT    NOT NULL,
+    currency   TEXT,
+    is_default INTEGER NOT NULL,
+    is_active  INTEGER NOT NULL   -- 0 once deleted; the id is never reused
 ) STRICT;
 CREATE TABLE IF NOT EXISTS transfer_finishes (
     seq            INTEGER PRIMARY KEY,
@@ -245,6 +253,15 @@ impl SqliteStore {
             let mut party_deleted = transaction.prepare_cached(
                 "DELETE FROM parties WHERE id_type = ?1 AND identifier = ?2 AND sub_id = ?3",
             )?;
+            let mut oracle = transaction.prepare_cached(
+                "INSERT INTO oracles (id, id_type, endpoint, currency, is_default, is_active)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (id) DO UPDATE SET id_type = excluded.id_type, endpoint = excluded.endpoint,
+                    currency = excluded.currency, is_default = excluded.is_default,
+                    is_active = excluded.is_active",
+            )?;
+            let mut oracle_deleted =
+                transaction.prepare_cached("UPDATE oracles SET is_active = 0 WHERE id = ?1")?;
             let text = &mut self.text;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
                 match record {
@@ -323,6 +340,19 @@ impl SqliteStore {
                             key.identifier,
                             key.sub_id.as_deref().unwrap_or("")
                         ])?;
+                    }
+                    Record::Oracle(row) => {
+                        oracle.execute(params![
+                            row.id,
+                            row.id_type,
+                            row.endpoint,
+                            row.currency.map(|c| c.to_string()),
+                            row.is_default,
+                            row.active,
+                        ])?;
+                    }
+                    Record::OracleDeleted(id) => {
+                        oracle_deleted.execute(params![id])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -488,6 +518,27 @@ impl SqliteStore {
             }
             // In the ledger's key order (Rust's, not SQLite's collation).
             snapshot.parties.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut statement = transaction.prepare(
+                "SELECT id, id_type, endpoint, currency, is_default, is_active FROM oracles ORDER BY id",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let currency: Option<String> = row.get(3)?;
+                snapshot.oracles.push(OracleRow {
+                    id: row.get(0)?,
+                    id_type: row.get(1)?,
+                    endpoint: row.get(2)?,
+                    currency: match currency {
+                        None => None,
+                        Some(code) => Some(
+                            Currency::parse(&code)
+                                .ok_or_else(|| StoreError(format!("bad currency {code:?}")))?,
+                        ),
+                    },
+                    is_default: row.get(4)?,
+                    active: row.get(5)?,
+                });
+            }
             let mut statement = transaction
                 .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
             let mut rows = statement.query([])?;
