@@ -110,6 +110,25 @@ fn onboarding() -> Vec<Command> {
         is_default: true,
     });
     commands.push(Command::DeleteOracle { id: 3 });
+    commands.push(Command::RecordQuote {
+        quote_id: TransferId(7_000),
+        payer: name("payerfsp"),
+        payee: name("payeefsp"),
+        request_hash: RequestHash([3; 32]),
+    });
+    commands.push(Command::AnswerQuote {
+        quote_id: TransferId(7_000),
+        caller: name("payeefsp"),
+        is_error: false,
+        body: r#"{"transferAmount":{"amount":"10","currency":"USD"}}"#.into(),
+        request_hash: RequestHash([4; 32]),
+    });
+    commands.push(Command::RecordQuote {
+        quote_id: TransferId(7_001),
+        payer: name("payerfsp"),
+        payee: name("payeefsp"),
+        request_hash: RequestHash([5; 32]),
+    });
     commands
 }
 
@@ -183,6 +202,13 @@ fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
     assert_eq!(recovered.snapshot().endpoints.len(), 4);
     let parties = recovered.snapshot().parties;
     assert_eq!(parties.len(), 2, "two registered, one deleted: {parties:?}");
+    let quotes = recovered.snapshot().quotes;
+    assert_eq!(quotes.len(), 2);
+    assert!(quotes[0]
+        .answer
+        .as_ref()
+        .is_some_and(|a| a.body.contains("transferAmount")));
+    assert_eq!(quotes[1].answer, None);
     assert_eq!(
         parties[0].key.sub_id, None,
         "the key without a sub-id sorts first"

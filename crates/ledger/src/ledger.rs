@@ -19,6 +19,8 @@ pub struct Limits {
     /// Transfers kept in memory (each ~250 bytes). Finished transfers are
     /// kept so that duplicates and `GET` can be answered.
     pub max_transfers: usize,
+    /// Quotes kept in persistent mode (each with its answer, ~1-2 KB).
+    pub max_quotes: usize,
 }
 
 impl Default for Limits {
@@ -27,6 +29,7 @@ impl Default for Limits {
             max_participants: 10_000,
             max_currencies_per_participant: 16,
             max_transfers: 50_000_000,
+            max_quotes: 1_000_000,
         }
     }
 }
@@ -112,6 +115,7 @@ pub struct Ledger {
     /// Every oracle ever created, by id (index + 1); deleted ones stay,
     /// inactive, so that ids are never reused.
     pub(crate) oracles: Vec<OracleRow>,
+    pub(crate) quotes: HashMap<TransferId, QuoteRow>,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -143,6 +147,7 @@ impl Ledger {
             settlement_models: Vec::new(),
             parties: HashMap::new(),
             oracles: Vec::new(),
+            quotes: HashMap::new(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -270,6 +275,19 @@ impl Ledger {
             Command::ReadOracles => Ok(Outcome::Oracles(
                 self.oracles.iter().filter(|o| o.active).cloned().collect(),
             )),
+            Command::RecordQuote {
+                quote_id,
+                payer,
+                payee,
+                request_hash,
+            } => self.record_quote(*quote_id, *payer, *payee, *request_hash),
+            Command::AnswerQuote {
+                quote_id,
+                caller,
+                is_error,
+                body,
+                request_hash,
+            } => self.answer_quote(*quote_id, *caller, *is_error, body, *request_hash),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties
                     .iter()
@@ -857,6 +875,106 @@ impl Ledger {
         let i = self.live_oracle_index(id)?;
         self.oracles[i].active = false;
         self.records.push(Record::OracleDeleted(id));
+        Ok(Outcome::Done)
+    }
+
+    fn quote_view(&self, row: &QuoteRow) -> QuoteView {
+        QuoteView {
+            quote_id: row.quote_id,
+            payer: self.participant(row.payer).name,
+            payee: self.participant(row.payee).name,
+            answer: row.answer.clone(),
+        }
+    }
+
+    fn record_quote(
+        &mut self,
+        quote_id: TransferId,
+        payer: FspName,
+        payee: FspName,
+        request_hash: RequestHash,
+    ) -> Result<Outcome, Rejection> {
+        if let Some(existing) = self.quotes.get(&quote_id) {
+            if existing.request_hash == request_hash {
+                return Ok(Outcome::QuoteDuplicate(self.quote_view(existing)));
+            }
+            return Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!("quote {quote_id} was received before with a different body"),
+            ));
+        }
+        if self.quotes.len() >= self.limits.max_quotes {
+            return Err(Rejection::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "the ledger holds its limit of {} quotes",
+                    self.limits.max_quotes
+                ),
+            ));
+        }
+        let known = |name: FspName| self.participant_by_name.get(&name).copied();
+        let (Some(payer), Some(payee)) = (known(payer), known(payee)) else {
+            return Err(Rejection::new(
+                ErrorCode(3201),
+                "Destination FSP Error - payer or payee is not a participant",
+            ));
+        };
+        let row = QuoteRow {
+            quote_id,
+            payer,
+            payee,
+            request_hash,
+            received_at_ms: self.now_ms,
+            answer: None,
+        };
+        self.records.push(Record::Quote(row.clone()));
+        self.quotes.insert(quote_id, row);
+        Ok(Outcome::Done)
+    }
+
+    fn answer_quote(
+        &mut self,
+        quote_id: TransferId,
+        caller: FspName,
+        is_error: bool,
+        body: &str,
+        request_hash: RequestHash,
+    ) -> Result<Outcome, Rejection> {
+        let row = self.quotes.get(&quote_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode(3205),
+                format!("Quote ID not found - quote {quote_id}"),
+            )
+        })?;
+        if self.participant(row.payee).name != caller {
+            return Err(validation(format!(
+                "'{caller}' is not the payee asked for quote {quote_id}"
+            )));
+        }
+        if let Some(answer) = &row.answer {
+            if answer.request_hash == request_hash && answer.is_error == is_error {
+                return Ok(Outcome::QuoteDuplicate(self.quote_view(row)));
+            }
+            return Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!("quote {quote_id} was answered before with a different body"),
+            ));
+        }
+        if body.len() > QUOTE_ANSWER_MAX_BYTES {
+            return Err(validation(format!(
+                "a quote answer may hold at most {QUOTE_ANSWER_MAX_BYTES} bytes"
+            )));
+        }
+        let answer = QuoteAnswer {
+            request_hash,
+            is_error,
+            body: body.to_string(),
+            answered_at_ms: self.now_ms,
+        };
+        let row = self.quotes.get_mut(&quote_id).expect("looked up above");
+        row.answer = Some(answer);
+        let row = row.clone();
+        self.records.push(Record::Quote(row));
         Ok(Outcome::Done)
     }
 
@@ -1646,6 +1764,11 @@ impl Ledger {
         Snapshot {
             parties,
             oracles: self.oracles.clone(),
+            quotes: {
+                let mut quotes: Vec<QuoteRow> = self.quotes.values().cloned().collect();
+                quotes.sort_by_key(|row| row.quote_id);
+                quotes
+            },
             endpoints,
             settlement_models: self.settlement_models.clone(),
             participants,
@@ -1710,6 +1833,11 @@ impl Ledger {
         }
         ledger.settlement_models = snapshot.settlement_models;
         ledger.oracles = snapshot.oracles;
+        ledger.quotes = snapshot
+            .quotes
+            .into_iter()
+            .map(|row| (row.quote_id, row))
+            .collect();
         for row in snapshot.parties {
             let entry = PartyEntry {
                 fsp: row.fsp,

@@ -299,6 +299,21 @@ pub enum Command {
         caller: FspName,
     },
     /// Every registered party (to load the hub's lookup table).
+    /// `POST /quotes` in persistent mode: `payer` (the caller) asks `payee`.
+    RecordQuote {
+        quote_id: TransferId,
+        payer: FspName,
+        payee: FspName,
+        request_hash: RequestHash,
+    },
+    /// `PUT /quotes/{ID}` (or `/error`) in persistent mode, from the payee.
+    AnswerQuote {
+        quote_id: TransferId,
+        caller: FspName,
+        is_error: bool,
+        body: String,
+        request_hash: RequestHash,
+    },
     ReadParties,
     /// Reads every settlement model.
     ReadSettlementModels,
@@ -382,6 +397,9 @@ pub enum Outcome {
     Participants(Vec<ParticipantView>),
     SettlementModels(Vec<SettlementModelRow>),
     Parties(Vec<PartyView>),
+    /// A quote request or answer seen before with the same body: nothing
+    /// changed; the known answer, if any, is here to resend.
+    QuoteDuplicate(QuoteView),
     /// `CreateOracle` took effect; the new oracle's id.
     OracleCreated(u32),
     /// Live oracles, in id order.
@@ -481,6 +499,42 @@ pub enum Record {
     /// The oracle with this id was deleted (its row stays, inactive, so
     /// that the id is never reused).
     OracleDeleted(u32),
+    /// A quote as recorded or answered (an upsert of the whole row).
+    Quote(QuoteRow),
+}
+
+/// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).
+pub const QUOTE_ANSWER_MAX_BYTES: usize = 64 * 1024;
+
+/// The payee's answer to a quote, kept to resend on a duplicate request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuoteAnswer {
+    pub request_hash: RequestHash,
+    /// `PUT /quotes/{ID}/error` rather than `PUT /quotes/{ID}`.
+    pub is_error: bool,
+    /// The answer's body as the payee sent it.
+    pub body: String,
+    pub answered_at_ms: i64,
+}
+
+/// A quote in the quoting service's persistent mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuoteRow {
+    pub quote_id: TransferId,
+    pub payer: ParticipantId,
+    pub payee: ParticipantId,
+    pub request_hash: RequestHash,
+    pub received_at_ms: i64,
+    pub answer: Option<QuoteAnswer>,
+}
+
+/// A recorded quote as the API needs it to resend an answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuoteView {
+    pub quote_id: TransferId,
+    pub payer: FspName,
+    pub payee: FspName,
+    pub answer: Option<QuoteAnswer>,
 }
 
 /// Longest party identifier, sub-id or type name kept (FSPIOP: 128).

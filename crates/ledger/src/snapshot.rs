@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub parties: Vec<PartyRow>,
     /// External oracles, in id order, deleted ones included (inactive).
     pub oracles: Vec<OracleRow>,
+    /// Quotes of the persistent mode, in id order.
+    pub quotes: Vec<QuoteRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -143,6 +145,27 @@ impl Snapshot {
                     "party {} is held by participant {}, which cannot hold parties",
                     party.key, party.fsp.0
                 )),
+            }
+        }
+        for pair in self.quotes.windows(2) {
+            if pair[0].quote_id >= pair[1].quote_id {
+                problem(format!(
+                    "quote {} is duplicated or out of order",
+                    pair[1].quote_id
+                ));
+            }
+        }
+        for quote in &self.quotes {
+            let known = |id: crate::ids::ParticipantId| {
+                self.participants
+                    .get((id.0 as usize).wrapping_sub(1))
+                    .is_some()
+            };
+            if !known(quote.payer) || !known(quote.payee) {
+                problem(format!(
+                    "quote {} names a missing participant",
+                    quote.quote_id
+                ));
             }
         }
         let mut model_names = HashSet::new();

@@ -596,7 +596,7 @@ impl Mirror {
                 Record::Party(_) | Record::PartyDeleted(_) => {
                     unreachable!("parties are not generated here")
                 }
-                Record::Oracle(_) | Record::OracleDeleted(_) => {
+                Record::Oracle(_) | Record::OracleDeleted(_) | Record::Quote(_) => {
                     unreachable!("oracles are not generated here")
                 }
                 Record::Finish(row) => {
@@ -693,6 +693,7 @@ impl Mirror {
             settlement_models: self.settlement_models.clone(),
             parties: Vec::new(),
             oracles: Vec::new(),
+            quotes: Vec::new(),
         }
     }
 
@@ -769,7 +770,9 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::CreateOracle { .. }
         | Command::UpdateOracle { .. }
         | Command::DeleteOracle { .. }
-        | Command::ReadOracles => {
+        | Command::ReadOracles
+        | Command::RecordQuote { .. }
+        | Command::AnswerQuote { .. } => {
             unreachable!("reference-data commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

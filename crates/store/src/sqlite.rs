@@ -10,8 +10,8 @@ use std::time::Duration;
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
     FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
-    ParticipantRow, PartyKey, PartyRow, Record, RequestHash, SettlementModelRow, Snapshot,
-    TransferId, TransferKind, TransferRow, TransferState,
+    ParticipantRow, PartyKey, PartyRow, QuoteAnswer, QuoteRow, Record, RequestHash,
+    SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow, TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -79,6 +79,17 @@ CREATE TABLE IF NOT EXISTS parties (
     registered_at_ms INTEGER NOT NULL,
     PRIMARY KEY (id_type, identifier, sub_id)
 ) STRICT;
+CREATE TABLE IF NOT EXISTS quotes (
+    quote_id        BLOB    PRIMARY KEY,
+    payer_id        INTEGER NOT NULL,
+    payee_id        INTEGER NOT NULL,
+    request_hash    BLOB    NOT NULL,
+    received_at_ms  INTEGER NOT NULL,
+    answer_hash     BLOB,
+    answer_is_error INTEGER,
+    answer_body     TEXT,
+    answered_at_ms  INTEGER
+) STRICT, WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS oracles (
     id         INTEGER PRIMARY KEY,
     id_type    TEXT    NOT NULL,
@@ -262,6 +273,13 @@ impl SqliteStore {
             )?;
             let mut oracle_deleted =
                 transaction.prepare_cached("UPDATE oracles SET is_active = 0 WHERE id = ?1")?;
+            let mut quote = transaction.prepare_cached(
+                "INSERT INTO quotes (quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash,
+                    answer_is_error, answer_body, answered_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (quote_id) DO UPDATE SET answer_hash = excluded.answer_hash,
+                    answer_is_error = excluded.answer_is_error, answer_body = excluded.answer_body,
+                    answered_at_ms = excluded.answered_at_ms",
+            )?;
             let text = &mut self.text;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
                 match record {
@@ -353,6 +371,20 @@ impl SqliteStore {
                     }
                     Record::OracleDeleted(id) => {
                         oracle_deleted.execute(params![id])?;
+                    }
+                    Record::Quote(row) => {
+                        let answer = row.answer.as_ref();
+                        quote.execute(params![
+                            &row.quote_id.to_bytes()[..],
+                            row.payer.0,
+                            row.payee.0,
+                            &row.request_hash.0[..],
+                            row.received_at_ms,
+                            answer.map(|a| a.request_hash.0.to_vec()),
+                            answer.map(|a| a.is_error),
+                            answer.map(|a| a.body.as_str()),
+                            answer.map(|a| a.answered_at_ms),
+                        ])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -537,6 +569,30 @@ impl SqliteStore {
                     },
                     is_default: row.get(4)?,
                     active: row.get(5)?,
+                });
+            }
+            let mut statement = transaction.prepare(
+                "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
+                    answer_body, answered_at_ms FROM quotes ORDER BY quote_id",
+            )?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let answer = match row.get_ref(5)? {
+                    ValueRef::Null => None,
+                    _ => Some(QuoteAnswer {
+                        request_hash: RequestHash(blob(row, 5)?),
+                        is_error: row.get(6)?,
+                        body: row.get(7)?,
+                        answered_at_ms: row.get(8)?,
+                    }),
+                };
+                snapshot.quotes.push(QuoteRow {
+                    quote_id: TransferId::from_bytes(blob(row, 0)?),
+                    payer: ParticipantId(row.get(1)?),
+                    payee: ParticipantId(row.get(2)?),
+                    request_hash: RequestHash(blob(row, 3)?),
+                    received_at_ms: row.get(4)?,
+                    answer,
                 });
             }
             let mut statement = transaction
