@@ -48,11 +48,15 @@ pub struct HubConfig {
     pub oracle_connect_timeout: Duration,
     /// Whole request to an external oracle, answer read included.
     pub oracle_request_timeout: Duration,
+    /// Record quotes durably and apply the FSPIOP duplicate rules to them
+    /// (the quoting service's persistent mode); otherwise only route them.
+    pub quotes_persistent: bool,
 }
 
 impl HubConfig {
     pub fn new(hub_name: FspName) -> HubConfig {
         HubConfig {
+            quotes_persistent: false,
             hub_name,
             admin_base_url: String::new(),
             max_body_bytes: 5 * 1024 * 1024,

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
 use fspiop::Resource;
-use ledger::{ErrorCode, FspName};
+use ledger::{Command, ErrorCode, FspName, Outcome};
 
 use crate::notify::Callback;
 use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
@@ -159,6 +159,43 @@ async fn post_quote(
     let destination = required_destination(&headers)?;
     let parsed = fspiop::parse_quote_post(&body)?;
     let quote_id = parsed.quote_id.to_string();
+    if hub.config.quotes_persistent {
+        let command = Command::RecordQuote {
+            quote_id: parsed.quote_id,
+            payer: caller.source,
+            payee: destination,
+            request_hash: parsed.request_hash,
+        };
+        match hub.execute_one(command).await? {
+            Outcome::Done => {}
+            // Seen before with the same body: resend the answer if there is
+            // one; a quote still waiting for its answer is left alone.
+            Outcome::QuoteDuplicate(view) => {
+                if let Some(answer) = view.answer {
+                    let path = if answer.is_error {
+                        QuotePath::Error(&quote_id)
+                    } else {
+                        QuotePath::Quote(&quote_id)
+                    };
+                    let headers = hub_headers(&hub, caller.source, caller.version);
+                    send_to_quotes(
+                        &hub,
+                        caller.source,
+                        path,
+                        Method::PUT,
+                        headers,
+                        Bytes::from(answer.body),
+                    );
+                }
+                return Ok(StatusCode::ACCEPTED.into_response());
+            }
+            Outcome::Rejected(error) => {
+                send_error(&hub, &caller, &quote_id, &error);
+                return Ok(StatusCode::ACCEPTED.into_response());
+            }
+            other => return Err(HubError::from_outcome(other)),
+        }
+    }
     let forwarded = forwarded_headers(&headers, true);
     route(
         &hub,
@@ -175,6 +212,61 @@ async fn post_quote(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
+/// An error callback from the hub to the caller about its quote request.
+fn send_error(hub: &Hub, caller: &Caller, quote_id: &str, error: &ledger::Rejection) {
+    let description = format!("{} - {}", error.code.description(), error.description);
+    let body = Bytes::from(fspiop::error_body(error.code, &description));
+    let headers = hub_headers(hub, caller.source, caller.version);
+    if !send_to_quotes(
+        hub,
+        caller.source,
+        QuotePath::Error(quote_id),
+        Method::PUT,
+        headers,
+        body,
+    ) {
+        tracing::warn!(source = %caller.source, quote = quote_id, "no {QUOTES_ENDPOINT} endpoint; error callback dropped");
+    }
+}
+
+/// In persistent mode, records the payee's answer before it is forwarded;
+/// false when the answer was refused (the payee has been told why).
+async fn record_answer(
+    hub: &Hub,
+    caller: &Caller,
+    quote_id: &str,
+    transfer_id: ledger::TransferId,
+    is_error: bool,
+    body: &Bytes,
+    request_hash: ledger::RequestHash,
+) -> Result<bool, HubError> {
+    if !hub.config.quotes_persistent {
+        return Ok(true);
+    }
+    let body_text = std::str::from_utf8(body).map_err(|_| {
+        HubError::new(
+            ErrorCode::MALFORMED_SYNTAX,
+            "Malformed syntax - the body is not UTF-8",
+        )
+    })?;
+    let command = Command::AnswerQuote {
+        quote_id: transfer_id,
+        caller: caller.source,
+        is_error,
+        body: body_text.to_string(),
+        request_hash,
+    };
+    match hub.execute_one(command).await? {
+        // A resent answer is forwarded again: the payer may have missed it.
+        Outcome::Done | Outcome::QuoteDuplicate(_) => Ok(true),
+        Outcome::Rejected(error) => {
+            send_error(hub, caller, quote_id, &error);
+            Ok(false)
+        }
+        other => Err(HubError::from_outcome(other)),
+    }
+}
+
 async fn put_quote(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
@@ -183,8 +275,22 @@ async fn put_quote(
 ) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
     let destination = required_destination(&headers)?;
-    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
-    fspiop::parse_quote_put(&body)?;
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    let quote_id = transfer_id.to_string();
+    let parsed = fspiop::parse_quote_put(&body)?;
+    if !record_answer(
+        &hub,
+        &caller,
+        &quote_id,
+        transfer_id,
+        false,
+        &body,
+        parsed.request_hash,
+    )
+    .await?
+    {
+        return Ok(StatusCode::OK.into_response());
+    }
     let forwarded = forwarded_headers(&headers, false);
     route(
         &hub,
@@ -209,8 +315,22 @@ async fn put_quote_error(
 ) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
     let destination = required_destination(&headers)?;
-    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
-    fspiop::parse_error_information(&body)?;
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    let quote_id = transfer_id.to_string();
+    let parsed = fspiop::parse_error_information(&body)?;
+    if !record_answer(
+        &hub,
+        &caller,
+        &quote_id,
+        transfer_id,
+        true,
+        &body,
+        parsed.request_hash,
+    )
+    .await?
+    {
+        return Ok(StatusCode::OK.into_response());
+    }
     let forwarded = forwarded_headers(&headers, false);
     route(
         &hub,

@@ -36,6 +36,12 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_HUB_NAME", default_value = "Hub")]
     hub_name: String,
 
+    /// Record quotes durably and apply the FSPIOP duplicate rules to them
+    /// (the quoting service's persistent mode). By default quotes are only
+    /// routed, as Mojaloop's SIMPLE_ROUTING_MODE does.
+    #[arg(long, env = "KASI_QUOTES_PERSISTENT")]
+    quotes_persistent: bool,
+
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
@@ -103,6 +109,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let dispatcher = Dispatcher::new(DispatcherConfig::default());
         let mut hub_config = HubConfig::new(hub_name);
         hub_config.admin_base_url = format!("http://{}", args.admin_listen);
+        hub_config.quotes_persistent = args.quotes_persistent;
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {

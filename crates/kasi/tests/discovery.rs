@@ -91,8 +91,12 @@ struct Discovery {
 
 impl Discovery {
     fn new() -> Discovery {
+        Discovery::with_flags(&[])
+    }
+
+    fn with_flags(flags: &[&str]) -> Discovery {
         let dir = tempfile::tempdir().unwrap();
-        let hub = Hub::start(&dir.path().join("data"));
+        let hub = Hub::start_with(&dir.path().join("data"), flags);
         hub.setup();
         let payer = Stub::start(PAYER);
         let payee = Stub::start(PAYEE);
@@ -803,4 +807,114 @@ fn a_slow_holder_does_not_delay_lookups_at_others() {
         std::thread::sleep(Duration::from_millis(20));
     }
     slow.assert_nothing_pending();
+}
+
+/// `--quotes-persistent`: the quoting service's duplicate rules, durable.
+#[test]
+fn persistent_quotes_apply_the_duplicate_rules_across_a_restart() {
+    let mut d = Discovery::with_flags(&["--quotes-persistent"]);
+    let quote_id = new_id();
+    let body = quote_body(&quote_id, true);
+    let headers = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), true);
+    assert_eq!(
+        d.hub
+            .api("POST", "/quotes", &headers, body.as_bytes())
+            .status,
+        202
+    );
+    d.payee.expect("POST", "/quotes");
+
+    // The same request again while unanswered: nothing is forwarded.
+    assert_eq!(
+        d.hub
+            .api("POST", "/quotes", &headers, body.as_bytes())
+            .status,
+        202
+    );
+    // A modified request with the same id: 3106 to the payer.
+    let modified = body.replace("\"100\"", "\"101\"");
+    assert_ne!(modified, body);
+    assert_eq!(
+        d.hub
+            .api("POST", "/quotes", &headers, modified.as_bytes())
+            .status,
+        202
+    );
+    let error = d.payer.expect("PUT", &format!("/quotes/{quote_id}/error"));
+    assert_eq!(
+        error.json()["errorInformation"]["errorCode"],
+        "3106",
+        "{error:?}"
+    );
+    d.payee.assert_quiet(QUIET_WAIT);
+
+    // Only the payee may answer.
+    let answer = quote_put_body();
+    let wrong = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), false);
+    assert_eq!(
+        d.hub
+            .api(
+                "PUT",
+                &format!("/quotes/{quote_id}"),
+                &wrong,
+                answer.as_bytes()
+            )
+            .status,
+        200
+    );
+    let error = d.payer.expect("PUT", &format!("/quotes/{quote_id}/error"));
+    assert_eq!(
+        error.json()["errorInformation"]["errorCode"],
+        "3100",
+        "{error:?}"
+    );
+
+    let put_headers = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), false);
+    assert_eq!(
+        d.hub
+            .api(
+                "PUT",
+                &format!("/quotes/{quote_id}"),
+                &put_headers,
+                answer.as_bytes()
+            )
+            .status,
+        200
+    );
+    let received = d.payer.expect("PUT", &format!("/quotes/{quote_id}"));
+    assert_eq!(received.body, answer.as_bytes());
+
+    // After a restart, a resent request gets the known answer from the hub.
+    d.hub.terminate();
+    d.hub = Hub::start_with(&d.dir.path().join("data"), &["--quotes-persistent"]);
+    assert_eq!(
+        d.hub
+            .api("POST", "/quotes", &headers, body.as_bytes())
+            .status,
+        202
+    );
+    let resent = d.payer.expect("PUT", &format!("/quotes/{quote_id}"));
+    assert_eq!(resent.body, answer.as_bytes(), "the known answer is resent");
+    assert_eq!(resent.header("fspiop-source"), Some("Hub"));
+    d.payee.assert_quiet(QUIET_WAIT);
+
+    // An answer for a quote the hub never saw: 3205 to the payee.
+    let unknown = new_id();
+    assert_eq!(
+        d.hub
+            .api(
+                "PUT",
+                &format!("/quotes/{unknown}"),
+                &put_headers,
+                answer.as_bytes()
+            )
+            .status,
+        200
+    );
+    let error = d.payee.expect("PUT", &format!("/quotes/{unknown}/error"));
+    assert_eq!(
+        error.json()["errorInformation"]["errorCode"],
+        "3205",
+        "{error:?}"
+    );
 }

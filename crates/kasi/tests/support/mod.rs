@@ -715,6 +715,11 @@ fn address_after(line: &str, key: &str) -> Option<SocketAddr> {
 
 impl Hub {
     pub fn start(data_dir: &Path) -> Hub {
+        Hub::start_with(data_dir, &[])
+    }
+
+    /// Starts `kasi serve` with `extra` flags after the usual ones.
+    pub fn start_with(data_dir: &Path, extra: &[&str]) -> Hub {
         let mut child = kasi()
             .args([
                 "serve",
@@ -725,6 +730,7 @@ impl Hub {
                 "--data-dir",
             ])
             .arg(data_dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
