@@ -187,8 +187,7 @@ impl Hub {
     /// `{base}_PUT_ERROR` endpoint (or the sub-id one).
     fn send_party_error(
         &self,
-        resource: Resource,
-        base: &str,
+        api: LookupApi,
         destination: FspName,
         key: &PartyKey,
         code: ErrorCode,
@@ -196,8 +195,8 @@ impl Hub {
         version: fspiop::Version,
     ) {
         let body = Bytes::from(fspiop::error_body(code, description));
-        let headers = hub_headers(self, resource, destination, version);
-        let endpoint = endpoint_type(base, "PUT_ERROR", key);
+        let headers = hub_headers(self, api.resource(), destination, version);
+        let endpoint = endpoint_type(api.endpoint_base(), "PUT_ERROR", key);
         if !self.send_callback(
             destination,
             &endpoint,
@@ -207,6 +206,30 @@ impl Hub {
             body,
         ) {
             tracing::warn!(%destination, endpoint, party = %key, "no error endpoint registered; callback dropped");
+        }
+    }
+}
+
+/// The two lookup resources, with what their error callbacks need.
+#[derive(Clone, Copy)]
+enum LookupApi {
+    Participants,
+    Parties,
+}
+
+impl LookupApi {
+    fn resource(self) -> Resource {
+        match self {
+            LookupApi::Participants => Resource::Participants,
+            LookupApi::Parties => Resource::Parties,
+        }
+    }
+
+    /// The endpoint type's stem: `FSPIOP_CALLBACK_URL_{stem}_PUT_ERROR`.
+    fn endpoint_base(self) -> &'static str {
+        match self {
+            LookupApi::Participants => "PARTICIPANT",
+            LookupApi::Parties => "PARTIES",
         }
     }
 }
@@ -279,8 +302,7 @@ async fn register_party(
             }
         }
         Outcome::Rejected(error) => hub.send_party_error(
-            Resource::Participants,
-            "PARTICIPANT",
+            LookupApi::Participants,
             caller.source,
             &key,
             error.code,
@@ -360,8 +382,7 @@ async fn answer_lookup(
         ),
     };
     hub.send_party_error(
-        Resource::Participants,
-        "PARTICIPANT",
+        LookupApi::Participants,
         caller.source,
         &key,
         code,
@@ -413,8 +434,7 @@ async fn delete_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Re
             }
         }
         Outcome::Rejected(error) => hub.send_party_error(
-            Resource::Participants,
-            "PARTICIPANT",
+            LookupApi::Participants,
             caller.source,
             &key,
             error.code,
@@ -552,8 +572,7 @@ async fn route_get_party(
         ),
     };
     hub.send_party_error(
-        Resource::Parties,
-        "PARTIES",
+        LookupApi::Parties,
         caller.source,
         &key,
         code,
@@ -586,8 +605,7 @@ fn forward_get_party(
         Bytes::new(),
     ) {
         hub.send_party_error(
-            Resource::Parties,
-            "PARTIES",
+            LookupApi::Parties,
             caller.source,
             key,
             ErrorCode(3201),
@@ -680,8 +698,7 @@ fn route_party_answer(
         body,
     ) {
         hub.send_party_error(
-            Resource::Parties,
-            "PARTIES",
+            LookupApi::Parties,
             caller.source,
             &key,
             ErrorCode(3201),

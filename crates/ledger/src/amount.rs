@@ -181,7 +181,7 @@ impl fmt::Display for Amount {
         }
         if fraction != 0 {
             let mut digits = SCALE as usize;
-            while fraction % 10 == 0 {
+            while fraction.is_multiple_of(10) {
                 fraction /= 10;
                 digits -= 1;
             }

@@ -21,6 +21,8 @@ impl ErrorCode {
     pub const PAYER_LIMIT_ERROR: ErrorCode = ErrorCode(4200);
 
     /// FSPIOP's standard wording for the code, or a generic one by class.
+    // The specific codes come first on purpose; the ranges catch the rest.
+    #[allow(clippy::match_overlapping_arm)]
     pub fn description(self) -> &'static str {
         match self.0 {
             2001 => "Internal server error",
