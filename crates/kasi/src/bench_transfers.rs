@@ -1,18 +1,35 @@
-//! `kasi bench transfers`: whole FSPIOP transfers through a hub over HTTP.
+//! `kasi bench transfers`: FSPIOP flows through a hub over HTTP.
 //!
 //! One process plays every DFSP at once, "two sides of the same coin"
-//! (seed 002): each virtual user is a payer that sends `POST /transfers`
-//! and waits for the hub's commit notification; one callback server is
-//! every payee, answering the forwarded `POST` at once and then sending the
-//! fulfil. Every leg is timed on one clock, so there is no clock skew to
-//! correct for.
+//! (seed 002): each virtual user is a payer that runs its flow in a closed
+//! loop, and one callback server is every payee, answering what the hub
+//! forwards at once and then sending the payee's callback. Every leg is
+//! timed on one clock, so there is no clock skew to correct for.
+//!
+//! The flow (`--flow`) is what one iteration of a virtual user does:
+//!
+//! - `transfer` (the default): `POST /transfers`; the payee fulfils; done
+//!   when the payer receives the commit notification.
+//! - `lookup`: `GET /parties/MSISDN/{ID}` (no FSPIOP-Destination: the hub
+//!   finds the holder); the payee answers `PUT /parties/...`; done when the
+//!   payer receives it.
+//! - `quote`: `POST /quotes` to the payee; it answers `PUT /quotes/{ID}`;
+//!   done when the payer receives it.
+//! - `discovery+quote+transfer`: the three in turn, the end-to-end that
+//!   Mojaloop's performance whitepaper measures; the transfer uses the
+//!   quote's transaction id, amount and condition.
+//!
+//! For every flow but `transfer`, each DFSP also registers the discovery
+//! endpoints and, with one batch `POST /participants`, `--parties` MSISDNs
+//! of its own before the load starts.
 //!
 //! The hub is either started here (`--embedded`, the default: this
 //! executable's `serve` on a temporary data directory, stopped at the end)
 //! or one already running (`--api`/`--admin`); then only the Mojaloop admin
 //! API and FSPIOP are assumed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::Hash;
 use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::process::{Child, ExitCode, ExitStatus, Stdio};
@@ -22,18 +39,19 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use axum::extract::{Path, State};
-use axum::routing::{post, put};
+use axum::routing::{get, post, put};
 use axum::Router;
 use bytes::Bytes;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
-use http::{Method, Request, StatusCode};
+use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
 #[derive(Args)]
 pub struct BenchTransfersArgs {
@@ -61,7 +79,20 @@ pub struct BenchTransfersArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=10_000))]
     dfsps: u32,
 
-    /// Virtual users, each with one transfer in flight at a time (closed loop).
+    /// What each iteration of a virtual user does: `transfer` (POST
+    /// /transfers until the payer's commit notification), `lookup` (GET
+    /// /parties until the payer receives PUT /parties), `quote` (POST /quotes
+    /// until the payer receives PUT /quotes), or `discovery+quote+transfer`
+    /// (the three in turn).
+    #[arg(long, value_enum, default_value_t = Flow::Transfer)]
+    flow: Flow,
+
+    /// MSISDNs each DFSP registers (one batch POST /participants) before the
+    /// load, for every flow but `transfer`; lookups go round them.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    parties: u32,
+
+    /// Virtual users, each with one flow in flight at a time (closed loop).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     concurrency: u32,
 
@@ -83,8 +114,11 @@ pub struct BenchTransfersArgs {
     json: bool,
 }
 
-/// A transfer not committed this long after its `POST` counts as timed out.
-const TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
+/// A stage (lookup, quote, transfer) not ended this long after its request
+/// counts as timed out.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a DFSP waits for the answer to its batch party registration.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the embedded hub may take to say where it listens.
 const HUB_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the embedded hub may take to stop after SIGTERM.
@@ -99,21 +133,158 @@ const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
 const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
 /// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
 const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
-const CONTENT_TYPE: &str = "application/vnd.interoperability.transfers+json;version=1.1";
-const ACCEPT: &str = "application/vnd.interoperability.transfers+json;version=1";
+
+/// The discovery callbacks of a DFSP, under `http://{callback server}/{DFSP}`
+/// (registered for every flow but `transfer`).
+const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
+        "/participants/{{requestId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
+        "/participants/{{requestId}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    // A bare base URL: the hub appends `/quotes[/{ID}[/error]]`.
+    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+];
 
 /// The legs timed, in the order they happen.
-const LEGS: [&str; 5] = ["prepare", "forward", "fulfil", "notify", "e2e"];
+const LEGS: [&str; 7] = [
+    "lookup", "quote", "prepare", "forward", "fulfil", "notify", "e2e",
+];
+/// `GET /parties/...` sent → the payer receives the payee's `PUT /parties/...`.
+const LOOKUP: usize = 0;
+/// `POST /quotes` sent → the payer receives the payee's `PUT /quotes/{ID}`.
+const QUOTE: usize = 1;
 /// `POST /transfers` sent → its 202 received.
-const PREPARE: usize = 0;
+const PREPARE: usize = 2;
 /// `POST /transfers` sent → the payee receives the forwarded `POST`.
-const FORWARD: usize = 1;
+const FORWARD: usize = 3;
 /// The payee's `PUT /transfers/{ID}` sent → its 200 received.
-const FULFIL: usize = 2;
+const FULFIL: usize = 4;
 /// The payee's `PUT` sent → the payer receives the commit notification.
-const NOTIFY: usize = 3;
-/// `POST /transfers` sent → the payer receives the commit notification.
-const E2E: usize = 4;
+const NOTIFY: usize = 5;
+/// The flow's first request sent → the payer receives its last callback.
+const E2E: usize = 6;
+
+/// What one iteration of a virtual user does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Flow {
+    /// `POST /transfers` → commit notification.
+    Transfer,
+    /// `GET /parties/MSISDN/{ID}` → `PUT /parties/MSISDN/{ID}`.
+    Lookup,
+    /// `POST /quotes` → `PUT /quotes/{ID}`.
+    Quote,
+    /// Lookup, then quote, then transfer.
+    #[value(name = "discovery+quote+transfer")]
+    DiscoveryQuoteTransfer,
+}
+
+impl Flow {
+    fn name(self) -> &'static str {
+        match self {
+            Flow::Transfer => "transfer",
+            Flow::Lookup => "lookup",
+            Flow::Quote => "quote",
+            Flow::DiscoveryQuoteTransfer => "discovery+quote+transfer",
+        }
+    }
+
+    fn looks_up(self) -> bool {
+        matches!(self, Flow::Lookup | Flow::DiscoveryQuoteTransfer)
+    }
+
+    fn quotes(self) -> bool {
+        matches!(self, Flow::Quote | Flow::DiscoveryQuoteTransfer)
+    }
+
+    fn transfers(self) -> bool {
+        matches!(self, Flow::Transfer | Flow::DiscoveryQuoteTransfer)
+    }
+
+    /// Needs the discovery endpoints and registered parties.
+    fn discovers(self) -> bool {
+        self != Flow::Transfer
+    }
+
+    /// The legs this flow times, in the order they happen.
+    fn legs(self) -> Vec<usize> {
+        let mut legs = Vec::new();
+        if self.looks_up() {
+            legs.push(LOOKUP);
+        }
+        if self.quotes() {
+            legs.push(QUOTE);
+        }
+        if self.transfers() {
+            legs.extend([PREPARE, FORWARD, FULFIL, NOTIFY]);
+        }
+        legs.push(E2E);
+        legs
+    }
+
+    /// What the throughput counts.
+    fn unit(self) -> &'static str {
+        match self {
+            Flow::Transfer => "transfers",
+            Flow::Lookup => "lookups",
+            Flow::Quote => "quotes",
+            Flow::DiscoveryQuoteTransfer => "flows",
+        }
+    }
+}
+
+/// The FSPIOP resources the driver speaks, with the versions a DFSP of
+/// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Api {
+    Transfers,
+    Quotes,
+    Parties,
+    Participants,
+}
+
+impl Api {
+    fn content_type(self) -> &'static str {
+        match self {
+            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1.1",
+            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1.1",
+            Api::Parties => "application/vnd.interoperability.parties+json;version=1.0",
+            Api::Participants => "application/vnd.interoperability.participants+json;version=1.0",
+        }
+    }
+
+    fn accept(self) -> &'static str {
+        match self {
+            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1",
+            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1",
+            Api::Parties => "application/vnd.interoperability.parties+json;version=1",
+            Api::Participants => "application/vnd.interoperability.participants+json;version=1",
+        }
+    }
+}
 
 pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     if !(args.duration.is_finite() && args.duration > 0.0) {
@@ -439,15 +610,154 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+// ------------------------------------------------------------------ parties
+
+/// One of the parties the simulated DFSPs register: the `index`-th MSISDN
+/// of DFSP `dfsp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct PartyRef {
+    dfsp: u32,
+    index: u32,
+}
+
+/// The MSISDN of `party` in the run tagged `tag` (below 10^6): `2`, the tag,
+/// then the DFSP and party indexes in four digits each (both below 10,000):
+/// 15 digits, an E.164 number, and no other run's (likely).
+fn party_identifier(tag: u32, party: PartyRef) -> String {
+    debug_assert!(tag < 1_000_000 && party.dfsp < 10_000 && party.index < 10_000);
+    format!("2{tag:06}{:04}{:04}", party.dfsp, party.index)
+}
+
+/// The party [`party_identifier`] made `text` from, if it did for `tag`.
+fn parse_party_identifier(tag: u32, text: &str) -> Option<PartyRef> {
+    let rest = text.strip_prefix(&format!("2{tag:06}"))?;
+    if rest.len() != 8 || !rest.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(PartyRef {
+        dfsp: rest[..4].parse().ok()?,
+        index: rest[4..].parse().ok()?,
+    })
+}
+
+/// Batch `POST /participants`: `identifiers` registered to `fsp`.
+fn participants_batch_body(request_id: &str, fsp: &str, identifiers: &[String]) -> String {
+    let list: Vec<Value> = identifiers
+        .iter()
+        .map(|id| json!({ "partyIdType": "MSISDN", "partyIdentifier": id, "fspId": fsp }))
+        .collect();
+    json!({ "requestId": request_id, "partyList": list, "currency": CURRENCY }).to_string()
+}
+
+/// Why the answer to a batch registration (`PUT /participants/{requestId}`)
+/// is not "all `expected` parties registered"; `None` when it is.
+fn batch_answer_problem(body: &[u8], expected: usize) -> Option<String> {
+    let answer: Value = match serde_json::from_slice(body) {
+        Ok(answer) => answer,
+        Err(error) => return Some(format!("not JSON: {error}")),
+    };
+    let Some(list) = answer["partyList"].as_array() else {
+        return Some("no partyList".into());
+    };
+    let failed: Vec<&Value> = list
+        .iter()
+        .filter(|item| item.get("errorInformation").is_some())
+        .collect();
+    if let Some(first) = failed.first() {
+        return Some(format!(
+            "{} of {} parties refused, the first: {}",
+            failed.len(),
+            list.len(),
+            first
+        ));
+    }
+    (list.len() != expected)
+        .then(|| format!("{} parties answered, {expected} registered", list.len()))
+}
+
+/// The payee's `PUT /parties/MSISDN/{ID}` body.
+fn party_put_body(identifier: &str, fsp: &str) -> String {
+    format!(
+        r#"{{"party":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{identifier}","fspId":"{fsp}"}},"name":"Bench party {identifier}"}}}}"#
+    )
+}
+
+/// A `POST /quotes` body: `payer_party` of `payer_fsp` sends `amount` to
+/// `payee_party` of `payee_fsp`.
+fn quote_post_body(
+    quote_id: &str,
+    transaction_id: &str,
+    (payer_fsp, payer_party): (&str, &str),
+    (payee_fsp, payee_party): (&str, &str),
+    amount: &str,
+) -> String {
+    format!(
+        concat!(
+            r#"{{"quoteId":"{}","transactionId":"{}","#,
+            r#""payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""amountType":"SEND","amount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#
+        ),
+        quote_id, transaction_id, payee_party, payee_fsp, payer_party, payer_fsp, CURRENCY, amount
+    )
+}
+
+/// The payee's `PUT /quotes/{ID}` body: no fees, so the transfer amount is
+/// the amount asked; the condition is the one every transfer uses.
+fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
+    format!(
+        r#"{{"transferAmount":{{"currency":"{currency}","amount":"{amount}"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
+        fspiop::format_date_time(expiration_ms)
+    )
+}
+
+/// A `POST /transfers` body.
+fn prepare_body(transfer_id: &str, payer: &str, payee: &str, amount: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"transferId":"{}","payerFsp":"{}","payeeFsp":"{}","#,
+            r#""amount":{{"amount":"{}","currency":"{}"}},"#,
+            r#""ilpPacket":"{}","condition":"{}","expiration":"{}"}}"#
+        ),
+        transfer_id,
+        payer,
+        payee,
+        amount,
+        CURRENCY,
+        ILP_PACKET,
+        CONDITION,
+        fspiop::format_date_time(now_ms() + 60_000),
+    )
+}
+
 // ------------------------------------------------------------------ the run
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// How a transfer ended, as seen by its payer.
+/// How a stage ended, as its payer's callback handler saw it.
 enum Completion {
-    Committed,
+    /// The payer received the stage's last callback at this instant.
+    Done(Instant),
     /// The error's key (`HTTP 400`, `3303`, …) and a description.
     Failed(String, String),
+}
+
+/// Why a stage did not end well.
+#[derive(Debug, PartialEq)]
+enum Failure {
+    /// The error's key and a description.
+    Error(String, String),
+    Timeout,
+}
+
+impl Completion {
+    fn into_result(self) -> Result<Instant, Failure> {
+        match self {
+            Completion::Done(at) => Ok(at),
+            Completion::Failed(key, description) => Err(Failure::Error(key, description)),
+        }
+    }
 }
 
 /// A transfer between its `POST` and its end.
@@ -456,9 +766,88 @@ struct Pending {
     payee: u32,
     post_sent: Instant,
     fulfil_sent: Option<Instant>,
-    /// Started inside the measured window.
+    /// Its flow started inside the measured window.
     measured: bool,
-    done: tokio::sync::oneshot::Sender<Completion>,
+    done: oneshot::Sender<Completion>,
+}
+
+/// A payer waiting for a lookup's or a quote's answer.
+struct Waiter {
+    /// Tells the waiters of one key apart.
+    ticket: u64,
+    payer: u32,
+    payee: u32,
+    done: oneshot::Sender<Completion>,
+}
+
+/// Payers waiting for callbacks, by key, oldest first: lookups by (payer,
+/// party), since `PUT /parties/{Type}/{ID}` carries nothing else that says
+/// which lookup it answers, and quotes by quote id. An answer completes the
+/// oldest waiter of its key (two users looking up one party at once from
+/// one DFSP cannot be told apart; the round robin over the parties makes
+/// it rare).
+struct Waiters<K> {
+    map: Mutex<HashMap<K, VecDeque<Waiter>>>,
+}
+
+impl<K: Eq + Hash> Waiters<K> {
+    fn new() -> Waiters<K> {
+        Waiters {
+            map: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, VecDeque<Waiter>>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self, key: K, waiter: Waiter) {
+        self.lock().entry(key).or_default().push_back(waiter);
+    }
+
+    /// (payer, payee) of the oldest waiter of `key`.
+    fn peek(&self, key: &K) -> Option<(u32, u32)> {
+        let map = self.lock();
+        let waiter = map.get(key)?.front()?;
+        Some((waiter.payer, waiter.payee))
+    }
+
+    /// Removes the oldest waiter of `key`, if `payer` is its payer.
+    fn take_oldest(&self, key: &K, payer: Option<u32>) -> Option<Waiter> {
+        let mut map = self.lock();
+        let queue = map.get_mut(key)?;
+        if payer.is_some_and(|payer| queue.front().is_some_and(|w| w.payer != payer)) {
+            return None;
+        }
+        let waiter = queue.pop_front();
+        if queue.is_empty() {
+            map.remove(key);
+        }
+        waiter
+    }
+
+    /// Removes the waiter holding `ticket`.
+    fn take(&self, key: &K, ticket: u64) -> Option<Waiter> {
+        let mut map = self.lock();
+        let queue = map.get_mut(key)?;
+        let position = queue.iter().position(|waiter| waiter.ticket == ticket)?;
+        let waiter = queue.remove(position);
+        if queue.is_empty() {
+            map.remove(key);
+        }
+        waiter
+    }
+
+    /// Ends the oldest waiter of `key` as failed; false if there is none.
+    fn fail(&self, key: &K, error_key: String, description: String) -> bool {
+        match self.take_oldest(key, None) {
+            Some(waiter) => {
+                let _ = waiter.done.send(Completion::Failed(error_key, description));
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The measured window: after the warm-up, until the load stops.
@@ -482,22 +871,28 @@ struct ErrorTally {
 
 struct Stats {
     legs: Vec<Histogram<u64>>,
-    /// Commit notifications received inside the window (the throughput).
-    committed_in_window: u64,
-    /// Transfers started inside the window and committed.
+    /// Flows that ended well inside the window (the throughput).
+    completed_in_window: u64,
+    /// Flows started inside the window that ended well.
     completed: u64,
-    /// Transfers started (window or not).
+    /// Flows started (window or not).
     started: u64,
     started_in_window: u64,
-    /// Failed transfers by error key.
+    /// Failed flows by `{stage} {error key}`.
     errors: BTreeMap<String, ErrorTally>,
-    timeouts: u64,
-    /// `PUT`s that completed nothing: the payee's confirmation copies.
+    /// Timed-out flows by stage.
+    timeouts: BTreeMap<&'static str, u64>,
+    /// Transfer `PUT`s that completed nothing: the payee's confirmation copies.
     confirmations: u64,
-    /// Error callbacks for transfers already finished (or not ours).
+    /// `PUT /parties` and `PUT /quotes` to a payer that completed nothing
+    /// (its stage had already ended).
+    late_answers: u64,
+    /// Error callbacks for stages already ended (or not ours).
     late_errors: u64,
-    /// Forwarded `POST`s for transfers not pending (or not ours).
-    stray_posts: u64,
+    /// Forwarded requests (prepares, lookups, quotes) for nothing pending.
+    strays: u64,
+    /// Requests to the callback server at paths no DFSP registered.
+    unexpected: u64,
 }
 
 impl Stats {
@@ -507,15 +902,17 @@ impl Stats {
                 .iter()
                 .map(|_| Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid bounds"))
                 .collect(),
-            committed_in_window: 0,
+            completed_in_window: 0,
             completed: 0,
             started: 0,
             started_in_window: 0,
             errors: BTreeMap::new(),
-            timeouts: 0,
+            timeouts: BTreeMap::new(),
             confirmations: 0,
+            late_answers: 0,
             late_errors: 0,
-            stray_posts: 0,
+            strays: 0,
+            unexpected: 0,
         }
     }
 
@@ -531,18 +928,65 @@ impl Stats {
             tally.first = description;
         }
     }
+
+    /// How one iteration of a virtual user, started at `started`, ended.
+    fn flow_ended(
+        &mut self,
+        started: Instant,
+        measured: bool,
+        window: Option<Window>,
+        outcome: Result<Instant, (&'static str, Failure)>,
+    ) {
+        match outcome {
+            Ok(ended) => {
+                if measured {
+                    self.completed += 1;
+                    self.record(E2E, ended.saturating_duration_since(started));
+                }
+                if window.is_some_and(|w| w.contains(ended)) {
+                    self.completed_in_window += 1;
+                }
+            }
+            Err((stage, Failure::Error(key, description))) => {
+                self.error(format!("{stage} {key}"), description)
+            }
+            Err((stage, Failure::Timeout)) => *self.timeouts.entry(stage).or_default() += 1,
+        }
+    }
+
+    fn timeouts(&self) -> u64 {
+        self.timeouts.values().sum()
+    }
 }
 
 struct Shared {
     client: HttpClient,
     api: String,
+    flow: Flow,
     ids: IdGen,
     names: Vec<String>,
+    /// DFSP name → index into `names`.
+    index_of: HashMap<String, u32>,
+    /// Parties per DFSP.
+    parties: u32,
+    /// This run's tag in the party identifiers.
+    party_tag: u32,
+    /// Per payee DFSP: the lookups' round robin over its parties.
+    next_party: Vec<AtomicU64>,
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Lookups by (payer, party looked up).
+    lookups: Waiters<(u32, PartyRef)>,
+    /// Quotes by the quote id's counter.
+    quotes: Waiters<u64>,
+    /// Batch registrations waiting for `PUT /participants/{requestId}`, by
+    /// the request id's counter: the answer's body, or the error.
+    registrations: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
+    tickets: AtomicU64,
     stats: Mutex<Stats>,
     window: OnceLock<Window>,
-    /// Payees' fulfils sent and not yet answered.
-    fulfils_in_flight: AtomicU64,
+    /// Payees' answers (fulfils, `PUT /parties`, `PUT /quotes`) sent and not
+    /// yet answered.
+    answers_in_flight: AtomicU64,
 }
 
 impl Shared {
@@ -554,8 +998,39 @@ impl Shared {
         self.stats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn registrations(
+        &self,
+    ) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<Result<Bytes, String>>>> {
+        self.registrations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn measured(&self, at: Instant) -> bool {
         self.window.get().is_some_and(|w| w.contains(at))
+    }
+
+    fn dfsp(&self, name: &str) -> Option<u32> {
+        self.index_of.get(name).copied()
+    }
+
+    fn party_id(&self, party: PartyRef) -> String {
+        party_identifier(self.party_tag, party)
+    }
+
+    /// A party identifier of this run, of one of its DFSPs (registered or
+    /// not: the hub's 3204 for a party nobody holds must still reach the
+    /// lookup that asked).
+    fn party(&self, identifier: &str) -> Option<PartyRef> {
+        parse_party_identifier(self.party_tag, identifier)
+            .filter(|party| party.dfsp < self.names.len() as u32)
+    }
+
+    /// The next party of `payee` to look up.
+    fn next_party_of(&self, payee: u32) -> PartyRef {
+        let n = self.next_party[payee as usize].fetch_add(1, Ordering::Relaxed);
+        PartyRef {
+            dfsp: payee,
+            index: (n % u64::from(self.parties)) as u32,
+        }
     }
 
     /// Ends a pending transfer as failed; its payer records the error.
@@ -583,15 +1058,29 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     // Short, and different for each run against one hub.
     let prefix = format!("b{}{:03x}d", std::process::id(), (seed >> 40) & 0xfff);
     let names: Vec<String> = (0..args.dfsps).map(|i| format!("{prefix}{i}")).collect();
+    let index_of = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.clone(), i as u32))
+        .collect();
     let shared = Arc::new(Shared {
         client,
         api: api.to_string(),
+        flow: args.flow,
         ids: IdGen::new(seed),
+        index_of,
+        parties: args.parties,
+        party_tag: (splitmix64(seed ^ 0x5eed) % 1_000_000) as u32,
+        next_party: (0..args.dfsps).map(|_| AtomicU64::new(0)).collect(),
         names,
         pending: Mutex::new(HashMap::new()),
+        lookups: Waiters::new(),
+        quotes: Waiters::new(),
+        registrations: Mutex::new(HashMap::new()),
+        tickets: AtomicU64::new(0),
         stats: Mutex::new(Stats::new()),
         window: OnceLock::new(),
-        fulfils_in_flight: AtomicU64::new(0),
+        answers_in_flight: AtomicU64::new(0),
     });
 
     let listener = tokio::net::TcpListener::bind(args.callback_listen)
@@ -614,12 +1103,19 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     });
 
     if !args.json {
+        let parties = if args.flow.discovers() {
+            format!(", {} parties each", args.parties)
+        } else {
+            String::new()
+        };
         eprintln!(
-            "onboarding {} DFSPs ({}0..) through {admin}, callbacks at http://{callback_addr}",
+            "onboarding {} DFSPs ({}0..{parties}) through {admin}, callbacks at http://{callback_addr}",
             args.dfsps, prefix
         );
     }
+    let onboarding = Instant::now();
     onboard(&shared, admin, &args.hub_name, callback_addr).await?;
+    let onboarding = onboarding.elapsed();
 
     let started = Instant::now();
     let window = Window {
@@ -629,18 +1125,26 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     let _ = shared.window.set(window);
     if !args.json {
         eprintln!(
-            "running {} virtual users: {} s warm-up, {} s measured",
-            args.concurrency, args.warmup, args.duration
+            "onboarded in {:.1} s; running {} virtual users ({} flow): {} s warm-up, {} s measured",
+            onboarding.as_secs_f64(),
+            args.concurrency,
+            args.flow.name(),
+            args.warmup,
+            args.duration
         );
     }
     let mut users = tokio::task::JoinSet::new();
     for user in 0..args.concurrency {
         let payer = user % args.dfsps;
         let payee = (payer + 1) % args.dfsps;
+        let payer_party = PartyRef {
+            dfsp: payer,
+            index: (user / args.dfsps) % args.parties,
+        };
         let shared = shared.clone();
         users.spawn(async move {
             while Instant::now() < window.until {
-                transfer(&shared, payer, payee).await;
+                iteration(&shared, payer_party, payee).await;
             }
         });
     }
@@ -648,10 +1152,10 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
         joined.context("a virtual user panicked")?;
     }
     let drained = window.until.elapsed();
-    // A fulfil's answer can come after its commit notification: let the
+    // A payee's answer can be answered after the payer's callback: let the
     // last ones be timed too.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while shared.fulfils_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+    while shared.answers_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 
@@ -659,6 +1163,7 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     Ok(Report {
         stats,
         drain: drained,
+        onboarding,
         target: "",
         api: String::new(),
         hub_warnings: None,
@@ -666,39 +1171,241 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     })
 }
 
-/// One whole transfer as its payer sees it; records how it ended.
-async fn transfer(shared: &Shared, payer: u32, payee: u32) {
+/// One iteration of a virtual user: its flow, from its first request to
+/// its last callback; records how it ended.
+async fn iteration(shared: &Shared, payer_party: PartyRef, payee: u32) {
+    let started = Instant::now();
+    let measured = shared.measured(started);
+    {
+        let mut stats = shared.stats();
+        stats.started += 1;
+        stats.started_in_window += u64::from(measured);
+    }
+    let outcome = run_flow(shared, payer_party, payee, measured).await;
+    let window = shared.window.get().copied();
+    shared
+        .stats()
+        .flow_ended(started, measured, window, outcome);
+}
+
+/// The stages of the flow in turn; the instant the payer received the last
+/// stage's callback, or the stage that failed and how.
+async fn run_flow(
+    shared: &Shared,
+    payer_party: PartyRef,
+    payee: u32,
+    measured: bool,
+) -> Result<Instant, (&'static str, Failure)> {
+    let flow = shared.flow;
+    let payer = payer_party.dfsp;
+    let transaction = shared.ids.next();
+    let amount = (1 + transaction % 100).to_string();
+    let payee_party = flow.discovers().then(|| shared.next_party_of(payee));
+    let mut ended = None;
+    if let (true, Some(party)) = (flow.looks_up(), payee_party) {
+        ended = Some(
+            lookup(shared, payer, party, measured)
+                .await
+                .map_err(|failure| ("lookup", failure))?,
+        );
+    }
+    if let (true, Some(party)) = (flow.quotes(), payee_party) {
+        ended = Some(
+            quote(shared, payer_party, party, transaction, &amount, measured)
+                .await
+                .map_err(|failure| ("quote", failure))?,
+        );
+    }
+    if flow.transfers() {
+        ended = Some(
+            transfer(shared, payer, payee, transaction, &amount, measured)
+                .await
+                .map_err(|failure| ("transfer", failure))?,
+        );
+    }
+    Ok(ended.expect("every flow has a stage"))
+}
+
+/// Sends a stage's request and waits for its end: the payer's callback
+/// (`outcome`), an error, or the deadline. `forget` removes the stage's
+/// waiter and says whether it was still there (if not, a handler took it
+/// and sent the outcome); `on_accepted` runs when the request is accepted
+/// (202).
+async fn await_stage(
+    shared: &Shared,
+    request: Result<Request<Full<Bytes>>, String>,
+    deadline: tokio::time::Instant,
+    mut outcome: oneshot::Receiver<Completion>,
+    forget: impl Fn() -> bool,
+    on_accepted: impl FnOnce(),
+) -> Result<Instant, Failure> {
+    let answered = match request {
+        Ok(request) => tokio::time::timeout_at(deadline, send(&shared.client, request)).await,
+        Err(error) => Ok(Err(("request".into(), error))),
+    };
+    let result = match answered {
+        Err(_) => None,
+        Ok(Err((key, description))) => Some(Completion::Failed(key, description)),
+        Ok(Ok((status, _))) if status == StatusCode::ACCEPTED => {
+            on_accepted();
+            match tokio::time::timeout_at(deadline, &mut outcome).await {
+                Ok(Ok(completion)) => return completion.into_result(),
+                Ok(Err(_)) => Some(Completion::Failed(
+                    "lost".into(),
+                    "the stage was dropped without an outcome".into(),
+                )),
+                Err(_) => None,
+            }
+        }
+        Ok(Ok((status, body))) => Some(Completion::Failed(
+            format!("HTTP {}", status.as_u16()),
+            describe_error_body(&body),
+        )),
+    };
+    // Whoever removes the waiter decides the outcome: a handler that got
+    // there first has sent it.
+    match result {
+        Some(completion) => {
+            forget();
+            completion.into_result()
+        }
+        None if forget() => Err(Failure::Timeout),
+        None => match outcome.try_recv() {
+            Ok(completion) => completion.into_result(),
+            Err(_) => Err(Failure::Timeout),
+        },
+    }
+}
+
+/// `GET /parties/MSISDN/{ID}` from `payer`, until the payer receives the
+/// holder's `PUT /parties/MSISDN/{ID}`.
+async fn lookup(
+    shared: &Shared,
+    payer: u32,
+    party: PartyRef,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let request = fspiop_request(
+        Method::GET,
+        &format!("{}/parties/MSISDN/{}", shared.api, shared.party_id(party)),
+        Api::Parties,
+        &shared.names[payer as usize],
+        None,
+        String::new(),
+    );
+    let (done, outcome) = oneshot::channel();
+    let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
+    let key = (payer, party);
+    let sent = Instant::now();
+    shared.lookups.insert(
+        key,
+        Waiter {
+            ticket,
+            payer,
+            payee: party.dfsp,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    let ended = await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.lookups.take(&key, ticket).is_some(),
+        || {},
+    )
+    .await?;
+    if measured {
+        shared
+            .stats()
+            .record(LOOKUP, ended.saturating_duration_since(sent));
+    }
+    Ok(ended)
+}
+
+/// `POST /quotes` from `payer_party`'s DFSP to `payee_party`'s, until the
+/// payer receives the payee's `PUT /quotes/{ID}`. The transaction id is
+/// `transaction`'s, as the transfer's will be.
+async fn quote(
+    shared: &Shared,
+    payer_party: PartyRef,
+    payee_party: PartyRef,
+    transaction: u64,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let (payer, payee) = (payer_party.dfsp, payee_party.dfsp);
     let counter = shared.ids.next();
-    let id = shared.ids.format(counter);
     let payer_name = &shared.names[payer as usize];
     let payee_name = &shared.names[payee as usize];
-    let now = now_ms();
-    let body = format!(
-        concat!(
-            r#"{{"transferId":"{}","payerFsp":"{}","payeeFsp":"{}","#,
-            r#""amount":{{"amount":"{}","currency":"{}"}},"#,
-            r#""ilpPacket":"{}","condition":"{}","expiration":"{}"}}"#
-        ),
-        id,
-        payer_name,
-        payee_name,
-        1 + counter % 100,
-        CURRENCY,
-        ILP_PACKET,
-        CONDITION,
-        fspiop::format_date_time(now + 60_000),
+    let body = quote_post_body(
+        &shared.ids.format(counter),
+        &shared.ids.format(transaction),
+        (payer_name, &shared.party_id(payer_party)),
+        (payee_name, &shared.party_id(payee_party)),
+        amount,
     );
     let request = fspiop_request(
         Method::POST,
-        &format!("{}/transfers", shared.api),
+        &format!("{}/quotes", shared.api),
+        Api::Quotes,
         payer_name,
-        payee_name,
-        true,
+        Some(payee_name),
         body,
     );
-    let (done, mut outcome) = tokio::sync::oneshot::channel();
+    let (done, outcome) = oneshot::channel();
+    let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
-    let measured = shared.measured(sent);
+    shared.quotes.insert(
+        counter,
+        Waiter {
+            ticket,
+            payer,
+            payee,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    let ended = await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.quotes.take(&counter, ticket).is_some(),
+        || {},
+    )
+    .await?;
+    if measured {
+        shared
+            .stats()
+            .record(QUOTE, ended.saturating_duration_since(sent));
+    }
+    Ok(ended)
+}
+
+/// `POST /transfers` (id: `counter`'s) until the payer's commit notification.
+async fn transfer(
+    shared: &Shared,
+    payer: u32,
+    payee: u32,
+    counter: u64,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let payer_name = &shared.names[payer as usize];
+    let payee_name = &shared.names[payee as usize];
+    let body = prepare_body(&shared.ids.format(counter), payer_name, payee_name, amount);
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/transfers", shared.api),
+        Api::Transfers,
+        payer_name,
+        Some(payee_name),
+        body,
+    );
+    let (done, outcome) = oneshot::channel();
+    let sent = Instant::now();
     shared.pending().insert(
         counter,
         Pending {
@@ -710,61 +1417,20 @@ async fn transfer(shared: &Shared, payer: u32, payee: u32) {
             done,
         },
     );
-    {
-        let mut stats = shared.stats();
-        stats.started += 1;
-        stats.started_in_window += u64::from(measured);
-    }
-    let deadline = tokio::time::Instant::from_std(sent + TRANSFER_TIMEOUT);
-    let answered = match request {
-        Ok(request) => tokio::time::timeout_at(deadline, send(&shared.client, request)).await,
-        Err(error) => Ok(Err(("request".into(), error))),
-    };
-    let result = match answered {
-        Err(_) => None,
-        Ok(Err((key, description))) => Some(Completion::Failed(key, description)),
-        Ok(Ok((status, _))) if status == StatusCode::ACCEPTED => {
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.pending().remove(&counter).is_some(),
+        || {
             if measured {
                 shared.stats().record(PREPARE, sent.elapsed());
             }
-            match tokio::time::timeout_at(deadline, &mut outcome).await {
-                Ok(Ok(completion)) => Some(completion),
-                Ok(Err(_)) => Some(Completion::Failed(
-                    "lost".into(),
-                    "the transfer was dropped without an outcome".into(),
-                )),
-                Err(_) => None,
-            }
-        }
-        Ok(Ok((status, body))) => Some(Completion::Failed(
-            format!("HTTP {}", status.as_u16()),
-            describe_error_body(&body),
-        )),
-    };
-    // Whoever removes the pending entry decides the outcome: a handler that
-    // got there first has sent it.
-    let result = match result {
-        Some(completion) => {
-            shared.pending().remove(&counter);
-            completion
-        }
-        None => match shared.pending().remove(&counter) {
-            Some(_) => {
-                shared.stats().timeouts += 1;
-                return;
-            }
-            None => match outcome.try_recv() {
-                Ok(completion) => completion,
-                Err(_) => {
-                    shared.stats().timeouts += 1;
-                    return;
-                }
-            },
         },
-    };
-    if let Completion::Failed(key, description) = result {
-        shared.stats().error(key, description);
-    }
+    )
+    .await
 }
 
 /// Sends a request and reads the whole answer; a transport failure is
@@ -798,27 +1464,31 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// An FSPIOP transfers request with the headers a DFSP sends.
+/// An FSPIOP request with the headers a DFSP sends: Accept on requests
+/// (`GET`, `POST`), not on callbacks (`PUT`); FSPIOP-Destination when given.
 fn fspiop_request(
     method: Method,
     url: &str,
+    api: Api,
     source: &str,
-    destination: &str,
-    accept: bool,
+    destination: Option<&str>,
     body: String,
 ) -> Result<Request<Full<Bytes>>, String> {
+    let accept = method != Method::PUT;
     let mut builder = Request::builder()
         .method(method)
         .uri(url)
-        .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+        .header(http::header::CONTENT_TYPE, api.content_type())
         .header(
             http::header::DATE,
             httpdate::fmt_http_date(SystemTime::now()),
         )
-        .header("fspiop-source", source)
-        .header("fspiop-destination", destination);
+        .header("fspiop-source", source);
+    if let Some(destination) = destination {
+        builder = builder.header("fspiop-destination", destination);
+    }
     if accept {
-        builder = builder.header(http::header::ACCEPT, ACCEPT);
+        builder = builder.header(http::header::ACCEPT, api.accept());
     }
     builder
         .body(Full::new(Bytes::from(body)))
@@ -849,6 +1519,17 @@ fn describe_error_body(body: &[u8]) -> String {
     }
 }
 
+/// An error callback's (code, description), as a stage's failure.
+fn error_of(body: &[u8]) -> (String, String) {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(error) => (
+            error.error_information.error_code,
+            error.error_information.error_description,
+        ),
+        Err(_) => ("unreadable error".into(), describe_error_body(body)),
+    }
+}
+
 // --------------------------------------------------------- the DFSP callbacks
 
 fn callbacks(shared: Arc<Shared>) -> Router {
@@ -859,8 +1540,57 @@ fn callbacks(shared: Arc<Shared>) -> Router {
             put(on_transfer_put).patch(|| async { StatusCode::OK }),
         )
         .route("/:dfsp/transfers/:id/error", put(on_error))
+        .route(
+            "/:dfsp/parties/:id_type/:id",
+            get(on_party_get).put(on_party_put),
+        )
+        .route("/:dfsp/parties/:id_type/:id/error", put(on_party_error))
+        .route("/:dfsp/quotes", post(on_quote_post))
+        .route("/:dfsp/quotes/:id", put(on_quote_put))
+        .route("/:dfsp/quotes/:id/error", put(on_quote_error))
+        .route("/:dfsp/participants/:id", put(on_registered))
+        // `{requestId}/error`, or a single party's `{Type}/{ID}`.
+        .route("/:dfsp/participants/:id/:more", put(on_participants_put))
+        .route("/:dfsp/participants/:id/:more/error", put(on_unexpected))
+        .fallback(on_unexpected)
         .with_state(shared)
 }
+
+/// Anything the bench never asks for (a single party registration's answer,
+/// an unknown path): counted, and refused when it is not a known path.
+async fn on_unexpected(State(shared): State<Arc<Shared>>, method: Method) -> StatusCode {
+    shared.stats().unexpected += 1;
+    if method == Method::PUT {
+        StatusCode::OK
+    } else {
+        StatusCode::NOT_FOUND
+    }
+}
+
+/// Runs a payee's answer in the background, counted in
+/// `answers_in_flight` until it is answered.
+fn spawn_answer<F>(shared: &Arc<Shared>, answer: impl FnOnce(Arc<Shared>) -> F)
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    shared.answers_in_flight.fetch_add(1, Ordering::SeqCst);
+    let future = answer(shared.clone());
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        future.await;
+        shared.answers_in_flight.fetch_sub(1, Ordering::SeqCst);
+    });
+}
+
+/// The FSPIOP-Source of a forwarded request, as one of our DFSPs.
+fn source_dfsp(shared: &Shared, headers: &HeaderMap) -> Option<u32> {
+    headers
+        .get("fspiop-source")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|name| shared.dfsp(name))
+}
+
+// ----- transfers
 
 #[derive(Deserialize)]
 struct ForwardedPrepare<'a> {
@@ -890,7 +1620,7 @@ async fn on_prepare(
         ))
     });
     let Some((counter, payer, payee, measured, forward)) = found else {
-        shared.stats().stray_posts += 1;
+        shared.stats().strays += 1;
         return StatusCode::OK;
     };
     if shared.names[payee as usize] != dfsp {
@@ -907,10 +1637,8 @@ async fn on_prepare(
     if measured {
         shared.stats().record(FORWARD, forward);
     }
-    shared.fulfils_in_flight.fetch_add(1, Ordering::SeqCst);
-    tokio::spawn(async move {
+    spawn_answer(&shared, |shared| async move {
         fulfil(&shared, counter, payer, payee, measured).await;
-        shared.fulfils_in_flight.fetch_sub(1, Ordering::SeqCst);
     });
     StatusCode::OK
 }
@@ -925,9 +1653,9 @@ async fn fulfil(shared: &Shared, counter: u64, payer: u32, payee: u32, measured:
     let request = fspiop_request(
         Method::PUT,
         &format!("{}/transfers/{id}", shared.api),
+        Api::Transfers,
         &shared.names[payee as usize],
-        &shared.names[payer as usize],
-        false,
+        Some(&shared.names[payer as usize]),
         body,
     );
     let request = match request {
@@ -1001,20 +1729,14 @@ async fn on_transfer_put(
         ));
         return StatusCode::OK;
     }
-    {
-        let mut stats = shared.stats();
-        if transfer.measured {
-            stats.completed += 1;
-            stats.record(E2E, received.duration_since(transfer.post_sent));
-            if let Some(fulfil_sent) = transfer.fulfil_sent {
-                stats.record(NOTIFY, received.saturating_duration_since(fulfil_sent));
-            }
-        }
-        if shared.measured(received) {
-            stats.committed_in_window += 1;
+    if transfer.measured {
+        if let Some(fulfil_sent) = transfer.fulfil_sent {
+            shared
+                .stats()
+                .record(NOTIFY, received.saturating_duration_since(fulfil_sent));
         }
     }
-    let _ = transfer.done.send(Completion::Committed);
+    let _ = transfer.done.send(Completion::Done(received));
     StatusCode::OK
 }
 
@@ -1024,19 +1746,300 @@ async fn on_error(
     Path((_dfsp, id)): Path<(String, String)>,
     body: Bytes,
 ) -> StatusCode {
-    let (key, description) = match serde_json::from_slice::<ErrorBody>(&body) {
-        Ok(error) => (
-            error.error_information.error_code,
-            error.error_information.error_description,
-        ),
-        Err(_) => ("unreadable error".into(), describe_error_body(&body)),
-    };
+    let (key, description) = error_of(&body);
     let failed = shared
         .ids
         .counter_of(&id)
         .is_some_and(|counter| shared.fail(counter, key, description));
     if !failed {
         shared.stats().late_errors += 1;
+    }
+    StatusCode::OK
+}
+
+// ----- parties
+
+/// The payee receives a forwarded `GET /parties/MSISDN/{ID}`: answers at
+/// once, then sends `PUT /parties/MSISDN/{ID}` to the requester (the
+/// forwarded FSPIOP-Source) through the hub.
+async fn on_party_get(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, id_type, id)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> StatusCode {
+    let (Some(requester), Some(party), Some(holder)) = (
+        source_dfsp(&shared, &headers),
+        shared.party(&id),
+        shared.dfsp(&dfsp),
+    ) else {
+        shared.stats().strays += 1;
+        return StatusCode::OK;
+    };
+    if id_type != "MSISDN" || party.dfsp != holder {
+        shared.lookups.fail(
+            &(requester, party),
+            "misrouted".into(),
+            format!(
+                "the lookup of {id_type}/{id}, held by {}, reached {dfsp}",
+                shared.names[party.dfsp as usize]
+            ),
+        );
+        return StatusCode::OK;
+    }
+    spawn_answer(&shared, |shared| async move {
+        let request = fspiop_request(
+            Method::PUT,
+            &format!("{}/parties/MSISDN/{id}", shared.api),
+            Api::Parties,
+            &shared.names[holder as usize],
+            Some(&shared.names[requester as usize]),
+            party_put_body(&id, &shared.names[holder as usize]),
+        );
+        let failure = match request {
+            Err(error) => Some(("request (party put)".to_string(), error)),
+            Ok(request) => match send(&shared.client, request).await {
+                Ok((status, _)) if status == StatusCode::OK => None,
+                Ok((status, body)) => Some((
+                    format!("HTTP {} (party put)", status.as_u16()),
+                    describe_error_body(&body),
+                )),
+                Err((key, description)) => Some((format!("{key} (party put)"), description)),
+            },
+        };
+        if let Some((key, description)) = failure {
+            shared.lookups.fail(&(requester, party), key, description);
+        }
+    });
+    StatusCode::OK
+}
+
+/// The payer receives the holder's `PUT /parties/MSISDN/{ID}`: its lookup
+/// is done (if the answer names the party and its holder).
+async fn on_party_put(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, _id_type, id)): Path<(String, String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let received = Instant::now();
+    let waiter = shared
+        .party(&id)
+        .zip(shared.dfsp(&dfsp))
+        .and_then(|(party, payer)| shared.lookups.take_oldest(&(payer, party), None));
+    let Some(waiter) = waiter else {
+        shared.stats().late_answers += 1;
+        return StatusCode::OK;
+    };
+    let holder = &shared.names[waiter.payee as usize];
+    let completion = match fspiop::check_party_put(&body) {
+        Ok(info) if info.fsp.is_some_and(|fsp| fsp.as_str() == holder) => {
+            Completion::Done(received)
+        }
+        Ok(info) => Completion::Failed(
+            "wrong party".into(),
+            format!(
+                "the answer for {id} names {:?}, not {holder}",
+                info.fsp.map(|fsp| fsp.to_string())
+            ),
+        ),
+        Err(error) => Completion::Failed(
+            "invalid party".into(),
+            format!("{} {}", error.code.0, error.description),
+        ),
+    };
+    let _ = waiter.done.send(completion);
+    StatusCode::OK
+}
+
+/// `PUT /parties/MSISDN/{ID}/error` to the payer: its lookup failed.
+async fn on_party_error(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, _id_type, id)): Path<(String, String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let (key, description) = error_of(&body);
+    let failed = shared
+        .party(&id)
+        .zip(shared.dfsp(&dfsp))
+        .is_some_and(|(party, payer)| shared.lookups.fail(&(payer, party), key, description));
+    if !failed {
+        shared.stats().late_errors += 1;
+    }
+    StatusCode::OK
+}
+
+// ----- quotes
+
+#[derive(Deserialize)]
+struct ForwardedQuote<'a> {
+    #[serde(rename = "quoteId")]
+    quote_id: &'a str,
+    #[serde(borrow)]
+    amount: QuoteAmount<'a>,
+}
+
+#[derive(Deserialize)]
+struct QuoteAmount<'a> {
+    amount: &'a str,
+    currency: &'a str,
+}
+
+/// The payee receives a forwarded `POST /quotes`: answers at once, then
+/// sends `PUT /quotes/{ID}` to the payer (the forwarded FSPIOP-Source)
+/// through the hub.
+async fn on_quote_post(
+    State(shared): State<Arc<Shared>>,
+    Path(dfsp): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let Ok(quote) = serde_json::from_slice::<ForwardedQuote<'_>>(&body) else {
+        shared.stats().strays += 1;
+        return StatusCode::OK;
+    };
+    let counter = shared.ids.counter_of(quote.quote_id);
+    let (Some(counter), Some(requester)) = (counter, source_dfsp(&shared, &headers)) else {
+        shared.stats().strays += 1;
+        return StatusCode::OK;
+    };
+    let Some((_, payee)) = shared.quotes.peek(&counter) else {
+        shared.stats().strays += 1;
+        return StatusCode::OK;
+    };
+    if shared.names[payee as usize] != dfsp {
+        shared.quotes.fail(
+            &counter,
+            "misrouted".into(),
+            format!(
+                "the quote for {} reached {dfsp}",
+                shared.names[payee as usize]
+            ),
+        );
+        return StatusCode::OK;
+    }
+    let answer = quote_put_body(
+        quote.amount.amount,
+        quote.amount.currency,
+        now_ms() + 60_000,
+    );
+    spawn_answer(&shared, |shared| async move {
+        let request = fspiop_request(
+            Method::PUT,
+            &format!("{}/quotes/{}", shared.api, shared.ids.format(counter)),
+            Api::Quotes,
+            &shared.names[payee as usize],
+            Some(&shared.names[requester as usize]),
+            answer,
+        );
+        let failure = match request {
+            Err(error) => Some(("request (quote put)".to_string(), error)),
+            Ok(request) => match send(&shared.client, request).await {
+                Ok((status, _)) if status == StatusCode::OK => None,
+                Ok((status, body)) => Some((
+                    format!("HTTP {} (quote put)", status.as_u16()),
+                    describe_error_body(&body),
+                )),
+                Err((key, description)) => Some((format!("{key} (quote put)"), description)),
+            },
+        };
+        if let Some((key, description)) = failure {
+            shared.quotes.fail(&counter, key, description);
+        }
+    });
+    StatusCode::OK
+}
+
+/// The payer receives the payee's `PUT /quotes/{ID}`: its quote is done (if
+/// the answer is a valid quote with the condition the transfer will use).
+async fn on_quote_put(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, id)): Path<(String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let received = Instant::now();
+    let waiter = shared
+        .ids
+        .counter_of(&id)
+        .zip(shared.dfsp(&dfsp))
+        .and_then(|(counter, payer)| shared.quotes.take_oldest(&counter, Some(payer)));
+    let Some(waiter) = waiter else {
+        shared.stats().late_answers += 1;
+        return StatusCode::OK;
+    };
+    let completion = match fspiop::parse_quote_put(&body) {
+        Ok(quote) if ledger::Condition::from_base64url(CONDITION) == Some(quote.condition) => {
+            Completion::Done(received)
+        }
+        Ok(_) => Completion::Failed(
+            "wrong condition".into(),
+            format!("the quote {id} does not carry the payee's condition"),
+        ),
+        Err(error) => Completion::Failed(
+            "invalid quote".into(),
+            format!("{} {}", error.code.0, error.description),
+        ),
+    };
+    let _ = waiter.done.send(completion);
+    StatusCode::OK
+}
+
+/// `PUT /quotes/{ID}/error`, to the payer: its quote failed.
+async fn on_quote_error(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, id)): Path<(String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let (key, description) = error_of(&body);
+    let waiter = shared
+        .ids
+        .counter_of(&id)
+        .zip(shared.dfsp(&dfsp))
+        .and_then(|(counter, payer)| shared.quotes.take_oldest(&counter, Some(payer)));
+    match waiter {
+        Some(waiter) => {
+            let _ = waiter.done.send(Completion::Failed(key, description));
+        }
+        None => shared.stats().late_errors += 1,
+    }
+    StatusCode::OK
+}
+
+// ----- the participant registry
+
+/// `PUT /participants/{requestId}`: a batch registration's answer.
+async fn on_registered(
+    State(shared): State<Arc<Shared>>,
+    Path((_dfsp, id)): Path<(String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let waiting = shared
+        .ids
+        .counter_of(&id)
+        .and_then(|counter| shared.registrations().remove(&counter));
+    match waiting {
+        Some(done) => {
+            let _ = done.send(Ok(body));
+        }
+        None => shared.stats().unexpected += 1,
+    }
+    StatusCode::OK
+}
+
+/// `PUT /participants/{requestId}/error` (a batch registration failed), or
+/// `PUT /participants/{Type}/{ID}` (a single registration, never asked).
+async fn on_participants_put(
+    State(shared): State<Arc<Shared>>,
+    Path((_dfsp, id, more)): Path<(String, String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let waiting = (more == "error")
+        .then(|| shared.ids.counter_of(&id))
+        .flatten()
+        .and_then(|counter| shared.registrations().remove(&counter));
+    match waiting {
+        Some(done) => {
+            let _ = done.send(Err(describe_error_body(&body)));
+        }
+        None => shared.stats().unexpected += 1,
     }
     StatusCode::OK
 }
@@ -1196,6 +2199,19 @@ async fn onboard_dfsp(
         )
         .await?;
     }
+    if shared.flow.discovers() {
+        let root = format!("http://{callback_addr}/{name}");
+        for (kind, path) in DISCOVERY_ENDPOINTS {
+            admin_call(
+                client,
+                Method::POST,
+                &format!("{participant}/endpoints"),
+                Some(json!({ "type": kind, "value": format!("{root}{path}") })),
+                false,
+            )
+            .await?;
+        }
+    }
     let accounts = admin_call(
         client,
         Method::GET,
@@ -1228,7 +2244,80 @@ async fn onboard_dfsp(
         false,
     )
     .await?;
+    if shared.flow.discovers() {
+        register_parties(shared, name).await?;
+    }
     Ok(())
+}
+
+/// `name` registers its `--parties` MSISDNs with one batch
+/// `POST /participants` and waits for `PUT /participants/{requestId}`,
+/// which must register every one.
+async fn register_parties(shared: &Shared, name: &str) -> anyhow::Result<()> {
+    let dfsp = shared.dfsp(name).context("not one of our DFSPs")?;
+    let identifiers: Vec<String> = (0..shared.parties)
+        .map(|index| shared.party_id(PartyRef { dfsp, index }))
+        .collect();
+    let counter = shared.ids.next();
+    let request_id = shared.ids.format(counter);
+    let url = format!("{}/participants", shared.api);
+    let request = fspiop_request(
+        Method::POST,
+        &url,
+        Api::Participants,
+        name,
+        None,
+        participants_batch_body(&request_id, name, &identifiers),
+    )
+    .map_err(|error| anyhow::anyhow!("POST {url}: {error}"))?;
+    let (done, answer) = oneshot::channel();
+    shared.registrations().insert(counter, done);
+    let sent = tokio::time::timeout(REGISTRATION_TIMEOUT, send(&shared.client, request))
+        .await
+        .with_context(|| {
+            format!(
+                "POST {url} ({name}): no answer within {} s",
+                REGISTRATION_TIMEOUT.as_secs()
+            )
+        })
+        .and_then(|sent| {
+            sent.map_err(|(_, description)| anyhow::anyhow!("POST {url} ({name}): {description}"))
+        });
+    let (status, body) = match sent {
+        Ok(answer) => answer,
+        Err(error) => {
+            shared.registrations().remove(&counter);
+            return Err(error);
+        }
+    };
+    if status != StatusCode::ACCEPTED {
+        shared.registrations().remove(&counter);
+        bail!(
+            "POST {url} ({name}): {} {}",
+            status.as_u16(),
+            describe_error_body(&body)
+        );
+    }
+    let answer = match tokio::time::timeout(REGISTRATION_TIMEOUT, answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => bail!("the registration of {name}'s parties was dropped"),
+        Err(_) => {
+            shared.registrations().remove(&counter);
+            bail!(
+                "{name} got no PUT /participants/{request_id} within {} s of registering its parties",
+                REGISTRATION_TIMEOUT.as_secs()
+            )
+        }
+    };
+    match answer {
+        Ok(body) => match batch_answer_problem(&body, identifiers.len()) {
+            None => Ok(()),
+            Some(problem) => bail!("registering {name}'s parties: {problem}"),
+        },
+        Err(error) => {
+            bail!("registering {name}'s parties: PUT /participants/{request_id}/error: {error}")
+        }
+    }
 }
 
 // ------------------------------------------------------------------- report
@@ -1270,8 +2359,10 @@ impl LegSummary {
 
 struct Report {
     stats: Stats,
-    /// From the end of the window until the last transfer ended.
+    /// From the end of the window until the last flow ended.
     drain: Duration,
+    /// Onboarding the DFSPs (and registering their parties) took this long.
+    onboarding: Duration,
     target: &'static str,
     api: String,
     /// Warnings the embedded hub logged.
@@ -1286,54 +2377,65 @@ impl Report {
     }
 
     fn failed(&self) -> u64 {
-        self.errors() + self.stats.timeouts
+        self.errors() + self.stats.timeouts()
     }
 
+    /// Flows completed per second of the window.
     fn throughput(&self, args: &BenchTransfersArgs) -> f64 {
-        self.stats.committed_in_window as f64 / args.duration
+        self.stats.completed_in_window as f64 / args.duration
     }
 
     fn print(&self, args: &BenchTransfersArgs) {
         let stats = &self.stats;
+        let flow = args.flow;
+        let parties = if flow.discovers() {
+            format!(" ({} parties each)", args.parties)
+        } else {
+            String::new()
+        };
         println!(
-            "kasi bench transfers: {} DFSPs, {} virtual users, {} s warm-up + {} s measured, hub {} ({})",
-            args.dfsps, args.concurrency, args.warmup, args.duration, self.api, self.target
+            "kasi bench transfers --flow {}: {} DFSPs{parties}, {} virtual users, {} s warm-up + {} s measured, hub {} ({})",
+            flow.name(), args.dfsps, args.concurrency, args.warmup, args.duration, self.api, self.target
         );
         println!();
         println!(
             "  {:<8} {:>9} {:>8} {:>8} {:>8} {:>8}",
             "leg", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"
         );
-        for (name, histogram) in LEGS.iter().zip(&stats.legs) {
-            let leg = LegSummary::of(histogram);
+        for leg_index in flow.legs() {
+            let leg = LegSummary::of(&stats.legs[leg_index]);
             println!(
                 "  {:<8} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-                name, leg.count, leg.p50_ms, leg.p90_ms, leg.p99_ms, leg.max_ms
+                LEGS[leg_index], leg.count, leg.p50_ms, leg.p90_ms, leg.p99_ms, leg.max_ms
             );
         }
         println!();
         println!(
-            "  throughput: {:.0} transfers/s ({} commits in the {} s window)",
+            "  throughput: {:.0} {}/s ({} completed in the {} s window)",
             self.throughput(args),
-            stats.committed_in_window,
+            flow.unit(),
+            stats.completed_in_window,
             args.duration
         );
         println!(
-            "  transfers: {} started ({} in the window, {} of them committed), {} failed, {} timed out; last ended {:.0} ms after the window",
+            "  flows: {} started ({} in the window, {} of them completed), {} failed, {} timed out; last ended {:.0} ms after the window",
             stats.started,
             stats.started_in_window,
             stats.completed,
             self.errors(),
-            stats.timeouts,
+            stats.timeouts(),
             self.drain.as_secs_f64() * 1000.0
         );
+        for (stage, count) in &stats.timeouts {
+            println!("  timed out in the {stage} stage: {count}");
+        }
         for (key, tally) in &stats.errors {
             println!("  error {key}: {} (first: {})", tally.count, tally.first);
         }
-        if stats.late_errors + stats.stray_posts > 0 {
+        if stats.late_errors + stats.strays + stats.late_answers + stats.unexpected > 0 {
             println!(
-                "  callbacks for finished or unknown transfers: {} errors, {} prepares",
-                stats.late_errors, stats.stray_posts
+                "  callbacks for ended or unknown stages: {} errors, {} answers, {} forwarded requests; {} unexpected requests",
+                stats.late_errors, stats.late_answers, stats.strays, stats.unexpected
             );
         }
         if let Some(warnings) = self.hub_warnings {
@@ -1348,10 +2450,16 @@ impl Report {
 
     fn to_json(&self, args: &BenchTransfersArgs) -> Value {
         let stats = &self.stats;
-        let legs: serde_json::Map<String, Value> = LEGS
-            .iter()
-            .zip(&stats.legs)
-            .map(|(name, histogram)| (name.to_string(), LegSummary::of(histogram).to_json()))
+        let legs: serde_json::Map<String, Value> = args
+            .flow
+            .legs()
+            .into_iter()
+            .map(|leg| {
+                (
+                    LEGS[leg].to_string(),
+                    LegSummary::of(&stats.legs[leg]).to_json(),
+                )
+            })
             .collect();
         let errors_by_code: serde_json::Map<String, Value> = stats
             .errors
@@ -1363,25 +2471,36 @@ impl Report {
                 )
             })
             .collect();
+        let timeouts_by_stage: serde_json::Map<String, Value> = stats
+            .timeouts
+            .iter()
+            .map(|(stage, count)| (stage.to_string(), json!(count)))
+            .collect();
         json!({
+            "flow": args.flow.name(),
             "target": self.target,
             "api": self.api,
             "dfsps": args.dfsps,
+            "parties_per_dfsp": args.flow.discovers().then_some(args.parties),
             "concurrency": args.concurrency,
             "warmup_s": args.warmup,
             "duration_s": args.duration,
+            "onboarding_s": self.onboarding.as_secs_f64(),
             "throughput_per_s": self.throughput(args),
             "e2e_p99_ms": LegSummary::of(&stats.legs[E2E]).p99_ms,
-            "committed_in_window": stats.committed_in_window,
+            "completed_in_window": stats.completed_in_window,
             "started": stats.started,
             "started_in_window": stats.started_in_window,
             "completed": stats.completed,
             "errors": self.errors(),
-            "timeouts": stats.timeouts,
+            "timeouts": stats.timeouts(),
             "errors_by_code": errors_by_code,
+            "timeouts_by_stage": timeouts_by_stage,
             "payee_confirmations": stats.confirmations,
+            "late_answers": stats.late_answers,
             "late_error_callbacks": stats.late_errors,
-            "stray_prepares": stats.stray_posts,
+            "stray_requests": stats.strays,
+            "unexpected_requests": stats.unexpected,
             "drain_ms": self.drain.as_secs_f64() * 1000.0,
             "hub_warnings": self.hub_warnings,
             "hub_problem": self.hub_problem,
@@ -1444,10 +2563,7 @@ mod tests {
     fn a_prepare_body_is_valid_fspiop() {
         let ids = IdGen::new(3);
         let id = ids.format(9);
-        let body = format!(
-            r#"{{"transferId":"{id}","payerFsp":"b1d0","payeeFsp":"b1d1","amount":{{"amount":"10","currency":"USD"}},"ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}","expiration":"{}"}}"#,
-            fspiop::format_date_time(now_ms() + 60_000)
-        );
+        let body = prepare_body(&id, "b1d0", "b1d1", "10");
         let parsed = fspiop::parse_transfer_prepare(body.as_bytes()).expect("valid");
         assert_eq!(parsed.transfer_id.to_string(), id);
         let fulfil = format!(
@@ -1455,6 +2571,373 @@ mod tests {
             fspiop::format_date_time(now_ms())
         );
         fspiop::parse_transfer_fulfil(fulfil.as_bytes()).expect("valid");
+    }
+
+    #[test]
+    fn party_identifiers_are_msisdns_and_round_trip() {
+        for tag in [0, 1, 424_242, 999_999] {
+            for (dfsp, index) in [(0, 0), (1, 999), (9_999, 9_999), (7, 1)] {
+                let party = PartyRef { dfsp, index };
+                let id = party_identifier(tag, party);
+                // E.164: at most 15 digits, no leading zero.
+                assert_eq!(id.len(), 15, "{id}");
+                assert!(id.bytes().all(|b| b.is_ascii_digit()), "{id}");
+                assert!(!id.starts_with('0'), "{id}");
+                fspiop::check_party_identifier(&id).expect("a valid path {ID}");
+                assert_eq!(parse_party_identifier(tag, &id), Some(party), "{id}");
+                if tag != 0 {
+                    assert_eq!(parse_party_identifier(tag - 1, &id), None, "{id}");
+                }
+            }
+        }
+        let id = party_identifier(5, PartyRef { dfsp: 3, index: 4 });
+        assert_eq!(parse_party_identifier(5, &id[..14]), None);
+        assert_eq!(parse_party_identifier(5, &format!("{id}0")), None);
+        assert_eq!(parse_party_identifier(5, &id.replace("0003", "00x3")), None);
+        assert_eq!(parse_party_identifier(5, ""), None);
+    }
+
+    #[test]
+    fn the_batch_registration_is_valid_fspiop_and_its_answer_is_checked() {
+        let ids = IdGen::new(11);
+        let request_id = ids.format(1);
+        let identifiers: Vec<String> = (0..3)
+            .map(|index| party_identifier(77, PartyRef { dfsp: 2, index }))
+            .collect();
+        let body = participants_batch_body(&request_id, "b1d2", &identifiers);
+        let parsed = fspiop::parse_participants_batch(body.as_bytes()).expect("valid");
+        assert_eq!(parsed.request_id.to_string(), request_id);
+        assert_eq!(parsed.parties.len(), 3);
+        for (party, id) in parsed.parties.iter().zip(&identifiers) {
+            assert_eq!(party.key.id_type, "MSISDN");
+            assert_eq!(&party.key.identifier, id);
+            assert_eq!(
+                party.fsp.map(|fsp| fsp.to_string()).as_deref(),
+                Some("b1d2")
+            );
+        }
+        assert_eq!(
+            parsed.currency.map(|c| c.to_string()).as_deref(),
+            Some(CURRENCY)
+        );
+
+        // The answers the hub writes (fspiop's own body builder).
+        let key = |id: &String| fspiop::PartyKey {
+            id_type: "MSISDN".into(),
+            identifier: id.clone(),
+            sub_id: None,
+        };
+        let all_ok: Vec<_> = identifiers.iter().map(|id| (key(id), None)).collect();
+        let answer = fspiop::participants_batch_put_body(&all_ok, parsed.currency);
+        assert_eq!(batch_answer_problem(&answer, 3), None);
+        let problem = batch_answer_problem(&answer, 4).expect("one missing");
+        assert!(problem.contains("3 parties answered"), "{problem}");
+        let mut one_refused = all_ok.clone();
+        one_refused[1].1 = Some((
+            ledger::ErrorCode(3003),
+            "Add Party information error".to_string(),
+        ));
+        let answer = fspiop::participants_batch_put_body(&one_refused, parsed.currency);
+        let problem = batch_answer_problem(&answer, 3).expect("one refused");
+        assert!(problem.starts_with("1 of 3 parties refused"), "{problem}");
+        assert!(problem.contains("3003"), "{problem}");
+        assert!(batch_answer_problem(b"nope", 1).is_some());
+        assert!(batch_answer_problem(b"{}", 1).is_some());
+    }
+
+    #[test]
+    fn the_payees_party_answer_is_valid_fspiop() {
+        let id = party_identifier(12, PartyRef { dfsp: 1, index: 5 });
+        let body = party_put_body(&id, "b1d1");
+        let info = fspiop::check_party_put(body.as_bytes()).expect("valid");
+        assert_eq!(info.key.id_type, "MSISDN");
+        assert_eq!(info.key.identifier, id);
+        assert_eq!(info.fsp.map(|fsp| fsp.to_string()).as_deref(), Some("b1d1"));
+    }
+
+    #[test]
+    fn quote_bodies_are_valid_fspiop() {
+        let ids = IdGen::new(5);
+        let (quote_id, transaction_id) = (ids.format(1), ids.format(2));
+        let payer_party = party_identifier(1, PartyRef { dfsp: 0, index: 3 });
+        let payee_party = party_identifier(1, PartyRef { dfsp: 1, index: 4 });
+        let body = quote_post_body(
+            &quote_id,
+            &transaction_id,
+            ("b1d0", &payer_party),
+            ("b1d1", &payee_party),
+            "42",
+        );
+        let post = fspiop::parse_quote_post(body.as_bytes()).expect("valid");
+        assert_eq!(post.quote_id.to_string(), quote_id);
+        assert_eq!(post.transaction_id.to_string(), transaction_id);
+        assert_eq!(
+            post.payer_fsp().map(|f| f.to_string()).as_deref(),
+            Some("b1d0")
+        );
+        assert_eq!(
+            post.payee_fsp().map(|f| f.to_string()).as_deref(),
+            Some("b1d1")
+        );
+        assert_eq!(post.payer.key.identifier, payer_party);
+        assert_eq!(post.payee.key.identifier, payee_party);
+        assert_eq!(post.amount_type, fspiop::AmountType::Send);
+
+        // The payee answers from the forwarded bytes, as on_quote_post does.
+        let forwarded: ForwardedQuote<'_> = serde_json::from_str(&body).expect("readable");
+        assert_eq!(forwarded.quote_id, quote_id);
+        let expiration = now_ms() + 60_000;
+        let answer = quote_put_body(
+            forwarded.amount.amount,
+            forwarded.amount.currency,
+            expiration,
+        );
+        let put = fspiop::parse_quote_put(answer.as_bytes()).expect("valid");
+        assert_eq!(put.transfer_amount, post.amount);
+        assert!(ledger::Condition::from_base64url(CONDITION) == Some(put.condition));
+        assert!((put.expiration_ms - expiration).abs() < 1_000, "{answer}");
+    }
+
+    #[test]
+    fn requests_carry_the_headers_of_their_resource() {
+        let header = |request: &Request<Full<Bytes>>, name: &str| {
+            request
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_string())
+        };
+        let cases = [
+            (
+                Api::Parties,
+                Method::GET,
+                None,
+                fspiop::Resource::Parties,
+                "1.0",
+            ),
+            (
+                Api::Parties,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Parties,
+                "1.0",
+            ),
+            (
+                Api::Quotes,
+                Method::POST,
+                Some("b1d1"),
+                fspiop::Resource::Quotes,
+                "1.1",
+            ),
+            (
+                Api::Quotes,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Quotes,
+                "1.1",
+            ),
+            (
+                Api::Participants,
+                Method::POST,
+                None,
+                fspiop::Resource::Participants,
+                "1.0",
+            ),
+            (
+                Api::Transfers,
+                Method::POST,
+                Some("b1d1"),
+                fspiop::Resource::Transfers,
+                "1.1",
+            ),
+            (
+                Api::Transfers,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Transfers,
+                "1.1",
+            ),
+        ];
+        for (api, method, destination, resource, version) in cases {
+            let request = fspiop_request(
+                method.clone(),
+                "http://hub/x",
+                api,
+                "b1d9",
+                destination,
+                String::new(),
+            )
+            .expect("a request");
+            let content_type = header(&request, "content-type").expect("Content-Type");
+            assert!(
+                content_type.ends_with(&format!("version={version}")),
+                "{content_type}"
+            );
+            let checked = fspiop::check_content_type(resource, Some(&content_type))
+                .unwrap_or_else(|e| panic!("{api:?} {method}: {}", e.description));
+            assert_eq!(checked.to_string(), version);
+            match header(&request, "accept") {
+                Some(accept) => {
+                    assert_ne!(method, Method::PUT, "{api:?}: a callback has no Accept");
+                    fspiop::negotiate_accept(resource, Some(&accept))
+                        .unwrap_or_else(|e| panic!("{api:?} {method}: {}", e.description));
+                }
+                None => assert_eq!(method, Method::PUT, "{api:?} {method} needs Accept"),
+            }
+            fspiop::check_date(header(&request, "date").as_deref()).expect("a valid Date");
+            assert_eq!(header(&request, "fspiop-source").as_deref(), Some("b1d9"));
+            assert_eq!(
+                header(&request, "fspiop-destination").as_deref(),
+                destination
+            );
+        }
+    }
+
+    fn waiter(ticket: u64, payer: u32, payee: u32) -> (Waiter, oneshot::Receiver<Completion>) {
+        let (done, outcome) = oneshot::channel();
+        (
+            Waiter {
+                ticket,
+                payer,
+                payee,
+                done,
+            },
+            outcome,
+        )
+    }
+
+    #[test]
+    fn waiters_of_one_key_are_answered_oldest_first() {
+        let waiters: Waiters<u64> = Waiters::new();
+        let (first, mut first_outcome) = waiter(1, 0, 1);
+        let (second, mut second_outcome) = waiter(2, 0, 1);
+        let (other, _other_outcome) = waiter(3, 2, 3);
+        waiters.insert(7, first);
+        waiters.insert(7, second);
+        waiters.insert(8, other);
+        assert_eq!(waiters.peek(&7), Some((0, 1)));
+        assert_eq!(waiters.peek(&8), Some((2, 3)));
+        assert_eq!(waiters.peek(&9), None);
+
+        // Not its payer: nothing taken.
+        assert!(waiters.take_oldest(&7, Some(5)).is_none());
+        let taken = waiters.take_oldest(&7, Some(0)).expect("the oldest");
+        assert_eq!(taken.ticket, 1);
+        let now = Instant::now();
+        let _ = taken.done.send(Completion::Done(now));
+        assert!(matches!(first_outcome.try_recv(), Ok(Completion::Done(at)) if at == now));
+
+        assert!(waiters.fail(&7, "3204".into(), "not found".into()));
+        assert!(matches!(
+            second_outcome.try_recv(),
+            Ok(Completion::Failed(key, _)) if key == "3204"
+        ));
+        assert!(!waiters.fail(&7, "3204".into(), "again".into()));
+        assert!(waiters.lock().get(&7).is_none(), "an empty key is dropped");
+
+        // A timed-out waiter removes itself by ticket, not somebody else.
+        let (a, _a) = waiter(10, 0, 1);
+        let (b, _b) = waiter(11, 0, 1);
+        waiters.insert(7, a);
+        waiters.insert(7, b);
+        assert!(waiters.take(&7, 12).is_none());
+        assert_eq!(waiters.take(&7, 11).map(|w| w.ticket), Some(11));
+        assert_eq!(waiters.take(&7, 11).map(|w| w.ticket), None);
+        assert_eq!(waiters.take_oldest(&7, None).map(|w| w.ticket), Some(10));
+        assert!(waiters.lock().get(&7).is_none());
+    }
+
+    #[test]
+    fn flows_parse_and_time_their_legs() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchTransfersArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let argv = std::iter::once("bench").chain(extra.iter().copied());
+            <Cli as clap::Parser>::try_parse_from(argv).map(|cli| cli.args)
+        };
+        let default = parse(&[]).expect("defaults");
+        assert_eq!(default.flow, Flow::Transfer);
+        assert_eq!(default.parties, 1000);
+        for flow in [
+            Flow::Transfer,
+            Flow::Lookup,
+            Flow::Quote,
+            Flow::DiscoveryQuoteTransfer,
+        ] {
+            let args = parse(&["--flow", flow.name()]).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(args.flow, flow);
+            assert_eq!(*flow.legs().last().unwrap(), E2E);
+        }
+        assert!(parse(&["--flow", "everything"]).is_err());
+        assert!(parse(&["--parties", "0"]).is_err());
+        assert!(parse(&["--parties", "10001"]).is_err());
+
+        let names = |flow: Flow| {
+            flow.legs()
+                .into_iter()
+                .map(|leg| LEGS[leg])
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(Flow::Transfer),
+            ["prepare", "forward", "fulfil", "notify", "e2e"]
+        );
+        assert_eq!(names(Flow::Lookup), ["lookup", "e2e"]);
+        assert_eq!(names(Flow::Quote), ["quote", "e2e"]);
+        assert_eq!(names(Flow::DiscoveryQuoteTransfer), LEGS);
+        assert!(!Flow::Transfer.discovers());
+        assert!(Flow::Lookup.discovers() && Flow::Quote.discovers());
+        assert!(Flow::DiscoveryQuoteTransfer.looks_up());
+        assert!(Flow::DiscoveryQuoteTransfer.quotes());
+        assert!(Flow::DiscoveryQuoteTransfer.transfers());
+        assert!(!Flow::Quote.looks_up() && !Flow::Lookup.transfers());
+    }
+
+    #[test]
+    fn a_flow_ends_counted_by_its_outcome() {
+        let start = Instant::now();
+        let window = Window {
+            from: start + Duration::from_millis(10),
+            until: start + Duration::from_millis(20),
+        };
+        let mut stats = Stats::new();
+        // Started in the window, ended after it: completed, not throughput.
+        let started = start + Duration::from_millis(15);
+        stats.flow_ended(
+            started,
+            true,
+            Some(window),
+            Ok(started + Duration::from_millis(7)),
+        );
+        // Started in the warm-up, ended in the window: throughput only.
+        stats.flow_ended(
+            start,
+            false,
+            Some(window),
+            Ok(start + Duration::from_millis(12)),
+        );
+        stats.flow_ended(
+            start,
+            true,
+            Some(window),
+            Err((
+                "lookup",
+                Failure::Error("3204".into(), "Party not found".into()),
+            )),
+        );
+        stats.flow_ended(start, true, Some(window), Err(("quote", Failure::Timeout)));
+        stats.flow_ended(start, true, Some(window), Err(("quote", Failure::Timeout)));
+        assert_eq!(stats.completed, 1);
+        assert_eq!(stats.completed_in_window, 1);
+        let e2e = LegSummary::of(&stats.legs[E2E]);
+        assert_eq!(e2e.count, 1);
+        assert!((e2e.max_ms - 7.0).abs() < 0.01, "{e2e:?}");
+        assert_eq!(stats.errors["lookup 3204"].count, 1);
+        assert_eq!(stats.errors["lookup 3204"].first, "Party not found");
+        assert_eq!(stats.timeouts["quote"], 2);
+        assert_eq!(stats.timeouts(), 2);
     }
 
     #[test]

@@ -65,16 +65,19 @@ enum BenchCommand {
     /// recover it is measured. By default this runs once with fsync (the
     /// real guarantee) and once without, for reference.
     Ledger(bench_ledger::BenchLedgerArgs),
-    /// Drive whole FSPIOP transfers through a hub over HTTP, playing every DFSP.
+    /// Drive FSPIOP flows through a hub over HTTP, playing every DFSP.
     ///
     /// One process is both payer and payee of every simulated DFSP: each
-    /// virtual user sends `POST /transfers` and waits for its commit
-    /// notification, and a callback server fulfils every forwarded prepare.
-    /// The DFSPs are onboarded through the admin API. By default a hub is
-    /// started on a temporary data directory (`--embedded`); `--api` and
-    /// `--admin` point at one already running. Reports throughput and the
-    /// latency of each leg; exits with status 1 if any transfer failed or
-    /// timed out.
+    /// virtual user runs its `--flow` in a closed loop (by default
+    /// `transfer`: `POST /transfers` until its commit notification; also
+    /// `lookup`, `quote`, and `discovery+quote+transfer`, the end-to-end of
+    /// Mojaloop's performance whitepaper), and a callback server answers
+    /// every forwarded request as the payee. The DFSPs are onboarded through
+    /// the admin API (with registered parties, for the discovery flows). By
+    /// default a hub is started on a temporary data directory
+    /// (`--embedded`); `--api` and `--admin` point at one already running.
+    /// Reports throughput and the latency of each leg; exits with status 1
+    /// if any flow failed or timed out.
     Transfers(bench_transfers::BenchTransfersArgs),
 }
 
