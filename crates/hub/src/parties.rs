@@ -19,7 +19,7 @@ use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
 use crate::oracles::Resolution;
-use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Shape};
+use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Caller, Shape};
 use crate::{Hub, HubError};
 
 /// Who holds which party: the read side of the built-in oracle.
@@ -64,28 +64,44 @@ impl Parties {
 }
 
 pub fn routes() -> Router<Arc<Hub>> {
+    let registry = || post(register_party).get(answer_lookup).delete(delete_party);
     Router::new()
         .route("/participants", post(register_batch))
-        .route(
-            "/participants/:id_type/:id",
-            post(register).get(lookup_participant).delete(delete),
-        )
-        .route(
-            "/participants/:id_type/:id/:sub_id",
-            post(register_sub)
-                .get(lookup_participant_sub)
-                .delete(delete_sub),
-        )
-        .route("/parties/:id_type/:id", get(get_party).put(put_party))
+        .route("/participants/:id_type/:id", registry())
+        .route("/participants/:id_type/:id/:sub_id", registry())
+        .route("/parties/:id_type/:id", get(route_get_party).put(put_party))
         .route("/parties/:id_type/:id/error", put(put_party_error))
         .route(
             "/parties/:id_type/:id/:sub_id",
-            get(get_party_sub).put(put_party_sub),
+            get(route_get_party).put(put_party),
         )
-        .route(
-            "/parties/:id_type/:id/:sub_id/error",
-            put(put_party_error_sub),
+        .route("/parties/:id_type/:id/:sub_id/error", put(put_party_error))
+}
+
+/// The party a path names: `{Type}/{ID}` with an optional `/{SubId}`,
+/// checked (3101 naming the parameter at fault).
+struct PartyPath(PartyKey);
+
+#[axum::async_trait]
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PartyPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<PartyPath, Response> {
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let param = |name: &str| params.get(name).map(String::as_str);
+        party_key(
+            param("id_type").unwrap_or(""),
+            param("id").unwrap_or(""),
+            param("sub_id"),
         )
+        .map(PartyPath)
+        .map_err(IntoResponse::into_response)
+    }
 }
 
 fn party_key(id_type: &str, identifier: &str, sub_id: Option<&str>) -> Result<PartyKey, HubError> {
@@ -236,36 +252,29 @@ impl LookupApi {
 
 // ----- participant registry -----------------------------------------------
 
-async fn register(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    register_party(&hub, party_key(&id_type, &id, None)?, headers, body).await
-}
-
-async fn register_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    register_party(
-        &hub,
-        party_key(&id_type, &id, Some(&sub_id))?,
+/// `PUT /participants/{Type}/{ID}` from the hub to the caller.
+fn send_participant_put(hub: &Hub, caller: &Caller, key: &PartyKey, body: Bytes) {
+    let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
+    let endpoint = endpoint_type("PARTICIPANT", "PUT", key);
+    if !hub.send_callback(
+        caller.source,
+        &endpoint,
+        &variables(key),
+        Method::PUT,
         headers,
         body,
-    )
-    .await
+    ) {
+        tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
+    }
 }
 
 async fn register_party(
-    hub: &Hub,
-    key: PartyKey,
+    State(hub): State<Arc<Hub>>,
+    PartyPath(key): PartyPath,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
+    let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Post)?;
     let request = fspiop::parse_participant_post(&body)?;
     let outcome = if request.fsp != caller.source {
@@ -288,18 +297,7 @@ async fn register_party(
         Outcome::Done => {
             hub.parties.set(key.clone(), request.fsp, request.currency);
             let body = Bytes::from(fspiop::participant_put_body(&request.fsp));
-            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
-            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_callback(
-                caller.source,
-                &endpoint,
-                &variables(&key),
-                Method::PUT,
-                headers,
-                body,
-            ) {
-                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
-            }
+            send_participant_put(hub, &caller, &key, body);
         }
         Outcome::Rejected(error) => hub.send_party_error(
             LookupApi::Participants,
@@ -314,55 +312,21 @@ async fn register_party(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-async fn lookup_participant(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    answer_lookup(&hub, party_key(&id_type, &id, None)?, headers, query).await
-}
-
-async fn lookup_participant_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    answer_lookup(
-        &hub,
-        party_key(&id_type, &id, Some(&sub_id))?,
-        headers,
-        query,
-    )
-    .await
-}
-
 /// `GET /participants/{Type}/{ID}`: who holds the party, answered from
 /// memory, or from the party type's external oracle.
 async fn answer_lookup(
-    hub: &Hub,
-    key: PartyKey,
+    State(hub): State<Arc<Hub>>,
+    PartyPath(key): PartyPath,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
-    query: Option<String>,
 ) -> Result<Response, HubError> {
+    let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
         Holder::Found(fsp) => {
             let body = Bytes::from(fspiop::participant_put_body(&fsp));
-            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
-            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_callback(
-                caller.source,
-                &endpoint,
-                &variables(&key),
-                Method::PUT,
-                headers,
-                body,
-            ) {
-                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
-            }
+            send_participant_put(hub, &caller, &key, body);
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         Holder::Unknown { oracle: None } => (
@@ -392,23 +356,12 @@ async fn answer_lookup(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-async fn delete(
+async fn delete_party(
     State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
+    PartyPath(key): PartyPath,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    delete_party(&hub, party_key(&id_type, &id, None)?, headers).await
-}
-
-async fn delete_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    delete_party(&hub, party_key(&id_type, &id, Some(&sub_id))?, headers).await
-}
-
-async fn delete_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Response, HubError> {
+    let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     match hub
         .execute_one(Command::DeleteParty {
@@ -420,18 +373,7 @@ async fn delete_party(hub: &Hub, key: PartyKey, headers: HeaderMap) -> Result<Re
         Outcome::Done => {
             hub.parties.remove(&key);
             let body = Bytes::from(fspiop::participant_put_body(&caller.source));
-            let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
-            let endpoint = endpoint_type("PARTICIPANT", "PUT", &key);
-            if !hub.send_callback(
-                caller.source,
-                &endpoint,
-                &variables(&key),
-                Method::PUT,
-                headers,
-                body,
-            ) {
-                tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
-            }
+            send_participant_put(hub, &caller, &key, body);
         }
         Outcome::Rejected(error) => hub.send_party_error(
             LookupApi::Participants,
@@ -514,40 +456,17 @@ async fn register_batch(
 
 // ----- parties ------------------------------------------------------------
 
-async fn get_party(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    route_get_party(&hub, party_key(&id_type, &id, None)?, headers, query).await
-}
-
-async fn get_party_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    route_get_party(
-        &hub,
-        party_key(&id_type, &id, Some(&sub_id))?,
-        headers,
-        query,
-    )
-    .await
-}
-
 /// `GET /parties/{Type}/{ID}`: find the FSP holding the party (registry,
 /// else the type's oracle, selected by the query's `currency` if any) and
 /// forward the request to it; tell the requester if there is none (3204),
 /// the oracle cannot be asked (2006) or the holder cannot be reached (3201).
 async fn route_get_party(
-    hub: &Hub,
-    key: PartyKey,
+    State(hub): State<Arc<Hub>>,
+    PartyPath(key): PartyPath,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
-    query: Option<String>,
 ) -> Result<Response, HubError> {
+    let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
@@ -615,56 +534,26 @@ fn forward_get_party(
     }
 }
 
+/// The payee FSP's `PUT /parties/...` (or `.../error`), forwarded as its
+/// original bytes to the requester named in FSPIOP-Destination.
 async fn put_party(
     State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
+    PartyPath(key): PartyPath,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    route_party_answer(&hub, party_key(&id_type, &id, None)?, headers, body, false)
-}
-
-async fn put_party_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    route_party_answer(
-        &hub,
-        party_key(&id_type, &id, Some(&sub_id))?,
-        headers,
-        body,
-        false,
-    )
+    route_party_answer(&hub, key, headers, body, false)
 }
 
 async fn put_party_error(
     State(hub): State<Arc<Hub>>,
-    Path((id_type, id)): Path<(String, String)>,
+    PartyPath(key): PartyPath,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    route_party_answer(&hub, party_key(&id_type, &id, None)?, headers, body, true)
+    route_party_answer(&hub, key, headers, body, true)
 }
 
-async fn put_party_error_sub(
-    State(hub): State<Arc<Hub>>,
-    Path((id_type, id, sub_id)): Path<(String, String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    route_party_answer(
-        &hub,
-        party_key(&id_type, &id, Some(&sub_id))?,
-        headers,
-        body,
-        true,
-    )
-}
-
-/// The payee FSP's `PUT /parties/...` (or `.../error`), forwarded as its
-/// original bytes to the requester named in FSPIOP-Destination.
 fn route_party_answer(
     hub: &Hub,
     key: PartyKey,
