@@ -273,38 +273,7 @@ async fn put_quote(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
-    let destination = required_destination(&headers)?;
-    let transfer_id = fspiop::parse_correlation_id(&id)?;
-    let quote_id = transfer_id.to_string();
-    let parsed = fspiop::parse_quote_put(&body)?;
-    if !record_answer(
-        &hub,
-        &caller,
-        &quote_id,
-        transfer_id,
-        false,
-        &body,
-        parsed.request_hash,
-    )
-    .await?
-    {
-        return Ok(StatusCode::OK.into_response());
-    }
-    let forwarded = forwarded_headers(&headers, false);
-    route(
-        &hub,
-        Route {
-            caller,
-            destination,
-            quote_id: &quote_id,
-            path: QuotePath::Quote(&quote_id),
-            method: Method::PUT,
-            headers: forwarded,
-            body,
-        },
-    );
-    Ok(StatusCode::OK.into_response())
+    route_answer(&hub, &id, &headers, body, false).await
 }
 
 async fn put_quote_error(
@@ -313,34 +282,54 @@ async fn put_quote_error(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Quotes, Shape::Put)?;
-    let destination = required_destination(&headers)?;
-    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    route_answer(&hub, &id, &headers, body, true).await
+}
+
+/// The payee's answer (`PUT /quotes/{ID}`, or `.../error`), recorded in
+/// persistent mode, then forwarded as its bytes to the destination.
+async fn route_answer(
+    hub: &Hub,
+    id: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+    is_error: bool,
+) -> Result<Response, HubError> {
+    let caller = check_headers(headers, Resource::Quotes, Shape::Put)?;
+    let destination = required_destination(headers)?;
+    let transfer_id = fspiop::parse_correlation_id(id)?;
     let quote_id = transfer_id.to_string();
-    let parsed = fspiop::parse_error_information(&body)?;
+    let request_hash = match is_error {
+        true => fspiop::parse_error_information(&body)?.request_hash,
+        false => fspiop::parse_quote_put(&body)?.request_hash,
+    };
     if !record_answer(
-        &hub,
+        hub,
         &caller,
         &quote_id,
         transfer_id,
-        true,
+        is_error,
         &body,
-        parsed.request_hash,
+        request_hash,
     )
     .await?
     {
         return Ok(StatusCode::OK.into_response());
     }
-    let forwarded = forwarded_headers(&headers, false);
+    let path = if is_error {
+        QuotePath::Error(&quote_id)
+    } else {
+        QuotePath::Quote(&quote_id)
+    };
+    let headers = forwarded_headers(headers, false);
     route(
-        &hub,
+        hub,
         Route {
             caller,
             destination,
             quote_id: &quote_id,
-            path: QuotePath::Error(&quote_id),
+            path,
             method: Method::PUT,
-            headers: forwarded,
+            headers,
             body,
         },
     );
