@@ -16,6 +16,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod endpoints;
+pub mod metrics;
 pub mod notify;
 pub mod oracles;
 pub mod parties;
@@ -78,6 +79,8 @@ pub struct Hub {
     /// External oracles, asked when the built-in registry has no holder.
     pub oracles: Oracles,
     pub dispatcher: Dispatcher,
+    /// Prometheus metrics, served on the admin address.
+    pub metrics: Arc<metrics::Metrics>,
     started: Instant,
 }
 
@@ -90,6 +93,14 @@ impl Hub {
         dispatcher: Dispatcher,
     ) -> Result<Hub, HubError> {
         let oracles = Oracles::new(&config);
+        let metrics = {
+            let engine = engine.clone();
+            let dispatcher = dispatcher.clone();
+            Arc::new(metrics::Metrics::new(
+                move || engine.stats(),
+                move || dispatcher.stats(),
+            ))
+        };
         let mut hub = Hub {
             config,
             engine,
@@ -97,6 +108,7 @@ impl Hub {
             parties: Parties::default(),
             oracles,
             dispatcher,
+            metrics,
             started: Instant::now(),
         };
         match hub
@@ -271,32 +283,53 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
     let fspiop = transfers::router(hub.clone())
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
-    guarded(fspiop, &hub)
+    guarded(fspiop, &hub, "fspiop")
 }
 
 /// The operator-facing application: central-ledger's admin routes.
 pub fn admin_app(hub: Arc<Hub>) -> Router {
+    let scrape = Router::new()
+        .route("/metrics", axum::routing::get(metrics::scrape))
+        .with_state(hub.clone());
     guarded(
-        admin::router(hub.clone()).merge(oracles::router(hub.clone())),
+        admin::router(hub.clone())
+            .merge(oracles::router(hub.clone()))
+            .merge(scrape),
         &hub,
+        "admin",
     )
 }
 
-fn guarded(router: Router, hub: &Hub) -> Router {
+fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
     let timeout = hub.config.request_timeout;
+    let metrics = hub.metrics.clone();
     router
         .layer(axum::middleware::from_fn(move |request, next| {
-            guard(timeout, request, next)
+            guard(timeout, metrics.clone(), api, request, next)
         }))
         .layer(axum::extract::DefaultBodyLimit::max(
             hub.config.max_body_bytes,
         ))
 }
 
-/// Bounds each request's time, and answers the framework's own refusals
+/// Bounds each request's time, answers the framework's own refusals
 /// (unknown path, wrong method, oversized body, ...) in the FSPIOP error
-/// format instead of plain text.
+/// format instead of plain text, and counts the request in the metrics.
 async fn guard(
+    timeout: Duration,
+    metrics: Arc<metrics::Metrics>,
+    api: &'static str,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let arrived = Instant::now();
+    let route = metrics::Route::of(&request);
+    let response = checked(timeout, request, next).await;
+    metrics.record_request(api, route, response.status(), arrived.elapsed());
+    response
+}
+
+async fn checked(
     timeout: Duration,
     request: axum::extract::Request,
     next: axum::middleware::Next,

@@ -111,6 +111,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.admin_base_url = format!("http://{}", args.admin_listen);
         hub_config.quotes_persistent = args.quotes_persistent;
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
+        hub.metrics.start_runtime_probe();
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
             while let Some(views) = expired.recv().await {

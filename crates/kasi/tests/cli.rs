@@ -136,6 +136,42 @@ fn serve_answers_health_stops_on_sigterm_and_restarts_on_the_same_state() {
 }
 
 #[test]
+fn metrics_are_exposed_on_the_admin_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, address, _stderr) = serve(dir.path(), &["--hub-name", "Switch"]);
+    assert_eq!(http_get(address, "/health").0, 200);
+    let (status, body) = http_get(address, "/metrics");
+    assert_eq!(status, 200);
+    for expected in [
+        "kasi_http_requests_total{api=\"admin\",route=\"GET /health\",status=\"2xx\"} 1",
+        "kasi_http_request_duration_seconds_count{api=\"admin\",route=\"GET /health\",status=\"2xx\"} 1",
+        // Start-up created the hub participant and read the state back.
+        "kasi_ledger_batches_total ",
+        "kasi_ledger_commands_total ",
+        "kasi_ledger_apply_seconds_total ",
+        "kasi_ledger_apply_max_seconds ",
+        "kasi_store_commits_total ",
+        "kasi_store_records_total ",
+        "kasi_store_commit_seconds_total ",
+        "kasi_store_commit_max_seconds ",
+        "# TYPE kasi_callbacks_sent_ok counter",
+        "# TYPE kasi_runtime_lag_seconds histogram",
+        "# EOF",
+    ] {
+        assert!(body.contains(expected), "missing {expected:?} in:\n{body}");
+    }
+    let batches: u64 = body
+        .lines()
+        .find_map(|line| line.strip_prefix("kasi_ledger_batches_total "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(batches > 0, "start-up applies batches");
+    assert!(terminate(&mut child).success());
+}
+
+#[test]
 fn a_second_hub_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, _, _stderr) = serve(dir.path(), &[]);

@@ -1,0 +1,572 @@
+//! Prometheus metrics, served as `GET /metrics` on the admin address
+//! (OpenMetrics text exposition, which Prometheus scrapes natively).
+//!
+//! Three kinds of source:
+//! - HTTP requests, recorded by the `guard` middleware as they finish: a
+//!   counter and a latency histogram per API, route and status class;
+//! - the ledger pipeline and the callback dispatcher, whose own counters are
+//!   read at scrape time (nothing is added to their hot paths);
+//! - the async runtime's scheduling delay, measured by a probe task that
+//!   sleeps 100 ms at a time and records how late it woke.
+//!
+//! Names (counters get `_total` appended in the exposition):
+//! `kasi_http_requests_total`, `kasi_http_request_duration_seconds`,
+//! `kasi_ledger_batches_total`, `kasi_ledger_commands_total`,
+//! `kasi_ledger_apply_seconds_total`, `kasi_ledger_apply_max_seconds`,
+//! `kasi_store_commits_total`, `kasi_store_records_total`,
+//! `kasi_store_commit_seconds_total`, `kasi_store_commit_max_seconds`,
+//! `kasi_callbacks_{sent_ok,http_error,failed,retried,dropped}_total`,
+//! `kasi_callbacks_{in_flight,queued}`, `kasi_callback_latency_seconds`
+//! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
+//! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
+//! `kasi_runtime_lag_max_seconds`.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, State};
+use axum::http::{header, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use engine::StatsSnapshot;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, LabelSetEncoder, NoLabelSet,
+};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::exemplar::Exemplar;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::notify::DestinationStats;
+use crate::Hub;
+
+/// Latency buckets, 0.1 ms to 10 s (1-2.5-5 per decade).
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// How often the runtime probe wakes.
+pub const PROBE_PERIOD: Duration = Duration::from_millis(100);
+
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// The route a request matched, kept without allocating: the method as a
+/// static name and axum's `MatchedPath` (a shared string).
+#[derive(Clone)]
+pub(crate) struct Route {
+    method: &'static str,
+    path: Option<MatchedPath>,
+}
+
+impl Route {
+    pub(crate) fn of(request: &axum::extract::Request) -> Route {
+        let method = match *request.method() {
+            Method::GET => "GET",
+            Method::POST => "POST",
+            Method::PUT => "PUT",
+            Method::PATCH => "PATCH",
+            Method::DELETE => "DELETE",
+            Method::HEAD => "HEAD",
+            Method::OPTIONS => "OPTIONS",
+            _ => "OTHER",
+        };
+        Route {
+            method,
+            path: request.extensions().get::<MatchedPath>().cloned(),
+        }
+    }
+
+    fn path(&self) -> Option<&str> {
+        self.path.as_ref().map(MatchedPath::as_str)
+    }
+}
+
+/// Labels of the HTTP metrics: `api`, `route` ("POST /transfers", or
+/// "unmatched" when no route matched) and `status` ("2xx", ...).
+#[derive(Clone)]
+pub(crate) struct RequestLabels {
+    api: &'static str,
+    route: Route,
+    status: &'static str,
+}
+
+impl PartialEq for RequestLabels {
+    fn eq(&self, other: &Self) -> bool {
+        self.api == other.api
+            && self.status == other.status
+            && self.route.method == other.route.method
+            && self.route.path() == other.route.path()
+    }
+}
+
+impl Eq for RequestLabels {}
+
+impl Hash for RequestLabels {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.api.hash(state);
+        self.status.hash(state);
+        self.route.method.hash(state);
+        self.route.path().hash(state);
+    }
+}
+
+impl fmt::Debug for RequestLabels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestLabels")
+            .field("api", &self.api)
+            .field("method", &self.route.method)
+            .field("path", &self.route.path())
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+impl EncodeLabelSet for RequestLabels {
+    fn encode(&self, encoder: LabelSetEncoder) -> fmt::Result {
+        // Scrape time only: allocating here is fine.
+        let route = match self.route.path() {
+            Some(path) => format!("{} {path}", self.route.method),
+            None => "unmatched".to_string(),
+        };
+        let labels: [(&str, &str); 3] = [
+            ("api", self.api),
+            ("route", route.as_str()),
+            ("status", self.status),
+        ];
+        EncodeLabelSet::encode(&labels, encoder)
+    }
+}
+
+fn status_class(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+/// Where the scrape-time figures come from (closures, so tests need no
+/// running pipeline).
+type EngineSource = Box<dyn Fn() -> StatsSnapshot + Send + Sync>;
+type CallbackSource = Box<dyn Fn() -> Vec<DestinationStats> + Send + Sync>;
+type DestinationField = fn(&DestinationStats) -> u64;
+
+/// The registry and the metrics recorded as things happen.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<RequestLabels, Histogram, fn() -> Histogram>,
+    lag: Histogram,
+    lag_last: Gauge<f64, AtomicU64>,
+    lag_max: Gauge<f64, AtomicU64>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Metrics reading the pipeline's and the dispatcher's counters from
+    /// `engine` and `callbacks` at each scrape.
+    pub fn new(
+        engine: impl Fn() -> StatsSnapshot + Send + Sync + 'static,
+        callbacks: impl Fn() -> Vec<DestinationStats> + Send + Sync + 'static,
+    ) -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let durations = Family::<RequestLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        let lag = latency_histogram();
+        let lag_last = Gauge::<f64, AtomicU64>::default();
+        let lag_max = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "kasi_http_requests",
+            "HTTP requests answered, by API, route and status class",
+            requests.clone(),
+        );
+        registry.register(
+            "kasi_http_request_duration_seconds",
+            "Time from a request's arrival at the guard to its response head",
+            durations.clone(),
+        );
+        registry.register(
+            "kasi_runtime_lag_seconds",
+            "How late the async runtime woke a 100 ms sleep (scheduling delay)",
+            lag.clone(),
+        );
+        registry.register(
+            "kasi_runtime_lag_last_seconds",
+            "The runtime probe's latest scheduling delay",
+            lag_last.clone(),
+        );
+        registry.register(
+            "kasi_runtime_lag_max_seconds",
+            "The runtime probe's largest scheduling delay so far",
+            lag_max.clone(),
+        );
+        registry.register_collector(Box::new(Pipeline {
+            engine: Box::new(engine),
+            callbacks: Box::new(callbacks),
+        }));
+        Metrics {
+            registry,
+            requests,
+            durations,
+            lag,
+            lag_last,
+            lag_max,
+        }
+    }
+
+    /// Counts one answered request (called by the guard middleware).
+    pub(crate) fn record_request(
+        &self,
+        api: &'static str,
+        route: Route,
+        status: StatusCode,
+        elapsed: Duration,
+    ) {
+        let labels = RequestLabels {
+            api,
+            route,
+            status: status_class(status),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    fn record_lag(&self, lag: Duration) {
+        let seconds = lag.as_secs_f64();
+        self.lag.observe(seconds);
+        self.lag_last.set(seconds);
+        // Only the probe writes these, so read-then-set is not racy.
+        if seconds > self.lag_max.get() {
+            self.lag_max.set(seconds);
+        }
+    }
+
+    /// The exposition, in the OpenMetrics text format.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing to a String cannot fail; the collectors do not fail either.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Starts the runtime probe on the current tokio runtime: every
+    /// [`PROBE_PERIOD`] it sleeps and records how much later than asked it
+    /// woke. It stops once the metrics are dropped.
+    pub fn start_runtime_probe(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let metrics: Weak<Metrics> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                let asleep = Instant::now();
+                tokio::time::sleep(PROBE_PERIOD).await;
+                let lag = asleep.elapsed().saturating_sub(PROBE_PERIOD);
+                match metrics.upgrade() {
+                    Some(metrics) => metrics.record_lag(lag),
+                    None => return,
+                }
+            }
+        })
+    }
+}
+
+/// `GET /metrics` (admin address).
+pub async fn scrape(State(hub): State<Arc<Hub>>) -> Response {
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], hub.metrics.render()).into_response()
+}
+
+/// The pipeline's and the dispatcher's counters, read at scrape time.
+struct Pipeline {
+    engine: EngineSource,
+    callbacks: CallbackSource,
+}
+
+impl fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pipeline").finish_non_exhaustive()
+    }
+}
+
+fn seconds(nanos: u64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(value).encode(metric)
+}
+
+fn counter_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(value).encode(metric)
+}
+
+fn gauge_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
+/// One sample per destination.
+fn per_destination(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    stats: &[DestinationStats],
+    value: impl Fn(&DestinationStats) -> u64,
+) -> fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for destination in stats {
+        let labels = [("destination", destination.destination.as_str())];
+        let sample = metric.encode_family(&labels)?;
+        match metric_type {
+            MetricType::Counter => ConstCounter::new(value(destination)).encode(sample)?,
+            _ => ConstGauge::new(value(destination) as i64).encode(sample)?,
+        }
+    }
+    Ok(())
+}
+
+impl Collector for Pipeline {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let e = (self.engine)();
+        let enc = &mut encoder;
+        counter(
+            enc,
+            "kasi_ledger_batches",
+            "Batches the ledger thread applied",
+            e.ledger_batches,
+        )?;
+        counter(
+            enc,
+            "kasi_ledger_commands",
+            "Commands the ledger thread applied",
+            e.commands,
+        )?;
+        counter_f64(
+            enc,
+            "kasi_ledger_apply_seconds",
+            "Time the ledger thread spent applying batches",
+            seconds(e.apply_nanos),
+        )?;
+        gauge_f64(
+            enc,
+            "kasi_ledger_apply_max_seconds",
+            "Longest single batch apply so far",
+            seconds(e.max_apply_nanos),
+        )?;
+        counter(
+            enc,
+            "kasi_store_commits",
+            "Store transactions committed",
+            e.store_commits,
+        )?;
+        counter(
+            enc,
+            "kasi_store_records",
+            "Records the store committed",
+            e.records,
+        )?;
+        counter_f64(
+            enc,
+            "kasi_store_commit_seconds",
+            "Time the store thread spent committing (fsync included)",
+            seconds(e.commit_nanos),
+        )?;
+        gauge_f64(
+            enc,
+            "kasi_store_commit_max_seconds",
+            "Longest single store commit so far",
+            seconds(e.max_commit_nanos),
+        )?;
+
+        let c = (self.callbacks)();
+        let counters: [(&str, &str, DestinationField); 5] = [
+            (
+                "kasi_callbacks_sent_ok",
+                "Callbacks answered with a 2xx status",
+                |d| d.sent_ok,
+            ),
+            (
+                "kasi_callbacks_http_error",
+                "Callbacks answered with a non-2xx status (not retried)",
+                |d| d.http_error,
+            ),
+            (
+                "kasi_callbacks_failed",
+                "Callbacks given up (attempts exhausted, unusable URL, shutdown)",
+                |d| d.failed,
+            ),
+            ("kasi_callbacks_retried", "Callback retries made", |d| {
+                d.retried
+            }),
+            (
+                "kasi_callbacks_dropped",
+                "Callbacks refused (queue full or shutting down)",
+                |d| d.dropped,
+            ),
+        ];
+        for (name, help, value) in counters {
+            per_destination(enc, name, help, MetricType::Counter, &c, value)?;
+        }
+        per_destination(
+            enc,
+            "kasi_callbacks_in_flight",
+            "Callbacks taken by a worker and not finished",
+            MetricType::Gauge,
+            &c,
+            |d| d.in_flight as u64,
+        )?;
+        per_destination(
+            enc,
+            "kasi_callbacks_queued",
+            "Callbacks waiting in the queue",
+            MetricType::Gauge,
+            &c,
+            |d| d.queued as u64,
+        )?;
+        {
+            // Sum and count only (one +Inf bucket): rate(sum)/rate(count)
+            // is the mean time to a callback's response head.
+            let mut metric = enc.encode_descriptor(
+                "kasi_callback_latency_seconds",
+                "Time from the start of a callback's answered attempt to the response head",
+                None,
+                MetricType::Histogram,
+            )?;
+            for d in &c {
+                let labels = [("destination", d.destination.as_str())];
+                let mut sample = metric.encode_family(&labels)?;
+                sample.encode_histogram::<NoLabelSet>(
+                    d.latency_sum_us as f64 / 1e6,
+                    d.latency_count,
+                    &[(f64::MAX, d.latency_count)], // f64::MAX is "+Inf" to the encoder,
+                    None::<&HashMap<usize, Exemplar<NoLabelSet, f64>>>,
+                )?;
+            }
+        }
+        let mut metric = enc.encode_descriptor(
+            "kasi_callback_latency_max_seconds",
+            "Longest time to a callback's response head so far",
+            None,
+            MetricType::Gauge,
+        )?;
+        for d in &c {
+            let labels = [("destination", d.destination.as_str())];
+            ConstGauge::new(d.latency_max_us as f64 / 1e6)
+                .encode(metric.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn destination(name: &str) -> DestinationStats {
+        DestinationStats {
+            destination: name.to_string(),
+            sent_ok: 7,
+            failed: 1,
+            retried: 2,
+            dropped: 0,
+            http_error: 3,
+            in_flight: 4,
+            queued: 5,
+            latency_sum_us: 1_500_000,
+            latency_count: 10,
+            latency_max_us: 250_000,
+        }
+    }
+
+    fn metrics() -> Metrics {
+        Metrics::new(
+            || StatsSnapshot {
+                ledger_batches: 3,
+                commands: 12,
+                store_commits: 2,
+                records: 40,
+                commit_nanos: 2_000_000_000,
+                apply_nanos: 500_000_000,
+                max_commit_nanos: 1_500_000_000,
+                max_apply_nanos: 250_000_000,
+            },
+            || vec![destination("payeefsp"), destination("payerfsp")],
+        )
+    }
+
+    fn request(method: Method, path: &str) -> axum::extract::Request {
+        axum::extract::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(axum::body::Body::empty())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_exposition_holds_every_metric() {
+        let metrics = metrics();
+        let route = Route::of(&request(Method::GET, "/nowhere"));
+        metrics.record_request(
+            "admin",
+            route,
+            StatusCode::NOT_FOUND,
+            Duration::from_micros(300),
+        );
+        metrics.record_lag(Duration::from_millis(3));
+        metrics.record_lag(Duration::from_millis(1));
+        let text = metrics.render();
+        for expected in [
+            "kasi_http_requests_total{api=\"admin\",route=\"unmatched\",status=\"4xx\"} 1",
+            "kasi_http_request_duration_seconds_bucket{le=\"0.0005\",api=\"admin\",route=\"unmatched\",status=\"4xx\"} 1",
+            "kasi_http_request_duration_seconds_count{api=\"admin\",route=\"unmatched\",status=\"4xx\"} 1",
+            "kasi_ledger_batches_total 3",
+            "kasi_ledger_commands_total 12",
+            "kasi_ledger_apply_seconds_total 0.5",
+            "kasi_ledger_apply_max_seconds 0.25",
+            "kasi_store_commits_total 2",
+            "kasi_store_records_total 40",
+            "kasi_store_commit_seconds_total 2.0",
+            "kasi_store_commit_max_seconds 1.5",
+            "kasi_callbacks_sent_ok_total{destination=\"payeefsp\"} 7",
+            "kasi_callbacks_http_error_total{destination=\"payerfsp\"} 3",
+            "kasi_callbacks_failed_total{destination=\"payeefsp\"} 1",
+            "kasi_callbacks_retried_total{destination=\"payeefsp\"} 2",
+            "kasi_callbacks_dropped_total{destination=\"payeefsp\"} 0",
+            "kasi_callbacks_in_flight{destination=\"payeefsp\"} 4",
+            "kasi_callbacks_queued{destination=\"payeefsp\"} 5",
+            "kasi_callback_latency_seconds_sum{destination=\"payeefsp\"} 1.5",
+            "kasi_callback_latency_seconds_count{destination=\"payeefsp\"} 10",
+            "kasi_callback_latency_max_seconds{destination=\"payeefsp\"} 0.25",
+            "kasi_runtime_lag_seconds_count 2",
+            "kasi_runtime_lag_last_seconds 0.001",
+            "kasi_runtime_lag_max_seconds 0.003",
+            "kasi_callback_latency_seconds_bucket{le=\"+Inf\",destination=\"payerfsp\"} 10",
+            "# EOF",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+}
