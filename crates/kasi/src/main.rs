@@ -38,10 +38,14 @@ struct Cli {
 enum Command {
     /// Run the hub on its data directory (created on first start).
     ///
-    /// Opens the store (embedded SQLite), rebuilds the ledger from it,
-    /// creates the hub participant on first start, and answers `GET /health`
-    /// on the admin address. Stops cleanly on SIGINT or SIGTERM: queued work
-    /// is committed and answered before the store closes.
+    /// Opens the store (embedded SQLite), rebuilds the ledger from it (and
+    /// refuses a store that does not add up), creates the hub participant on
+    /// first start, then serves the FSPIOP API to DFSPs (`--api-listen`:
+    /// transfers, parties, participants, quotes) and the central-ledger
+    /// admin API to the operator (`--admin-listen`: onboarding, funds,
+    /// positions, oracles, `/metrics`). Stops cleanly on SIGINT or SIGTERM:
+    /// requests in flight are answered, queued work is committed and queued
+    /// callbacks are delivered before the store closes.
     Serve(serve::ServeArgs),
     /// Recompute every account from the recorded transfers and compare.
     ///
