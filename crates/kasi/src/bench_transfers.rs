@@ -109,14 +109,32 @@ pub struct BenchTransfersArgs {
     #[arg(long, default_value = "127.0.0.1:0")]
     callback_listen: SocketAddr,
 
+    /// Open loop instead of the closed one: start this many flows per
+    /// second on a fixed schedule, whether or not earlier ones have ended
+    /// (at most 10,000 in flight: an arrival beyond that counts as an
+    /// error). Each flow's end-to-end latency is measured from its
+    /// scheduled start, so queueing shows as latency. --concurrency is
+    /// then ignored.
+    #[arg(long, value_name = "PER_SECOND")]
+    rate: Option<f64>,
+
     /// Print the summary as one JSON object on standard output.
     #[arg(long)]
     json: bool,
+
+    /// No progress line (once a second, on stderr) and no other chatter.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// A stage (lookup, quote, transfer) not ended this long after its request
 /// counts as timed out.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Open loop: flows in flight beyond this are not started (an error each).
+const MAX_IN_FLIGHT: u64 = 10_000;
+/// How long the run waits for the hub to settle positions that do not net
+/// to zero yet (a transfer the driver gave up on may still be committing).
+const POSITIONS_SETTLE: Duration = Duration::from_secs(2);
 /// How long a DFSP waits for the answer to its batch party registration.
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the embedded hub may take to say where it listens.
@@ -293,6 +311,11 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     if !(args.warmup.is_finite() && args.warmup >= 0.0) {
         bail!("--warmup must be zero or a positive number of seconds");
     }
+    if let Some(rate) = args.rate {
+        if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
+            bail!("--rate must be a positive number of flows per second, at most 1,000,000");
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kasi-bench")
@@ -307,7 +330,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             "external",
         ),
         _ => {
-            if !args.json {
+            if !args.json && !args.quiet {
                 eprintln!("starting an embedded hub...");
             }
             let hub = EmbeddedHub::start(&args.hub_name)?;
@@ -345,11 +368,13 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     } else {
         report.print(&args);
     }
-    Ok(if report.failed() == 0 && report.hub_problem.is_none() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if report.failed() == 0 && report.hub_problem.is_none() && report.positions.net_zero {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 // ------------------------------------------------------------ the embedded hub
@@ -878,6 +903,13 @@ struct Stats {
     /// Flows started (window or not).
     started: u64,
     started_in_window: u64,
+    /// Flows ended, however (for the progress line).
+    ended: u64,
+    /// Flows ended well, window or not (for the progress line).
+    ended_ok: u64,
+    /// End-to-end latencies (µs) of the flows ended well since the progress
+    /// line last read them.
+    recent_e2e: Histogram<u64>,
     /// Failed flows by `{stage} {error key}`.
     errors: BTreeMap<String, ErrorTally>,
     /// Timed-out flows by stage.
@@ -906,6 +938,9 @@ impl Stats {
             completed: 0,
             started: 0,
             started_in_window: 0,
+            ended: 0,
+            ended_ok: 0,
+            recent_e2e: Histogram::new_with_bounds(1, 120_000_000, 3).expect("valid bounds"),
             errors: BTreeMap::new(),
             timeouts: BTreeMap::new(),
             confirmations: 0,
@@ -937,8 +972,13 @@ impl Stats {
         window: Option<Window>,
         outcome: Result<Instant, (&'static str, Failure)>,
     ) {
+        self.ended += 1;
         match outcome {
             Ok(ended) => {
+                self.ended_ok += 1;
+                let e2e = ended.saturating_duration_since(started).as_micros();
+                self.recent_e2e
+                    .saturating_record(u64::try_from(e2e).unwrap_or(u64::MAX).max(1));
                 if measured {
                     self.completed += 1;
                     self.record(E2E, ended.saturating_duration_since(started));
@@ -1102,7 +1142,7 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
         }
     });
 
-    if !args.json {
+    if !args.json && !args.quiet {
         let parties = if args.flow.discovers() {
             format!(", {} parties each", args.parties)
         } else {
@@ -1123,16 +1163,60 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
         until: started + Duration::from_secs_f64(args.warmup + args.duration),
     };
     let _ = shared.window.set(window);
-    if !args.json {
+    if !args.json && !args.quiet {
+        let load = match args.rate {
+            Some(rate) => format!("an open loop of {rate} flows/s"),
+            None => format!("{} virtual users", args.concurrency),
+        };
         eprintln!(
-            "onboarded in {:.1} s; running {} virtual users ({} flow): {} s warm-up, {} s measured",
+            "onboarded in {:.1} s; running {load} ({} flow): {} s warm-up, {} s measured",
             onboarding.as_secs_f64(),
-            args.concurrency,
             args.flow.name(),
             args.warmup,
             args.duration
         );
     }
+    let progress = (!args.quiet).then(|| tokio::spawn(progress(shared.clone(), started, window)));
+    let loaded = match args.rate {
+        None => closed_loop(&shared, args, window).await,
+        Some(rate) => open_loop(&shared, args, rate, started, window).await,
+    };
+    if let Some(progress) = progress {
+        progress.abort();
+    }
+    loaded?;
+    let drained = window.until.elapsed();
+    // A payee's answer can be answered after the payer's callback: let the
+    // last ones be timed too; and no transfer may still be waited for
+    // before the positions are read.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (shared.answers_in_flight.load(Ordering::SeqCst) > 0 || !shared.pending().is_empty())
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let positions = check_positions(&shared, admin).await;
+
+    let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
+    Ok(Report {
+        stats,
+        drain: drained,
+        onboarding,
+        positions,
+        target: "",
+        api: String::new(),
+        hub_warnings: None,
+        hub_problem: None,
+    })
+}
+
+/// The closed loop: `--concurrency` virtual users, each starting its next
+/// flow when the last one ended, until the window ends.
+async fn closed_loop(
+    shared: &Arc<Shared>,
+    args: &BenchTransfersArgs,
+    window: Window,
+) -> anyhow::Result<()> {
     let mut users = tokio::task::JoinSet::new();
     for user in 0..args.concurrency {
         let payer = user % args.dfsps;
@@ -1144,37 +1228,111 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
         let shared = shared.clone();
         users.spawn(async move {
             while Instant::now() < window.until {
-                iteration(&shared, payer_party, payee).await;
+                iteration(&shared, Instant::now(), payer_party, payee).await;
             }
         });
     }
     while let Some(joined) = users.join_next().await {
         joined.context("a virtual user panicked")?;
     }
-    let drained = window.until.elapsed();
-    // A payee's answer can be answered after the payer's callback: let the
-    // last ones be timed too.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while shared.answers_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-
-    let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
-    Ok(Report {
-        stats,
-        drain: drained,
-        onboarding,
-        target: "",
-        api: String::new(),
-        hub_warnings: None,
-        hub_problem: None,
-    })
+    Ok(())
 }
 
-/// One iteration of a virtual user: its flow, from its first request to
-/// its last callback; records how it ended.
-async fn iteration(shared: &Shared, payer_party: PartyRef, payee: u32) {
-    let started = Instant::now();
+/// The open loop: arrival `n` is scheduled `n / rate` s after the start and
+/// started then (or at once, if the scheduler is late), whatever is still
+/// in flight, until the window ends; then waits for every flow to end.
+/// Arrival `n` pays from DFSP `n mod N` to the next one.
+async fn open_loop(
+    shared: &Arc<Shared>,
+    args: &BenchTransfersArgs,
+    rate: f64,
+    started: Instant,
+    window: Window,
+) -> anyhow::Result<()> {
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let mut flows = tokio::task::JoinSet::new();
+    for n in 0u64.. {
+        let scheduled = started + Duration::from_secs_f64(n as f64 / rate);
+        if scheduled >= window.until {
+            break;
+        }
+        if scheduled > Instant::now() {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(scheduled)).await;
+        }
+        while let Some(joined) = flows.try_join_next() {
+            joined.context("a flow panicked")?;
+        }
+        if in_flight.load(Ordering::SeqCst) >= MAX_IN_FLIGHT {
+            shared.stats().error(
+                "start overflow".into(),
+                format!("{MAX_IN_FLIGHT} flows already in flight when one was due"),
+            );
+            continue;
+        }
+        let dfsps = u64::from(args.dfsps);
+        let payer = (n % dfsps) as u32;
+        let payee = (payer + 1) % args.dfsps;
+        let payer_party = PartyRef {
+            dfsp: payer,
+            index: ((n / dfsps) % u64::from(args.parties)) as u32,
+        };
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        let (shared, in_flight) = (shared.clone(), in_flight.clone());
+        flows.spawn(async move {
+            iteration(&shared, scheduled, payer_party, payee).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+    while let Some(joined) = flows.join_next().await {
+        joined.context("a flow panicked")?;
+    }
+    Ok(())
+}
+
+/// Once a second on stderr: elapsed time, flows completed (and their rate
+/// over the last second), the p99 end-to-end latency of the flows that
+/// ended in the last second, flows in flight, and failures.
+async fn progress(shared: Arc<Shared>, started: Instant, window: Window) {
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::from_std(started + Duration::from_secs(1)),
+        Duration::from_secs(1),
+    );
+    let mut last = (started, 0u64);
+    loop {
+        let now = ticks.tick().await.into_std();
+        let (ok, failed, in_flight, p99_ms) = {
+            let mut stats = shared.stats();
+            let p99_ms = LegSummary::of(&stats.recent_e2e).p99_ms;
+            stats.recent_e2e.reset();
+            let failed = stats.errors.values().map(|t| t.count).sum::<u64>() + stats.timeouts();
+            let in_flight = stats.started.saturating_sub(stats.ended);
+            (stats.ended_ok, failed, in_flight, p99_ms)
+        };
+        let seconds = now
+            .saturating_duration_since(last.0)
+            .as_secs_f64()
+            .max(1e-3);
+        let rate = ok.saturating_sub(last.1) as f64 / seconds;
+        last = (now, ok);
+        let phase = if now < window.from {
+            "warm-up"
+        } else if now <= window.until {
+            "measuring"
+        } else {
+            "draining"
+        };
+        eprintln!(
+            "[{:>6.1} s {phase}] completed {ok} ({rate:.0}/s), p99 e2e {p99_ms:.1} ms (last 1 s), in flight {in_flight}, errors {failed}",
+            now.saturating_duration_since(started).as_secs_f64()
+        );
+    }
+}
+
+/// One iteration of a virtual user (or one arrival of the open loop): its
+/// flow, from its first request to its last callback; records how it
+/// ended. Its end-to-end latency counts from `started`: now for a virtual
+/// user, the scheduled start for an arrival.
+async fn iteration(shared: &Shared, started: Instant, payer_party: PartyRef, payee: u32) {
     let measured = shared.measured(started);
     {
         let mut stats = shared.stats();
@@ -2320,6 +2478,109 @@ async fn register_parties(shared: &Shared, name: &str) -> anyhow::Result<()> {
     }
 }
 
+// ---------------------------------------------------------------- positions
+
+/// Whether the run's DFSPs' positions net to zero once every transfer has
+/// ended: every transfer moves its amount from the payer's position to the
+/// payee's, so anything else is money created, lost, or still reserved.
+#[derive(Debug, Default)]
+struct PositionCheck {
+    /// The sum of the DFSPs' `CURRENCY` positions, exact.
+    sum: Option<ledger::Amount>,
+    net_zero: bool,
+    /// Why the positions could not be read.
+    problem: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct PositionRow {
+    #[serde(default)]
+    currency: Option<String>,
+    /// Exact: a JSON number (or string) as the hub wrote it.
+    value: Box<serde_json::value::RawValue>,
+}
+
+/// A position's `value` as an exact decimal: a JSON number or string,
+/// possibly negative; no floats.
+fn parse_position_value(raw: &str) -> Result<ledger::Amount, String> {
+    let text = raw.trim();
+    let text = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    ledger::Amount::parse_signed(text).map_err(|error| format!("position {raw:?}: {error}"))
+}
+
+/// The exact sum of `values` (JSON position values).
+fn sum_positions<'a>(values: impl IntoIterator<Item = &'a str>) -> Result<ledger::Amount, String> {
+    values
+        .into_iter()
+        .try_fold(ledger::Amount::ZERO, |sum, raw| {
+            sum.checked_add(parse_position_value(raw)?)
+                .ok_or_else(|| "the positions' sum overflows".to_string())
+        })
+}
+
+/// Reads `GET /participants/{name}/positions` of every DFSP of the run.
+async fn read_positions(shared: &Arc<Shared>, admin: &str) -> Result<ledger::Amount, String> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = tokio::task::JoinSet::new();
+    for name in shared.names.clone() {
+        let (shared, permits) = (shared.clone(), permits.clone());
+        let url = format!("{admin}/participants/{name}/positions");
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let body = admin_call(&shared.client, Method::GET, &url, None, false)
+                .await
+                .map_err(|error| format!("{error:#}"))?;
+            let rows: Vec<PositionRow> =
+                serde_json::from_slice(&body).map_err(|error| format!("GET {url}: {error}"))?;
+            let values: Vec<String> = rows
+                .iter()
+                .filter(|row| row.currency.as_deref().is_none_or(|c| c == CURRENCY))
+                .map(|row| row.value.get().to_string())
+                .collect();
+            if values.is_empty() {
+                return Err(format!("GET {url}: no {CURRENCY} position"));
+            }
+            sum_positions(values.iter().map(String::as_str))
+        });
+    }
+    let mut sum = ledger::Amount::ZERO;
+    while let Some(joined) = tasks.join_next().await {
+        let position = joined.map_err(|error| error.to_string())??;
+        sum = sum
+            .checked_add(position)
+            .ok_or_else(|| "the positions' sum overflows".to_string())?;
+    }
+    Ok(sum)
+}
+
+/// Reads the positions, again for up to [`POSITIONS_SETTLE`] while they do
+/// not net to zero (a transfer the driver timed out may still be settling
+/// in the hub).
+async fn check_positions(shared: &Arc<Shared>, admin: &str) -> PositionCheck {
+    let deadline = Instant::now() + POSITIONS_SETTLE;
+    loop {
+        let check = match read_positions(shared, admin).await {
+            Ok(sum) => PositionCheck {
+                sum: Some(sum),
+                net_zero: sum == ledger::Amount::ZERO,
+                problem: None,
+            },
+            Err(problem) => PositionCheck {
+                sum: None,
+                net_zero: false,
+                problem: Some(problem),
+            },
+        };
+        if check.net_zero || check.problem.is_some() || Instant::now() >= deadline {
+            return check;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 // ------------------------------------------------------------------- report
 
 /// Percentiles of one leg, in ms.
@@ -2363,6 +2624,7 @@ struct Report {
     drain: Duration,
     /// Onboarding the DFSPs (and registering their parties) took this long.
     onboarding: Duration,
+    positions: PositionCheck,
     target: &'static str,
     api: String,
     /// Warnings the embedded hub logged.
@@ -2393,9 +2655,13 @@ impl Report {
         } else {
             String::new()
         };
+        let load = match args.rate {
+            Some(rate) => format!("open loop at {rate} flows/s"),
+            None => format!("{} virtual users", args.concurrency),
+        };
         println!(
-            "kasi bench transfers --flow {}: {} DFSPs{parties}, {} virtual users, {} s warm-up + {} s measured, hub {} ({})",
-            flow.name(), args.dfsps, args.concurrency, args.warmup, args.duration, self.api, self.target
+            "kasi bench transfers --flow {}: {} DFSPs{parties}, {load}, {} s warm-up + {} s measured, hub {} ({})",
+            flow.name(), args.dfsps, args.warmup, args.duration, self.api, self.target
         );
         println!();
         println!(
@@ -2417,6 +2683,12 @@ impl Report {
             stats.completed_in_window,
             args.duration
         );
+        if let Some(rate) = args.rate {
+            println!(
+                "  offered: {rate} flows/s ({:.0}/s started in the window); e2e counts from each flow's scheduled start",
+                stats.started_in_window as f64 / args.duration
+            );
+        }
         println!(
             "  flows: {} started ({} in the window, {} of them completed), {} failed, {} timed out; last ended {:.0} ms after the window",
             stats.started,
@@ -2437,6 +2709,18 @@ impl Report {
                 "  callbacks for ended or unknown stages: {} errors, {} answers, {} forwarded requests; {} unexpected requests",
                 stats.late_errors, stats.late_answers, stats.strays, stats.unexpected
             );
+        }
+        match (&self.positions.problem, self.positions.sum) {
+            (Some(problem), _) => println!("  positions: NOT CHECKED: {problem}"),
+            (None, Some(sum)) if self.positions.net_zero => println!(
+                "  positions: the {} DFSPs' {CURRENCY} positions sum to {sum}: net zero",
+                args.dfsps
+            ),
+            (None, sum) => println!(
+                "  positions: the {} DFSPs' {CURRENCY} positions sum to {}: NOT NET ZERO",
+                args.dfsps,
+                sum.map_or("?".to_string(), |sum| sum.to_string())
+            ),
         }
         if let Some(warnings) = self.hub_warnings {
             if warnings > 0 {
@@ -2482,7 +2766,10 @@ impl Report {
             "api": self.api,
             "dfsps": args.dfsps,
             "parties_per_dfsp": args.flow.discovers().then_some(args.parties),
-            "concurrency": args.concurrency,
+            "load": if args.rate.is_some() { "open" } else { "closed" },
+            "concurrency": args.rate.is_none().then_some(args.concurrency),
+            "offered_rate_per_s": args.rate,
+            "offered_in_window_per_s": args.rate.map(|_| stats.started_in_window as f64 / args.duration),
             "warmup_s": args.warmup,
             "duration_s": args.duration,
             "onboarding_s": self.onboarding.as_secs_f64(),
@@ -2502,6 +2789,9 @@ impl Report {
             "stray_requests": stats.strays,
             "unexpected_requests": stats.unexpected,
             "drain_ms": self.drain.as_secs_f64() * 1000.0,
+            "positions_net_zero": self.positions.net_zero,
+            "positions_sum": self.positions.sum.map(|sum| sum.to_string()),
+            "positions_problem": self.positions.problem,
             "hub_warnings": self.hub_warnings,
             "hub_problem": self.hub_problem,
             "legs": legs,
@@ -2938,6 +3228,51 @@ mod tests {
         assert_eq!(stats.errors["lookup 3204"].first, "Party not found");
         assert_eq!(stats.timeouts["quote"], 2);
         assert_eq!(stats.timeouts(), 2);
+    }
+
+    #[test]
+    fn positions_sum_exactly() {
+        assert_eq!(
+            sum_positions(["1922", "-565", "-1357"]),
+            Ok(ledger::Amount::ZERO)
+        );
+        // 0.1 + 0.2 - 0.3 is not zero in floating point; it is here.
+        assert_eq!(
+            sum_positions(["0.1", "0.2", "-0.3", "\"0\""]),
+            Ok(ledger::Amount::ZERO)
+        );
+        assert_eq!(
+            sum_positions(["10.5", "-3.25"]).map(|sum| sum.to_string()),
+            Ok("7.25".to_string())
+        );
+        assert_eq!(
+            sum_positions(["999999999999999999.9999", "-999999999999999999.9998"])
+                .map(|sum| sum.to_string()),
+            Ok("0.0001".to_string())
+        );
+        assert!(sum_positions(["1e3"]).is_err());
+        assert!(sum_positions(["null"]).is_err());
+        assert_eq!(sum_positions([]), Ok(ledger::Amount::ZERO));
+    }
+
+    #[test]
+    fn the_open_loop_and_quiet_flags_parse() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: BenchTransfersArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let argv = std::iter::once("bench").chain(extra.iter().copied());
+            <Cli as clap::Parser>::try_parse_from(argv).map(|cli| cli.args)
+        };
+        let default = parse(&[]).expect("defaults");
+        assert_eq!(default.rate, None);
+        assert!(!default.quiet);
+        let args = parse(&["--rate", "2500.5", "--quiet"]).expect("valid");
+        assert_eq!(args.rate, Some(2500.5));
+        assert!(args.quiet);
+        assert!(parse(&["--rate", "fast"]).is_err());
     }
 
     #[test]
