@@ -60,6 +60,13 @@ pub struct BenchTransfersArgs {
     #[arg(long, conflicts_with_all = ["api", "admin"])]
     embedded: bool,
 
+    /// Instead of a hub, run a built-in null hub in this process: it
+    /// answers onboarding minimally and forwards every FSPIOP request to
+    /// the DFSP it is for, with no validation, ledger or store. Measures the
+    /// harness's own ceiling on this machine (positions: not applicable).
+    #[arg(long, conflicts_with_all = ["api", "admin", "embedded"])]
+    null_hub: bool,
+
     /// Base URL of a running hub's FSPIOP API (e.g. http://127.0.0.1:3000)
     /// instead of an embedded one; needs --admin.
     #[arg(long, value_name = "URL", requires = "admin")]
@@ -324,6 +331,17 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
 
     let mut embedded = None;
     let (api, admin, target) = match (&args.api, &args.admin) {
+        _ if args.null_hub => {
+            if !args.json && !args.quiet {
+                eprintln!("starting the null hub (no hub work: the harness's own ceiling)...");
+            }
+            let hub = runtime.block_on(crate::null_hub::start())?;
+            (
+                format!("http://{}", hub.api),
+                format!("http://{}", hub.admin),
+                "null-hub",
+            )
+        }
         (Some(api), Some(admin)) => (
             api.trim_end_matches('/').to_string(),
             admin.trim_end_matches('/').to_string(),
@@ -369,7 +387,10 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         report.print(&args);
     }
     Ok(
-        if report.failed() == 0 && report.hub_problem.is_none() && report.positions.net_zero {
+        if report.failed() == 0
+            && report.hub_problem.is_none()
+            && (report.positions.net_zero || report.positions.not_applicable)
+        {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)
@@ -1195,7 +1216,14 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let positions = check_positions(&shared, admin).await;
+    let positions = if args.null_hub {
+        PositionCheck {
+            not_applicable: true,
+            ..PositionCheck::default()
+        }
+    } else {
+        check_positions(&shared, admin).await
+    };
 
     let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
     Ok(Report {
@@ -2490,6 +2518,8 @@ struct PositionCheck {
     net_zero: bool,
     /// Why the positions could not be read.
     problem: Option<String>,
+    /// No ledger to check (the null hub): neither net zero nor not.
+    not_applicable: bool,
 }
 
 #[derive(Deserialize)]
@@ -2567,11 +2597,13 @@ async fn check_positions(shared: &Arc<Shared>, admin: &str) -> PositionCheck {
                 sum: Some(sum),
                 net_zero: sum == ledger::Amount::ZERO,
                 problem: None,
+                not_applicable: false,
             },
             Err(problem) => PositionCheck {
                 sum: None,
                 net_zero: false,
                 problem: Some(problem),
+                not_applicable: false,
             },
         };
         if check.net_zero || check.problem.is_some() || Instant::now() >= deadline {
@@ -2663,6 +2695,11 @@ impl Report {
             "kasi bench transfers --flow {}: {} DFSPs{parties}, {load}, {} s warm-up + {} s measured, hub {} ({})",
             flow.name(), args.dfsps, args.warmup, args.duration, self.api, self.target
         );
+        if args.null_hub {
+            println!(
+                "NULL HUB: no hub work (no validation, ledger or store); this is the harness's own ceiling"
+            );
+        }
         println!();
         println!(
             "  {:<8} {:>9} {:>8} {:>8} {:>8} {:>8}",
@@ -2711,6 +2748,9 @@ impl Report {
             );
         }
         match (&self.positions.problem, self.positions.sum) {
+            _ if self.positions.not_applicable => {
+                println!("  positions: not applicable (the null hub keeps no ledger)")
+            }
             (Some(problem), _) => println!("  positions: NOT CHECKED: {problem}"),
             (None, Some(sum)) if self.positions.net_zero => println!(
                 "  positions: the {} DFSPs' {CURRENCY} positions sum to {sum}: net zero",
@@ -2763,6 +2803,7 @@ impl Report {
         json!({
             "flow": args.flow.name(),
             "target": self.target,
+            "null_hub": args.null_hub,
             "api": self.api,
             "dfsps": args.dfsps,
             "parties_per_dfsp": args.flow.discovers().then_some(args.parties),
@@ -2789,7 +2830,8 @@ impl Report {
             "stray_requests": stats.strays,
             "unexpected_requests": stats.unexpected,
             "drain_ms": self.drain.as_secs_f64() * 1000.0,
-            "positions_net_zero": self.positions.net_zero,
+            "positions_net_zero": (!self.positions.not_applicable).then_some(self.positions.net_zero),
+            "positions_applicable": !self.positions.not_applicable,
             "positions_sum": self.positions.sum.map(|sum| sum.to_string()),
             "positions_problem": self.positions.problem,
             "hub_warnings": self.hub_warnings,

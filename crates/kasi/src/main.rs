@@ -9,6 +9,7 @@ mod audit;
 mod bench_ledger;
 mod bench_transfers;
 mod config;
+mod null_hub;
 mod serve;
 
 /// kasi: a fast FSPIOP (Mojaloop) payments interoperability hub in one binary.

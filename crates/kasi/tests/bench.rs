@@ -70,3 +70,33 @@ fn an_open_loop_run_offers_its_rate() {
     // 2 s at 500/s: 1000 arrivals, all started.
     assert_eq!(report["started"], 1000, "{report}");
 }
+
+#[test]
+fn a_null_hub_run_measures_the_harness() {
+    let output = Command::new(env!("CARGO_BIN_EXE_kasi"))
+        .args(["bench", "transfers", "--null-hub"])
+        .args(["--duration", "2", "--warmup", "0", "--json", "--quiet"])
+        .env_remove("KASI_CONFIG")
+        .env_remove("KASI_LOG")
+        .output()
+        .expect("kasi runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\nstdout: {stdout}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(report["null_hub"], Value::Bool(true), "{report}");
+    assert!(report["completed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    // No ledger: the positions check does not apply rather than pass.
+    assert_eq!(
+        report["positions_applicable"],
+        Value::Bool(false),
+        "{report}"
+    );
+    assert_eq!(report["positions_net_zero"], Value::Null, "{report}");
+}
