@@ -22,13 +22,10 @@ fn kasi() -> Command {
     command
 }
 
-/// Starts `kasi serve` on an ephemeral port; returns the child and the
-/// address it logged.
-fn serve(
-    data_dir: &Path,
-    extra: &[&str],
-) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
-    let mut child = kasi()
+/// `kasi serve` on ephemeral ports over `data_dir`.
+fn serve_command(data_dir: &Path) -> Command {
+    let mut command = kasi();
+    command
         .args([
             "serve",
             "--api-listen",
@@ -37,7 +34,17 @@ fn serve(
             "127.0.0.1:0",
             "--data-dir",
         ])
-        .arg(data_dir)
+        .arg(data_dir);
+    command
+}
+
+/// Starts `kasi serve` on an ephemeral port; returns the child and the
+/// address it logged.
+fn serve(
+    data_dir: &Path,
+    extra: &[&str],
+) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
+    let mut child = serve_command(data_dir)
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
@@ -119,18 +126,7 @@ fn serve_answers_health_stops_on_sigterm_and_restarts_on_the_same_state() {
     assert_eq!(load(dir.path()).participants.len(), 1);
 
     // A different hub name for the same data is refused with a reason.
-    let output = kasi()
-        .args([
-            "serve",
-            "--api-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let output = serve_command(dir.path()).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("pass --hub-name Switch"));
 }
@@ -175,18 +171,7 @@ fn metrics_are_exposed_on_the_admin_address() {
 fn a_second_hub_on_the_same_data_dir_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (mut first, _, _stderr) = serve(dir.path(), &[]);
-    let output = kasi()
-        .args([
-            "serve",
-            "--api-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
+    let output = serve_command(dir.path()).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("in use by another kasi process"));
     assert!(terminate(&mut first).success());
@@ -393,18 +378,7 @@ fn audit_finds_a_tampered_balance_and_serve_refuses_the_store() {
     assert!(report.contains("records value 123.45"), "{report}");
     assert!(report.contains("USD accounts sum to"), "{report}");
 
-    let serve = kasi()
-        .args([
-            "serve",
-            "--api-listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(&data_dir)
-        .output()
-        .unwrap();
+    let serve = serve_command(&data_dir).output().unwrap();
     assert_eq!(serve.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&serve.stderr).contains("does not add up"));
 }
