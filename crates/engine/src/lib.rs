@@ -31,6 +31,23 @@ use store::{Store, StoreError};
 /// the reason they never will be). Runs on the store thread: keep it short.
 pub type Reply = Box<dyn FnOnce(Result<Vec<Outcome>, EngineError>) + Send>;
 
+/// Like [`Reply`], but with the instants of the batch that decided the
+/// outcomes (see [`EngineHandle::try_submit_timed`]).
+pub type TimedReply = Box<dyn FnOnce(Result<(Vec<Outcome>, BatchTiming), EngineError>) + Send>;
+
+/// When the batch holding a submission went through the pipeline: taken once
+/// per batch (the ledger thread) and once per commit (the store thread), never
+/// per command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchTiming {
+    /// The ledger thread began applying the batch (its queue wait ended).
+    pub apply_started_at: Instant,
+    /// The ledger thread finished applying it.
+    pub applied_at: Instant,
+    /// The store committed it (and the replies began to be called).
+    pub durable_at: Instant,
+}
+
 /// Receives transfers that expired, after the expiry is durable.
 pub type ExpiredSink = Box<dyn FnMut(Vec<TransferView>) + Send>;
 
@@ -158,10 +175,32 @@ impl Shared {
     }
 }
 
+/// Whoever waits for a submission's outcomes.
+enum Replier {
+    Plain(Reply),
+    Timed(TimedReply),
+}
+
+impl Replier {
+    fn ok(self, outcomes: Vec<Outcome>, timing: BatchTiming) {
+        match self {
+            Replier::Plain(reply) => reply(Ok(outcomes)),
+            Replier::Timed(reply) => reply(Ok((outcomes, timing))),
+        }
+    }
+
+    fn err(self, error: EngineError) {
+        match self {
+            Replier::Plain(reply) => reply(Err(error)),
+            Replier::Timed(reply) => reply(Err(error)),
+        }
+    }
+}
+
 enum Message {
     Submit {
         commands: Vec<Command>,
-        reply: Reply,
+        reply: Replier,
     },
     Stop,
 }
@@ -194,29 +233,43 @@ impl EngineHandle {
     /// Queues `commands` (applied in order, within one batch); `reply` gets
     /// their outcomes once durable. Blocks while the queue is full.
     pub fn submit(&self, commands: Vec<Command>, reply: Reply) {
+        self.send(commands, Replier::Plain(reply));
+    }
+
+    fn send(&self, commands: Vec<Command>, reply: Replier) {
         if let Err(error) = self.check(&commands) {
-            return reply(Err(error));
+            return reply.err(error);
         }
         if let Err(mpsc::SendError(Message::Submit { reply, .. })) =
             self.sender.send(Message::Submit { commands, reply })
         {
-            reply(Err(EngineError::Stopped));
+            reply.err(EngineError::Stopped);
         }
     }
 
     /// Like [`submit`](Self::submit), but refuses with
     /// [`EngineError::Overloaded`] instead of waiting for queue space.
     pub fn try_submit(&self, commands: Vec<Command>, reply: Reply) {
+        self.try_send(commands, Replier::Plain(reply));
+    }
+
+    /// Like [`try_submit`](Self::try_submit), and the reply also gets the
+    /// [`BatchTiming`] of the batch that decided the outcomes.
+    pub fn try_submit_timed(&self, commands: Vec<Command>, reply: TimedReply) {
+        self.try_send(commands, Replier::Timed(reply));
+    }
+
+    fn try_send(&self, commands: Vec<Command>, reply: Replier) {
         if let Err(error) = self.check(&commands) {
-            return reply(Err(error));
+            return reply.err(error);
         }
         match self.sender.try_send(Message::Submit { commands, reply }) {
             Ok(()) => {}
             Err(TrySendError::Full(Message::Submit { reply, .. })) => {
-                reply(Err(EngineError::Overloaded))
+                reply.err(EngineError::Overloaded)
             }
             Err(TrySendError::Disconnected(Message::Submit { reply, .. })) => {
-                reply(Err(EngineError::Stopped))
+                reply.err(EngineError::Stopped)
             }
             Err(_) => unreachable!("only submissions are sent here"),
         }
@@ -284,8 +337,11 @@ pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recover
 
 struct StoreJob {
     records: Vec<Record>,
-    replies: Vec<(Reply, Vec<Outcome>)>,
+    replies: Vec<(Replier, Vec<Outcome>)>,
     expired: Vec<TransferView>,
+    /// When the ledger thread began and finished applying the batch.
+    apply_started_at: Instant,
+    applied_at: Instant,
 }
 
 impl Engine {
@@ -385,7 +441,7 @@ struct LedgerLoop {
 impl LedgerLoop {
     fn run(mut self) -> Ledger {
         let mut commands: Vec<Command> = Vec::with_capacity(self.max_batch_commands);
-        let mut replies: Vec<(Reply, usize)> = Vec::new();
+        let mut replies: Vec<(Replier, usize)> = Vec::new();
         let mut stopping = false;
         while !stopping {
             // Wait for the first submission, or until the next expiry is due.
@@ -422,7 +478,7 @@ impl LedgerLoop {
         self.shared.stopped.store(true, Ordering::Release);
         while let Ok(message) = self.receiver.try_recv() {
             if let Message::Submit { reply, .. } = message {
-                reply(Err(EngineError::Stopped));
+                reply.err(EngineError::Stopped);
             }
         }
         self.ledger
@@ -433,7 +489,7 @@ impl LedgerLoop {
         &self,
         message: Message,
         commands: &mut Vec<Command>,
-        replies: &mut Vec<(Reply, usize)>,
+        replies: &mut Vec<(Replier, usize)>,
     ) -> bool {
         match message {
             Message::Submit {
@@ -448,11 +504,11 @@ impl LedgerLoop {
         }
     }
 
-    fn apply(&mut self, commands: &mut Vec<Command>, replies: &mut Vec<(Reply, usize)>) {
+    fn apply(&mut self, commands: &mut Vec<Command>, replies: &mut Vec<(Replier, usize)>) {
         if let Some(failure) = self.shared.failure() {
             commands.clear();
             for (reply, _) in replies.drain(..) {
-                reply(Err(failure.clone()));
+                reply.err(failure.clone());
             }
             return;
         }
@@ -467,10 +523,11 @@ impl LedgerLoop {
         if expire {
             commands.insert(0, Command::Expire);
         }
-        let started = Instant::now();
+        let apply_started_at = Instant::now();
         let result = self.ledger.apply_batch(now_ms, commands);
+        let applied_at = Instant::now();
         let stats = &self.shared.stats;
-        let apply_nanos = started.elapsed().as_nanos() as u64;
+        let apply_nanos = (applied_at - apply_started_at).as_nanos() as u64;
         stats.apply_nanos.fetch_add(apply_nanos, Ordering::Relaxed);
         stats
             .max_apply_nanos
@@ -497,12 +554,14 @@ impl LedgerLoop {
             records: result.records,
             replies,
             expired,
+            apply_started_at,
+            applied_at,
         };
         if let Err(mpsc::SendError(job)) = self.to_store.send(job) {
             // The store thread is gone: it failed and said why.
             let failure = self.shared.failure().unwrap_or(EngineError::Stopped);
             for (reply, _) in job.replies {
-                reply(Err(failure.clone()));
+                reply.err(failure.clone());
             }
         }
     }
@@ -530,8 +589,9 @@ fn store_loop(
                     jobs.iter().map(|job| job.records.as_slice()).collect();
                 let started = Instant::now();
                 let committed = store.commit(&batches);
+                let durable_at = Instant::now();
                 let stats = &shared.stats;
-                let commit_nanos = started.elapsed().as_nanos() as u64;
+                let commit_nanos = (durable_at - started).as_nanos() as u64;
                 stats
                     .commit_nanos
                     .fetch_add(commit_nanos, Ordering::Relaxed);
@@ -543,7 +603,7 @@ fn store_loop(
                     batches.iter().map(|b| b.len() as u64).sum(),
                     Ordering::Relaxed,
                 );
-                committed.map_err(|error| {
+                committed.map(|()| durable_at).map_err(|error| {
                     let why = format!("{} commit failed: {error}", store.describe());
                     *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     EngineError::StoreFailed(why)
@@ -552,9 +612,14 @@ fn store_loop(
         };
         for job in jobs {
             match &result {
-                Ok(()) => {
+                Ok(durable_at) => {
+                    let timing = BatchTiming {
+                        apply_started_at: job.apply_started_at,
+                        applied_at: job.applied_at,
+                        durable_at: *durable_at,
+                    };
                     for (reply, outcomes) in job.replies {
-                        reply(Ok(outcomes));
+                        reply.ok(outcomes, timing);
                     }
                     if let (Some(sink), false) = (on_expired.as_mut(), job.expired.is_empty()) {
                         sink(job.expired);
@@ -562,7 +627,7 @@ fn store_loop(
                 }
                 Err(error) => {
                     for (reply, _) in job.replies {
-                        reply(Err(error.clone()));
+                        reply.err(error.clone());
                     }
                 }
             }

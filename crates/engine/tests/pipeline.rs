@@ -475,3 +475,51 @@ fn an_oversized_submission_is_refused_whole() {
     engine.shutdown().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[test]
+fn a_timed_reply_gets_its_batch_instants_in_pipeline_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path(), EngineConfig::default());
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (sender, receiver) = mpsc::channel();
+    let expiration_ms = far_future();
+    for id in 1..=50u128 {
+        let sender = sender.clone();
+        let submitted_at = Instant::now();
+        handle.try_submit_timed(
+            vec![prepare(id, expiration_ms)],
+            Box::new(move |result| {
+                let replied_at = Instant::now();
+                sender.send((submitted_at, result, replied_at)).unwrap()
+            }),
+        );
+    }
+    for _ in 0..50 {
+        let (submitted_at, result, replied_at) =
+            receiver.recv_timeout(Duration::from_secs(30)).unwrap();
+        let (outcomes, timing) = result.unwrap();
+        assert!(
+            matches!(outcomes.as_slice(), [Outcome::Transfer(_)]),
+            "{outcomes:?}"
+        );
+        assert!(submitted_at <= timing.apply_started_at, "{timing:?}");
+        assert!(timing.apply_started_at <= timing.applied_at, "{timing:?}");
+        assert!(timing.applied_at <= timing.durable_at, "{timing:?}");
+        assert!(timing.durable_at <= replied_at, "{timing:?}");
+    }
+    // A refusal carries no timing, only the error.
+    let (sender, receiver) = mpsc::channel();
+    let too_many = (0..=handle.max_batch_commands() as u128)
+        .map(|id| prepare(1_000 + id, expiration_ms))
+        .collect();
+    handle.try_submit_timed(
+        too_many,
+        Box::new(move |result| sender.send(result).unwrap()),
+    );
+    assert!(matches!(
+        receiver.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Err(EngineError::TooLarge { .. })
+    ));
+    engine.shutdown().unwrap();
+}

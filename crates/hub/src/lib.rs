@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use engine::{EngineError, EngineHandle};
+use engine::{BatchTiming, EngineError, EngineHandle};
 use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
@@ -22,6 +22,7 @@ pub mod oracles;
 pub mod parties;
 pub mod quotes;
 pub mod server;
+pub mod stages;
 pub mod transfers;
 pub mod wire;
 
@@ -52,6 +53,9 @@ pub struct HubConfig {
     /// Record quotes durably and apply the FSPIOP duplicate rules to them
     /// (the quoting service's persistent mode); otherwise only route them.
     pub quotes_persistent: bool,
+    /// Trace one transfer in this many, stage by stage (`GET /stats/traces`);
+    /// 0 traces none. The per-stage aggregates are kept for every transfer.
+    pub trace_sample_every: u64,
 }
 
 impl HubConfig {
@@ -66,6 +70,7 @@ impl HubConfig {
             oracle_cache_capacity: oracles::DEFAULT_CACHE_CAPACITY,
             oracle_connect_timeout: Duration::from_secs(2),
             oracle_request_timeout: Duration::from_secs(5),
+            trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
         }
     }
 }
@@ -81,6 +86,8 @@ pub struct Hub {
     pub dispatcher: Dispatcher,
     /// Prometheus metrics, served on the admin address.
     pub metrics: Arc<metrics::Metrics>,
+    /// Where transfer messages spend their time (`/stats/stages`, `/stats/traces`).
+    pub stages: Arc<stages::StageTimer>,
     started: Instant,
 }
 
@@ -101,6 +108,10 @@ impl Hub {
                 move || dispatcher.stats(),
             ))
         };
+        let stages = Arc::new(stages::StageTimer::new(
+            config.trace_sample_every,
+            Some(metrics.clone()),
+        ));
         let mut hub = Hub {
             config,
             engine,
@@ -109,6 +120,7 @@ impl Hub {
             oracles,
             dispatcher,
             metrics,
+            stages,
             started: Instant::now(),
         };
         match hub
@@ -141,17 +153,44 @@ impl Hub {
         headers: axum::http::HeaderMap,
         body: axum::body::Bytes,
     ) -> bool {
+        self.send_callback_probed(
+            destination,
+            endpoint_type,
+            variables,
+            method,
+            headers,
+            body,
+            None,
+        )
+    }
+
+    /// Like [`send_callback`](Self::send_callback); `probe` times the
+    /// delivery (see [`stages`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_callback_probed(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+        probe: Option<stages::CallbackProbe>,
+    ) -> bool {
         let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
             return false;
         };
         let destination = destination.to_string();
-        self.dispatcher.send(notify::Callback {
-            destination,
-            method,
-            url,
-            headers,
-            body,
-        });
+        self.dispatcher.send_probed(
+            notify::Callback {
+                destination,
+                method,
+                url,
+                headers,
+                body,
+            },
+            probe,
+        );
         true
     }
 
@@ -171,6 +210,30 @@ impl Hub {
             }),
         );
         receiver.await.unwrap_or(Err(EngineError::Stopped))
+    }
+
+    /// Like [`execute_one`](Self::execute_one), with when the command was
+    /// handed to the engine and the instants of the batch that decided it.
+    pub(crate) async fn execute_one_timed(
+        &self,
+        command: Command,
+    ) -> Result<(Outcome, Instant, BatchTiming), HubError> {
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let submitted = Instant::now();
+        self.engine.try_submit_timed(
+            vec![command],
+            Box::new(move |result| {
+                let _ = sender.send(result);
+            }),
+        );
+        let (mut outcomes, batch) = receiver
+            .await
+            .unwrap_or(Err(EngineError::Stopped))
+            .map_err(HubError::from)?;
+        let outcome = outcomes
+            .pop()
+            .ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))?;
+        Ok((outcome, submitted, batch))
     }
 
     pub async fn execute_one(&self, command: Command) -> Result<Outcome, HubError> {
@@ -294,6 +357,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
     guarded(
         admin::router(hub.clone())
             .merge(oracles::router(hub.clone()))
+            .merge(stages::router(hub.clone()))
             .merge(scrape),
         &hub,
         "admin",

@@ -19,7 +19,8 @@
 //! `kasi_callbacks_{in_flight,queued}`, `kasi_callback_latency_seconds`
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
-//! `kasi_runtime_lag_max_seconds`.
+//! `kasi_runtime_lag_max_seconds`, `kasi_stage_duration_seconds` (by `phase`
+//! and `stage` of a transfer message, see [`crate::stages`]).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -45,6 +46,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::notify::DestinationStats;
+use crate::stages::{cell_index, cells, Phase, Stage};
 use crate::Hub;
 
 /// Latency buckets, 0.1 ms to 10 s (1-2.5-5 per decade).
@@ -159,6 +161,9 @@ fn status_class(status: StatusCode) -> &'static str {
     }
 }
 
+/// Labels of the stage histogram: `phase` and `stage`.
+type StageLabels = [(&'static str, &'static str); 2];
+
 /// Where the scrape-time figures come from (closures, so tests need no
 /// running pipeline).
 type EngineSource = Box<dyn Fn() -> StatsSnapshot + Send + Sync>;
@@ -173,6 +178,9 @@ pub struct Metrics {
     lag: Histogram,
     lag_last: Gauge<f64, AtomicU64>,
     lag_max: Gauge<f64, AtomicU64>,
+    /// `kasi_stage_duration_seconds`, one per (phase, stage) in
+    /// [`cell_index`] order, created up front so recording never hashes.
+    stage_durations: Vec<Histogram>,
 }
 
 impl fmt::Debug for Metrics {
@@ -221,6 +229,22 @@ impl Metrics {
             "The runtime probe's largest scheduling delay so far",
             lag_max.clone(),
         );
+        let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram,
+        );
+        registry.register(
+            "kasi_stage_duration_seconds",
+            "Time a transfer message spent in each stage inside the hub, by phase and stage",
+            stages.clone(),
+        );
+        // Histograms share their state with their clones.
+        let stage_durations = cells()
+            .map(|(phase, stage)| {
+                stages
+                    .get_or_create(&[("phase", phase.as_str()), ("stage", stage.as_str())])
+                    .clone()
+            })
+            .collect();
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -232,7 +256,13 @@ impl Metrics {
             lag,
             lag_last,
             lag_max,
+            stage_durations,
         }
+    }
+
+    /// Observes one stage's duration (called by [`crate::stages::StageTimer`]).
+    pub(crate) fn record_stage(&self, phase: Phase, stage: Stage, duration: Duration) {
+        self.stage_durations[cell_index(phase, stage)].observe(duration.as_secs_f64());
     }
 
     /// Counts one answered request (called by the guard middleware).
@@ -536,6 +566,11 @@ mod tests {
             Duration::from_micros(300),
         );
         metrics.record_lag(Duration::from_millis(3));
+        metrics.record_stage(
+            Phase::Fulfil,
+            Stage::LedgerQueue,
+            Duration::from_micros(200),
+        );
         metrics.record_lag(Duration::from_millis(1));
         let text = metrics.render();
         for expected in [
@@ -564,6 +599,9 @@ mod tests {
             "kasi_runtime_lag_last_seconds 0.001",
             "kasi_runtime_lag_max_seconds 0.003",
             "kasi_callback_latency_seconds_bucket{le=\"+Inf\",destination=\"payerfsp\"} 10",
+            "kasi_stage_duration_seconds_bucket{le=\"0.00025\",phase=\"fulfil\",stage=\"ledger_queue\"} 1",
+            "kasi_stage_duration_seconds_count{phase=\"fulfil\",stage=\"ledger_queue\"} 1",
+            "kasi_stage_duration_seconds_count{phase=\"prepare\",stage=\"http_receive\"} 0",
             "# EOF",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");

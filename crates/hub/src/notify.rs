@@ -46,6 +46,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::stages::CallbackProbe;
+
 /// Idle keep-alive connections are closed after this long.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// No retry waits longer than this, whatever the base and attempt number.
@@ -189,6 +191,8 @@ struct Job {
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
+    /// Told when a 2xx response head arrives (stage timing).
+    probe: Option<CallbackProbe>,
 }
 
 struct Destination {
@@ -336,6 +340,12 @@ impl Dispatcher {
     /// queue is full or shutdown has begun, and failed at once (counted in
     /// `failed`) if its URL is not an absolute `http://` URL.
     pub fn send(&self, callback: Callback) {
+        self.send_probed(callback, None);
+    }
+
+    /// Like [`send`](Self::send); `probe` is told the instant the response
+    /// head of a 2xx answer arrives.
+    pub(crate) fn send_probed(&self, callback: Callback, probe: Option<CallbackProbe>) {
         let inner = &self.inner;
         let destination = inner.destination(&callback.destination);
         let uri = match parse_http_url(&callback.url) {
@@ -366,6 +376,7 @@ impl Dispatcher {
             uri,
             headers,
             body,
+            probe,
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -578,6 +589,9 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) {
                 destination.record_latency(started.elapsed());
                 let status = response.status();
                 if status.is_success() {
+                    if let Some(probe) = &job.probe {
+                        probe.answered(std::time::Instant::now());
+                    }
                     destination.sent_ok.fetch_add(1, Ordering::Relaxed);
                     debug!(destination = %destination.name, url = %job.uri, %status, attempt, "callback delivered");
                 } else {

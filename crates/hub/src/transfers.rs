@@ -3,6 +3,7 @@
 //! Mojaloop's ml-api-adapter sends for each outcome.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -15,6 +16,7 @@ use ledger::{
     Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
 };
 
+use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::wire::{check_headers, forwarded_headers, Shape};
 use crate::{Hub, HubError};
 
@@ -46,14 +48,61 @@ impl Hub {
         headers: HeaderMap,
         body: Bytes,
     ) {
+        self.call_back_probed(
+            destination,
+            endpoint_type,
+            transfer_id,
+            method,
+            headers,
+            body,
+            None,
+        );
+    }
+
+    /// [`call_back`](Self::call_back), timed as `phase`'s `callback_send`.
+    #[allow(clippy::too_many_arguments)]
+    fn call_back_timed(
+        &self,
+        phase: Phase,
+        destination: FspName,
+        endpoint_type: &str,
+        transfer_id: TransferId,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) {
+        let probe = self.stages.callback_probe(phase, transfer_id);
+        self.call_back_probed(
+            destination,
+            endpoint_type,
+            transfer_id,
+            method,
+            headers,
+            body,
+            Some(probe),
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call_back_probed(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        transfer_id: TransferId,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+        probe: Option<CallbackProbe>,
+    ) {
         let id = transfer_id.to_string();
-        if !self.send_callback(
+        if !self.send_callback_probed(
             destination,
             endpoint_type,
             &[("transferId", id.as_str())],
             method,
             headers,
             body,
+            probe,
         ) {
             tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
         }
@@ -84,6 +133,17 @@ impl Hub {
     /// reserved or committed transfer, a `PUT …/error` with the reason for
     /// one that did not commit (v1.1 allows no ABORTED state in a `PUT`).
     fn send_state(&self, destination: FspName, view: &TransferView, version: fspiop::Version) {
+        self.send_state_probed(destination, view, version, None);
+    }
+
+    /// [`send_state`](Self::send_state); `probe` times the `PUT` (not an error).
+    fn send_state_probed(
+        &self,
+        destination: FspName,
+        view: &TransferView,
+        version: fspiop::Version,
+        probe: Option<CallbackProbe>,
+    ) {
         match view.state {
             TransferState::Reserved | TransferState::Committed => {
                 let body = fspiop::transfer_put_body(
@@ -92,13 +152,14 @@ impl Hub {
                     view.completed_at_ms,
                 );
                 let headers = hub_headers(self, destination, version);
-                self.call_back(
+                self.call_back_probed(
                     destination,
                     TRANSFER_PUT,
                     view.transfer_id,
                     Method::PUT,
                     headers,
                     Bytes::from(body),
+                    probe,
                 );
             }
             TransferState::Aborted | TransferState::Expired | TransferState::Rejected => {
@@ -141,12 +202,29 @@ fn described(error: &ledger::Rejection) -> String {
     format!("{} - {}", error.code.description(), error.description)
 }
 
-async fn prepare(
-    State(hub): State<Arc<Hub>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Transfers, Shape::Post)?;
+/// Records the stages of a message about to be answered.
+fn record_stages(
+    hub: &Hub,
+    phase: Phase,
+    transfer_id: TransferId,
+    received: &Received,
+    submitted: Instant,
+    batch: engine::BatchTiming,
+) {
+    let marks = PhaseMarks {
+        started: received.started,
+        received: received.received,
+        submitted,
+        batch,
+        answered: Instant::now(),
+    };
+    hub.stages.record_phase(phase, transfer_id, &marks);
+}
+
+async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<Response, HubError> {
+    let body = std::mem::take(&mut request.body);
+    let headers = &request.headers;
+    let caller = check_headers(headers, Resource::Transfers, Shape::Post)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
     let prepare = parsed.to_prepare();
     if prepare.payer != caller.source {
@@ -159,10 +237,12 @@ async fn prepare(
         ));
     }
     let transfer_id = prepare.transfer_id;
-    match hub.execute_one(Command::Prepare(prepare)).await? {
+    let (outcome, submitted, batch) = hub.execute_one_timed(Command::Prepare(prepare)).await?;
+    match outcome {
         Outcome::Transfer(view) => {
-            let forwarded = forwarded_headers(&headers, true);
-            hub.call_back(
+            let forwarded = forwarded_headers(headers, true);
+            hub.call_back_timed(
+                Phase::Prepare,
                 view.payee,
                 TRANSFER_POST,
                 transfer_id,
@@ -193,16 +273,25 @@ async fn prepare(
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
     }
+    record_stages(
+        &hub,
+        Phase::Prepare,
+        transfer_id,
+        &request,
+        submitted,
+        batch,
+    );
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
 async fn fulfil(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    mut request: Received,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Transfers, Shape::Put)?;
+    let body = std::mem::take(&mut request.body);
+    let headers = &request.headers;
+    let caller = check_headers(headers, Resource::Transfers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_transfer_fulfil(&body)?;
     if let Some(completed_ms) = parsed.completed_ms {
@@ -217,12 +306,14 @@ async fn fulfil(
         fulfilment: parsed.fulfilment,
         request_hash: parsed.request_hash,
     });
-    match hub.execute_one(command).await? {
+    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+    match outcome {
         Outcome::Transfer(view) => {
             if reserve_only {
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
-                hub.send_state(view.payer, &view, caller.version);
+                let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
+                hub.send_state_probed(view.payer, &view, caller.version, Some(probe));
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
@@ -237,8 +328,9 @@ async fn fulfil(
                     Bytes::from(patch),
                 );
             } else {
-                let forwarded = forwarded_headers(&headers, false);
-                hub.call_back(
+                let forwarded = forwarded_headers(headers, false);
+                hub.call_back_timed(
+                    Phase::Fulfil,
                     view.payer,
                     TRANSFER_PUT,
                     transfer_id,
@@ -302,16 +394,18 @@ async fn fulfil(
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
         other => return Err(HubError::from_outcome(other)),
     }
+    record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
     Ok(StatusCode::OK.into_response())
 }
 
 async fn abort(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    mut request: Received,
 ) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Transfers, Shape::Put)?;
+    let body = std::mem::take(&mut request.body);
+    let headers = &request.headers;
+    let caller = check_headers(headers, Resource::Transfers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_error_information(&body)?;
     let command = Command::Abort(Abort {
@@ -320,10 +414,12 @@ async fn abort(
         error_code: parsed.code,
         request_hash: parsed.request_hash,
     });
-    match hub.execute_one(command).await? {
+    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+    match outcome {
         Outcome::Transfer(view) => {
-            let forwarded = forwarded_headers(&headers, false);
-            hub.call_back(
+            let forwarded = forwarded_headers(headers, false);
+            hub.call_back_timed(
+                Phase::Abort,
                 view.payer,
                 TRANSFER_ERROR,
                 transfer_id,
@@ -342,6 +438,7 @@ async fn abort(
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
         other => return Err(HubError::from_outcome(other)),
     }
+    record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
     Ok(StatusCode::OK.into_response())
 }
 

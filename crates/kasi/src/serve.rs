@@ -42,6 +42,13 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_QUOTES_PERSISTENT")]
     quotes_persistent: bool,
 
+    /// Trace one transfer in this many stage by stage, its prepare and its
+    /// fulfil (chosen by transfer id), for `GET /stats/traces` on the admin
+    /// address; 0 traces none. Per-stage totals (`/stats/stages`) are kept
+    /// for every transfer either way.
+    #[arg(long, env = "KASI_TRACE_SAMPLE_EVERY", default_value_t = 1000)]
+    trace_sample_every: u64,
+
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
@@ -110,6 +117,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let mut hub_config = HubConfig::new(hub_name);
         hub_config.admin_base_url = format!("http://{}", args.admin_listen);
         hub_config.quotes_persistent = args.quotes_persistent;
+        hub_config.trace_sample_every = args.trace_sample_every;
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         hub.metrics.start_runtime_probe();
         let expiry_hub = hub.clone();
