@@ -1,4 +1,4 @@
-//! `kasi bench transfers`: FSPIOP flows through a hub over HTTP.
+//! `kasi bench`: FSPIOP flows through a hub over HTTP.
 //!
 //! One process plays every DFSP at once, "two sides of the same coin"
 //! (seed 002): each virtual user is a payer that runs its flow in a closed
@@ -34,7 +34,7 @@ use std::io::BufRead as _;
 use std::net::SocketAddr;
 use std::process::{Child, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
@@ -53,7 +53,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-#[derive(Args)]
+use crate::bench_load::{Breakpoint, Load, Plan, Profile, StepResult};
+
+#[derive(Args, Clone)]
 pub struct BenchTransfersArgs {
     /// Start a hub (this executable's `serve`) on a temporary data directory
     /// and stop it at the end. The default when --api is not given.
@@ -77,6 +79,11 @@ pub struct BenchTransfersArgs {
     #[arg(long, value_name = "URL", requires = "api")]
     admin: Option<String>,
 
+    /// The embedded hub traces one transfer in this many through its stages
+    /// for the report's waterfalls (its `serve --trace-sample-every`).
+    #[arg(long, value_name = "N", conflicts_with_all = ["api", "admin", "null_hub"])]
+    trace_sample_every: Option<u32>,
+
     /// Name of the hub participant, which holds the hub accounts.
     #[arg(long, default_value = "Hub")]
     hub_name: String,
@@ -99,18 +106,22 @@ pub struct BenchTransfersArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     parties: u32,
 
-    /// Virtual users, each with one flow in flight at a time (closed loop).
+    /// Virtual users, each with one flow in flight at a time (closed loop);
+    /// with --profile, the level it shapes.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     concurrency: u32,
 
-    /// Seconds measured, after the warm-up.
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
+    /// Seconds measured, after the warm-up (default 10); with --profile,
+    /// the whole run (default 10 s for smoke, 60 s for the others, and for
+    /// breakpoint each step: see --step-duration).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
 
     /// Seconds of load before the measurement, excluded from the statistics
-    /// (its failures still count for the exit status).
-    #[arg(long, default_value_t = 2.0)]
-    warmup: f64,
+    /// (its failures still count for the exit status). Default 2, or 0 with
+    /// --stages.
+    #[arg(long, value_name = "SECONDS", conflicts_with = "profile")]
+    warmup: Option<f64>,
 
     /// Address of the DFSPs' callback server; the hub must be able to reach it.
     #[arg(long, default_value = "127.0.0.1:0")]
@@ -121,9 +132,59 @@ pub struct BenchTransfersArgs {
     /// (at most 10,000 in flight: an arrival beyond that counts as an
     /// error). Each flow's end-to-end latency is measured from its
     /// scheduled start, so queueing shows as latency. --concurrency is
-    /// then ignored.
+    /// then ignored; with --profile, the level it shapes.
     #[arg(long, value_name = "PER_SECOND")]
     rate: Option<f64>,
+
+    /// A named test type (seed 001), shaped around --concurrency (closed
+    /// loop) or --rate (open loop): smoke, average-load, stress, spike, or
+    /// breakpoint (see the values' descriptions with --help).
+    #[arg(long, value_enum, conflicts_with = "stages")]
+    profile: Option<crate::bench_load::Profile>,
+
+    /// k6-style stages instead of a constant level: `DURATION:TARGET,...`
+    /// (e.g. `10s:64,30s:64,5s:0`); the level starts at 0 and moves
+    /// linearly to each target. Targets are virtual users, or arrivals per
+    /// second with `--load open`.
+    #[arg(long, value_name = "STAGES")]
+    stages: Option<String>,
+
+    /// Whether --stages targets are virtual users (closed) or arrivals per
+    /// second (open). Default: open when --rate is given, else closed.
+    #[arg(long, value_enum)]
+    load: Option<LoadArg>,
+
+    /// Breakpoint: seconds measured per step (after 1 s unmeasured).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    step_duration: f64,
+
+    /// Breakpoint: a step whose end-to-end p99 exceeds this breaks.
+    /// Default 50 ms, or 100 ms for flows of more than one stage.
+    #[arg(long, value_name = "MS")]
+    max_p99_ms: Option<f64>,
+
+    /// Breakpoint: a step where more than this share of flows fails breaks.
+    #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
+    max_error_pct: f64,
+
+    /// Before measuring an embedded or external hub, measure the null hub
+    /// (see --null-hub) this many seconds with the same flow, to state the
+    /// hub's throughput as a share of the harness's own ceiling. 0: skip.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    null_hub_baseline: f64,
+
+    /// Folder for the report (report.json, report.md, timeline.svg).
+    /// Default: kasi-bench/<date>-<time>-<flow> under the current directory.
+    #[arg(long, value_name = "DIR")]
+    out: Option<std::path::PathBuf>,
+
+    /// Write no report folder.
+    #[arg(long, conflicts_with = "out")]
+    no_report: bool,
+
+    /// A short name for the run in its report and in `kasi bench compare`.
+    #[arg(long)]
+    label: Option<String>,
 
     /// Print the summary as one JSON object on standard output.
     #[arg(long)]
@@ -222,6 +283,9 @@ pub enum Flow {
     Lookup,
     /// `POST /quotes` → `PUT /quotes/{ID}`.
     Quote,
+    /// Quote, then transfer (the payer knows the payee's DFSP).
+    #[value(name = "quote+transfer")]
+    QuoteTransfer,
     /// Lookup, then quote, then transfer.
     #[value(name = "discovery+quote+transfer")]
     DiscoveryQuoteTransfer,
@@ -233,6 +297,7 @@ impl Flow {
             Flow::Transfer => "transfer",
             Flow::Lookup => "lookup",
             Flow::Quote => "quote",
+            Flow::QuoteTransfer => "quote+transfer",
             Flow::DiscoveryQuoteTransfer => "discovery+quote+transfer",
         }
     }
@@ -242,11 +307,22 @@ impl Flow {
     }
 
     fn quotes(self) -> bool {
-        matches!(self, Flow::Quote | Flow::DiscoveryQuoteTransfer)
+        matches!(
+            self,
+            Flow::Quote | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+        )
     }
 
     fn transfers(self) -> bool {
-        matches!(self, Flow::Transfer | Flow::DiscoveryQuoteTransfer)
+        matches!(
+            self,
+            Flow::Transfer | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+        )
+    }
+
+    /// Requests of different resources one flow makes in turn.
+    fn stage_count(self) -> usize {
+        usize::from(self.looks_up()) + usize::from(self.quotes()) + usize::from(self.transfers())
     }
 
     /// Needs the discovery endpoints and registered parties.
@@ -276,7 +352,7 @@ impl Flow {
             Flow::Transfer => "transfers",
             Flow::Lookup => "lookups",
             Flow::Quote => "quotes",
-            Flow::DiscoveryQuoteTransfer => "flows",
+            Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer => "flows",
         }
     }
 }
@@ -311,28 +387,177 @@ impl Api {
     }
 }
 
-pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        bail!("--duration must be a positive number of seconds");
+/// `--load`: what the levels of --stages count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LoadArg {
+    /// Virtual users.
+    Closed,
+    /// Arrivals per second.
+    Open,
+}
+
+/// What a run does: one plan of levels over time, or the breakpoint search.
+#[derive(Clone, Debug, PartialEq)]
+enum Shape {
+    Plan(Plan),
+    Breakpoint(Breakpoint),
+}
+
+/// The run the flags ask for.
+fn shape_of(args: &BenchTransfersArgs) -> Result<Shape, String> {
+    let positive = |value: f64, flag: &str| {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(format!("{flag} must be a positive number"))
+        }
+    };
+    if let Some(duration) = args.duration {
+        positive(duration, "--duration")?;
     }
-    if !(args.warmup.is_finite() && args.warmup >= 0.0) {
-        bail!("--warmup must be zero or a positive number of seconds");
+    if let Some(warmup) = args.warmup {
+        if !(warmup.is_finite() && warmup >= 0.0) {
+            return Err("--warmup must be zero or a positive number of seconds".into());
+        }
     }
     if let Some(rate) = args.rate {
         if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
-            bail!("--rate must be a positive number of flows per second, at most 1,000,000");
+            return Err(
+                "--rate must be a positive number of flows per second, at most 1,000,000".into(),
+            );
         }
     }
+    if !(args.null_hub_baseline.is_finite() && args.null_hub_baseline >= 0.0) {
+        return Err("--null-hub-baseline must be zero or a positive number of seconds".into());
+    }
+    let load = match (args.load, args.rate) {
+        (Some(LoadArg::Open), _) | (None, Some(_)) => Load::Open,
+        (Some(LoadArg::Closed), _) | (None, None) => Load::Closed,
+    };
+    let level = match load {
+        Load::Open => args.rate.unwrap_or(1000.0),
+        Load::Closed => f64::from(args.concurrency),
+    };
+    let shape = match (args.profile, &args.stages) {
+        (Some(Profile::Breakpoint), _) => {
+            let multi_stage = args.flow.stage_count() > 1;
+            Shape::Breakpoint(Breakpoint {
+                start_rate_per_s: args.rate.unwrap_or(500.0),
+                growth: 1.25,
+                step_warmup_s: 1.0,
+                step_s: positive(
+                    args.duration.unwrap_or(args.step_duration),
+                    "--step-duration",
+                )?,
+                max_p99_ms: positive(
+                    args.max_p99_ms
+                        .unwrap_or(if multi_stage { 100.0 } else { 50.0 }),
+                    "--max-p99-ms",
+                )?,
+                max_error_pct: args.max_error_pct.max(0.0),
+                min_completed_share: 0.9,
+                max_steps: 40,
+            })
+        }
+        (Some(profile), _) => Shape::Plan(Plan::profile(
+            profile,
+            load,
+            level,
+            args.duration.unwrap_or(profile.default_duration_s()),
+        )),
+        (None, Some(stages)) => {
+            let stages = crate::bench_load::parse_stages(stages)
+                .map_err(|error| format!("--stages: {error}"))?;
+            Shape::Plan(
+                Plan::staged(load, stages, args.warmup.unwrap_or(0.0))
+                    .map_err(|error| format!("--stages: {error}"))?,
+            )
+        }
+        (None, None) => Shape::Plan(Plan::constant(
+            load,
+            level,
+            args.warmup.unwrap_or(2.0),
+            args.duration.unwrap_or(10.0),
+        )),
+    };
+    if let Shape::Plan(plan) = &shape {
+        if plan.load == Load::Closed && plan.max_target() > 100_000.0 {
+            return Err("at most 100,000 virtual users".into());
+        }
+        if plan.max_target() <= 0.0 {
+            return Err("the load never rises above zero".into());
+        }
+    }
+    Ok(shape)
+}
+
+/// The null hub's throughput, measured in this run for the ratio.
+struct Baseline {
+    throughput_per_s: f64,
+    note: String,
+}
+
+pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
+    let shape = shape_of(&args).map_err(anyhow::Error::msg)?;
+    let started_at = SystemTime::now();
+    let chatty = !args.json && !args.quiet;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kasi-bench")
         .build()
         .context("cannot start the async runtime")?;
 
+    let baseline = if args.null_hub || args.null_hub_baseline == 0.0 {
+        None
+    } else {
+        let users = match &shape {
+            Shape::Plan(plan) if plan.load == Load::Closed => plan.max_target().ceil(),
+            _ => 64.0,
+        };
+        let plan = Plan::constant(Load::Closed, users, 1.0, args.null_hub_baseline);
+        if chatty {
+            eprintln!(
+                "measuring the null hub first ({} s, {users} users): the harness's own ceiling...",
+                args.null_hub_baseline
+            );
+        }
+        let hub = runtime.block_on(crate::null_hub::start())?;
+        let baseline_args = BenchTransfersArgs {
+            null_hub: true,
+            quiet: true,
+            json: true,
+            callback_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..args.clone()
+        };
+        let report = runtime.block_on(drive(
+            &baseline_args,
+            &Shape::Plan(plan),
+            &format!("http://{}", hub.api),
+            &format!("http://{}", hub.admin),
+        ))?;
+        if report.failed() > 0 {
+            bail!(
+                "the null-hub baseline failed {} flows: the harness cannot run here",
+                report.failed()
+            );
+        }
+        let throughput_per_s = report.throughput();
+        if chatty {
+            eprintln!("null hub: {throughput_per_s:.0} {}/s", args.flow.unit());
+        }
+        Some(Baseline {
+            throughput_per_s,
+            note: format!(
+                "closed loop, same flow, {users} users, {} s, measured just before",
+                args.null_hub_baseline
+            ),
+        })
+    };
+
     let mut embedded = None;
     let (api, admin, target) = match (&args.api, &args.admin) {
         _ if args.null_hub => {
-            if !args.json && !args.quiet {
+            if chatty {
                 eprintln!("starting the null hub (no hub work: the harness's own ceiling)...");
             }
             let hub = runtime.block_on(crate::null_hub::start())?;
@@ -348,10 +573,10 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             "external",
         ),
         _ => {
-            if !args.json && !args.quiet {
+            if chatty {
                 eprintln!("starting an embedded hub...");
             }
-            let hub = EmbeddedHub::start(&args.hub_name)?;
+            let hub = EmbeddedHub::start(&args.hub_name, args.trace_sample_every)?;
             let urls = (
                 format!("http://{}", hub.api),
                 format!("http://{}", hub.admin),
@@ -361,7 +586,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let outcome = runtime.block_on(drive(&args, &api, &admin));
+    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin));
     // The callback server keeps answering (on the runtime's threads) while
     // the hub delivers what it still has queued and stops.
     let mut hub_problem = None;
@@ -380,11 +605,34 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     report.api = api;
     report.hub_warnings = (target == "embedded").then_some(hub_warnings);
     report.hub_problem = hub_problem;
+    report.baseline = baseline;
+    report.started_at = started_at;
 
+    let json = report.to_json(&args);
     if args.json {
-        println!("{}", report.to_json(&args));
+        println!("{json}");
     } else {
         report.print(&args);
+        let sections = crate::bench_report::hub_sections(&json);
+        if !sections.trim().is_empty() {
+            println!("\n{}", sections.trim_end());
+        }
+    }
+    if !args.no_report {
+        let dir = match &args.out {
+            Some(dir) => dir.clone(),
+            None => std::path::PathBuf::from("kasi-bench").join(format!(
+                "{}-{}",
+                hub::format_time(millis_since_epoch(started_at))
+                    .replace([':', '.'], "")
+                    .trim_end_matches('Z'),
+                args.flow.name().replace('+', "-")
+            )),
+        };
+        crate::bench_report::write_folder(&dir, &json)?;
+        if !args.json {
+            println!("  report: {}", dir.display());
+        }
     }
     Ok(
         if report.failed() == 0
@@ -396,6 +644,11 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         },
     )
+}
+
+fn millis_since_epoch(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
 }
 
 // ------------------------------------------------------------ the embedded hub
@@ -413,9 +666,9 @@ struct EmbeddedHub {
 }
 
 impl EmbeddedHub {
-    fn start(hub_name: &str) -> anyhow::Result<EmbeddedHub> {
+    fn start(hub_name: &str, trace_sample_every: Option<u32>) -> anyhow::Result<EmbeddedHub> {
         let data_dir = tempfile::Builder::new()
-            .prefix("kasi-bench-transfers-")
+            .prefix("kasi-bench-hub-")
             .tempdir()
             .context("cannot make a temp dir")?;
         let exe = std::env::current_exe().context("cannot find this executable")?;
@@ -426,6 +679,12 @@ impl EmbeddedHub {
             .args(["--api-listen", "127.0.0.1:0"])
             .args(["--admin-listen", "127.0.0.1:0"])
             .args(["--hub-name", hub_name])
+            .args(
+                trace_sample_every
+                    .map(|every| ["--trace-sample-every".to_string(), every.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(["--log-level", "warn,kasi::serve=info"])
             // Flags give every setting that matters; a config file of the
             // caller's must not change the hub under test.
@@ -1044,7 +1303,7 @@ struct Shared {
     registrations: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
     tickets: AtomicU64,
     stats: Mutex<Stats>,
-    window: OnceLock<Window>,
+    window: Mutex<Option<Window>>,
     /// Payees' answers (fulfils, `PUT /parties`, `PUT /quotes`) sent and not
     /// yet answered.
     answers_in_flight: AtomicU64,
@@ -1065,8 +1324,12 @@ impl Shared {
         self.registrations.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn window(&self) -> Option<Window> {
+        *self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn measured(&self, at: Instant) -> bool {
-        self.window.get().is_some_and(|w| w.contains(at))
+        self.window().is_some_and(|w| w.contains(at))
     }
 
     fn dfsp(&self, name: &str) -> Option<u32> {
@@ -1107,7 +1370,12 @@ impl Shared {
     }
 }
 
-async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Result<Report> {
+async fn drive(
+    args: &BenchTransfersArgs,
+    shape: &Shape,
+    api: &str,
+    admin: &str,
+) -> anyhow::Result<Report> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
@@ -1140,7 +1408,7 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
         registrations: Mutex::new(HashMap::new()),
         tickets: AtomicU64::new(0),
         stats: Mutex::new(Stats::new()),
-        window: OnceLock::new(),
+        window: Mutex::new(None),
         answers_in_flight: AtomicU64::new(0),
     });
 
@@ -1178,35 +1446,20 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     onboard(&shared, admin, &args.hub_name, callback_addr).await?;
     let onboarding = onboarding.elapsed();
 
-    let started = Instant::now();
-    let window = Window {
-        from: started + Duration::from_secs_f64(args.warmup),
-        until: started + Duration::from_secs_f64(args.warmup + args.duration),
+    // Whether the hub keeps per-stage statistics; they are cleared again
+    // when the window opens, so that they cover the measured load only.
+    let hub_stages_supported = reset_hub_stages(&shared, admin).await;
+    let reset_at_window = hub_stages_supported.then_some(admin);
+    let (run, breakpoint) = match shape {
+        Shape::Plan(plan) => (
+            run_plan(&shared, args, plan, 0.0, reset_at_window).await?,
+            None,
+        ),
+        Shape::Breakpoint(search) => {
+            let (run, result) = search_breakpoint(&shared, args, search).await?;
+            (run, Some(result))
+        }
     };
-    let _ = shared.window.set(window);
-    if !args.json && !args.quiet {
-        let load = match args.rate {
-            Some(rate) => format!("an open loop of {rate} flows/s"),
-            None => format!("{} virtual users", args.concurrency),
-        };
-        eprintln!(
-            "onboarded in {:.1} s; running {load} ({} flow): {} s warm-up, {} s measured",
-            onboarding.as_secs_f64(),
-            args.flow.name(),
-            args.warmup,
-            args.duration
-        );
-    }
-    let progress = (!args.quiet).then(|| tokio::spawn(progress(shared.clone(), started, window)));
-    let loaded = match args.rate {
-        None => closed_loop(&shared, args, window).await,
-        Some(rate) => open_loop(&shared, args, rate, started, window).await,
-    };
-    if let Some(progress) = progress {
-        progress.abort();
-    }
-    loaded?;
-    let drained = window.until.elapsed();
     // A payee's answer can be answered after the payer's callback: let the
     // last ones be timed too; and no transfer may still be waited for
     // before the positions are read.
@@ -1224,38 +1477,268 @@ async fn drive(args: &BenchTransfersArgs, api: &str, admin: &str) -> anyhow::Res
     } else {
         check_positions(&shared, admin).await
     };
+    let (hub_stages, waterfalls) = if hub_stages_supported {
+        (
+            read_hub_stages(&shared, admin).await,
+            read_waterfalls(&shared, admin).await,
+        )
+    } else {
+        (None, Vec::new())
+    };
 
-    let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
     Ok(Report {
-        stats,
-        drain: drained,
+        run,
         onboarding,
         positions,
         target: "",
         api: String::new(),
         hub_warnings: None,
         hub_problem: None,
+        baseline: None,
+        started_at: SystemTime::now(),
+        hub_stages,
+        waterfalls,
+        breakpoint,
     })
 }
 
-/// The closed loop: `--concurrency` virtual users, each starting its next
-/// flow when the last one ended, until the window ends.
+/// One second of a run.
+#[derive(Clone, Debug, PartialEq)]
+struct TimelinePoint {
+    /// Seconds since the load started (of the whole search, for breakpoint).
+    t_s: f64,
+    phase: &'static str,
+    /// The planned level then: virtual users or arrivals per second.
+    target: f64,
+    /// Flows started, completed and failed in this second.
+    started: u64,
+    completed: u64,
+    errors: u64,
+    /// End-to-end latency of the flows completed in this second.
+    p50_ms: f64,
+    p99_ms: f64,
+    in_flight: u64,
+}
+
+/// The statistics of one plan's run.
+struct RunResult {
+    stats: Stats,
+    timeline: Vec<TimelinePoint>,
+    /// From the end of the load until the last flow ended.
+    drain: Duration,
+    window_s: f64,
+    plan: Plan,
+}
+
+impl RunResult {
+    /// Flows completed per second of the window.
+    fn throughput(&self) -> f64 {
+        self.stats.completed_in_window as f64 / self.window_s
+    }
+
+    fn failed(&self) -> u64 {
+        self.stats
+            .errors
+            .values()
+            .map(|tally| tally.count)
+            .sum::<u64>()
+            + self.stats.timeouts()
+    }
+}
+
+/// Runs one plan on fresh statistics. `offset_s` places its timeline in a
+/// longer run (the breakpoint search's). With `reset_hub_stages_of`, the
+/// hub's stage statistics are cleared as the window opens.
+async fn run_plan(
+    shared: &Arc<Shared>,
+    args: &BenchTransfersArgs,
+    plan: &Plan,
+    offset_s: f64,
+    reset_hub_stages_of: Option<&str>,
+) -> anyhow::Result<RunResult> {
+    *shared.stats() = Stats::new();
+    let started = Instant::now();
+    let at = |seconds: f64| started + Duration::from_secs_f64(seconds);
+    let window = Window {
+        from: at(plan.window_from_s),
+        until: at(plan.window_until_s),
+    };
+    *shared.window.lock().unwrap_or_else(|e| e.into_inner()) = Some(window);
+    let end = at(plan.total_s());
+    let reset = reset_hub_stages_of.map(|admin| {
+        let (shared, admin) = (shared.clone(), admin.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(window.from)).await;
+            reset_hub_stages(&shared, &admin).await
+        })
+    });
+    if !args.quiet {
+        let level = |target: f64| match plan.load {
+            Load::Closed => format!("{target:.0} users"),
+            Load::Open => format!("{target:.0} flows/s"),
+        };
+        let shape = if plan.stages.len() == 1 && plan.start_target == plan.stages[0].target {
+            format!(
+                "a {} loop of {}",
+                plan.load.name(),
+                level(plan.start_target)
+            )
+        } else {
+            let stages: Vec<String> = plan.stages.iter().map(|s| s.to_string()).collect();
+            format!(
+                "a {} loop from {} through stages {}",
+                plan.load.name(),
+                level(plan.start_target),
+                stages.join(",")
+            )
+        };
+        eprintln!(
+            "running {shape} ({} flow): measuring from {:.1} s to {:.1} s of {:.1} s",
+            args.flow.name(),
+            plan.window_from_s,
+            plan.window_until_s,
+            plan.total_s()
+        );
+    }
+    let plan = Arc::new(plan.clone());
+    let timeline = Arc::new(Mutex::new(Vec::new()));
+    let monitor = tokio::spawn(monitor(
+        shared.clone(),
+        started,
+        window,
+        plan.clone(),
+        offset_s,
+        args.quiet,
+        timeline.clone(),
+    ));
+    let loaded = match plan.load {
+        Load::Closed => closed_loop(shared, args, &plan, started, end).await,
+        Load::Open => open_loop(shared, args, &plan, started, end).await,
+    };
+    monitor.abort();
+    loaded?;
+    if let Some(reset) = reset {
+        if !reset.await.unwrap_or(false) {
+            bail!("the hub's stage statistics could not be cleared as the window opened");
+        }
+    }
+    let drain = Instant::now().saturating_duration_since(end);
+    let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
+    let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|e| e.into_inner()));
+    Ok(RunResult {
+        stats,
+        timeline,
+        drain,
+        window_s: plan.window_s(),
+        plan: (*plan).clone(),
+    })
+}
+
+/// The breakpoint search: open-loop steps at rising rates until one breaks
+/// the thresholds. The run reported is the last step that held (or the
+/// first, if none did); every step is in the breakpoint section.
+async fn search_breakpoint(
+    shared: &Arc<Shared>,
+    args: &BenchTransfersArgs,
+    search: &Breakpoint,
+) -> anyhow::Result<(RunResult, Value)> {
+    let searching = Instant::now();
+    let mut steps = Vec::new();
+    let mut timeline = Vec::new();
+    let mut held: Option<RunResult> = None;
+    let mut first: Option<RunResult> = None;
+    let mut broke = None;
+    for step in 0..search.max_steps {
+        let rate = search.rate_of_step(step);
+        let plan = Plan::constant(Load::Open, rate, search.step_warmup_s, search.step_s);
+        if !args.quiet {
+            eprintln!("breakpoint step {}: {rate:.0} flows/s", step + 1);
+        }
+        let run = run_plan(shared, args, &plan, searching.elapsed().as_secs_f64(), None).await?;
+        timeline.extend(run.timeline.iter().cloned());
+        let result = StepResult {
+            rate_per_s: rate,
+            throughput_per_s: run.throughput(),
+            p99_ms: LegSummary::of(&run.stats.legs[E2E]).p99_ms,
+            started: run.stats.started,
+            failed: run.failed(),
+        };
+        let verdict = search.broken(&result);
+        steps.push(json!({
+            "rate_per_s": result.rate_per_s,
+            "throughput_per_s": result.throughput_per_s,
+            "p99_ms": result.p99_ms,
+            "errors": result.failed,
+            "ok": verdict.is_none(),
+        }));
+        if let Some(reason) = verdict {
+            broke = Some((rate, reason));
+            first.get_or_insert(run);
+            break;
+        }
+        if first.is_none() {
+            first = Some(run);
+        } else {
+            held = Some(run);
+        }
+    }
+    let last_good = steps
+        .iter()
+        .rev()
+        .find(|step| step["ok"] == true)
+        .map(|step| step["rate_per_s"].clone());
+    let result = json!({
+        "threshold": search.threshold(),
+        "last_good_rate_per_s": last_good,
+        "broke_at_rate_per_s": broke.as_ref().map(|(rate, _)| *rate),
+        "reason": broke.as_ref().map_or_else(
+            || format!("held up to step {}", search.max_steps),
+            |(_, reason)| reason.clone(),
+        ),
+        "steps": steps,
+    });
+    let mut run = held
+        .or(first)
+        .context("the breakpoint search ran no step")?;
+    run.timeline = timeline;
+    Ok((run, result))
+}
+
+/// The closed loop: virtual user `u` is active while the plan's level is
+/// above `u`, starting its next flow when the last one ended, until the
+/// load ends.
 async fn closed_loop(
     shared: &Arc<Shared>,
     args: &BenchTransfersArgs,
-    window: Window,
+    plan: &Arc<Plan>,
+    started: Instant,
+    end: Instant,
 ) -> anyhow::Result<()> {
     let mut users = tokio::task::JoinSet::new();
-    for user in 0..args.concurrency {
+    let count = plan.max_target().ceil() as u32;
+    for user in 0..count {
         let payer = user % args.dfsps;
         let payee = (payer + 1) % args.dfsps;
         let payer_party = PartyRef {
             dfsp: payer,
             index: (user / args.dfsps) % args.parties,
         };
-        let shared = shared.clone();
+        let (shared, plan) = (shared.clone(), plan.clone());
         users.spawn(async move {
-            while Instant::now() < window.until {
+            loop {
+                let now_s = started.elapsed().as_secs_f64();
+                match plan.next_active_s(user, now_s) {
+                    None => break,
+                    Some(at_s) if at_s > now_s => {
+                        let at = started + Duration::from_secs_f64(at_s);
+                        tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+                        continue;
+                    }
+                    Some(_) => {}
+                }
+                if Instant::now() >= end {
+                    break;
+                }
                 iteration(&shared, Instant::now(), payer_party, payee).await;
             }
         });
@@ -1266,22 +1749,26 @@ async fn closed_loop(
     Ok(())
 }
 
-/// The open loop: arrival `n` is scheduled `n / rate` s after the start and
-/// started then (or at once, if the scheduler is late), whatever is still
-/// in flight, until the window ends; then waits for every flow to end.
-/// Arrival `n` pays from DFSP `n mod N` to the next one.
+/// The open loop: each arrival is started when the plan's schedule says
+/// (or at once, if the scheduler is late), whatever is still in flight,
+/// until the load ends; then waits for every flow to end. Arrival `n` pays
+/// from DFSP `n mod N` to the next one.
 async fn open_loop(
     shared: &Arc<Shared>,
     args: &BenchTransfersArgs,
-    rate: f64,
+    plan: &Plan,
     started: Instant,
-    window: Window,
+    end: Instant,
 ) -> anyhow::Result<()> {
     let in_flight = Arc::new(AtomicU64::new(0));
     let mut flows = tokio::task::JoinSet::new();
+    let mut arrivals = plan.arrivals();
     for n in 0u64.. {
-        let scheduled = started + Duration::from_secs_f64(n as f64 / rate);
-        if scheduled >= window.until {
+        let Some(due_s) = arrivals.due_s(n) else {
+            break;
+        };
+        let scheduled = started + Duration::from_secs_f64(due_s);
+        if scheduled >= end {
             break;
         }
         if scheduled > Instant::now() {
@@ -1317,43 +1804,173 @@ async fn open_loop(
     Ok(())
 }
 
-/// Once a second on stderr: elapsed time, flows completed (and their rate
-/// over the last second), the p99 end-to-end latency of the flows that
-/// ended in the last second, flows in flight, and failures.
-async fn progress(shared: Arc<Shared>, started: Instant, window: Window) {
+/// Once a second: a point of the timeline, and (unless --quiet) a progress
+/// line on stderr: elapsed time, flows completed (and their rate over the
+/// last second), the p99 end-to-end latency of the flows that ended in the
+/// last second, flows in flight, and failures.
+async fn monitor(
+    shared: Arc<Shared>,
+    started: Instant,
+    window: Window,
+    plan: Arc<Plan>,
+    offset_s: f64,
+    quiet: bool,
+    timeline: Arc<Mutex<Vec<TimelinePoint>>>,
+) {
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::from_std(started + Duration::from_secs(1)),
         Duration::from_secs(1),
     );
-    let mut last = (started, 0u64);
+    // (instant, completed, started, failed) at the last tick.
+    let mut last = (started, 0u64, 0u64, 0u64);
     loop {
         let now = ticks.tick().await.into_std();
-        let (ok, failed, in_flight, p99_ms) = {
+        let (ok, starts, failed, in_flight, p50_ms, p99_ms) = {
             let mut stats = shared.stats();
-            let p99_ms = LegSummary::of(&stats.recent_e2e).p99_ms;
+            let recent = LegSummary::of(&stats.recent_e2e);
             stats.recent_e2e.reset();
             let failed = stats.errors.values().map(|t| t.count).sum::<u64>() + stats.timeouts();
             let in_flight = stats.started.saturating_sub(stats.ended);
-            (stats.ended_ok, failed, in_flight, p99_ms)
+            (
+                stats.ended_ok,
+                stats.started,
+                failed,
+                in_flight,
+                recent.p50_ms,
+                recent.p99_ms,
+            )
         };
+        let elapsed_s = now.saturating_duration_since(started).as_secs_f64();
         let seconds = now
             .saturating_duration_since(last.0)
             .as_secs_f64()
             .max(1e-3);
-        let rate = ok.saturating_sub(last.1) as f64 / seconds;
-        last = (now, ok);
-        let phase = if now < window.from {
+        let completed = ok.saturating_sub(last.1);
+        let rate = completed as f64 / seconds;
+        // The second is classed by its middle: a tick a little late does not
+        // move it.
+        let middle = now - Duration::from_millis(500);
+        let phase = if middle < window.from {
             "warm-up"
-        } else if now <= window.until {
+        } else if middle < window.until {
             "measuring"
         } else {
             "draining"
         };
-        eprintln!(
-            "[{:>6.1} s {phase}] completed {ok} ({rate:.0}/s), p99 e2e {p99_ms:.1} ms (last 1 s), in flight {in_flight}, errors {failed}",
-            now.saturating_duration_since(started).as_secs_f64()
-        );
+        let point = TimelinePoint {
+            t_s: offset_s + elapsed_s,
+            phase,
+            target: plan.target_at(elapsed_s - 0.5),
+            started: starts.saturating_sub(last.2),
+            completed,
+            errors: failed.saturating_sub(last.3),
+            p50_ms,
+            p99_ms,
+            in_flight,
+        };
+        last = (now, ok, starts, failed);
+        timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(point);
+        if !quiet {
+            eprintln!(
+                "[{:>6.1} s {phase}] completed {ok} ({rate:.0}/s), p99 e2e {p99_ms:.1} ms (last 1 s), in flight {in_flight}, errors {failed}",
+                offset_s + elapsed_s
+            );
+        }
     }
+}
+
+/// Clears the hub's per-stage statistics so they cover this run only;
+/// whether the hub keeps any (kasi's `/stats/stages`; other hubs answer 404).
+async fn reset_hub_stages(shared: &Shared, admin: &str) -> bool {
+    let url = format!("{admin}/stats/stages");
+    matches!(
+        admin_request(&shared.client, Method::DELETE, &url, None).await,
+        Ok((status, _)) if status.is_success()
+    )
+}
+
+/// The hub's per-stage table since the reset (`GET /stats/stages`).
+async fn read_hub_stages(shared: &Shared, admin: &str) -> Option<Value> {
+    let url = format!("{admin}/stats/stages");
+    let (status, body) = admin_request(&shared.client, Method::GET, &url, None)
+        .await
+        .ok()?;
+    let answer: Value = serde_json::from_slice(&body).ok()?;
+    // Stages nothing went through (aborts, in a run without any) are noise.
+    let stages: Vec<&Value> = answer["stages"]
+        .as_array()?
+        .iter()
+        .filter(|stage| stage["calls"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    status.is_success().then(|| {
+        json!({
+            "source": "GET /stats/stages",
+            "since_ms": answer["since_ms"],
+            "stages": stages,
+        })
+    })
+}
+
+/// Most waterfalls a report shows.
+const WATERFALLS: usize = 5;
+
+/// A few of the hub's sampled transfer traces (`GET /stats/traces`): the
+/// fastest, the median, the p90, the p99 and the slowest of those whose
+/// every phase finished.
+async fn read_waterfalls(shared: &Shared, admin: &str) -> Vec<Value> {
+    let url = format!("{admin}/stats/traces");
+    let Ok((status, body)) = admin_request(&shared.client, Method::GET, &url, None).await else {
+        return Vec::new();
+    };
+    let Ok(answer) = serde_json::from_slice::<Value>(&body) else {
+        return Vec::new();
+    };
+    if !status.is_success() {
+        return Vec::new();
+    }
+    let traces = answer["traces"].as_array().cloned().unwrap_or_default();
+    pick_waterfalls(traces)
+}
+
+/// The end of a trace's last span, in µs.
+fn trace_total_us(trace: &Value) -> f64 {
+    trace["spans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|span| span["end_us"].as_f64())
+        .fold(0.0, f64::max)
+}
+
+fn pick_waterfalls(traces: Vec<Value>) -> Vec<Value> {
+    // Whole transfers only: both phases there, and their callbacks sent.
+    let mut whole: Vec<Value> = traces
+        .into_iter()
+        .filter(|trace| {
+            let spans = trace["spans"].as_array();
+            let sent = |phase: &str| {
+                spans
+                    .into_iter()
+                    .flatten()
+                    .any(|span| span["phase"] == phase && span["stage"] == "callback_send")
+            };
+            sent("prepare") && sent("fulfil")
+        })
+        .collect();
+    whole.sort_by(|a, b| trace_total_us(a).total_cmp(&trace_total_us(b)));
+    if whole.len() <= WATERFALLS {
+        return whole;
+    }
+    let last = whole.len() - 1;
+    let mut picked: Vec<usize> = [0.0, 0.5, 0.9, 0.99, 1.0]
+        .iter()
+        .map(|q: &f64| (q * last as f64).round() as usize)
+        .collect();
+    picked.dedup();
+    picked.into_iter().map(|i| whole[i].clone()).collect()
 }
 
 /// One iteration of a virtual user (or one arrival of the open loop): its
@@ -1368,7 +1985,7 @@ async fn iteration(shared: &Shared, started: Instant, payer_party: PartyRef, pay
         stats.started_in_window += u64::from(measured);
     }
     let outcome = run_flow(shared, payer_party, payee, measured).await;
-    let window = shared.window.get().copied();
+    let window = shared.window();
     shared
         .stats()
         .flow_ended(started, measured, window, outcome);
@@ -2619,8 +3236,11 @@ async fn check_positions(shared: &Arc<Shared>, admin: &str) -> PositionCheck {
 #[derive(Debug, PartialEq)]
 struct LegSummary {
     count: u64,
+    min_ms: f64,
+    mean_ms: f64,
     p50_ms: f64,
     p90_ms: f64,
+    p95_ms: f64,
     p99_ms: f64,
     max_ms: f64,
 }
@@ -2632,8 +3252,15 @@ impl LegSummary {
         let ms = |us: u64| if count == 0 { 0.0 } else { us as f64 / 1000.0 };
         LegSummary {
             count,
+            min_ms: ms(histogram.min()),
+            mean_ms: if count == 0 {
+                0.0
+            } else {
+                histogram.mean() / 1000.0
+            },
             p50_ms: ms(histogram.value_at_quantile(0.5)),
             p90_ms: ms(histogram.value_at_quantile(0.9)),
+            p95_ms: ms(histogram.value_at_quantile(0.95)),
             p99_ms: ms(histogram.value_at_quantile(0.99)),
             max_ms: ms(histogram.max()),
         }
@@ -2642,8 +3269,11 @@ impl LegSummary {
     fn to_json(&self) -> Value {
         json!({
             "count": self.count,
+            "min_ms": self.min_ms,
+            "mean_ms": self.mean_ms,
             "p50_ms": self.p50_ms,
             "p90_ms": self.p90_ms,
+            "p95_ms": self.p95_ms,
             "p99_ms": self.p99_ms,
             "max_ms": self.max_ms,
         })
@@ -2651,9 +3281,7 @@ impl LegSummary {
 }
 
 struct Report {
-    stats: Stats,
-    /// From the end of the window until the last flow ended.
-    drain: Duration,
+    run: RunResult,
     /// Onboarding the DFSPs (and registering their parties) took this long.
     onboarding: Duration,
     positions: PositionCheck,
@@ -2663,37 +3291,102 @@ struct Report {
     hub_warnings: Option<u64>,
     /// The embedded hub did not stop cleanly.
     hub_problem: Option<String>,
+    baseline: Option<Baseline>,
+    started_at: SystemTime,
+    /// The hub's own per-stage table, if it keeps one.
+    hub_stages: Option<Value>,
+    /// Sampled transfers' traces through the hub.
+    waterfalls: Vec<Value>,
+    breakpoint: Option<Value>,
 }
 
 impl Report {
     fn errors(&self) -> u64 {
-        self.stats.errors.values().map(|tally| tally.count).sum()
+        self.run
+            .stats
+            .errors
+            .values()
+            .map(|tally| tally.count)
+            .sum()
     }
 
     fn failed(&self) -> u64 {
-        self.errors() + self.stats.timeouts()
+        self.run.failed()
     }
 
-    /// Flows completed per second of the window.
-    fn throughput(&self, args: &BenchTransfersArgs) -> f64 {
-        self.stats.completed_in_window as f64 / args.duration
+    fn throughput(&self) -> f64 {
+        self.run.throughput()
+    }
+
+    /// The constant level of a run that has one.
+    fn constant_level(&self) -> Option<f64> {
+        let plan = &self.run.plan;
+        (plan.stages.len() == 1 && plan.stages[0].target == plan.start_target)
+            .then_some(plan.start_target)
+    }
+
+    fn profile(&self, args: &BenchTransfersArgs) -> Option<&'static str> {
+        args.profile.map(Profile::name)
+    }
+
+    fn load_description(&self, args: &BenchTransfersArgs) -> String {
+        let plan = &self.run.plan;
+        let unit = match plan.load {
+            Load::Closed => "virtual users",
+            Load::Open => "flows/s (open loop)",
+        };
+        let base = match self.constant_level() {
+            Some(level) => format!("{level} {unit}"),
+            None => {
+                let stages: Vec<String> = plan.stages.iter().map(|s| s.to_string()).collect();
+                format!(
+                    "{unit} from {} through {}",
+                    plan.start_target,
+                    stages.join(",")
+                )
+            }
+        };
+        match self.profile(args) {
+            Some("breakpoint") => {
+                format!("breakpoint search (reported: its last step that held, {base})")
+            }
+            Some(profile) => format!("{profile} profile: {base}"),
+            None => base,
+        }
+    }
+
+    fn label(&self, args: &BenchTransfersArgs) -> String {
+        args.label.clone().unwrap_or_else(|| {
+            let load = match (
+                self.profile(args),
+                self.constant_level(),
+                self.run.plan.load,
+            ) {
+                (Some(profile), _, _) => profile.to_string(),
+                (None, Some(level), Load::Closed) => format!("c{level}"),
+                (None, Some(level), Load::Open) => format!("r{level}"),
+                (None, None, _) => "stages".to_string(),
+            };
+            format!("{} {} {load}", args.flow.name(), self.target)
+        })
     }
 
     fn print(&self, args: &BenchTransfersArgs) {
-        let stats = &self.stats;
+        let stats = &self.run.stats;
         let flow = args.flow;
         let parties = if flow.discovers() {
             format!(" ({} parties each)", args.parties)
         } else {
             String::new()
         };
-        let load = match args.rate {
-            Some(rate) => format!("open loop at {rate} flows/s"),
-            None => format!("{} virtual users", args.concurrency),
-        };
         println!(
-            "kasi bench transfers --flow {}: {} DFSPs{parties}, {load}, {} s warm-up + {} s measured, hub {} ({})",
-            flow.name(), args.dfsps, args.warmup, args.duration, self.api, self.target
+            "kasi bench --flow {}: {} DFSPs{parties}, {}, window {:.1} s, hub {} ({})",
+            flow.name(),
+            args.dfsps,
+            self.load_description(args),
+            self.run.window_s,
+            self.api,
+            self.target
         );
         if args.null_hub {
             println!(
@@ -2702,38 +3395,55 @@ impl Report {
         }
         println!();
         println!(
-            "  {:<8} {:>9} {:>8} {:>8} {:>8} {:>8}",
-            "leg", "count", "p50 ms", "p90 ms", "p99 ms", "max ms"
+            "  {:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "leg", "count", "min ms", "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms"
         );
         for leg_index in flow.legs() {
             let leg = LegSummary::of(&stats.legs[leg_index]);
             println!(
-                "  {:<8} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-                LEGS[leg_index], leg.count, leg.p50_ms, leg.p90_ms, leg.p99_ms, leg.max_ms
+                "  {:<8} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                LEGS[leg_index],
+                leg.count,
+                leg.min_ms,
+                leg.mean_ms,
+                leg.p50_ms,
+                leg.p90_ms,
+                leg.p95_ms,
+                leg.p99_ms,
+                leg.max_ms
             );
         }
         println!();
         println!(
-            "  throughput: {:.0} {}/s ({} completed in the {} s window)",
-            self.throughput(args),
+            "  throughput: {:.0} {}/s ({} completed in the {:.1} s window)",
+            self.throughput(),
             flow.unit(),
             stats.completed_in_window,
-            args.duration
+            self.run.window_s
         );
-        if let Some(rate) = args.rate {
+        match &self.baseline {
+            Some(baseline) if baseline.throughput_per_s > 0.0 => println!(
+                "  against the null hub: {:.2} × its {:.0}/s ({})",
+                self.throughput() / baseline.throughput_per_s,
+                baseline.throughput_per_s,
+                baseline.note
+            ),
+            _ => {}
+        }
+        if self.run.plan.load == Load::Open {
             println!(
-                "  offered: {rate} flows/s ({:.0}/s started in the window); e2e counts from each flow's scheduled start",
-                stats.started_in_window as f64 / args.duration
+                "  offered: {:.0} flows/s started in the window; e2e counts from each flow's scheduled start",
+                stats.started_in_window as f64 / self.run.window_s
             );
         }
         println!(
-            "  flows: {} started ({} in the window, {} of them completed), {} failed, {} timed out; last ended {:.0} ms after the window",
+            "  flows: {} started ({} in the window, {} of them completed), {} failed, {} timed out; last ended {:.0} ms after the load",
             stats.started,
             stats.started_in_window,
             stats.completed,
             self.errors(),
             stats.timeouts(),
-            self.drain.as_secs_f64() * 1000.0
+            self.run.drain.as_secs_f64() * 1000.0
         );
         for (stage, count) in &stats.timeouts {
             println!("  timed out in the {stage} stage: {count}");
@@ -2762,6 +3472,15 @@ impl Report {
                 sum.map_or("?".to_string(), |sum| sum.to_string())
             ),
         }
+        if let Some(breakpoint) = &self.breakpoint {
+            println!(
+                "  breakpoint: held at {} flows/s, broke at {} flows/s: {} (threshold: {})",
+                breakpoint["last_good_rate_per_s"],
+                breakpoint["broke_at_rate_per_s"],
+                breakpoint["reason"].as_str().unwrap_or("?"),
+                breakpoint["threshold"].as_str().unwrap_or("?"),
+            );
+        }
         if let Some(warnings) = self.hub_warnings {
             if warnings > 0 {
                 println!("  the hub logged {warnings} warnings or errors (copied above to stderr)");
@@ -2773,7 +3492,8 @@ impl Report {
     }
 
     fn to_json(&self, args: &BenchTransfersArgs) -> Value {
-        let stats = &self.stats;
+        let stats = &self.run.stats;
+        let plan = &self.run.plan;
         let legs: serde_json::Map<String, Value> = args
             .flow
             .legs()
@@ -2785,6 +3505,7 @@ impl Report {
                 )
             })
             .collect();
+        let leg_order: Vec<&str> = args.flow.legs().into_iter().map(|leg| LEGS[leg]).collect();
         let errors_by_code: serde_json::Map<String, Value> = stats
             .errors
             .iter()
@@ -2800,21 +3521,62 @@ impl Report {
             .iter()
             .map(|(stage, count)| (stage.to_string(), json!(count)))
             .collect();
+        let timeline: Vec<Value> = self
+            .run
+            .timeline
+            .iter()
+            .map(|point| {
+                json!({
+                    "t_s": point.t_s,
+                    "phase": point.phase,
+                    "target": point.target,
+                    "started": point.started,
+                    "completed": point.completed,
+                    "errors": point.errors,
+                    "p50_ms": point.p50_ms,
+                    "p99_ms": point.p99_ms,
+                    "in_flight": point.in_flight,
+                })
+            })
+            .collect();
+        let stages: Vec<Value> = plan
+            .stages
+            .iter()
+            .map(|stage| json!({ "duration_s": stage.duration_s, "target": stage.target }))
+            .collect();
+        let constant = self.constant_level();
+        let null_hub_ratio = self.baseline.as_ref().map(|baseline| {
+            json!({
+                "null_hub_throughput_per_s": baseline.throughput_per_s,
+                "ratio": (baseline.throughput_per_s > 0.0)
+                    .then(|| self.throughput() / baseline.throughput_per_s),
+                "note": baseline.note,
+            })
+        });
         json!({
+            "kasi_bench_report": 1,
+            "label": self.label(args),
+            "started_at": hub::format_time(millis_since_epoch(self.started_at)),
+            "machine": machine(),
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
             "flow": args.flow.name(),
             "target": self.target,
             "null_hub": args.null_hub,
             "api": self.api,
+            "profile": self.profile(args),
             "dfsps": args.dfsps,
             "parties_per_dfsp": args.flow.discovers().then_some(args.parties),
-            "load": if args.rate.is_some() { "open" } else { "closed" },
-            "concurrency": args.rate.is_none().then_some(args.concurrency),
-            "offered_rate_per_s": args.rate,
-            "offered_in_window_per_s": args.rate.map(|_| stats.started_in_window as f64 / args.duration),
-            "warmup_s": args.warmup,
-            "duration_s": args.duration,
+            "load": plan.load.name(),
+            "start_target": plan.start_target,
+            "stages": stages,
+            "concurrency": (plan.load == Load::Closed).then_some(constant).flatten(),
+            "offered_rate_per_s": (plan.load == Load::Open).then_some(constant).flatten(),
+            "offered_in_window_per_s": (plan.load == Load::Open)
+                .then(|| stats.started_in_window as f64 / self.run.window_s),
+            "warmup_s": plan.window_from_s,
+            "duration_s": self.run.window_s,
             "onboarding_s": self.onboarding.as_secs_f64(),
-            "throughput_per_s": self.throughput(args),
+            "throughput_per_s": self.throughput(),
             "e2e_p99_ms": LegSummary::of(&stats.legs[E2E]).p99_ms,
             "completed_in_window": stats.completed_in_window,
             "started": stats.started,
@@ -2829,7 +3591,7 @@ impl Report {
             "late_error_callbacks": stats.late_errors,
             "stray_requests": stats.strays,
             "unexpected_requests": stats.unexpected,
-            "drain_ms": self.drain.as_secs_f64() * 1000.0,
+            "drain_ms": self.run.drain.as_secs_f64() * 1000.0,
             "positions_net_zero": (!self.positions.not_applicable).then_some(self.positions.net_zero),
             "positions_applicable": !self.positions.not_applicable,
             "positions_sum": self.positions.sum.map(|sum| sum.to_string()),
@@ -2837,8 +3599,35 @@ impl Report {
             "hub_warnings": self.hub_warnings,
             "hub_problem": self.hub_problem,
             "legs": legs,
+            "leg_order": leg_order,
+            "null_hub_ratio": null_hub_ratio,
+            "hub_stages": self.hub_stages,
+            "waterfalls": self.waterfalls,
+            "timeline": timeline,
+            "breakpoint": self.breakpoint,
         })
     }
+}
+
+/// The machine the run was on, for the report.
+fn machine() -> Value {
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split_once(':'))
+                .map(|(_, model)| model.trim().to_string())
+        });
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_string());
+    json!({
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "cpu_model": cpu_model,
+        "os": std::env::consts::OS,
+        "hostname": hostname,
+    })
 }
 
 #[cfg(test)]
@@ -3358,6 +4147,9 @@ mod tests {
         let close = |got: f64, want: f64| (got - want).abs() <= want * 0.001 + 1e-9;
         assert!(close(leg.p50_ms, 500.0), "{leg:?}");
         assert!(close(leg.p90_ms, 900.0), "{leg:?}");
+        assert!(close(leg.p95_ms, 950.0), "{leg:?}");
+        assert!(close(leg.min_ms, 1.0), "{leg:?}");
+        assert!(close(leg.mean_ms, 500.5), "{leg:?}");
         assert!(close(leg.p99_ms, 990.0), "{leg:?}");
         assert!(close(leg.max_ms, 1000.0), "{leg:?}");
 
@@ -3366,8 +4158,11 @@ mod tests {
             LegSummary::of(&empty),
             LegSummary {
                 count: 0,
+                min_ms: 0.0,
+                mean_ms: 0.0,
                 p50_ms: 0.0,
                 p90_ms: 0.0,
+                p95_ms: 0.0,
                 p99_ms: 0.0,
                 max_ms: 0.0
             }

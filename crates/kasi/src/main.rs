@@ -1,5 +1,8 @@
 //! The `kasi` command: the hub (`serve`), its audit and its benchmarks.
 
+// The bench report is one large `json!` literal.
+#![recursion_limit = "256"]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -7,6 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 mod audit;
 mod bench_ledger;
+mod bench_load;
+mod bench_report;
 mod bench_transfers;
 mod config;
 mod null_hub;
@@ -55,9 +60,42 @@ enum Command {
     /// and any currency whose accounts do not sum to zero. Exits with status
     /// 1 on any difference, 2 if the store cannot be read.
     Audit(DataDirArgs),
-    /// Benchmarks.
+    /// Characterize a hub: drive FSPIOP flows through it, playing every DFSP.
+    ///
+    /// One process is both payer and payee of every simulated DFSP
+    /// ("two sides of the same coin"): it onboards them through the admin
+    /// API with callback endpoints pointing at itself, then runs `--flow`
+    /// (by default `transfer`: `POST /transfers` until the payer's commit
+    /// notification; also `lookup`, `quote`, `quote+transfer`, and
+    /// `discovery+quote+transfer`, the end-to-end of Mojaloop's performance
+    /// whitepaper) while answering every forwarded request as the payee.
+    ///
+    /// Load: a closed loop of --concurrency virtual users (default), an open
+    /// loop at --rate arrivals per second, k6-style --stages, or a named
+    /// --profile (smoke, average-load, stress, spike, breakpoint). The hub is
+    /// started here on a temporary data directory (--embedded, the default),
+    /// or one already running (--api and --admin; nothing kasi-specific is
+    /// needed on the wire), or the built-in null hub (--null-hub). Unless
+    /// --null-hub-baseline 0, the null hub is measured first so the report
+    /// states the hub's throughput as a ratio of the harness's ceiling.
+    ///
+    /// Prints a summary (throughput, latency per leg, errors by FSPIOP code,
+    /// whether the DFSPs' positions net to zero) and writes a report folder
+    /// (report.json, report.md with the hub's per-stage table and sampled
+    /// waterfalls, timeline.svg); `kasi bench compare` lays reports side by
+    /// side. Exits with status 1 if any flow failed or the positions do not
+    /// net to zero.
+    Bench(Box<BenchArgs>),
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+struct BenchArgs {
     #[command(subcommand)]
-    Bench(BenchCommand),
+    command: Option<BenchCommand>,
+
+    #[command(flatten)]
+    run: bench_transfers::BenchTransfersArgs,
 }
 
 #[derive(Subcommand)]
@@ -70,20 +108,21 @@ enum BenchCommand {
     /// recover it is measured. By default this runs once with fsync (the
     /// real guarantee) and once without, for reference.
     Ledger(bench_ledger::BenchLedgerArgs),
-    /// Drive FSPIOP flows through a hub over HTTP, playing every DFSP.
-    ///
-    /// One process is both payer and payee of every simulated DFSP: each
-    /// virtual user runs its `--flow` in a closed loop (by default
-    /// `transfer`: `POST /transfers` until its commit notification; also
-    /// `lookup`, `quote`, and `discovery+quote+transfer`, the end-to-end of
-    /// Mojaloop's performance whitepaper), and a callback server answers
-    /// every forwarded request as the payee. The DFSPs are onboarded through
-    /// the admin API (with registered parties, for the discovery flows). By
-    /// default a hub is started on a temporary data directory
-    /// (`--embedded`); `--api` and `--admin` point at one already running.
-    /// Reports throughput and the latency of each leg; exits with status 1
-    /// if any flow failed or timed out.
-    Transfers(bench_transfers::BenchTransfersArgs),
+    /// Lay saved reports side by side: per leg and end to end, mean, p99
+    /// and max for each run with the delta and the ratio against the first;
+    /// throughput likewise; the hub's stages if the reports have them.
+    Compare(CompareArgs),
+    /// The same as `kasi bench` without a subcommand (kept for scripts).
+    #[command(hide = true)]
+    Transfers(Box<bench_transfers::BenchTransfersArgs>),
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Reports: report.json files or the folders holding them; the first
+    /// is the baseline of the deltas and ratios.
+    #[arg(required = true, num_args = 2.., value_name = "REPORT")]
+    reports: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -91,6 +130,15 @@ struct DataDirArgs {
     /// Directory holding the hub's store.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
+}
+
+fn compare(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let mut reports = Vec::with_capacity(paths.len());
+    for path in paths {
+        reports.push((path.display().to_string(), bench_report::load_report(path)?));
+    }
+    print!("{}", bench_report::compare(&reports));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -120,8 +168,14 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Audit(args) => audit::run(&args.data_dir),
-        Command::Bench(BenchCommand::Ledger(args)) => bench_ledger::run(args),
-        Command::Bench(BenchCommand::Transfers(args)) => bench_transfers::run(args),
+        Command::Bench(bench) => match bench.command {
+            None => bench_transfers::run(bench.run),
+            Some(command) => match command {
+                BenchCommand::Ledger(args) => bench_ledger::run(args),
+                BenchCommand::Transfers(args) => bench_transfers::run(*args),
+                BenchCommand::Compare(args) => compare(&args.reports),
+            },
+        },
     };
     match result {
         Ok(code) => code,

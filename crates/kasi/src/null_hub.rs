@@ -1,4 +1,4 @@
-//! The null hub of `kasi bench transfers --null-hub`: benchmarking the
+//! The null hub of `kasi bench --null-hub`: benchmarking the
 //! benchmark (seed 002).
 //!
 //! An in-process stand-in for a hub that does no hub work: no validation,

@@ -1,17 +1,19 @@
-//! End-to-end: `kasi bench transfers` against an embedded hub, through the
-//! real binary; the JSON summary must show a clean run whose DFSP
-//! positions net to zero.
+//! End-to-end: `kasi bench` against an embedded hub, through the real
+//! binary; the JSON summary must show a clean run whose DFSP positions net
+//! to zero, and the report folder must hold files that parse.
 
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
-fn bench(extra: &[&str]) -> Value {
+/// Runs `kasi bench` with `args`; its exit status must be success and its
+/// standard output the JSON summary.
+fn run(args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_kasi"))
-        .args(["bench", "transfers", "--duration", "2", "--warmup", "0"])
-        .args(["--dfsps", "4", "--parties", "20", "--concurrency", "16"])
+        .arg("bench")
+        .args(args)
         .args(["--json", "--quiet"])
-        .args(extra)
         .env_remove("KASI_CONFIG")
         .env_remove("KASI_LOG")
         .output()
@@ -20,11 +22,28 @@ fn bench(extra: &[&str]) -> Value {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
-        "{extra:?}: {}\nstdout: {stdout}\nstderr: {stderr}",
+        "{args:?}: {}\nstdout: {stdout}\nstderr: {stderr}",
         output.status
     );
-    let report: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("{extra:?}: not JSON ({e}): {stdout}"));
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {stdout}"))
+}
+
+/// A short embedded run that must be clean: everything started completed,
+/// nothing failed, the positions net to zero.
+fn bench(extra: &[&str]) -> Value {
+    let mut args = vec!["--duration", "2", "--warmup", "0"];
+    args.extend(["--dfsps", "4", "--parties", "20", "--concurrency", "16"]);
+    args.extend(["--null-hub-baseline", "0", "--no-report"]);
+    args.extend(extra);
+    let report = run(&args);
+    assert_clean(&report);
+    // No warm-up: every flow started in the window, and every one ended well.
+    assert_eq!(report["started"], report["started_in_window"], "{report}");
+    report
+}
+
+fn assert_clean(report: &Value) {
     let count = |key: &str| {
         report[key]
             .as_u64()
@@ -33,9 +52,8 @@ fn bench(extra: &[&str]) -> Value {
     assert!(count("completed") > 0, "{report}");
     assert_eq!(count("errors"), 0, "{report}");
     assert_eq!(count("timeouts"), 0, "{report}");
-    // No warm-up: every flow started in the window, and every one ended well.
-    assert_eq!(count("started"), count("started_in_window"), "{report}");
-    assert_eq!(count("started"), count("completed"), "{report}");
+    // Every flow started in the window ended well.
+    assert_eq!(count("started_in_window"), count("completed"), "{report}");
     assert_eq!(report["positions_net_zero"], Value::Bool(true), "{report}");
     assert_eq!(report["positions_sum"], "0", "{report}");
     assert!(
@@ -43,7 +61,6 @@ fn bench(extra: &[&str]) -> Value {
         "{report}"
     );
     assert!(report["e2e_p99_ms"].as_f64().is_some(), "{report}");
-    report
 }
 
 #[test]
@@ -51,6 +68,7 @@ fn a_transfer_run_completes_and_nets_to_zero() {
     let report = bench(&[]);
     assert_eq!(report["flow"], "transfer");
     assert_eq!(report["load"], "closed");
+    assert_eq!(report["concurrency"], 16.0);
 }
 
 #[test]
@@ -59,6 +77,14 @@ fn a_discovery_quote_transfer_run_completes_and_nets_to_zero() {
     assert_eq!(report["flow"], "discovery+quote+transfer");
     assert!(report["legs"]["lookup"]["count"].as_u64().unwrap() > 0);
     assert!(report["legs"]["quote"]["count"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn a_quote_transfer_run_skips_the_lookup() {
+    let report = bench(&["--flow", "quote+transfer"]);
+    assert_eq!(report["legs"]["lookup"], Value::Null, "{report}");
+    assert!(report["legs"]["quote"]["count"].as_u64().unwrap() > 0);
+    assert!(report["legs"]["prepare"]["count"].as_u64().unwrap() > 0);
 }
 
 #[test]
@@ -73,22 +99,14 @@ fn an_open_loop_run_offers_its_rate() {
 
 #[test]
 fn a_null_hub_run_measures_the_harness() {
-    let output = Command::new(env!("CARGO_BIN_EXE_kasi"))
-        .args(["bench", "transfers", "--null-hub"])
-        .args(["--duration", "2", "--warmup", "0", "--json", "--quiet"])
-        .env_remove("KASI_CONFIG")
-        .env_remove("KASI_LOG")
-        .output()
-        .expect("kasi runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\nstdout: {stdout}\nstderr: {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: Value =
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    let report = run(&[
+        "--null-hub",
+        "--duration",
+        "2",
+        "--warmup",
+        "0",
+        "--no-report",
+    ]);
     assert_eq!(report["null_hub"], Value::Bool(true), "{report}");
     assert!(report["completed"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["errors"], 0, "{report}");
@@ -99,4 +117,212 @@ fn a_null_hub_run_measures_the_harness() {
         "{report}"
     );
     assert_eq!(report["positions_net_zero"], Value::Null, "{report}");
+    // Nothing to compare with itself.
+    assert_eq!(report["null_hub_ratio"], Value::Null, "{report}");
+}
+
+/// The report folder of a whole embedded run: the null-hub baseline, the
+/// hub's stage table and waterfalls (every transfer sampled), a timeline;
+/// and `kasi bench compare` reads two such folders.
+#[test]
+fn a_report_folder_holds_the_whole_story_and_compares() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("first");
+    let report = run(&[
+        "--duration",
+        "2",
+        "--warmup",
+        "1",
+        "--dfsps",
+        "4",
+        "--concurrency",
+        "8",
+        "--null-hub-baseline",
+        "1",
+        "--trace-sample-every",
+        "1",
+        "--label",
+        "first run",
+        "--out",
+        first.to_str().unwrap(),
+    ]);
+    assert_clean(&report);
+    let json = read_json(&first.join("report.json"));
+    assert_eq!(json, report, "report.json is the printed summary");
+    assert_eq!(json["kasi_bench_report"], 1);
+    assert_eq!(json["label"], "first run");
+
+    let ratio = &json["null_hub_ratio"];
+    let null_hub = ratio["null_hub_throughput_per_s"].as_f64().unwrap();
+    assert!(null_hub > 0.0, "{ratio}");
+    let expected = json["throughput_per_s"].as_f64().unwrap() / null_hub;
+    assert!((ratio["ratio"].as_f64().unwrap() - expected).abs() < 1e-9);
+
+    // The hub's stages cover the window: at least every transfer completed
+    // in it went through each stage of both phases.
+    let stages = json["hub_stages"]["stages"].as_array().expect("stages");
+    let completed = json["completed_in_window"].as_u64().unwrap();
+    for phase in ["prepare", "fulfil"] {
+        for stage in [
+            "http_receive",
+            "validation",
+            "ledger_apply",
+            "store_commit",
+            "callback_send",
+        ] {
+            let row = stages
+                .iter()
+                .find(|row| row["phase"] == phase && row["stage"] == stage)
+                .unwrap_or_else(|| panic!("{phase} {stage} in {stages:?}"));
+            let calls = row["calls"].as_u64().unwrap();
+            assert!(
+                calls >= completed.saturating_sub(16),
+                "{phase} {stage}: {calls} < {completed}"
+            );
+            assert!(row["min_us"].as_f64().unwrap() <= row["mean_us"].as_f64().unwrap());
+            assert!(row["mean_us"].as_f64().unwrap() <= row["max_us"].as_f64().unwrap());
+        }
+    }
+    // Sampled transfers, their spans in time order.
+    let waterfalls = json["waterfalls"].as_array().expect("waterfalls");
+    assert!(!waterfalls.is_empty(), "{json}");
+    for waterfall in waterfalls {
+        let spans = waterfall["spans"].as_array().unwrap();
+        let starts: Vec<f64> = spans
+            .iter()
+            .map(|s| s["start_us"].as_f64().unwrap())
+            .collect();
+        assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{waterfall}");
+    }
+    // One timeline point a second: warm-up, then measuring.
+    let timeline = json["timeline"].as_array().unwrap();
+    assert!(timeline.len() >= 2, "{timeline:?}");
+    assert_eq!(timeline[0]["phase"], "warm-up");
+    let completed_per_second: u64 = timeline
+        .iter()
+        .map(|p| p["completed"].as_u64().unwrap())
+        .sum();
+    assert!(completed_per_second > 0);
+
+    let markdown = std::fs::read_to_string(first.join("report.md")).unwrap();
+    assert!(markdown.contains("first run"), "{markdown}");
+    assert!(markdown.contains("store_commit"), "{markdown}");
+    let svg = std::fs::read_to_string(first.join("timeline.svg")).unwrap();
+    assert!(
+        svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert!(svg.contains("<path") || svg.contains("<polyline"), "{svg}");
+
+    // A second, smaller run, then the comparison of the two.
+    let second = dir.path().join("second");
+    let report = run(&[
+        "--profile",
+        "smoke",
+        "--duration",
+        "1",
+        "--null-hub-baseline",
+        "0",
+        "--label",
+        "second run",
+        "--out",
+        second.to_str().unwrap(),
+    ]);
+    assert_clean(&report);
+    assert_eq!(report["profile"], "smoke");
+    assert_eq!(report["concurrency"], 2.0);
+    let output = Command::new(env!("CARGO_BIN_EXE_kasi"))
+        .args(["bench", "compare"])
+        .arg(&first)
+        .arg(second.join("report.json"))
+        .output()
+        .expect("kasi runs");
+    assert!(output.status.success(), "{output:?}");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        table.contains("first run") && table.contains("second run"),
+        "{table}"
+    );
+    assert!(table.contains("× p99"), "{table}");
+    // A folder without a report is refused, naming it.
+    let output = Command::new(env!("CARGO_BIN_EXE_kasi"))
+        .args(["bench", "compare"])
+        .arg(&first)
+        .arg(dir.path())
+        .output()
+        .expect("kasi runs");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains(dir.path().to_str().unwrap()));
+}
+
+/// A breakpoint search whose threshold cannot hold stops at its first
+/// step and says why.
+#[test]
+fn a_breakpoint_search_reports_where_it_broke() {
+    let report = run(&[
+        "--profile",
+        "breakpoint",
+        "--rate",
+        "200",
+        "--step-duration",
+        "1",
+        "--max-p99-ms",
+        "0.001",
+        "--dfsps",
+        "4",
+        "--null-hub-baseline",
+        "0",
+        "--no-report",
+    ]);
+    let breakpoint = &report["breakpoint"];
+    assert_eq!(breakpoint["broke_at_rate_per_s"], 200.0, "{breakpoint}");
+    assert_eq!(
+        breakpoint["last_good_rate_per_s"],
+        Value::Null,
+        "{breakpoint}"
+    );
+    assert!(
+        breakpoint["reason"].as_str().unwrap().contains("p99"),
+        "{breakpoint}"
+    );
+    assert_eq!(breakpoint["steps"].as_array().unwrap().len(), 1);
+    assert_eq!(report["load"], "open");
+    assert_eq!(report["positions_net_zero"], Value::Bool(true), "{report}");
+}
+
+/// Stages ramp the level: the timeline's planned level rises and falls.
+#[test]
+fn stages_ramp_the_virtual_users() {
+    let report = run(&[
+        "--stages",
+        "1s:8,1s:8,1s:0,1s:0",
+        "--dfsps",
+        "4",
+        "--null-hub-baseline",
+        "0",
+        "--no-report",
+    ]);
+    assert_clean(&report);
+    assert_eq!(
+        report["concurrency"],
+        Value::Null,
+        "a varying level has no one concurrency"
+    );
+    assert_eq!(report["stages"].as_array().unwrap().len(), 4);
+    let targets: Vec<f64> = report["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["target"].as_f64().unwrap())
+        .collect();
+    assert!(targets.len() >= 3, "{targets:?}");
+    // Half way up the ramp, then the hold, then half way down.
+    assert!((targets[0] - 4.0).abs() < 0.01, "{targets:?}");
+    assert!((targets[1] - 8.0).abs() < 0.01, "{targets:?}");
+    assert!((targets[2] - 4.0).abs() < 0.01, "{targets:?}");
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
