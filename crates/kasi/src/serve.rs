@@ -49,6 +49,11 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_TRACE_SAMPLE_EVERY", default_value_t = 1000)]
     trace_sample_every: u64,
 
+    /// Threads serving HTTP (both listeners and the callbacks). Default:
+    /// one per CPU. The ledger and the store have a thread each besides.
+    #[arg(long, env = "KASI_HTTP_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    http_threads: Option<u16>,
+
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
@@ -84,7 +89,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.http_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = runtime
         .enable_all()
         .thread_name("kasi-http")
         .build()
