@@ -69,6 +69,13 @@ pub struct BenchTransfersArgs {
     #[arg(long, conflicts_with_all = ["api", "admin", "embedded"])]
     null_hub: bool,
 
+    /// Run the null hub (of --null-hub and --null-hub-baseline) inside this
+    /// process instead of as a process of its own: no process switches
+    /// between the DFSPs and the hub, the harness's absolute ceiling rather
+    /// than that of any hub in another process.
+    #[arg(long)]
+    null_hub_in_process: bool,
+
     /// Base URL of a running hub's FSPIOP API (e.g. http://127.0.0.1:3000)
     /// instead of an embedded one; needs --admin.
     #[arg(long, value_name = "URL", requires = "admin")]
@@ -521,7 +528,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
                 args.null_hub_baseline
             );
         }
-        let hub = runtime.block_on(crate::null_hub::start())?;
+        let (api, admin, mut process) = start_null_hub(&runtime, args.null_hub_in_process)?;
         let baseline_args = BenchTransfersArgs {
             null_hub: true,
             quiet: true,
@@ -529,12 +536,11 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             callback_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             ..args.clone()
         };
-        let report = runtime.block_on(drive(
-            &baseline_args,
-            &Shape::Plan(plan),
-            &format!("http://{}", hub.api),
-            &format!("http://{}", hub.admin),
-        ))?;
+        let report = runtime.block_on(drive(&baseline_args, &Shape::Plan(plan), &api, &admin));
+        if let Some(process) = process.as_mut() {
+            process.stop()?;
+        }
+        let report = report?;
         if report.failed() > 0 {
             bail!(
                 "the null-hub baseline failed {} flows: the harness cannot run here",
@@ -548,8 +554,13 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         Some(Baseline {
             throughput_per_s,
             note: format!(
-                "closed loop, same flow, {users} users, {} s, measured just before",
-                args.null_hub_baseline
+                "closed loop, same flow, {users} users, {} s, measured just before, null hub {}",
+                args.null_hub_baseline,
+                if args.null_hub_in_process {
+                    "in this process"
+                } else {
+                    "in its own process"
+                }
             ),
         })
     };
@@ -560,12 +571,9 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             if chatty {
                 eprintln!("starting the null hub (no hub work: the harness's own ceiling)...");
             }
-            let hub = runtime.block_on(crate::null_hub::start())?;
-            (
-                format!("http://{}", hub.api),
-                format!("http://{}", hub.admin),
-                "null-hub",
-            )
+            let (api, admin, process) = start_null_hub(&runtime, args.null_hub_in_process)?;
+            embedded = process;
+            (api, admin, "null-hub")
         }
         (Some(api), Some(admin)) => (
             api.trim_end_matches('/').to_string(),
@@ -576,7 +584,10 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             if chatty {
                 eprintln!("starting an embedded hub...");
             }
-            let hub = EmbeddedHub::start(&args.hub_name, args.trace_sample_every)?;
+            let hub = EmbeddedHub::start(HubProcess::Kasi {
+                hub_name: &args.hub_name,
+                trace_sample_every: args.trace_sample_every,
+            })?;
             let urls = (
                 format!("http://{}", hub.api),
                 format!("http://{}", hub.admin),
@@ -646,6 +657,29 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     )
 }
 
+/// The null hub, as a child process or in this one: its API and admin
+/// URLs, and the process to stop.
+fn start_null_hub(
+    runtime: &tokio::runtime::Runtime,
+    in_process: bool,
+) -> anyhow::Result<(String, String, Option<EmbeddedHub>)> {
+    if in_process {
+        let hub = runtime.block_on(crate::null_hub::start())?;
+        Ok((
+            format!("http://{}", hub.api),
+            format!("http://{}", hub.admin),
+            None,
+        ))
+    } else {
+        let hub = EmbeddedHub::start(HubProcess::Null)?;
+        Ok((
+            format!("http://{}", hub.api),
+            format!("http://{}", hub.admin),
+            Some(hub),
+        ))
+    }
+}
+
 fn millis_since_epoch(at: SystemTime) -> i64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_millis() as i64)
@@ -653,7 +687,19 @@ fn millis_since_epoch(at: SystemTime) -> i64 {
 
 // ------------------------------------------------------------ the embedded hub
 
-/// `kasi serve` as a child process on a temporary data directory.
+/// Which hub a child process runs.
+enum HubProcess<'a> {
+    /// `kasi serve` on a temporary data directory.
+    Kasi {
+        hub_name: &'a str,
+        trace_sample_every: Option<u32>,
+    },
+    /// `kasi null-hub`.
+    Null,
+}
+
+/// A hub as a child process: `kasi serve` on a temporary data directory,
+/// or the null hub.
 struct EmbeddedHub {
     child: Child,
     api: SocketAddr,
@@ -666,26 +712,35 @@ struct EmbeddedHub {
 }
 
 impl EmbeddedHub {
-    fn start(hub_name: &str, trace_sample_every: Option<u32>) -> anyhow::Result<EmbeddedHub> {
+    fn start(process: HubProcess) -> anyhow::Result<EmbeddedHub> {
         let data_dir = tempfile::Builder::new()
             .prefix("kasi-bench-hub-")
             .tempdir()
             .context("cannot make a temp dir")?;
         let exe = std::env::current_exe().context("cannot find this executable")?;
-        let mut child = std::process::Command::new(exe)
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(data_dir.path())
-            .args(["--api-listen", "127.0.0.1:0"])
-            .args(["--admin-listen", "127.0.0.1:0"])
-            .args(["--hub-name", hub_name])
-            .args(
-                trace_sample_every
-                    .map(|every| ["--trace-sample-every".to_string(), every.to_string()])
-                    .into_iter()
-                    .flatten(),
-            )
-            .args(["--log-level", "warn,kasi::serve=info"])
+        let mut command = std::process::Command::new(exe);
+        match process {
+            HubProcess::Kasi {
+                hub_name,
+                trace_sample_every,
+            } => {
+                command
+                    .arg("serve")
+                    .arg("--data-dir")
+                    .arg(data_dir.path())
+                    .args(["--api-listen", "127.0.0.1:0"])
+                    .args(["--admin-listen", "127.0.0.1:0"])
+                    .args(["--hub-name", hub_name]);
+                if let Some(every) = trace_sample_every {
+                    command.args(["--trace-sample-every", &every.to_string()]);
+                }
+            }
+            HubProcess::Null => {
+                command.arg("null-hub");
+            }
+        }
+        let mut child = command
+            .args(["--log-level", "warn,kasi::serve=info,kasi::null_hub=info"])
             // Flags give every setting that matters; a config file of the
             // caller's must not change the hub under test.
             .env_remove("KASI_CONFIG")

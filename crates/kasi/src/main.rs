@@ -86,6 +86,13 @@ enum Command {
     /// side. Exits with status 1 if any flow failed or the positions do not
     /// net to zero.
     Bench(Box<BenchArgs>),
+    /// The null hub of `kasi bench` as a process of its own (it starts one).
+    ///
+    /// Forwards FSPIOP requests and callbacks between DFSPs with no
+    /// validation, ledger or store, on ephemeral ports of 127.0.0.1; logs
+    /// `serving api=… admin=…` and runs until SIGTERM or SIGINT.
+    #[command(hide = true)]
+    NullHub,
 }
 
 #[derive(Args)]
@@ -168,6 +175,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Audit(args) => audit::run(&args.data_dir),
+        Command::NullHub => null_hub::run_process(),
         Command::Bench(bench) => match bench.command {
             None => bench_transfers::run(bench.run),
             Some(command) => match command {

@@ -90,6 +90,31 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
 }
 
+/// `kasi null-hub`: the null hub as a process of its own, as a hub under
+/// test is, so that its ceiling includes the process switches every real
+/// hub pays; logs where it serves, then runs until SIGTERM or SIGINT.
+pub fn run_process() -> anyhow::Result<std::process::ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kasi-null-hub")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let hub = start().await?;
+        tracing::info!(api = %hub.api, admin = %hub.admin, "serving");
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .context("cannot listen for SIGTERM")?;
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    })?;
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
 /// Starts the null hub's admin and FSPIOP servers on ephemeral ports of
 /// 127.0.0.1, in tasks of the current runtime.
 pub async fn start() -> anyhow::Result<NullHub> {

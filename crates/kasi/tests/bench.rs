@@ -99,6 +99,8 @@ fn an_open_loop_run_offers_its_rate() {
 
 #[test]
 fn a_null_hub_run_measures_the_harness() {
+    // The null hub runs as a process of its own (`kasi null-hub`), as a hub
+    // under test does.
     let report = run(&[
         "--null-hub",
         "--duration",
