@@ -1435,7 +1435,9 @@ async fn drive(
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
     let client: HttpClient = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(90))
+        // Below kasi's 30 s idle limit, so the pool rarely reuses a connection
+        // the hub is closing.
+        .pool_idle_timeout(Duration::from_secs(20))
         .pool_timer(TokioTimer::new())
         .build(connector);
     let seed = run_seed();
@@ -2911,21 +2913,40 @@ async fn admin_request(
     url: &str,
     body: Option<Value>,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
-    let builder = Request::builder()
-        .method(method.clone())
-        .uri(url)
-        .header(http::header::ACCEPT, "application/json");
-    let request = match body {
-        Some(body) => builder
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(body.to_string()))),
-        None => builder.body(Full::new(Bytes::new())),
+    let request = || {
+        let builder = Request::builder()
+            .method(method.clone())
+            .uri(url)
+            .header(http::header::ACCEPT, "application/json");
+        match &body {
+            Some(body) => builder
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body.to_string()))),
+            None => builder.body(Full::new(Bytes::new())),
+        }
+        .with_context(|| format!("bad URL {url}"))
+    };
+    // An admin connection idle through a long run may be closed by the hub
+    // just as it is reused; a GET or DELETE is safe to send again.
+    let attempts = if method == Method::GET || method == Method::DELETE {
+        2
+    } else {
+        1
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let answer = tokio::time::timeout(Duration::from_secs(30), send(client, request()?))
+            .await
+            .with_context(|| format!("{method} {url}: no answer within 30 s"))?;
+        match answer {
+            Err((key, _)) if key == "transport" && attempt < attempts => continue,
+            answer => {
+                return answer
+                    .map_err(|(_, description)| anyhow::anyhow!("{method} {url}: {description}"))
+            }
+        }
     }
-    .with_context(|| format!("bad URL {url}"))?;
-    let answer = tokio::time::timeout(Duration::from_secs(30), send(client, request))
-        .await
-        .with_context(|| format!("{method} {url}: no answer within 30 s"))?;
-    answer.map_err(|(_, description)| anyhow::anyhow!("{method} {url}: {description}"))
 }
 
 /// Expects a 2xx answer; with `tolerate_existing`, also an error saying the
