@@ -420,6 +420,36 @@ fn write_headline(out: &mut String, report: &Value) -> fmt::Result {
     writeln!(out, "| timeouts | {} |", fmt_count(num(report, "timeouts")))?;
     writeln!(out, "| positions net zero | {net_zero} |")?;
     writeln!(out, "| vs the null hub | {} |", null_hub_comparison(report))?;
+    if let Some(cpu) = present(report, "cpu") {
+        let cores_and_cost =
+            |cores: &str, per_flow: &str| match (num(cpu, cores), num(cpu, per_flow)) {
+                (Some(cores), Some(us)) => format!(
+                    "{} cores, {} µs per flow",
+                    fmt_num(cores, 2),
+                    fmt_num(us, 0)
+                ),
+                _ => DASH.to_owned(),
+            };
+        writeln!(
+            out,
+            "| hub CPU in the window | {} |",
+            cores_and_cost("hub_cores", "hub_us_per_flow")
+        )?;
+        writeln!(
+            out,
+            "| harness CPU in the window | {} |",
+            cores_and_cost("harness_cores", "harness_us_per_flow")
+        )?;
+        if let Some(us) =
+            present(report, "null_hub_ratio").and_then(|ratio| num(ratio, "null_hub_us_per_flow"))
+        {
+            writeln!(
+                out,
+                "| null hub CPU (baseline) | {} µs per flow |",
+                fmt_num(us, 0)
+            )?;
+        }
+    }
     writeln!(out)
 }
 
@@ -1643,6 +1673,28 @@ mod tests {
         assert!(md.contains("kasi at 0.60 × the null hub (9,000/s)"), "{md}");
         assert!(md.contains("| transfer 4001 | 3 | Payer FSP insufficient liquidity |"));
         assert!(md.contains("![Completed per second and e2e latency per second](timeline.svg)"));
+    }
+
+    #[test]
+    fn markdown_headline_shows_the_cpu_per_flow() {
+        let mut report = sample_report();
+        report["cpu"] = json!({"hub_cores": 1.01, "hub_us_per_flow": 263.4, "harness_cores": 0.54, "harness_us_per_flow": 140.2});
+        report["null_hub_ratio"]["null_hub_us_per_flow"] = json!(113.0);
+        let md = markdown(&report);
+        assert!(
+            md.contains("| hub CPU in the window | 1.01 cores, 263 µs per flow |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| harness CPU in the window | 0.54 cores, 140 µs per flow |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| null hub CPU (baseline) | 113 µs per flow |"),
+            "{md}"
+        );
+        // No measurement, no rows.
+        assert!(!markdown(&sample_report()).contains("CPU in the window"));
     }
 
     #[test]

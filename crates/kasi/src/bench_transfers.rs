@@ -501,6 +501,8 @@ fn shape_of(args: &BenchTransfersArgs) -> Result<Shape, String> {
 /// The null hub's throughput, measured in this run for the ratio.
 struct Baseline {
     throughput_per_s: f64,
+    /// The null hub's CPU per flow, when it ran as a child process.
+    us_per_flow: Option<f64>,
     note: String,
 }
 
@@ -536,7 +538,8 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             callback_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             ..args.clone()
         };
-        let report = runtime.block_on(drive(&baseline_args, &Shape::Plan(plan), &api, &admin));
+        let pid = process.as_ref().map(|process| process.child.id());
+        let report = runtime.block_on(drive(&baseline_args, &Shape::Plan(plan), &api, &admin, pid));
         if let Some(process) = process.as_mut() {
             process.stop()?;
         }
@@ -548,11 +551,17 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let throughput_per_s = report.throughput();
+        let null_hub_us_per_flow = report
+            .run
+            .cpu
+            .and_then(|cpu| cpu.hub_s)
+            .map(|hub_s| hub_s * 1e6 / (report.run.stats.completed_in_window.max(1) as f64));
         if chatty {
             eprintln!("null hub: {throughput_per_s:.0} {}/s", args.flow.unit());
         }
         Some(Baseline {
             throughput_per_s,
+            us_per_flow: null_hub_us_per_flow,
             note: format!(
                 "closed loop, same flow, {users} users, {} s, measured just before, null hub {}",
                 args.null_hub_baseline,
@@ -597,7 +606,8 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         }
     };
 
-    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin));
+    let hub_pid = embedded.as_ref().map(|hub| hub.child.id());
+    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin, hub_pid));
     // The callback server keeps answering (on the runtime's threads) while
     // the hub delivers what it still has queued and stops.
     let mut hub_problem = None;
@@ -1359,6 +1369,9 @@ struct Shared {
     tickets: AtomicU64,
     stats: Mutex<Stats>,
     window: Mutex<Option<Window>>,
+    /// The hub's process, when it is a child of this one (its CPU time is
+    /// then measured over the window).
+    hub_pid: Option<u32>,
     /// Payees' answers (fulfils, `PUT /parties`, `PUT /quotes`) sent and not
     /// yet answered.
     answers_in_flight: AtomicU64,
@@ -1430,6 +1443,7 @@ async fn drive(
     shape: &Shape,
     api: &str,
     admin: &str,
+    hub_pid: Option<u32>,
 ) -> anyhow::Result<Report> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
@@ -1466,6 +1480,7 @@ async fn drive(
         tickets: AtomicU64::new(0),
         stats: Mutex::new(Stats::new()),
         window: Mutex::new(None),
+        hub_pid,
         answers_in_flight: AtomicU64::new(0),
     });
 
@@ -1580,6 +1595,8 @@ struct TimelinePoint {
 /// The statistics of one plan's run.
 struct RunResult {
     stats: Stats,
+    /// CPU time spent during the window.
+    cpu: Option<CpuUse>,
     timeline: Vec<TimelinePoint>,
     /// From the end of the load until the last flow ended.
     drain: Duration,
@@ -1668,6 +1685,20 @@ async fn run_plan(
         args.quiet,
         timeline.clone(),
     ));
+    let hub_pid = shared.hub_pid;
+    let cpu = tokio::spawn(async move {
+        let sleep =
+            |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
+        sleep(window.from).await;
+        let hub = || hub_pid.and_then(process_cpu_seconds);
+        let from = (hub(), own_cpu_seconds());
+        sleep(window.until).await;
+        let until = (hub(), own_cpu_seconds());
+        Some(CpuUse {
+            hub_s: until.0.zip(from.0).map(|(until, from)| until - from),
+            harness_s: until.1? - from.1?,
+        })
+    });
     let loaded = match plan.load {
         Load::Closed => closed_loop(shared, args, &plan, started, end).await,
         Load::Open => open_loop(shared, args, &plan, started, end).await,
@@ -1680,15 +1711,47 @@ async fn run_plan(
         }
     }
     let drain = Instant::now().saturating_duration_since(end);
+    let cpu = cpu.await.ok().flatten();
     let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
     let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(RunResult {
         stats,
+        cpu,
         timeline,
         drain,
         window_s: plan.window_s(),
         plan: (*plan).clone(),
     })
+}
+
+/// CPU seconds (user and system) of the hub's process and of this one over
+/// a window.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CpuUse {
+    hub_s: Option<f64>,
+    harness_s: f64,
+}
+
+/// `/proc`'s unit of CPU time (USER_HZ, 100 on every Linux build we run).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// CPU time (user and system, in s) of process `pid`; `None` where `/proc`
+/// cannot say (not Linux, or the process is gone).
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// CPU time (user and system, in s) of this process, all threads.
+fn own_cpu_seconds() -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// utime + stime from a `/proc/<pid>/stat` line: fields 14 and 15, counted
+/// after the command name, which is in parentheses and may hold anything.
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let ticks = |index: usize| fields.get(index)?.parse::<u64>().ok();
+    Some((ticks(11)? + ticks(12)?) as f64 / CLOCK_TICKS_PER_S)
 }
 
 /// The breakpoint search: open-loop steps at rising rates until one breaks
@@ -3499,12 +3562,33 @@ impl Report {
         );
         match &self.baseline {
             Some(baseline) if baseline.throughput_per_s > 0.0 => println!(
-                "  against the null hub: {:.2} × its {:.0}/s ({})",
+                "  against the null hub: {:.2} × its {:.0}/s{} ({})",
                 self.throughput() / baseline.throughput_per_s,
                 baseline.throughput_per_s,
+                baseline.us_per_flow.map_or(String::new(), |us| format!(
+                    ", {us:.0} µs of its CPU per flow"
+                )),
                 baseline.note
             ),
             _ => {}
+        }
+        if let Some(cpu) = self.run.cpu {
+            let per_flow = |seconds: f64| seconds * 1e6 / (stats.completed_in_window.max(1) as f64);
+            let hub = cpu.hub_s.map_or_else(
+                || "hub: not measured (not a child process)".to_string(),
+                |hub_s| {
+                    format!(
+                        "hub {:.2} cores, {:.0} µs per flow",
+                        hub_s / self.run.window_s,
+                        per_flow(hub_s)
+                    )
+                },
+            );
+            println!(
+                "  CPU in the window: {hub}; harness {:.2} cores, {:.0} µs per flow",
+                cpu.harness_s / self.run.window_s,
+                per_flow(cpu.harness_s)
+            );
         }
         if self.run.plan.load == Load::Open {
             println!(
@@ -3624,6 +3708,7 @@ impl Report {
         let null_hub_ratio = self.baseline.as_ref().map(|baseline| {
             json!({
                 "null_hub_throughput_per_s": baseline.throughput_per_s,
+                "null_hub_us_per_flow": baseline.us_per_flow,
                 "ratio": (baseline.throughput_per_s > 0.0)
                     .then(|| self.throughput() / baseline.throughput_per_s),
                 "note": baseline.note,
@@ -3681,6 +3766,22 @@ impl Report {
             "waterfalls": self.waterfalls,
             "timeline": timeline,
             "breakpoint": self.breakpoint,
+            "cpu": self.run.cpu.map(|cpu| {
+                let window_s = self.run.window_s;
+                let per_flow = |seconds: f64| {
+                    (stats.completed_in_window > 0)
+                        .then(|| seconds * 1e6 / stats.completed_in_window as f64)
+                };
+                json!({
+                    "window_s": window_s,
+                    "hub_cpu_s": cpu.hub_s,
+                    "harness_cpu_s": cpu.harness_s,
+                    "hub_cores": cpu.hub_s.map(|s| s / window_s),
+                    "harness_cores": cpu.harness_s / window_s,
+                    "hub_us_per_flow": cpu.hub_s.and_then(per_flow),
+                    "harness_us_per_flow": per_flow(cpu.harness_s),
+                })
+            }),
         })
     }
 }
@@ -4257,6 +4358,17 @@ mod tests {
         stats.error("3100".into(), "second".into());
         assert_eq!(stats.errors["3100"].count, 2);
         assert_eq!(stats.errors["3100"].first, "first");
+    }
+
+    #[test]
+    fn cpu_time_is_read_past_the_command_name() {
+        // The command name may hold spaces and parentheses.
+        let stat = "4242 (kasi (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 6 0";
+        assert_eq!(parse_cpu_seconds(stat), Some(3.25));
+        assert_eq!(parse_cpu_seconds("4242 (kasi) S 1"), None);
+        assert_eq!(parse_cpu_seconds("garbage"), None);
+        let own = own_cpu_seconds().expect("this test runs on Linux");
+        assert!(own >= 0.0);
     }
 
     #[test]

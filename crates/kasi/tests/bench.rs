@@ -159,6 +159,16 @@ fn a_report_folder_holds_the_whole_story_and_compares() {
     assert!(null_hub > 0.0, "{ratio}");
     let expected = json["throughput_per_s"].as_f64().unwrap() / null_hub;
     assert!((ratio["ratio"].as_f64().unwrap() - expected).abs() < 1e-9);
+    // Both hubs ran as child processes: their CPU per flow was measured,
+    // and so was the harness's own.
+    assert!(
+        ratio["null_hub_us_per_flow"].as_f64().unwrap() > 0.0,
+        "{ratio}"
+    );
+    let cpu = &json["cpu"];
+    assert!(cpu["hub_us_per_flow"].as_f64().unwrap() > 0.0, "{cpu}");
+    assert!(cpu["harness_us_per_flow"].as_f64().unwrap() > 0.0, "{cpu}");
+    assert!(markdown_mentions(&first, "hub CPU in the window"));
 
     // The hub's stages cover the window: at least every transfer completed
     // in it went through each stage of both phases.
@@ -322,6 +332,12 @@ fn stages_ramp_the_virtual_users() {
     assert!((targets[0] - 4.0).abs() < 0.01, "{targets:?}");
     assert!((targets[1] - 8.0).abs() < 0.01, "{targets:?}");
     assert!((targets[2] - 4.0).abs() < 0.01, "{targets:?}");
+}
+
+fn markdown_mentions(dir: &Path, text: &str) -> bool {
+    std::fs::read_to_string(dir.join("report.md"))
+        .unwrap()
+        .contains(text)
 }
 
 fn read_json(path: &Path) -> Value {
