@@ -124,6 +124,13 @@ pub struct BenchTransfersArgs {
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
 
+    /// Measure this many flows instead of a duration: the run ends once the
+    /// last of them, started after the warm-up, has ended; throughput is
+    /// counted over that time.
+    #[arg(long, value_name = "FLOWS", conflicts_with_all = ["duration", "profile", "stages"],
+          value_parser = clap::value_parser!(u64).range(1..))]
+    count: Option<u64>,
+
     /// Seconds of load before the measurement, excluded from the statistics
     /// (its failures still count for the exit status). Default 2, or 0 with
     /// --stages.
@@ -201,6 +208,9 @@ pub struct BenchTransfersArgs {
     #[arg(long)]
     quiet: bool,
 }
+
+/// A `--count` run that has not started its flows after this long stops.
+const COUNT_RUN_LIMIT_S: f64 = 3600.0;
 
 /// A stage (lookup, quote, transfer) not ended this long after its request
 /// counts as timed out.
@@ -484,7 +494,11 @@ fn shape_of(args: &BenchTransfersArgs) -> Result<Shape, String> {
             load,
             level,
             args.warmup.unwrap_or(2.0),
-            args.duration.unwrap_or(10.0),
+            match args.count {
+                // Ended by the count, not the clock.
+                Some(_) => COUNT_RUN_LIMIT_S,
+                None => args.duration.unwrap_or(10.0),
+            },
         )),
     };
     if let Shape::Plan(plan) = &shape {
@@ -536,6 +550,8 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             quiet: true,
             json: true,
             callback_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            // The baseline runs for its own duration.
+            count: None,
             ..args.clone()
         };
         let pid = process.as_ref().map(|process| process.child.id());
@@ -1372,6 +1388,10 @@ struct Shared {
     /// The hub's process, when it is a child of this one (its CPU time is
     /// then measured over the window).
     hub_pid: Option<u32>,
+    /// `--count`: flows still to start in the window.
+    budget: Option<AtomicU64>,
+    /// No more flows start (the count is reached).
+    stop: std::sync::atomic::AtomicBool,
     /// Payees' answers (fulfils, `PUT /parties`, `PUT /quotes`) sent and not
     /// yet answered.
     answers_in_flight: AtomicU64,
@@ -1394,6 +1414,34 @@ impl Shared {
 
     fn window(&self) -> Option<Window> {
         *self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a flow due at `at` may start: always in the warm-up; in the
+    /// window, while `--count` allows.
+    fn admit(&self, at: Instant) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(budget) = &self.budget else {
+            return true;
+        };
+        if !self.measured(at) {
+            return true;
+        }
+        let taken = budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+            left.checked_sub(1)
+        });
+        match taken {
+            Ok(1) => {
+                self.stop.store(true, Ordering::Release);
+                true
+            }
+            Ok(_) => true,
+            Err(_) => {
+                self.stop.store(true, Ordering::Release);
+                false
+            }
+        }
     }
 
     fn measured(&self, at: Instant) -> bool {
@@ -1481,6 +1529,8 @@ async fn drive(
         stats: Mutex::new(Stats::new()),
         window: Mutex::new(None),
         hub_pid,
+        budget: args.count.map(AtomicU64::new),
+        stop: std::sync::atomic::AtomicBool::new(false),
         answers_in_flight: AtomicU64::new(0),
     });
 
@@ -1686,13 +1736,18 @@ async fn run_plan(
         timeline.clone(),
     ));
     let hub_pid = shared.hub_pid;
+    // The load ended (a --count run ends before its window's nominal end).
+    let (loaded_signal, loaded_wait) = oneshot::channel::<()>();
     let cpu = tokio::spawn(async move {
         let sleep =
             |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
         sleep(window.from).await;
         let hub = || hub_pid.and_then(process_cpu_seconds);
         let from = (hub(), own_cpu_seconds());
-        sleep(window.until).await;
+        tokio::select! {
+            _ = sleep(window.until) => {}
+            _ = loaded_wait => {}
+        }
         let until = (hub(), own_cpu_seconds());
         Some(CpuUse {
             hub_s: until.0.zip(from.0).map(|(until, from)| until - from),
@@ -1703,6 +1758,7 @@ async fn run_plan(
         Load::Closed => closed_loop(shared, args, &plan, started, end).await,
         Load::Open => open_loop(shared, args, &plan, started, end).await,
     };
+    let _ = loaded_signal.send(());
     monitor.abort();
     loaded?;
     if let Some(reset) = reset {
@@ -1710,7 +1766,13 @@ async fn run_plan(
             bail!("the hub's stage statistics could not be cleared as the window opened");
         }
     }
-    let drain = Instant::now().saturating_duration_since(end);
+    let ended = Instant::now();
+    let drain = ended.saturating_duration_since(end);
+    // A --count run's window closes when its last flow ended.
+    let window_s = match shared.budget {
+        Some(_) => ended.saturating_duration_since(window.from).as_secs_f64(),
+        None => plan.window_s(),
+    };
     let cpu = cpu.await.ok().flatten();
     let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
     let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|e| e.into_inner()));
@@ -1719,7 +1781,7 @@ async fn run_plan(
         cpu,
         timeline,
         drain,
-        window_s: plan.window_s(),
+        window_s,
         plan: (*plan).clone(),
     })
 }
@@ -1856,10 +1918,11 @@ async fn closed_loop(
                     }
                     Some(_) => {}
                 }
-                if Instant::now() >= end {
+                let now = Instant::now();
+                if now >= end || !shared.admit(now) {
                     break;
                 }
-                iteration(&shared, Instant::now(), payer_party, payee).await;
+                iteration(&shared, now, payer_party, payee).await;
             }
         });
     }
@@ -1896,6 +1959,9 @@ async fn open_loop(
         }
         while let Some(joined) = flows.try_join_next() {
             joined.context("a flow panicked")?;
+        }
+        if !shared.admit(scheduled) {
+            break;
         }
         if in_flight.load(Ordering::SeqCst) >= MAX_IN_FLIGHT {
             shared.stats().error(
@@ -3702,7 +3768,15 @@ impl Report {
         let stages: Vec<Value> = plan
             .stages
             .iter()
-            .map(|stage| json!({ "duration_s": stage.duration_s, "target": stage.target }))
+            .map(|stage| {
+                // A --count run lasted as long as its flows took, not its
+                // nominal limit.
+                let duration_s = match args.count {
+                    Some(_) => plan.window_from_s + self.run.window_s,
+                    None => stage.duration_s,
+                };
+                json!({ "duration_s": duration_s, "target": stage.target })
+            })
             .collect();
         let constant = self.constant_level();
         let null_hub_ratio = self.baseline.as_ref().map(|baseline| {
@@ -3736,6 +3810,7 @@ impl Report {
                 .then(|| stats.started_in_window as f64 / self.run.window_s),
             "warmup_s": plan.window_from_s,
             "duration_s": self.run.window_s,
+            "count": args.count,
             "onboarding_s": self.onboarding.as_secs_f64(),
             "throughput_per_s": self.throughput(),
             "e2e_p99_ms": LegSummary::of(&stats.legs[E2E]).p99_ms,

@@ -97,6 +97,25 @@ fn an_open_loop_run_offers_its_rate() {
     assert_eq!(report["started"], 1000, "{report}");
 }
 
+/// `--count`: exactly that many flows measured, closed or open loop.
+#[test]
+fn a_count_run_measures_that_many_flows() {
+    for load in [&["--concurrency", "8"][..], &["--rate", "400"][..]] {
+        let mut args = vec!["--count", "300", "--warmup", "0", "--dfsps", "4"];
+        args.extend(["--null-hub-baseline", "0", "--no-report"]);
+        args.extend(load);
+        let report = run(&args);
+        assert_clean(&report);
+        assert_eq!(report["count"], 300, "{report}");
+        assert_eq!(report["started"], 300, "{report}");
+        assert_eq!(report["completed"], 300, "{report}");
+        assert_eq!(report["completed_in_window"], 300, "{report}");
+        // The window is the time the 300 took, not the nominal hour.
+        let window_s = report["duration_s"].as_f64().unwrap();
+        assert!(window_s > 0.0 && window_s < 60.0, "{report}");
+    }
+}
+
 #[test]
 fn a_null_hub_run_measures_the_harness() {
     // The null hub runs as a process of its own (`kasi null-hub`), as a hub

@@ -440,13 +440,13 @@ impl SqliteStore {
         if !checkpointer.copied.swap(false, Ordering::AcqRel) {
             return;
         }
-        let busy = self
+        let restarted = self
             .connection
             .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
                 row.get::<_, i64>(0)
-            })
-            .map_or(true, |busy| busy != 0);
-        if busy {
+            });
+        // The first column is 1 when the checkpoint was blocked.
+        if !matches!(restarted, Ok(0)) {
             checkpointer.copied.store(true, Ordering::Release);
         } else {
             self.wal_restarts += 1;
