@@ -128,6 +128,10 @@ impl Default for SqliteOptions {
 /// Records written between two background checkpoints.
 const CHECKPOINT_EVERY_RECORDS: usize = 8_192;
 
+/// How long the writer's own statements wait for a lock (SQLite's busy
+/// handler); the WAL restart does not wait at all.
+const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// After a reset, a WAL longer than this is truncated to it: the disk space
 /// a store keeps beside its database.
 const WAL_SIZE_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
@@ -138,6 +142,7 @@ pub struct SqliteStore {
     checkpointer: Option<Checkpointer>,
     records_since_checkpoint: usize,
     wal_restarts: u64,
+    restart_error_logged: bool,
     /// Keeps the data directory's write lock for the store's lifetime.
     _lock: Option<File>,
     text: String,
@@ -169,6 +174,7 @@ impl SqliteStore {
         })?;
         let path = data_dir.join(DATABASE_FILE);
         let connection = Connection::open(&path)?;
+        connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(
             None,
@@ -204,6 +210,7 @@ impl SqliteStore {
             checkpointer: Some(checkpointer),
             records_since_checkpoint: 0,
             wal_restarts: 0,
+            restart_error_logged: false,
             _lock: Some(lock),
             text: String::new(),
         })
@@ -230,6 +237,7 @@ impl SqliteStore {
             checkpointer: None,
             records_since_checkpoint: 0,
             wal_restarts: 0,
+            restart_error_logged: false,
             _lock: None,
             text: String::new(),
         })
@@ -430,9 +438,9 @@ impl SqliteStore {
     /// background checkpoint has copied the bulk, the writer itself, between
     /// two commits, copies the few frames appended since and restarts the
     /// WAL from its beginning: a short pause of the store thread, not of a
-    /// commit. Busy (a reader such as `kasi audit` on an old snapshot, or
-    /// the next background checkpoint running) means: try after a later
-    /// commit.
+    /// commit. It never waits: if a reader (`kasi audit`, a `sqlite3` shell)
+    /// still uses the WAL, or a background checkpoint is running, it gives up
+    /// at once and tries again after the next background checkpoint.
     fn restart_wal_after_checkpoint(&mut self) {
         let Some(checkpointer) = &self.checkpointer else {
             return;
@@ -440,16 +448,25 @@ impl SqliteStore {
         if !checkpointer.copied.swap(false, Ordering::AcqRel) {
             return;
         }
-        let restarted = self
-            .connection
-            .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
-                row.get::<_, i64>(0)
-            });
+        let restarted = self.connection.busy_timeout(Duration::ZERO).and_then(|()| {
+            self.connection
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |row| {
+                    row.get::<_, i64>(0)
+                })
+        });
+        // Back to the connection's usual patience for its own statements.
+        let _ = self.connection.busy_timeout(WRITER_BUSY_TIMEOUT);
         // The first column is 1 when the checkpoint was blocked.
-        if !matches!(restarted, Ok(0)) {
-            checkpointer.copied.store(true, Ordering::Release);
-        } else {
-            self.wal_restarts += 1;
+        match restarted {
+            Ok(0) => self.wal_restarts += 1,
+            Ok(_) => {}
+            Err(error) if !self.restart_error_logged => {
+                self.restart_error_logged = true;
+                eprintln!(
+                    "kasi: cannot restart the WAL (will retry after later checkpoints): {error}"
+                );
+            }
+            Err(_) => {}
         }
     }
 

@@ -5,6 +5,23 @@ use ledger::{ParticipantId, PartyKey, PartyRow, Record};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store;
 
+fn parties(from: u64, count: u64) -> Vec<Record> {
+    (from..from + count)
+        .map(|n| {
+            Record::Party(PartyRow {
+                key: PartyKey {
+                    id_type: "MSISDN".into(),
+                    identifier: format!("{n:015}"),
+                    sub_id: None,
+                },
+                fsp: ParticipantId(1),
+                currency: None,
+                registered_at_ms: 1,
+            })
+        })
+        .collect()
+}
+
 fn wal_bytes(dir: &std::path::Path) -> u64 {
     std::fs::metadata(dir.join("kasi.db-wal")).map_or(0, |m| m.len())
 }
@@ -60,4 +77,53 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
     let mut store = SqliteStore::open(dir.path(), SqliteOptions { fsync: false }).unwrap();
     let snapshot = store.load().unwrap();
     assert_eq!(snapshot.parties.len(), 400 * 256);
+}
+
+/// A reader on an old snapshot (`kasi audit`, a `sqlite3` shell) blocks the
+/// WAL's restart; the writer must not wait for it, and must restart the WAL
+/// once the reader is gone.
+#[test]
+fn a_long_reader_neither_delays_commits_nor_stops_restarts_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = SqliteStore::open(dir.path(), SqliteOptions { fsync: false }).unwrap();
+    store.commit(&[&parties(0, 10)]).unwrap();
+    let reader = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+    reader.execute_batch("BEGIN").unwrap();
+    let seen: i64 = reader
+        .query_row("SELECT count(*) FROM parties", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(seen, 10);
+    let mut slowest = std::time::Duration::ZERO;
+    let mut next = 10;
+    for commit in 0..200 {
+        let started = std::time::Instant::now();
+        store.commit(&[&parties(next, 256)]).unwrap();
+        slowest = slowest.max(started.elapsed());
+        next += 256;
+        if commit % 40 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    assert_eq!(
+        store.wal_restarts(),
+        0,
+        "the reader's snapshot is still in the WAL"
+    );
+    assert!(
+        slowest < std::time::Duration::from_secs(1),
+        "a commit waited {slowest:?} for the reader"
+    );
+    reader.execute_batch("COMMIT").unwrap();
+    drop(reader);
+    for commit in 0..200 {
+        store.commit(&[&parties(next, 256)]).unwrap();
+        next += 256;
+        if commit % 40 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    assert!(
+        store.wal_restarts() > 0,
+        "the WAL was never restarted after the reader left"
+    );
 }
