@@ -665,7 +665,8 @@ fn backoff(base: Duration, retry: u32, random: u64) -> Duration {
     Duration::from_nanos(nanos / 2 + jitter)
 }
 
-fn splitmix64(x: u64) -> u64 {
+/// A well-mixed 64-bit hash of `x` (SplitMix64's finaliser).
+pub(crate) fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);

@@ -44,6 +44,7 @@ use ledger::TransferId;
 use serde_json::{json, Value};
 
 use crate::metrics::Metrics;
+use crate::notify::splitmix64;
 use crate::Hub;
 
 /// Traces kept: the most recent ones, complete or partial.
@@ -522,13 +523,6 @@ impl CallbackProbe {
         self.timer
             .record_callback(self.phase, self.transfer_id, self.sent_at, answered_at);
     }
-}
-
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A request's headers and body, with when the handler started and when the

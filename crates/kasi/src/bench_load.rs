@@ -290,7 +290,8 @@ impl Arrivals {
     pub fn due_s(&mut self, n: u64) -> Option<f64> {
         let n = n as f64;
         while let Some(segment) = self.segments.get(self.cursor) {
-            let in_segment = n - segment.count_before;
+            // Rounding can put `n` a hair before the segment's first arrival.
+            let in_segment = (n - segment.count_before).max(0.0);
             let slope = if segment.duration_s > 0.0 {
                 (segment.rate_to - segment.rate_from) / segment.duration_s
             } else {

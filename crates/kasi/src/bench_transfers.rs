@@ -660,7 +660,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             Some(dir) => dir.clone(),
             None => std::path::PathBuf::from("kasi-bench").join(format!(
                 "{}-{}",
-                hub::format_time(millis_since_epoch(started_at))
+                fspiop::format_date_time(millis_since_epoch(started_at))
                     .replace([':', '.'], "")
                     .trim_end_matches('Z'),
                 args.flow.name().replace('+', "-")
@@ -991,9 +991,7 @@ fn run_seed() -> u64 {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    millis_since_epoch(SystemTime::now())
 }
 
 // ------------------------------------------------------------------ parties
@@ -1568,29 +1566,16 @@ async fn drive(
     onboard(&shared, admin, &args.hub_name, callback_addr).await?;
     let onboarding = onboarding.elapsed();
 
-    // Whether the hub keeps per-stage statistics; they are cleared again
-    // when the window opens, so that they cover the measured load only.
-    let hub_stages_supported = reset_hub_stages(&shared, admin).await;
-    let reset_at_window = hub_stages_supported.then_some(admin);
+    // Whether the hub keeps per-stage statistics (kasi's; other hubs answer
+    // 404); each run clears and reads them over its own window.
+    let hub_admin = reset_hub_stages(&shared, admin).await.then_some(admin);
     let (run, breakpoint) = match shape {
-        Shape::Plan(plan) => (
-            run_plan(&shared, args, plan, 0.0, reset_at_window).await?,
-            None,
-        ),
+        Shape::Plan(plan) => (run_plan(&shared, args, plan, 0.0, hub_admin).await?, None),
         Shape::Breakpoint(search) => {
-            let (run, result) = search_breakpoint(&shared, args, search).await?;
+            let (run, result) = search_breakpoint(&shared, args, search, hub_admin).await?;
             (run, Some(result))
         }
     };
-    // A payee's answer can be answered after the payer's callback: let the
-    // last ones be timed too; and no transfer may still be waited for
-    // before the positions are read.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while (shared.answers_in_flight.load(Ordering::SeqCst) > 0 || !shared.pending().is_empty())
-        && Instant::now() < deadline
-    {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
     let positions = if args.null_hub {
         PositionCheck {
             not_applicable: true,
@@ -1599,14 +1584,7 @@ async fn drive(
     } else {
         check_positions(&shared, admin).await
     };
-    let (hub_stages, waterfalls) = if hub_stages_supported {
-        (
-            read_hub_stages(&shared, admin).await,
-            read_waterfalls(&shared, admin).await,
-        )
-    } else {
-        (None, Vec::new())
-    };
+    let (hub_stages, waterfalls) = run.hub_view.clone().unwrap_or_default();
 
     Ok(Report {
         run,
@@ -1645,6 +1623,11 @@ struct TimelinePoint {
 /// The statistics of one plan's run.
 struct RunResult {
     stats: Stats,
+    /// The hub's stage table and sampled traces over the window, if it
+    /// keeps them.
+    hub_view: Option<(Option<Value>, Vec<Value>)>,
+    /// A `--count` run: its throughput counts the flows it started.
+    counted: bool,
     /// CPU time spent during the window.
     cpu: Option<CpuUse>,
     timeline: Vec<TimelinePoint>,
@@ -1655,9 +1638,16 @@ struct RunResult {
 }
 
 impl RunResult {
-    /// Flows completed per second of the window.
+    /// Flows completed per second of the window (for a `--count` run, the
+    /// counted flows over the time they took: warm-up flows that ended in
+    /// it are not theirs).
     fn throughput(&self) -> f64 {
-        self.stats.completed_in_window as f64 / self.window_s
+        let completed = if self.counted {
+            self.stats.completed
+        } else {
+            self.stats.completed_in_window
+        };
+        completed as f64 / self.window_s
     }
 
     fn failed(&self) -> u64 {
@@ -1671,14 +1661,14 @@ impl RunResult {
 }
 
 /// Runs one plan on fresh statistics. `offset_s` places its timeline in a
-/// longer run (the breakpoint search's). With `reset_hub_stages_of`, the
-/// hub's stage statistics are cleared as the window opens.
+/// longer run (the breakpoint search's). With `hub_admin`, the hub's stage
+/// statistics are cleared as the window opens and read as it closes.
 async fn run_plan(
     shared: &Arc<Shared>,
     args: &BenchTransfersArgs,
     plan: &Plan,
     offset_s: f64,
-    reset_hub_stages_of: Option<&str>,
+    hub_admin: Option<&str>,
 ) -> anyhow::Result<RunResult> {
     *shared.stats() = Stats::new();
     let started = Instant::now();
@@ -1689,11 +1679,26 @@ async fn run_plan(
     };
     *shared.window.lock().unwrap_or_else(|e| e.into_inner()) = Some(window);
     let end = at(plan.total_s());
-    let reset = reset_hub_stages_of.map(|admin| {
+    // The load ended (a --count run ends before its window's nominal end).
+    let (hub_view_signal, hub_view_wait) = oneshot::channel::<()>();
+    let hub_view = hub_admin.map(|admin| {
         let (shared, admin) = (shared.clone(), admin.to_string());
         tokio::spawn(async move {
-            tokio::time::sleep_until(tokio::time::Instant::from_std(window.from)).await;
-            reset_hub_stages(&shared, &admin).await
+            let sleep =
+                |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
+            sleep(window.from).await;
+            if !reset_hub_stages(&shared, &admin).await {
+                // Not cleared: its table would mix in the warm-up.
+                return None;
+            }
+            tokio::select! {
+                _ = sleep(window.until) => {}
+                _ = hub_view_wait => {}
+            }
+            Some((
+                read_hub_stages(&shared, &admin).await,
+                read_waterfalls(&shared, &admin).await,
+            ))
         })
     });
     if !args.quiet {
@@ -1736,7 +1741,6 @@ async fn run_plan(
         timeline.clone(),
     ));
     let hub_pid = shared.hub_pid;
-    // The load ended (a --count run ends before its window's nominal end).
     let (loaded_signal, loaded_wait) = oneshot::channel::<()>();
     let cpu = tokio::spawn(async move {
         let sleep =
@@ -1758,15 +1762,30 @@ async fn run_plan(
         Load::Closed => closed_loop(shared, args, &plan, started, end).await,
         Load::Open => open_loop(shared, args, &plan, started, end).await,
     };
+    // A plan lasts its whole duration even when its level falls to zero
+    // before the end (the timeline covers it); a --count run ends with its
+    // flows.
+    if loaded.is_ok() && shared.budget.is_none() && Instant::now() < end {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
+    }
     let _ = loaded_signal.send(());
+    let _ = hub_view_signal.send(());
     monitor.abort();
     loaded?;
-    if let Some(reset) = reset {
-        if !reset.await.unwrap_or(false) {
-            bail!("the hub's stage statistics could not be cleared as the window opened");
-        }
-    }
     let ended = Instant::now();
+    // A payee's answer can be answered after the payer's callback: let the
+    // last ones be timed too (in this run's statistics); and no transfer may
+    // still be waited for before the positions are read.
+    let deadline = ended + Duration::from_secs(5);
+    while (shared.answers_in_flight.load(Ordering::SeqCst) > 0 || !shared.pending().is_empty())
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let hub_view = match hub_view {
+        Some(task) => task.await.ok().flatten(),
+        None => None,
+    };
     let drain = ended.saturating_duration_since(end);
     // A --count run's window closes when its last flow ended.
     let window_s = match shared.budget {
@@ -1778,6 +1797,8 @@ async fn run_plan(
     let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(RunResult {
         stats,
+        hub_view,
+        counted: shared.budget.is_some(),
         cpu,
         timeline,
         drain,
@@ -1823,6 +1844,7 @@ async fn search_breakpoint(
     shared: &Arc<Shared>,
     args: &BenchTransfersArgs,
     search: &Breakpoint,
+    hub_admin: Option<&str>,
 ) -> anyhow::Result<(RunResult, Value)> {
     let searching = Instant::now();
     let mut steps = Vec::new();
@@ -1836,7 +1858,8 @@ async fn search_breakpoint(
         if !args.quiet {
             eprintln!("breakpoint step {}: {rate:.0} flows/s", step + 1);
         }
-        let run = run_plan(shared, args, &plan, searching.elapsed().as_secs_f64(), None).await?;
+        let offset_s = searching.elapsed().as_secs_f64();
+        let run = run_plan(shared, args, &plan, offset_s, hub_admin).await?;
         timeline.extend(run.timeline.iter().cloned());
         let result = StepResult {
             rate_per_s: rate,
@@ -3791,7 +3814,7 @@ impl Report {
         json!({
             "kasi_bench_report": 1,
             "label": self.label(args),
-            "started_at": hub::format_time(millis_since_epoch(self.started_at)),
+            "started_at": fspiop::format_date_time(millis_since_epoch(self.started_at)),
             "machine": machine(),
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "flow": args.flow.name(),

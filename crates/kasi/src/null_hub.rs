@@ -100,11 +100,13 @@ pub fn run_process() -> anyhow::Result<std::process::ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
-        let hub = start().await?;
-        tracing::info!(api = %hub.api, admin = %hub.admin, "serving");
+        // Listening for SIGTERM before saying where it serves: a stop sent
+        // right after the line is never the default (fatal) one.
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .context("cannot listen for SIGTERM")?;
+        let hub = start().await?;
+        tracing::info!(api = %hub.api, admin = %hub.admin, "serving");
         tokio::select! {
             _ = terminate.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
