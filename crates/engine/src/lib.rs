@@ -44,6 +44,9 @@ pub struct BatchTiming {
     pub apply_started_at: Instant,
     /// The ledger thread finished applying it.
     pub applied_at: Instant,
+    /// The store thread began the commit holding it (after the commit
+    /// before, and with whatever other batches had queued meanwhile).
+    pub commit_started_at: Instant,
     /// The store committed it (and the replies began to be called).
     pub durable_at: Instant,
 }
@@ -603,7 +606,7 @@ fn store_loop(
                     batches.iter().map(|b| b.len() as u64).sum(),
                     Ordering::Relaxed,
                 );
-                committed.map(|()| durable_at).map_err(|error| {
+                committed.map(|()| (started, durable_at)).map_err(|error| {
                     let why = format!("{} commit failed: {error}", store.describe());
                     *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
                     EngineError::StoreFailed(why)
@@ -612,10 +615,11 @@ fn store_loop(
         };
         for job in jobs {
             match &result {
-                Ok(durable_at) => {
+                Ok((commit_started_at, durable_at)) => {
                     let timing = BatchTiming {
                         apply_started_at: job.apply_started_at,
                         applied_at: job.applied_at,
+                        commit_started_at: *commit_started_at,
                         durable_at: *durable_at,
                     };
                     for (reply, outcomes) in job.replies {

@@ -505,7 +505,8 @@ fn a_timed_reply_gets_its_batch_instants_in_pipeline_order() {
         );
         assert!(submitted_at <= timing.apply_started_at, "{timing:?}");
         assert!(timing.apply_started_at <= timing.applied_at, "{timing:?}");
-        assert!(timing.applied_at <= timing.durable_at, "{timing:?}");
+        assert!(timing.applied_at <= timing.commit_started_at, "{timing:?}");
+        assert!(timing.commit_started_at <= timing.durable_at, "{timing:?}");
         assert!(timing.durable_at <= replied_at, "{timing:?}");
     }
     // A refusal carries no timing, only the error.

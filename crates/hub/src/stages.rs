@@ -83,6 +83,7 @@ pub enum Stage {
     Validation,
     LedgerQueue,
     LedgerApply,
+    StoreQueue,
     StoreCommit,
     Response,
     CallbackSend,
@@ -90,11 +91,12 @@ pub enum Stage {
 
 impl Stage {
     /// In pipeline order, as reported.
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::HttpReceive,
         Stage::Validation,
         Stage::LedgerQueue,
         Stage::LedgerApply,
+        Stage::StoreQueue,
         Stage::StoreCommit,
         Stage::Response,
         Stage::CallbackSend,
@@ -106,6 +108,7 @@ impl Stage {
             Stage::Validation => "validation",
             Stage::LedgerQueue => "ledger_queue",
             Stage::LedgerApply => "ledger_apply",
+            Stage::StoreQueue => "store_queue",
             Stage::StoreCommit => "store_commit",
             Stage::Response => "response",
             Stage::CallbackSend => "callback_send",
@@ -373,14 +376,19 @@ pub(crate) struct PhaseMarks {
 
 impl PhaseMarks {
     /// The contiguous stages from `http_receive` to `response`.
-    fn spans(&self) -> [(Stage, Instant, Instant); 6] {
+    fn spans(&self) -> [(Stage, Instant, Instant); 7] {
         let batch = &self.batch;
         [
             (Stage::HttpReceive, self.started, self.received),
             (Stage::Validation, self.received, self.submitted),
             (Stage::LedgerQueue, self.submitted, batch.apply_started_at),
             (Stage::LedgerApply, batch.apply_started_at, batch.applied_at),
-            (Stage::StoreCommit, batch.applied_at, batch.durable_at),
+            (Stage::StoreQueue, batch.applied_at, batch.commit_started_at),
+            (
+                Stage::StoreCommit,
+                batch.commit_started_at,
+                batch.durable_at,
+            ),
             (Stage::Response, batch.durable_at, self.answered),
         ]
     }
@@ -683,12 +691,12 @@ mod tests {
 
         let (since_ms, all) = stats.summaries();
         assert_eq!(since_ms, 1_000);
-        assert_eq!(all.len(), 21);
+        assert_eq!(all.len(), 24);
         let order: Vec<(Phase, Stage)> = all.iter().map(|s| (s.phase, s.stage)).collect();
         assert_eq!(order, cells().collect::<Vec<_>>());
         assert_eq!(order[0], (Phase::Prepare, Stage::HttpReceive));
-        assert_eq!(order[7], (Phase::Fulfil, Stage::HttpReceive));
-        assert_eq!(order[20], (Phase::Abort, Stage::CallbackSend));
+        assert_eq!(order[8], (Phase::Fulfil, Stage::HttpReceive));
+        assert_eq!(order[23], (Phase::Abort, Stage::CallbackSend));
         let untouched = summary(&stats, Phase::Abort, Stage::Response);
         assert_eq!(
             (untouched.calls, untouched.mean_us, untouched.max_us),
@@ -740,6 +748,7 @@ mod tests {
             batch: BatchTiming {
                 apply_started_at: at(base + 10),
                 applied_at: at(base + 12),
+                commit_started_at: at(base + 20),
                 durable_at: at(base + 40),
             },
             answered: at(base + 45),
@@ -753,7 +762,7 @@ mod tests {
         let traces = timer.traces_view();
         assert_eq!(traces.len(), 1);
         let spans = &traces[0].spans;
-        assert_eq!(spans.len(), 13);
+        assert_eq!(spans.len(), 15);
         assert_eq!(
             (spans[0].phase, spans[0].stage, spans[0].start_us),
             (Phase::Prepare, Stage::HttpReceive, 0.0)

@@ -32,19 +32,21 @@ const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
 const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
 const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
 const TRANSFER_ID: &str = "3d8f2c4e-1b7a-4c2d-9e5f-0a1b2c3d4e5f";
-const HANDLER_STAGES: [&str; 6] = [
+const HANDLER_STAGES: [&str; 7] = [
     "http_receive",
     "validation",
     "ledger_queue",
     "ledger_apply",
+    "store_queue",
     "store_commit",
     "response",
 ];
-const ALL_STAGES: [&str; 7] = [
+const ALL_STAGES: [&str; 8] = [
     "http_receive",
     "validation",
     "ledger_queue",
     "ledger_apply",
+    "store_queue",
     "store_commit",
     "response",
     "callback_send",
@@ -394,7 +396,7 @@ async fn a_prepare_and_fulfil_are_timed_stage_by_stage_traced_and_reset() {
     assert_eq!(list.len(), 1, "{traces}");
     assert_eq!(list[0]["transfer_id"], TRANSFER_ID);
     let spans = list[0]["spans"].as_array().unwrap();
-    assert_eq!(spans.len(), 14, "{traces}");
+    assert_eq!(spans.len(), 16, "{traces}");
     assert_eq!(spans[0]["phase"], "prepare");
     assert_eq!(spans[0]["stage"], "http_receive");
     assert_eq!(number(&spans[0], "start_us"), 0.0);
@@ -440,7 +442,7 @@ async fn a_prepare_and_fulfil_are_timed_stage_by_stage_traced_and_reset() {
     let stages = running.stages().await;
     assert!(stages["since_ms"].as_i64().unwrap() >= since_ms);
     let entries = stages["stages"].as_array().unwrap();
-    assert_eq!(entries.len(), 21);
+    assert_eq!(entries.len(), 24);
     for s in entries {
         assert_eq!(s["calls"], 0, "{s}");
         for field in ["min_us", "mean_us", "max_us", "std_us", "cum_us"] {
