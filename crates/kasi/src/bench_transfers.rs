@@ -734,22 +734,24 @@ struct EmbeddedHub {
     warnings: Arc<AtomicU64>,
     drain: Option<std::thread::JoinHandle<()>>,
     stopped: bool,
-    _data_dir: tempfile::TempDir,
+    /// `kasi serve`'s store, removed with the hub.
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl EmbeddedHub {
     fn start(process: HubProcess) -> anyhow::Result<EmbeddedHub> {
-        let data_dir = tempfile::Builder::new()
-            .prefix("kasi-bench-hub-")
-            .tempdir()
-            .context("cannot make a temp dir")?;
         let exe = std::env::current_exe().context("cannot find this executable")?;
         let mut command = std::process::Command::new(exe);
+        let mut store = None;
         match process {
             HubProcess::Kasi {
                 hub_name,
                 trace_sample_every,
             } => {
+                let data_dir = tempfile::Builder::new()
+                    .prefix("kasi-bench-hub-")
+                    .tempdir()
+                    .context("cannot make a temp dir")?;
                 command
                     .arg("serve")
                     .arg("--data-dir")
@@ -760,6 +762,7 @@ impl EmbeddedHub {
                 if let Some(every) = trace_sample_every {
                     command.args(["--trace-sample-every", &every.to_string()]);
                 }
+                store = Some(data_dir);
             }
             HubProcess::Null => {
                 command.arg("null-hub");
@@ -790,7 +793,7 @@ impl EmbeddedHub {
             warnings,
             drain: Some(drain),
             stopped: false,
-            _data_dir: data_dir,
+            _data_dir: store,
         };
         match announced.recv_timeout(HUB_START_TIMEOUT) {
             Ok(Ok((api, admin))) => {
