@@ -37,54 +37,11 @@ fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> Hea
 }
 
 impl Hub {
-    /// Queues a callback to `destination`'s endpoint of `endpoint_type`; a
-    /// DFSP without that endpoint cannot be called back, which is logged.
+    /// Queues a callback to `destination`'s endpoint of `endpoint_type`
+    /// (with `probe`, timed as a `callback_send` stage); a DFSP without that
+    /// endpoint cannot be called back, which is logged.
+    #[allow(clippy::too_many_arguments)]
     fn call_back(
-        &self,
-        destination: FspName,
-        endpoint_type: &str,
-        transfer_id: TransferId,
-        method: Method,
-        headers: HeaderMap,
-        body: Bytes,
-    ) {
-        self.call_back_probed(
-            destination,
-            endpoint_type,
-            transfer_id,
-            method,
-            headers,
-            body,
-            None,
-        );
-    }
-
-    /// [`call_back`](Self::call_back), timed as `phase`'s `callback_send`.
-    #[allow(clippy::too_many_arguments)]
-    fn call_back_timed(
-        &self,
-        phase: Phase,
-        destination: FspName,
-        endpoint_type: &str,
-        transfer_id: TransferId,
-        method: Method,
-        headers: HeaderMap,
-        body: Bytes,
-    ) {
-        let probe = self.stages.callback_probe(phase, transfer_id);
-        self.call_back_probed(
-            destination,
-            endpoint_type,
-            transfer_id,
-            method,
-            headers,
-            body,
-            Some(probe),
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn call_back_probed(
         &self,
         destination: FspName,
         endpoint_type: &str,
@@ -126,18 +83,15 @@ impl Hub {
             Method::PUT,
             headers,
             Bytes::from(body),
+            None,
         );
     }
 
     /// Tells `destination` the transfer's current state: a `PUT` for a
     /// reserved or committed transfer, a `PUT …/error` with the reason for
-    /// one that did not commit (v1.1 allows no ABORTED state in a `PUT`).
-    fn send_state(&self, destination: FspName, view: &TransferView, version: fspiop::Version) {
-        self.send_state_probed(destination, view, version, None);
-    }
-
-    /// [`send_state`](Self::send_state); `probe` times the `PUT` (not an error).
-    fn send_state_probed(
+    /// one that did not commit (v1.1 allows no ABORTED state in a `PUT`). With
+    /// `probe`, the `PUT` (not an error) is timed.
+    fn send_state(
         &self,
         destination: FspName,
         view: &TransferView,
@@ -152,7 +106,7 @@ impl Hub {
                     view.completed_at_ms,
                 );
                 let headers = hub_headers(self, destination, version);
-                self.call_back_probed(
+                self.call_back(
                     destination,
                     TRANSFER_PUT,
                     view.transfer_id,
@@ -241,14 +195,14 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     match outcome {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(headers, true);
-            hub.call_back_timed(
-                Phase::Prepare,
+            hub.call_back(
                 view.payee,
                 TRANSFER_POST,
                 transfer_id,
                 Method::POST,
                 forwarded,
                 body,
+                Some(hub.stages.callback_probe(Phase::Prepare, transfer_id)),
             );
         }
         Outcome::Failed { transfer, error } => hub.send_error(
@@ -268,7 +222,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
         Outcome::Duplicate(view) if view.state.is_final() => {
-            hub.send_state(caller.source, &view, caller.version)
+            hub.send_state(caller.source, &view, caller.version, None)
         }
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
@@ -313,7 +267,7 @@ async fn fulfil(
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
                 let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
-                hub.send_state_probed(view.payer, &view, caller.version, Some(probe));
+                hub.send_state(view.payer, &view, caller.version, Some(probe));
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
@@ -326,17 +280,18 @@ async fn fulfil(
                     Method::PATCH,
                     headers,
                     Bytes::from(patch),
+                    None,
                 );
             } else {
                 let forwarded = forwarded_headers(headers, false);
-                hub.call_back_timed(
-                    Phase::Fulfil,
+                hub.call_back(
                     view.payer,
                     TRANSFER_PUT,
                     transfer_id,
                     Method::PUT,
                     forwarded,
                     body.clone(),
+                    Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id)),
                 );
                 // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
                 // same body, but from the hub, not the payee's own headers.
@@ -348,6 +303,7 @@ async fn fulfil(
                     Method::PUT,
                     confirmation,
                     body,
+                    None,
                 );
             }
         }
@@ -373,6 +329,7 @@ async fn fulfil(
                     Method::PATCH,
                     headers,
                     Bytes::from(patch),
+                    None,
                 );
             } else {
                 hub.send_error(
@@ -391,7 +348,7 @@ async fn fulfil(
             &described(&error),
             caller.version,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version, None),
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
@@ -418,14 +375,14 @@ async fn abort(
     match outcome {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(headers, false);
-            hub.call_back_timed(
-                Phase::Abort,
+            hub.call_back(
                 view.payer,
                 TRANSFER_ERROR,
                 transfer_id,
                 Method::PUT,
                 forwarded,
                 body,
+                Some(hub.stages.callback_probe(Phase::Abort, transfer_id)),
             );
         }
         Outcome::Rejected(error) => hub.send_error(
@@ -435,7 +392,7 @@ async fn abort(
             &described(&error),
             caller.version,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version),
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version, None),
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
@@ -456,7 +413,7 @@ async fn get_transfer(
         })
         .await?
     {
-        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.version),
+        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.version, None),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
