@@ -52,8 +52,8 @@ pub enum Profile {
     /// A quarter of the level, then a sudden rise to four times it, held
     /// briefly, then back down to watch the recovery; all measured.
     Spike,
-    /// Open loop, raising the arrival rate step by step (from --rate, by
-    /// 25% a step of --step-duration) until the e2e p99 passes --max-p99-ms,
+    /// Open loop, raising the arrival rate step by step (from --rate, or
+    /// 500/s, by 25% a step of --step-duration) until the e2e p99 passes --max-p99-ms,
     /// more than --max-error-pct of the flows fail, or the hub completes
     /// under 90% of what was offered; reports the last rate that held.
     Breakpoint,

@@ -62,10 +62,11 @@ pub struct BenchTransfersArgs {
     #[arg(long, conflicts_with_all = ["api", "admin"])]
     embedded: bool,
 
-    /// Instead of a hub, run a built-in null hub in this process: it
-    /// answers onboarding minimally and forwards every FSPIOP request to
-    /// the DFSP it is for, with no validation, ledger or store. Measures the
-    /// harness's own ceiling on this machine (positions: not applicable).
+    /// Instead of a hub, run the built-in null hub (`kasi null-hub`, a child
+    /// process): it answers onboarding minimally and forwards every FSPIOP
+    /// request to the DFSP it is for, with no validation, ledger or store.
+    /// Measures the harness's own ceiling on this machine (positions: not
+    /// applicable).
     #[arg(long, conflicts_with_all = ["api", "admin", "embedded"])]
     null_hub: bool,
 
@@ -103,8 +104,8 @@ pub struct BenchTransfersArgs {
     /// What each iteration of a virtual user does: `transfer` (POST
     /// /transfers until the payer's commit notification), `lookup` (GET
     /// /parties until the payer receives PUT /parties), `quote` (POST /quotes
-    /// until the payer receives PUT /quotes), or `discovery+quote+transfer`
-    /// (the three in turn).
+    /// until the payer receives PUT /quotes), `quote+transfer`, or
+    /// `discovery+quote+transfer` (the three in turn).
     #[arg(long, value_enum, default_value_t = Flow::Transfer)]
     flow: Flow,
 
