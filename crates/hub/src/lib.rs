@@ -142,32 +142,11 @@ impl Hub {
     }
 
     /// Queues a callback to `destination`'s `endpoint_type` endpoint, with
-    /// the URL template's `{{name}}`s filled from `variables`. False (and
-    /// nothing queued) when the DFSP registered no such endpoint.
-    pub(crate) fn send_callback(
-        &self,
-        destination: FspName,
-        endpoint_type: &str,
-        variables: &[(&str, &str)],
-        method: axum::http::Method,
-        headers: axum::http::HeaderMap,
-        body: axum::body::Bytes,
-    ) -> bool {
-        self.send_callback_probed(
-            destination,
-            endpoint_type,
-            variables,
-            method,
-            headers,
-            body,
-            None,
-        )
-    }
-
-    /// Like [`send_callback`](Self::send_callback); `probe` times the
-    /// delivery (see [`stages`]).
+    /// the URL template's `{{name}}`s filled from `variables`; `probe`, if
+    /// any, times the delivery (see [`stages`]). False (and nothing queued)
+    /// when the DFSP registered no such endpoint.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn send_callback_probed(
+    pub(crate) fn send_callback(
         &self,
         destination: FspName,
         endpoint_type: &str,

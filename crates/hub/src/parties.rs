@@ -220,6 +220,7 @@ impl Hub {
             Method::PUT,
             headers,
             body,
+            None,
         ) {
             tracing::warn!(%destination, endpoint, party = %key, "no error endpoint registered; callback dropped");
         }
@@ -263,6 +264,7 @@ fn send_participant_put(hub: &Hub, caller: &Caller, key: &PartyKey, body: Bytes)
         Method::PUT,
         headers,
         body,
+        None,
     ) {
         tracing::warn!(destination = %caller.source, endpoint, "no callback endpoint registered; callback dropped");
     }
@@ -448,6 +450,7 @@ async fn register_batch(
         Method::PUT,
         headers,
         body,
+        None,
     ) {
         tracing::warn!(destination = %caller.source, "no FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT endpoint; callback dropped");
     }
@@ -522,6 +525,7 @@ fn forward_get_party(
         Method::GET,
         forward,
         Bytes::new(),
+        None,
     ) {
         hub.send_party_error(
             LookupApi::Parties,
@@ -585,6 +589,7 @@ fn route_party_answer(
         Method::PUT,
         forwarded(&headers, false),
         body,
+        None,
     ) {
         hub.send_party_error(
             LookupApi::Parties,

@@ -52,7 +52,7 @@ impl Hub {
         probe: Option<CallbackProbe>,
     ) {
         let id = transfer_id.to_string();
-        if !self.send_callback_probed(
+        if !self.send_callback(
             destination,
             endpoint_type,
             &[("transferId", id.as_str())],

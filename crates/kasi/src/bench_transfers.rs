@@ -1684,9 +1684,10 @@ async fn run_plan(
     *shared.window.lock().unwrap_or_else(|e| e.into_inner()) = Some(window);
     let end = at(plan.total_s());
     // The load ended (a --count run ends before its window's nominal end).
-    let (hub_view_signal, hub_view_wait) = oneshot::channel::<()>();
+    let (load_ended, load_ended_wait) = tokio::sync::watch::channel(false);
     let hub_view = hub_admin.map(|admin| {
         let (shared, admin) = (shared.clone(), admin.to_string());
+        let mut load_ended = load_ended_wait.clone();
         tokio::spawn(async move {
             let sleep =
                 |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
@@ -1697,7 +1698,7 @@ async fn run_plan(
             }
             tokio::select! {
                 _ = sleep(window.until) => {}
-                _ = hub_view_wait => {}
+                _ = load_ended.wait_for(|ended| *ended) => {}
             }
             Some((
                 read_hub_stages(&shared, &admin).await,
@@ -1745,7 +1746,7 @@ async fn run_plan(
         timeline.clone(),
     ));
     let hub_pid = shared.hub_pid;
-    let (loaded_signal, loaded_wait) = oneshot::channel::<()>();
+    let mut loaded_wait = load_ended_wait;
     let cpu = tokio::spawn(async move {
         let sleep =
             |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
@@ -1754,7 +1755,7 @@ async fn run_plan(
         let from = (hub(), own_cpu_seconds());
         tokio::select! {
             _ = sleep(window.until) => {}
-            _ = loaded_wait => {}
+            _ = loaded_wait.wait_for(|ended| *ended) => {}
         }
         let until = (hub(), own_cpu_seconds());
         Some(CpuUse {
@@ -1772,8 +1773,7 @@ async fn run_plan(
     if loaded.is_ok() && shared.budget.is_none() && Instant::now() < end {
         tokio::time::sleep_until(tokio::time::Instant::from_std(end)).await;
     }
-    let _ = loaded_signal.send(());
-    let _ = hub_view_signal.send(());
+    let _ = load_ended.send(true);
     monitor.abort();
     loaded?;
     let ended = Instant::now();
