@@ -56,7 +56,7 @@ fn onboarding() -> Vec<Command> {
             });
         }
         commands.push(Command::FundsIn(Funds {
-            transfer_id: TransferId(u128::MAX - settlement),
+            transfer_id: TransferId::new(u128::MAX - settlement),
             participant: name(dfsp),
             account: AccountId(settlement as u32),
             amount: Amount::from_whole(5000),
@@ -111,20 +111,20 @@ fn onboarding() -> Vec<Command> {
     });
     commands.push(Command::DeleteOracle { id: 3 });
     commands.push(Command::RecordQuote {
-        quote_id: TransferId(7_000),
+        quote_id: TransferId::new(7_000),
         payer: name("payerfsp"),
         payee: name("payeefsp"),
         request_hash: RequestHash([3; 32]),
     });
     commands.push(Command::AnswerQuote {
-        quote_id: TransferId(7_000),
+        quote_id: TransferId::new(7_000),
         caller: name("payeefsp"),
         is_error: false,
         body: r#"{"transferAmount":{"amount":"10","currency":"USD"}}"#.into(),
         request_hash: RequestHash([4; 32]),
     });
     commands.push(Command::RecordQuote {
-        quote_id: TransferId(7_001),
+        quote_id: TransferId::new(7_001),
         payer: name("payerfsp"),
         payee: name("payeefsp"),
         request_hash: RequestHash([5; 32]),
@@ -134,7 +134,7 @@ fn onboarding() -> Vec<Command> {
 
 fn prepare(id: u128, expiration_ms: i64) -> Command {
     Command::Prepare(Prepare {
-        transfer_id: TransferId(id),
+        transfer_id: TransferId::new(id),
         payer: name("payerfsp"),
         payee: name("payeefsp"),
         amount: Amount::from_whole(10),
@@ -147,7 +147,7 @@ fn prepare(id: u128, expiration_ms: i64) -> Command {
 
 fn fulfil(id: u128) -> Command {
     Command::Fulfil(Fulfil {
-        transfer_id: TransferId(id),
+        transfer_id: TransferId::new(id),
         caller: name("payeefsp"),
         fulfilment: Fulfilment::from_preimage([id as u8; 32]),
         request_hash: RequestHash([id as u8 ^ 0xff; 32]),
@@ -294,7 +294,7 @@ fn a_reserved_transfer_expires_at_its_expiration_instant_without_any_request() {
         .recv_timeout(Duration::from_secs(10))
         .expect("the expiry must fire by itself");
     assert_eq!(views.len(), 1);
-    assert_eq!(views[0].transfer_id, TransferId(7));
+    assert_eq!(views[0].transfer_id, TransferId::new(7));
     assert_eq!(views[0].state, TransferState::Expired);
     assert_eq!(views[0].reason, Some(ErrorCode::TRANSFER_EXPIRED));
     assert!(
@@ -348,10 +348,10 @@ fn concurrent_submissions_are_batched_and_each_gets_its_own_outcomes() {
         let outcomes = result.unwrap();
         assert_eq!(outcomes.len(), 1);
         match &outcomes[0] {
-            Outcome::Transfer(view) => assert_eq!(view.transfer_id, TransferId(id)),
+            Outcome::Transfer(view) => assert_eq!(view.transfer_id, TransferId::new(id)),
             // The cap of 1,000 is reached after 100 transfers of 10.
             Outcome::Failed { transfer, error } => {
-                assert_eq!(transfer.transfer_id, TransferId(id));
+                assert_eq!(transfer.transfer_id, TransferId::new(id));
                 assert_eq!(error.code, ErrorCode::PAYER_LIMIT_ERROR);
             }
             other => panic!("unexpected {other:?}"),

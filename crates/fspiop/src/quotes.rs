@@ -600,7 +600,7 @@ mod tests {
             ("quoteId", json!("not-a-uuid")),
             (
                 "transactionId",
-                json!("a8323bc6-c228-6df2-ae82-e5a997baf899"),
+                json!("a8323bc6-c228-9df2-ae82-e5a997baf899"),
             ),
             ("transactionRequestId", json!("")),
             ("payee.partyIdInfo.partyIdType", json!("PHONE")),

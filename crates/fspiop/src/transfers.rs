@@ -191,20 +191,24 @@ pub(crate) fn check_extension_list(
     Ok(())
 }
 
-/// True when `text` matches FSPIOP's `CorrelationId` pattern: a lowercase
-/// hyphenated UUID whose version nibble is 1-5 and variant nibble 8, 9, a
-/// or b.
+/// True when `text` is a `CorrelationId` as Mojaloop's hub takes it
+/// (ml-api-adapter's pattern, wider than v1.1's text): a lowercase
+/// hyphenated UUID with version nibble 1-7 and variant nibble 8, 9, a or b,
+/// or a ULID, 26 uppercase Crockford base32 characters.
 pub fn is_correlation_id(text: &str) -> bool {
     let bytes = text.as_bytes();
-    if bytes.len() != 36 {
-        return false;
+    match bytes.len() {
+        ledger::UUID_LEN => bytes.iter().enumerate().all(|(index, &byte)| match index {
+            8 | 13 | 18 | 23 => byte == b'-',
+            14 => (b'1'..=b'7').contains(&byte),
+            19 => matches!(byte, b'8' | b'9' | b'a' | b'b'),
+            _ => byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte),
+        }),
+        ledger::ULID_LEN => bytes.iter().all(|&byte| {
+            byte.is_ascii_digit() || (byte.is_ascii_uppercase() && !b"ILOU".contains(&byte))
+        }),
+        _ => false,
     }
-    bytes.iter().enumerate().all(|(index, &byte)| match index {
-        8 | 13 | 18 | 23 => byte == b'-',
-        14 => (b'1'..=b'5').contains(&byte),
-        19 => matches!(byte, b'8' | b'9' | b'a' | b'b'),
-        _ => byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte),
-    })
 }
 
 pub(crate) fn correlation_id(text: &str) -> Option<TransferId> {
@@ -216,7 +220,7 @@ pub(crate) fn correlation_id(text: &str) -> Option<TransferId> {
 }
 
 pub(crate) const CORRELATION_ID_RULE: &str =
-    "not a CorrelationId (lowercase UUID, version 1-5, variant 8/9/a/b)";
+    "not a CorrelationId (lowercase UUID, version 1-7, variant 8/9/a/b; or uppercase ULID)";
 
 /// A path `{ID}` that must be a `CorrelationId` (e.g. `/transfers/{ID}`);
 /// anything else is 3101 naming the path parameter.
@@ -899,7 +903,7 @@ mod tests {
     fn each_schema_violation_is_3100_naming_it() {
         let cases: Vec<(&str, Value)> = vec![
             ("transferId", json!("B51EC534-EE48-4575-B6A9-EAD2955B8069")),
-            ("transferId", json!("b51ec534-ee48-6575-b6a9-ead2955b8069")),
+            ("transferId", json!("b51ec534-ee48-8575-b6a9-ead2955b8069")),
             ("transferId", json!("b51ec534-ee48-4575-c6a9-ead2955b8069")),
             ("transferId", json!("b51ec534ee484575b6a9ead2955b8069")),
             ("transferId", json!("")),
@@ -1348,10 +1352,31 @@ mod tests {
     #[test]
     fn correlation_ids_in_paths() {
         assert_eq!(parse_correlation_id(ID), Ok(TransferId::parse(ID).unwrap()));
+        // Mojaloop's pattern: UUID versions up to 7 (time-ordered v7 ids),
+        // and ULIDs, whose form is kept so that they are echoed as given.
+        for good in [
+            "0190a5e2-7c4b-7d3e-9f1a-2b3c4d5e6f70",
+            "01K1WV2595Z7XST8FW5K4XRDZB",
+            "7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "ZZZZZZZZZZZZZZZZZZZZZZZZZZ",
+        ] {
+            let id = parse_correlation_id(good).unwrap();
+            assert_eq!(id.to_string(), good);
+        }
+        assert_eq!(
+            parse_correlation_id("01K1WV2595Z7XST8FW5K4XRDZB")
+                .unwrap()
+                .form(),
+            ledger::IdForm::Ulid
+        );
         for bad in [
             "",
             "x",
             &ID.to_uppercase(),
+            "01k1wv2595z7xst8fw5k4xrdzb",
+            "01K1WV2595Z7XST8FW5K4XRDZU",
+            "01K1WV2595Z7XST8FW5K4XRDZ",
+            "b51ec534-ee48-8575-b6a9-ead2955b8069",
             "b51ec534-ee48-0575-b6a9-ead2955b8069",
             "b51ec534-ee48-4575-76a9-ead2955b8069",
             "b51ec534-ee48-4575-b6a9-ead2955b806",

@@ -430,7 +430,7 @@ impl StageTimer {
             0 => false,
             1 => true,
             every => {
-                let id = transfer_id.0;
+                let id = transfer_id.bits();
                 let hash = splitmix64(id as u64 ^ splitmix64((id >> 64) as u64));
                 hash.checked_rem(every) == Some(0)
             }
@@ -722,14 +722,16 @@ mod tests {
         let off = StageTimer::new(0, None);
         let all = StageTimer::new(1, None);
         let some = StageTimer::new(10, None);
-        let ids: Vec<TransferId> = (0..10_000u128).map(|i| TransferId(i << 64 | i)).collect();
+        let ids: Vec<TransferId> = (0..10_000u128)
+            .map(|i| TransferId::new(i << 64 | i))
+            .collect();
         assert!(ids.iter().all(|&id| !off.sampled(id)));
         assert!(ids.iter().all(|&id| all.sampled(id)));
         let chosen = ids.iter().filter(|&&id| some.sampled(id)).count();
         assert!((800..1_200).contains(&chosen), "{chosen}");
         // Sequential ids too.
         let chosen = (0..10_000u128)
-            .filter(|&i| some.sampled(TransferId(i)))
+            .filter(|&i| some.sampled(TransferId::new(i)))
             .count();
         assert!((800..1_200).contains(&chosen), "{chosen}");
         // The same id always gets the same answer.
@@ -753,7 +755,7 @@ mod tests {
             },
             answered: at(base + 45),
         };
-        let id = TransferId(7);
+        let id = TransferId::new(7);
         // The callback is answered after the fulfil began, and is recorded
         // before the fulfil: spans still come out in time order.
         timer.record_phase(Phase::Prepare, id, &marks(0));
@@ -782,11 +784,11 @@ mod tests {
         assert!(close(last.end_us, 145.0), "{last:?}");
 
         for i in 0..TRACE_RING_CAPACITY as u128 + 10 {
-            timer.record_phase(Phase::Prepare, TransferId(1_000 + i), &marks(0));
+            timer.record_phase(Phase::Prepare, TransferId::new(1_000 + i), &marks(0));
         }
         let traces = timer.traces_view();
         assert_eq!(traces.len(), TRACE_RING_CAPACITY);
-        assert_eq!(traces[0].transfer_id, TransferId(1_010));
+        assert_eq!(traces[0].transfer_id, TransferId::new(1_010));
         assert!(traces.iter().all(|t| t.transfer_id != id));
 
         timer.reset();

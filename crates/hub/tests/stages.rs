@@ -102,7 +102,7 @@ fn onboarding(stub: SocketAddr) -> Vec<Command> {
             });
         }
         commands.push(Command::FundsIn(Funds {
-            transfer_id: TransferId(u128::MAX - u128::from(settlement)),
+            transfer_id: TransferId::new(u128::MAX - u128::from(settlement)),
             participant: name(dfsp),
             account: AccountId(settlement),
             amount: Amount::from_whole(5000),

@@ -334,7 +334,7 @@ fn onboard(handle: &EngineHandle, count: u32) -> anyhow::Result<Vec<FspName>> {
     for (i, &name) in names.iter().enumerate() {
         let settlement: AccountId = created.next().context("DFSP creation failed")?;
         funding.push(Command::FundsIn(Funds {
-            transfer_id: TransferId(u128::MAX - i as u128),
+            transfer_id: TransferId::new(u128::MAX - i as u128),
             participant: name,
             account: settlement,
             amount: Amount::from_whole(1_000_000_000_000),
@@ -389,7 +389,7 @@ impl Driver<'_> {
         // Each DFSP pays every other in turn, so positions stay near zero.
         let payee = ((id % n + 1 + (id / n) % (n - 1)) % n) as usize;
         Command::Prepare(Prepare {
-            transfer_id: TransferId(id),
+            transfer_id: TransferId::new(id),
             payer: self.dfsps[payer],
             payee: self.dfsps[payee],
             amount: Amount::from_units(1 + (id % 1_000_000) as i128),
@@ -405,7 +405,7 @@ impl Driver<'_> {
         let n = self.dfsps.len() as u128;
         let payee = ((id % n + 1 + (id / n) % (n - 1)) % n) as usize;
         Command::Fulfil(Fulfil {
-            transfer_id: TransferId(id),
+            transfer_id: TransferId::new(id),
             caller: self.dfsps[payee],
             fulfilment: self.fulfilment,
             request_hash: RequestHash([(id % 241) as u8; 32]),
@@ -464,7 +464,7 @@ impl Driver<'_> {
                                 );
                             }
                             if completion.fulfil_next {
-                                fulfils.push(self.fulfil(view.transfer_id.0));
+                                fulfils.push(self.fulfil(view.transfer_id.bits()));
                             } else {
                                 completed += 1;
                             }

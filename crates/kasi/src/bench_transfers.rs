@@ -927,18 +927,37 @@ fn strip_ansi(line: &str) -> String {
 
 // -------------------------------------------------------------- transfer ids
 
-/// FSPIOP `CorrelationId`s (lowercase v4 UUIDs) from a per-run random-ish
-/// 60-bit prefix and a 62-bit counter, so that ids never repeat within a
-/// run and are unlikely to meet another run's on the same hub.
+/// FSPIOP `CorrelationId`s from a per-run random-ish prefix and a 62-bit
+/// counter, so that ids never repeat within a run and are unlikely to meet
+/// another run's on the same hub. Even counters are lowercase v4 UUIDs and
+/// odd ones ULIDs, as Mojaloop's Testing Toolkit sends by default: a hub
+/// must take both, and every run checks that it does.
 struct IdGen {
     /// `xxxxxxxx-xxxx-4xxx-`.
     prefix: String,
+    /// The first 13 of a ULID's 26 characters.
+    ulid_prefix: String,
     next: AtomicU64,
 }
+
+/// Crockford's base32, as ULIDs use it.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+/// A ULID's characters after [`IdGen::ulid_prefix`]: 65 bits, room for
+/// the counter.
+const ULID_COUNTER_CHARS: usize = 13;
 
 impl IdGen {
     fn new(seed: u64) -> IdGen {
         let bits = splitmix64(seed) & ((1 << 60) - 1);
+        let ulid_bits = splitmix64(seed ^ 0x5EED);
+        // The first character stays within 0-7, as the ULID specification
+        // asks (the whole value fits 128 bits).
+        let ulid_prefix = (0..ULID_COUNTER_CHARS)
+            .map(|index| {
+                let digit = (ulid_bits >> (5 * index)) & if index == 0 { 7 } else { 31 };
+                char::from(CROCKFORD[digit as usize])
+            })
+            .collect();
         IdGen {
             prefix: format!(
                 "{:08x}-{:04x}-4{:03x}-",
@@ -946,6 +965,7 @@ impl IdGen {
                 (bits >> 12) & 0xffff,
                 bits & 0xfff
             ),
+            ulid_prefix,
             next: AtomicU64::new(1),
         }
     }
@@ -954,15 +974,35 @@ impl IdGen {
         self.next.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// The id of counter value `n` (below 2^62): the variant nibble and the
-    /// last two groups carry it.
+    /// The id of counter value `n` (below 2^62): a UUID whose variant
+    /// nibble and last two groups carry it when even, a ULID whose last 13
+    /// characters do when odd.
     fn format(&self, n: u64) -> String {
+        if n % 2 == 1 {
+            let mut id = self.ulid_prefix.clone();
+            id.extend(
+                (0..ULID_COUNTER_CHARS)
+                    .rev()
+                    .map(|index| char::from(CROCKFORD[((n >> (5 * index)) & 31) as usize])),
+            );
+            return id;
+        }
         let variant = 0x8000 | ((n >> 48) & 0x3fff);
         format!("{}{variant:04x}-{:012x}", self.prefix, n & 0xffff_ffff_ffff)
     }
 
     /// The counter value of one of this run's ids; `None` for any other text.
     fn counter_of(&self, id: &str) -> Option<u64> {
+        if let Some(counter) = id.strip_prefix(self.ulid_prefix.as_str()) {
+            if counter.len() != ULID_COUNTER_CHARS {
+                return None;
+            }
+            let n = counter.bytes().try_fold(0u64, |n, byte| {
+                let digit = CROCKFORD.iter().position(|&c| c == byte)?;
+                n.checked_mul(32)?.checked_add(digit as u64)
+            })?;
+            return (n % 2 == 1).then_some(n);
+        }
         let rest = id.strip_prefix(self.prefix.as_str())?;
         let (variant, node) = rest.split_once('-')?;
         let lower_hex = |s: &str| s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -973,7 +1013,8 @@ impl IdGen {
         if variant & 0xc000 != 0x8000 {
             return None;
         }
-        Some(((variant & 0x3fff) << 48) | u64::from_str_radix(node, 16).ok()?)
+        let n = ((variant & 0x3fff) << 48) | u64::from_str_radix(node, 16).ok()?;
+        (n % 2 == 0).then_some(n)
     }
 }
 
@@ -3921,30 +3962,44 @@ mod tests {
                 0,
                 1,
                 255,
+                256,
                 0xffff_ffff_ffff,
                 1 << 48,
                 (1 << 62) - 1,
+                (1 << 62) - 2,
                 123_456_789,
             ] {
                 let id = ids.format(n);
                 assert!(fspiop::is_correlation_id(&id), "{id}");
-                assert_eq!(&id[14..15], "4", "{id}");
+                let parsed = ledger::TransferId::parse(&id).expect("parses");
+                assert_eq!(parsed.to_string(), id, "echoed as given");
+                if n % 2 == 0 {
+                    assert_eq!(&id[14..15], "4", "{id}");
+                    assert_eq!(parsed.form(), ledger::IdForm::Uuid);
+                } else {
+                    assert_eq!(id.len(), 26, "{id}");
+                    assert_eq!(parsed.form(), ledger::IdForm::Ulid);
+                }
                 assert_eq!(ids.counter_of(&id), Some(n), "{id}");
-                assert!(ledger::TransferId::parse(&id).is_some(), "{id}");
             }
         }
         let ids = IdGen::new(7);
-        let first = ids.format(ids.next());
-        let second = ids.format(ids.next());
-        assert_ne!(first, second);
-        assert_eq!(first[..19], second[..19]);
+        let ulid = ids.format(ids.next());
+        let uuid = ids.format(ids.next());
+        let next_ulid = ids.format(ids.next());
+        assert_eq!((ulid.len(), uuid.len()), (26, 36));
+        assert_ne!(ulid, next_ulid);
+        assert_eq!(ulid[..13], next_ulid[..13]);
         // Other runs' ids and other text are not ours.
         let other = IdGen::new(8);
         assert_eq!(ids.counter_of(&other.format(1)), None);
-        assert_eq!(ids.counter_of(&first.to_uppercase()), None);
-        assert_eq!(ids.counter_of(&first[..35]), None);
+        assert_eq!(ids.counter_of(&other.format(2)), None);
+        assert_eq!(ids.counter_of(&uuid.to_uppercase()), None);
+        assert_eq!(ids.counter_of(&ulid.to_lowercase()), None);
+        assert_eq!(ids.counter_of(&uuid[..35]), None);
+        assert_eq!(ids.counter_of(&ulid[..25]), None);
         assert_eq!(ids.counter_of(""), None);
-        let mut wrong_variant = first.clone();
+        let mut wrong_variant = uuid.clone();
         wrong_variant.replace_range(19..20, "c");
         assert_eq!(ids.counter_of(&wrong_variant), None);
     }

@@ -4,17 +4,94 @@
 
 use std::fmt;
 
-/// A transfer id: FSPIOP's `CorrelationId`, a UUID, held as 128 bits.
+/// How an id was written. FSPIOP v1.1's `CorrelationId` is a UUID, but
+/// Mojaloop's hub also takes ULIDs (ml-api-adapter's CorrelationId pattern),
+/// and its Testing Toolkit generates ULIDs by default; an id is echoed in the
+/// form it came in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TransferId(pub u128);
+pub enum IdForm {
+    /// 36 characters, hyphenated hex, shown in lowercase.
+    Uuid,
+    /// 26 characters of Crockford base32, shown in uppercase.
+    Ulid,
+}
+
+/// A transfer (or quote, or request) id: FSPIOP's `CorrelationId`, 128 bits
+/// and the form they were written in. A UUID and a ULID with the same bits
+/// are different ids. Held as bytes (17, alignment 1) so that the ledger's
+/// maps stay dense.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TransferId {
+    bytes: [u8; 16],
+    /// 0 for a UUID; `1 + k` for a ULID whose first character carries `k`
+    /// in its two high bits. A ULID's 26 characters hold 130 bits; the
+    /// specification keeps the first character at most `7` (128 bits), but
+    /// Mojaloop's pattern takes any Crockford character, so kasi keeps the
+    /// two extra bits rather than refuse an id Mojaloop's hub accepts.
+    tag: u8,
+}
+
+const UUID_TAG: u8 = 0;
+const ULID_TAG: u8 = 1;
+
+impl std::hash::Hash for TransferId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(self.bits());
+        state.write_u8(self.tag);
+    }
+}
+
+/// Crockford's base32 alphabet, as ULIDs use it.
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// Characters of a ULID (26 × 5 bits).
+pub const ULID_LEN: usize = 26;
+/// Characters of a hyphenated UUID.
+pub const UUID_LEN: usize = 36;
 
 impl TransferId {
-    /// Parses the 36-character hyphenated form, in either case.
-    pub fn parse(text: &str) -> Option<TransferId> {
-        let bytes = text.as_bytes();
-        if bytes.len() != 36 {
-            return None;
+    /// A UUID-form id of these bits.
+    pub const fn new(bits: u128) -> TransferId {
+        TransferId {
+            bytes: bits.to_be_bytes(),
+            tag: UUID_TAG,
         }
+    }
+
+    /// A ULID-form id of these bits (a specification ULID: first character
+    /// `0`-`7`).
+    pub const fn ulid(bits: u128) -> TransferId {
+        TransferId {
+            bytes: bits.to_be_bytes(),
+            tag: ULID_TAG,
+        }
+    }
+
+    /// The low 128 bits (all of them, but for an out-of-range ULID's two
+    /// extra ones).
+    pub const fn bits(self) -> u128 {
+        u128::from_be_bytes(self.bytes)
+    }
+
+    pub const fn form(self) -> IdForm {
+        match self.tag {
+            UUID_TAG => IdForm::Uuid,
+            _ => IdForm::Ulid,
+        }
+    }
+
+    /// Parses a hyphenated UUID (hex in either case) or a ULID (uppercase
+    /// Crockford base32). Which patterns an API accepts is the wire
+    /// format's business (`fspiop::is_correlation_id`); this reads the bits.
+    pub fn parse(text: &str) -> Option<TransferId> {
+        match text.len() {
+            UUID_LEN => Self::parse_uuid(text.as_bytes()),
+            ULID_LEN => Self::parse_ulid(text.as_bytes()),
+            _ => None,
+        }
+    }
+
+    fn parse_uuid(bytes: &[u8]) -> Option<TransferId> {
         let mut value: u128 = 0;
         for (index, &byte) in bytes.iter().enumerate() {
             if matches!(index, 8 | 13 | 18 | 23) {
@@ -26,31 +103,94 @@ impl TransferId {
             let nibble = (byte as char).to_digit(16)?;
             value = (value << 4) | u128::from(nibble);
         }
-        Some(TransferId(value))
+        Some(TransferId::new(value))
     }
 
-    pub fn to_bytes(self) -> [u8; 16] {
-        self.0.to_be_bytes()
+    fn parse_ulid(bytes: &[u8]) -> Option<TransferId> {
+        let digit = |byte: u8| CROCKFORD.iter().position(|&c| c == byte).map(|d| d as u8);
+        let first = digit(*bytes.first()?)?;
+        let mut value = u128::from(first & 0b111);
+        for &byte in &bytes[1..] {
+            value = (value << 5) | u128::from(digit(byte)?);
+        }
+        Some(TransferId {
+            bytes: value.to_be_bytes(),
+            tag: ULID_TAG + (first >> 3),
+        })
     }
 
-    pub fn from_bytes(bytes: [u8; 16]) -> TransferId {
-        TransferId(u128::from_be_bytes(bytes))
+    /// The id as the store keeps it: the 16 bytes of a UUID (as kasi has
+    /// always stored them), or those of a ULID followed by its tag.
+    pub fn to_blob(self) -> IdBlob {
+        let mut bytes = [0u8; 17];
+        bytes[..16].copy_from_slice(&self.bytes);
+        bytes[16] = self.tag;
+        IdBlob {
+            bytes,
+            len: if self.tag == UUID_TAG { 16 } else { 17 },
+        }
+    }
+
+    /// The inverse of [`TransferId::to_blob`]; `None` for any other blob.
+    pub fn from_blob(blob: &[u8]) -> Option<TransferId> {
+        let bytes: [u8; 16] = blob.get(..16)?.try_into().ok()?;
+        let tag = match blob[16..] {
+            [] => UUID_TAG,
+            [tag @ ULID_TAG..=4] => tag,
+            _ => return None,
+        };
+        Some(TransferId { bytes, tag })
     }
 }
 
-/// Lowercase hyphenated UUID, as FSPIOP's pattern requires.
+/// A [`TransferId`] as stored: 16 or 17 bytes.
+#[derive(Clone, Copy)]
+pub struct IdBlob {
+    bytes: [u8; 17],
+    len: usize,
+}
+
+impl IdBlob {
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// A UUID as lowercase hyphenated hex (FSPIOP's pattern), a ULID in
+/// canonical uppercase Crockford base32.
 impl fmt::Display for TransferId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hex = format!("{:032x}", self.0);
-        write!(
-            f,
-            "{}-{}-{}-{}-{}",
-            &hex[0..8],
-            &hex[8..12],
-            &hex[12..16],
-            &hex[16..20],
-            &hex[20..32]
-        )
+        let bits = self.bits();
+        match self.form() {
+            IdForm::Uuid => {
+                let hex = format!("{bits:032x}");
+                write!(
+                    f,
+                    "{}-{}-{}-{}-{}",
+                    &hex[0..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..32]
+                )
+            }
+            IdForm::Ulid => {
+                let mut text = [0u8; ULID_LEN];
+                let high = (self.tag - ULID_TAG) << 3 | (bits >> 125) as u8;
+                text[0] = CROCKFORD[usize::from(high)];
+                for (index, slot) in text.iter_mut().enumerate().skip(1) {
+                    let shift = 5 * (ULID_LEN - 1 - index);
+                    *slot = CROCKFORD[((bits >> shift) & 31) as usize];
+                }
+                f.write_str(std::str::from_utf8(&text).unwrap_or("?"))
+            }
+        }
+    }
+}
+
+impl fmt::Debug for TransferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TransferId({self})")
     }
 }
 
@@ -166,14 +306,54 @@ mod tests {
     fn transfer_id_round_trips() {
         let text = "b51ec534-ee48-4575-b6a9-ead2955b8069";
         let id = TransferId::parse(text).unwrap();
+        assert_eq!(id.form(), IdForm::Uuid);
         assert_eq!(id.to_string(), text);
         assert_eq!(TransferId::parse(&text.to_uppercase()), Some(id));
-        assert_eq!(TransferId::from_bytes(id.to_bytes()), id);
+        assert_eq!(TransferId::from_blob(id.to_blob().as_slice()), Some(id));
+        assert_eq!(id.to_blob().as_slice().len(), 16);
         assert_eq!(TransferId::parse("b51ec534ee484575b6a9ead2955b8069"), None);
         assert_eq!(
             TransferId::parse("g51ec534-ee48-4575-b6a9-ead2955b8069"),
             None
         );
+    }
+
+    #[test]
+    fn ulids_round_trip_and_stay_distinct_from_uuids() {
+        let text = "01K1WV2595Z7XST8FW5K4XRDZB";
+        let id = TransferId::parse(text).unwrap();
+        assert_eq!(id.form(), IdForm::Ulid);
+        assert_eq!(id.to_string(), text);
+        assert_eq!(TransferId::from_blob(id.to_blob().as_slice()), Some(id));
+        assert_ne!(TransferId::new(id.bits()), id);
+        // The largest specification ULID is 7ZZ…Z; Mojaloop's pattern also
+        // takes 8-Z first, whose extra bits are kept.
+        let largest = TransferId::parse("7ZZZZZZZZZZZZZZZZZZZZZZZZZ").unwrap();
+        assert_eq!(largest, TransferId::ulid(u128::MAX));
+        for text in [
+            "8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "ZZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "80000000000000000000000000",
+        ] {
+            let id = TransferId::parse(text).unwrap();
+            assert_eq!(id.to_string(), text);
+            assert_eq!(TransferId::from_blob(id.to_blob().as_slice()), Some(id));
+            assert_ne!(id, largest);
+        }
+        assert_eq!(TransferId::ulid(0).to_string(), "0".repeat(26));
+        for bad in [
+            "01K1WV2595Z7XST8FW5K4XRDZ",   // 25
+            "01K1WV2595Z7XST8FW5K4XRDZBB", // 27
+            "01K1WV2595Z7XST8FW5K4XRDZI",  // I is not Crockford
+            "01K1WV2595Z7XST8FW5K4XRDZU",  // nor U
+        ] {
+            assert_eq!(TransferId::parse(bad), None, "{bad}");
+        }
+        assert_eq!(TransferId::from_blob(&[0; 15]), None);
+        assert_eq!(TransferId::from_blob(&[0; 18]), None);
+        let mut wrong_tag = [0u8; 17];
+        wrong_tag[16] = 5;
+        assert_eq!(TransferId::from_blob(&wrong_tag), None);
     }
 
     #[test]

@@ -27,7 +27,10 @@ mod transfer_map;
 pub use amount::{Amount, AmountError, MAX_INTEGER_DIGITS, SCALE};
 pub use crypto::{Condition, Fulfilment, RequestHash, BASE64URL_LEN, PREIMAGE_LEN};
 pub use error::{ErrorCode, Rejection};
-pub use ids::{AccountId, Currency, FspName, ParticipantId, TransferId, FSP_NAME_MAX_LEN};
+pub use ids::{
+    AccountId, Currency, FspName, IdBlob, IdForm, ParticipantId, TransferId, FSP_NAME_MAX_LEN,
+    ULID_LEN, UUID_LEN,
+};
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
 pub use snapshot::Snapshot;

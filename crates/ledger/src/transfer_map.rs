@@ -20,7 +20,8 @@ pub(crate) struct TransferMap {
 
 fn shard(id: &TransferId) -> usize {
     // Both random (v4) and sequential ids spread evenly.
-    let folded = (id.0 as u64) ^ ((id.0 >> 64) as u64);
+    let bits = id.bits();
+    let folded = (bits as u64) ^ ((bits >> 64) as u64);
     (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize
 }
 

@@ -218,7 +218,7 @@ fn modified_hash(hash: RequestHash) -> RequestHash {
 }
 
 fn transfer_id(id: u8) -> TransferId {
-    TransferId(1 + u128::from(id))
+    TransferId::new(1 + u128::from(id))
 }
 
 struct GenDfsp {
@@ -323,7 +323,7 @@ impl Gen {
                 };
                 let transfer_id = if fresh {
                     self.last_fresh += 1;
-                    TransferId(self.last_fresh)
+                    TransferId::new(self.last_fresh)
                 } else {
                     transfer_id(id)
                 };
@@ -1215,7 +1215,7 @@ fn setup(scenario: &Scenario, gen: &mut Gen) -> Vec<Command> {
             if spec.funds[c] > 0 {
                 funds_id += 1;
                 commands.push(Command::FundsIn(Funds {
-                    transfer_id: TransferId(funds_id),
+                    transfer_id: TransferId::new(funds_id),
                     participant: dfsp.name,
                     account: settlement,
                     amount: whole(spec.funds[c]),

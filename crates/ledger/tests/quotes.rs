@@ -41,7 +41,7 @@ fn one(ledger: &mut Ledger, command: Command) -> (Outcome, Vec<Record>) {
 
 fn record(id: u128, hash: u8) -> Command {
     Command::RecordQuote {
-        quote_id: TransferId(id),
+        quote_id: TransferId::new(id),
         payer: name("payerfsp"),
         payee: name("payeefsp"),
         request_hash: RequestHash([hash; 32]),
@@ -50,7 +50,7 @@ fn record(id: u128, hash: u8) -> Command {
 
 fn answer(id: u128, caller: &str, hash: u8) -> Command {
     Command::AnswerQuote {
-        quote_id: TransferId(id),
+        quote_id: TransferId::new(id),
         caller: name(caller),
         is_error: false,
         body: format!("answer {hash}"),
@@ -112,7 +112,7 @@ fn only_the_payee_answers_a_known_quote() {
         Some(ErrorCode(3205))
     );
     let unknown = Command::RecordQuote {
-        quote_id: TransferId(3),
+        quote_id: TransferId::new(3),
         payer: name("payerfsp"),
         payee: name("nobody"),
         request_hash: RequestHash([1; 32]),

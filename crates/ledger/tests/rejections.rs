@@ -34,7 +34,7 @@ fn prepare_reserves_and_fulfil_commits() {
     let (mut hub, payer, payee) = two();
     let expiration = hub.now + TTL;
     let reserved = view(&hub.one(prepare(1, payer, payee, 100, expiration)));
-    assert_eq!(reserved.transfer_id, TransferId(1));
+    assert_eq!(reserved.transfer_id, TransferId::new(1));
     assert_eq!(reserved.kind, TransferKind::Fspiop);
     assert_eq!(reserved.state, TransferState::Reserved);
     assert_eq!(reserved.state.fspiop(), "RESERVED");
@@ -62,11 +62,11 @@ fn prepare_reserves_and_fulfil_commits() {
     assert_eq!(hub.balance(payee.settlement), bal(-1000, 0));
     assert_eq!(hub.ledger.next_expiry_ms(), None);
     assert_eq!(
-        hub.state(TransferId(1), payer.name),
+        hub.state(TransferId::new(1), payer.name),
         TransferState::Committed
     );
     assert_eq!(
-        hub.state(TransferId(1), payee.name),
+        hub.state(TransferId::new(1), payee.name),
         TransferState::Committed
     );
     assert_audited(&hub);
@@ -115,7 +115,7 @@ fn prepare_over_liquidity_cover_fails_with_4001() {
     assert_eq!(hub.balance(payer.settlement), bal(-100, 0));
     assert_eq!(hub.balance(payee.position), bal(0, 0));
     assert_eq!(
-        hub.state(TransferId(2), payer.name),
+        hub.state(TransferId::new(2), payer.name),
         TransferState::Rejected
     );
     assert_eq!(hub.ledger.next_expiry_ms(), Some(exp));
@@ -360,7 +360,10 @@ fn wrong_fulfilment_aborts_with_3100() {
     let again = hub.assert_duplicate(wrong);
     assert_eq!(again.state, TransferState::Aborted);
     hub.assert_rejected(fulfil(1, payee.name), ErrorCode::MODIFIED_REQUEST);
-    assert_eq!(hub.state(TransferId(1), payer.name), TransferState::Aborted);
+    assert_eq!(
+        hub.state(TransferId::new(1), payer.name),
+        TransferState::Aborted
+    );
     assert_audited(&hub);
 }
 
@@ -375,7 +378,7 @@ fn fulfil_by_anyone_but_the_payee_is_refused_with_3100() {
     hub.assert_rejected(abort(1, other.name, 5100, hash(3)), ErrorCode(3100));
     hub.assert_rejected(abort(1, payer.name, 5100, hash(3)), ErrorCode(3100));
     assert_eq!(
-        hub.state(TransferId(1), payer.name),
+        hub.state(TransferId::new(1), payer.name),
         TransferState::Reserved
     );
     assert_eq!(hub.balance(payer.position), bal(0, 100));
@@ -399,7 +402,7 @@ fn fulfil_of_a_funds_movement_is_3100() {
     let id = hub.fresh_id();
     view(&hub.one(funds_out(id, payer, whole(10), hash(5))));
     hub.assert_rejected(
-        fulfil_with(id.0, fsp("Hub"), secret(1), hash(6)),
+        fulfil_with(id.bits(), fsp("Hub"), secret(1), hash(6)),
         ErrorCode(3100),
     );
 }
@@ -432,7 +435,7 @@ fn abort_with_an_invalid_error_code_is_3100() {
     hub.assert_rejected(abort(1, payee.name, 999, hash(1)), ErrorCode(3100));
     hub.assert_rejected(abort(1, payee.name, 6000, hash(1)), ErrorCode(3100));
     assert_eq!(
-        hub.state(TransferId(1), payer.name),
+        hub.state(TransferId::new(1), payer.name),
         TransferState::Reserved
     );
 }
@@ -488,7 +491,7 @@ fn same_hash_duplicate_prepare_changes_nothing() {
     hub.one(command.clone());
     let duplicate = hub.assert_duplicate(command.clone());
     assert_eq!(duplicate.state, TransferState::Reserved);
-    assert_eq!(duplicate.transfer_id, TransferId(1));
+    assert_eq!(duplicate.transfer_id, TransferId::new(1));
     assert_eq!(hub.balance(payer.position), bal(0, 100));
     // In the same batch as the original, too.
     let command2 = prepare(2, payer, payee, 50, hub.now + TTL);
@@ -647,7 +650,10 @@ fn expire_expires_due_reserved_transfers_only() {
         panic!("Expire must answer Expired");
     };
     let ids: Vec<_> = views.iter().map(|v| v.transfer_id).collect();
-    assert_eq!(ids, vec![TransferId(1), TransferId(2), TransferId(4)]);
+    assert_eq!(
+        ids,
+        vec![TransferId::new(1), TransferId::new(2), TransferId::new(4)]
+    );
     for v in &views {
         assert_eq!(v.state, TransferState::Expired);
         assert_eq!(v.reason, Some(ErrorCode(3303)));
@@ -657,11 +663,11 @@ fn expire_expires_due_reserved_transfers_only() {
     assert_eq!(hub.balance(other.position), bal(0, 0));
     assert_eq!(hub.balance(payee.position), bal(-50, 0));
     assert_eq!(
-        hub.state(TransferId(3), payer.name),
+        hub.state(TransferId::new(3), payer.name),
         TransferState::Reserved
     );
     assert_eq!(
-        hub.state(TransferId(5), payer.name),
+        hub.state(TransferId::new(5), payer.name),
         TransferState::Committed
     );
     assert_eq!(hub.ledger.next_expiry_ms(), Some(t + 30));
@@ -831,7 +837,7 @@ fn funds_in_credits_settlement_and_debits_reconciliation() {
     let mut hub = Hub::usd();
     let dfsp = hub.dfsp("dfsp", 0, 0);
     let recon = hub.reconciliation(usd());
-    let command = funds_in(TransferId(9), dfsp, whole(250), hash(9));
+    let command = funds_in(TransferId::new(9), dfsp, whole(250), hash(9));
     let v = view(&hub.one(command.clone()));
     assert_eq!(
         (v.kind, v.state),
@@ -844,11 +850,11 @@ fn funds_in_credits_settlement_and_debits_reconciliation() {
         TransferState::Committed
     );
     hub.assert_rejected(
-        funds_in(TransferId(9), dfsp, whole(251), hash(10)),
+        funds_in(TransferId::new(9), dfsp, whole(251), hash(10)),
         ErrorCode(3106),
     );
     hub.assert_rejected(
-        funds_in(TransferId(10), dfsp, Amount::ZERO, hash(11)),
+        funds_in(TransferId::new(10), dfsp, Amount::ZERO, hash(11)),
         ErrorCode(3100),
     );
     // Funds go to a SETTLEMENT account only.
@@ -857,7 +863,7 @@ fn funds_in_credits_settlement_and_debits_reconciliation() {
         ..dfsp
     };
     hub.assert_rejected(
-        funds_in(TransferId(10), to_position, whole(1), hash(12)),
+        funds_in(TransferId::new(10), to_position, whole(1), hash(12)),
         ErrorCode(3100),
     );
 }
@@ -867,19 +873,19 @@ fn funds_out_beyond_the_settlement_balance_is_4001() {
     let mut hub = Hub::usd();
     let dfsp = hub.dfsp("dfsp", 100, 0);
     hub.assert_rejected(
-        funds_out(TransferId(1), dfsp, whole(101), hash(1)),
+        funds_out(TransferId::new(1), dfsp, whole(101), hash(1)),
         ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
     );
-    view(&hub.one(funds_out(TransferId(2), dfsp, whole(60), hash(2))));
+    view(&hub.one(funds_out(TransferId::new(2), dfsp, whole(60), hash(2))));
     // Holds count: only 40 is left.
     hub.assert_rejected(
-        funds_out(TransferId(3), dfsp, whole(41), hash(3)),
+        funds_out(TransferId::new(3), dfsp, whole(41), hash(3)),
         ErrorCode(4001),
     );
-    view(&hub.one(funds_out(TransferId(4), dfsp, whole(40), hash(4))));
+    view(&hub.one(funds_out(TransferId::new(4), dfsp, whole(40), hash(4))));
     assert_eq!(hub.balance(dfsp.settlement), bal(-100, 100));
     hub.assert_rejected(
-        funds_out(TransferId(5), dfsp, Amount::from_units(1), hash(5)),
+        funds_out(TransferId::new(5), dfsp, Amount::from_units(1), hash(5)),
         ErrorCode(4001),
     );
 }
@@ -889,7 +895,7 @@ fn funds_out_reserve_then_commit_moves_settlement_and_reconciliation() {
     let mut hub = Hub::usd();
     let dfsp = hub.dfsp("dfsp", 100, 0);
     let recon = hub.reconciliation(usd());
-    let id = TransferId(7);
+    let id = TransferId::new(7);
     let v = view(&hub.one(funds_out(id, dfsp, whole(40), hash(7))));
     assert_eq!(
         (v.kind, v.state),
@@ -920,7 +926,7 @@ fn funds_out_reserve_then_abort_releases_the_hold() {
     let mut hub = Hub::usd();
     let dfsp = hub.dfsp("dfsp", 100, 0);
     let recon = hub.reconciliation(usd());
-    let id = TransferId(7);
+    let id = TransferId::new(7);
     view(&hub.one(funds_out(id, dfsp, whole(40), hash(7))));
     let abort = Command::FundsOutAbort(funds_finish(id, dfsp, hash(8)));
     let v = view(&hub.one(abort.clone()));
@@ -933,7 +939,7 @@ fn funds_out_reserve_then_abort_releases_the_hold() {
         ErrorCode(3100),
     );
     // The whole balance can go out again.
-    view(&hub.one(funds_out(TransferId(8), dfsp, whole(100), hash(11))));
+    view(&hub.one(funds_out(TransferId::new(8), dfsp, whole(100), hash(11))));
     assert_audited(&hub);
 }
 
@@ -943,13 +949,13 @@ fn funds_out_finish_of_a_wrong_transfer_is_refused() {
     let dfsp = hub.dfsp("dfsp", 100, 100);
     let other = hub.dfsp("other", 100, 100);
     hub.assert_rejected(
-        Command::FundsOutCommit(funds_finish(TransferId(99), dfsp, hash(1))),
+        Command::FundsOutCommit(funds_finish(TransferId::new(99), dfsp, hash(1))),
         ErrorCode(3208),
     );
-    view(&hub.one(funds_out(TransferId(1), dfsp, whole(10), hash(1))));
+    view(&hub.one(funds_out(TransferId::new(1), dfsp, whole(10), hash(1))));
     // Another participant's account, named as its own: 3100.
     hub.assert_rejected(
-        Command::FundsOutCommit(funds_finish(TransferId(1), other, hash(2))),
+        Command::FundsOutCommit(funds_finish(TransferId::new(1), other, hash(2))),
         ErrorCode(3100),
     );
     // An account the participant does not own: 3200.
@@ -958,13 +964,13 @@ fn funds_out_finish_of_a_wrong_transfer_is_refused() {
         ..dfsp
     };
     hub.assert_rejected(
-        Command::FundsOutCommit(funds_finish(TransferId(1), stolen, hash(2))),
+        Command::FundsOutCommit(funds_finish(TransferId::new(1), stolen, hash(2))),
         ErrorCode::ID_NOT_FOUND,
     );
     // An FSPIOP transfer is not a funds out.
     hub.one(prepare(2, dfsp, other, 10, hub.now + TTL));
     hub.assert_rejected(
-        Command::FundsOutCommit(funds_finish(TransferId(2), dfsp, hash(3))),
+        Command::FundsOutCommit(funds_finish(TransferId::new(2), dfsp, hash(3))),
         ErrorCode(3100),
     );
     assert_eq!(hub.balance(dfsp.settlement), bal(-100, 10));
@@ -979,14 +985,14 @@ fn get_transfer_by_a_third_party_is_3000_and_unknown_is_3208() {
     hub.one(prepare(1, payer, payee, 10, hub.now + TTL));
     hub.assert_rejected(
         Command::GetTransfer {
-            transfer_id: TransferId(1),
+            transfer_id: TransferId::new(1),
             caller: other.name,
         },
         ErrorCode::GENERIC_CLIENT_ERROR,
     );
     hub.assert_rejected(
         Command::GetTransfer {
-            transfer_id: TransferId(2),
+            transfer_id: TransferId::new(2),
             caller: payer.name,
         },
         ErrorCode::TRANSFER_ID_NOT_FOUND,
@@ -995,7 +1001,7 @@ fn get_transfer_by_a_third_party_is_3000_and_unknown_is_3208() {
     let before = hub.ledger.snapshot();
     for caller in [payer.name, payee.name] {
         let result = hub.batch(&[Command::GetTransfer {
-            transfer_id: TransferId(1),
+            transfer_id: TransferId::new(1),
             caller,
         }]);
         assert_eq!(view(&result.outcomes[0]).state, TransferState::Reserved);

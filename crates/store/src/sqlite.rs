@@ -332,7 +332,7 @@ impl SqliteStore {
                         let fspiop = row.kind == TransferKind::Fspiop;
                         transfer.execute(params![
                             row.seq as i64,
-                            &row.transfer_id.to_bytes()[..],
+                            row.transfer_id.to_blob().as_slice(),
                             row.kind.as_str(),
                             row.debit.0,
                             row.credit.0,
@@ -392,7 +392,7 @@ impl SqliteStore {
                     Record::Quote(row) => {
                         let answer = row.answer.as_ref();
                         quote.execute(params![
-                            &row.quote_id.to_bytes()[..],
+                            row.quote_id.to_blob().as_slice(),
                             row.payer.0,
                             row.payee.0,
                             &row.request_hash.0[..],
@@ -538,7 +538,7 @@ impl SqliteStore {
                 };
                 snapshot.transfers.push(TransferRow {
                     seq: row.get::<_, i64>(0)? as u64,
-                    transfer_id: TransferId::from_bytes(blob(row, 1)?),
+                    transfer_id: id_blob(row, 1)?,
                     kind,
                     debit: AccountId(row.get(3)?),
                     credit: AccountId(row.get(4)?),
@@ -650,7 +650,7 @@ impl SqliteStore {
                     }),
                 };
                 snapshot.quotes.push(QuoteRow {
-                    quote_id: TransferId::from_bytes(blob(row, 0)?),
+                    quote_id: id_blob(row, 0)?,
                     payer: ParticipantId(row.get(1)?),
                     payee: ParticipantId(row.get(2)?),
                     request_hash: RequestHash(blob(row, 3)?),
@@ -769,6 +769,22 @@ fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreEr
         ValueRef::Blob(bytes) => bytes.try_into().map_err(|_| {
             StoreError(format!(
                 "column {column} holds {} bytes, not {N}",
+                bytes.len()
+            ))
+        }),
+        other => Err(StoreError(format!(
+            "column {column} is stored as {:?}, not a blob",
+            other.data_type()
+        ))),
+    }
+}
+
+/// A [`TransferId`] column: 16 bytes for a UUID, 17 for a ULID.
+fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreError> {
+    match row.get_ref(column)? {
+        ValueRef::Blob(bytes) => TransferId::from_blob(bytes).ok_or_else(|| {
+            StoreError(format!(
+                "column {column} holds {} bytes, not an id",
                 bytes.len()
             ))
         }),

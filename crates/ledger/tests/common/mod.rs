@@ -151,7 +151,7 @@ impl Hub {
 
     /// A transfer id not used by any test-built command (high range).
     pub fn fresh_id(&mut self) -> TransferId {
-        TransferId(u128::MAX - self.ledger.transfer_count() as u128)
+        TransferId::new(u128::MAX - self.ledger.transfer_count() as u128)
     }
 
     pub fn account(&self, id: AccountId) -> AccountRow {
@@ -271,7 +271,7 @@ pub fn prepare_full(
     request_hash: RequestHash,
 ) -> Command {
     Command::Prepare(Prepare {
-        transfer_id: TransferId(id),
+        transfer_id: TransferId::new(id),
         payer,
         payee,
         amount,
@@ -309,7 +309,7 @@ pub fn fulfil_with(
     request_hash: RequestHash,
 ) -> Command {
     Command::Fulfil(Fulfil {
-        transfer_id: TransferId(id),
+        transfer_id: TransferId::new(id),
         caller,
         fulfilment,
         request_hash,
@@ -318,7 +318,7 @@ pub fn fulfil_with(
 
 pub fn abort(id: u128, caller: FspName, code: u16, request_hash: RequestHash) -> Command {
     Command::Abort(Abort {
-        transfer_id: TransferId(id),
+        transfer_id: TransferId::new(id),
         caller,
         error_code: ErrorCode(code),
         request_hash,
