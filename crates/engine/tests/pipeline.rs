@@ -142,6 +142,7 @@ fn prepare(id: u128, expiration_ms: i64) -> Command {
         condition: Fulfilment::from_preimage([id as u8; 32]).condition(),
         expiration_ms,
         request_hash: RequestHash([id as u8; 32]),
+        wire_version: 0x11,
     })
 }
 

@@ -55,31 +55,12 @@ impl FspiopError {
         )
     }
 
-    /// 3001 "Unacceptable version - {header}: {detail}" (HTTP 406).
-    pub fn unacceptable_version(
-        header: impl fmt::Display,
-        detail: impl fmt::Display,
-    ) -> FspiopError {
-        FspiopError::new(
-            ErrorCode(3001),
-            format!("Unacceptable version - {header}: {detail}"),
-        )
-    }
-
     /// The `errorInformation` body to send with [`FspiopError::http_status`].
     ///
     /// For 3001 it carries the extension list FSPIOP §3.3.4.3 asks for: one
     /// `{key: major, value: minor}` per supported version, as Mojaloop sends.
     pub fn body(&self) -> Vec<u8> {
-        if self.code == ErrorCode(3001) {
-            error_body_with_extensions(
-                self.code,
-                &self.description,
-                &crate::SUPPORTED_VERSION_EXTENSIONS,
-            )
-        } else {
-            error_body(self.code, &self.description)
-        }
+        answer_body(self.code, &self.description)
     }
 }
 
@@ -98,6 +79,17 @@ impl std::error::Error for FspiopError {}
 impl From<FspiopError> for Rejection {
     fn from(error: FspiopError) -> Rejection {
         Rejection::new(error.code, error.description)
+    }
+}
+
+/// The `errorInformation` body of a synchronous error answer: for 3001,
+/// with the extension list of supported versions FSPIOP §3.3.4.3 asks for
+/// (one `{key: major, value: minor}` each, as Mojaloop sends).
+pub fn answer_body(code: ErrorCode, description: &str) -> Vec<u8> {
+    if code == ErrorCode::UNACCEPTABLE_VERSION {
+        error_body_with_extensions(code, description, &crate::SUPPORTED_VERSION_EXTENSIONS)
+    } else {
+        error_body(code, description)
     }
 }
 
@@ -202,7 +194,7 @@ mod tests {
         }
         assert_eq!(FspiopError::missing("Date").http_status, 400);
         assert_eq!(
-            FspiopError::unacceptable_version("Accept", "x").http_status,
+            FspiopError::new(ErrorCode::UNACCEPTABLE_VERSION, "x").http_status,
             406
         );
     }
@@ -253,12 +245,12 @@ mod tests {
 
     #[test]
     fn unacceptable_version_body_lists_supported_versions() {
-        let error = FspiopError::unacceptable_version("Accept", "version 2 is not supported");
+        let error = FspiopError::new(ErrorCode::UNACCEPTABLE_VERSION, "x");
         let value: serde_json::Value = serde_json::from_slice(&error.body()).unwrap();
         assert_eq!(value["errorInformation"]["errorCode"], "3001");
         assert_eq!(
             value["errorInformation"]["extensionList"],
-            serde_json::json!({"extension": [{"key": "1", "value": "0"}, {"key": "1", "value": "1"}]})
+            serde_json::json!({"extension": [{"key": "1", "value": "0"}, {"key": "1", "value": "1"}, {"key": "2", "value": "0"}]})
         );
         let other = FspiopError::missing("Date");
         let value: serde_json::Value = serde_json::from_slice(&other.body()).unwrap();

@@ -30,8 +30,13 @@
 //!   PartyIdType, AmountType, TransactionScenario, ...), or a hub rule on a valid value
 //!   (a fulfil's ABORTED/RECEIVED state, an FspId that is not a usable
 //!   [`ledger::FspName`], an errorCode outside 1000-5999).
-//! * **3001 Unacceptable version** (HTTP 406): Content-Type or Accept asks
-//!   for a version other than 1.0 and 1.1.
+//! * **3001 Unacceptable version requested** (HTTP 406): Content-Type or
+//!   Accept asks for a version other than 1.0, 1.1 and 2.0.
+//!
+//! Header faults are described in Mojaloop's exact words (its header
+//! validation plugin's: `Missing mandatory element - Accept is required`,
+//! `Malformed syntax - Invalid content-type header`, ...), since a scheme's
+//! conformance suite compares descriptions; body faults name the field.
 //!
 //! Unknown JSON properties are ignored at every level, as Mojaloop's hub
 //! does. The first fault in schema property order is reported.
@@ -48,14 +53,16 @@ mod transfers;
 
 pub use datetime::{format_date_time, parse_date_time};
 pub use error::{
-    error_body, error_body_with_extensions, http_status_for, FspiopError,
+    answer_body, error_body, error_body_with_extensions, http_status_for, FspiopError,
     ERROR_DESCRIPTION_MAX_CHARS,
 };
 pub(crate) use headers::SUPPORTED_VERSION_EXTENSIONS;
 pub use headers::{
     check_content_type, check_date, check_fsp_header, content_type_for, header_str,
-    negotiate_accept, CheckedHeaders, RequestHeaders, Resource, Version, ACCEPT, CONTENT_TYPE,
-    DATE, FSPIOP_DESTINATION, FSPIOP_SOURCE,
+    negotiate_accept, CheckedHeaders, RequestHeaders, Resource, Version, ACCEPT, ACCEPT_INVALID,
+    ACCEPT_REQUIRED, ACCEPT_VERSION_UNSUPPORTED, CONTENT_TYPE, CONTENT_TYPE_INVALID,
+    CONTENT_TYPE_REQUIRED, CONTENT_VERSION_UNSUPPORTED, DATE, DATE_INVALID, DATE_REQUIRED,
+    FSPIOP_DESTINATION, FSPIOP_SOURCE,
 };
 pub use json::{
     push_extension_list, EXTENSION_KEY_MAX_CHARS, EXTENSION_LIST_MAX_ITEMS,

@@ -317,7 +317,8 @@ pub struct ParsedPrepare {
 }
 
 impl ParsedPrepare {
-    /// The ledger command this prepare asks for.
+    /// The ledger command this prepare asks for (with no wire version:
+    /// the caller sets [`Prepare::wire_version`] from the headers).
     pub fn to_prepare(&self) -> Prepare {
         Prepare {
             transfer_id: self.transfer_id,
@@ -328,6 +329,7 @@ impl ParsedPrepare {
             condition: self.condition,
             expiration_ms: self.expiration_ms,
             request_hash: self.request_hash,
+            wire_version: 0,
         }
     }
 

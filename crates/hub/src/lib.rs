@@ -23,6 +23,7 @@ pub mod parties;
 pub mod quotes;
 pub mod server;
 pub mod stages;
+pub mod trace;
 pub mod transfers;
 pub mod wire;
 
@@ -310,7 +311,7 @@ impl From<fspiop::FspiopError> for HubError {
 
 impl IntoResponse for HubError {
     fn into_response(self) -> Response {
-        let body = fspiop::error_body(self.code, &self.description);
+        let body = fspiop::answer_body(self.code, &self.description);
         (
             self.status(),
             [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -367,7 +368,13 @@ async fn guard(
 ) -> Response {
     let arrived = Instant::now();
     let route = metrics::Route::of(&request);
-    let response = checked(timeout, request, next).await;
+    let mut response = checked(timeout, request, next).await;
+    // As Mojaloop's services (hapi) answer: no answer of a switch is to be
+    // reused by a cache between a DFSP and the hub.
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
     metrics.record_request(api, route, response.status(), arrived.elapsed());
     response
 }

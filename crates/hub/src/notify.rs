@@ -371,6 +371,7 @@ impl Dispatcher {
             ..
         } = callback;
         strip_connection_headers(&mut headers);
+        set_fspiop_target(&mut headers, &method, &uri);
         let job = Job {
             method,
             uri,
@@ -688,6 +689,55 @@ fn parse_http_url(url: &str) -> Result<Uri, &'static str> {
     }
 }
 
+/// The FSPIOP resources a callback path can name, for [`fspiop_uri`].
+const FSPIOP_RESOURCES: &[&str] = &[
+    "transfers",
+    "parties",
+    "participants",
+    "quotes",
+    "transactionRequests",
+    "authorizations",
+    "bulkQuotes",
+    "bulkTransfers",
+    "fxQuotes",
+    "fxTransfers",
+];
+
+/// The `FSPIOP-URI` of a callback to `uri`: its path from the last FSPIOP
+/// resource segment on (with the query, if any), so a DFSP whose endpoint
+/// is `http://dfsp/inbound/transfers/{id}` is told `/transfers/{id}`, as
+/// ml-api-adapter does; the whole path when it names no resource.
+fn fspiop_uri(uri: &Uri) -> &str {
+    let Some(path_and_query) = uri.path_and_query() else {
+        return "/";
+    };
+    let path = path_and_query.path();
+    let full = path_and_query.as_str();
+    let segments = path.match_indices('/').map(|(at, _)| at);
+    let start = segments
+        .filter(|&at| {
+            let segment = path[at + 1..].split('/').next().unwrap_or("");
+            FSPIOP_RESOURCES.contains(&segment)
+        })
+        .last()
+        .unwrap_or(0);
+    &full[start..]
+}
+
+/// Every callback says where it really goes, whoever wrote it: the
+/// forwarded request's own `FSPIOP-URI` and `FSPIOP-HTTP-Method`, if any,
+/// are replaced (ml-api-adapter's `createCallbackHeaders`).
+fn set_fspiop_target(headers: &mut HeaderMap, method: &Method, uri: &Uri) {
+    if let Ok(value) = http::HeaderValue::from_str(fspiop_uri(uri)) {
+        headers.insert(http::HeaderName::from_static("fspiop-uri"), value);
+    }
+    headers.insert(
+        http::HeaderName::from_static("fspiop-http-method"),
+        http::HeaderValue::from_str(method.as_str())
+            .unwrap_or(http::HeaderValue::from_static("PUT")),
+    );
+}
+
 /// Removes the headers that describe the connection or the framing rather
 /// than the callback; the client writes its own from the URL and the body.
 fn strip_connection_headers(headers: &mut HeaderMap) {
@@ -726,6 +776,47 @@ mod tests {
     use std::net::SocketAddr;
     use tokio::net::{TcpListener, TcpStream};
     use tokio::sync::mpsc;
+
+    #[test]
+    fn fspiop_uri_is_the_path_from_the_resource_on() {
+        for (url, expected) in [
+            (
+                "http://payer:4000/transfers/01K1WV2595Z7XST8FW5K4XRDZB",
+                "/transfers/01K1WV2595Z7XST8FW5K4XRDZB",
+            ),
+            (
+                "http://payer:4000/sdk/inbound/transfers/x/error",
+                "/transfers/x/error",
+            ),
+            ("http://payer:4000/transfers", "/transfers"),
+            ("http://payee/parties/MSISDN/123", "/parties/MSISDN/123"),
+            ("http://payee/api/quotes/x", "/quotes/x"),
+            (
+                "http://payer/authorizations/x?retriesLeft=2&amount=1",
+                "/authorizations/x?retriesLeft=2&amount=1",
+            ),
+            // The last resource segment counts: a base path may repeat a word.
+            (
+                "http://dfsp/transfers-api/quotes/participants/MSISDN/1",
+                "/participants/MSISDN/1",
+            ),
+            ("http://dfsp/callbacks/x", "/callbacks/x"),
+            ("http://dfsp", "/"),
+        ] {
+            let uri: Uri = url.parse().unwrap();
+            assert_eq!(fspiop_uri(&uri), expected, "{url}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert("fspiop-uri", HeaderValue::from_static("/transfers"));
+        headers.insert("fspiop-http-method", HeaderValue::from_static("POST"));
+        set_fspiop_target(
+            &mut headers,
+            &Method::PUT,
+            &"http://p/transfers/x".parse().unwrap(),
+        );
+        assert_eq!(headers["fspiop-uri"], "/transfers/x");
+        assert_eq!(headers["fspiop-http-method"], "PUT");
+    }
 
     /// A request as a stub server saw it.
     #[derive(Debug)]

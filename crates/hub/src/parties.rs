@@ -19,7 +19,9 @@ use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
 use crate::oracles::Resolution;
-use crate::wire::{check_headers, forwarded_headers as forwarded, hub_headers, Caller, Shape};
+use crate::wire::{
+    check_headers, forwarded_headers as forwarded, hub_headers, Caller, Reply, Shape,
+};
 use crate::{Hub, HubError};
 
 /// Who holds which party: the read side of the built-in oracle.
@@ -208,10 +210,10 @@ impl Hub {
         key: &PartyKey,
         code: ErrorCode,
         description: &str,
-        version: fspiop::Version,
+        reply: Reply,
     ) {
         let body = Bytes::from(fspiop::error_body(code, description));
-        let headers = hub_headers(self, api.resource(), destination, version);
+        let headers = hub_headers(self, api.resource(), destination, reply);
         let endpoint = endpoint_type(api.endpoint_base(), "PUT_ERROR", key);
         if !self.send_callback(
             destination,
@@ -255,7 +257,7 @@ impl LookupApi {
 
 /// `PUT /participants/{Type}/{ID}` from the hub to the caller.
 fn send_participant_put(hub: &Hub, caller: &Caller, key: &PartyKey, body: Bytes) {
-    let headers = hub_headers(hub, Resource::Participants, caller.source, caller.version);
+    let headers = hub_headers(hub, Resource::Participants, caller.source, caller.reply());
     let endpoint = endpoint_type("PARTICIPANT", "PUT", key);
     if !hub.send_callback(
         caller.source,
@@ -307,7 +309,7 @@ async fn register_party(
             &key,
             error.code,
             &format!("{} - {}", error.code.description(), error.description),
-            caller.version,
+            caller.reply(),
         ),
         other => return Err(HubError::from_outcome(other)),
     }
@@ -353,7 +355,7 @@ async fn answer_lookup(
         &key,
         code,
         &description,
-        caller.version,
+        caller.reply(),
     );
     Ok(StatusCode::ACCEPTED.into_response())
 }
@@ -383,7 +385,7 @@ async fn delete_party(
             &key,
             error.code,
             &format!("{} - {}", error.code.description(), error.description),
-            caller.version,
+            caller.reply(),
         ),
         other => return Err(HubError::from_outcome(other)),
     }
@@ -440,7 +442,7 @@ async fn register_batch(
         &results,
         request.currency,
     ));
-    let headers = hub_headers(&hub, Resource::Participants, caller.source, caller.version);
+    let headers = hub_headers(&hub, Resource::Participants, caller.source, caller.reply());
     let request_id = request.request_id.to_string();
     let vars = [("requestId", request_id.as_str())];
     if !hub.send_callback(
@@ -499,7 +501,7 @@ async fn route_get_party(
         &key,
         code,
         &description,
-        caller.version,
+        caller.reply(),
     );
     Ok(StatusCode::ACCEPTED.into_response())
 }
@@ -533,7 +535,7 @@ fn forward_get_party(
             key,
             ErrorCode(3201),
             &format!("Destination FSP Error - '{holder}' has no {endpoint} endpoint"),
-            caller.version,
+            caller.reply(),
         );
     }
 }
@@ -597,7 +599,7 @@ fn route_party_answer(
             &key,
             ErrorCode(3201),
             &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),
-            caller.version,
+            caller.reply(),
         );
     }
     Ok(StatusCode::OK.into_response())

@@ -29,7 +29,7 @@ use fspiop::Resource;
 use ledger::{Command, ErrorCode, FspName, Outcome};
 
 use crate::notify::Callback;
-use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
+use crate::wire::{check_headers, forwarded_headers, Caller, Reply, Shape};
 use crate::{Hub, HubError};
 
 /// The endpoint type holding a DFSP's quotes base URL.
@@ -80,8 +80,8 @@ fn required_destination(headers: &HeaderMap) -> Result<FspName, HubError> {
 }
 
 /// Headers of an error callback the hub itself sends `destination`.
-fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> HeaderMap {
-    crate::wire::hub_headers(hub, Resource::Quotes, destination, version)
+fn hub_headers(hub: &Hub, destination: FspName, reply: Reply) -> HeaderMap {
+    crate::wire::hub_headers(hub, Resource::Quotes, destination, reply)
 }
 
 /// Queues `method` to `path` under `participant`'s quotes base URL; false
@@ -137,7 +137,7 @@ fn route(hub: &Hub, route: Route<'_>) {
     let description =
         format!("Destination FSP Error - '{destination}' has no {QUOTES_ENDPOINT} endpoint");
     let body = Bytes::from(fspiop::error_body(DESTINATION_FSP_ERROR, &description));
-    let headers = hub_headers(hub, caller.source, caller.version);
+    let headers = hub_headers(hub, caller.source, caller.reply());
     if !send_to_quotes(
         hub,
         caller.source,
@@ -177,7 +177,7 @@ async fn post_quote(
                     } else {
                         QuotePath::Quote(&quote_id)
                     };
-                    let headers = hub_headers(&hub, caller.source, caller.version);
+                    let headers = hub_headers(&hub, caller.source, caller.reply());
                     send_to_quotes(
                         &hub,
                         caller.source,
@@ -216,7 +216,7 @@ async fn post_quote(
 fn send_error(hub: &Hub, caller: &Caller, quote_id: &str, error: &ledger::Rejection) {
     let description = format!("{} - {}", error.code.description(), error.description);
     let body = Bytes::from(fspiop::error_body(error.code, &description));
-    let headers = hub_headers(hub, caller.source, caller.version);
+    let headers = hub_headers(hub, caller.source, caller.reply());
     if !send_to_quotes(
         hub,
         caller.source,
@@ -419,7 +419,7 @@ mod tests {
         ] {
             let error = required_destination(&map).unwrap_err();
             assert_eq!(error.code, code, "{}", error.description);
-            assert!(error.description.contains("FSPIOP-Destination"));
+            assert!(error.description.contains("fspiop-destination"));
         }
     }
 

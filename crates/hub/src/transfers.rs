@@ -17,7 +17,7 @@ use ledger::{
 };
 
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
-use crate::wire::{check_headers, forwarded_headers, Shape};
+use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
 use crate::{Hub, HubError};
 
 const TRANSFER_POST: &str = "FSPIOP_CALLBACK_URL_TRANSFER_POST";
@@ -32,8 +32,8 @@ pub fn routes() -> Router<Arc<Hub>> {
 }
 
 /// Headers of a callback the hub itself originates about a transfer.
-fn hub_headers(hub: &Hub, destination: FspName, version: fspiop::Version) -> HeaderMap {
-    crate::wire::hub_headers(hub, Resource::Transfers, destination, version)
+fn hub_headers(hub: &Hub, destination: FspName, reply: Reply) -> HeaderMap {
+    crate::wire::hub_headers(hub, Resource::Transfers, destination, reply)
 }
 
 impl Hub {
@@ -72,10 +72,10 @@ impl Hub {
         transfer_id: TransferId,
         code: ErrorCode,
         description: &str,
-        version: fspiop::Version,
+        reply: Reply,
     ) {
         let body = fspiop::error_body(code, description);
-        let headers = hub_headers(self, destination, version);
+        let headers = hub_headers(self, destination, reply);
         self.call_back(
             destination,
             TRANSFER_ERROR,
@@ -95,7 +95,7 @@ impl Hub {
         &self,
         destination: FspName,
         view: &TransferView,
-        version: fspiop::Version,
+        reply: Reply,
         probe: Option<CallbackProbe>,
     ) {
         match view.state {
@@ -105,7 +105,7 @@ impl Hub {
                     view.fulfilment.as_ref(),
                     view.completed_at_ms,
                 );
-                let headers = hub_headers(self, destination, version);
+                let headers = hub_headers(self, destination, reply);
                 self.call_back(
                     destination,
                     TRANSFER_PUT,
@@ -123,31 +123,29 @@ impl Hub {
                     code.description(),
                     view.state.as_str()
                 );
-                self.send_error(destination, view.transfer_id, code, &description, version);
+                self.send_error(destination, view.transfer_id, code, &description, reply);
             }
         }
     }
 
-    /// The 3303 callbacks of transfers the ledger expired.
+    /// The 3303 callbacks of transfers the ledger expired, in the version
+    /// each prepare came in.
     pub fn notify_expired(&self, expired: &[TransferView]) {
-        let version = fspiop::Version::V1_1;
         for view in expired {
+            let version =
+                fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
+            let reply = Reply::unprompted(version);
             let description =
                 "Transfer expired - the transfer reached its expiration before it was fulfilled";
-            self.send_error(
-                view.payer,
-                view.transfer_id,
-                ErrorCode::TRANSFER_EXPIRED,
-                description,
-                version,
-            );
-            self.send_error(
-                view.payee,
-                view.transfer_id,
-                ErrorCode::TRANSFER_EXPIRED,
-                description,
-                version,
-            );
+            for destination in [view.payer, view.payee] {
+                self.send_error(
+                    destination,
+                    view.transfer_id,
+                    ErrorCode::TRANSFER_EXPIRED,
+                    description,
+                    reply,
+                );
+            }
         }
     }
 }
@@ -180,7 +178,8 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let headers = &request.headers;
     let caller = check_headers(headers, Resource::Transfers, Shape::Post)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
-    let prepare = parsed.to_prepare();
+    let mut prepare = parsed.to_prepare();
+    prepare.wire_version = caller.version.packed();
     if prepare.payer != caller.source {
         return Err(HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
@@ -210,19 +209,19 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             transfer_id,
             error.code,
             &described(&error),
-            caller.version,
+            caller.reply(),
         ),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
             error.code,
             &described(&error),
-            caller.version,
+            caller.reply(),
         ),
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
         Outcome::Duplicate(view) if view.state.is_final() => {
-            hub.send_state(caller.source, &view, caller.version, None)
+            hub.send_state(caller.source, &view, caller.reply(), None)
         }
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
@@ -267,12 +266,12 @@ async fn fulfil(
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
                 let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
-                hub.send_state(view.payer, &view, caller.version, Some(probe));
+                hub.send_state(view.payer, &view, caller.reply(), Some(probe));
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
                 );
-                let headers = hub_headers(&hub, view.payee, caller.version);
+                let headers = hub_headers(&hub, view.payee, caller.reply());
                 hub.call_back(
                     view.payee,
                     TRANSFER_PUT,
@@ -295,7 +294,7 @@ async fn fulfil(
                 );
                 // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
                 // same body, but from the hub, not the payee's own headers.
-                let confirmation = hub_headers(&hub, view.payee, caller.version);
+                let confirmation = hub_headers(&hub, view.payee, caller.reply());
                 hub.call_back(
                     view.payee,
                     TRANSFER_PUT,
@@ -314,14 +313,14 @@ async fn fulfil(
                 transfer_id,
                 error.code,
                 &description,
-                caller.version,
+                caller.reply(),
             );
             if reserve_only {
                 let patch = fspiop::transfer_patch_body(
                     "ABORTED",
                     transfer.completed_at_ms.unwrap_or_else(crate::now_ms),
                 );
-                let headers = hub_headers(&hub, transfer.payee, caller.version);
+                let headers = hub_headers(&hub, transfer.payee, caller.reply());
                 hub.call_back(
                     transfer.payee,
                     TRANSFER_PUT,
@@ -337,7 +336,7 @@ async fn fulfil(
                     transfer_id,
                     error.code,
                     &description,
-                    caller.version,
+                    caller.reply(),
                 );
             }
         }
@@ -346,9 +345,9 @@ async fn fulfil(
             transfer_id,
             error.code,
             &described(&error),
-            caller.version,
+            caller.reply(),
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version, None),
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
@@ -390,9 +389,9 @@ async fn abort(
             transfer_id,
             error.code,
             &described(&error),
-            caller.version,
+            caller.reply(),
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.version, None),
+        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
@@ -413,13 +412,13 @@ async fn get_transfer(
         })
         .await?
     {
-        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.version, None),
+        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
             error.code,
             &described(&error),
-            caller.version,
+            caller.reply(),
         ),
         other => return Err(HubError::from_outcome(other)),
     }

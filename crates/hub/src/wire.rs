@@ -6,49 +6,95 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use fspiop::Resource;
 use ledger::FspName;
 
+use crate::trace::TraceParent;
 use crate::{Hub, HubError};
 
 /// What the headers of a request said.
 pub struct Caller {
     pub source: FspName,
+    /// The version to answer in: the highest the request's Accept allows,
+    /// or, on a callback without Accept, the version of its own body.
     pub version: fspiop::Version,
+    /// The version of the request's body (its Content-Type).
+    pub content_version: fspiop::Version,
+    /// The request's W3C trace context, if it sent a valid one.
+    pub trace: Option<TraceParent>,
 }
 
-/// Which headers a request must carry (FSPIOP §3.2.1): a `POST` has a body
-/// and expects an answer (Content-Type and Accept), a `PUT` callback has a
-/// body and no Accept, a `GET` has no body (Content-Type optional).
+impl Caller {
+    /// How the hub answers this request with a callback of its own.
+    pub fn reply(&self) -> Reply {
+        Reply {
+            version: self.version,
+            trace: self.trace,
+        }
+    }
+}
+
+/// How the hub writes a callback of its own: in the version the request
+/// asked for, within the request's trace (a new one when there is none).
+#[derive(Clone, Copy, Debug)]
+pub struct Reply {
+    pub version: fspiop::Version,
+    pub trace: Option<TraceParent>,
+}
+
+impl Reply {
+    /// A callback no request is waiting for (an expiry), in `version`.
+    pub fn unprompted(version: fspiop::Version) -> Reply {
+        Reply {
+            version,
+            trace: None,
+        }
+    }
+}
+
+/// Which headers a request must carry (FSPIOP §3.2.1, as Mojaloop's header
+/// validation reads it): a `POST`, `GET` or `DELETE` expects an answer
+/// (Accept required), a `PUT` callback does not (Accept checked only if
+/// sent); every request names its media type and version in Content-Type,
+/// a `GET` included.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     Post,
     Put,
+    /// `GET` or `DELETE`.
     Get,
 }
 
-/// Header checks shared by every FSPIOP request about `resource`.
+/// Header checks shared by every FSPIOP request about `resource`, in
+/// Mojaloop's order (Accept, Date, Content-Type, FSPIOP-Source,
+/// FSPIOP-Destination) and with its descriptions.
 pub fn check_headers(
     headers: &HeaderMap,
     resource: Resource,
     shape: Shape,
 ) -> Result<Caller, HubError> {
-    let header =
-        |name: &str| fspiop::header_str(name, headers.get(name).map(|value| value.as_bytes()));
-    let content_type = header("content-type")?;
-    let mut version = match (shape, content_type) {
-        (Shape::Get, None) => None,
-        (_, content_type) => Some(fspiop::check_content_type(resource, content_type)?),
-    };
-    if shape != Shape::Put {
-        let accepted = fspiop::negotiate_accept(resource, header("accept")?)?;
-        version.get_or_insert(accepted);
+    let checked = fspiop::RequestHeaders {
+        content_type: header(headers, "content-type")?,
+        accept: header(headers, "accept")?,
+        date: header(headers, "date")?,
+        source: header(headers, "fspiop-source")?,
+        destination: header(headers, "fspiop-destination")?,
+        ..fspiop::RequestHeaders::default()
     }
-    fspiop::check_date(header("date")?)?;
-    let source = fspiop::check_fsp_header("FSPIOP-Source", header("fspiop-source")?, true)?
-        .expect("a required header is present when Ok");
-    fspiop::check_fsp_header("FSPIOP-Destination", header("fspiop-destination")?, false)?;
+    .check(resource, shape != Shape::Put)?;
     Ok(Caller {
-        source,
-        version: version.unwrap_or(fspiop::Version::V1_1),
+        source: checked.source,
+        version: checked.accept_version.unwrap_or(checked.content_version),
+        content_version: checked.content_version,
+        trace: headers
+            .get("traceparent")
+            .and_then(|value| TraceParent::parse(value.as_bytes())),
     })
+}
+
+/// A header's value as text; 3101 naming it if it is not UTF-8.
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<Option<&'h str>, HubError> {
+    Ok(fspiop::header_str(
+        name,
+        headers.get(name).map(|value| value.as_bytes()),
+    )?)
 }
 
 /// Headers of the original request that travel with it to the other DFSP,
@@ -80,15 +126,12 @@ pub fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
     headers
 }
 
-/// Headers of a callback the hub itself originates (FSPIOP-Source is the hub).
-pub fn hub_headers(
-    hub: &Hub,
-    resource: Resource,
-    destination: FspName,
-    version: fspiop::Version,
-) -> HeaderMap {
+/// Headers of a callback the hub itself originates (FSPIOP-Source is the
+/// hub), in `reply`'s version and trace. FSPIOP-URI and FSPIOP-HTTP-Method
+/// are set by the dispatcher, which knows where the callback goes.
+pub fn hub_headers(hub: &Hub, resource: Resource, destination: FspName, reply: Reply) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let content_type = fspiop::content_type_for(resource, version);
+    let content_type = fspiop::content_type_for(resource, reply.version);
     let date = httpdate::fmt_http_date(std::time::SystemTime::now());
     for (name, value) in [
         ("content-type", content_type.as_str()),
@@ -100,5 +143,7 @@ pub fn hub_headers(
             headers.insert(HeaderName::from_static(name), value);
         }
     }
+    let trace = reply.trace.unwrap_or_else(TraceParent::start);
+    headers.insert(HeaderName::from_static("traceparent"), trace.child_header());
     headers
 }

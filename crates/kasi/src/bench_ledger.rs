@@ -398,6 +398,7 @@ impl Driver<'_> {
             // Far enough that nothing expires during the run.
             expiration_ms: i64::MAX / 2,
             request_hash: RequestHash([(id % 251) as u8; 32]),
+            wire_version: 0x11,
         })
     }
 

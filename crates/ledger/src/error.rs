@@ -9,6 +9,7 @@ pub struct ErrorCode(pub u16);
 impl ErrorCode {
     pub const INTERNAL_SERVER_ERROR: ErrorCode = ErrorCode(2001);
     pub const GENERIC_CLIENT_ERROR: ErrorCode = ErrorCode(3000);
+    pub const UNACCEPTABLE_VERSION: ErrorCode = ErrorCode(3001);
     pub const ADD_PARTY_INFORMATION_ERROR: ErrorCode = ErrorCode(3003);
     pub const GENERIC_VALIDATION_ERROR: ErrorCode = ErrorCode(3100);
     pub const MALFORMED_SYNTAX: ErrorCode = ErrorCode(3101);
@@ -27,6 +28,7 @@ impl ErrorCode {
         match self.0 {
             2001 => "Internal server error",
             3000 => "Generic client error",
+            3001 => "Unacceptable version requested",
             3003 => "Add Party information error",
             3100 => "Generic validation error",
             3101 => "Malformed syntax",

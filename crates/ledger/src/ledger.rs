@@ -86,6 +86,7 @@ pub(crate) struct Transfer {
     pub(crate) finish: Option<Finish>,
     pub(crate) fulfilment: Option<Fulfilment>,
     pub(crate) memo: Option<Box<FundsMemo>>,
+    pub(crate) wire_version: u8,
 }
 
 /// What one batch produced: an outcome per command, in order, and the
@@ -1003,6 +1004,7 @@ impl Ledger {
                 ),
             },
             fulfilment: transfer.fulfilment,
+            wire_version: transfer.wire_version,
         }
     }
 
@@ -1204,6 +1206,7 @@ impl Ledger {
                 finish: None,
                 fulfilment: None,
                 memo: None,
+                wire_version: prepare.wire_version,
             },
         );
         let transfer = self.view_of(transfer_id);
@@ -1230,6 +1233,7 @@ impl Ledger {
             state: transfer.state,
             reason: transfer.reason,
             memo: transfer.memo.clone(),
+            wire_version: transfer.wire_version,
         }));
         let previous = self.transfers.insert(transfer_id, transfer);
         assert!(
@@ -1614,6 +1618,7 @@ impl Ledger {
                 finish: None,
                 fulfilment: None,
                 memo: Some(Box::new(funds.memo.clone())),
+                wire_version: 0,
             },
         );
     }
@@ -1720,6 +1725,7 @@ impl Ledger {
                     transfer.reason
                 },
                 memo: transfer.memo.clone(),
+                wire_version: transfer.wire_version,
             });
             if let Some(finish) = transfer.finish {
                 finishes.push(FinishRow {
@@ -1865,6 +1871,7 @@ impl Ledger {
                 finish: None,
                 fulfilment: None,
                 memo: row.memo,
+                wire_version: row.wire_version,
             };
             // Both lists are in seq order (the audit checked it).
             if let Some(finish) = finishes.next_if(|finish| finish.seq == row.seq) {

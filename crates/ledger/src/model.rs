@@ -177,6 +177,10 @@ pub struct Prepare {
     pub condition: Condition,
     pub expiration_ms: i64,
     pub request_hash: RequestHash,
+    /// The FSPIOP version the prepare came in (the hub's own packing),
+    /// kept verbatim for callbacks the hub sends later on its own, such as
+    /// the expiry's. Opaque to the ledger; 0 when not known.
+    pub wire_version: u8,
 }
 
 /// FSPIOP `PUT /transfers/{id}` from the payee.
@@ -367,6 +371,8 @@ pub struct TransferView {
     pub prepared_at_ms: i64,
     pub completed_at_ms: Option<i64>,
     pub fulfilment: Option<Fulfilment>,
+    /// [`Prepare::wire_version`] (0 for funds movements).
+    pub wire_version: u8,
 }
 
 /// The result of one command.
@@ -466,6 +472,8 @@ pub struct TransferRow {
     pub state: TransferState,
     pub reason: Option<ErrorCode>,
     pub memo: Option<Box<FundsMemo>>,
+    /// [`Prepare::wire_version`] (0 for funds movements).
+    pub wire_version: u8,
 }
 
 /// How a reserved transfer finished. Written once per transfer.

@@ -348,6 +348,8 @@ impl Gen {
                         preimage,
                         expiration_ms,
                     )),
+                    // Kept verbatim, so replay must give it back.
+                    wire_version: 0x10 | (transfer_id.bits() % 2) as u8,
                 })
             }
             Op::Fulfil {

@@ -24,7 +24,10 @@ use crate::{Store, StoreError};
 pub const DATABASE_FILE: &str = "kasi.db";
 /// Held (flock) by the one process that may write the data directory.
 pub const LOCK_FILE: &str = "kasi.lock";
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added `transfers.wire_version`.
+const SCHEMA_VERSION: i64 = 2;
+/// The oldest version this kasi migrates (on a writable open) or reads.
+const OLDEST_SCHEMA_VERSION: i64 = 1;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS participants (
@@ -59,7 +62,8 @@ CREATE TABLE IF NOT EXISTS transfers (
     state              TEXT    NOT NULL,
     reason             INTEGER,
     external_reference TEXT,
-    memo               TEXT
+    memo               TEXT,
+    wire_version       INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 CREATE TABLE IF NOT EXISTS endpoints (
     participant_id INTEGER NOT NULL,
@@ -173,7 +177,7 @@ impl SqliteStore {
             ))
         })?;
         let path = data_dir.join(DATABASE_FILE);
-        let connection = Connection::open(&path)?;
+        let mut connection = Connection::open(&path)?;
         connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(
@@ -196,12 +200,16 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
-            other => {
-                return Err(StoreError(format!(
-                    "{} has schema version {other}; this kasi knows version {SCHEMA_VERSION}",
-                    path.display()
-                )))
+            1 => {
+                let migration = connection.transaction()?;
+                migration.execute_batch(
+                    "ALTER TABLE transfers ADD COLUMN wire_version INTEGER NOT NULL DEFAULT 0",
+                )?;
+                migration.execute_batch(SCHEMA)?;
+                migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                migration.commit()?;
             }
+            other => return Err(newer_schema(&path, other)),
         }
         let checkpointer = Checkpointer::start(&path)?;
         Ok(SqliteStore {
@@ -225,11 +233,8 @@ impl SqliteStore {
         }
         let connection = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        if version != SCHEMA_VERSION {
-            return Err(StoreError(format!(
-                "{} has schema version {version}, expected {SCHEMA_VERSION}",
-                path.display()
-            )));
+        if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&version) {
+            return Err(newer_schema(&path, version));
         }
         Ok(SqliteStore {
             connection,
@@ -258,8 +263,8 @@ impl SqliteStore {
             )?;
             let mut transfer = transaction.prepare_cached(
                 "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
-                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             )?;
             let mut finish = transaction.prepare_cached(
                 "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment)
@@ -347,6 +352,7 @@ impl SqliteStore {
                                 .as_ref()
                                 .map(|memo| memo.external_reference.as_str()),
                             row.memo.as_ref().map(|memo| memo.reason.as_str()),
+                            row.wire_version,
                         ])?;
                     }
                     Record::Endpoint(row) => {
@@ -519,11 +525,16 @@ impl SqliteStore {
                     created_at_ms: row.get(8)?,
                 });
             }
-            let mut statement = transaction.prepare(
+            let version: i64 =
+                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+            // A version 1 store (read by `kasi audit` before any newer kasi
+            // served it) has no wire versions.
+            let wire_version = if version >= 2 { "wire_version" } else { "0" };
+            let mut statement = transaction.prepare(&format!(
                 "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition, expiration_ms,
-                    prepared_at_ms, request_hash, state, reason, external_reference, memo
-                 FROM transfers ORDER BY seq",
-            )?;
+                    prepared_at_ms, request_hash, state, reason, external_reference, memo, {wire_version}
+                 FROM transfers ORDER BY seq"
+            ))?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
                 let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
@@ -553,6 +564,7 @@ impl SqliteStore {
                     state: parse(row, 10, "transfer state", TransferState::parse)?,
                     reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
                     memo,
+                    wire_version: row.get(14)?,
                 });
             }
             let mut statement = transaction.prepare(
@@ -777,6 +789,13 @@ fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreEr
             other.data_type()
         ))),
     }
+}
+
+fn newer_schema(path: &Path, version: i64) -> StoreError {
+    StoreError(format!(
+        "{} has schema version {version}; this kasi reads versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION} (a newer kasi wrote it?)",
+        path.display()
+    ))
 }
 
 /// A [`TransferId`] column: 16 bytes for a UUID, 17 for a ULID.

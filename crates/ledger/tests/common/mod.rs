@@ -279,6 +279,7 @@ pub fn prepare_full(
         condition: secret(preimage).condition(),
         expiration_ms,
         request_hash,
+        wire_version: 0x11,
     })
 }
 
