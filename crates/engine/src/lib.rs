@@ -290,6 +290,18 @@ impl EngineHandle {
         receiver.recv().unwrap_or(Err(EngineError::Stopped))
     }
 
+    /// Why the pipeline stopped taking commands, if it has (a failed
+    /// commit, or shutdown); `None` while it serves.
+    pub fn unavailable(&self) -> Option<EngineError> {
+        if let Some(failure) = self.shared.failure() {
+            return Some(failure);
+        }
+        self.shared
+            .stopped
+            .load(Ordering::Acquire)
+            .then_some(EngineError::Stopped)
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         self.shared.stats.snapshot()
     }

@@ -150,7 +150,7 @@ fn fulfil(id: u128) -> Command {
     Command::Fulfil(Fulfil {
         transfer_id: TransferId::new(id),
         caller: name("payeefsp"),
-        fulfilment: Fulfilment::from_preimage([id as u8; 32]),
+        fulfilment: Some(Fulfilment::from_preimage([id as u8; 32])),
         request_hash: RequestHash([id as u8 ^ 0xff; 32]),
     })
 }

@@ -356,11 +356,23 @@ pub fn check_content_type(resource: Resource, value: Option<&str>) -> Result<Ver
 /// resource's own, or a version that is not digits → 3101; a well-formed
 /// list with no supported version → 3001 (406).
 pub fn negotiate_accept(resource: Resource, value: Option<&str>) -> Result<Version, FspiopError> {
+    negotiate_accept_preferring(resource, value, None)
+}
+
+/// [`negotiate_accept`], but answering `preferred` (the version of the
+/// request's own body) whenever the Accept allows it: a client that writes
+/// 1.0 and accepts any 1.x is surely able to read 1.0.
+pub fn negotiate_accept_preferring(
+    resource: Resource,
+    value: Option<&str>,
+    preferred: Option<Version>,
+) -> Result<Version, FspiopError> {
     let value = present(value)
         .ok_or_else(|| FspiopError::new(ErrorCode::MISSING_MANDATORY_ELEMENT, ACCEPT_REQUIRED))?;
     let invalid = || FspiopError::new(ErrorCode::MALFORMED_SYNTAX, ACCEPT_INVALID);
     let mut scanner = Scanner::new(value);
     let mut best: Option<Version> = None;
+    let mut preferred_allowed = false;
     let mut listed_ours = false;
     loop {
         scanner.skip_ows();
@@ -391,11 +403,15 @@ pub fn negotiate_accept(resource: Resource, value: Option<&str>) -> Result<Versi
                 && wanted.1.unwrap_or(candidate.minor) == candidate.minor;
             if matches {
                 best = best.max(Some(candidate));
+                preferred_allowed |= preferred == Some(candidate);
             }
         }
     }
     if !listed_ours {
         return Err(invalid());
+    }
+    if preferred_allowed {
+        return Ok(preferred.expect("allowed only when some"));
     }
     best.ok_or_else(|| {
         FspiopError::new(ErrorCode::UNACCEPTABLE_VERSION, ACCEPT_VERSION_UNSUPPORTED)
@@ -462,7 +478,8 @@ pub struct RequestHeaders<'a> {
 pub struct CheckedHeaders {
     /// The version of the request's body (from Content-Type).
     pub content_version: Version,
-    /// The version to answer in (from Accept), when Accept was required.
+    /// The version to answer in, when the request had an Accept: the body's
+    /// own version if Accept allows it, else the highest Accept allows.
     pub accept_version: Option<Version>,
     pub source: FspName,
     pub destination: Option<FspName>,
@@ -479,13 +496,23 @@ impl RequestHeaders<'_> {
         resource: Resource,
         accept_required: bool,
     ) -> Result<CheckedHeaders, FspiopError> {
+        // Mojaloop checks Accept before Date and Content-Type; the version
+        // to answer in prefers the body's own when Accept allows it, so the
+        // Accept is read twice only on a valid request.
+        if accept_required || present(self.accept).is_some() {
+            negotiate_accept(resource, self.accept)?;
+        }
+        check_date(self.date)?;
+        let content_version = check_content_type(resource, self.content_type)?;
         let accept_version = if accept_required || present(self.accept).is_some() {
-            Some(negotiate_accept(resource, self.accept)?)
+            Some(negotiate_accept_preferring(
+                resource,
+                self.accept,
+                Some(content_version),
+            )?)
         } else {
             None
         };
-        check_date(self.date)?;
-        let content_version = check_content_type(resource, self.content_type)?;
         let source = check_fsp_header(FSPIOP_SOURCE, self.source, true)?
             .expect("a required header is present when Ok");
         let destination = check_fsp_header(FSPIOP_DESTINATION, self.destination, false)?;
@@ -640,6 +667,28 @@ mod tests {
             ),
         ] {
             assert_eq!(negotiate_accept(T, Some(&value)), Ok(version), "{value}");
+        }
+    }
+
+    #[test]
+    fn the_answer_prefers_the_bodys_own_version_when_accept_allows_it() {
+        let ours = |v: &str| format!("application/vnd.interoperability.transfers+json;version={v}");
+        for (accept, body, answer) in [
+            (ours("1"), Version::V1_0, Version::V1_0),
+            (ours("1"), Version::V1_1, Version::V1_1),
+            (ours("1.1"), Version::V1_0, Version::V1_1),
+            (ours("2"), Version::V1_1, Version::V2_0),
+            (
+                format!("{},{}", ours("2"), ours("1")),
+                Version::V1_1,
+                Version::V1_1,
+            ),
+        ] {
+            assert_eq!(
+                negotiate_accept_preferring(T, Some(&accept), Some(body)),
+                Ok(answer),
+                "{accept} with a {body} body"
+            );
         }
     }
 

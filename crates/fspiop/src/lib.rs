@@ -59,10 +59,10 @@ pub use error::{
 pub(crate) use headers::SUPPORTED_VERSION_EXTENSIONS;
 pub use headers::{
     check_content_type, check_date, check_fsp_header, content_type_for, header_str,
-    negotiate_accept, CheckedHeaders, RequestHeaders, Resource, Version, ACCEPT, ACCEPT_INVALID,
-    ACCEPT_REQUIRED, ACCEPT_VERSION_UNSUPPORTED, CONTENT_TYPE, CONTENT_TYPE_INVALID,
-    CONTENT_TYPE_REQUIRED, CONTENT_VERSION_UNSUPPORTED, DATE, DATE_INVALID, DATE_REQUIRED,
-    FSPIOP_DESTINATION, FSPIOP_SOURCE,
+    negotiate_accept, negotiate_accept_preferring, CheckedHeaders, RequestHeaders, Resource,
+    Version, ACCEPT, ACCEPT_INVALID, ACCEPT_REQUIRED, ACCEPT_VERSION_UNSUPPORTED, CONTENT_TYPE,
+    CONTENT_TYPE_INVALID, CONTENT_TYPE_REQUIRED, CONTENT_VERSION_UNSUPPORTED, DATE, DATE_INVALID,
+    DATE_REQUIRED, FSPIOP_DESTINATION, FSPIOP_SOURCE,
 };
 pub use json::{
     push_extension_list, EXTENSION_KEY_MAX_CHARS, EXTENSION_LIST_MAX_ITEMS,
@@ -86,7 +86,7 @@ pub use schema::Money;
 pub use transfers::{
     check_completed_timestamp, is_correlation_id, parse_correlation_id, parse_error_information,
     parse_transfer_fulfil, parse_transfer_prepare, transfer_patch_body,
-    transfer_patch_body_with_extensions, transfer_put_body, ParsedError, ParsedFulfil,
-    ParsedPrepare, WireState, COMPLETED_TIMESTAMP_MAX_FUTURE_MS, COMPLETED_TIMESTAMP_MAX_PAST_MS,
-    ILP_PACKET_MAX_CHARS,
+    transfer_patch_body_with_extensions, transfer_put_body, transfer_put_body_with_extensions,
+    ParsedError, ParsedFulfil, ParsedPrepare, WireState, COMPLETED_TIMESTAMP_MAX_FUTURE_MS,
+    COMPLETED_TIMESTAMP_MAX_PAST_MS, ILP_PACKET_MAX_CHARS,
 };

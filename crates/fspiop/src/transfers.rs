@@ -483,10 +483,13 @@ struct FulfilRaw<'a> {
 /// A checked `PUT /transfers/{ID}` body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedFulfil {
-    /// [`WireState::Committed`], or [`WireState::Reserved`] when the payee
-    /// asks to be told of the commit with a `PATCH` (v1.1).
+    /// As sent: [`WireState::Committed`] (or RECEIVED, which Mojaloop
+    /// takes as a commit too), [`WireState::Reserved`] when the payee asks
+    /// to be told of the commit with a `PATCH` (v1.1), or
+    /// [`WireState::Aborted`], which the hub answers and ignores.
     pub transfer_state: WireState,
-    pub fulfilment: Fulfilment,
+    /// `None` when the body has none: the ledger then aborts the transfer.
+    pub fulfilment: Option<Fulfilment>,
     pub completed_ms: Option<i64>,
     /// SHA-256 of the raw body bytes.
     pub request_hash: RequestHash,
@@ -505,12 +508,13 @@ impl ParsedFulfil {
 }
 
 /// Parses and checks a `PUT /transfers/{ID}` body (TransfersIDPutResponse)
-/// from a payee. Unknown properties are ignored.
+/// from a payee, as the schema does and no further (Mojaloop judges the
+/// rest asynchronously). Unknown properties are ignored.
 ///
-/// `transferState` is required and must be COMMITTED or RESERVED: ABORTED
-/// is refused with 3100 (a payee that rejects must use `PUT
-/// /transfers/{ID}/error`, API Definition §6.7.4.1), and so is RECEIVED.
-/// `fulfilment` is then required (43 base64url characters).
+/// `transferState` is required, one of the four states. `fulfilment` is
+/// optional and, if present, must match the schema's pattern (43 base64url
+/// characters); the two bits its last character carries beyond the 32
+/// bytes are ignored, as central-ledger's decoder ignores them.
 pub fn parse_transfer_fulfil(body: &[u8]) -> Result<ParsedFulfil, FspiopError> {
     let raw: FulfilRaw<'_> = parse_object(body)?;
 
@@ -521,24 +525,13 @@ pub fn parse_transfer_fulfil(body: &[u8]) -> Result<ParsedFulfil, FspiopError> {
             "must be one of RECEIVED, RESERVED, COMMITTED, ABORTED",
         )
     })?;
-    match state {
-        WireState::Committed | WireState::Reserved => {}
-        WireState::Aborted => {
-            return Err(FspiopError::invalid(
-                path,
-                "ABORTED is not allowed; use PUT /transfers/{ID}/error",
-            ))
-        }
-        WireState::Received => {
-            return Err(FspiopError::invalid(
-                path,
-                "RECEIVED is not allowed in a fulfil; send COMMITTED or RESERVED",
-            ))
-        }
-    }
     let path = FieldPath::new("fulfilment");
-    let fulfilment = Fulfilment::from_base64url(required_str(&raw.fulfilment, path)?)
-        .ok_or_else(|| FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)"))?;
+    let fulfilment = match optional_str(&raw.fulfilment, path)? {
+        Some(text) => Some(Fulfilment::from_base64url_lenient(text).ok_or_else(|| {
+            FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)")
+        })?),
+        None => None,
+    };
     let path = FieldPath::new("completedTimestamp");
     let completed_ms = match optional_str(&raw.completed_timestamp, path)? {
         Some(text) => Some(date_time(text, path)?),
@@ -680,6 +673,18 @@ pub fn transfer_put_body(
     fulfilment: Option<&Fulfilment>,
     completed_ms: Option<i64>,
 ) -> Vec<u8> {
+    transfer_put_body_with_extensions(state, fulfilment, completed_ms, &[])
+}
+
+/// [`transfer_put_body`] with an `extensionList`: central-ledger answers a
+/// `GET` (or a resend) of a transfer that did not commit with its state
+/// ABORTED and the reason as `("cause", "3303: Transfer expired")`.
+pub fn transfer_put_body_with_extensions(
+    state: &str,
+    fulfilment: Option<&Fulfilment>,
+    completed_ms: Option<i64>,
+    extensions: &[(&str, &str)],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
     out.push(b'{');
     if let Some(fulfilment) = fulfilment {
@@ -693,6 +698,10 @@ pub fn transfer_put_body(
         out.extend_from_slice(b"\",");
     }
     push_transfer_state(&mut out, state);
+    if !extensions.is_empty() {
+        out.push(b',');
+        json::push_extension_list(&mut out, extensions);
+    }
     out.push(b'}');
     out
 }
@@ -1128,7 +1137,7 @@ mod tests {
             assert!(parsed.transfer_state == state);
             assert_eq!(
                 parsed.fulfilment,
-                Fulfilment::from_base64url(FULFILMENT).unwrap()
+                Some(Fulfilment::from_base64url(FULFILMENT).unwrap())
             );
             assert_eq!(parsed.completed_ms, Some(1_464_079_088_699 + 4 * 3_600_000));
             assert_eq!(parsed.request_hash, RequestHash::of(&body));
@@ -1148,20 +1157,18 @@ mod tests {
 
     #[test]
     fn fulfil_faults() {
-        let error = parse_transfer_fulfil(&bytes(&fulfil_json("ABORTED"))).unwrap_err();
-        assert_error(&error, 3100, "transferState");
-        assert!(error
-            .description
-            .contains("ABORTED is not allowed; use PUT /transfers/{ID}/error"));
+        // Mojaloop takes every state at the HTTP layer and decides later:
+        // ABORTED is ignored, RECEIVED counts as a commit.
+        for state in ["ABORTED", "RECEIVED", "RESERVED", "COMMITTED"] {
+            let parsed = parse_transfer_fulfil(&bytes(&fulfil_json(state))).unwrap();
+            assert_eq!(parsed.transfer_state.as_str(), state);
+        }
         let aborted_without_fulfilment = json!({"transferState": "ABORTED"});
-        assert!(parse_transfer_fulfil(&bytes(&aborted_without_fulfilment))
-            .unwrap_err()
-            .description
-            .contains("ABORTED is not allowed"));
-        assert_error(
-            &parse_transfer_fulfil(&bytes(&fulfil_json("RECEIVED"))).unwrap_err(),
-            3100,
-            "transferState",
+        assert_eq!(
+            parse_transfer_fulfil(&bytes(&aborted_without_fulfilment))
+                .unwrap()
+                .fulfilment,
+            None
         );
         assert_error(
             &parse_transfer_fulfil(&bytes(&fulfil_json("committed"))).unwrap_err(),
@@ -1188,15 +1195,28 @@ mod tests {
             "transferState",
         );
 
+        // A missing fulfilment is the ledger's to judge (3100, aborted).
         for state in ["COMMITTED", "RESERVED"] {
             let mut value = fulfil_json(state);
             value.as_object_mut().unwrap().remove("fulfilment");
-            assert_error(
-                &parse_transfer_fulfil(&bytes(&value)).unwrap_err(),
-                3102,
-                "fulfilment",
+            assert_eq!(
+                parse_transfer_fulfil(&bytes(&value)).unwrap().fulfilment,
+                None
             );
         }
+        // Non-zero trailing bits: the pattern holds, the preimage is the
+        // canonical spelling's.
+        let canonical = Fulfilment::from_base64url(FULFILMENT).unwrap();
+        let mut trailing = FULFILMENT.to_string();
+        trailing.replace_range(42..43, "B");
+        assert_ne!(trailing, FULFILMENT);
+        assert_eq!(Fulfilment::from_base64url(&trailing), None);
+        let mut value = fulfil_json("COMMITTED");
+        value["fulfilment"] = json!(trailing);
+        assert_eq!(
+            parse_transfer_fulfil(&bytes(&value)).unwrap().fulfilment,
+            Some(canonical)
+        );
         let mut value = fulfil_json("COMMITTED");
         value["fulfilment"] = json!("short");
         assert_error(
@@ -1433,7 +1453,7 @@ mod tests {
                 parsed.fulfilment,
                 parsed.completed_ms
             ),
-            (WireState::Committed, fulfilment, Some(ms))
+            (WireState::Committed, Some(fulfilment), Some(ms))
         );
     }
 

@@ -444,12 +444,30 @@ async fn checked(
     replaced
 }
 
-/// `GET /health`, in the shape Mojaloop's services answer.
+/// `GET /health`, in the shape Mojaloop's services answer
+/// (central-services-shared's health check): 200 with status OK while the
+/// ledger pipeline and its store take commands, 502 with DOWN once they do
+/// not (a failed commit stops the pipeline), with one entry per service.
 pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
-    axum::Json(serde_json::json!({
-        "status": "OK",
-        "uptime": hub.started.elapsed().as_secs(),
+    let datastore = match hub.engine.unavailable() {
+        None => "OK",
+        Some(_) => "DOWN",
+    };
+    let uptime = hub.started.elapsed();
+    let started_ms = now_ms() - i64::try_from(uptime.as_millis()).unwrap_or(0);
+    let body = serde_json::json!({
+        "status": datastore,
+        "uptime": uptime.as_secs_f64(),
+        "startTime": format_time(started_ms),
         "versionNumber": env!("CARGO_PKG_VERSION"),
-    }))
-    .into_response()
+        "services": [
+            {"name": "datastore", "status": datastore},
+        ],
+    });
+    let status = if datastore == "OK" {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    (status, axum::Json(body)).into_response()
 }

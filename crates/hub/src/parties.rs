@@ -7,7 +7,8 @@
 //! configured for its type, if any (see [`crate::oracles`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -24,11 +25,20 @@ use crate::wire::{
 };
 use crate::{Hub, HubError};
 
-/// Who holds which party: the read side of the built-in oracle.
+/// Who holds which party: the read side of the built-in oracle; and who
+/// is waiting for which party's answer.
 #[derive(Default)]
 pub struct Parties {
     by_key: RwLock<HashMap<PartyKey, (FspName, Option<Currency>)>>,
+    pending: Mutex<HashMap<PartyKey, (FspName, Instant)>>,
 }
+
+/// How long the requester of a forwarded lookup is remembered, to route a
+/// `PUT /parties` that names no FSPIOP-Destination back to it.
+const PENDING_LOOKUP_TTL: Duration = Duration::from_secs(60);
+/// Lookups remembered at most; beyond, the oldest answers need their
+/// FSPIOP-Destination (as FSPIOP asks anyway).
+const PENDING_LOOKUP_CAPACITY: usize = 100_000;
 
 impl Parties {
     pub fn load(views: Vec<PartyView>) -> Parties {
@@ -62,6 +72,27 @@ impl Parties {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
+    }
+
+    /// Remembers that `requester` asked about `key` (the last asker wins).
+    fn await_answer(&self, key: &PartyKey, requester: FspName) {
+        let now = Instant::now();
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() >= PENDING_LOOKUP_CAPACITY && !pending.contains_key(key) {
+            pending.retain(|_, (_, at)| now.duration_since(*at) < PENDING_LOOKUP_TTL);
+            if pending.len() >= PENDING_LOOKUP_CAPACITY {
+                return;
+            }
+        }
+        pending.insert(key.clone(), (requester, now));
+    }
+
+    /// Who asked about `key` within the last [`PENDING_LOOKUP_TTL`]; an
+    /// answer takes the entry, so each lookup routes one answer.
+    fn requester_of(&self, key: &PartyKey) -> Option<FspName> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (requester, at) = pending.remove(key)?;
+        (at.elapsed() < PENDING_LOOKUP_TTL).then_some(requester)
     }
 }
 
@@ -520,7 +551,7 @@ fn forward_get_party(
         forward.insert(HeaderName::from_static("fspiop-destination"), value);
     }
     let endpoint = endpoint_type("PARTIES", "GET", key);
-    if !hub.send_callback(
+    if hub.send_callback(
         holder,
         &endpoint,
         &variables(key),
@@ -529,6 +560,8 @@ fn forward_get_party(
         Bytes::new(),
         None,
     ) {
+        hub.parties.await_answer(key, caller.source);
+    } else {
         hub.send_party_error(
             LookupApi::Parties,
             caller.source,
@@ -573,16 +606,28 @@ fn route_party_answer(
     } else {
         fspiop::check_party_put(&body)?;
     }
-    let destination = headers
-        .get("fspiop-destination")
-        .and_then(|value| value.to_str().ok())
-        .and_then(FspName::new)
-        .ok_or_else(|| {
-            HubError::new(
-                ErrorCode::MISSING_MANDATORY_ELEMENT,
-                "Missing mandatory element - FSPIOP-Destination",
-            )
-        })?;
+    // FSPIOP-Destination is optional here (ALS's schema): without it the
+    // answer goes to whoever asked about the party.
+    let named = fspiop::check_fsp_header(
+        fspiop::FSPIOP_DESTINATION,
+        fspiop::header_str(
+            fspiop::FSPIOP_DESTINATION,
+            headers.get("fspiop-destination").map(|v| v.as_bytes()),
+        )?,
+        false,
+    )?;
+    let waiting = hub.parties.requester_of(&key);
+    let Some(destination) = named.or(waiting) else {
+        hub.send_party_error(
+            LookupApi::Parties,
+            caller.source,
+            &key,
+            ErrorCode(3201),
+            &format!("Destination FSP Error - no FSPIOP-Destination, and no lookup of party {key} is waiting for an answer"),
+            caller.reply(),
+        );
+        return Ok(StatusCode::OK.into_response());
+    };
     let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
     if !hub.send_callback(
         destination,

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
-use fspiop::Resource;
+use fspiop::{Resource, WireState};
 use ledger::{
     Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
 };
@@ -87,10 +87,11 @@ impl Hub {
         );
     }
 
-    /// Tells `destination` the transfer's current state: a `PUT` for a
-    /// reserved or committed transfer, a `PUT …/error` with the reason for
-    /// one that did not commit (v1.1 allows no ABORTED state in a `PUT`). With
-    /// `probe`, the `PUT` (not an error) is timed.
+    /// Tells `destination` the transfer's current state with a `PUT`, as
+    /// central-ledger answers a `GET` or a resend: RESERVED or COMMITTED as
+    /// they are, and a transfer that did not commit as ABORTED with the
+    /// reason in an extension `cause` (`"3303: Transfer expired"`). With
+    /// `probe`, the callback is timed.
     fn send_state(
         &self,
         destination: FspName,
@@ -98,34 +99,33 @@ impl Hub {
         reply: Reply,
         probe: Option<CallbackProbe>,
     ) {
-        match view.state {
-            TransferState::Reserved | TransferState::Committed => {
-                let body = fspiop::transfer_put_body(
-                    view.state.fspiop(),
-                    view.fulfilment.as_ref(),
-                    view.completed_at_ms,
-                );
-                let headers = hub_headers(self, destination, reply);
-                self.call_back(
-                    destination,
-                    TRANSFER_PUT,
-                    view.transfer_id,
-                    Method::PUT,
-                    headers,
-                    Bytes::from(body),
-                    probe,
-                );
-            }
+        let cause = match view.state {
+            TransferState::Reserved | TransferState::Committed => None,
             TransferState::Aborted | TransferState::Expired | TransferState::Rejected => {
                 let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
-                let description = format!(
-                    "{} - transfer is {}",
-                    code.description(),
-                    view.state.as_str()
-                );
-                self.send_error(destination, view.transfer_id, code, &description, reply);
+                Some(format!("{}: {}", code, code.description()))
             }
-        }
+        };
+        let extensions: Vec<(&str, &str)> = cause
+            .iter()
+            .map(|cause| ("cause", cause.as_str()))
+            .collect();
+        let body = fspiop::transfer_put_body_with_extensions(
+            view.state.fspiop(),
+            view.fulfilment.as_ref(),
+            view.completed_at_ms,
+            &extensions,
+        );
+        let headers = hub_headers(self, destination, reply);
+        self.call_back(
+            destination,
+            TRANSFER_PUT,
+            view.transfer_id,
+            Method::PUT,
+            headers,
+            Bytes::from(body),
+            probe,
+        );
     }
 
     /// The 3303 callbacks of transfers the ledger expired, in the version
@@ -252,7 +252,24 @@ async fn fulfil(
         // and 300 s behind it.
         fspiop::check_completed_timestamp(completed_ms, crate::now_ms())?;
     }
-    let reserve_only = parsed.transfer_state == "RESERVED";
+    match parsed.transfer_state {
+        // v1.1 allows no ABORTED in a PUT (a payee that rejects sends
+        // `…/error`); central-ledger drops it, and so does kasi: answered,
+        // nothing changed, nobody told.
+        WireState::Aborted => {
+            tracing::debug!(transfer = %transfer_id, source = %caller.source, "fulfil with transferState ABORTED ignored");
+            return Ok(StatusCode::OK.into_response());
+        }
+        // RESERVED (commit, then tell me with a PATCH) is v1.1's; a 1.0
+        // client's is dropped as central-ledger drops it: the transfer
+        // stays RESERVED until it expires.
+        WireState::Reserved if caller.content_version == fspiop::Version::V1_0 => {
+            tracing::debug!(transfer = %transfer_id, source = %caller.source, "fulfil with transferState RESERVED in version 1.0 ignored");
+            return Ok(StatusCode::OK.into_response());
+        }
+        WireState::Received | WireState::Reserved | WireState::Committed => {}
+    }
+    let reserve_only = parsed.transfer_state == WireState::Reserved;
     let command = Command::Fulfil(Fulfil {
         transfer_id,
         caller: caller.source,
@@ -316,9 +333,11 @@ async fn fulfil(
                 caller.reply(),
             );
             if reserve_only {
-                let patch = fspiop::transfer_patch_body(
+                let cause = format!("{}: {}", error.code, description);
+                let patch = fspiop::transfer_patch_body_with_extensions(
                     "ABORTED",
                     transfer.completed_at_ms.unwrap_or_else(crate::now_ms),
+                    &[("cause", &cause)],
                 );
                 let headers = hub_headers(&hub, transfer.payee, caller.reply());
                 hub.call_back(

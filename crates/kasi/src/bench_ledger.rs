@@ -408,7 +408,7 @@ impl Driver<'_> {
         Command::Fulfil(Fulfil {
             transfer_id: TransferId::new(id),
             caller: self.dfsps[payee],
-            fulfilment: self.fulfilment,
+            fulfilment: Some(self.fulfilment),
             request_hash: RequestHash([(id % 241) as u8; 32]),
         })
     }

@@ -1385,7 +1385,7 @@ impl Ledger {
                 error,
             });
         }
-        if fulfilment.condition() != transfer.condition {
+        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == transfer.condition) else {
             let code = ErrorCode::GENERIC_VALIDATION_ERROR;
             let view = self.finish(
                 transfer_id,
@@ -1395,15 +1395,12 @@ impl Ledger {
                 hash,
                 None,
             )?;
-            let error = Rejection::new(
-                code,
-                "invalid fulfilment: its SHA-256 is not the transfer's condition",
-            );
+            let error = Rejection::new(code, "invalid fulfilment");
             return Ok(Outcome::Failed {
                 transfer: view,
                 error,
             });
-        }
+        };
         let view = self.finish(
             transfer_id,
             FinishKind::Fulfil,

@@ -189,7 +189,9 @@ pub struct Fulfil {
     pub transfer_id: TransferId,
     /// The FSP that sent it (`FSPIOP-Source`); must be the payee.
     pub caller: FspName,
-    pub fulfilment: Fulfilment,
+    /// `None` when the payee sent none: like a wrong one, it aborts the
+    /// transfer (3100), as central-ledger does.
+    pub fulfilment: Option<Fulfilment>,
     pub request_hash: RequestHash,
 }
 

@@ -375,7 +375,7 @@ impl Gen {
                 Command::Fulfil(Fulfil {
                     transfer_id,
                     caller,
-                    fulfilment: secret(preimage),
+                    fulfilment: Some(secret(preimage)),
                     request_hash: body_hash(("fulfil", transfer_id, preimage, salt)),
                 })
             }

@@ -312,7 +312,7 @@ pub fn fulfil_with(
     Command::Fulfil(Fulfil {
         transfer_id: TransferId::new(id),
         caller,
-        fulfilment,
+        fulfilment: Some(fulfilment),
         request_hash,
     })
 }
