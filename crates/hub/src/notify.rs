@@ -713,13 +713,12 @@ fn fspiop_uri(uri: &Uri) -> &str {
     };
     let path = path_and_query.path();
     let full = path_and_query.as_str();
-    let segments = path.match_indices('/').map(|(at, _)| at);
+    let mut segments = path.match_indices('/').map(|(at, _)| at);
     let start = segments
-        .filter(|&at| {
+        .rfind(|&at| {
             let segment = path[at + 1..].split('/').next().unwrap_or("");
             FSPIOP_RESOURCES.contains(&segment)
         })
-        .last()
         .unwrap_or(0);
     &full[start..]
 }

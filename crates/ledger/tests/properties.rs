@@ -866,7 +866,7 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
                         },
                         release,
                     )
-                } else if f.fulfilment.condition() != row.condition {
+                } else if f.fulfilment.map(|f| f.condition()) != Some(row.condition) {
                     let state = TransferState::Aborted;
                     (
                         Expect::Failed {
@@ -1111,7 +1111,7 @@ fn verify(m: &Mirror, command: &Command, expect: &Expect, outcome: &Outcome) {
                 context()
             );
             if let Command::Fulfil(f) = command {
-                assert_eq!(view.fulfilment, Some(f.fulfilment), "{}", context());
+                assert_eq!(view.fulfilment, f.fulfilment, "{}", context());
             }
         }
         (Expect::Failed { id, state, code }, Outcome::Failed { transfer, error }) => {

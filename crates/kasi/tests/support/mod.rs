@@ -105,8 +105,33 @@ pub fn far_future() -> i64 {
     now_ms() + 3_600_000
 }
 
-/// A fresh lowercase version-4 UUID.
+/// A fresh id, alternately a lowercase version-4 UUID and a ULID: Mojaloop's
+/// hub takes both (its Testing Toolkit sends ULIDs by default), so every
+/// test that makes ids runs with both.
 pub fn new_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if COUNTER.fetch_add(1, Ordering::Relaxed) % 2 == 1 {
+        new_ulid()
+    } else {
+        new_uuid()
+    }
+}
+
+/// A fresh ULID: 26 uppercase Crockford base32 characters, the first 0-7.
+pub fn new_ulid() -> String {
+    const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let uuid = new_uuid().replace('-', "");
+    let bits = u128::from_str_radix(&uuid, 16).unwrap();
+    (0..26)
+        .map(|index| {
+            let digit = (bits >> (5 * (25 - index))) & if index == 0 { 7 } else { 31 };
+            char::from(CROCKFORD[digit as usize])
+        })
+        .collect()
+}
+
+/// A fresh lowercase version-4 UUID.
+pub fn new_uuid() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let count = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
