@@ -1,0 +1,124 @@
+//! The store's schema across versions: ULID ids and wire versions round
+//! trip, a version 1 store (before `transfers.wire_version`) is read by
+//! `kasi audit` as it is and migrated when a hub opens it, and a store from
+//! a newer kasi is refused.
+
+use ledger::{
+    AccountId, Amount, Condition, Record, RequestHash, TransferId, TransferKind, TransferRow,
+    TransferState,
+};
+use store::sqlite::{SqliteOptions, SqliteStore};
+use store::Store;
+
+fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
+    Record::Transfer(TransferRow {
+        seq,
+        transfer_id: TransferId::parse(id).unwrap(),
+        kind: TransferKind::Fspiop,
+        debit: AccountId(1),
+        credit: AccountId(2),
+        amount: Amount::from_whole(10),
+        condition: Condition([7; 32]),
+        expiration_ms: 1_000,
+        prepared_at_ms: 500,
+        request_hash: RequestHash([seq as u8; 32]),
+        state: TransferState::Reserved,
+        reason: None,
+        memo: None,
+        wire_version,
+    })
+}
+
+const ULID: &str = "01K1WV2595Z7XST8FW5K4XRDZB";
+const UUID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
+
+fn open(dir: &std::path::Path) -> Result<SqliteStore, store::StoreError> {
+    SqliteStore::open(dir, SqliteOptions { fsync: false })
+}
+
+#[test]
+fn ids_keep_their_form_and_transfers_their_wire_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = vec![transfer(1, ULID, 0x20), transfer(2, UUID, 0x11)];
+    {
+        let mut store = open(dir.path()).unwrap();
+        store.commit(&[&records]).unwrap();
+    }
+    let snapshot = open(dir.path()).unwrap().load().unwrap();
+    let loaded: Vec<Record> = snapshot
+        .transfers
+        .into_iter()
+        .map(Record::Transfer)
+        .collect();
+    assert_eq!(loaded, records);
+    assert_eq!(loaded_id(&loaded[0]), ULID);
+    assert_eq!(loaded_id(&loaded[1]), UUID);
+}
+
+fn loaded_id(record: &Record) -> String {
+    match record {
+        Record::Transfer(row) => row.transfer_id.to_string(),
+        other => panic!("not a transfer: {other:?}"),
+    }
+}
+
+fn user_version(dir: &std::path::Path) -> i64 {
+    let connection = rusqlite::Connection::open(dir.join("kasi.db")).unwrap();
+    connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).unwrap();
+        store.commit(&[&[transfer(1, UUID, 0x11)]]).unwrap();
+    }
+    // Make it what kasi wrote before version 2.
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection
+            .execute_batch(
+                "ALTER TABLE transfers DROP COLUMN wire_version; PRAGMA user_version = 1;",
+            )
+            .unwrap();
+    }
+    assert_eq!(user_version(dir.path()), 1);
+
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.transfers.len(), 1);
+    assert_eq!(old.transfers[0].wire_version, 0, "unknown before version 2");
+    assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 2);
+    store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
+    let snapshot = store.load().unwrap();
+    let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
+    assert_eq!(versions, [0, 0x20]);
+}
+
+#[test]
+fn a_store_from_a_newer_kasi_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).unwrap());
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection.pragma_update(None, "user_version", 3).unwrap();
+    }
+    for error in [
+        open(dir.path()).err().expect("refused"),
+        SqliteStore::open_read_only(dir.path())
+            .err()
+            .expect("refused"),
+    ] {
+        let text = error.to_string();
+        assert!(text.contains("schema version 3"), "{text}");
+        assert!(text.contains("newer kasi"), "{text}");
+    }
+}
