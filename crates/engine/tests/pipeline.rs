@@ -34,6 +34,16 @@ fn onboarding() -> Vec<Command> {
     commands.push(Command::CreateSettlementModel {
         name: "DEFAULTDEFERREDNET".into(),
         definition: r#"{"settlementGranularity":"NET"}"#.into(),
+        rules: Some(ledger::ModelRules {
+            granularity: ledger::Granularity::Net,
+            interchange: ledger::Interchange::Multilateral,
+            delay: ledger::Delay::Deferred,
+            currency: None,
+            ledger_account_type: AccountKind::Position,
+            settlement_account_type: AccountKind::Settlement,
+            auto_position_reset: true,
+            require_liquidity_check: true,
+        }),
     });
     for (dfsp, settlement) in [("payerfsp", 4), ("payeefsp", 6)] {
         commands.push(Command::CreateParticipant {

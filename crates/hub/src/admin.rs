@@ -641,20 +641,130 @@ async fn positions(
     }
 }
 
-#[derive(Deserialize)]
-struct NewSettlementModel {
-    name: String,
+/// `POST /settlementModels` as central-ledger validates it: every field
+/// required but `currency`; the enumerations checked; account types that
+/// Mojaloop knows but kasi's transfers never move (INTERCHANGE_FEE) make a
+/// model that is kept and shown but settles nothing.
+fn settlement_model_rules(body: &Value) -> Result<Option<ledger::ModelRules>, HubError> {
+    let field = |name: &str| -> Result<&Value, HubError> {
+        body.get(name).filter(|v| !v.is_null()).ok_or_else(|| {
+            HubError::new(
+                ErrorCode::MISSING_MANDATORY_ELEMENT,
+                format!("Missing mandatory element - {name}"),
+            )
+        })
+    };
+    let invalid = |name: &str, allowed: &str| {
+        HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("Generic validation error - {name} must be one of {allowed}"),
+        )
+    };
+    let text = |name: &str, allowed: &str| -> Result<&str, HubError> {
+        field(name)?.as_str().ok_or_else(|| invalid(name, allowed))
+    };
+    let flag = |name: &str| -> Result<bool, HubError> {
+        match field(name)? {
+            Value::Bool(b) => Ok(*b),
+            // Mojaloop's Joi takes "true"/"false" and 1/0 for booleans too.
+            Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
+            Value::Number(n) if n.as_u64() == Some(0) || n.as_u64() == Some(1) => {
+                Ok(n.as_u64() == Some(1))
+            }
+            _ => Err(invalid(name, "true, false")),
+        }
+    };
+    let name = text("name", "a string")?;
+    if name.len() < 2 || name.len() > 30 || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            "Generic validation error - name must be 2 to 30 letters and digits",
+        ));
+    }
+    let granularity = ledger::Granularity::parse(text("settlementGranularity", "GROSS, NET")?)
+        .ok_or_else(|| invalid("settlementGranularity", "GROSS, NET"))?;
+    let interchange =
+        ledger::Interchange::parse(text("settlementInterchange", "BILATERAL, MULTILATERAL")?)
+            .ok_or_else(|| invalid("settlementInterchange", "BILATERAL, MULTILATERAL"))?;
+    let delay = ledger::Delay::parse(text("settlementDelay", "IMMEDIATE, DEFERRED")?)
+        .ok_or_else(|| invalid("settlementDelay", "IMMEDIATE, DEFERRED"))?;
+    let currency = match body.get("currency").filter(|v| !v.is_null()) {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_str()
+                .and_then(Currency::parse)
+                .ok_or_else(|| invalid("currency", "the ISO 4217 codes"))?,
+        ),
+    };
+    let require_liquidity_check = flag("requireLiquidityCheck")?;
+    let auto_position_reset = flag("autoPositionReset")?;
+    let ledger_type = text("ledgerAccountType", "a ledger account type")?;
+    // Older onboarding scripts (central-ledger before the field existed)
+    // leave it out; it meant SETTLEMENT then.
+    let settlement_type = match body.get("settlementAccountType") {
+        None | Some(Value::Null) => "SETTLEMENT",
+        Some(_) => text(
+            "settlementAccountType",
+            "SETTLEMENT, INTERCHANGE_FEE_SETTLEMENT",
+        )?,
+    };
+    if !matches!(settlement_type, "SETTLEMENT" | "INTERCHANGE_FEE_SETTLEMENT") {
+        return Err(invalid(
+            "settlementAccountType",
+            "SETTLEMENT, INTERCHANGE_FEE_SETTLEMENT",
+        ));
+    }
+    const KNOWN_TYPES: &[&str] = &[
+        "POSITION",
+        "SETTLEMENT",
+        "HUB_RECONCILIATION",
+        "HUB_MULTILATERAL_SETTLEMENT",
+        "INTERCHANGE_FEE",
+        "INTERCHANGE_FEE_SETTLEMENT",
+    ];
+    if !KNOWN_TYPES.contains(&ledger_type) {
+        return Err(HubError::new(
+            ErrorCode::ADD_PARTY_INFORMATION_ERROR,
+            "Add Party information error - Ledger account type was not found",
+        ));
+    }
+    let rules = ledger::ModelRules {
+        granularity,
+        interchange,
+        delay,
+        currency,
+        ledger_account_type: AccountKind::Position,
+        settlement_account_type: AccountKind::Settlement,
+        auto_position_reset,
+        require_liquidity_check,
+    };
+    if !rules.is_valid_combination() {
+        return Err(HubError::new(
+            ErrorCode::GENERIC_CLIENT_ERROR,
+            format!(
+                "Generic client error - Invalid settlement model definition: {}/{}/{} (delay/granularity/interchange) is not a model Mojaloop supports",
+                delay.as_str(),
+                granularity.as_str(),
+                interchange.as_str()
+            ),
+        ));
+    }
+    let moves_kasi_accounts = ledger_type == "POSITION" && settlement_type == "SETTLEMENT";
+    Ok(moves_kasi_accounts.then_some(rules))
 }
 
 async fn create_settlement_model(
     State(hub): State<Arc<Hub>>,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let request: NewSettlementModel = parse(&body)?;
     let definition: Value = parse(&body)?;
+    let rules = settlement_model_rules(&definition)?;
+    let name = definition["name"].as_str().unwrap_or_default().to_string();
     let command = Command::CreateSettlementModel {
-        name: request.name,
+        name,
         definition: definition.to_string(),
+        rules,
     };
     apply(&hub, command).await?;
     Ok(StatusCode::CREATED.into_response())

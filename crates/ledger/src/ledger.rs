@@ -8,6 +8,7 @@ use crate::crypto::{Condition, Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
 use crate::model::*;
+use crate::settlement::SettlementBook;
 use crate::snapshot::Snapshot;
 use crate::transfer_map::TransferMap;
 
@@ -62,6 +63,7 @@ pub(crate) struct Finish {
     pub(crate) kind: FinishKind,
     pub(crate) request_hash: RequestHash,
     pub(crate) at_ms: i64,
+    pub(crate) settlement_window: Option<u32>,
 }
 
 #[derive(Clone, Copy)]
@@ -117,6 +119,8 @@ pub struct Ledger {
     /// inactive, so that ids are never reused.
     pub(crate) oracles: Vec<OracleRow>,
     pub(crate) quotes: HashMap<TransferId, QuoteRow>,
+    /// Settlement windows, their content and settlements.
+    pub(crate) book: SettlementBook,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -149,6 +153,7 @@ impl Ledger {
             parties: HashMap::new(),
             oracles: Vec::new(),
             quotes: HashMap::new(),
+            book: SettlementBook::default(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -183,6 +188,10 @@ impl Ledger {
     /// never goes back). Each command is atomic.
     pub fn apply_batch(&mut self, now_ms: i64, commands: &[Command]) -> BatchResult {
         self.now_ms = self.now_ms.max(now_ms);
+        if std::mem::take(&mut self.book.window_unrecorded) {
+            let first = self.book.windows[0].clone();
+            self.records.push(Record::Window(first));
+        }
         let outcomes = commands.iter().map(|command| self.apply(command)).collect();
         let mut records = std::mem::replace(&mut self.records, Vec::with_capacity(commands.len()));
         for id in self.dirty_participants.drain(..) {
@@ -248,9 +257,33 @@ impl Ledger {
                 endpoint_type,
                 value,
             } => self.set_endpoint(*name, endpoint_type, value),
-            Command::CreateSettlementModel { name, definition } => {
-                self.create_settlement_model(name, definition)
-            }
+            Command::CreateSettlementModel {
+                name,
+                definition,
+                rules,
+            } => self.create_settlement_model(name, definition, rules),
+            Command::CloseSettlementWindow { id, reason } => self.close_window(*id, reason),
+            Command::CreateSettlement {
+                model,
+                reason,
+                windows,
+            } => self.create_settlement(model, reason, windows),
+            Command::UpdateSettlement {
+                settlement,
+                changes,
+            } => self.update_settlement(*settlement, changes),
+            Command::AbortSettlement {
+                settlement,
+                reason,
+                external_reference,
+            } => self.abort_settlement(*settlement, reason, external_reference.as_deref()),
+            Command::FinalizeSettlement {
+                settlement,
+                reason,
+                external_reference,
+            } => self.finalize_settlement(*settlement, reason, external_reference.as_deref()),
+            Command::ReadSettlementWindows => Ok(self.read_windows()),
+            Command::ReadSettlements => Ok(self.read_settlements()),
             Command::ReadParticipants { name } => self.read_participants(*name),
             Command::ReadSettlementModels => {
                 Ok(Outcome::SettlementModels(self.settlement_models.clone()))
@@ -322,7 +355,12 @@ impl Ledger {
         &self.accounts[index(id.0)]
     }
 
-    fn account_mut(&mut self, id: AccountId) -> &mut Account {
+    /// Queues a record for the store with this batch's.
+    pub(crate) fn push_record(&mut self, record: Record) {
+        self.records.push(record);
+    }
+
+    pub(crate) fn account_mut(&mut self, id: AccountId) -> &mut Account {
         let account = &mut self.accounts[index(id.0)];
         if !account.dirty {
             account.dirty = true;
@@ -340,7 +378,7 @@ impl Ledger {
         participant
     }
 
-    fn find_account(
+    pub(crate) fn find_account(
         &self,
         participant: ParticipantId,
         currency: Currency,
@@ -418,6 +456,7 @@ impl Ledger {
             ));
         }
         self.hub = Some(self.add_participant(name, true)?);
+        self.ensure_window(true);
         Ok(Outcome::Done)
     }
 
@@ -644,7 +683,19 @@ impl Ledger {
         &mut self,
         name: &str,
         definition: &str,
+        rules: &Option<ModelRules>,
     ) -> Result<Outcome, Rejection> {
+        if let Some(rules) = rules.as_ref().filter(|r| !r.is_valid_combination()) {
+            return Err(Rejection::new(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!(
+                    "Invalid settlement model definition: {}/{}/{} (delay/granularity/interchange) is not a model Mojaloop supports",
+                    rules.delay.as_str(),
+                    rules.granularity.as_str(),
+                    rules.interchange.as_str()
+                ),
+            ));
+        }
         if name.is_empty()
             || name.len() > SETTLEMENT_MODEL_NAME_MAX_LEN
             || name.chars().any(char::is_control)
@@ -663,13 +714,14 @@ impl Ledger {
         {
             return Err(Rejection::new(
                 ErrorCode::GENERIC_CLIENT_ERROR,
-                format!("settlement model '{name}' already exists"),
+                "Settlement Model already exists",
             ));
         }
         let row = SettlementModelRow {
             id: self.settlement_models.len() as u32 + 1,
             name: name.to_string(),
             definition: definition.to_string(),
+            rules: rules.clone(),
         };
         self.settlement_models.push(row.clone());
         self.records.push(Record::SettlementModel(row));
@@ -1289,12 +1341,28 @@ impl Ledger {
         } else {
             None
         };
+        // A committed FSPIOP transfer belongs to the window open now, in
+        // this same step, so no close can race it; under a GROSS model it
+        // also settles at once. Both are checked before anything changes.
+        let settles = posted.is_some() && transfer.kind == TransferKind::Fspiop;
+        let window_commit = match settles {
+            true => Some(self.plan_window_commit(debit, credit, amount)?),
+            false => None,
+        };
+        let gross = match settles {
+            true => self.plan_gross(debit, credit, amount)?,
+            false => None,
+        };
 
         self.account_mut(debit).reserved = released;
         if let Some((debit_value, credit_value)) = posted {
             assert_eq!(self.account(debit).currency, self.account(credit).currency);
             self.account_mut(debit).value = debit_value;
             self.account_mut(credit).value = credit_value;
+        }
+        let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan));
+        if let Some(entries) = gross {
+            self.post_entries(&entries, None, Some(transfer_id));
         }
         self.expiry.remove(&(expiration_ms, transfer_id));
         let now_ms = self.now_ms;
@@ -1309,6 +1377,7 @@ impl Ledger {
             kind,
             request_hash,
             at_ms: now_ms,
+            settlement_window,
         });
         let seq = transfer.seq;
         self.records.push(Record::Finish(FinishRow {
@@ -1319,6 +1388,7 @@ impl Ledger {
             finished_at_ms: now_ms,
             request_hash,
             fulfilment,
+            settlement_window,
         }));
         Ok(self.view_of(transfer_id))
     }
@@ -1733,6 +1803,7 @@ impl Ledger {
                     finished_at_ms: finish.at_ms,
                     request_hash: finish.request_hash,
                     fulfilment: transfer.fulfilment,
+                    settlement_window: finish.settlement_window,
                 });
             }
         }
@@ -1778,6 +1849,12 @@ impl Ledger {
             accounts,
             transfers,
             finishes,
+            windows: self.book.windows.clone(),
+            content: self.book.content.clone(),
+            content_accounts: self.book.content_accounts.concat(),
+            content_pairs: self.book.content_pairs.concat(),
+            settlements: self.book.settlements.clone(),
+            entries: self.book.entries.clone(),
         }
     }
 
@@ -1849,6 +1926,37 @@ impl Ledger {
             };
             ledger.parties.insert(row.key, entry);
         }
+        // Settlement: windows and their frozen content as stored; the open
+        // window's running sums from the commits recorded in it.
+        let open_window = snapshot
+            .windows
+            .last()
+            .filter(|w| w.state == WindowState::Open)
+            .map(|w| w.id);
+        let mut open_commits = Vec::new();
+        ledger.book.windows = snapshot.windows;
+        for row in &snapshot.content {
+            let of = |content: u32| content == row.id;
+            ledger.book.content_accounts.push(
+                snapshot
+                    .content_accounts
+                    .iter()
+                    .filter(|a| of(a.content))
+                    .cloned()
+                    .collect(),
+            );
+            ledger.book.content_pairs.push(
+                snapshot
+                    .content_pairs
+                    .iter()
+                    .filter(|p| of(p.content))
+                    .cloned()
+                    .collect(),
+            );
+        }
+        ledger.book.content = snapshot.content;
+        ledger.book.settlements = snapshot.settlements;
+        ledger.book.entries = snapshot.entries;
         let mut finishes = snapshot.finishes.into_iter().peekable();
         ledger.transfers.reserve(snapshot.transfers.len());
         for row in snapshot.transfers {
@@ -1880,7 +1988,11 @@ impl Ledger {
                     kind: finish.kind,
                     request_hash: finish.request_hash,
                     at_ms: finish.finished_at_ms,
+                    settlement_window: finish.settlement_window,
                 });
+                if finish.settlement_window.is_some() && finish.settlement_window == open_window {
+                    open_commits.push((row.debit, row.credit, row.amount));
+                }
             }
             if transfer.state == TransferState::Reserved && transfer.kind == TransferKind::Fspiop {
                 ledger
@@ -1890,7 +2002,16 @@ impl Ledger {
             ledger.last_seq = row.seq;
             ledger.transfers.insert(row.transfer_id, transfer);
         }
+        for (debit, credit, amount) in open_commits {
+            ledger.restore_window_commit(debit, credit, amount);
+        }
+        for entry in &ledger.book.entries {
+            now_ms = now_ms.max(entry.at_ms);
+        }
         ledger.now_ms = now_ms;
+        if ledger.hub.is_some() {
+            ledger.ensure_window(false);
+        }
         Ok(ledger)
     }
 }

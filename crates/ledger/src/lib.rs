@@ -21,6 +21,8 @@ mod error;
 mod ids;
 mod ledger;
 mod model;
+mod settlement;
+mod settlement_model;
 mod snapshot;
 mod transfer_map;
 

@@ -4,6 +4,7 @@ use crate::amount::Amount;
 use crate::crypto::{Condition, Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
+pub use crate::settlement_model::*;
 
 /// Mojaloop's ledger account types (central-ledger `seeds/ledgerAccountType.js`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -286,7 +287,11 @@ pub enum Command {
     /// `POST /settlementModels`: keeps the model under a unique name.
     CreateSettlementModel {
         name: String,
+        /// The request's JSON, kept to show back as it came.
         definition: String,
+        /// `None` for a model over accounts kasi's transfers do not move
+        /// (Mojaloop's INTERCHANGE_FEE): kept, shown, settling nothing.
+        rules: Option<ModelRules>,
     },
     /// Reads one participant (or all) with accounts and endpoints.
     ReadParticipants {
@@ -354,6 +359,41 @@ pub enum Command {
     /// Expires every reserved transfer whose expiration is at or before the
     /// batch's time. The pipeline issues it when the next expiry is due.
     Expire,
+    /// `POST /v2/settlementWindows/{id}`: freezes the open window's sums into
+    /// its content and opens the next window, in one step.
+    CloseSettlementWindow {
+        id: u32,
+        reason: String,
+    },
+    /// `POST /v2/settlements`: nets the windows' content of a deferred NET
+    /// model into a settlement.
+    CreateSettlement {
+        model: String,
+        reason: String,
+        windows: Vec<u32>,
+    },
+    /// `PUT /v2/settlements/{id}` with `participants`: account transitions.
+    UpdateSettlement {
+        settlement: u32,
+        changes: Vec<AccountChange>,
+    },
+    /// `PUT /v2/settlements/{id}` with `state: ABORTED`.
+    AbortSettlement {
+        settlement: u32,
+        reason: String,
+        external_reference: Option<String>,
+    },
+    /// `POST /v2/settlements/{id}/finalize` (kasi's): every remaining stage
+    /// and the liquidity movements, all or nothing.
+    FinalizeSettlement {
+        settlement: u32,
+        reason: String,
+        external_reference: Option<String>,
+    },
+    /// Every window, oldest first.
+    ReadSettlementWindows,
+    /// Every settlement, oldest first.
+    ReadSettlements,
 }
 
 /// A transfer as the API needs it to answer and to route callbacks.
@@ -412,6 +452,18 @@ pub enum Outcome {
     OracleCreated(u32),
     /// Live oracles, in id order.
     Oracles(Vec<OracleRow>),
+    /// A window: the new open one after a close.
+    Window(WindowView),
+    SettlementWindows(Vec<WindowView>),
+    Settlement(SettlementView),
+    Settlements(Vec<SettlementView>),
+    /// An account-transition update: the settlement after it, how each
+    /// asked change went, and the windows whose state changed.
+    SettlementUpdated {
+        settlement: SettlementView,
+        results: Vec<AccountChangeResult>,
+        changed_windows: Vec<u32>,
+    },
 }
 
 impl Outcome {
@@ -489,6 +541,9 @@ pub struct FinishRow {
     /// Zero for expiry.
     pub request_hash: RequestHash,
     pub fulfilment: Option<Fulfilment>,
+    /// The settlement window a committed FSPIOP transfer belongs to: the one
+    /// open when its commit was applied.
+    pub settlement_window: Option<u32>,
 }
 
 /// What a batch changed, for the store to make durable in one transaction.
@@ -511,6 +566,17 @@ pub enum Record {
     OracleDeleted(u32),
     /// A quote as recorded or answered (an upsert of the whole row).
     Quote(QuoteRow),
+    /// A settlement window as created or changed (an upsert).
+    Window(WindowRow),
+    /// A window's content row as created or changed (an upsert).
+    Content(ContentRow),
+    /// The frozen sums of a content row (inserted once, at the close).
+    ContentAccounts(Vec<ContentAccountRow>),
+    ContentPairs(Vec<ContentPairRow>),
+    /// A settlement and its accounts as created or changed (an upsert).
+    Settlement(SettlementRow),
+    /// A posted movement of settlement (an insert).
+    Entry(EntryRow),
 }
 
 /// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).
@@ -611,6 +677,8 @@ pub struct SettlementModelRow {
     pub id: u32,
     pub name: String,
     pub definition: String,
+    /// What it means; `None` for a definition kasi could not read.
+    pub rules: Option<ModelRules>,
 }
 
 /// Longest oracle party id type (FSPIOP's are at most 16 characters).

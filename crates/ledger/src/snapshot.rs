@@ -26,6 +26,17 @@ pub struct Snapshot {
     pub oracles: Vec<OracleRow>,
     /// Quotes of the persistent mode, in id order.
     pub quotes: Vec<QuoteRow>,
+    /// Settlement windows, in id order.
+    pub windows: Vec<WindowRow>,
+    /// Windows' content, in id order, with its frozen sums (in content,
+    /// then account order) and bilateral pairs (content, payer, payee).
+    pub content: Vec<ContentRow>,
+    pub content_accounts: Vec<ContentAccountRow>,
+    pub content_pairs: Vec<ContentPairRow>,
+    /// Settlements, in id order, each with its accounts.
+    pub settlements: Vec<SettlementRow>,
+    /// Settlement's posted movements, in seq order.
+    pub entries: Vec<EntryRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -298,6 +309,57 @@ impl Snapshot {
             };
             if !ok {
                 problem(format!("balances overflow at transfer {}", row.transfer_id));
+            }
+        }
+
+        // Settlement's entries post like committed transfers.
+        for (i, entry) in self.entries.iter().enumerate() {
+            if entry.seq != i as u64 + 1 {
+                problem(format!("entry row {} has seq {}", i + 1, entry.seq));
+            }
+            let (Some(debit), Some(credit)) = (
+                self.accounts.get((entry.debit.0 as usize).wrapping_sub(1)),
+                self.accounts.get((entry.credit.0 as usize).wrapping_sub(1)),
+            ) else {
+                problem(format!("entry {} names a missing account", entry.seq));
+                continue;
+            };
+            if debit.currency != credit.currency || !entry.amount.is_positive() {
+                problem(format!(
+                    "entry {} moves {} between {} and {} accounts",
+                    entry.seq, entry.amount, debit.currency, credit.currency
+                ));
+                continue;
+            }
+            let (d, c) = (entry.debit.0 as usize - 1, entry.credit.0 as usize - 1);
+            if !(add(&mut recomputed[d].value, entry.amount)
+                && add(&mut recomputed[c].value, negate(entry.amount)))
+            {
+                problem(format!("balances overflow at entry {}", entry.seq));
+            }
+        }
+        for (i, window) in self.windows.iter().enumerate() {
+            if window.id as usize != i + 1 {
+                problem(format!("window row {} has id {}", i + 1, window.id));
+            }
+        }
+        for (i, settlement) in self.settlements.iter().enumerate() {
+            if settlement.id as usize != i + 1 {
+                problem(format!("settlement row {} has id {}", i + 1, settlement.id));
+            }
+            let mut nets: HashMap<Currency, Amount> = HashMap::new();
+            for account in &settlement.accounts {
+                if !add(nets.entry(account.currency).or_default(), account.net) {
+                    problem(format!("settlement {} nets overflow", settlement.id));
+                }
+            }
+            for (currency, net) in nets {
+                if net != Amount::ZERO {
+                    problem(format!(
+                        "settlement {}: {currency} nets sum to {net}, not 0",
+                        settlement.id
+                    ));
+                }
             }
         }
 

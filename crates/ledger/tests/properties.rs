@@ -565,6 +565,7 @@ struct Mirror {
     by_seq: HashMap<u64, TransferId>,
     endpoints: BTreeMap<(ParticipantId, String), EndpointRow>,
     settlement_models: Vec<SettlementModelRow>,
+    windows: BTreeMap<u32, WindowRow>,
 }
 
 impl Mirror {
@@ -601,6 +602,14 @@ impl Mirror {
                 Record::Oracle(_) | Record::OracleDeleted(_) | Record::Quote(_) => {
                     unreachable!("oracles are not generated here")
                 }
+                Record::Window(row) => {
+                    self.windows.insert(row.id, row.clone());
+                }
+                Record::Content(_)
+                | Record::ContentAccounts(_)
+                | Record::ContentPairs(_)
+                | Record::Settlement(_)
+                | Record::Entry(_) => unreachable!("settlements are not generated here"),
                 Record::Finish(row) => {
                     let id = *self.by_seq.get(&row.seq).expect("finish of a recorded seq");
                     assert_eq!(
@@ -696,6 +705,8 @@ impl Mirror {
             parties: Vec::new(),
             oracles: Vec::new(),
             quotes: Vec::new(),
+            windows: self.windows.values().cloned().collect(),
+            ..Snapshot::default()
         }
     }
 
@@ -774,8 +785,15 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::DeleteOracle { .. }
         | Command::ReadOracles
         | Command::RecordQuote { .. }
-        | Command::AnswerQuote { .. } => {
-            unreachable!("reference-data commands are not generated here")
+        | Command::AnswerQuote { .. }
+        | Command::CloseSettlementWindow { .. }
+        | Command::CreateSettlement { .. }
+        | Command::UpdateSettlement { .. }
+        | Command::AbortSettlement { .. }
+        | Command::FinalizeSettlement { .. }
+        | Command::ReadSettlementWindows
+        | Command::ReadSettlements => {
+            unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
         Command::CreateHubAccount { .. } => (Expect::Created(1), vec![]),

@@ -16,6 +16,7 @@ use std::fmt;
 use ledger::{Record, Snapshot};
 
 pub mod sqlite;
+mod sqlite_settlement;
 
 /// A store failure. After a failed commit the ledger's memory is ahead of
 /// the disk, so the pipeline stops; restarting recovers from what is durable.

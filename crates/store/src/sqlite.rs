@@ -18,13 +18,15 @@ use ledger::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
+use crate::sqlite_settlement::SettlementStatements;
 use crate::{Store, StoreError};
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "kasi.db";
 /// Held (flock) by the one process that may write the data directory.
 pub const LOCK_FILE: &str = "kasi.lock";
-/// Version 2 added `transfers.wire_version`.
+/// Version 2 added `transfers.wire_version`, the models' rules, the
+/// finishes' settlement window, and settlement's tables.
 const SCHEMA_VERSION: i64 = 2;
 /// The oldest version this kasi migrates (on a writable open) or reads.
 const OLDEST_SCHEMA_VERSION: i64 = 1;
@@ -72,9 +74,18 @@ CREATE TABLE IF NOT EXISTS endpoints (
     PRIMARY KEY (participant_id, type)
 ) STRICT;
 CREATE TABLE IF NOT EXISTS settlement_models (
-    id         INTEGER PRIMARY KEY,
-    name       TEXT    NOT NULL UNIQUE,
-    definition TEXT    NOT NULL
+    id                      INTEGER PRIMARY KEY,
+    name                    TEXT    NOT NULL UNIQUE,
+    definition              TEXT    NOT NULL,
+    -- The rules; NULL granularity: a definition kasi could not read.
+    granularity             TEXT,
+    interchange             TEXT,
+    delay                   TEXT,
+    currency                TEXT,
+    ledger_account_type     TEXT,
+    settlement_account_type TEXT,
+    auto_position_reset     INTEGER,
+    require_liquidity_check INTEGER
 ) STRICT;
 CREATE TABLE IF NOT EXISTS parties (
     id_type          TEXT    NOT NULL,
@@ -105,14 +116,107 @@ CREATE TABLE IF NOT EXISTS oracles (
     is_active  INTEGER NOT NULL   -- 0 once deleted; the id is never reused
 ) STRICT;
 CREATE TABLE IF NOT EXISTS transfer_finishes (
-    seq            INTEGER PRIMARY KEY,
-    kind           TEXT    NOT NULL,
-    state          TEXT    NOT NULL,
-    reason         INTEGER,
-    finished_at_ms INTEGER NOT NULL,
-    request_hash   BLOB    NOT NULL,
-    fulfilment     BLOB
+    seq               INTEGER PRIMARY KEY,
+    kind              TEXT    NOT NULL,
+    state             TEXT    NOT NULL,
+    reason            INTEGER,
+    finished_at_ms    INTEGER NOT NULL,
+    request_hash      BLOB    NOT NULL,
+    fulfilment        BLOB,
+    settlement_window INTEGER
 ) STRICT;
+CREATE TABLE IF NOT EXISTS settlement_windows (
+    id            INTEGER PRIMARY KEY,
+    state         TEXT    NOT NULL,
+    reason        TEXT    NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    changed_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS settlement_content (
+    id                  INTEGER PRIMARY KEY,
+    window_id           INTEGER NOT NULL,
+    ledger_account_type TEXT    NOT NULL,
+    currency            TEXT    NOT NULL,
+    model_id            INTEGER NOT NULL,
+    state               TEXT    NOT NULL,
+    settlement_id       INTEGER,
+    created_at_ms       INTEGER NOT NULL,
+    changed_at_ms       INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS settlement_content_accounts (
+    content_id     INTEGER NOT NULL,
+    account_id     INTEGER NOT NULL,
+    sent           TEXT    NOT NULL,
+    sent_count     INTEGER NOT NULL,
+    received       TEXT    NOT NULL,
+    received_count INTEGER NOT NULL,
+    PRIMARY KEY (content_id, account_id)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS settlement_content_pairs (
+    content_id INTEGER NOT NULL,
+    payer_id   INTEGER NOT NULL,
+    payee_id   INTEGER NOT NULL,
+    amount     TEXT    NOT NULL,
+    count      INTEGER NOT NULL,
+    PRIMARY KEY (content_id, payer_id, payee_id)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS settlements (
+    id                 INTEGER PRIMARY KEY,
+    model_id           INTEGER NOT NULL,
+    state              TEXT    NOT NULL,
+    reason             TEXT    NOT NULL,
+    external_reference TEXT,
+    created_at_ms      INTEGER NOT NULL,
+    changed_at_ms      INTEGER NOT NULL,
+    windows            TEXT    NOT NULL   -- window ids, comma-separated, as asked
+) STRICT;
+CREATE TABLE IF NOT EXISTS settlement_accounts (
+    settlement_id      INTEGER NOT NULL,
+    account_id         INTEGER NOT NULL,
+    participant_id     INTEGER NOT NULL,
+    currency           TEXT    NOT NULL,
+    net                TEXT    NOT NULL,
+    state              TEXT    NOT NULL,
+    reason             TEXT    NOT NULL,
+    external_reference TEXT,
+    changed_at_ms      INTEGER NOT NULL,
+    PRIMARY KEY (settlement_id, account_id)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS settlement_entries (
+    seq               INTEGER PRIMARY KEY,
+    kind              TEXT    NOT NULL,
+    debit_account_id  INTEGER NOT NULL,
+    credit_account_id INTEGER NOT NULL,
+    amount            TEXT    NOT NULL,
+    at_ms             INTEGER NOT NULL,
+    settlement_id     INTEGER,
+    transfer_id       BLOB
+) STRICT;
+";
+
+/// Version 1 → 2: new columns (the new tables are created by [`SCHEMA`]);
+/// models stored before kasi read them get their rules from their JSON.
+const MIGRATE_1_TO_2: &str = "
+ALTER TABLE transfers ADD COLUMN wire_version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE transfer_finishes ADD COLUMN settlement_window INTEGER;
+ALTER TABLE settlement_models ADD COLUMN granularity TEXT;
+ALTER TABLE settlement_models ADD COLUMN interchange TEXT;
+ALTER TABLE settlement_models ADD COLUMN delay TEXT;
+ALTER TABLE settlement_models ADD COLUMN currency TEXT;
+ALTER TABLE settlement_models ADD COLUMN ledger_account_type TEXT;
+ALTER TABLE settlement_models ADD COLUMN settlement_account_type TEXT;
+ALTER TABLE settlement_models ADD COLUMN auto_position_reset INTEGER;
+ALTER TABLE settlement_models ADD COLUMN require_liquidity_check INTEGER;
+UPDATE settlement_models SET
+    granularity = json_extract(definition, '$.settlementGranularity'),
+    interchange = json_extract(definition, '$.settlementInterchange'),
+    delay = json_extract(definition, '$.settlementDelay'),
+    currency = json_extract(definition, '$.currency'),
+    ledger_account_type = json_extract(definition, '$.ledgerAccountType'),
+    settlement_account_type = coalesce(json_extract(definition, '$.settlementAccountType'), 'SETTLEMENT'),
+    auto_position_reset = coalesce(json_extract(definition, '$.autoPositionReset'), 0) != 0,
+    require_liquidity_check = coalesce(json_extract(definition, '$.requireLiquidityCheck'), 0) != 0
+ WHERE json_valid(definition);
 ";
 
 /// How the store makes commits durable.
@@ -202,9 +306,7 @@ impl SqliteStore {
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             1 => {
                 let migration = connection.transaction()?;
-                migration.execute_batch(
-                    "ALTER TABLE transfers ADD COLUMN wire_version INTEGER NOT NULL DEFAULT 0",
-                )?;
+                migration.execute_batch(MIGRATE_1_TO_2)?;
                 migration.execute_batch(SCHEMA)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
@@ -267,16 +369,20 @@ impl SqliteStore {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             )?;
             let mut finish = transaction.prepare_cached(
-                "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
+                    settlement_window)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?;
             let mut endpoint = transaction.prepare_cached(
                 "INSERT INTO endpoints (participant_id, type, value) VALUES (?1, ?2, ?3)
                  ON CONFLICT (participant_id, type) DO UPDATE SET value = excluded.value",
             )?;
             let mut settlement_model = transaction.prepare_cached(
-                "INSERT INTO settlement_models (id, name, definition) VALUES (?1, ?2, ?3)",
+                "INSERT INTO settlement_models (id, name, definition, granularity, interchange, delay, currency,
+                    ledger_account_type, settlement_account_type, auto_position_reset, require_liquidity_check)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             )?;
+            let mut settlement = SettlementStatements::prepare(&transaction)?;
             let mut party = transaction.prepare_cached(
                 "INSERT INTO parties (id_type, identifier, sub_id, participant_id, currency, registered_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -363,8 +469,27 @@ impl SqliteStore {
                         ])?;
                     }
                     Record::SettlementModel(row) => {
-                        settlement_model.execute(params![row.id, row.name, row.definition])?;
+                        let rules = row.rules.as_ref();
+                        settlement_model.execute(params![
+                            row.id,
+                            row.name,
+                            row.definition,
+                            rules.map(|r| r.granularity.as_str()),
+                            rules.map(|r| r.interchange.as_str()),
+                            rules.map(|r| r.delay.as_str()),
+                            rules.and_then(|r| r.currency).map(|c| c.to_string()),
+                            rules.map(|r| r.ledger_account_type.as_str()),
+                            rules.map(|r| r.settlement_account_type.as_str()),
+                            rules.map(|r| r.auto_position_reset),
+                            rules.map(|r| r.require_liquidity_check),
+                        ])?;
                     }
+                    Record::Window(_)
+                    | Record::Content(_)
+                    | Record::ContentAccounts(_)
+                    | Record::ContentPairs(_)
+                    | Record::Settlement(_)
+                    | Record::Entry(_) => settlement.write(record)?,
                     Record::Party(row) => {
                         party.execute(params![
                             row.key.id_type,
@@ -418,6 +543,7 @@ impl SqliteStore {
                             row.finished_at_ms,
                             &row.request_hash.0[..],
                             row.fulfilment.as_ref().map(|f| &f.preimage()[..]),
+                            row.settlement_window,
                         ])?;
                     }
                 }
@@ -486,6 +612,10 @@ impl SqliteStore {
         // us half of a batch.
         let transaction = self.connection.transaction()?;
         let mut snapshot = Snapshot::default();
+        // A version 1 store (read by `kasi audit` before any newer kasi
+        // served it) has no wire versions and nothing of settlement.
+        let version: i64 =
+            transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
         {
             let mut statement = transaction.prepare(
                 "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
@@ -525,10 +655,6 @@ impl SqliteStore {
                     created_at_ms: row.get(8)?,
                 });
             }
-            let version: i64 =
-                transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-            // A version 1 store (read by `kasi audit` before any newer kasi
-            // served it) has no wire versions.
             let wire_version = if version >= 2 { "wire_version" } else { "0" };
             let mut statement = transaction.prepare(&format!(
                 "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition, expiration_ms,
@@ -567,10 +693,15 @@ impl SqliteStore {
                     wire_version: row.get(14)?,
                 });
             }
-            let mut statement = transaction.prepare(
-                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment
-                 FROM transfer_finishes ORDER BY seq",
-            )?;
+            let settlement_window = if version >= 2 {
+                "settlement_window"
+            } else {
+                "NULL"
+            };
+            let mut statement = transaction.prepare(&format!(
+                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment, {settlement_window}
+                 FROM transfer_finishes ORDER BY seq"
+            ))?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
                 snapshot.finishes.push(FinishRow {
@@ -584,6 +715,7 @@ impl SqliteStore {
                         ValueRef::Null => None,
                         _ => Some(Fulfilment::from_preimage(blob(row, 6)?)),
                     },
+                    settlement_window: row.get(7)?,
                 });
             }
         }
@@ -670,15 +802,20 @@ impl SqliteStore {
                     answer,
                 });
             }
-            let mut statement = transaction
-                .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                snapshot.settlement_models.push(SettlementModelRow {
-                    id: row.get(0)?,
-                    name: row.get(1)?,
-                    definition: row.get(2)?,
-                });
+            if version >= 2 {
+                crate::sqlite_settlement::load(&transaction, &mut snapshot)?;
+            } else {
+                let mut statement = transaction
+                    .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
+                let mut rows = statement.query([])?;
+                while let Some(row) = rows.next()? {
+                    snapshot.settlement_models.push(SettlementModelRow {
+                        id: row.get(0)?,
+                        name: row.get(1)?,
+                        definition: row.get(2)?,
+                        rules: None,
+                    });
+                }
             }
         }
         transaction.commit()?;
@@ -756,7 +893,7 @@ impl Drop for SqliteStore {
     }
 }
 
-fn parse<T>(
+pub(crate) fn parse<T>(
     row: &Row<'_>,
     column: usize,
     what: &str,
@@ -799,7 +936,7 @@ fn newer_schema(path: &Path, version: i64) -> StoreError {
 }
 
 /// A [`TransferId`] column: 16 bytes for a UUID, 17 for a ULID.
-fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreError> {
+pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreError> {
     match row.get_ref(column)? {
         ValueRef::Blob(bytes) => TransferId::from_blob(bytes).ok_or_else(|| {
             StoreError(format!(

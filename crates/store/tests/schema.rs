@@ -81,7 +81,24 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
         connection
             .execute_batch(
-                "ALTER TABLE transfers DROP COLUMN wire_version; PRAGMA user_version = 1;",
+                "ALTER TABLE transfers DROP COLUMN wire_version;
+                 ALTER TABLE transfer_finishes DROP COLUMN settlement_window;
+                 ALTER TABLE settlement_models DROP COLUMN granularity;
+                 ALTER TABLE settlement_models DROP COLUMN interchange;
+                 ALTER TABLE settlement_models DROP COLUMN delay;
+                 ALTER TABLE settlement_models DROP COLUMN currency;
+                 ALTER TABLE settlement_models DROP COLUMN ledger_account_type;
+                 ALTER TABLE settlement_models DROP COLUMN settlement_account_type;
+                 ALTER TABLE settlement_models DROP COLUMN auto_position_reset;
+                 ALTER TABLE settlement_models DROP COLUMN require_liquidity_check;
+                 DROP TABLE settlement_windows; DROP TABLE settlement_content;
+                 DROP TABLE settlement_content_accounts; DROP TABLE settlement_content_pairs;
+                 DROP TABLE settlements; DROP TABLE settlement_accounts;
+                 DROP TABLE settlement_entries;
+                 INSERT INTO settlement_models (id, name, definition) VALUES
+                    (1, 'DEFERREDNET', '{\"settlementGranularity\":\"NET\",\"settlementInterchange\":\"MULTILATERAL\",\"settlementDelay\":\"DEFERRED\",\"ledgerAccountType\":\"POSITION\",\"autoPositionReset\":true,\"requireLiquidityCheck\":false,\"currency\":\"USD\"}'),
+                    (2, 'BROKEN', 'not json');
+                 PRAGMA user_version = 1;",
             )
             .unwrap();
     }
@@ -101,6 +118,17 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
     assert_eq!(versions, [0, 0x20]);
+    // The models' rules were read from their JSON; an unreadable one has none.
+    let rules = snapshot.settlement_models[0].rules.clone().expect("rules");
+    assert_eq!(rules.granularity, ledger::Granularity::Net);
+    assert_eq!(rules.currency, ledger::Currency::parse("USD"));
+    assert!(rules.auto_position_reset);
+    assert!(!rules.require_liquidity_check);
+    assert_eq!(snapshot.settlement_models[1].rules, None);
+    assert!(
+        snapshot.windows.is_empty(),
+        "window 1 is the ledger's to open"
+    );
 }
 
 #[test]
