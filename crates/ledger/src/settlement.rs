@@ -16,6 +16,9 @@ use crate::ids::{AccountId, Currency, ParticipantId, TransferId};
 use crate::ledger::Ledger;
 use crate::model::*;
 
+/// One movement to post: why, debit, credit, how much.
+pub(crate) type Posting = (EntryKind, AccountId, AccountId, Amount);
+
 /// Running sums of one account in the open window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Sums {
@@ -63,7 +66,7 @@ pub(crate) struct WindowCommit {
 #[derive(Default)]
 struct Postings {
     values: HashMap<AccountId, Amount>,
-    entries: Vec<(EntryKind, AccountId, AccountId, Amount)>,
+    entries: Vec<Posting>,
 }
 
 impl Postings {
@@ -296,7 +299,7 @@ impl Ledger {
         payer_position: AccountId,
         payee_position: AccountId,
         amount: Amount,
-    ) -> Result<Option<[(EntryKind, AccountId, AccountId, Amount); 2]>, Rejection> {
+    ) -> Result<Option<[Posting; 2]>, Rejection> {
         let currency = self.account(payer_position).currency;
         let Some((_, rules)) = self.model_for(currency) else {
             return Ok(None);
@@ -340,7 +343,7 @@ impl Ledger {
     /// Posts entries whose arithmetic was checked.
     pub(crate) fn post_entries(
         &mut self,
-        entries: &[(EntryKind, AccountId, AccountId, Amount)],
+        entries: &[Posting],
         settlement: Option<u32>,
         transfer: Option<TransferId>,
     ) {
