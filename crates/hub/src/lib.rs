@@ -22,6 +22,7 @@ pub mod oracles;
 pub mod parties;
 pub mod quotes;
 pub mod server;
+pub mod settlement;
 pub mod stages;
 pub mod trace;
 pub mod transfers;
@@ -337,6 +338,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
     guarded(
         admin::router(hub.clone())
             .merge(oracles::router(hub.clone()))
+            .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
             .merge(scrape),
         &hub,

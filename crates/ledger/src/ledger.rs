@@ -284,6 +284,7 @@ impl Ledger {
             } => self.finalize_settlement(*settlement, reason, external_reference.as_deref()),
             Command::ReadSettlementWindows => Ok(self.read_windows()),
             Command::ReadSettlements => Ok(self.read_settlements()),
+            Command::ReadSettlementReport { settlement } => self.settlement_report(*settlement),
             Command::ReadParticipants { name } => self.read_participants(*name),
             Command::ReadSettlementModels => {
                 Ok(Outcome::SettlementModels(self.settlement_models.clone()))

@@ -394,6 +394,10 @@ pub enum Command {
     ReadSettlementWindows,
     /// Every settlement, oldest first.
     ReadSettlements,
+    /// A settlement's figures: per account, and who paid whom.
+    ReadSettlementReport {
+        settlement: u32,
+    },
 }
 
 /// A transfer as the API needs it to answer and to route callbacks.
@@ -464,6 +468,7 @@ pub enum Outcome {
         results: Vec<AccountChangeResult>,
         changed_windows: Vec<u32>,
     },
+    SettlementReport(SettlementReport),
 }
 
 impl Outcome {

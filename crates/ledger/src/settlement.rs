@@ -1050,6 +1050,80 @@ impl Ledger {
         )
     }
 
+    pub(crate) fn settlement_report(&self, id: u32) -> Result<Outcome, Rejection> {
+        let settlement = self
+            .book
+            .settlements
+            .get(index(id))
+            .ok_or_else(|| settlement_not_found(id))?;
+        let content: Vec<u32> = self
+            .book
+            .content
+            .iter()
+            .filter(|c| c.settlement == Some(id))
+            .map(|c| c.id)
+            .collect();
+        let mut sums: HashMap<AccountId, Sums> = HashMap::new();
+        let mut pairs: HashMap<(Currency, ParticipantId, ParticipantId), (Amount, u32)> =
+            HashMap::new();
+        for &content_id in &content {
+            for row in &self.book.content_accounts[index(content_id)] {
+                let sum = sums.entry(row.account).or_default();
+                sum.sent = sum.sent.checked_add(row.sent).ok_or_else(overflow)?;
+                sum.sent_count = sum.sent_count.saturating_add(row.sent_count);
+                sum.received = sum
+                    .received
+                    .checked_add(row.received)
+                    .ok_or_else(overflow)?;
+                sum.received_count = sum.received_count.saturating_add(row.received_count);
+            }
+            for row in &self.book.content_pairs[index(content_id)] {
+                let payer = self.account(row.payer);
+                let payee = self.account(row.payee);
+                let pair = pairs
+                    .entry((payer.currency, payer.participant, payee.participant))
+                    .or_default();
+                pair.0 = pair.0.checked_add(row.amount).ok_or_else(overflow)?;
+                pair.1 = pair.1.saturating_add(row.count);
+            }
+        }
+        let accounts = settlement
+            .accounts
+            .iter()
+            .map(|account| {
+                let sum = sums.get(&account.account).copied().unwrap_or_default();
+                ReportLine {
+                    participant: account.participant,
+                    account: account.account,
+                    currency: account.currency,
+                    net: account.net,
+                    sent: sum.sent,
+                    sent_count: sum.sent_count,
+                    received: sum.received,
+                    received_count: sum.received_count,
+                    state: account.state,
+                }
+            })
+            .collect();
+        let mut bilateral: Vec<BilateralLine> = pairs
+            .into_iter()
+            .map(
+                |((currency, payer, payee), (amount, count))| BilateralLine {
+                    currency,
+                    payer,
+                    payee,
+                    amount,
+                    count,
+                },
+            )
+            .collect();
+        bilateral.sort_unstable_by_key(|line| (line.currency, line.payer, line.payee));
+        Ok(Outcome::SettlementReport(SettlementReport {
+            accounts,
+            bilateral,
+        }))
+    }
+
     /// The frozen sums of content `id` (for reports).
     pub fn content_accounts(&self, id: u32) -> &[ContentAccountRow] {
         self.book

@@ -274,3 +274,36 @@ pub struct AccountChangeResult {
     pub account: u32,
     pub error: Option<String>,
 }
+
+/// One account's line of a settlement report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportLine {
+    pub participant: ParticipantId,
+    pub account: AccountId,
+    pub currency: Currency,
+    pub net: Amount,
+    pub sent: Amount,
+    pub sent_count: u32,
+    pub received: Amount,
+    pub received_count: u32,
+    pub state: SettlementState,
+}
+
+/// What one DFSP paid another within a settlement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BilateralLine {
+    pub currency: Currency,
+    pub payer: ParticipantId,
+    pub payee: ParticipantId,
+    pub amount: Amount,
+    pub count: u32,
+}
+
+/// A settlement's figures for the settlement bank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettlementReport {
+    /// In account order.
+    pub accounts: Vec<ReportLine>,
+    /// In (currency, payer, payee) order.
+    pub bilateral: Vec<BilateralLine>,
+}

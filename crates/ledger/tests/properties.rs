@@ -792,7 +792,8 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::AbortSettlement { .. }
         | Command::FinalizeSettlement { .. }
         | Command::ReadSettlementWindows
-        | Command::ReadSettlements => {
+        | Command::ReadSettlements
+        | Command::ReadSettlementReport { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
