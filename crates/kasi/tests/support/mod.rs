@@ -847,6 +847,20 @@ impl Hub {
         http(self.admin, method, path, &headers, &bytes)
     }
 
+    /// An admin request without a body, with extra `headers`.
+    pub fn admin_with_headers(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        http(self.admin, method, path, &headers, b"")
+    }
+
     /// An admin request that must answer `status`.
     pub fn admin_expect(
         &self,
@@ -861,6 +875,21 @@ impl Hub {
             "{method} {path} {body:?}: {response:?}"
         );
         response
+    }
+
+    /// The hub's accounts and `models` (instead of the default one).
+    pub fn setup_with_models(&self, models: &[Value]) {
+        for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+            self.admin_expect(
+                "POST",
+                "/participants/Hub/accounts",
+                Some(json!({"type": kind, "currency": "USD"})),
+                201,
+            );
+        }
+        for model in models {
+            self.admin_expect("POST", "/settlementModels", Some(model.clone()), 201);
+        }
     }
 
     /// The hub's accounts and the settlement model, as the golden-path

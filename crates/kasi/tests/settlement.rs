@@ -1,0 +1,528 @@
+//! End-to-end settlement through `kasi serve`: the reference's worked
+//! example (four DFSPs, six transfers, nets +80, −75, −10, +5) driven through
+//! every stage of Mojaloop's central-settlement API with positions, liquidity
+//! and hub accounts checked after each, as the Testing Toolkit's golden path
+//! asserts; a restart between stages; the error strings; abort; finalize and
+//! the report; gross settlement.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+const DFSPS: [&str; 4] = ["testfsp1", "testfsp2", "payerfsp", "payeefsp"];
+
+struct Settlement {
+    hub: Hub,
+    stubs: Vec<Stub>,
+    dir: tempfile::TempDir,
+}
+
+impl Settlement {
+    fn new() -> Settlement {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = Hub::start(&dir.path().join("data"));
+        hub.setup();
+        hub.admin_expect(
+            "POST",
+            "/settlementModels",
+            Some(json!({
+                "name": "DEFERREDNETUSD",
+                "settlementGranularity": "NET",
+                "settlementInterchange": "MULTILATERAL",
+                "settlementDelay": "DEFERRED",
+                "requireLiquidityCheck": false,
+                "ledgerAccountType": "POSITION",
+                "settlementAccountType": "SETTLEMENT",
+                "autoPositionReset": true,
+                "currency": "USD"
+            })),
+            201,
+        );
+        let stubs: Vec<Stub> = DFSPS.iter().map(|name| Stub::start(name)).collect();
+        for stub in &stubs {
+            hub.onboard(&stub.name, &stub.base_url(), 10_000, 5_000);
+        }
+        Settlement { hub, stubs, dir }
+    }
+
+    fn stub(&self, name: &str) -> &Stub {
+        self.stubs.iter().find(|s| s.name == name).unwrap()
+    }
+
+    /// One committed transfer from `payer` to `payee`.
+    fn transfer(&self, payer: &str, payee: &str, amount: u64) {
+        let id = new_id();
+        let body = prepare_body(&id, payer, payee, &amount.to_string(), far_future());
+        let response = self.hub.prepare(payer, payee, &body);
+        assert_eq!(response.status, 202, "{response:?}");
+        self.stub(payee).expect("POST", "/transfers");
+        let response = self
+            .hub
+            .fulfil(&id, payee, payer, &fulfil_body(FULFILMENT, "COMMITTED"));
+        assert_eq!(response.status, 200, "{response:?}");
+        self.stub(payer).expect("PUT", &format!("/transfers/{id}"));
+        self.stub(payee).expect("PUT", &format!("/transfers/{id}"));
+    }
+
+    fn the_six_transfers(&self) {
+        for (payer, payee, amount) in [
+            ("testfsp1", "testfsp2", 60),
+            ("testfsp1", "payeefsp", 55),
+            ("payerfsp", "testfsp1", 35),
+            ("testfsp2", "payerfsp", 20),
+            ("payeefsp", "testfsp2", 35),
+            ("payeefsp", "payerfsp", 25),
+        ] {
+            self.transfer(payer, payee, amount);
+        }
+    }
+
+    fn positions(&self) -> Vec<f64> {
+        DFSPS.iter().map(|name| self.hub.position(name)).collect()
+    }
+
+    fn liquidity(&self) -> Vec<f64> {
+        DFSPS
+            .iter()
+            .map(|name| self.hub.account_value(name, "SETTLEMENT"))
+            .collect()
+    }
+
+    fn hub_accounts(&self) -> Vec<f64> {
+        ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"]
+            .iter()
+            .map(|kind| self.hub.account_value("Hub", kind))
+            .collect()
+    }
+
+    fn v2(&self, method: &str, path: &str, body: Option<Value>) -> Response {
+        self.hub.admin(method, &format!("/v2{path}"), body.as_ref())
+    }
+
+    fn v2_ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let response = self.v2(method, path, body);
+        assert_eq!(response.status, 200, "{method} /v2{path}: {response:?}");
+        response.json()
+    }
+
+    fn open_window(&self) -> u64 {
+        let windows = self.v2_ok("GET", "/settlementWindows?state=OPEN", None);
+        assert_eq!(windows[0]["state"], "OPEN", "{windows}");
+        windows[0]["settlementWindowId"].as_u64().unwrap()
+    }
+
+    fn close(&self, id: u64) -> Value {
+        self.v2_ok(
+            "POST",
+            &format!("/settlementWindows/{id}"),
+            Some(json!({"state": "CLOSED", "reason": "string"})),
+        )
+    }
+
+    fn create(&self, model: &str, window: u64) -> Value {
+        self.v2_ok(
+            "POST",
+            "/settlements",
+            Some(json!({
+                "settlementModel": model,
+                "reason": "TESTING",
+                "settlementWindows": [{"id": window}]
+            })),
+        )
+    }
+
+    /// Moves every account to `state`, one PUT per account (as the golden
+    /// path's script does), and returns the settlement as GET shows it.
+    fn advance(&self, settlement: &Value, state: &str) -> Value {
+        let id = settlement["id"].as_u64().unwrap();
+        for participant in settlement["participants"].as_array().unwrap() {
+            for account in participant["accounts"].as_array().unwrap() {
+                let body = json!({"participants": [{
+                    "id": participant["id"],
+                    "accounts": [{"id": account["id"], "state": state, "reason": "stage", "externalReference": "ref"}]
+                }]});
+                let answer = self.v2_ok("PUT", &format!("/settlements/{id}"), Some(body));
+                let returned = &answer["participants"][0]["accounts"][0];
+                assert_eq!(returned["state"], state, "{answer}");
+                assert!(returned.get("errorInformation").is_none(), "{answer}");
+            }
+        }
+        let after = self.v2_ok("GET", &format!("/settlements/{id}"), None);
+        for participant in after["participants"].as_array().unwrap() {
+            for account in participant["accounts"].as_array().unwrap() {
+                assert_eq!(account["state"], state, "{after}");
+            }
+        }
+        after
+    }
+
+    fn restart(&mut self) {
+        let data_dir = self.hub.data_dir.clone();
+        self.hub.kill();
+        self.hub = Hub::start(&data_dir);
+    }
+}
+
+fn description(response: &Response) -> String {
+    response.json()["errorInformation"]["errorDescription"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+#[test]
+fn the_worked_example_settles_stage_by_stage_across_restarts() {
+    let mut s = Settlement::new();
+    let before = s.positions();
+    let liquidity = s.liquidity();
+    let hub_before = s.hub_accounts();
+
+    // Clear nothing: window 1 is empty, and says so in Mojaloop's words.
+    let window = s.open_window();
+    let response = s.v2(
+        "POST",
+        &format!("/settlementWindows/{window}"),
+        Some(json!({"state": "CLOSED", "reason": "string"})),
+    );
+    assert_error_response(&response, 400, "3100");
+    assert_eq!(
+        description(&response),
+        format!("Generic validation error - Window {window} is empty")
+    );
+
+    s.the_six_transfers();
+    let after: Vec<f64> = s.positions();
+    assert_eq!(after, [80.0, -75.0, -10.0, 5.0]);
+
+    let next = s.close(window);
+    assert_eq!(next["state"], "OPEN");
+    assert_eq!(next["settlementWindowId"].as_u64(), Some(window + 1));
+    let closed = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(closed["state"], "CLOSED");
+    assert_eq!(closed["content"][0]["currencyId"], "USD");
+    assert_eq!(closed["content"][0]["ledgerAccountType"], "POSITION");
+    s.restart();
+
+    // Created right after the close: the window is closed already.
+    let created = s.create("DEFERREDNETUSD", window);
+    assert_eq!(created["state"], "PENDING_SETTLEMENT");
+    assert_eq!(created["settlementModel"], "DEFERREDNETUSD");
+    assert_eq!(created["settlementWindows"].as_array().unwrap().len(), 1);
+    assert_eq!(created["settlementWindows"][0]["id"].as_u64(), Some(window));
+    assert_eq!(
+        created["settlementWindows"][0]["state"],
+        "PENDING_SETTLEMENT"
+    );
+    let mut nets: Vec<f64> = created["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| number(&p["accounts"][0]["netSettlementAmount"]["amount"]))
+        .collect();
+    nets.sort_by(f64::total_cmp);
+    assert_eq!(nets, [-75.0, -10.0, 5.0, 80.0]);
+    assert!(created["participants"][0]["accounts"][0]["netSettlementAmount"]["amount"].is_number());
+
+    let recorded = s.advance(&created, "PS_TRANSFERS_RECORDED");
+    assert_eq!(recorded["state"], "PS_TRANSFERS_RECORDED");
+    assert_eq!(s.positions(), after);
+    assert_eq!(s.liquidity(), liquidity);
+    s.restart();
+
+    let reserved = s.advance(&recorded, "PS_TRANSFERS_RESERVED");
+    assert_eq!(reserved["state"], "PS_TRANSFERS_RESERVED");
+    assert_eq!(
+        reserved["settlementWindows"][0]["state"],
+        "PENDING_SETTLEMENT"
+    );
+    // Net recipients are back to where they were; senders not yet.
+    assert_eq!(s.positions(), [80.0, before[1], before[2], 5.0]);
+    assert_eq!(s.liquidity(), liquidity);
+    s.restart();
+
+    let committed = s.advance(&reserved, "PS_TRANSFERS_COMMITTED");
+    assert_eq!(committed["state"], "PS_TRANSFERS_COMMITTED");
+    assert_eq!(s.positions(), before);
+    assert_eq!(s.hub_accounts(), hub_before);
+    assert_eq!(s.liquidity(), liquidity);
+    s.restart();
+
+    let settled = s.advance(&committed, "SETTLED");
+    assert_eq!(settled["state"], "SETTLED");
+    assert_eq!(settled["settlementWindows"][0]["state"], "SETTLED");
+    assert_eq!(s.positions(), before);
+    let windows = s.v2_ok("GET", "/settlementWindows?state=SETTLED", None);
+    assert!(windows
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w["state"] == "SETTLED"));
+
+    // The report: per DFSP and who paid whom.
+    let id = settled["id"].as_u64().unwrap();
+    let report = s.v2_ok("GET", &format!("/settlements/{id}/report"), None);
+    let line = |name: &str| {
+        report["accounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["participant"] == name)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(number(&line("testfsp1")["netSettlementAmount"]), 80.0);
+    assert_eq!(number(&line("testfsp1")["sent"]["amount"]), 115.0);
+    assert_eq!(line("testfsp1")["sent"]["count"], 2);
+    assert_eq!(number(&line("testfsp1")["received"]["amount"]), 35.0);
+    let pair = report["bilateral"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["payer"] == "payeefsp" && p["payee"] == "payerfsp")
+        .cloned()
+        .unwrap();
+    assert_eq!(number(&pair["amount"]), 25.0);
+    let csv = s.hub.admin_with_headers(
+        "GET",
+        &format!("/v2/settlements/{id}/report"),
+        &[("Accept", "text/csv")],
+    );
+    assert_eq!(csv.status, 200);
+    assert!(csv.header("content-type").unwrap().starts_with("text/csv"));
+    let text = csv.text();
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(",testfsp2,USD,") && l.contains(",-75,")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_error_cases_answer_as_central_settlement_does() {
+    let s = Settlement::new();
+    let refuse = |method: &str, path: &str, body: Option<Value>, code: &str, text: &str| {
+        let response = s.v2(method, path, body);
+        assert_error_response(&response, 400, code);
+        assert_eq!(description(&response), text, "{method} {path}");
+    };
+    refuse(
+        "GET",
+        "/settlementWindows",
+        None,
+        "3100",
+        "Generic validation error - Use at least one parameter: participantId, state, fromDateTime, toDateTime, currency",
+    );
+    refuse(
+        "GET",
+        "/settlementWindows?state=SETTLED",
+        None,
+        "3100",
+        "Generic validation error - settlementWindow by filters: {state:SETTLED} not found",
+    );
+    refuse(
+        "POST",
+        "/settlementWindows/1",
+        Some(json!({"state": "CLOSE", "reason": "x"})),
+        "3100",
+        "Generic validation error - state must be CLOSED",
+    );
+    refuse(
+        "POST",
+        "/settlementWindows/99",
+        Some(json!({"state": "CLOSED", "reason": "x"})),
+        "3100",
+        "Generic validation error - Window 99 does not exist",
+    );
+    s.transfer("testfsp1", "testfsp2", 10);
+    let window = s.open_window();
+    refuse(
+        "POST",
+        "/settlements",
+        Some(
+            json!({"settlementModel": "DEFERREDNETUSD", "reason": "r", "settlementWindows": [{"id": window}]}),
+        ),
+        "3100",
+        &format!("Generic validation error - Inapplicable windows {window}"),
+    );
+    refuse(
+        "POST",
+        "/settlements",
+        Some(
+            json!({"settlementModel": "NOPE", "reason": "r", "settlementWindows": [{"id": window}]}),
+        ),
+        "3100",
+        "Generic validation error - Settlement model not found: NOPE",
+    );
+    refuse(
+        "GET",
+        "/settlements/42",
+        None,
+        "3100",
+        "Generic validation error - Settlement with ID '42' not found",
+    );
+    s.close(window);
+    let created = s.create("DEFERREDNETUSD", window);
+    let id = created["id"].as_u64().unwrap();
+    refuse(
+        "PUT",
+        &format!("/settlements/{id}"),
+        Some(json!({"state": "ABORTED"})),
+        "3102",
+        "Missing mandatory element - State and reason are mandatory",
+    );
+    refuse(
+        "PUT",
+        &format!("/settlements/{id}"),
+        Some(json!({"participants": [], "state": "ABORTED", "reason": "r"})),
+        "3100",
+        "Generic validation error - No other properties are allowed when participants is provided",
+    );
+    // Per-account problems are inside a 200.
+    let participant = created["participants"][0]["id"].clone();
+    let answer = s.v2_ok(
+        "PUT",
+        &format!("/settlements/{id}"),
+        Some(json!({"participants": [{"id": participant, "accounts": [
+            {"id": 9999, "state": "PS_TRANSFERS_RECORDED", "reason": "r"}
+        ]}]})),
+    );
+    assert_eq!(
+        answer["participants"][0]["accounts"][0]["errorInformation"],
+        json!({"errorCode": "3000", "errorDescription": "Generic client error - Account not found"})
+    );
+    refuse(
+        "GET",
+        &format!("/settlements/{id}/participants/9999"),
+        None,
+        "3100",
+        &format!("Generic validation error - Participant with ID '9999' is not part of settlement '{id}'"),
+    );
+    let account = created["participants"][0]["accounts"][0]["id"]
+        .as_u64()
+        .unwrap();
+    let one = s.v2_ok(
+        "GET",
+        &format!("/settlements/{id}/participants/{participant}/accounts/{account}"),
+        None,
+    );
+    assert_eq!(
+        one["participants"][0]["accounts"].as_array().unwrap().len(),
+        1
+    );
+}
+
+#[test]
+fn abort_gives_the_window_back_and_finalize_settles_in_one_call() {
+    let s = Settlement::new();
+    let before = s.positions();
+    let liquidity = s.liquidity();
+    s.the_six_transfers();
+    let after = s.positions();
+    let window = s.open_window();
+    s.close(window);
+    let created = s.create("DEFERREDNETUSD", window);
+    let recorded = s.advance(&created, "PS_TRANSFERS_RECORDED");
+    s.advance(&recorded, "PS_TRANSFERS_RESERVED");
+    let id = created["id"].as_u64().unwrap();
+    let aborted = s.v2_ok(
+        "PUT",
+        &format!("/settlements/{id}"),
+        Some(json!({"state": "ABORTED", "reason": "wrong figures"})),
+    );
+    assert_eq!(
+        aborted,
+        json!({"id": id, "state": "ABORTED", "reason": "wrong figures"})
+    );
+    assert_eq!(s.positions(), after, "resets given back");
+    let window_now = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(window_now["state"], "ABORTED");
+
+    // Settled again, in one call this time.
+    let again = s.create("DEFERREDNETUSD", window);
+    let id = again["id"].as_u64().unwrap();
+    let done = s.v2_ok(
+        "POST",
+        &format!("/settlements/{id}/finalize"),
+        Some(json!({"reason": "bank file 7", "externalReference": "BANK-7"})),
+    );
+    assert_eq!(done["state"], "SETTLED");
+    assert_eq!(done["settlementWindows"][0]["state"], "SETTLED");
+    assert_eq!(s.positions(), before);
+    // Senders paid out of their liquidity, recipients were paid into theirs
+    // (a SETTLEMENT balance is negative by the liquidity it holds).
+    let moved: Vec<f64> = s
+        .liquidity()
+        .iter()
+        .zip(&liquidity)
+        .map(|(now, was)| now - was)
+        .collect();
+    assert_eq!(moved, [80.0, -75.0, -10.0, 5.0]);
+    // Once settled, it cannot be aborted or finalized again.
+    for (method, path, body) in [
+        (
+            "PUT",
+            format!("/settlements/{id}"),
+            json!({"state": "ABORTED", "reason": "late"}),
+        ),
+        ("POST", format!("/settlements/{id}/finalize"), json!({})),
+    ] {
+        let response = s.v2(method, &path, Some(body));
+        assert_error_response(&response, 400, "3100");
+    }
+    let audit = kasi()
+        .args(["audit", "--data-dir"])
+        .arg(&s.hub.data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    drop(s.dir);
+}
+
+#[test]
+fn a_gross_model_settles_each_transfer_as_it_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup_with_models(&[json!({
+        "name": "CGS",
+        "settlementGranularity": "GROSS",
+        "settlementInterchange": "BILATERAL",
+        "settlementDelay": "IMMEDIATE",
+        "requireLiquidityCheck": true,
+        "ledgerAccountType": "POSITION",
+        "settlementAccountType": "SETTLEMENT",
+        "autoPositionReset": false,
+        "currency": "USD"
+    })]);
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "100", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let response = hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
+    assert_eq!(response.status, 200);
+    payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(hub.position(PAYER), 0.0);
+    assert_eq!(hub.position(PAYEE), 0.0);
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -4_900.0);
+    assert_eq!(hub.account_value(PAYEE, "SETTLEMENT"), -5_100.0);
+    // A settlement cannot be made of a gross model.
+    let response = hub.admin(
+        "POST",
+        "/v2/settlements",
+        Some(&json!({"settlementModel": "CGS", "reason": "r", "settlementWindows": [{"id": 1}]})),
+    );
+    assert_error_response(&response, 400, "3100");
+    assert_eq!(
+        description(&response),
+        "Generic validation error - Settlement can not be created for GROSS or IMMEDIATE models"
+    );
+}
