@@ -26,6 +26,7 @@ pub mod settlement;
 pub mod stages;
 pub mod trace;
 pub mod transfers;
+pub mod watch;
 pub mod wire;
 
 use endpoints::Endpoints;

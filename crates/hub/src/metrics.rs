@@ -181,6 +181,9 @@ pub struct Metrics {
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
+    windows_closed: Family<Vec<(String, String)>, Counter>,
+    position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
+    position_alarm: Family<Vec<(String, String)>, Gauge>,
 }
 
 impl fmt::Debug for Metrics {
@@ -245,6 +248,25 @@ impl Metrics {
                     .clone()
             })
             .collect();
+        let windows_closed = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_settlement_windows_closed",
+            "Settlement windows closed, by trigger (api or schedule)",
+            windows_closed.clone(),
+        );
+        let position_utilisation =
+            Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "kasi_position_net_debit_cap_ratio",
+            "A DFSP's position (reservations included) as a share of its net debit cap",
+            position_utilisation.clone(),
+        );
+        let position_alarm = Family::<Vec<(String, String)>, Gauge>::default();
+        registry.register(
+            "kasi_position_alarm",
+            "1 while a DFSP's position is at or above the alarm share of its net debit cap",
+            position_alarm.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -257,7 +279,29 @@ impl Metrics {
             lag_last,
             lag_max,
             stage_durations,
+            windows_closed,
+            position_utilisation,
+            position_alarm,
         }
+    }
+
+    /// Counts a closed settlement window (`trigger`: api or schedule).
+    pub fn record_window_closed(&self, trigger: &str) {
+        self.windows_closed
+            .get_or_create(&vec![("trigger".to_string(), trigger.to_string())])
+            .inc();
+    }
+
+    /// Sets a DFSP's position share of its net debit cap and its alarm.
+    pub fn set_position(&self, participant: &str, currency: &str, ratio: f64, alarm: bool) {
+        let labels = vec![
+            ("participant".to_string(), participant.to_string()),
+            ("currency".to_string(), currency.to_string()),
+        ];
+        self.position_utilisation.get_or_create(&labels).set(ratio);
+        self.position_alarm
+            .get_or_create(&labels)
+            .set(i64::from(alarm));
     }
 
     /// Observes one stage's duration (called by [`crate::stages::StageTimer`]).

@@ -425,6 +425,7 @@ async fn close_window(
     }
     match run(&hub, Command::CloseSettlementWindow { id, reason }).await? {
         Outcome::Window(next) => {
+            hub.metrics.record_window_closed("api");
             tracing::info!(
                 closed = id,
                 opened = next.row.id,

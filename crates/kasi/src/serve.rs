@@ -57,6 +57,31 @@ pub struct ServeArgs {
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
+
+    /// Close the open settlement window every day at these UTC times
+    /// (HH:MM or HH:MM:SS), e.g. `--settlement-close-at 00:00,12:00` (a
+    /// window with no committed
+    /// transfer is left open). Without it, windows close only when the
+    /// operator asks (`POST /v2/settlementWindows/{id}`).
+    #[arg(
+        long,
+        env = "KASI_SETTLEMENT_CLOSE_AT",
+        value_delimiter = ',',
+        value_name = "HH:MM"
+    )]
+    settlement_close_at: Vec<hub::watch::CloseAt>,
+
+    /// Flag a DFSP whose position (reservations included) reaches this
+    /// percentage of its net debit cap: a warning in the log and
+    /// `kasi_position_alarm` = 1 on `/metrics` (Mojaloop's alarm
+    /// percentage). 0 turns the watch off.
+    #[arg(long, env = "KASI_POSITION_ALARM_PERCENT", default_value_t = 90)]
+    position_alarm_percent: u8,
+
+    /// How often positions are checked against the alarm share, in ms.
+    #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    position_watch_interval_ms: u64,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -129,6 +154,25 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.trace_sample_every = args.trace_sample_every;
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         hub.metrics.start_runtime_probe();
+        if !args.settlement_close_at.is_empty() {
+            let times: Vec<String> = args
+                .settlement_close_at
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            info!(times = %times.join(","), "settlement windows close on schedule (UTC)");
+            tokio::spawn(hub::watch::close_on_schedule(
+                hub.clone(),
+                args.settlement_close_at.clone(),
+            ));
+        }
+        if args.position_alarm_percent > 0 {
+            tokio::spawn(hub::watch::watch_positions(
+                hub.clone(),
+                args.position_alarm_percent,
+                Duration::from_millis(args.position_watch_interval_ms),
+            ));
+        }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
             while let Some(views) = expired.recv().await {

@@ -526,3 +526,89 @@ fn a_gross_model_settles_each_transfer_as_it_commits() {
         "Generic validation error - Settlement can not be created for GROSS or IMMEDIATE models"
     );
 }
+
+/// `HH:MM:SS` (UTC) of `ms` since the epoch.
+fn utc_time_of_day(ms: i64) -> String {
+    let seconds = ms.div_euclid(1_000).rem_euclid(86_400);
+    format!(
+        "{:02}:{:02}:{:02}",
+        seconds / 3_600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+/// Polls `check` until it holds or `within` passes (the hub's clockwork
+/// runs on its own schedule; there is no event to wait on from outside).
+fn eventually(within: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    check()
+}
+
+#[test]
+fn windows_close_on_schedule_and_positions_near_the_cap_raise_an_alarm() {
+    let dir = tempfile::tempdir().unwrap();
+    let close_at = utc_time_of_day(now_ms() + 4_000);
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--settlement-close-at",
+            &close_at,
+            "--position-alarm-percent",
+            "50",
+            "--position-watch-interval-ms",
+            "50",
+        ],
+    );
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "600", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    assert_eq!(
+        hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"))
+            .status,
+        200
+    );
+    payer.expect("PUT", &format!("/transfers/{id}"));
+
+    let metrics = || hub.admin("GET", "/metrics", None).text();
+    let alarm = format!("kasi_position_alarm{{participant=\"{PAYER}\",currency=\"USD\"}} 1");
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || metrics()
+            .contains(&alarm)),
+        "{}",
+        metrics()
+    );
+    assert!(
+        hub.log().contains("position reached the alarm share"),
+        "{}",
+        hub.log()
+    );
+
+    let closed = || {
+        hub.admin("GET", "/v2/settlementWindows?state=CLOSED", None)
+            .status
+            == 200
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(15), closed),
+        "no window closed at {close_at}: {}",
+        hub.log()
+    );
+    assert!(metrics().contains("kasi_settlement_windows_closed_total{trigger=\"schedule\"} 1"));
+    let open = hub
+        .admin("GET", "/v2/settlementWindows?state=OPEN", None)
+        .json();
+    assert_eq!(open[0]["settlementWindowId"], 2);
+}
