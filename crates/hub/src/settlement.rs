@@ -360,7 +360,7 @@ async fn list_windows(
             filters_text(&pairs)
         )));
     }
-    found.sort_by(|a, b| (b.row.changed_at_ms, b.row.id).cmp(&(a.row.changed_at_ms, a.row.id)));
+    found.sort_by_key(|w| std::cmp::Reverse((w.row.changed_at_ms, w.row.id)));
     Ok(json(found.iter().map(|w| window_json(w, true)).collect()))
 }
 
@@ -439,6 +439,9 @@ async fn close_window(
 
 // -------------------------------------------------------------- settlements
 
+/// One query parameter of `GET /v2/settlements`, as a test.
+type SettlementFilter = Box<dyn Fn(&SettlementView) -> bool + Send>;
+
 const SETTLEMENT_FILTERS: &str = "currency, participantId, settlementWindowId, accountId, state, fromDateTime, toDateTime, fromSettlementWindowDateTime, toSettlementWindowDateTime";
 
 async fn list_settlements(
@@ -451,9 +454,9 @@ async fn list_settlements(
             "Use at least one parameter: {SETTLEMENT_FILTERS}"
         )));
     }
-    let mut checks: Vec<Box<dyn Fn(&SettlementView) -> bool + Send>> = Vec::new();
+    let mut checks: Vec<SettlementFilter> = Vec::new();
     for (key, value) in &pairs {
-        let check: Box<dyn Fn(&SettlementView) -> bool + Send> = match key.as_str() {
+        let check: SettlementFilter = match key.as_str() {
             "currency" => {
                 let currency = Currency::parse(value)
                     .ok_or_else(|| invalid(format!("currency '{value}' is not ISO 4217")))?;
