@@ -50,7 +50,7 @@ impl fmt::Display for CloseAt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = self.second_of_day;
         write!(f, "{:02}:{:02}", s / 3600, s / 60 % 60)?;
-        if s % 60 != 0 {
+        if !s.is_multiple_of(60) {
             write!(f, ":{:02}", s % 60)?;
         }
         Ok(())
