@@ -171,9 +171,101 @@ fn ratio(numerator: u64, denominator: u64) -> f64 {
 struct Report {
     fsync: bool,
     phases: Vec<PhaseReport>,
+    settlement: SettlementTiming,
     recovered_transfers: usize,
     recovery: Duration,
 }
+
+/// Settlement of everything the phases committed: the close of a window
+/// holding all of it, a settlement of that window, and its finalize; each
+/// the ledger time of its own batch and the time to durable.
+struct SettlementTiming {
+    window_transfers: u64,
+    close: (Duration, Duration),
+    create: (Duration, Duration),
+    finalize: (Duration, Duration),
+}
+
+impl SettlementTiming {
+    fn to_json(&self) -> serde_json::Value {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        json!({
+            "window_transfers": self.window_transfers,
+            "close_apply_ms": ms(self.close.0),
+            "close_durable_ms": ms(self.close.1),
+            "create_apply_ms": ms(self.create.0),
+            "create_durable_ms": ms(self.create.1),
+            "finalize_apply_ms": ms(self.finalize.0),
+            "finalize_durable_ms": ms(self.finalize.1),
+        })
+    }
+}
+
+/// Runs one command alone; (ledger apply time, submit to durable).
+fn timed(handle: &EngineHandle, command: Command) -> anyhow::Result<(Outcome, Duration, Duration)> {
+    let (sender, receiver) = mpsc::channel();
+    let submitted = Instant::now();
+    handle.try_submit_timed(
+        vec![command],
+        Box::new(move |result| {
+            let _ = sender.send(result);
+        }),
+    );
+    let (mut outcomes, timing) = receiver
+        .recv()
+        .context("the pipeline stopped")?
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = outcomes.pop().context("no outcome")?;
+    Ok((
+        outcome,
+        timing.applied_at.duration_since(timing.apply_started_at),
+        timing.durable_at.duration_since(submitted),
+    ))
+}
+
+fn settle_everything(handle: &EngineHandle, window_transfers: u64) -> anyhow::Result<SettlementTiming> {
+    let (outcome, close_apply, close_durable) = timed(
+        handle,
+        Command::CloseSettlementWindow {
+            id: 1,
+            reason: "bench".into(),
+        },
+    )?;
+    if !matches!(outcome, Outcome::Window(_)) {
+        bail!("closing the window: {outcome:?}");
+    }
+    let (outcome, create_apply, create_durable) = timed(
+        handle,
+        Command::CreateSettlement {
+            model: SETTLEMENT_MODEL.into(),
+            reason: "bench".into(),
+            windows: vec![1],
+        },
+    )?;
+    let Outcome::Settlement(settlement) = outcome else {
+        bail!("creating the settlement: {outcome:?}");
+    };
+    let (outcome, finalize_apply, finalize_durable) = timed(
+        handle,
+        Command::FinalizeSettlement {
+            settlement: settlement.row.id,
+            reason: "bench".into(),
+            external_reference: None,
+        },
+    )?;
+    if !matches!(outcome, Outcome::Settlement(_)) {
+        bail!("finalizing the settlement: {outcome:?}");
+    }
+    Ok(SettlementTiming {
+        window_transfers,
+        close: (close_apply, close_durable),
+        create: (create_apply, create_durable),
+        finalize: (finalize_apply, finalize_durable),
+    })
+}
+
+/// The deferred net model every bench DFSP settles under.
+const SETTLEMENT_MODEL: &str = "DEFERREDNET";
 
 impl Report {
     fn print(&self) {
@@ -216,6 +308,18 @@ impl Report {
                 if phase.errors > 0 { format!("  ERRORS: {}", phase.errors) } else { String::new() }
             );
         }
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let t = &self.settlement;
+        println!(
+            "  settlement of a window of {} transfers: close {:.3} ms in the ledger ({:.1} ms to durable), create {:.3} ms ({:.1}), finalize {:.3} ms ({:.1})",
+            t.window_transfers,
+            ms(t.close.0),
+            ms(t.close.1),
+            ms(t.create.0),
+            ms(t.create.1),
+            ms(t.finalize.0),
+            ms(t.finalize.1)
+        );
         println!(
             "  recovery of {} transfers: {:.0} ms",
             self.recovered_transfers,
@@ -230,6 +334,7 @@ impl Report {
             "commits_per_s": self.phases[1].rate_per_s,
             "transfers_per_s": self.phases[2].rate_per_s,
             "p99_ms": self.phases[2].quantile_ms(0.99),
+            "settlement": self.settlement.to_json(),
             "recovered_transfers": self.recovered_transfers,
             "recovery_ms": self.recovery.as_secs_f64() * 1000.0,
             "phases": self.phases.iter().map(PhaseReport::to_json).collect::<Vec<_>>(),
@@ -278,6 +383,8 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
     let prepare = driver.run_phase(0, Phase::Prepare { first })?;
     let fulfil = driver.run_phase(1, Phase::Fulfil { first })?;
     let transfer = driver.run_phase(2, Phase::TwoPhase)?;
+    let committed = fulfil.operations - fulfil.errors + transfer.operations - transfer.errors;
+    let settlement = settle_everything(&handle, committed)?;
     engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
 
     // Recovery: reopen the store and rebuild the ledger, timed.
@@ -288,6 +395,7 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
     Ok(Report {
         fsync,
         phases: vec![prepare, fulfil, transfer],
+        settlement,
         recovered_transfers: ledger.transfer_count(),
         recovery,
     })
@@ -308,6 +416,20 @@ fn onboard(handle: &EngineHandle, count: u32) -> anyhow::Result<Vec<FspName>> {
         Command::CreateHubAccount {
             currency,
             kind: AccountKind::HubReconciliation,
+        },
+        Command::CreateSettlementModel {
+            name: SETTLEMENT_MODEL.into(),
+            definition: "{}".into(),
+            rules: Some(ledger::ModelRules {
+                granularity: ledger::Granularity::Net,
+                interchange: ledger::Interchange::Multilateral,
+                delay: ledger::Delay::Deferred,
+                currency: None,
+                ledger_account_type: AccountKind::Position,
+                settlement_account_type: AccountKind::Settlement,
+                auto_position_reset: true,
+                require_liquidity_check: false,
+            }),
         },
     ];
     let names: Vec<FspName> = (0..count)
