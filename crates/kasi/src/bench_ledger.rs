@@ -223,7 +223,10 @@ fn timed(handle: &EngineHandle, command: Command) -> anyhow::Result<(Outcome, Du
     ))
 }
 
-fn settle_everything(handle: &EngineHandle, window_transfers: u64) -> anyhow::Result<SettlementTiming> {
+fn settle_everything(
+    handle: &EngineHandle,
+    window_transfers: u64,
+) -> anyhow::Result<SettlementTiming> {
     let (outcome, close_apply, close_durable) = timed(
         handle,
         Command::CloseSettlementWindow {

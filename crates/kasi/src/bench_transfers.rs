@@ -208,6 +208,13 @@ pub struct BenchTransfersArgs {
     /// No progress line (once a second, on stderr) and no other chatter.
     #[arg(long)]
     quiet: bool,
+
+    /// While measuring, close the hub's open settlement window every this
+    /// many seconds (central-settlement's `POST /v2/settlementWindows/{id}`
+    /// on the admin address), to show what a close does to the transfers
+    /// flowing meanwhile; the closes and their latencies are reported.
+    #[arg(long, value_name = "SECONDS")]
+    close_window_every: Option<f64>,
 }
 
 /// A `--count` run that has not started its flows after this long stops.
@@ -1680,6 +1687,9 @@ struct RunResult {
     drain: Duration,
     window_s: f64,
     plan: Plan,
+    /// Latencies (ms, sorted) of the settlement window closes made while
+    /// measuring (`--close-window-every`).
+    window_closes: Vec<f64>,
 }
 
 impl RunResult {
@@ -1775,6 +1785,16 @@ async fn run_plan(
             plan.total_s()
         );
     }
+    let closer = match (args.close_window_every, hub_admin) {
+        (Some(every), Some(admin)) if every > 0.0 => Some(tokio::spawn(close_windows(
+            shared.clone(),
+            admin.to_string(),
+            window,
+            Duration::from_secs_f64(every),
+            load_ended_wait.clone(),
+        ))),
+        _ => None,
+    };
     let plan = Arc::new(plan.clone());
     let timeline = Arc::new(Mutex::new(Vec::new()));
     let monitor = tokio::spawn(monitor(
@@ -1838,6 +1858,22 @@ async fn run_plan(
         None => plan.window_s(),
     };
     let cpu = cpu.await.ok().flatten();
+    let mut closes = Vec::new();
+    if let Some(closer) = closer {
+        closes = closer.await.unwrap_or_default();
+        closes.sort_by(f64::total_cmp);
+        if !args.quiet {
+            match (closes.first(), closes.last()) {
+                (Some(_), Some(max)) => eprintln!(
+                    "settlement windows closed while measuring: {}; close latency p50 {:.2} ms, max {:.2} ms",
+                    closes.len(),
+                    closes[closes.len() / 2],
+                    max
+                ),
+                _ => eprintln!("settlement windows closed while measuring: none"),
+            }
+        }
+    }
     let stats = std::mem::replace(&mut *shared.stats(), Stats::new());
     let timeline = std::mem::take(&mut *timeline.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(RunResult {
@@ -1849,7 +1885,51 @@ async fn run_plan(
         drain,
         window_s,
         plan: (*plan).clone(),
+        window_closes: closes,
     })
+}
+
+/// Closes the hub's open settlement window every `every` within the
+/// measuring window; the latency of each close that took place, in ms.
+async fn close_windows(
+    shared: Arc<Shared>,
+    admin: String,
+    window: Window,
+    every: Duration,
+    mut load_ended: tokio::sync::watch::Receiver<bool>,
+) -> Vec<f64> {
+    let sleep = |until: Instant| tokio::time::sleep_until(tokio::time::Instant::from_std(until));
+    let mut latencies = Vec::new();
+    let mut next = window.from + every;
+    while next < window.until {
+        tokio::select! {
+            _ = sleep(next) => {}
+            _ = load_ended.wait_for(|ended| *ended) => break,
+        }
+        next += every;
+        let url = format!("{admin}/v2/settlementWindows?state=OPEN");
+        let Ok(body) = admin_call(&shared.client, Method::GET, &url, None, false).await else {
+            continue;
+        };
+        let Some(id) = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v[0]["settlementWindowId"].as_u64())
+        else {
+            continue;
+        };
+        let started = Instant::now();
+        let closed = admin_request(
+            &shared.client,
+            Method::POST,
+            &format!("{admin}/v2/settlementWindows/{id}"),
+            Some(json!({"state": "CLOSED", "reason": "kasi bench"})),
+        )
+        .await;
+        if matches!(closed, Ok((status, _)) if status.is_success()) {
+            latencies.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    latencies
 }
 
 /// CPU seconds (user and system) of the hub's process and of this one over
@@ -3896,6 +3976,14 @@ impl Report {
             "stray_requests": stats.strays,
             "unexpected_requests": stats.unexpected,
             "drain_ms": self.run.drain.as_secs_f64() * 1000.0,
+            "settlement_window_closes": (!self.run.window_closes.is_empty()).then(|| {
+                let closes = &self.run.window_closes;
+                json!({
+                    "count": closes.len(),
+                    "p50_ms": closes[closes.len() / 2],
+                    "max_ms": closes[closes.len() - 1],
+                })
+            }),
             "positions_net_zero": (!self.positions.not_applicable).then_some(self.positions.net_zero),
             "positions_applicable": !self.positions.not_applicable,
             "positions_sum": self.positions.sum.map(|sum| sum.to_string()),

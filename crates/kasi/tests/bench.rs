@@ -363,3 +363,11 @@ fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+#[test]
+fn settlement_windows_can_be_closed_while_transfers_flow() {
+    let report = bench(&["--close-window-every", "0.4"]);
+    let closes = &report["settlement_window_closes"];
+    assert!(closes["count"].as_u64().unwrap() >= 2, "{report}");
+    assert!(closes["max_ms"].as_f64().unwrap() > 0.0, "{report}");
+}
