@@ -616,3 +616,58 @@ fn two_models_on_one_window_settle_separately() {
     let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
     assert_eq!(restored.snapshot(), snapshot);
 }
+
+#[test]
+fn abort_is_allowed_at_each_stage_before_a_commit_and_refused_after() {
+    for stages in 0..=3 {
+        let mut e = Example::new();
+        e.transfers();
+        let after = e.positions();
+        e.close(1);
+        let mut view = e.settle("DEFERREDNETUSD", &[1]);
+        for state in [
+            SettlementState::PsTransfersRecorded,
+            SettlementState::PsTransfersReserved,
+            SettlementState::PsTransfersCommitted,
+        ]
+        .into_iter()
+        .take(stages)
+        {
+            view = e.advance(&view, state);
+        }
+        let abort = Command::AbortSettlement {
+            settlement: view.row.id,
+            reason: "abort".into(),
+            external_reference: Some("x".into()),
+        };
+        if stages == 3 {
+            let refused = e
+                .hub
+                .assert_rejected(abort, ErrorCode::GENERIC_VALIDATION_ERROR);
+            assert!(refused.description.contains("not allowed"), "{refused:?}");
+            continue;
+        }
+        let Outcome::Settlement(aborted) = e.hub.one(abort) else {
+            panic!("abort after {stages} stages")
+        };
+        assert_eq!(aborted.row.state, SettlementState::Aborted);
+        assert!(aborted
+            .row
+            .accounts
+            .iter()
+            .all(|a| a.state == SettlementState::Aborted));
+        assert_eq!(e.positions(), after, "after {stages} stages");
+        assert_eq!(aborted.windows[0].row.state, WindowState::Aborted);
+        // Aborting again only records the new reason.
+        let Outcome::Settlement(again) = e.hub.one(Command::AbortSettlement {
+            settlement: view.row.id,
+            reason: "again".into(),
+            external_reference: None,
+        }) else {
+            panic!()
+        };
+        assert_eq!(again.row.reason, "again");
+        assert_eq!(e.positions(), after);
+        e.assert_restorable();
+    }
+}
