@@ -612,3 +612,125 @@ fn windows_close_on_schedule_and_positions_near_the_cap_raise_an_alarm() {
         .json();
     assert_eq!(open[0]["settlementWindowId"], 2);
 }
+
+#[test]
+fn two_models_on_one_window_keep_it_pending_until_both_settle() {
+    let s = Settlement::new();
+    s.hub.admin_expect(
+        "POST",
+        "/participants/Hub/accounts",
+        Some(json!({"type": "HUB_MULTILATERAL_SETTLEMENT", "currency": "EUR"})),
+        201,
+    );
+    s.hub.admin_expect(
+        "POST",
+        "/participants/Hub/accounts",
+        Some(json!({"type": "HUB_RECONCILIATION", "currency": "EUR"})),
+        201,
+    );
+    // EUR is settled by the default model.
+    s.hub.admin_expect(
+        "POST",
+        "/settlementModels",
+        Some(json!({
+            "name": "DEFAULTNET",
+            "settlementGranularity": "NET",
+            "settlementInterchange": "MULTILATERAL",
+            "settlementDelay": "DEFERRED",
+            "requireLiquidityCheck": true,
+            "ledgerAccountType": "POSITION",
+            "settlementAccountType": "SETTLEMENT",
+            "autoPositionReset": true
+        })),
+        201,
+    );
+    for name in ["testfsp1", "testfsp2"] {
+        s.hub.admin_expect(
+            "POST",
+            "/participants",
+            Some(json!({"name": name, "currency": "EUR"})),
+            201,
+        );
+        s.hub.admin_expect(
+            "POST",
+            &format!("/participants/{name}/initialPositionAndLimits"),
+            Some(json!({"currency": "EUR", "limit": {"type": "NET_DEBIT_CAP", "value": 1000}, "initialPosition": 0})),
+            201,
+        );
+        let accounts = s
+            .hub
+            .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
+            .json();
+        let settlement = accounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["currency"] == "EUR" && a["ledgerAccountType"] == "SETTLEMENT")
+            .unwrap()["id"]
+            .clone();
+        s.hub.admin_expect(
+            "POST",
+            &format!("/participants/{name}/accounts/{settlement}"),
+            Some(json!({
+                "transferId": new_id(),
+                "externalReference": "ref",
+                "action": "recordFundsIn",
+                "reason": "deposit",
+                "amount": {"amount": "1000", "currency": "EUR"}
+            })),
+            202,
+        );
+    }
+    s.transfer("testfsp1", "testfsp2", 10);
+    let id = new_id();
+    let body = prepare_body(&id, "testfsp2", "testfsp1", "7", far_future()).replace("USD", "EUR");
+    assert_eq!(s.hub.prepare("testfsp2", "testfsp1", &body).status, 202);
+    s.stub("testfsp1").expect("POST", "/transfers");
+    s.hub.fulfil(
+        &id,
+        "testfsp1",
+        "testfsp2",
+        &fulfil_body(FULFILMENT, "COMMITTED"),
+    );
+    s.stub("testfsp2")
+        .expect("PUT", &format!("/transfers/{id}"));
+    s.stub("testfsp1")
+        .expect("PUT", &format!("/transfers/{id}"));
+
+    let window = s.open_window();
+    s.close(window);
+    let closed = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    let mut currencies: Vec<&str> = closed["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["currencyId"].as_str().unwrap())
+        .collect();
+    currencies.sort_unstable();
+    assert_eq!(currencies, ["EUR", "USD"]);
+
+    let usd = s.create("DEFERREDNETUSD", window);
+    let eur = s.create("DEFAULTNET", window);
+    for (settlement, currency) in [(&usd, "USD"), (&eur, "EUR")] {
+        for participant in settlement["participants"].as_array().unwrap() {
+            for account in participant["accounts"].as_array().unwrap() {
+                assert_eq!(account["netSettlementAmount"]["currency"], currency);
+            }
+        }
+    }
+    let finalize = |settlement: &Value| {
+        let id = settlement["id"].as_u64().unwrap();
+        s.v2_ok(
+            "POST",
+            &format!("/settlements/{id}/finalize"),
+            Some(json!({"reason": "r"})),
+        )
+    };
+    let first = finalize(&usd);
+    assert_eq!(first["state"], "SETTLED");
+    assert_eq!(first["settlementWindows"][0]["state"], "PENDING_SETTLEMENT");
+    let second = finalize(&eur);
+    assert_eq!(second["settlementWindows"][0]["state"], "SETTLED");
+    let window_now = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(window_now["state"], "SETTLED");
+}
