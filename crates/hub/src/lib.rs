@@ -21,6 +21,7 @@ pub mod notify;
 pub mod oracles;
 pub mod parties;
 pub mod quotes;
+pub mod routing;
 pub mod server;
 pub mod stages;
 pub mod transfers;
