@@ -37,6 +37,9 @@ pub(crate) enum Target<'a> {
     Collection,
     /// `{base}/{resource}/{ID}`
     Item(&'a str),
+    /// `{base}/{resource}/{ID}?{query}`, the query as the sender wrote it
+    /// (an empty one is left out).
+    Query(&'a str, &'a str),
     /// `{base}/{resource}/{ID}/error`
     Error(&'a str),
 }
@@ -49,7 +52,8 @@ impl Service {
         let resource = self.resource.as_str();
         match target {
             Target::Collection => format!("{base}/{resource}"),
-            Target::Item(id) => format!("{base}/{resource}/{id}"),
+            Target::Item(id) | Target::Query(id, "") => format!("{base}/{resource}/{id}"),
+            Target::Query(id, query) => format!("{base}/{resource}/{id}?{query}"),
             Target::Error(id) => format!("{base}/{resource}/{id}/error"),
         }
     }
@@ -168,6 +172,18 @@ mod tests {
 
     #[test]
     fn each_resource_hangs_off_its_base() {
+        let authorizations = Service {
+            resource: Resource::Authorizations,
+            endpoint_type: "FSPIOP_CALLBACK_URL_AUTHORIZATIONS",
+        };
+        assert_eq!(
+            authorizations.url("http://payer/", Target::Query(ID, "a=1&b=%20")),
+            format!("http://payer/authorizations/{ID}?a=1&b=%20")
+        );
+        assert_eq!(
+            authorizations.url("http://payer", Target::Query(ID, "")),
+            format!("http://payer/authorizations/{ID}")
+        );
         let requests = Service {
             resource: Resource::TransactionRequests,
             endpoint_type: "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
