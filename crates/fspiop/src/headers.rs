@@ -15,14 +15,20 @@ pub enum Resource {
     Parties,
     Participants,
     Quotes,
+    TransactionRequests,
+    Authorizations,
+    BulkQuotes,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 4] = [
+    pub const ALL: [Resource; 7] = [
         Resource::Transfers,
         Resource::Parties,
         Resource::Participants,
         Resource::Quotes,
+        Resource::TransactionRequests,
+        Resource::Authorizations,
+        Resource::BulkQuotes,
     ];
 
     /// The media-type word, also the first path segment.
@@ -32,6 +38,9 @@ impl Resource {
             Resource::Parties => "parties",
             Resource::Participants => "participants",
             Resource::Quotes => "quotes",
+            Resource::TransactionRequests => "transactionRequests",
+            Resource::Authorizations => "authorizations",
+            Resource::BulkQuotes => "bulkQuotes",
         }
     }
 
@@ -814,6 +823,27 @@ mod tests {
             );
         }
         assert_eq!(Resource::from_path_segment("bulkTransfers"), None);
+    }
+
+    #[test]
+    fn each_resource_has_its_own_media_type() {
+        let quotes = "application/vnd.interoperability.quotes+json;version=1.1";
+        let (c, _, description) = code(check_content_type(Resource::BulkQuotes, Some(quotes)));
+        assert_eq!(c, 3101, "{description}");
+        assert_eq!(
+            check_content_type(
+                Resource::TransactionRequests,
+                Some("application/vnd.interoperability.transactionRequests+json;version=1.1")
+            ),
+            Ok(Version::V1_1)
+        );
+        assert_eq!(
+            check_content_type(
+                Resource::Authorizations,
+                Some("application/vnd.interoperability.authorizations+json;version=1.0")
+            ),
+            Ok(Version::V1_0)
+        );
     }
 
     #[test]

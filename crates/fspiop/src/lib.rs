@@ -1,6 +1,7 @@
 //! The FSPIOP v1.1 wire format, as a pure library: request headers and
-//! version negotiation, transfer, quote and participant-registry bodies
-//! with schema validation, party path parameters, the bodies the hub sends
+//! version negotiation, transfer, quote, bulk quote, transaction request,
+//! authorization and participant-registry bodies with schema validation,
+//! the query of `GET /authorizations/{ID}`, party path parameters, the bodies the hub sends
 //! back, error answers, and FSPIOP's `DateTime`.
 //!
 //! No I/O, no async, no HTTP types: header values come in as
@@ -15,19 +16,23 @@
 //! (`amount.currency`, `extensionList.extension[2].key`):
 //!
 //! * **3102 Missing mandatory element**: a required header is absent or
-//!   empty; the body is empty; a required property is absent.
+//!   empty; the body is empty; a required property or query parameter is
+//!   absent.
 //! * **3101 Malformed syntax**: a header that does not parse (Content-Type,
 //!   Accept, Date, an FSP header, a path `{ID}`, `{Type}` or `{SubId}`); a body that is not one
 //!   JSON object (bad syntax or UTF-8, trailing data, a duplicate key); a
 //!   property of the wrong JSON type, including
-//!   `null` (`"amount": 5` where an object is expected).
+//!   `null` (`"amount": 5` where an object is expected); a query string
+//!   that does not decode, a query parameter given twice or not of its
+//!   type (`retriesLeft` not an integer).
 //! * **3100 Generic validation error**: a property of the right JSON type
 //!   whose value breaks a schema rule: a pattern (CorrelationId, Amount,
 //!   IlpPacket, IlpCondition, DateTime, Date, ErrorCode, Latitude/Longitude,
 //!   Name, MerchantClassificationCode, ...), a length (FspId,
 //!   PartyIdentifier, Note, ExtensionKey/Value, ErrorDescription, ExtensionList
 //!   and partyList items), an enumeration (Currency, TransferState,
-//!   PartyIdType, AmountType, TransactionScenario, ...), or a hub rule on a valid value
+//!   PartyIdType, AmountType, TransactionScenario, TransactionRequestState,
+//!   AuthenticationType, AuthorizationResponse, ...), or a hub rule on a valid value
 //!   (a fulfil's ABORTED/RECEIVED state, an FspId that is not a usable
 //!   [`ledger::FspName`], an errorCode outside 1000-5999).
 //! * **3001 Unacceptable version requested** (HTTP 406): Content-Type or
@@ -41,6 +46,7 @@
 //! Unknown JSON properties are ignored at every level, as Mojaloop's hub
 //! does. The first fault in schema property order is reported.
 
+mod bulk_quotes;
 mod datetime;
 mod error;
 mod headers;
@@ -49,8 +55,15 @@ mod participants;
 mod party;
 mod quotes;
 mod schema;
+#[cfg(test)]
+mod test_support;
+mod transaction_requests;
 mod transfers;
 
+pub use bulk_quotes::{
+    parse_bulk_quote_post, parse_bulk_quote_put, ParsedBulkQuotePost, ParsedBulkQuotePut,
+    BULK_QUOTE_MAX_ITEMS,
+};
 pub use datetime::{format_date_time, parse_date_time};
 pub use error::{
     answer_body, error_body, error_body_with_extensions, http_status_for, FspiopError,
@@ -83,6 +96,11 @@ pub use party::{
 };
 pub use quotes::{parse_quote_post, parse_quote_put, AmountType, ParsedQuotePost, ParsedQuotePut};
 pub use schema::Money;
+pub use transaction_requests::{
+    parse_authorization_put, parse_authorization_query, parse_transaction_request_post,
+    parse_transaction_request_put, ParsedAuthorizationPut, ParsedAuthorizationQuery,
+    ParsedTransactionRequestPost, ParsedTransactionRequestPut,
+};
 pub use transfers::{
     check_completed_timestamp, is_correlation_id, parse_correlation_id, parse_error_information,
     parse_transfer_fulfil, parse_transfer_prepare, transfer_patch_body,

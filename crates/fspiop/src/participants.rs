@@ -182,23 +182,10 @@ pub fn participants_batch_put_body_with_fsp(
 mod tests {
     use super::*;
     use crate::party::PartyIdType;
+    use crate::test_support::{assert_error, bytes};
     use serde_json::{json, Value};
 
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
-
-    fn bytes(value: &Value) -> Vec<u8> {
-        serde_json::to_vec(value).unwrap()
-    }
-
-    fn assert_error(error: &FspiopError, code: u16, path: &str) {
-        assert_eq!(error.code, ErrorCode(code), "{}", error.description);
-        assert_eq!(error.http_status, 400);
-        assert!(
-            error.description.contains(&format!(" - {path}")),
-            "{} should name {path}",
-            error.description
-        );
-    }
 
     #[test]
     fn a_participant_post_parses() {

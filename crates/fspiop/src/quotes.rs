@@ -24,7 +24,7 @@ use serde::Deserialize;
 use std::fmt;
 
 /// FSPIOP's `Note` and `RefundReason` maxLength.
-const TEXT_MAX_CHARS: usize = 128;
+pub(crate) const TEXT_MAX_CHARS: usize = 128;
 
 /// FSPIOP's `AmountType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -67,7 +67,7 @@ struct RefundRaw<'a> {
 
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
-struct TransactionTypeRaw<'a> {
+pub(crate) struct TransactionTypeRaw<'a> {
     #[serde(borrow)]
     scenario: JsonStr<'a>,
     #[serde(borrow)]
@@ -84,33 +84,33 @@ struct TransactionTypeRaw<'a> {
 
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
-struct QuotePostRaw<'a> {
+pub(crate) struct QuotePostRaw<'a> {
     #[serde(borrow)]
-    quote_id: JsonStr<'a>,
+    pub(crate) quote_id: JsonStr<'a>,
     #[serde(borrow)]
-    transaction_id: JsonStr<'a>,
+    pub(crate) transaction_id: JsonStr<'a>,
     #[serde(borrow)]
     transaction_request_id: JsonStr<'a>,
     #[serde(borrow)]
-    payee: JsonObj<PartyRaw<'a>>,
+    pub(crate) payee: JsonObj<PartyRaw<'a>>,
     #[serde(borrow)]
     payer: JsonObj<PartyRaw<'a>>,
     #[serde(borrow)]
-    amount_type: JsonStr<'a>,
+    pub(crate) amount_type: JsonStr<'a>,
     #[serde(borrow)]
-    amount: JsonObj<MoneyRaw<'a>>,
+    pub(crate) amount: JsonObj<MoneyRaw<'a>>,
     #[serde(borrow)]
-    fees: JsonObj<MoneyRaw<'a>>,
+    pub(crate) fees: JsonObj<MoneyRaw<'a>>,
     #[serde(borrow)]
-    transaction_type: JsonObj<TransactionTypeRaw<'a>>,
+    pub(crate) transaction_type: JsonObj<TransactionTypeRaw<'a>>,
     #[serde(borrow)]
     geo_code: JsonObj<GeoCodeRaw<'a>>,
     #[serde(borrow)]
-    note: JsonStr<'a>,
+    pub(crate) note: JsonStr<'a>,
     #[serde(borrow)]
     expiration: JsonStr<'a>,
     #[serde(borrow)]
-    extension_list: JsonObj<ExtensionListRaw<'a>>,
+    pub(crate) extension_list: JsonObj<ExtensionListRaw<'a>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -139,10 +139,10 @@ struct QuotePutRaw<'a> {
 // ----------------------------------------------------------------- checks
 
 /// A required `TransactionType`; returns (scenario, initiator, initiatorType).
-fn transaction_type(
+pub(crate) fn transaction_type(
     value: &JsonObj<TransactionTypeRaw<'_>>,
+    path: impl fmt::Display + Copy,
 ) -> Result<(&'static str, &'static str, &'static str), FspiopError> {
-    let path = FieldPath::new("transactionType");
     let raw = crate::transfers::required_obj(value, path)?;
     let scenario = one_of(
         &raw.scenario,
@@ -186,7 +186,7 @@ fn transaction_type(
     Ok((scenario, initiator, initiator_type))
 }
 
-fn optional_date_time(
+pub(crate) fn optional_date_time(
     value: &JsonStr<'_>,
     path: FieldPath<'static>,
 ) -> Result<Option<i64>, FspiopError> {
@@ -194,6 +194,17 @@ fn optional_date_time(
         Some(text) => date_time(text, path).map(Some),
         None => Ok(None),
     }
+}
+
+/// A required `AmountType`.
+pub(crate) fn amount_type(
+    value: &JsonStr<'_>,
+    path: impl fmt::Display + Copy,
+) -> Result<AmountType, FspiopError> {
+    Ok(match one_of(value, path, &["SEND", "RECEIVE"])? {
+        "SEND" => AmountType::Send,
+        _ => AmountType::Receive,
+    })
 }
 
 // ------------------------------------------------------------------- POST
@@ -254,17 +265,11 @@ pub fn parse_quote_post(body: &[u8]) -> Result<ParsedQuotePost, FspiopError> {
     )?;
     let payee = party(&raw.payee, FieldPath::new("payee"))?;
     let payer = party(&raw.payer, FieldPath::new("payer"))?;
-    let amount_type = match one_of(
-        &raw.amount_type,
-        FieldPath::new("amountType"),
-        &["SEND", "RECEIVE"],
-    )? {
-        "SEND" => AmountType::Send,
-        _ => AmountType::Receive,
-    };
+    let amount_type = amount_type(&raw.amount_type, FieldPath::new("amountType"))?;
     let amount = money(&raw.amount, FieldPath::new("amount"))?;
     let fees = optional_money(&raw.fees, FieldPath::new("fees"))?;
-    let (scenario, initiator, initiator_type) = transaction_type(&raw.transaction_type)?;
+    let (scenario, initiator, initiator_type) =
+        transaction_type(&raw.transaction_type, FieldPath::new("transactionType"))?;
     check_geo_code(&raw.geo_code, FieldPath::new("geoCode"))?;
     optional_text(&raw.note, FieldPath::new("note"), TEXT_MAX_CHARS)?;
     let expiration_ms = optional_date_time(&raw.expiration, FieldPath::new("expiration"))?;
@@ -351,6 +356,7 @@ pub fn parse_quote_put(body: &[u8]) -> Result<ParsedQuotePut, FspiopError> {
 mod tests {
     use super::*;
     use crate::party::PartyIdType;
+    use crate::test_support::{assert_error, bytes, remove, set};
     use ledger::{Amount, Currency, ErrorCode, PartyKey};
     use serde_json::{json, Value};
 
@@ -401,41 +407,8 @@ mod tests {
         value
     }
 
-    fn bytes(value: &Value) -> Vec<u8> {
-        serde_json::to_vec(value).unwrap()
-    }
-
-    fn assert_error(error: &FspiopError, code: u16, path: &str) {
-        assert_eq!(error.code, ErrorCode(code), "{}", error.description);
-        assert_eq!(error.http_status, 400);
-        assert!(
-            error.description.contains(&format!(" - {path}")),
-            "{} should name {path}",
-            error.description
-        );
-    }
-
     fn post_error(value: &Value) -> FspiopError {
         parse_quote_post(&bytes(value)).expect_err("expected an error")
-    }
-
-    /// Sets `value` at a dotted path (`payer.partyIdInfo.fspId`).
-    fn set(value: &mut Value, path: &str, new: Value) {
-        let mut at = value;
-        let parts: Vec<&str> = path.split('.').collect();
-        for part in &parts[..parts.len() - 1] {
-            at = &mut at[*part];
-        }
-        at[parts[parts.len() - 1]] = new;
-    }
-
-    fn remove(value: &mut Value, path: &str) {
-        let mut at = value;
-        let parts: Vec<&str> = path.split('.').collect();
-        for part in &parts[..parts.len() - 1] {
-            at = &mut at[*part];
-        }
-        at.as_object_mut().unwrap().remove(parts[parts.len() - 1]);
     }
 
     #[test]

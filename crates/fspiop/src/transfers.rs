@@ -150,7 +150,6 @@ pub(crate) struct ExtensionListRaw<'a> {
 }
 
 const TOP_EXTENSION_LIST: FieldPath<'static> = FieldPath::new("extensionList");
-const ERROR_EXTENSION_LIST: FieldPath<'static> = FieldPath::new("errorInformation.extensionList");
 
 /// Validates an optional `ExtensionList` at `path`: `{extension: [1..=16
 /// {key, value}]}`, keys 1-32 characters, values 1-128.
@@ -574,7 +573,7 @@ pub fn check_completed_timestamp(completed_ms: i64, now_ms: i64) -> Result<(), F
 
 #[derive(Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
-struct ErrorInformationRaw<'a> {
+pub(crate) struct ErrorInformationRaw<'a> {
     #[serde(borrow)]
     error_code: JsonStr<'a>,
     #[serde(borrow)]
@@ -617,36 +616,45 @@ impl ParsedError {
 /// list. Unknown properties are ignored.
 pub fn parse_error_information(body: &[u8]) -> Result<ParsedError, FspiopError> {
     let raw: ErrorObjectRaw<'_> = parse_object(body)?;
-    let info = required_obj(&raw.error_information, FieldPath::new("errorInformation"))?;
+    let (code, description) =
+        error_information(&raw.error_information, FieldPath::new("errorInformation"))?;
+    Ok(ParsedError {
+        code,
+        description: description.to_owned(),
+        request_hash: RequestHash::of(body),
+    })
+}
 
-    let path = FieldPath::new("errorInformation.errorCode");
-    let text = required_str(&info.error_code, path)?;
+/// A required `ErrorInformation` object at `path` (also found inside
+/// bulk results): its code and description.
+pub(crate) fn error_information<'b>(
+    value: &'b JsonObj<ErrorInformationRaw<'_>>,
+    path: impl fmt::Display + Copy,
+) -> Result<(ErrorCode, &'b str), FspiopError> {
+    let info = required_obj(value, path)?;
+    let code_path = Child(path, "errorCode");
+    let text = required_str(&info.error_code, code_path)?;
     let bytes = text.as_bytes();
     if bytes.len() != 4 || bytes[0] == b'0' || !bytes.iter().all(u8::is_ascii_digit) {
         return Err(FspiopError::invalid(
-            path,
+            code_path,
             "must be four digits without a leading zero",
         ));
     }
     let code = ErrorCode(bytes.iter().fold(0u16, |n, b| n * 10 + u16::from(b - b'0')));
     if !code.is_valid() {
         return Err(FspiopError::invalid(
-            path,
+            code_path,
             "must be an FSPIOP error code, 1000 to 5999",
         ));
     }
     let description = bounded_text(
         &info.error_description,
-        FieldPath::new("errorInformation.errorDescription"),
+        Child(path, "errorDescription"),
         ERROR_DESCRIPTION_MAX_CHARS,
     )?;
-    check_extension_list(&info.extension_list, ERROR_EXTENSION_LIST)?;
-
-    Ok(ParsedError {
-        code,
-        description: description.to_owned(),
-        request_hash: RequestHash::of(body),
-    })
+    check_extension_list(&info.extension_list, Child(path, "extensionList"))?;
+    Ok((code, description))
 }
 
 // ------------------------------------------------------- callback bodies
@@ -737,6 +745,7 @@ pub fn transfer_patch_body_with_extensions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{assert_error, bytes};
     use serde_json::{json, Value};
 
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
@@ -757,22 +766,8 @@ mod tests {
         })
     }
 
-    fn bytes(value: &Value) -> Vec<u8> {
-        serde_json::to_vec(value).unwrap()
-    }
-
     fn prepare_error(value: &Value) -> FspiopError {
         parse_transfer_prepare(&bytes(value)).expect_err("expected an error")
-    }
-
-    fn assert_error(error: &FspiopError, code: u16, path: &str) {
-        assert_eq!(error.code, ErrorCode(code), "{}", error.description);
-        assert_eq!(error.http_status, 400);
-        assert!(
-            error.description.contains(&format!(" - {path}")),
-            "{} should name {path}",
-            error.description
-        );
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub mod notify;
 pub mod oracles;
 pub mod parties;
 pub mod quotes;
+pub mod requests;
+pub mod routing;
 pub mod server;
 pub mod settlement;
 pub mod stages;
@@ -327,6 +329,7 @@ impl IntoResponse for HubError {
 pub fn api_app(hub: Arc<Hub>) -> Router {
     let fspiop = transfers::router(hub.clone())
         .merge(quotes::routes().with_state(hub.clone()))
+        .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
     guarded(fspiop, &hub, "fspiop")
 }

@@ -26,128 +26,24 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
 use fspiop::Resource;
-use ledger::{Command, ErrorCode, FspName, Outcome};
+use ledger::{Command, ErrorCode, Outcome};
 
-use crate::notify::Callback;
-use crate::wire::{check_headers, forwarded_headers, Caller, Reply, Shape};
+use crate::routing::{required_destination, Route, Service, Target};
+use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
 use crate::{Hub, HubError};
 
 /// The endpoint type holding a DFSP's quotes base URL.
 pub const QUOTES_ENDPOINT: &str = "FSPIOP_CALLBACK_URL_QUOTES";
-/// 3201 Destination FSP Error: the destination cannot be reached.
-const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
+const QUOTES: Service = Service {
+    resource: Resource::Quotes,
+    endpoint_type: QUOTES_ENDPOINT,
+};
 
 pub fn routes() -> Router<Arc<Hub>> {
     Router::new()
         .route("/quotes", post(post_quote))
         .route("/quotes/:id", put(put_quote).get(get_quote))
         .route("/quotes/:id/error", put(put_quote_error))
-}
-
-/// Where under a DFSP's quotes base URL a request goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum QuotePath<'a> {
-    /// `{base}/quotes`
-    Collection,
-    /// `{base}/quotes/{ID}`
-    Quote(&'a str),
-    /// `{base}/quotes/{ID}/error`
-    Error(&'a str),
-}
-
-/// The URL of `path` under `base` (one trailing `/` of the base is
-/// dropped, so `http://dfsp/` and `http://dfsp` give the same URLs).
-fn quote_url(base: &str, path: QuotePath<'_>) -> String {
-    let base = base.strip_suffix('/').unwrap_or(base);
-    match path {
-        QuotePath::Collection => format!("{base}/quotes"),
-        QuotePath::Quote(id) => format!("{base}/quotes/{id}"),
-        QuotePath::Error(id) => format!("{base}/quotes/{id}/error"),
-    }
-}
-
-/// `FSPIOP-Destination`, which quotes routing cannot do without: 3102 when
-/// absent or empty, 3101 when not an FSP id.
-fn required_destination(headers: &HeaderMap) -> Result<FspName, HubError> {
-    let value = fspiop::header_str(
-        fspiop::FSPIOP_DESTINATION,
-        headers
-            .get("fspiop-destination")
-            .map(|value| value.as_bytes()),
-    )?;
-    let destination = fspiop::check_fsp_header(fspiop::FSPIOP_DESTINATION, value, true)?;
-    destination.ok_or_else(|| fspiop::FspiopError::missing(fspiop::FSPIOP_DESTINATION).into())
-}
-
-/// Headers of an error callback the hub itself sends `destination`.
-fn hub_headers(hub: &Hub, destination: FspName, reply: Reply) -> HeaderMap {
-    crate::wire::hub_headers(hub, Resource::Quotes, destination, reply)
-}
-
-/// Queues `method` to `path` under `participant`'s quotes base URL; false
-/// (and nothing sent) when the participant has no such endpoint.
-fn send_to_quotes(
-    hub: &Hub,
-    participant: FspName,
-    path: QuotePath<'_>,
-    method: Method,
-    headers: HeaderMap,
-    body: Bytes,
-) -> bool {
-    let Some(base) = hub.endpoints.url(participant, QUOTES_ENDPOINT, &[]) else {
-        return false;
-    };
-    hub.dispatcher.send(Callback {
-        destination: participant.to_string(),
-        method,
-        url: quote_url(&base, path),
-        headers,
-        body,
-    });
-    true
-}
-
-/// A checked request, passed on to `destination`; if it cannot be, the
-/// sender is told with a 3201 error callback from the hub.
-struct Route<'a> {
-    caller: Caller,
-    destination: FspName,
-    /// The quote's id, for the error callback's URL.
-    quote_id: &'a str,
-    path: QuotePath<'a>,
-    method: Method,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-fn route(hub: &Hub, route: Route<'_>) {
-    let Route {
-        caller,
-        destination,
-        quote_id,
-        path,
-        method,
-        headers,
-        body,
-    } = route;
-    if send_to_quotes(hub, destination, path, method, headers, body) {
-        return;
-    }
-    tracing::debug!(%destination, source = %caller.source, quote = quote_id, "no {QUOTES_ENDPOINT} endpoint for the destination; answering 3201");
-    let description =
-        format!("Destination FSP Error - '{destination}' has no {QUOTES_ENDPOINT} endpoint");
-    let body = Bytes::from(fspiop::error_body(DESTINATION_FSP_ERROR, &description));
-    let headers = hub_headers(hub, caller.source, caller.reply());
-    if !send_to_quotes(
-        hub,
-        caller.source,
-        QuotePath::Error(quote_id),
-        Method::PUT,
-        headers,
-        body,
-    ) {
-        tracing::warn!(source = %caller.source, %destination, quote = quote_id, "neither destination nor source has a {QUOTES_ENDPOINT} endpoint; 3201 error callback dropped");
-    }
 }
 
 async fn post_quote(
@@ -172,16 +68,16 @@ async fn post_quote(
             // one; a quote still waiting for its answer is left alone.
             Outcome::QuoteDuplicate(view) => {
                 if let Some(answer) = view.answer {
-                    let path = if answer.is_error {
-                        QuotePath::Error(&quote_id)
+                    let target = if answer.is_error {
+                        Target::Error(&quote_id)
                     } else {
-                        QuotePath::Quote(&quote_id)
+                        Target::Item(&quote_id)
                     };
-                    let headers = hub_headers(&hub, caller.source, caller.reply());
-                    send_to_quotes(
+                    let headers = QUOTES.hub_headers(&hub, caller.source, caller.reply());
+                    QUOTES.send(
                         &hub,
                         caller.source,
-                        path,
+                        target,
                         Method::PUT,
                         headers,
                         Bytes::from(answer.body),
@@ -197,13 +93,13 @@ async fn post_quote(
         }
     }
     let forwarded = forwarded_headers(&headers, true);
-    route(
+    QUOTES.route(
         &hub,
         Route {
             caller,
             destination,
-            quote_id: &quote_id,
-            path: QuotePath::Collection,
+            id: &quote_id,
+            target: Target::Collection,
             method: Method::POST,
             headers: forwarded,
             body,
@@ -215,18 +111,7 @@ async fn post_quote(
 /// An error callback from the hub to the caller about its quote request.
 fn send_error(hub: &Hub, caller: &Caller, quote_id: &str, error: &ledger::Rejection) {
     let description = format!("{} - {}", error.code.description(), error.description);
-    let body = Bytes::from(fspiop::error_body(error.code, &description));
-    let headers = hub_headers(hub, caller.source, caller.reply());
-    if !send_to_quotes(
-        hub,
-        caller.source,
-        QuotePath::Error(quote_id),
-        Method::PUT,
-        headers,
-        body,
-    ) {
-        tracing::warn!(source = %caller.source, quote = quote_id, "no {QUOTES_ENDPOINT} endpoint; error callback dropped");
-    }
+    QUOTES.send_error(hub, caller, quote_id, error.code, &description);
 }
 
 /// In persistent mode, records the payee's answer before it is forwarded;
@@ -315,19 +200,19 @@ async fn route_answer(
     {
         return Ok(StatusCode::OK.into_response());
     }
-    let path = if is_error {
-        QuotePath::Error(&quote_id)
+    let target = if is_error {
+        Target::Error(&quote_id)
     } else {
-        QuotePath::Quote(&quote_id)
+        Target::Item(&quote_id)
     };
     let headers = forwarded_headers(headers, false);
-    route(
+    QUOTES.route(
         hub,
         Route {
             caller,
             destination,
-            quote_id: &quote_id,
-            path,
+            id: &quote_id,
+            target,
             method: Method::PUT,
             headers,
             body,
@@ -345,13 +230,13 @@ async fn get_quote(
     let destination = required_destination(&headers)?;
     let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
     let forwarded = forwarded_headers(&headers, true);
-    route(
+    QUOTES.route(
         &hub,
         Route {
             caller,
             destination,
-            quote_id: &quote_id,
-            path: QuotePath::Quote(&quote_id),
+            id: &quote_id,
+            target: Target::Item(&quote_id),
             method: Method::GET,
             headers: forwarded,
             body: Bytes::new(),
@@ -364,6 +249,7 @@ async fn get_quote(
 mod tests {
     use super::*;
     use axum::http::{HeaderName, HeaderValue};
+    use ledger::FspName;
 
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
 
@@ -371,20 +257,20 @@ mod tests {
     fn urls_hang_off_the_base() {
         for base in ["http://payee:4000", "http://payee:4000/"] {
             assert_eq!(
-                quote_url(base, QuotePath::Collection),
+                QUOTES.url(base, Target::Collection),
                 "http://payee:4000/quotes"
             );
             assert_eq!(
-                quote_url(base, QuotePath::Quote(ID)),
+                QUOTES.url(base, Target::Item(ID)),
                 format!("http://payee:4000/quotes/{ID}")
             );
             assert_eq!(
-                quote_url(base, QuotePath::Error(ID)),
+                QUOTES.url(base, Target::Error(ID)),
                 format!("http://payee:4000/quotes/{ID}/error")
             );
         }
         assert_eq!(
-            quote_url("http://sdk/inbound/", QuotePath::Collection),
+            QUOTES.url("http://sdk/inbound/", Target::Collection),
             "http://sdk/inbound/quotes"
         );
     }

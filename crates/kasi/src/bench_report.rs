@@ -21,8 +21,15 @@ const MAX_WATERFALLS: usize = 5;
 const WATERFALL_BAR_CELLS: usize = 40;
 /// Used to order legs that a report's `leg_order` does not mention, so the
 /// output follows the life of a payment instead of the alphabet.
-const CANONICAL_LEG_ORDER: [&str; 7] = [
-    "lookup", "quote", "prepare", "forward", "fulfil", "notify", "e2e",
+const CANONICAL_LEG_ORDER: [&str; 8] = [
+    "lookup",
+    "transaction_request",
+    "quote",
+    "prepare",
+    "forward",
+    "fulfil",
+    "notify",
+    "e2e",
 ];
 const STRING_WRITE: &str = "writing to a String cannot fail";
 

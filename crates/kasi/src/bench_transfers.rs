@@ -18,6 +18,10 @@
 //! - `discovery+quote+transfer`: the three in turn, the end-to-end that
 //!   Mojaloop's performance whitepaper measures; the transfer uses the
 //!   quote's transaction id, amount and condition.
+//! - `transaction-request`: request-to-pay, the payee DFSP's
+//!   `POST /transactionRequests` to the payer DFSP; the payer answers
+//!   `PUT /transactionRequests/{ID}` (`RECEIVED`); done when the payee
+//!   receives it.
 //!
 //! For every flow but `transfer`, each DFSP also registers the discovery
 //! endpoints and, with one batch `POST /participants`, `--parties` MSISDNs
@@ -105,7 +109,9 @@ pub struct BenchTransfersArgs {
     /// /transfers until the payer's commit notification), `lookup` (GET
     /// /parties until the payer receives PUT /parties), `quote` (POST /quotes
     /// until the payer receives PUT /quotes), `quote+transfer`, or
-    /// `discovery+quote+transfer` (the three in turn).
+    /// `discovery+quote+transfer` (the three in turn), or
+    /// `transaction-request` (POST /transactionRequests from the payee until
+    /// it receives the payer's PUT /transactionRequests).
     #[arg(long, value_enum, default_value_t = Flow::Transfer)]
     flow: Flow,
 
@@ -276,13 +282,23 @@ const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
         "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
         "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
     ),
-    // A bare base URL: the hub appends `/quotes[/{ID}[/error]]`.
+    // Bare base URLs: the hub appends `/quotes[/{ID}[/error]]` and the like.
     ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
+    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
+    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
 ];
 
 /// The legs timed, in the order they happen.
-const LEGS: [&str; 7] = [
-    "lookup", "quote", "prepare", "forward", "fulfil", "notify", "e2e",
+const LEGS: [&str; 8] = [
+    "lookup",
+    "quote",
+    "prepare",
+    "forward",
+    "fulfil",
+    "notify",
+    "transaction_request",
+    "e2e",
 ];
 /// `GET /parties/...` sent → the payer receives the payee's `PUT /parties/...`.
 const LOOKUP: usize = 0;
@@ -296,8 +312,11 @@ const FORWARD: usize = 3;
 const FULFIL: usize = 4;
 /// The payee's `PUT` sent → the payer receives the commit notification.
 const NOTIFY: usize = 5;
+/// The payee's `POST /transactionRequests` sent → the payee receives the
+/// payer's `PUT /transactionRequests/{ID}`.
+const TRANSACTION_REQUEST: usize = 6;
 /// The flow's first request sent → the payer receives its last callback.
-const E2E: usize = 6;
+const E2E: usize = 7;
 
 /// What one iteration of a virtual user does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -314,6 +333,10 @@ pub enum Flow {
     /// Lookup, then quote, then transfer.
     #[value(name = "discovery+quote+transfer")]
     DiscoveryQuoteTransfer,
+    /// `POST /transactionRequests` (payee → payer) → `PUT
+    /// /transactionRequests/{ID}`.
+    #[value(name = "transaction-request")]
+    TransactionRequest,
 }
 
 impl Flow {
@@ -324,6 +347,7 @@ impl Flow {
             Flow::Quote => "quote",
             Flow::QuoteTransfer => "quote+transfer",
             Flow::DiscoveryQuoteTransfer => "discovery+quote+transfer",
+            Flow::TransactionRequest => "transaction-request",
         }
     }
 
@@ -345,9 +369,16 @@ impl Flow {
         )
     }
 
+    fn requests_to_pay(self) -> bool {
+        self == Flow::TransactionRequest
+    }
+
     /// Requests of different resources one flow makes in turn.
     fn stage_count(self) -> usize {
-        usize::from(self.looks_up()) + usize::from(self.quotes()) + usize::from(self.transfers())
+        usize::from(self.looks_up())
+            + usize::from(self.quotes())
+            + usize::from(self.transfers())
+            + usize::from(self.requests_to_pay())
     }
 
     /// Needs the discovery endpoints and registered parties.
@@ -367,6 +398,9 @@ impl Flow {
         if self.transfers() {
             legs.extend([PREPARE, FORWARD, FULFIL, NOTIFY]);
         }
+        if self.requests_to_pay() {
+            legs.push(TRANSACTION_REQUEST);
+        }
         legs.push(E2E);
         legs
     }
@@ -378,6 +412,7 @@ impl Flow {
             Flow::Lookup => "lookups",
             Flow::Quote => "quotes",
             Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer => "flows",
+            Flow::TransactionRequest => "transaction requests",
         }
     }
 }
@@ -390,6 +425,7 @@ enum Api {
     Quotes,
     Parties,
     Participants,
+    TransactionRequests,
 }
 
 impl Api {
@@ -399,6 +435,9 @@ impl Api {
             Api::Quotes => "application/vnd.interoperability.quotes+json;version=1.1",
             Api::Parties => "application/vnd.interoperability.parties+json;version=1.0",
             Api::Participants => "application/vnd.interoperability.participants+json;version=1.0",
+            Api::TransactionRequests => {
+                "application/vnd.interoperability.transactionRequests+json;version=1.1"
+            }
         }
     }
 
@@ -408,6 +447,9 @@ impl Api {
             Api::Quotes => "application/vnd.interoperability.quotes+json;version=1",
             Api::Parties => "application/vnd.interoperability.parties+json;version=1",
             Api::Participants => "application/vnd.interoperability.participants+json;version=1",
+            Api::TransactionRequests => {
+                "application/vnd.interoperability.transactionRequests+json;version=1"
+            }
         }
     }
 }
@@ -1139,6 +1181,26 @@ fn quote_post_body(
     )
 }
 
+/// A `POST /transactionRequests` body: `payee_party` of `payee_fsp` asks
+/// `payer_party` of `payer_fsp` to pay `amount`.
+fn transaction_request_body(
+    request_id: &str,
+    (payee_fsp, payee_party): (&str, &str),
+    (payer_fsp, payer_party): (&str, &str),
+    amount: &str,
+) -> String {
+    format!(
+        concat!(
+            r#"{{"transactionRequestId":"{}","#,
+            r#""payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""payer":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}},"#,
+            r#""amount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}}}}"#
+        ),
+        request_id, payee_party, payee_fsp, payer_party, payer_fsp, CURRENCY, amount
+    )
+}
+
 /// The payee's `PUT /quotes/{ID}` body: no fees, so the transfer amount is
 /// the amount asked; the condition is the one every transfer uses.
 fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
@@ -1429,6 +1491,9 @@ struct Shared {
     lookups: Waiters<(u32, PartyRef)>,
     /// Quotes by the quote id's counter.
     quotes: Waiters<u64>,
+    /// Transaction requests by the request id's counter; the waiter's
+    /// `payer` is the DFSP that asked (the payee) and waits for the answer.
+    transaction_requests: Waiters<u64>,
     /// Batch registrations waiting for `PUT /participants/{requestId}`, by
     /// the request id's counter: the answer's body, or the error.
     registrations: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
@@ -1574,6 +1639,7 @@ async fn drive(
         pending: Mutex::new(HashMap::new()),
         lookups: Waiters::new(),
         quotes: Waiters::new(),
+        transaction_requests: Waiters::new(),
         registrations: Mutex::new(HashMap::new()),
         tickets: AtomicU64::new(0),
         stats: Mutex::new(Stats::new()),
@@ -2353,6 +2419,13 @@ async fn run_flow(
                 .map_err(|failure| ("quote", failure))?,
         );
     }
+    if let (true, Some(party)) = (flow.requests_to_pay(), payee_party) {
+        ended = Some(
+            transaction_request(shared, party, payer_party, &amount, measured)
+                .await
+                .map_err(|failure| ("transaction request", failure))?,
+        );
+    }
     if flow.transfers() {
         ended = Some(
             transfer(shared, payer, payee, transaction, &amount, measured)
@@ -2491,15 +2564,89 @@ async fn quote(
         Some(payee_name),
         body,
     );
+    let asked = Asked {
+        waiters: &shared.quotes,
+        counter,
+        asker: payer,
+        answerer: payee,
+        leg: QUOTE,
+    };
+    ask(shared, request, asked, measured).await
+}
+
+/// `POST /transactionRequests` from `payee_party`'s DFSP to
+/// `payer_party`'s, until the payee receives the payer's
+/// `PUT /transactionRequests/{ID}`.
+async fn transaction_request(
+    shared: &Shared,
+    payee_party: PartyRef,
+    payer_party: PartyRef,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let (payee, payer) = (payee_party.dfsp, payer_party.dfsp);
+    let counter = shared.ids.next();
+    let payee_name = &shared.names[payee as usize];
+    let payer_name = &shared.names[payer as usize];
+    let body = transaction_request_body(
+        &shared.ids.format(counter),
+        (payee_name, &shared.party_id(payee_party)),
+        (payer_name, &shared.party_id(payer_party)),
+        amount,
+    );
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/transactionRequests", shared.api),
+        Api::TransactionRequests,
+        payee_name,
+        Some(payer_name),
+        body,
+    );
+    let asked = Asked {
+        waiters: &shared.transaction_requests,
+        counter,
+        asker: payee,
+        answerer: payer,
+        leg: TRANSACTION_REQUEST,
+    };
+    ask(shared, request, asked, measured).await
+}
+
+/// A request one DFSP makes of another, answered by a `PUT` to the asker.
+struct Asked<'s> {
+    /// Where the answer's handler finds the asker, by `counter` (the
+    /// request id's).
+    waiters: &'s Waiters<u64>,
+    counter: u64,
+    asker: u32,
+    answerer: u32,
+    /// The leg that times it.
+    leg: usize,
+}
+
+/// Sends `request` and waits for its answer; records the leg if measured.
+async fn ask(
+    shared: &Shared,
+    request: Result<Request<Full<Bytes>>, String>,
+    asked: Asked<'_>,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let Asked {
+        waiters,
+        counter,
+        asker,
+        answerer,
+        leg,
+    } = asked;
     let (done, outcome) = oneshot::channel();
     let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
     let sent = Instant::now();
-    shared.quotes.insert(
+    waiters.insert(
         counter,
         Waiter {
             ticket,
-            payer,
-            payee,
+            payer: asker,
+            payee: answerer,
             done,
         },
     );
@@ -2509,14 +2656,14 @@ async fn quote(
         request,
         deadline,
         outcome,
-        || shared.quotes.take(&counter, ticket).is_some(),
+        || waiters.take(&counter, ticket).is_some(),
         || {},
     )
     .await?;
     if measured {
         shared
             .stats()
-            .record(QUOTE, ended.saturating_duration_since(sent));
+            .record(leg, ended.saturating_duration_since(sent));
     }
     Ok(ended)
 }
@@ -2685,6 +2832,15 @@ fn callbacks(shared: Arc<Shared>) -> Router {
         .route("/:dfsp/quotes", post(on_quote_post))
         .route("/:dfsp/quotes/:id", put(on_quote_put))
         .route("/:dfsp/quotes/:id/error", put(on_quote_error))
+        .route("/:dfsp/transactionRequests", post(on_transaction_request))
+        .route(
+            "/:dfsp/transactionRequests/:id",
+            put(on_transaction_request_put),
+        )
+        .route(
+            "/:dfsp/transactionRequests/:id/error",
+            put(on_transaction_request_error),
+        )
         .route("/:dfsp/participants/:id", put(on_registered))
         // `{requestId}/error`, or a single party's `{Type}/{ID}`.
         .route("/:dfsp/participants/:id/:more", put(on_participants_put))
@@ -3058,31 +3214,49 @@ async fn on_quote_post(
         quote.amount.currency,
         now_ms() + 60_000,
     );
-    spawn_answer(&shared, |shared| async move {
-        let request = fspiop_request(
-            Method::PUT,
-            &format!("{}/quotes/{}", shared.api, shared.ids.format(counter)),
-            Api::Quotes,
-            &shared.names[payee as usize],
-            Some(&shared.names[requester as usize]),
-            answer,
-        );
+    let request = fspiop_request(
+        Method::PUT,
+        &format!("{}/quotes/{}", shared.api, shared.ids.format(counter)),
+        Api::Quotes,
+        &shared.names[payee as usize],
+        Some(&shared.names[requester as usize]),
+        answer,
+    );
+    send_answer(
+        &shared,
+        |shared| &shared.quotes,
+        counter,
+        "quote put",
+        request,
+    );
+    StatusCode::OK
+}
+
+/// Sends an answering DFSP's `PUT` in the background; if it is refused,
+/// the asker's waiter of `counter` fails.
+fn send_answer(
+    shared: &Arc<Shared>,
+    waiters: fn(&Shared) -> &Waiters<u64>,
+    counter: u64,
+    what: &'static str,
+    request: Result<Request<Full<Bytes>>, String>,
+) {
+    spawn_answer(shared, |shared| async move {
         let failure = match request {
-            Err(error) => Some(("request (quote put)".to_string(), error)),
+            Err(error) => Some((format!("request ({what})"), error)),
             Ok(request) => match send(&shared.client, request).await {
                 Ok((status, _)) if status == StatusCode::OK => None,
                 Ok((status, body)) => Some((
-                    format!("HTTP {} (quote put)", status.as_u16()),
+                    format!("HTTP {} ({what})", status.as_u16()),
                     describe_error_body(&body),
                 )),
-                Err((key, description)) => Some((format!("{key} (quote put)"), description)),
+                Err((key, description)) => Some((format!("{key} ({what})"), description)),
             },
         };
         if let Some((key, description)) = failure {
-            shared.quotes.fail(&counter, key, description);
+            waiters(&shared).fail(&counter, key, description);
         }
     });
-    StatusCode::OK
 }
 
 /// The payer receives the payee's `PUT /quotes/{ID}`: its quote is done (if
@@ -3125,12 +3299,24 @@ async fn on_quote_error(
     Path((dfsp, id)): Path<(String, String)>,
     body: Bytes,
 ) -> StatusCode {
-    let (key, description) = error_of(&body);
+    answered_with_error(&shared, &shared.quotes, &dfsp, &id, &body)
+}
+
+/// An error callback to `dfsp` about its request `id`: the asker's stage
+/// failed.
+fn answered_with_error(
+    shared: &Shared,
+    waiters: &Waiters<u64>,
+    dfsp: &str,
+    id: &str,
+    body: &[u8],
+) -> StatusCode {
+    let (key, description) = error_of(body);
     let waiter = shared
         .ids
-        .counter_of(&id)
-        .zip(shared.dfsp(&dfsp))
-        .and_then(|(counter, payer)| shared.quotes.take_oldest(&counter, Some(payer)));
+        .counter_of(id)
+        .zip(shared.dfsp(dfsp))
+        .and_then(|(counter, asker)| waiters.take_oldest(&counter, Some(asker)));
     match waiter {
         Some(waiter) => {
             let _ = waiter.done.send(Completion::Failed(key, description));
@@ -3138,6 +3324,112 @@ async fn on_quote_error(
         None => shared.stats().late_errors += 1,
     }
     StatusCode::OK
+}
+
+// ----- transaction requests
+
+#[derive(Deserialize)]
+struct ForwardedTransactionRequest<'a> {
+    #[serde(rename = "transactionRequestId")]
+    transaction_request_id: &'a str,
+}
+
+/// The payer receives a forwarded `POST /transactionRequests`: answers at
+/// once, then tells the payee (the forwarded FSPIOP-Source) through the hub
+/// that it received it, `PUT /transactionRequests/{ID}`.
+async fn on_transaction_request(
+    State(shared): State<Arc<Shared>>,
+    Path(dfsp): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let forwarded = serde_json::from_slice::<ForwardedTransactionRequest<'_>>(&body);
+    let counter = forwarded
+        .ok()
+        .and_then(|request| shared.ids.counter_of(request.transaction_request_id));
+    let known = counter.and_then(|counter| {
+        let (_, payer) = shared.transaction_requests.peek(&counter)?;
+        Some((counter, payer, source_dfsp(&shared, &headers)?))
+    });
+    let Some((counter, payer, requester)) = known else {
+        shared.stats().strays += 1;
+        return StatusCode::OK;
+    };
+    if shared.names[payer as usize] != dfsp {
+        let description = format!(
+            "the transaction request for {} reached {dfsp}",
+            shared.names[payer as usize]
+        );
+        shared
+            .transaction_requests
+            .fail(&counter, "misrouted".into(), description);
+        return StatusCode::OK;
+    }
+    let request = fspiop_request(
+        Method::PUT,
+        &format!(
+            "{}/transactionRequests/{}",
+            shared.api,
+            shared.ids.format(counter)
+        ),
+        Api::TransactionRequests,
+        &dfsp,
+        Some(&shared.names[requester as usize]),
+        r#"{"transactionRequestState":"RECEIVED"}"#.to_string(),
+    );
+    send_answer(
+        &shared,
+        |shared| &shared.transaction_requests,
+        counter,
+        "transaction request put",
+        request,
+    );
+    StatusCode::OK
+}
+
+/// The payee receives the payer's `PUT /transactionRequests/{ID}`: its
+/// request is done if the payer says it received it.
+async fn on_transaction_request_put(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, id)): Path<(String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    let received = Instant::now();
+    let waiter = shared
+        .ids
+        .counter_of(&id)
+        .zip(shared.dfsp(&dfsp))
+        .and_then(|(counter, payee)| {
+            shared
+                .transaction_requests
+                .take_oldest(&counter, Some(payee))
+        });
+    let Some(waiter) = waiter else {
+        shared.stats().late_answers += 1;
+        return StatusCode::OK;
+    };
+    let completion = match fspiop::parse_transaction_request_put(&body) {
+        Ok(answer) if answer.state == "RECEIVED" => Completion::Done(received),
+        Ok(answer) => Completion::Failed(
+            "unexpected state".into(),
+            format!("the transaction request {id} is {}", answer.state),
+        ),
+        Err(error) => Completion::Failed(
+            "invalid answer".into(),
+            format!("{} {}", error.code.0, error.description),
+        ),
+    };
+    let _ = waiter.done.send(completion);
+    StatusCode::OK
+}
+
+/// `PUT /transactionRequests/{ID}/error`, to the payee: its request failed.
+async fn on_transaction_request_error(
+    State(shared): State<Arc<Shared>>,
+    Path((dfsp, id)): Path<(String, String)>,
+    body: Bytes,
+) -> StatusCode {
+    answered_with_error(&shared, &shared.transaction_requests, &dfsp, &id, &body)
 }
 
 // ----- the participant registry
@@ -4408,6 +4700,7 @@ mod tests {
             Flow::Lookup,
             Flow::Quote,
             Flow::DiscoveryQuoteTransfer,
+            Flow::TransactionRequest,
         ] {
             let args = parse(&["--flow", flow.name()]).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(args.flow, flow);
@@ -4429,7 +4722,18 @@ mod tests {
         );
         assert_eq!(names(Flow::Lookup), ["lookup", "e2e"]);
         assert_eq!(names(Flow::Quote), ["quote", "e2e"]);
-        assert_eq!(names(Flow::DiscoveryQuoteTransfer), LEGS);
+        assert_eq!(
+            names(Flow::DiscoveryQuoteTransfer),
+            LEGS.iter()
+                .filter(|leg| **leg != "transaction_request")
+                .copied()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            names(Flow::TransactionRequest),
+            ["transaction_request", "e2e"]
+        );
+        assert!(Flow::TransactionRequest.discovers());
         assert!(!Flow::Transfer.discovers());
         assert!(Flow::Lookup.discovers() && Flow::Quote.discovers());
         assert!(Flow::DiscoveryQuoteTransfer.looks_up());

@@ -66,9 +66,10 @@ enum Command {
     /// ("two sides of the same coin"): it onboards them through the admin
     /// API with callback endpoints pointing at itself, then runs `--flow`
     /// (by default `transfer`: `POST /transfers` until the payer's commit
-    /// notification; also `lookup`, `quote`, `quote+transfer`, and
+    /// notification; also `lookup`, `quote`, `quote+transfer`,
     /// `discovery+quote+transfer`, the end-to-end of Mojaloop's performance
-    /// whitepaper) while answering every forwarded request as the payee.
+    /// whitepaper, and `transaction-request`, request-to-pay) while
+    /// answering every forwarded request as the other side.
     ///
     /// Load: a closed loop of --concurrency virtual users (default), an open
     /// loop at --rate arrivals per second, k6-style --stages, or a named

@@ -225,11 +225,74 @@ fn fspiop(hub: Arc<Hub>) -> Router {
         .route("/transfers/:id/error", put(on_transfer_error))
         .route("/parties/:id_type/:id", get(on_party_get).put(on_party_put))
         .route("/parties/:id_type/:id/error", put(on_party_error))
-        .route("/quotes", post(on_quote_post))
-        .route("/quotes/:id", put(on_quote_put))
-        .route("/quotes/:id/error", put(on_quote_error))
+        .merge(routed_by_destination(
+            "quotes",
+            "FSPIOP_CALLBACK_URL_QUOTES",
+        ))
+        .merge(routed_by_destination(
+            "transactionRequests",
+            "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
+        ))
         .route("/participants", post(on_batch_registration))
         .with_state(hub)
+}
+
+/// `POST /{resource}`, `PUT /{resource}/{ID}[/error]`, forwarded to the
+/// FSPIOP-Destination's `endpoint_type`, a bare base URL, with the path
+/// appended (as the real hub routes quotes and transaction requests).
+fn routed_by_destination(resource: &'static str, endpoint_type: &'static str) -> Router<Arc<Hub>> {
+    let forward = move |hub: &Hub, path: String, method: Method, headers: &HeaderMap, body| {
+        forward_to(
+            hub,
+            header(headers, "fspiop-destination"),
+            endpoint_type,
+            |url| format!("{url}{path}"),
+            method,
+            headers,
+            body,
+        );
+    };
+    Router::new()
+        .route(
+            &format!("/{resource}"),
+            post(
+                move |State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes| async move {
+                    forward(&hub, format!("/{resource}"), Method::POST, &headers, body);
+                    StatusCode::ACCEPTED
+                },
+            ),
+        )
+        .route(
+            &format!("/{resource}/:id"),
+            put(
+                move |State(hub): State<Arc<Hub>>,
+                      Path(id): Path<String>,
+                      headers: HeaderMap,
+                      body: Bytes| async move {
+                    forward(
+                        &hub,
+                        format!("/{resource}/{id}"),
+                        Method::PUT,
+                        &headers,
+                        body,
+                    );
+                    StatusCode::OK
+                },
+            ),
+        )
+        .route(
+            &format!("/{resource}/:id/error"),
+            put(
+                move |State(hub): State<Arc<Hub>>,
+                      Path(id): Path<String>,
+                      headers: HeaderMap,
+                      body: Bytes| async move {
+                    let path = format!("/{resource}/{id}/error");
+                    forward(&hub, path, Method::PUT, &headers, body);
+                    StatusCode::OK
+                },
+            ),
+        )
 }
 
 /// Forwards to `fsp`'s endpoint `kind`, its template filled by `fill`.
@@ -363,55 +426,6 @@ async fn on_party_error(
         header(&headers, "fspiop-destination"),
         "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
         |url| fill_party(url, &id_type, &id),
-        Method::PUT,
-        &headers,
-        body,
-    );
-    StatusCode::OK
-}
-
-async fn on_quote_post(State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes) -> StatusCode {
-    forward_to(
-        &hub,
-        header(&headers, "fspiop-destination"),
-        "FSPIOP_CALLBACK_URL_QUOTES",
-        |url| format!("{url}/quotes"),
-        Method::POST,
-        &headers,
-        body,
-    );
-    StatusCode::ACCEPTED
-}
-
-async fn on_quote_put(
-    State(hub): State<Arc<Hub>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    forward_to(
-        &hub,
-        header(&headers, "fspiop-destination"),
-        "FSPIOP_CALLBACK_URL_QUOTES",
-        |url| format!("{url}/quotes/{id}"),
-        Method::PUT,
-        &headers,
-        body,
-    );
-    StatusCode::OK
-}
-
-async fn on_quote_error(
-    State(hub): State<Arc<Hub>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    forward_to(
-        &hub,
-        header(&headers, "fspiop-destination"),
-        "FSPIOP_CALLBACK_URL_QUOTES",
-        |url| format!("{url}/quotes/{id}/error"),
         Method::PUT,
         &headers,
         body,

@@ -87,6 +87,33 @@ fn a_quote_transfer_run_skips_the_lookup() {
     assert!(report["legs"]["prepare"]["count"].as_u64().unwrap() > 0);
 }
 
+/// Request-to-pay: the payee asks the payer through the hub, the payer
+/// answers RECEIVED through the hub; no transfer, so positions stay at zero.
+#[test]
+fn a_transaction_request_run_completes() {
+    let report = bench(&["--flow", "transaction-request"]);
+    assert_eq!(report["flow"], "transaction-request");
+    let leg = &report["legs"]["transaction_request"];
+    assert_eq!(leg["count"], report["completed"], "{report}");
+    assert_eq!(report["legs"]["prepare"], Value::Null, "{report}");
+    // The null hub routes it too.
+    let report = run(&[
+        "--null-hub",
+        "--flow",
+        "transaction-request",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--parties",
+        "20",
+        "--no-report",
+    ]);
+    assert!(report["completed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["timeouts"], 0, "{report}");
+}
+
 #[test]
 fn an_open_loop_run_offers_its_rate() {
     let report = bench(&["--rate", "500"]);

@@ -181,15 +181,7 @@ impl Lookup {
     fn new() -> Lookup {
         let dir = tempfile::tempdir().unwrap();
         let hub = Hub::start(&dir.path().join("data"));
-        hub.setup();
-        let payer = Stub::start(PAYER);
-        let payee = Stub::start(PAYEE);
-        for stub in [&payer, &payee] {
-            hub.onboard(&stub.name, &stub.base_url(), 10_000, 0);
-            for (kind, path) in LOOKUP_ENDPOINTS {
-                hub.add_endpoint(&stub.name, kind, &format!("{}{path}", stub.base_url()));
-            }
-        }
+        let (payer, payee) = hub.payer_and_payee(LOOKUP_ENDPOINTS);
         Lookup {
             hub,
             payer,

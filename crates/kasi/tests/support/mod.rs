@@ -458,6 +458,8 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 pub struct Received {
     pub method: String,
     pub path: String,
+    /// The query string as received, without its `?`.
+    pub query: Option<String>,
     /// Names in lower case.
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
@@ -523,6 +525,7 @@ async fn record(
     let _ = sender.send(Received {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
+        query: parts.uri.query().map(str::to_string),
         headers,
         body: body.to_vec(),
         at_ms: now_ms(),
@@ -971,6 +974,22 @@ impl Hub {
                 202,
             );
         }
+    }
+
+    /// After [`setup`](Self::setup): stubs for [`PAYER`] and [`PAYEE`],
+    /// each onboarded (no funds) with `endpoints`, (type, path) pairs under
+    /// its base URL.
+    pub fn payer_and_payee(&self, endpoints: &[(&str, &str)]) -> (Stub, Stub) {
+        self.setup();
+        let payer = Stub::start(PAYER);
+        let payee = Stub::start(PAYEE);
+        for stub in [&payer, &payee] {
+            self.onboard(&stub.name, &stub.base_url(), 10_000, 0);
+            for (kind, path) in endpoints {
+                self.add_endpoint(&stub.name, kind, &format!("{}{path}", stub.base_url()));
+            }
+        }
+        (payer, payee)
     }
 
     /// One endpoint of `kind` for DFSP `name`, which must be accepted (201).

@@ -1,0 +1,199 @@
+//! Routing by `FSPIOP-Destination`, the shape Mojaloop's quoting-service
+//! and transaction-requests-service share: a checked request is passed on,
+//! as its original bytes and FSPIOP headers, under the destination's
+//! endpoint of the resource's type, a bare base URL to which the hub
+//! appends `/{resource}[/{ID}[/error]]`. When the destination has no such
+//! endpoint (which covers an unknown participant), the sender gets, from
+//! the hub, `PUT {its base}/{resource}/{ID}/error` with 3201 "Destination
+//! FSP Error", under its own endpoint of the same type.
+//!
+//! Everything goes through the callback dispatcher, so a slow DFSP only
+//! delays its own queue.
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method};
+use fspiop::Resource;
+use ledger::{ErrorCode, FspName};
+
+use crate::notify::Callback;
+use crate::wire::{Caller, Reply};
+use crate::{Hub, HubError};
+
+/// 3201 Destination FSP Error: the destination cannot be reached.
+const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
+
+/// A resource routed by destination, and the endpoint type holding each
+/// DFSP's base URL for it.
+#[derive(Clone, Copy, Debug)]
+pub struct Service {
+    pub resource: Resource,
+    pub endpoint_type: &'static str,
+}
+
+/// Where under a DFSP's base URL a request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Target<'a> {
+    /// `{base}/{resource}`
+    Collection,
+    /// `{base}/{resource}/{ID}`
+    Item(&'a str),
+    /// `{base}/{resource}/{ID}?{query}`, the query as the sender wrote it
+    /// (an empty one is left out).
+    Query(&'a str, &'a str),
+    /// `{base}/{resource}/{ID}/error`
+    Error(&'a str),
+}
+
+impl Service {
+    /// The URL of `target` under `base` (one trailing `/` of the base is
+    /// dropped, so `http://dfsp/` and `http://dfsp` give the same URLs).
+    pub(crate) fn url(&self, base: &str, target: Target<'_>) -> String {
+        let base = base.strip_suffix('/').unwrap_or(base);
+        let resource = self.resource.as_str();
+        match target {
+            Target::Collection => format!("{base}/{resource}"),
+            Target::Item(id) | Target::Query(id, "") => format!("{base}/{resource}/{id}"),
+            Target::Query(id, query) => format!("{base}/{resource}/{id}?{query}"),
+            Target::Error(id) => format!("{base}/{resource}/{id}/error"),
+        }
+    }
+
+    /// Queues `method` to `target` under `participant`'s base URL; false
+    /// (and nothing sent) when the participant has no such endpoint.
+    pub(crate) fn send(
+        &self,
+        hub: &Hub,
+        participant: FspName,
+        target: Target<'_>,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> bool {
+        let Some(base) = hub.endpoints.url(participant, self.endpoint_type, &[]) else {
+            return false;
+        };
+        hub.dispatcher.send(Callback {
+            destination: participant.to_string(),
+            method,
+            url: self.url(&base, target),
+            headers,
+            body,
+        });
+        true
+    }
+
+    /// Headers of a callback the hub itself sends `destination`.
+    pub(crate) fn hub_headers(&self, hub: &Hub, destination: FspName, reply: Reply) -> HeaderMap {
+        crate::wire::hub_headers(hub, self.resource, destination, reply)
+    }
+
+    /// An error callback from the hub to the caller about its request `id`.
+    pub(crate) fn send_error(
+        &self,
+        hub: &Hub,
+        caller: &Caller,
+        id: &str,
+        code: ErrorCode,
+        description: &str,
+    ) {
+        let body = Bytes::from(fspiop::error_body(code, description));
+        let headers = self.hub_headers(hub, caller.source, caller.reply());
+        if !self.send(
+            hub,
+            caller.source,
+            Target::Error(id),
+            Method::PUT,
+            headers,
+            body,
+        ) {
+            let endpoint_type = self.endpoint_type;
+            tracing::warn!(source = %caller.source, id, code = code.0, "no {endpoint_type} endpoint for the source; error callback dropped");
+        }
+    }
+
+    /// Passes a checked request on to its destination; if it cannot be,
+    /// tells the sender with a 3201 error callback from the hub.
+    pub(crate) fn route(&self, hub: &Hub, route: Route<'_>) {
+        let Route {
+            caller,
+            destination,
+            id,
+            target,
+            method,
+            headers,
+            body,
+        } = route;
+        if self.send(hub, destination, target, method, headers, body) {
+            return;
+        }
+        let endpoint_type = self.endpoint_type;
+        tracing::debug!(%destination, source = %caller.source, id, "no {endpoint_type} endpoint for the destination; answering 3201");
+        let description =
+            format!("Destination FSP Error - '{destination}' has no {endpoint_type} endpoint");
+        self.send_error(hub, &caller, id, DESTINATION_FSP_ERROR, &description);
+    }
+}
+
+/// A checked request to pass on to `destination`.
+pub(crate) struct Route<'a> {
+    pub caller: Caller,
+    pub destination: FspName,
+    /// The request's id, for the error callback's URL.
+    pub id: &'a str,
+    pub target: Target<'a>,
+    pub method: Method,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// `FSPIOP-Destination`, which routing cannot do without: 3102 when
+/// absent or empty, 3101 when not an FSP id.
+pub(crate) fn required_destination(headers: &HeaderMap) -> Result<FspName, HubError> {
+    let value = fspiop::header_str(
+        fspiop::FSPIOP_DESTINATION,
+        headers
+            .get("fspiop-destination")
+            .map(|value| value.as_bytes()),
+    )?;
+    let destination = fspiop::check_fsp_header(fspiop::FSPIOP_DESTINATION, value, true)?;
+    destination.ok_or_else(|| fspiop::FspiopError::missing(fspiop::FSPIOP_DESTINATION).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
+
+    #[test]
+    fn each_resource_hangs_off_its_base() {
+        let authorizations = Service {
+            resource: Resource::Authorizations,
+            endpoint_type: "FSPIOP_CALLBACK_URL_AUTHORIZATIONS",
+        };
+        assert_eq!(
+            authorizations.url("http://payer/", Target::Query(ID, "a=1&b=%20")),
+            format!("http://payer/authorizations/{ID}?a=1&b=%20")
+        );
+        assert_eq!(
+            authorizations.url("http://payer", Target::Query(ID, "")),
+            format!("http://payer/authorizations/{ID}")
+        );
+        let requests = Service {
+            resource: Resource::TransactionRequests,
+            endpoint_type: "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
+        };
+        assert_eq!(
+            requests.url("http://payer", Target::Collection),
+            "http://payer/transactionRequests"
+        );
+        let bulk = Service {
+            resource: Resource::BulkQuotes,
+            endpoint_type: "FSPIOP_CALLBACK_URL_BULK_QUOTES",
+        };
+        assert_eq!(
+            bulk.url("http://payee/", Target::Error(ID)),
+            format!("http://payee/bulkQuotes/{ID}/error")
+        );
+    }
+}
