@@ -26,6 +26,7 @@ pub mod routing;
 pub mod server;
 pub mod settlement;
 pub mod stages;
+pub mod tls;
 pub mod trace;
 pub mod transfers;
 pub mod watch;
@@ -61,6 +62,10 @@ pub struct HubConfig {
     /// Trace one transfer in this many, stage by stage (`GET /stats/traces`);
     /// 0 traces none. The per-stage aggregates are kept for every transfer.
     pub trace_sample_every: u64,
+    /// How the FSPIOP address knows who calls (mutual TLS, a trusted
+    /// gateway's header); when enforced, every request's FSPIOP-Source must
+    /// be that identity.
+    pub identity: tls::IdentityPolicy,
 }
 
 impl HubConfig {
@@ -76,6 +81,7 @@ impl HubConfig {
             oracle_connect_timeout: Duration::from_secs(2),
             oracle_request_timeout: Duration::from_secs(5),
             trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
+            identity: tls::IdentityPolicy::default(),
         }
     }
 }
@@ -94,6 +100,8 @@ pub struct Hub {
     /// Where transfer messages spend their time (`/stats/stages`, `/stats/traces`).
     pub stages: Arc<stages::StageTimer>,
     started: Instant,
+    /// When the next refused-source warning may be logged (ms since epoch).
+    refusal_log_next_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -127,6 +135,7 @@ impl Hub {
             metrics,
             stages,
             started: Instant::now(),
+            refusal_log_next_ms: std::sync::atomic::AtomicU64::new(0),
         };
         match hub
             .execute_one(Command::ReadParticipants { name: None })
@@ -327,11 +336,92 @@ impl IntoResponse for HubError {
 
 /// The DFSP-facing application: FSPIOP routes behind the common guard.
 pub fn api_app(hub: Arc<Hub>) -> Router {
+    let binding = hub.clone();
     let fspiop = transfers::router(hub.clone())
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
+    let fspiop = if hub.config.identity.is_enforced() {
+        fspiop.layer(axum::middleware::from_fn(move |request, next| {
+            bind_source(binding.clone(), request, next)
+        }))
+    } else {
+        fspiop
+    };
     guarded(fspiop, &hub, "fspiop")
+}
+
+/// Refuses a request whose FSPIOP-Source is not who the connection proved
+/// to be (its client certificate, or a trusted gateway's word): a DFSP acts
+/// only as itself, on every route, before anything is looked at or changed.
+/// A request without FSPIOP-Source is left to the route's own checks (3102).
+async fn bind_source(
+    hub: Arc<Hub>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(source) = request
+        .headers()
+        .get("fspiop-source")
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
+        .filter(|source| !source.is_empty())
+    else {
+        return next.run(request).await;
+    };
+    let connection = request.extensions().get::<tls::Connection>();
+    let refusal = match tls::identities(&hub.config.identity, connection, request.headers()) {
+        Ok(names) if names.contains(&source) => return next.run(request).await,
+        Ok(names) => {
+            hub.note_refused_source(
+                &source,
+                &names.join(","),
+                "FSPIOP-Source is not the client's identity",
+            );
+            tls::Refusal {
+                reason: "FSPIOP-Source is not the client's identity",
+            }
+        }
+        Err(refusal) => {
+            hub.note_refused_source(&source, "", refusal.reason);
+            refusal
+        }
+    };
+    refusal.into_response()
+}
+
+impl Hub {
+    /// Counts and (at most once a second) logs a refused FSPIOP-Source.
+    fn note_refused_source(&self, claimed: &str, identity: &str, reason: &str) {
+        // Only DFSPs the hub knows are labels, so that a stream of made-up
+        // names cannot grow the metrics without bound.
+        let known = FspName::new(claimed).filter(|fsp| self.endpoints.contains(*fsp));
+        let total =
+            self.metrics
+                .record_source_refused(if known.is_some() { claimed } else { "unknown" });
+        let now = now_ms() as u64;
+        let next = self
+            .refusal_log_next_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if now >= next
+            && self
+                .refusal_log_next_ms
+                .compare_exchange(
+                    next,
+                    now + 1_000,
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            tracing::warn!(
+                claimed,
+                identity,
+                reason,
+                refused_total = total,
+                "FSPIOP request refused: the caller is not who FSPIOP-Source says"
+            );
+        }
+    }
 }
 
 /// The operator-facing application: central-ledger's admin routes.

@@ -184,6 +184,7 @@ pub struct Metrics {
     windows_closed: Family<Vec<(String, String)>, Counter>,
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
+    sources_refused: Family<Vec<(String, String)>, Counter>,
 }
 
 impl fmt::Debug for Metrics {
@@ -267,6 +268,12 @@ impl Metrics {
             "1 while a DFSP's position is at or above the alarm share of its net debit cap",
             position_alarm.clone(),
         );
+        let sources_refused = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_fspiop_source_refused",
+            "FSPIOP requests refused because the caller is not the FSP its FSPIOP-Source names, by the FSP claimed",
+            sources_refused.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -282,7 +289,18 @@ impl Metrics {
             windows_closed,
             position_utilisation,
             position_alarm,
+            sources_refused,
         }
+    }
+
+    /// Counts a refused FSPIOP-Source under `participant` (a known DFSP,
+    /// or "unknown"); the total for it.
+    pub fn record_source_refused(&self, participant: &str) -> u64 {
+        let label = participant;
+        self.sources_refused
+            .get_or_create(&vec![("participant".to_string(), label.to_string())])
+            .inc()
+            + 1
     }
 
     /// Counts a closed settlement window (`trigger`: api or schedule).

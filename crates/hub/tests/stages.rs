@@ -133,7 +133,12 @@ async fn stub_dfsp() -> (SocketAddr, mpsc::UnboundedReceiver<String>) {
 async fn serve(app: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(hub::server::serve(listener, app, std::future::pending()));
+    tokio::spawn(hub::server::serve(
+        listener,
+        app,
+        std::future::pending(),
+        None,
+    ));
     addr
 }
 

@@ -78,6 +78,50 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_POSITION_ALARM_PERCENT", default_value_t = 90)]
     position_alarm_percent: u8,
 
+    /// Serve both addresses over TLS (1.2 and 1.3) with this certificate
+    /// chain (PEM); re-read with its key on SIGHUP, without dropping
+    /// connections.
+    #[arg(long, env = "KASI_TLS_CERT", value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, env = "KASI_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+
+    /// Mutual TLS on the FSPIOP address: clients must present a certificate
+    /// this CA (the scheme's) signed, or the handshake fails; its subject CN
+    /// or a DNS name is the FSP id the client may act as, and a request
+    /// whose FSPIOP-Source is any other is refused (400, 3100).
+    #[arg(
+        long,
+        env = "KASI_TLS_CLIENT_CA",
+        value_name = "FILE",
+        requires = "tls_cert"
+    )]
+    tls_client_ca: Option<PathBuf>,
+
+    /// Behind a gateway that terminates mutual TLS: the addresses (CIDR,
+    /// comma-separated or repeated) whose --client-identity-header is
+    /// believed. The header from any other address is refused.
+    #[arg(
+        long,
+        env = "KASI_TRUSTED_PROXY",
+        value_delimiter = ',',
+        value_name = "CIDR",
+        requires = "client_identity_header"
+    )]
+    trusted_proxy: Vec<hub::tls::Cidr>,
+
+    /// The header in which a trusted gateway names the client's FSP id
+    /// (e.g. X-Client-Id); FSPIOP-Source must then be that id.
+    #[arg(
+        long,
+        env = "KASI_CLIENT_IDENTITY_HEADER",
+        value_name = "NAME",
+        requires = "trusted_proxy"
+    )]
+    client_identity_header: Option<String>,
+
     /// How often positions are checked against the alarm share, in ms.
     #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -145,6 +189,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            let files = hub::tls::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
+            let api = hub::tls::server_config(reloading.clone(), args.tls_client_ca.as_deref())
+                .map_err(anyhow::Error::msg)?;
+            let admin =
+                hub::tls::server_config(reloading.clone(), None).map_err(anyhow::Error::msg)?;
+            info!(
+                cert = %cert.display(),
+                mutual = args.tls_client_ca.is_some(),
+                "TLS on both addresses"
+            );
+            Some(Tls {
+                api,
+                admin,
+                reloading,
+            })
+        }
+        _ => None,
+    };
     let grace = Duration::from_secs(args.shutdown_grace_s);
     let served = runtime.block_on(async {
         let dispatcher = Dispatcher::new(DispatcherConfig::default());
@@ -152,6 +220,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.admin_base_url = format!("http://{}", args.admin_listen);
         hub_config.quotes_persistent = args.quotes_persistent;
         hub_config.trace_sample_every = args.trace_sample_every;
+        hub_config.identity = hub::tls::IdentityPolicy {
+            client_certificates: args.tls_client_ca.is_some(),
+            proxy: match &args.client_identity_header {
+                Some(name) => Some(hub::tls::ProxyIdentity {
+                    header: axum::http::HeaderName::from_bytes(name.as_bytes()).with_context(
+                        || format!("--client-identity-header {name:?} is not a header name"),
+                    )?,
+                    trusted: args.trusted_proxy.clone(),
+                }),
+                None => None,
+            },
+        };
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         hub.metrics.start_runtime_probe();
         if !args.settlement_close_at.is_empty() {
@@ -180,7 +260,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 expiry_hub.notify_expired(&views);
             }
         });
-        let result = serve_http(hub, args.api_listen, args.admin_listen).await;
+        let result = serve_http(hub, args.api_listen, args.admin_listen, tls).await;
         info!("stopped accepting requests");
         anyhow::Ok((result, dispatcher, expiry_task))
     });
@@ -217,10 +297,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// TLS of both listeners, and the certificate SIGHUP reloads.
+struct Tls {
+    api: Arc<rustls::ServerConfig>,
+    admin: Arc<rustls::ServerConfig>,
+    reloading: Arc<hub::tls::ReloadingCert>,
+}
+
 async fn serve_http(
     hub: Arc<Hub>,
     api_listen: SocketAddr,
     admin_listen: SocketAddr,
+    tls: Option<Tls>,
 ) -> anyhow::Result<()> {
     let api = tokio::net::TcpListener::bind(api_listen)
         .await
@@ -240,15 +328,47 @@ async fn serve_http(
         }
         let _ = stop_sender.send(true);
     });
-    info!(api = %api.local_addr()?, admin = %admin.local_addr()?, "serving");
+    if let Some(tls) = &tls {
+        let reloading = tls.reloading.clone();
+        let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .context("cannot listen for SIGHUP")?;
+        tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                match reloading.reload() {
+                    Ok(()) => {
+                        info!(cert = %reloading.files().cert.display(), "SIGHUP: TLS certificate reloaded")
+                    }
+                    Err(error) => {
+                        tracing::error!(%error, "SIGHUP: TLS certificate not reloaded; the previous one stays")
+                    }
+                }
+            }
+        });
+    }
+    info!(
+        api = %api.local_addr()?,
+        admin = %admin.local_addr()?,
+        tls = tls.is_some(),
+        "serving"
+    );
     let wait = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
     let api_app = hub::api_app(hub.clone());
     let admin_app = hub::admin_app(hub);
     tokio::join!(
-        hub::server::serve(api, api_app, wait(stop.clone())),
-        hub::server::serve(admin, admin_app, wait(stop)),
+        hub::server::serve(
+            api,
+            api_app,
+            wait(stop.clone()),
+            tls.as_ref().map(|tls| tls.api.clone())
+        ),
+        hub::server::serve(
+            admin,
+            admin_app,
+            wait(stop),
+            tls.as_ref().map(|tls| tls.admin.clone())
+        ),
     );
     signal.abort();
     Ok(())
