@@ -394,7 +394,8 @@ impl Hub {
     fn note_refused_source(&self, claimed: &str, identity: &str, reason: &str) {
         // Only DFSPs the hub knows are labels, so that a stream of made-up
         // names cannot grow the metrics without bound.
-        let known = FspName::new(claimed).filter(|fsp| self.endpoints.contains(*fsp));
+        let known = FspName::new(claimed)
+            .filter(|fsp| *fsp == self.config.hub_name || self.endpoints.contains(*fsp));
         let total =
             self.metrics
                 .record_source_refused(if known.is_some() { claimed } else { "unknown" });

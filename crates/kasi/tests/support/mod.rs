@@ -386,11 +386,39 @@ pub fn http(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Response {
-    let mut stream =
+    let stream =
         TcpStream::connect(address).unwrap_or_else(|error| panic!("connect {address}: {error}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    http_on(stream, address, method, path, headers, body)
+}
+
+/// [`http`] from the local address `from` (e.g. 127.0.0.2, to be a client
+/// the hub does not trust).
+pub fn http_from(
+    from: std::net::IpAddr,
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Response {
+    let stream = runtime()
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(from, 0))?;
+            socket.connect(address).await?.into_std()
+        })
+        .unwrap_or_else(|error| panic!("connect {address} from {from}: {error}"));
+    stream.set_nonblocking(false).unwrap();
+    http_on(stream, address, method, path, headers, body)
+}
+
+fn request_head(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> String {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
     for (name, value) in headers {
         head.push_str(&format!("{name}: {value}\r\n"));
@@ -399,6 +427,21 @@ pub fn http(
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
+    head
+}
+
+fn http_on(
+    mut stream: TcpStream,
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Response {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let head = request_head(address, method, path, headers, body);
     stream.write_all(head.as_bytes()).unwrap();
     let writer = if body.len() > 256 * 1024 {
         let mut clone = stream.try_clone().unwrap();
@@ -437,6 +480,104 @@ pub fn http(
         let _ = writer.join();
     }
     parse_response(&raw)
+}
+
+/// A TLS client: the roots it trusts and, for mutual TLS, its certificate.
+#[derive(Clone)]
+pub struct TlsClient {
+    pub config: Arc<rustls::ClientConfig>,
+}
+
+impl TlsClient {
+    /// Trusts `ca` and presents `identity` (certificate chain and key, DER)
+    /// when the server asks for one.
+    pub fn new(ca: &[u8], identity: Option<(&[u8], &[u8])>) -> TlsClient {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(ca.to_vec()))
+            .unwrap();
+        let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+        let config = match identity {
+            Some((certificate, key)) => builder
+                .with_client_auth_cert(
+                    vec![rustls::pki_types::CertificateDer::from(
+                        certificate.to_vec(),
+                    )],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(key.to_vec().into()),
+                )
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        TlsClient {
+            config: Arc::new(config),
+        }
+    }
+
+    /// Connects and completes the handshake (for a client certificate the
+    /// server refuses, TLS 1.3 reports it only at the first read).
+    pub fn connect(
+        &self,
+        address: SocketAddr,
+    ) -> std::io::Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+        let server_name = rustls::pki_types::ServerName::try_from("localhost")
+            .unwrap()
+            .to_owned();
+        let connection = rustls::ClientConnection::new(self.config.clone(), server_name)
+            .map_err(std::io::Error::other)?;
+        let socket = TcpStream::connect(address)?;
+        socket.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut stream = rustls::StreamOwned::new(connection, socket);
+        while stream.conn.is_handshaking() {
+            stream.conn.complete_io(&mut stream.sock)?;
+        }
+        Ok(stream)
+    }
+}
+
+/// One request over TLS on a fresh connection; an `Err` when the handshake
+/// or the exchange fails (a refused client certificate).
+pub fn https(
+    client: &TlsClient,
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> std::io::Result<Response> {
+    let mut stream = client.connect(address)?;
+    let head = request_head(address, method, path, headers, body);
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    stream.flush()?;
+    read_response(&mut stream)
+}
+
+/// Reads one response from `stream`; the request must have said
+/// `Connection: close` or the response must be delimited.
+pub fn read_response(stream: &mut impl Read) -> std::io::Result<Response> {
+    let mut raw = Vec::new();
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                raw.extend_from_slice(&buffer[..n]);
+                if let Some(end) = response_end(&raw, false) {
+                    raw.truncate(end);
+                    break;
+                }
+            }
+            Err(error) if raw.is_empty() => return Err(error),
+            Err(_) => break,
+        }
+    }
+    if response_end(&raw, true).is_none() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("no complete response: {:?}", String::from_utf8_lossy(&raw)),
+        ));
+    }
+    Ok(parse_response(&raw))
 }
 
 // --------------------------------------------------------------- DFSP stubs
@@ -730,6 +871,9 @@ pub struct Hub {
     pub data_dir: PathBuf,
     log: Arc<Mutex<String>>,
     exited: bool,
+    /// Set when the hub serves TLS: how [`Hub::admin`] and [`Hub::api`]
+    /// connect.
+    pub tls: Option<TlsClient>,
 }
 
 fn address_after(line: &str, key: &str) -> Option<SocketAddr> {
@@ -800,11 +944,16 @@ impl Hub {
             data_dir: data_dir.to_path_buf(),
             log,
             exited: false,
+            tls: None,
         }
     }
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL, as a crash.
@@ -836,6 +985,21 @@ impl Hub {
         }
     }
 
+    fn send(
+        &self,
+        address: SocketAddr,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Response {
+        match &self.tls {
+            Some(client) => https(client, address, method, path, headers, body)
+                .unwrap_or_else(|error| panic!("{method} {path} over TLS: {error}")),
+            None => http(address, method, path, headers, body),
+        }
+    }
+
     // ---------------------------------------------------------- admin API
 
     pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
@@ -847,7 +1011,7 @@ impl Hub {
             }
             None => Vec::new(),
         };
-        http(self.admin, method, path, &headers, &bytes)
+        self.send(self.admin, method, path, &headers, &bytes)
     }
 
     /// An admin request without a body, with extra `headers`.
@@ -861,7 +1025,7 @@ impl Hub {
             .iter()
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
-        http(self.admin, method, path, &headers, b"")
+        self.send(self.admin, method, path, &headers, b"")
     }
 
     /// An admin request that must answer `status`.
@@ -1052,7 +1216,7 @@ impl Hub {
         headers: &[(String, String)],
         body: &[u8],
     ) -> Response {
-        http(self.api, method, path, headers, body)
+        self.send(self.api, method, path, headers, body)
     }
 
     /// `POST /transfers` from `source` with the standard headers.
@@ -1191,5 +1355,94 @@ impl Scenario {
     pub fn fulfil(&self, transfer_id: &str, body: &str) {
         let response = self.hub.fulfil(transfer_id, PAYEE, PAYER, body);
         assert_eq!(response.status, 200, "fulfil: {response:?}");
+    }
+}
+
+// ---------------------------------------------------------------------- PKI
+
+/// A certificate and its private key, made for a test.
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: Vec<u8>,
+    pub key_der: Vec<u8>,
+}
+
+impl Issued {
+    /// Writes `<name>.crt` and `<name>.key` into `dir`; their paths.
+    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let cert = dir.join(format!("{name}.crt"));
+        let key = dir.join(format!("{name}.key"));
+        std::fs::write(&cert, &self.cert_pem).unwrap();
+        std::fs::write(&key, &self.key_pem).unwrap();
+        (cert, key)
+    }
+}
+
+/// A scheme CA made for one test (rcgen, ECDSA P-256).
+pub struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+}
+
+impl Pki {
+    pub fn new(name: &str) -> Pki {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca = params.self_signed(&ca_key).unwrap();
+        Pki { ca, ca_key }
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.ca.der().to_vec()
+    }
+
+    /// Writes the CA certificate to `path`.
+    pub fn write_ca(&self, path: &Path) {
+        std::fs::write(path, self.ca.pem()).unwrap();
+    }
+
+    /// A certificate with subject CN `common_name` and DNS SANs `dns_names`,
+    /// for a server (`localhost` is what [`TlsClient`] expects) or a client.
+    pub fn issue(&self, common_name: &str, dns_names: &[&str], server: bool) -> Issued {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = dns_names.iter().map(|name| name.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        params.extended_key_usages = vec![if server {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        }
+    }
+
+    /// A [`TlsClient`] trusting this CA, presenting `identity` if given.
+    pub fn client(&self, identity: Option<&Issued>) -> TlsClient {
+        TlsClient::new(
+            &self.ca_der(),
+            identity.map(|issued| (issued.cert_der.as_slice(), issued.key_der.as_slice())),
+        )
     }
 }
