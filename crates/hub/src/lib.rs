@@ -56,6 +56,9 @@ pub struct HubConfig {
     pub oracle_connect_timeout: Duration,
     /// Whole request to an external oracle, answer read included.
     pub oracle_request_timeout: Duration,
+    /// TLS of the hub's outbound `https://` requests to oracles (the
+    /// dispatcher has its own copy for callbacks); `None`: system roots.
+    pub callback_tls: Option<Arc<rustls::ClientConfig>>,
     /// Record quotes durably and apply the FSPIOP duplicate rules to them
     /// (the quoting service's persistent mode); otherwise only route them.
     pub quotes_persistent: bool,
@@ -80,6 +83,7 @@ impl HubConfig {
             oracle_cache_capacity: oracles::DEFAULT_CACHE_CAPACITY,
             oracle_connect_timeout: Duration::from_secs(2),
             oracle_request_timeout: Duration::from_secs(5),
+            callback_tls: None,
             trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
             identity: tls::IdentityPolicy::default(),
         }

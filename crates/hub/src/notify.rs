@@ -17,8 +17,9 @@
 //!   complete out of order). A worker exits when its queue is empty, so an idle
 //!   destination holds no task.
 //! - All destinations share one hyper-util client with a pool of keep-alive
-//!   HTTP/1.1 connections. Only `http://` URLs are accepted; any other URL is
-//!   a permanent failure, counted and never retried.
+//!   HTTP/1.1 connections, plain or TLS (`https://`, verified against
+//!   `DispatcherConfig::tls`'s roots). Any other URL is a permanent failure,
+//!   counted and never retried.
 //! - Each attempt has a connect timeout and a whole-request timeout. Transport
 //!   errors and timeouts are retried with exponential backoff and jitter, as
 //!   the DFSP may never have seen the request. Any HTTP answer is final: 2xx
@@ -39,6 +40,7 @@ use http::uri::Scheme;
 use http::{HeaderMap, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -64,7 +66,7 @@ pub struct Callback {
     /// The DFSP the callback is for: the key of its queue and its statistics.
     pub destination: String,
     pub method: Method,
-    /// Absolute `http://` URL.
+    /// Absolute `http://` or `https://` URL.
     pub url: String,
     /// Sent as given, except the framing and hop-by-hop headers (`Host`,
     /// `Content-Length`, `Transfer-Encoding`, `Connection`, `Keep-Alive`, `TE`,
@@ -105,6 +107,9 @@ pub struct DispatcherConfig {
     /// The wait before retry n (n = 0, 1, …) is `backoff_base * 2^n`, scaled
     /// by a jitter factor in [0.5, 1.5], and at most 30 s.
     pub backoff_base: Duration,
+    /// TLS of `https://` callbacks (roots, and the hub's client certificate
+    /// for DFSPs that require mutual TLS); `None`: the system's roots.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for DispatcherConfig {
@@ -116,6 +121,7 @@ impl Default for DispatcherConfig {
             request_timeout: Duration::from_secs(5),
             max_attempts: 3,
             backoff_base: Duration::from_millis(100),
+            tls: None,
         }
     }
 }
@@ -126,7 +132,7 @@ pub struct DestinationStats {
     pub destination: String,
     /// Answered with a 2xx status.
     pub sent_ok: u64,
-    /// Given up: attempts exhausted, URL not usable (not `http://`), or still
+    /// Given up: attempts exhausted, URL not usable (not `http(s)://`), or still
     /// undelivered when [`Dispatcher::shutdown`]'s deadline passed.
     pub failed: u64,
     /// Retries made (a callback tried three times counts two).
@@ -163,7 +169,7 @@ impl fmt::Debug for Dispatcher {
 
 struct Inner {
     config: DispatcherConfig,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// Where workers are spawned; captured by `new` so that `send` works from
     /// any thread.
     runtime: tokio::runtime::Handle,
@@ -307,10 +313,12 @@ impl Dispatcher {
     /// If called outside a tokio runtime: workers are spawned on the runtime
     /// that was current here.
     pub fn new(config: DispatcherConfig) -> Dispatcher {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+        let tls = match &config.tls {
+            Some(tls) => tls.clone(),
+            None => crate::tls::client_config(None, None)
+                .expect("a TLS client configuration without files cannot fail"),
+        };
+        let connector = crate::tls::https_connector(tls, config.connect_timeout);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_timer(TokioTimer::new())
@@ -338,7 +346,7 @@ impl Dispatcher {
     ///
     /// The callback is dropped (counted in `dropped`) if its destination's
     /// queue is full or shutdown has begun, and failed at once (counted in
-    /// `failed`) if its URL is not an absolute `http://` URL.
+    /// `failed`) if its URL is not an absolute `http(s)://` URL.
     pub fn send(&self, callback: Callback) {
         self.send_probed(callback, None);
     }
@@ -674,13 +682,12 @@ pub(crate) fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Accepts an absolute `http://` URL with a host.
+/// Accepts an absolute `http://` or `https://` URL with a host.
 fn parse_http_url(url: &str) -> Result<Uri, &'static str> {
     let uri: Uri = url.parse().map_err(|_| "not a valid URL")?;
     match uri.scheme() {
-        Some(scheme) if *scheme == Scheme::HTTP => {}
-        Some(scheme) if *scheme == Scheme::HTTPS => return Err("https is not supported yet"),
-        Some(_) => return Err("scheme is not http"),
+        Some(scheme) if *scheme == Scheme::HTTP || *scheme == Scheme::HTTPS => {}
+        Some(_) => return Err("scheme is neither http nor https"),
         None => return Err("not an absolute URL"),
     }
     match uri.host() {
@@ -1315,18 +1322,13 @@ mod tests {
     #[tokio::test]
     async fn unusable_urls_fail_at_once_without_retry() {
         let dispatcher = Dispatcher::new(fast_config());
-        for url in [
-            "https://127.0.0.1:1/transfers/1",
-            "not a url",
-            "/transfers/1",
-            "ftp://host/x",
-        ] {
+        for url in ["not a url", "/transfers/1", "ftp://host/x"] {
             dispatcher.send(callback("odd", url.to_owned(), b"{}"));
         }
         let stats = stats_of(&dispatcher, "odd");
         assert_eq!(
             (stats.failed, stats.retried, stats.queued, stats.in_flight),
-            (4, 0, 0, 0),
+            (3, 0, 0, 0),
             "{stats:?}"
         );
         dispatcher.shutdown(Duration::ZERO).await;

@@ -23,6 +23,7 @@ use axum::Router;
 use http::header::{ACCEPT, CONTENT_TYPE, DATE};
 use http::{HeaderValue, Request, Uri};
 use http_body_util::{BodyExt, Empty, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -204,7 +205,7 @@ pub struct Oracles {
     /// a configuration change is not cached after it.
     generation: AtomicU64,
     cache: LookupCache,
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     request_timeout: Duration,
     /// Serializes admin changes, so that the directory reloaded after one
     /// is never older than one loaded after an earlier change.
@@ -216,10 +217,12 @@ pub struct Oracles {
 
 impl Oracles {
     pub fn new(config: &HubConfig) -> Oracles {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.oracle_connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+        let tls = match &config.callback_tls {
+            Some(tls) => tls.clone(),
+            None => crate::tls::client_config(None, None)
+                .expect("a TLS client configuration without files cannot fail"),
+        };
+        let connector = crate::tls::https_connector(tls, config.oracle_connect_timeout);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_timer(TokioTimer::new())
@@ -603,9 +606,9 @@ fn oracle_fields(
         (None, Some(row)) => row.endpoint.clone(),
         (None, None) => return Err(missing("endpoint.value")),
     };
-    if !endpoint.starts_with("http://") {
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
         return Err(invalid(format!(
-            "endpoint.value '{endpoint}' must be an http:// URL (as callback URLs)"
+            "endpoint.value '{endpoint}' must be an http:// or https:// URL (as callback URLs)"
         )));
     }
     let currency = match body.get("currency") {

@@ -158,6 +158,71 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// The client side of the hub's outbound HTTPS (callbacks, oracle calls):
+/// servers verified against `ca` (a PEM bundle, e.g. the scheme CA) or,
+/// without one, against the system's roots; `identity` is presented to
+/// servers that ask for a client certificate (mutual TLS).
+pub fn client_config(
+    ca: Option<&Path>,
+    identity: Option<&CertFiles>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
+    let roots = match ca {
+        Some(path) => root_store(path)?,
+        None => system_roots(),
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| error.to_string())?
+        .with_root_certificates(roots);
+    // No ALPN here: the connector sets the protocols it speaks.
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some(files) => builder
+            .with_client_auth_cert(certificates(&files.cert)?, private_key(&files.key)?)
+            .map_err(|error| {
+                format!(
+                    "{} with {}: {error}",
+                    files.cert.display(),
+                    files.key.display()
+                )
+            })?,
+    };
+    Ok(Arc::new(config))
+}
+
+/// The operating system's trusted roots; certificates it cannot parse are
+/// skipped (logged), and none at all only means that no https endpoint
+/// verifies.
+fn system_roots() -> RootCertStore {
+    let found = rustls_native_certs::load_native_certs();
+    for error in &found.errors {
+        tracing::warn!(%error, "a system root certificate could not be loaded");
+    }
+    let mut roots = RootCertStore::empty();
+    let (added, ignored) = roots.add_parsable_certificates(found.certs);
+    if ignored > 0 {
+        tracing::debug!(added, ignored, "system root certificates skipped");
+    }
+    roots
+}
+
+/// The connector of the hub's HTTP clients: `http://` and `https://` with
+/// `tls`, TCP_NODELAY, and a connect timeout.
+pub fn https_connector(
+    tls: Arc<rustls::ClientConfig>,
+    connect_timeout: std::time::Duration,
+) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config((*tls).clone())
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http)
+}
+
 /// Who a client's certificate says it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientIdentity {

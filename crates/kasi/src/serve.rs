@@ -122,6 +122,31 @@ pub struct ServeArgs {
     )]
     client_identity_header: Option<String>,
 
+    /// Trust anchors (PEM bundle, e.g. the scheme CA) for the servers of
+    /// `https://` callback endpoints and oracles. Without it, the system's
+    /// roots.
+    #[arg(long, env = "KASI_CALLBACK_CA", value_name = "FILE")]
+    callback_ca: Option<PathBuf>,
+
+    /// The certificate chain (PEM) the hub presents to DFSPs and oracles
+    /// that require mutual TLS on their `https://` endpoints.
+    #[arg(
+        long,
+        env = "KASI_CALLBACK_CERT",
+        value_name = "FILE",
+        requires = "callback_key"
+    )]
+    callback_cert: Option<PathBuf>,
+
+    /// The private key of --callback-cert (PEM).
+    #[arg(
+        long,
+        env = "KASI_CALLBACK_KEY",
+        value_name = "FILE",
+        requires = "callback_cert"
+    )]
+    callback_key: Option<PathBuf>,
+
     /// How often positions are checked against the alarm share, in ms.
     #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -213,11 +238,38 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
+    let callback_identity = match (&args.callback_cert, &args.callback_key) {
+        (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        _ => None,
+    };
+    let callback_tls =
+        hub::tls::client_config(args.callback_ca.as_deref(), callback_identity.as_ref())
+            .map_err(anyhow::Error::msg)
+            .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
+    info!(
+        roots = %args
+            .callback_ca
+            .as_ref()
+            .map_or("system".to_string(), |path| path.display().to_string()),
+        client_certificate = callback_identity.is_some(),
+        "https callbacks and oracle calls"
+    );
     let grace = Duration::from_secs(args.shutdown_grace_s);
     let served = runtime.block_on(async {
-        let dispatcher = Dispatcher::new(DispatcherConfig::default());
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            tls: Some(callback_tls.clone()),
+            ..DispatcherConfig::default()
+        });
         let mut hub_config = HubConfig::new(hub_name);
-        hub_config.admin_base_url = format!("http://{}", args.admin_listen);
+        hub_config.callback_tls = Some(callback_tls);
+        hub_config.admin_base_url = format!(
+            "{}://{}",
+            if tls.is_some() { "https" } else { "http" },
+            args.admin_listen
+        );
         hub_config.quotes_persistent = args.quotes_persistent;
         hub_config.trace_sample_every = args.trace_sample_every;
         hub_config.identity = hub::tls::IdentityPolicy {

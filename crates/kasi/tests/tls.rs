@@ -440,3 +440,69 @@ fn sighup_serves_a_replaced_certificate_without_dropping_connections() {
 fn hub_pid(hub: &Hub) -> u32 {
     hub.pid()
 }
+
+#[test]
+fn callbacks_reach_https_dfsps_verified_against_the_callback_ca_with_the_hubs_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let scheme = Pki::new("kasi test scheme CA");
+    let ca_path = dir.path().join("scheme-ca.pem");
+    scheme.write_ca(&ca_path);
+    let (hub_cert, hub_key) = scheme
+        .issue(HUB_NAME, &[], false)
+        .write(dir.path(), "hub-client");
+
+    // Three payees: plain TLS, TLS requiring a client certificate from the
+    // scheme CA, and TLS with a certificate the scheme never issued.
+    let server = scheme.issue("dfsp", &["127.0.0.1"], true);
+    let tls_payee = Stub::start_tls(PAYEE, Pki::server_config(&server, None));
+    let mtls_payee = Stub::start_tls("mtlsfsp", Pki::server_config(&server, Some(&scheme)));
+    let rogue = Pki::new("rogue CA");
+    let rogue_payee = Stub::start_tls(
+        "roguefsp",
+        Pki::server_config(&rogue.issue("dfsp", &["127.0.0.1"], true), None),
+    );
+    let payer = Stub::start(PAYER);
+    assert!(tls_payee.base_url().starts_with("https://"));
+
+    let data = dir.path().join("data");
+    let callback_ca = ["--callback-ca", ca_path.to_str().unwrap()];
+    let mut hub = Hub::start_with(&data, &callback_ca);
+    hub.setup();
+    hub.onboard(PAYER, &payer.base_url(), 100_000, 50_000);
+    for stub in [&tls_payee, &mtls_payee, &rogue_payee] {
+        hub.onboard(&stub.name, &stub.base_url(), 10_000, 0);
+    }
+    let prepare_to = |hub: &Hub, payee: &str| {
+        let id = new_id();
+        let body = prepare_body(&id, PAYER, payee, "1", far_future());
+        let response = hub.prepare(PAYER, payee, &body);
+        assert_eq!(response.status, 202, "{response:?}");
+        (id, body)
+    };
+
+    let (_, body) = prepare_to(&hub, PAYEE);
+    let forwarded = tls_payee.expect("POST", "/transfers");
+    assert_eq!(forwarded.text(), body, "the exact bytes, over TLS");
+
+    // Without the hub's client certificate the mutual-TLS DFSP refuses the
+    // connection, and a server the scheme CA did not sign is not trusted.
+    prepare_to(&hub, "mtlsfsp");
+    prepare_to(&hub, "roguefsp");
+    mtls_payee.assert_quiet(Duration::from_secs(1));
+    rogue_payee.assert_quiet(QUIET_WAIT);
+    assert_eq!(hub.terminate().code(), Some(0));
+
+    let mut args = callback_ca.to_vec();
+    args.extend([
+        "--callback-cert",
+        hub_cert.to_str().unwrap(),
+        "--callback-key",
+        hub_key.to_str().unwrap(),
+    ]);
+    let hub = Hub::start_with(&data, &args);
+    let (_, body) = prepare_to(&hub, "mtlsfsp");
+    let forwarded = mtls_payee.expect("POST", "/transfers");
+    assert_eq!(forwarded.text(), body);
+    prepare_to(&hub, "roguefsp");
+    rogue_payee.assert_quiet(QUIET_WAIT);
+}

@@ -641,6 +641,8 @@ impl fmt::Debug for Received {
 pub struct Stub {
     pub name: String,
     address: SocketAddr,
+    /// `https` for a stub started with [`Stub::start_tls`].
+    scheme: &'static str,
     requests: Mutex<mpsc::Receiver<Received>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -689,13 +691,52 @@ impl Stub {
         Stub {
             name: name.to_string(),
             address,
+            scheme: "http",
+            requests: Mutex::new(requests),
+            task,
+        }
+    }
+
+    /// A stub serving HTTPS with `tls` (its certificate, and a client
+    /// certificate requirement if the configuration has one). Connections
+    /// whose handshake fails are dropped and record nothing.
+    pub fn start_tls(name: &str, tls: Arc<rustls::ServerConfig>) -> Stub {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap();
+        let (sender, requests) = mpsc::channel();
+        let app = axum::Router::new().fallback(record).with_state(sender);
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let task = runtime().spawn(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            loop {
+                let Ok((socket, _)) = listener.accept().await else {
+                    continue;
+                };
+                let acceptor = acceptor.clone();
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(socket).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(app);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Stub {
+            name: name.to_string(),
+            address,
+            scheme: "https",
             requests: Mutex::new(requests),
             task,
         }
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.address)
+        format!("{}://{}", self.scheme, self.address)
     }
 
     pub fn next_within(&self, within: Duration) -> Option<Received> {
@@ -1436,6 +1477,36 @@ impl Pki {
             cert_der: cert.der().to_vec(),
             key_der: key.serialize_der(),
         }
+    }
+
+    /// A server configuration presenting `server`; with `client_ca`,
+    /// clients must present a certificate that CA signed.
+    pub fn server_config(server: &Issued, client_ca: Option<&Pki>) -> Arc<rustls::ServerConfig> {
+        let builder = rustls::ServerConfig::builder();
+        let builder = match client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots
+                    .add(rustls::pki_types::CertificateDer::from(ca.ca_der()))
+                    .unwrap();
+                builder.with_client_cert_verifier(
+                    rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+                        .build()
+                        .unwrap(),
+                )
+            }
+            None => builder.with_no_client_auth(),
+        };
+        Arc::new(
+            builder
+                .with_single_cert(
+                    vec![rustls::pki_types::CertificateDer::from(
+                        server.cert_der.clone(),
+                    )],
+                    rustls::pki_types::PrivateKeyDer::Pkcs8(server.key_der.clone().into()),
+                )
+                .unwrap(),
+        )
     }
 
     /// A [`TlsClient`] trusting this CA, presenting `identity` if given.
