@@ -484,6 +484,7 @@ fn onboard(handle: &EngineHandle, count: u32) -> anyhow::Result<Vec<FspName>> {
 }
 
 #[derive(Clone, Copy)]
+#[allow(clippy::enum_variant_names)] // "two-phase" is the flow's name
 enum Phase {
     /// Prepare transfers `first..first + n`.
     Prepare { first: u128 },

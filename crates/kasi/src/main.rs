@@ -52,7 +52,7 @@ enum Command {
     /// positions, oracles, `/metrics`). Stops cleanly on SIGINT or SIGTERM:
     /// requests in flight are answered, queued work is committed and queued
     /// callbacks are delivered before the store closes.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Recompute every account from the recorded transfers and compare.
     ///
     /// Reads the store (safe while the hub runs) and prints every difference
@@ -174,7 +174,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Audit(args) => audit::run(&args.data_dir),
         Command::NullHub => null_hub::run_process(),
         Command::Bench(bench) => match bench.command {

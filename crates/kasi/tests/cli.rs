@@ -44,6 +44,7 @@ fn serve(
     data_dir: &Path,
     extra: &[&str],
 ) -> (Child, SocketAddr, BufReader<std::process::ChildStderr>) {
+    #[allow(clippy::zombie_processes)] // the caller waits for it
     let mut child = serve_command(data_dir)
         .args(extra)
         .stderr(Stdio::piped())

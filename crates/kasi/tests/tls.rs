@@ -104,6 +104,9 @@ fn start_tls_hub(dir: &Path, pki: &Pki, server: &Issued, extra: &[&str]) -> Hub 
     hub
 }
 
+/// A request: method, path, headers, body.
+type Attempt = (&'static str, String, Vec<(String, String)>, String);
+
 #[test]
 fn mutual_tls_binds_fspiop_source_to_the_client_certificate_on_every_route() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,7 +209,7 @@ fn mutual_tls_binds_fspiop_source_to_the_client_certificate_on_every_route() {
     let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
     let abort = error_body("5101", "forged abort");
     let registration = format!(r#"{{"fspId":"{PAYEE}","currency":"USD"}}"#);
-    let attempts: Vec<(&str, String, Vec<(String, String)>, String)> = vec![
+    let attempts: Vec<Attempt> = vec![
         (
             "POST",
             "/transfers".into(),

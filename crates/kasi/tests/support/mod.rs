@@ -319,10 +319,7 @@ fn response_end(raw: &[u8], eof: bool) -> Option<usize> {
 
 fn dechunk(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
         let size_text = String::from_utf8_lossy(&data[..line_end]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
             .unwrap_or(0);
