@@ -15,6 +15,7 @@ use engine::{BatchTiming, EngineError, EngineHandle};
 use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
+pub mod body;
 pub mod endpoints;
 pub mod metrics;
 pub mod notify;
@@ -48,6 +49,8 @@ pub struct HubConfig {
     pub max_body_bytes: usize,
     /// Longest a request may take, including waiting for durability.
     pub request_timeout: Duration,
+    /// Longest a request body may pause between bytes; then 400 (3101).
+    pub body_idle_timeout: Duration,
     /// How long an external oracle's answer (a holder, or none) is reused.
     pub oracle_cache_ttl: Duration,
     /// Oracle answers kept at most; the oldest is dropped first.
@@ -79,6 +82,7 @@ impl HubConfig {
             admin_base_url: String::new(),
             max_body_bytes: 5 * 1024 * 1024,
             request_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(5),
             oracle_cache_ttl: oracles::DEFAULT_CACHE_TTL,
             oracle_cache_capacity: oracles::DEFAULT_CACHE_CAPACITY,
             oracle_connect_timeout: Duration::from_secs(2),
@@ -446,11 +450,14 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
 }
 
 fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
-    let timeout = hub.config.request_timeout;
+    let limits = Limits {
+        request: hub.config.request_timeout,
+        body_idle: hub.config.body_idle_timeout,
+    };
     let metrics = hub.metrics.clone();
     router
         .layer(axum::middleware::from_fn(move |request, next| {
-            guard(timeout, metrics.clone(), api, request, next)
+            guard(limits, metrics.clone(), api, request, next)
         }))
         .layer(axum::extract::DefaultBodyLimit::max(
             hub.config.max_body_bytes,
@@ -460,8 +467,15 @@ fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
 /// Bounds each request's time, answers the framework's own refusals
 /// (unknown path, wrong method, oversized body, ...) in the FSPIOP error
 /// format instead of plain text, and counts the request in the metrics.
+/// The time limits the guard applies to each request.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    request: Duration,
+    body_idle: Duration,
+}
+
 async fn guard(
-    timeout: Duration,
+    limits: Limits,
     metrics: Arc<metrics::Metrics>,
     api: &'static str,
     request: axum::extract::Request,
@@ -469,7 +483,31 @@ async fn guard(
 ) -> Response {
     let arrived = Instant::now();
     let route = metrics::Route::of(&request);
-    let mut response = checked(timeout, request, next).await;
+    let fault = body::FaultSlot::default();
+    let request =
+        request.map(|inner| body::with_idle_timeout(inner, limits.body_idle, fault.clone()));
+    let mut response = checked(limits.request, request, next).await;
+    let fault = *fault.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(fault) = fault {
+        // Whatever the handler made of the unreadable body, say what it was.
+        let description = match fault {
+            body::BodyFault::Stalled => format!(
+                "Malformed syntax - no body bytes for {} ms: the body is shorter than its Content-Length",
+                limits.body_idle.as_millis()
+            ),
+            body::BodyFault::Ended => {
+                "Malformed syntax - the connection ended before the body was complete".to_string()
+            }
+        };
+        response = HubError::new(ErrorCode::MALFORMED_SYNTAX, description).into_response();
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        // The rest of the body is unknown: this connection cannot carry
+        // another request.
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
     // As Mojaloop's services (hapi) answer: no answer of a switch is to be
     // reused by a cache between a DFSP and the hub.
     response.headers_mut().insert(
@@ -491,15 +529,22 @@ async fn checked(
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
-    if header_bytes > server::MAX_HEADER_BYTES {
-        let mut response = HubError::new(
-            ErrorCode::MALFORMED_SYNTAX,
-            format!(
-                "Malformed syntax - headers of {header_bytes} bytes exceed {} bytes",
-                server::MAX_HEADER_BYTES
-            ),
-        )
-        .into_response();
+    let header_count = request.headers().len();
+    let too_large = if header_bytes > server::MAX_HEADER_BYTES {
+        Some(format!(
+            "Malformed syntax - headers of {header_bytes} bytes exceed {} bytes",
+            server::MAX_HEADER_BYTES
+        ))
+    } else if header_count > server::MAX_HEADER_COUNT {
+        Some(format!(
+            "Malformed syntax - {header_count} header fields exceed {}",
+            server::MAX_HEADER_COUNT
+        ))
+    } else {
+        None
+    };
+    if let Some(description) = too_large {
+        let mut response = HubError::new(ErrorCode::MALFORMED_SYNTAX, description).into_response();
         *response.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
         return response;
     }

@@ -185,6 +185,10 @@ pub struct Metrics {
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
+    /// The FSPIOP listener's connection counters (`server::serve` keeps them).
+    pub api_connections: Arc<crate::server::ConnectionStats>,
+    /// The admin listener's.
+    pub admin_connections: Arc<crate::server::ConnectionStats>,
 }
 
 impl fmt::Debug for Metrics {
@@ -278,6 +282,14 @@ impl Metrics {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
         }));
+        let api_connections = Arc::<crate::server::ConnectionStats>::default();
+        let admin_connections = Arc::<crate::server::ConnectionStats>::default();
+        registry.register_collector(Box::new(Connections {
+            listeners: vec![
+                ("fspiop", api_connections.clone()),
+                ("admin", admin_connections.clone()),
+            ],
+        }));
         Metrics {
             registry,
             requests,
@@ -290,6 +302,8 @@ impl Metrics {
             position_utilisation,
             position_alarm,
             sources_refused,
+            api_connections,
+            admin_connections,
         }
     }
 
@@ -389,6 +403,62 @@ pub async fn scrape(State(hub): State<Arc<Hub>>) -> Response {
 }
 
 /// The pipeline's and the dispatcher's counters, read at scrape time.
+/// The listeners' connection counters, by API.
+struct Connections {
+    listeners: Vec<(&'static str, Arc<crate::server::ConnectionStats>)>,
+}
+
+impl fmt::Debug for Connections {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connections").finish_non_exhaustive()
+    }
+}
+
+impl Collector for Connections {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        use std::sync::atomic::Ordering::Relaxed;
+        type Field = fn(&crate::server::ConnectionStats) -> u64;
+        let series: [(&str, &str, MetricType, Field); 4] = [
+            (
+                "kasi_connections_open",
+                "Connections open now, by API",
+                MetricType::Gauge,
+                |s| s.open.load(Relaxed) as u64,
+            ),
+            (
+                "kasi_connections_accepted",
+                "Connections accepted, by API (refusals included)",
+                MetricType::Counter,
+                |s| s.accepted.load(Relaxed),
+            ),
+            (
+                "kasi_connections_refused",
+                "Connections refused because --max-connections were open, by API",
+                MetricType::Counter,
+                |s| s.refused.load(Relaxed),
+            ),
+            (
+                "kasi_accept_errors",
+                "Failed accepts (out of file descriptors and the like), by API",
+                MetricType::Counter,
+                |s| s.accept_errors.load(Relaxed),
+            ),
+        ];
+        for (name, help, metric_type, value) in series {
+            let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
+            for (api, stats) in &self.listeners {
+                let labels = [("api", *api)];
+                let sample = metric.encode_family(&labels)?;
+                match metric_type {
+                    MetricType::Counter => ConstCounter::new(value(stats)).encode(sample)?,
+                    _ => ConstGauge::new(value(stats) as i64).encode(sample)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 struct Pipeline {
     engine: EngineSource,
     callbacks: CallbackSource,

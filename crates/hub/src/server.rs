@@ -1,10 +1,12 @@
 //! The HTTP/1.1 server loop: keep-alive connections with bounded header
-//! size and header read time, and a graceful stop that lets requests in
-//! flight finish (so that their durable outcomes are answered).
+//! size and header read time, a cap on open connections, and a graceful
+//! stop that lets requests in flight finish (so that their durable outcomes
+//! are answered).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper::server::conn::http1;
@@ -18,35 +20,127 @@ use crate::tls::{ClientIdentity, Connection};
 
 /// Largest request head (request line and headers) accepted: Mojaloop's 64 KB.
 pub const MAX_HEADER_BYTES: usize = 64 * 1024;
-/// Longest a client may take to send its request head.
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most header fields in a request.
+pub const MAX_HEADER_COUNT: usize = 100;
+/// What hyper is told: more than [`MAX_HEADER_COUNT`], so that the guard,
+/// not hyper, refuses a request with too many (hyper's refusal has no body).
+const HYPER_MAX_HEADERS: usize = 1_000;
+/// Longest a client may take to send a request head, counted from when the
+/// connection is ready for one: it also closes keep-alive connections idle
+/// for that long (Node's servers, Mojaloop's, close them after 5 s).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Open connections per address when not configured.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Longest a stop waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How a listener serves, beyond its application.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// TLS (mutual, if the configuration asks for client certificates).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Open connections at most; one more is answered 503 (2003) on plain
+    /// HTTP, or closed before the handshake on TLS.
+    pub max_connections: usize,
+    /// Where the listener counts its connections (for `/metrics`).
+    pub stats: Arc<ConnectionStats>,
+    /// Longest a client may take to send a request head (and a keep-alive
+    /// connection may stay idle).
+    pub header_read_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            tls: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            stats: Arc::default(),
+            header_read_timeout: HEADER_READ_TIMEOUT,
+        }
+    }
+}
+
+/// A listener's connection counters.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    /// Connections open now.
+    pub open: AtomicUsize,
+    /// Connections accepted, refusals included.
+    pub accepted: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub refused: AtomicU64,
+    /// Accept calls that failed (out of file descriptors and the like).
+    pub accept_errors: AtomicU64,
+}
+
+/// The body answering a connection over the cap: FSPIOP's shape
+/// (central-ledger uses the same on the admin address).
+const TOO_MANY_CONNECTIONS: &str = r#"{"errorInformation":{"errorCode":"2003","errorDescription":"Service currently unavailable - too many open connections"}}"#;
+
+/// Counts a connection as open until dropped.
+struct OpenConnection(Arc<ConnectionStats>);
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Logs failed accepts at most once a second, with how many there were.
+struct AcceptErrors {
+    next_log: Instant,
+    unlogged: u64,
+}
+
+impl AcceptErrors {
+    fn note(&mut self, stats: &ConnectionStats, error: &std::io::Error) {
+        stats.accept_errors.fetch_add(1, Ordering::Relaxed);
+        self.unlogged += 1;
+        let now = Instant::now();
+        if now >= self.next_log {
+            tracing::warn!(
+                %error,
+                failed = self.unlogged,
+                open = stats.open.load(Ordering::Relaxed),
+                "accept failed (count since the last such line); is the open-files limit too low?"
+            );
+            self.unlogged = 0;
+            self.next_log = now + Duration::from_secs(1);
+        }
+    }
+}
+
 /// Serves `app` on `listener` until `stop` completes, then stops accepting
-/// and waits (up to [`DRAIN_TIMEOUT`]) for the connections' requests. With
-/// `tls`, each connection is a TLS one (mutual, if the configuration asks
-/// for client certificates). Every request carries a
-/// [`tls::Connection`](crate::tls::Connection) extension: the peer's address
-/// and, on mutual TLS, who its certificate names.
+/// and waits (up to [`DRAIN_TIMEOUT`]) for the connections' requests. Every
+/// request carries a [`tls::Connection`](crate::tls::Connection) extension:
+/// the peer's address and, on mutual TLS, who its certificate names.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     stop: impl Future<Output = ()>,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    options: ServeOptions,
 ) {
     let graceful = GracefulShutdown::new();
     let mut builder = http1::Builder::new();
     builder
         .keep_alive(true)
         .max_buf_size(MAX_HEADER_BYTES)
+        // hyper's own limit (100) would refuse with an empty 431; the
+        // guard counts headers exactly and answers in FSPIOP's shape.
+        .max_headers(HYPER_MAX_HEADERS)
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(options.header_read_timeout);
     let builder = Arc::new(builder);
-    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
+    let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    let stats = options.stats.clone();
+    let max_connections = options.max_connections.max(1);
+    let mut accept_errors = AcceptErrors {
+        next_log: Instant::now(),
+        unlogged: 0,
+    };
     tokio::pin!(stop);
     loop {
         tokio::select! {
@@ -56,17 +150,28 @@ pub async fn serve(
                     Err(error) => {
                         // Out of file descriptors and the like: back off briefly
                         // instead of spinning on the error.
-                        tracing::warn!(%error, "accept failed");
+                        accept_errors.note(&stats, &error);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
+                stats.accepted.fetch_add(1, Ordering::Relaxed);
+                if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
+                    stats.open.fetch_sub(1, Ordering::Relaxed);
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    if acceptor.is_none() {
+                        tokio::spawn(refuse(stream));
+                    }
+                    continue;
+                }
+                let open = OpenConnection(stats.clone());
                 let _ = stream.set_nodelay(true);
                 let (app, builder, watcher, acceptor) =
                     (app.clone(), builder.clone(), graceful.watcher(), acceptor.clone());
                 // The handshake runs on the connection's own task, so a slow
                 // client never holds up the accept loop.
                 tokio::spawn(async move {
+                    let _open = open;
                     match acceptor {
                         None => {
                             let connection = Connection { peer, certificate: None };
@@ -109,6 +214,23 @@ pub async fn serve(
             "requests still in flight after {DRAIN_TIMEOUT:?}; closing their connections"
         );
     }
+}
+
+/// Answers a connection over the cap without reading its request, within a
+/// second, and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt as _;
+    let response = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         cache-control: no-cache\r\nretry-after: 1\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{TOO_MANY_CONNECTIONS}",
+        TOO_MANY_CONNECTIONS.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(response.as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
 }
 
 async fn serve_connection<S>(

@@ -137,7 +137,7 @@ async fn serve(app: Router) -> SocketAddr {
         listener,
         app,
         std::future::pending(),
-        None,
+        hub::server::ServeOptions::default(),
     ));
     addr
 }

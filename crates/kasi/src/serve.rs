@@ -54,6 +54,24 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_HTTP_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     http_threads: Option<u16>,
 
+    /// Open connections at most on each address; one more is answered 503
+    /// (2003) and closed. Default: 10,000, or less if the open-files limit
+    /// (raised to its hard limit at start) cannot hold both addresses' worth
+    /// plus the hub's own files and callback connections.
+    #[arg(long, env = "KASI_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+
+    /// Milliseconds a client may take to send a request's head; a
+    /// keep-alive connection idle for as long is closed too.
+    #[arg(long, env = "KASI_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+
+    /// Milliseconds a request body may pause between bytes before the
+    /// request is answered 400 (3101) and its connection closed: a body
+    /// shorter than its Content-Length is found out this fast.
+    #[arg(long, env = "KASI_BODY_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout_ms: u64,
+
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
@@ -238,6 +256,34 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
+    let open_files = raise_open_files_limit();
+    let max_connections = match args.max_connections {
+        Some(max) => max as usize,
+        // Half of what the limit leaves after the hub's own files (store,
+        // log, callback and oracle connections) goes to each address.
+        None => open_files.map_or(hub::server::DEFAULT_MAX_CONNECTIONS, |limit| {
+            usize::try_from(limit.saturating_sub(OWN_FILES) / 2)
+                .unwrap_or(usize::MAX)
+                .clamp(64, hub::server::DEFAULT_MAX_CONNECTIONS)
+        }),
+    };
+    if let Some(limit) = open_files {
+        if args
+            .max_connections
+            .is_some_and(|max| 2 * max as u64 + OWN_FILES > limit)
+        {
+            tracing::warn!(
+                open_files_limit = limit,
+                max_connections,
+                "--max-connections on both addresses exceeds the open-files limit: accepts will fail before the cap refuses"
+            );
+        }
+    }
+    info!(
+        max_connections,
+        open_files_limit = open_files.unwrap_or(0),
+        "connections per address"
+    );
     let callback_identity = match (&args.callback_cert, &args.callback_key) {
         (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
             cert: cert.clone(),
@@ -265,6 +311,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         });
         let mut hub_config = HubConfig::new(hub_name);
         hub_config.callback_tls = Some(callback_tls);
+        hub_config.body_idle_timeout = Duration::from_millis(args.body_timeout_ms);
         hub_config.admin_base_url = format!(
             "{}://{}",
             if tls.is_some() { "https" } else { "http" },
@@ -312,7 +359,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 expiry_hub.notify_expired(&views);
             }
         });
-        let result = serve_http(hub, args.api_listen, args.admin_listen, tls).await;
+        let listening = Listening {
+            max_connections,
+            header_read_timeout: Duration::from_millis(args.header_timeout_ms),
+        };
+        let result = serve_http(hub, args.api_listen, args.admin_listen, tls, listening).await;
         info!("stopped accepting requests");
         anyhow::Ok((result, dispatcher, expiry_task))
     });
@@ -349,6 +400,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Limits both listeners share.
+struct Listening {
+    max_connections: usize,
+    header_read_timeout: Duration,
+}
+
 /// TLS of both listeners, and the certificate SIGHUP reloads.
 struct Tls {
     api: Arc<rustls::ServerConfig>,
@@ -361,6 +418,7 @@ async fn serve_http(
     api_listen: SocketAddr,
     admin_listen: SocketAddr,
     tls: Option<Tls>,
+    listening: Listening,
 ) -> anyhow::Result<()> {
     let api = tokio::net::TcpListener::bind(api_listen)
         .await
@@ -406,22 +464,63 @@ async fn serve_http(
     let wait = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
+    let api_options = hub::server::ServeOptions {
+        tls: tls.as_ref().map(|tls| tls.api.clone()),
+        max_connections: listening.max_connections,
+        stats: hub.metrics.api_connections.clone(),
+        header_read_timeout: listening.header_read_timeout,
+    };
+    let admin_options = hub::server::ServeOptions {
+        tls: tls.as_ref().map(|tls| tls.admin.clone()),
+        max_connections: listening.max_connections,
+        stats: hub.metrics.admin_connections.clone(),
+        header_read_timeout: listening.header_read_timeout,
+    };
     let api_app = hub::api_app(hub.clone());
     let admin_app = hub::admin_app(hub);
     tokio::join!(
-        hub::server::serve(
-            api,
-            api_app,
-            wait(stop.clone()),
-            tls.as_ref().map(|tls| tls.api.clone())
-        ),
-        hub::server::serve(
-            admin,
-            admin_app,
-            wait(stop),
-            tls.as_ref().map(|tls| tls.admin.clone())
-        ),
+        hub::server::serve(api, api_app, wait(stop.clone()), api_options),
+        hub::server::serve(admin, admin_app, wait(stop), admin_options),
     );
     signal.abort();
     Ok(())
+}
+
+/// File descriptors kept for the hub's own use (store, log, callback and
+/// oracle connections) when sizing the default connection cap.
+const OWN_FILES: u64 = 1_024;
+
+/// Raises the soft open-files limit to the hard limit (a hub holds a socket
+/// per DFSP connection, and 1,024 is a common default); the soft limit now
+/// in force, or `None` if it cannot be read.
+fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            info!(
+                from = limit.rlim_cur,
+                to = raised.rlim_cur,
+                "raised the open-files limit"
+            );
+            return Some(raised.rlim_cur);
+        }
+        tracing::warn!(
+            limit = limit.rlim_cur,
+            hard = limit.rlim_max,
+            "could not raise the open-files limit"
+        );
+    }
+    Some(limit.rlim_cur)
 }

@@ -930,7 +930,13 @@ impl Hub {
 
     /// Starts `kasi serve` with `extra` flags after the usual ones.
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Hub {
-        let mut child = kasi()
+        Hub::spawn(Hub::serve_command(data_dir, extra), data_dir)
+    }
+
+    /// The command [`Hub::start_with`] runs, for a test to adjust.
+    pub fn serve_command(data_dir: &Path, extra: &[&str]) -> Command {
+        let mut command = kasi();
+        command
             .args([
                 "serve",
                 "--api-listen",
@@ -940,7 +946,13 @@ impl Hub {
                 "--data-dir",
             ])
             .arg(data_dir)
-            .args(extra)
+            .args(extra);
+        command
+    }
+
+    /// Runs `command` (a `kasi serve`) and waits until it serves.
+    pub fn spawn(mut command: Command, data_dir: &Path) -> Hub {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
