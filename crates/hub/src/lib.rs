@@ -16,6 +16,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod endpoints;
+pub mod jws;
 pub mod metrics;
 pub mod notify;
 pub mod oracles;
