@@ -105,6 +105,19 @@ pub struct DispatcherConfig {
     /// The wait before retry n (n = 0, 1, …) is `backoff_base * 2^n`, scaled
     /// by a jitter factor in [0.5, 1.5], and at most 30 s.
     pub backoff_base: Duration,
+    /// Signs the callbacks the hub originates (FSPIOP-Source = the hub);
+    /// none: nothing is signed, and nothing costs.
+    pub signer: Option<CallbackSigner>,
+}
+
+/// The hub's FSPIOP-Signature on the callbacks it originates: those whose
+/// FSPIOP-Source is `source` (Mojaloop's `FSPIOP_SOURCE_TO_SIGN`).
+/// Forwarded DFSP messages keep their own bytes and signature.
+#[derive(Clone, Debug)]
+pub struct CallbackSigner {
+    pub key: Arc<crate::jws::SigningKey>,
+    /// The hub's name.
+    pub source: String,
 }
 
 impl Default for DispatcherConfig {
@@ -116,6 +129,7 @@ impl Default for DispatcherConfig {
             request_timeout: Duration::from_secs(5),
             max_attempts: 3,
             backoff_base: Duration::from_millis(100),
+            signer: None,
         }
     }
 }
@@ -193,6 +207,10 @@ struct Job {
     body: Bytes,
     /// Told when a 2xx response head arrives (stage timing).
     probe: Option<CallbackProbe>,
+    /// Hub-originated and a signer is configured: the worker signs it
+    /// before the first attempt (on the runtime, never on the caller's
+    /// thread, which may be the store's).
+    sign: bool,
 }
 
 struct Destination {
@@ -372,12 +390,25 @@ impl Dispatcher {
         } = callback;
         strip_connection_headers(&mut headers);
         set_fspiop_target(&mut headers, &method, &uri);
+        let sign = match &inner.config.signer {
+            Some(signer)
+                if headers
+                    .get("fspiop-source")
+                    .is_some_and(|source| source.as_bytes() == signer.source.as_bytes()) =>
+            {
+                // A hub-originated callback carries only the hub's signature.
+                headers.remove("fspiop-signature");
+                !body.is_empty()
+            }
+            _ => false,
+        };
         let job = Job {
             method,
             uri,
             headers,
             body,
             probe,
+            sign,
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -538,7 +569,7 @@ impl Inner {
 async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
     let mut abort = inner.abort.subscribe();
     loop {
-        let job = {
+        let mut job = {
             let mut state = destination.lock();
             match state.queue.pop_front() {
                 Some(job) => {
@@ -551,6 +582,9 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 }
             }
         };
+        if job.sign {
+            sign_job(&inner, &destination, &mut job);
+        }
         let aborted = if *abort.borrow() {
             true
         } else {
@@ -569,6 +603,36 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
     }
     if inner.workers.fetch_sub(1, Ordering::SeqCst) == 1 {
         inner.changed.notify_waiters();
+    }
+}
+
+/// Adds the hub's FSPIOP-Signature over the covered headers as they will
+/// be sent and the exact body; a failure (never expected with a key that
+/// loaded) sends the callback unsigned and says so.
+fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
+    let Some(signer) = &inner.config.signer else {
+        return;
+    };
+    let text = |name: &str| job.headers.get(name).and_then(|v| v.to_str().ok());
+    let covered = crate::jws::Covered {
+        uri: text("fspiop-uri").unwrap_or("/"),
+        method: job.method.as_str(),
+        source: &signer.source,
+        destination: text("fspiop-destination"),
+        date: text("date"),
+    };
+    match crate::jws::sign(&signer.key, &covered, &job.body)
+        .and_then(|value| http::HeaderValue::from_str(&value).map_err(|e| e.to_string()))
+    {
+        Ok(value) => {
+            job.headers
+                .insert(http::HeaderName::from_static("fspiop-signature"), value);
+        }
+        Err(error) => {
+            if destination.warn_failed.allow(inner.now_ms()) {
+                warn!(destination = %destination.name, url = %job.uri, %error, "callback sent unsigned: signing failed");
+            }
+        }
     }
 }
 
@@ -1168,6 +1232,58 @@ mod tests {
             (0, 200, 0, 0)
         );
         assert!(dead.retried > 0, "{dead:?}");
+    }
+
+    #[tokio::test]
+    async fn hub_originated_callbacks_are_signed_and_forwarded_ones_kept() {
+        let mut server = stub(Behaviour::Answer(200)).await;
+        let key = Arc::new(crate::jws::SigningKey::from_pem(&crate::jws::tests::ec_pem()).unwrap());
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_in_flight_per_destination: 1,
+            signer: Some(CallbackSigner {
+                key: key.clone(),
+                source: "Hub".into(),
+            }),
+            ..fast_config()
+        });
+        let body: &'static [u8] = b"{\"transferState\":\"COMMITTED\"}";
+        let mut own = callback("payeefsp", server.url("/base/transfers/1"), body);
+        own.headers
+            .insert("fspiop-source", HeaderValue::from_static("Hub"));
+        own.headers
+            .insert("fspiop-destination", HeaderValue::from_static("payeefsp"));
+        own.headers.insert(
+            "date",
+            HeaderValue::from_static("Tue, 01 Jul 2025 10:00:00 GMT"),
+        );
+        // Inherited from somewhere: must not survive.
+        own.headers
+            .insert("fspiop-signature", HeaderValue::from_static("inherited"));
+        let mut forwarded = callback("payeefsp", server.url("/transfers"), body);
+        forwarded
+            .headers
+            .insert("fspiop-source", HeaderValue::from_static("payerfsp"));
+        forwarded
+            .headers
+            .insert("fspiop-signature", HeaderValue::from_static("the payer's"));
+        dispatcher.send(own);
+        dispatcher.send(forwarded);
+
+        let got = server.next(Duration::from_secs(2)).await;
+        let signature = got.header("fspiop-signature").unwrap().to_string();
+        assert_ne!(signature, "inherited");
+        let covered = crate::jws::Covered {
+            uri: "/transfers/1",
+            method: "PUT",
+            source: "Hub",
+            destination: Some("payeefsp"),
+            date: Some("Tue, 01 Jul 2025 10:00:00 GMT"),
+        };
+        crate::jws::verify(&key.public_key(), &signature, &covered, body).unwrap();
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.header("fspiop-signature"), Some("the payer's"));
+        assert_eq!(got.body, body);
+        dispatcher.shutdown(Duration::from_secs(2)).await;
     }
 
     #[tokio::test]
