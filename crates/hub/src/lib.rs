@@ -17,6 +17,8 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod body;
 pub mod endpoints;
+pub mod jws;
+pub mod jws_keys;
 pub mod metrics;
 pub mod notify;
 pub mod oracles;
@@ -72,6 +74,12 @@ pub struct HubConfig {
     /// gateway's header); when enforced, every request's FSPIOP-Source must
     /// be that identity.
     pub identity: tls::IdentityPolicy,
+    /// Which inbound FSPIOP requests must carry a valid FSPIOP-Signature
+    /// (none by default).
+    pub jws_verify: jws_keys::VerifyPolicy,
+    /// Directory of the DFSPs' JWS public keys (`<fspId>.pem`), also
+    /// written by the admin API's `/participants/{name}/jwsKey`.
+    pub jws_keys_dir: Option<std::path::PathBuf>,
 }
 
 impl HubConfig {
@@ -90,6 +98,8 @@ impl HubConfig {
             callback_tls: None,
             trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
             identity: tls::IdentityPolicy::default(),
+            jws_verify: jws_keys::VerifyPolicy::default(),
+            jws_keys_dir: None,
         }
     }
 }
@@ -107,6 +117,8 @@ pub struct Hub {
     pub metrics: Arc<metrics::Metrics>,
     /// Where transfer messages spend their time (`/stats/stages`, `/stats/traces`).
     pub stages: Arc<stages::StageTimer>,
+    /// The DFSPs' JWS public keys, when a keys directory is configured.
+    pub jws_keys: Option<Arc<jws_keys::JwsKeys>>,
     started: Instant,
     /// When the next refused-source warning may be logged (ms since epoch).
     refusal_log_next_ms: std::sync::atomic::AtomicU64,
@@ -133,7 +145,17 @@ impl Hub {
             config.trace_sample_every,
             Some(metrics.clone()),
         ));
+        let jws_keys = match &config.jws_keys_dir {
+            Some(dir) => Some(Arc::new(jws_keys::JwsKeys::open(dir).map_err(|error| {
+                HubError::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    format!("JWS keys directory {}: {error}", dir.display()),
+                )
+            })?)),
+            None => None,
+        };
         let mut hub = Hub {
+            jws_keys,
             config,
             engine,
             endpoints: Endpoints::default(),
@@ -349,6 +371,15 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
+    // Checked after the caller's identity (below: layers run outside in).
+    let fspiop = if hub.config.jws_verify.is_on() {
+        let verifier = hub.clone();
+        fspiop.layer(axum::middleware::from_fn(move |request, next| {
+            jws_keys::verify_signature(verifier.clone(), request, next)
+        }))
+    } else {
+        fspiop
+    };
     let fspiop = if hub.config.identity.is_enforced() {
         fspiop.layer(axum::middleware::from_fn(move |request, next| {
             bind_source(binding.clone(), request, next)
@@ -398,6 +429,13 @@ async fn bind_source(
 }
 
 impl Hub {
+    /// Follows the JWS keys directory (if any) for changes, on a task.
+    pub fn start_jws_key_watch(&self) {
+        if let Some(keys) = &self.jws_keys {
+            tokio::spawn(keys.clone().watch(jws_keys::KEY_POLL_INTERVAL));
+        }
+    }
+
     /// Counts and (at most once a second) logs a refused FSPIOP-Source.
     fn note_refused_source(&self, claimed: &str, identity: &str, reason: &str) {
         // Only DFSPs the hub knows are labels, so that a stream of made-up
@@ -443,6 +481,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
             .merge(oracles::router(hub.clone()))
             .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
+            .merge(jws_keys::router(hub.clone()))
             .merge(scrape),
         &hub,
         "admin",

@@ -110,6 +110,19 @@ pub struct DispatcherConfig {
     /// TLS of `https://` callbacks (roots, and the hub's client certificate
     /// for DFSPs that require mutual TLS); `None`: the system's roots.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Signs the callbacks the hub originates (FSPIOP-Source = the hub);
+    /// none: nothing is signed, and nothing costs.
+    pub signer: Option<CallbackSigner>,
+}
+
+/// The hub's FSPIOP-Signature on the callbacks it originates: those whose
+/// FSPIOP-Source is `source` (Mojaloop's `FSPIOP_SOURCE_TO_SIGN`).
+/// Forwarded DFSP messages keep their own bytes and signature.
+#[derive(Clone, Debug)]
+pub struct CallbackSigner {
+    pub key: Arc<crate::jws::SigningKey>,
+    /// The hub's name.
+    pub source: String,
 }
 
 impl Default for DispatcherConfig {
@@ -122,6 +135,7 @@ impl Default for DispatcherConfig {
             max_attempts: 3,
             backoff_base: Duration::from_millis(100),
             tls: None,
+            signer: None,
         }
     }
 }
@@ -199,6 +213,10 @@ struct Job {
     body: Bytes,
     /// Told when a 2xx response head arrives (stage timing).
     probe: Option<CallbackProbe>,
+    /// Hub-originated and a signer is configured: the worker signs it
+    /// before the first attempt (on the runtime, never on the caller's
+    /// thread, which may be the store's).
+    sign: bool,
 }
 
 struct Destination {
@@ -380,12 +398,25 @@ impl Dispatcher {
         } = callback;
         strip_connection_headers(&mut headers);
         set_fspiop_target(&mut headers, &method, &uri);
+        let sign = match &inner.config.signer {
+            Some(signer)
+                if headers
+                    .get("fspiop-source")
+                    .is_some_and(|source| source.as_bytes() == signer.source.as_bytes()) =>
+            {
+                // A hub-originated callback carries only the hub's signature.
+                headers.remove("fspiop-signature");
+                !body.is_empty()
+            }
+            _ => false,
+        };
         let job = Job {
             method,
             uri,
             headers,
             body,
             probe,
+            sign,
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -546,7 +577,7 @@ impl Inner {
 async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
     let mut abort = inner.abort.subscribe();
     loop {
-        let job = {
+        let mut job = {
             let mut state = destination.lock();
             match state.queue.pop_front() {
                 Some(job) => {
@@ -559,6 +590,9 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 }
             }
         };
+        if job.sign {
+            sign_job(&inner, &destination, &mut job);
+        }
         let aborted = if *abort.borrow() {
             true
         } else {
@@ -577,6 +611,36 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
     }
     if inner.workers.fetch_sub(1, Ordering::SeqCst) == 1 {
         inner.changed.notify_waiters();
+    }
+}
+
+/// Adds the hub's FSPIOP-Signature over the covered headers as they will
+/// be sent and the exact body; a failure (never expected with a key that
+/// loaded) sends the callback unsigned and says so.
+fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
+    let Some(signer) = &inner.config.signer else {
+        return;
+    };
+    let text = |name: &str| job.headers.get(name).and_then(|v| v.to_str().ok());
+    let covered = crate::jws::Covered {
+        uri: text("fspiop-uri").unwrap_or("/"),
+        method: job.method.as_str(),
+        source: &signer.source,
+        destination: text("fspiop-destination"),
+        date: text("date"),
+    };
+    match crate::jws::sign(&signer.key, &covered, &job.body)
+        .and_then(|value| http::HeaderValue::from_str(&value).map_err(|e| e.to_string()))
+    {
+        Ok(value) => {
+            job.headers
+                .insert(http::HeaderName::from_static("fspiop-signature"), value);
+        }
+        Err(error) => {
+            if destination.warn_failed.allow(inner.now_ms()) {
+                warn!(destination = %destination.name, url = %job.uri, %error, "callback sent unsigned: signing failed");
+            }
+        }
     }
 }
 
@@ -1175,6 +1239,58 @@ mod tests {
             (0, 200, 0, 0)
         );
         assert!(dead.retried > 0, "{dead:?}");
+    }
+
+    #[tokio::test]
+    async fn hub_originated_callbacks_are_signed_and_forwarded_ones_kept() {
+        let mut server = stub(Behaviour::Answer(200)).await;
+        let key = Arc::new(crate::jws::SigningKey::from_pem(&crate::jws::tests::ec_pem()).unwrap());
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            max_in_flight_per_destination: 1,
+            signer: Some(CallbackSigner {
+                key: key.clone(),
+                source: "Hub".into(),
+            }),
+            ..fast_config()
+        });
+        let body: &'static [u8] = b"{\"transferState\":\"COMMITTED\"}";
+        let mut own = callback("payeefsp", server.url("/base/transfers/1"), body);
+        own.headers
+            .insert("fspiop-source", HeaderValue::from_static("Hub"));
+        own.headers
+            .insert("fspiop-destination", HeaderValue::from_static("payeefsp"));
+        own.headers.insert(
+            "date",
+            HeaderValue::from_static("Tue, 01 Jul 2025 10:00:00 GMT"),
+        );
+        // Inherited from somewhere: must not survive.
+        own.headers
+            .insert("fspiop-signature", HeaderValue::from_static("inherited"));
+        let mut forwarded = callback("payeefsp", server.url("/transfers"), body);
+        forwarded
+            .headers
+            .insert("fspiop-source", HeaderValue::from_static("payerfsp"));
+        forwarded
+            .headers
+            .insert("fspiop-signature", HeaderValue::from_static("the payer's"));
+        dispatcher.send(own);
+        dispatcher.send(forwarded);
+
+        let got = server.next(Duration::from_secs(2)).await;
+        let signature = got.header("fspiop-signature").unwrap().to_string();
+        assert_ne!(signature, "inherited");
+        let covered = crate::jws::Covered {
+            uri: "/transfers/1",
+            method: "PUT",
+            source: "Hub",
+            destination: Some("payeefsp"),
+            date: Some("Tue, 01 Jul 2025 10:00:00 GMT"),
+        };
+        crate::jws::verify(&key.public_key(), &signature, &covered, body).unwrap();
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.header("fspiop-signature"), Some("the payer's"));
+        assert_eq!(got.body, body);
+        dispatcher.shutdown(Duration::from_secs(2)).await;
     }
 
     #[tokio::test]
