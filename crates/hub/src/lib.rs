@@ -15,6 +15,7 @@ use engine::{BatchTiming, EngineError, EngineHandle};
 use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
+pub mod admin_auth;
 pub mod endpoints;
 pub mod metrics;
 pub mod notify;
@@ -66,6 +67,9 @@ pub struct HubConfig {
     /// gateway's header); when enforced, every request's FSPIOP-Source must
     /// be that identity.
     pub identity: tls::IdentityPolicy,
+    /// Who may use the admin API (see [`admin_auth`]); open by default, as
+    /// on a loopback address without a tokens file.
+    pub admin_auth: Arc<admin_auth::AdminAuth>,
 }
 
 impl HubConfig {
@@ -82,6 +86,7 @@ impl HubConfig {
             oracle_request_timeout: Duration::from_secs(5),
             trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
             identity: tls::IdentityPolicy::default(),
+            admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
         }
     }
 }
@@ -429,12 +434,16 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
     let scrape = Router::new()
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(hub.clone());
+    let auth = hub.config.admin_auth.clone();
     guarded(
         admin::router(hub.clone())
             .merge(oracles::router(hub.clone()))
             .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
-            .merge(scrape),
+            .merge(scrape)
+            .layer(axum::middleware::from_fn(move |request, next| {
+                admin_auth::authenticate(auth.clone(), request, next)
+            })),
         &hub,
         "admin",
     )
