@@ -37,6 +37,11 @@ pub struct Snapshot {
     pub settlements: Vec<SettlementRow>,
     /// Settlement's posted movements, in seq order.
     pub entries: Vec<EntryRow>,
+    /// The newest audit events (at most [`AUDIT_EVENTS_IN_MEMORY`]), in id
+    /// order.
+    pub audit_events: Vec<AuditEventRow>,
+    /// Pinned client certificates, in fingerprint order.
+    pub certificate_pins: Vec<PinRow>,
 }
 
 #[derive(Clone, Copy, Default)]
