@@ -16,6 +16,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod admin_auth;
+pub mod audit;
 pub mod endpoints;
 pub mod metrics;
 pub mod notify;
@@ -440,6 +441,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
             .merge(oracles::router(hub.clone()))
             .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
+            .merge(audit::router(hub.clone()))
             .merge(scrape)
             .layer(axum::middleware::from_fn(move |request, next| {
                 admin_auth::authenticate(auth.clone(), request, next)

@@ -646,9 +646,13 @@ fn oracle_id(text: &str) -> Result<u32, HubError> {
 
 /// Runs one oracle change and reloads the in-memory configuration from the
 /// ledger, all under the change lock.
-async fn change(hub: &Hub, command: Command) -> Result<Outcome, HubError> {
+async fn change(
+    hub: &Hub,
+    change: crate::audit::Change,
+    command: Command,
+) -> Result<Outcome, HubError> {
     let _serial = hub.oracles.changes.lock().await;
-    let outcome = hub.execute_one(command).await?;
+    let outcome = hub.execute_audited(change, command).await?;
     if outcome.error_code().is_none() {
         hub.oracles.replace(read_oracles(hub).await?);
     }
@@ -664,7 +668,8 @@ async fn create_oracle(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Respo
         currency: fields.currency,
         is_default: fields.is_default,
     };
-    match change(&hub, command).await? {
+    let audit = crate::audit::Change::oracles("oracle.create", "oracle".to_string());
+    match change(&hub, audit, command).await? {
         Outcome::OracleCreated(id) => {
             Ok((StatusCode::CREATED, axum::Json(json!({ "oracleId": id }))).into_response())
         }
@@ -701,7 +706,8 @@ async fn update_oracle(
         currency: fields.currency,
         is_default: fields.is_default,
     };
-    match change(&hub, command).await? {
+    let audit = crate::audit::Change::oracles("oracle.update", format!("oracle/{id}"));
+    match change(&hub, audit, command).await? {
         Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(HubError::from_outcome(other)),
     }
@@ -713,7 +719,8 @@ async fn delete_oracle(
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
     let id = oracle_id(&id)?;
-    match change(&hub, Command::DeleteOracle { id }).await? {
+    let audit = crate::audit::Change::oracles("oracle.delete", format!("oracle/{id}"));
+    match change(&hub, audit, Command::DeleteOracle { id }).await? {
         Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(HubError::from_outcome(other)),
     }

@@ -257,3 +257,276 @@ fn a_non_loopback_admin_address_needs_credentials_to_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("line 1"), "{stderr}");
 }
+
+/// The audit events of `query`, newest first.
+fn audit_events(hub: &Hub, query: &str) -> Vec<Value> {
+    let response = hub.admin("GET", &format!("/audit-events{query}"), None);
+    assert_eq!(response.status, 200, "{response:?}");
+    response.json().as_array().unwrap().clone()
+}
+
+fn find<'a>(events: &'a [Value], action: &str, target: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["action"] == action && e["target"] == target)
+        .unwrap_or_else(|| panic!("no {action} of {target} in {events:#?}"))
+}
+
+#[test]
+fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
+    use support::*;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hub = Hub::start(&data);
+    // Hub accounts and a settlement model; two DFSPs onboarded with a cap,
+    // endpoints and a deposit.
+    let (payer, payee) = hub.payer_and_payee(&[]);
+    for stub in [&payer, &payee] {
+        let settlement = hub.account_id(&stub.name, "SETTLEMENT");
+        hub.admin_expect(
+            "POST",
+            &format!("/participants/{}/accounts/{settlement}", stub.name),
+            Some(json!({
+                "transferId": new_id(), "externalReference": "ref", "action": "recordFundsIn",
+                "reason": "deposit", "amount": {"amount": "1000", "currency": "USD"}
+            })),
+            202,
+        );
+    }
+    // Limits, activity of a participant and of an account.
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 7000}})),
+        200,
+    );
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYEE}"),
+        Some(json!({"isActive": false})),
+        200,
+    );
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYEE}"),
+        Some(json!({"isActive": true})),
+        200,
+    );
+    let position = hub.account_id(PAYER, "POSITION");
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/accounts/{position}"),
+        Some(json!({"isActive": false})),
+        200,
+    );
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/accounts/{position}"),
+        Some(json!({"isActive": true})),
+        200,
+    );
+    // Funds out: one committed, one aborted.
+    let settlement = hub.account_id(PAYER, "SETTLEMENT");
+    for finish in ["recordFundsOutCommit", "recordFundsOutAbort"] {
+        let id = new_id();
+        hub.admin_expect(
+            "POST",
+            &format!("/participants/{PAYER}/accounts/{settlement}"),
+            Some(json!({
+                "transferId": id, "externalReference": "ref", "action": "recordFundsOutPrepareReserve",
+                "reason": "payout", "amount": {"amount": "10", "currency": "USD"}
+            })),
+            202,
+        );
+        hub.admin_expect(
+            "PUT",
+            &format!("/participants/{PAYER}/accounts/{settlement}/transfers/{id}"),
+            Some(json!({"action": finish})),
+            202,
+        );
+    }
+    // Oracles.
+    let created = hub.admin_expect(
+        "POST",
+        "/oracles",
+        Some(json!({"oracleIdType": "MSISDN", "endpoint": {"value": "http://127.0.0.1:9/oracle", "endpointType": "URL"}, "isDefault": true})),
+        201,
+    );
+    let oracle = created.json()["oracleId"].as_u64().unwrap();
+    hub.admin_expect(
+        "PUT",
+        &format!("/oracles/{oracle}"),
+        Some(json!({"endpoint": {"value": "http://127.0.0.1:10/oracle", "endpointType": "URL"}})),
+        204,
+    );
+    hub.admin_expect("DELETE", &format!("/oracles/{oracle}"), None, 204);
+    // A transfer, then settlement: close, create, update, abort, create
+    // again and finalize.
+    let id = new_id();
+    let response = hub.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&id, PAYER, PAYEE, "25", far_future()),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    payee.expect("POST", "/transfers");
+    let response = hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
+    assert_eq!(response.status, 200, "{response:?}");
+    let windows = hub
+        .admin_expect("GET", "/v2/settlementWindows?state=OPEN", None, 200)
+        .json();
+    let window = windows[0]["settlementWindowId"].as_u64().unwrap();
+    hub.admin_expect(
+        "POST",
+        &format!("/v2/settlementWindows/{window}"),
+        Some(json!({"state": "CLOSED", "reason": "end of day"})),
+        200,
+    );
+    let create = json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "r", "settlementWindows": [{"id": window}]});
+    let first = hub
+        .admin_expect("POST", "/v2/settlements", Some(create.clone()), 200)
+        .json();
+    let first_id = first["id"].as_u64().unwrap();
+    let participant = &first["participants"][0];
+    hub.admin_expect(
+        "PUT",
+        &format!("/v2/settlements/{first_id}"),
+        Some(json!({"participants": [{"id": participant["id"], "accounts": [
+            {"id": participant["accounts"][0]["id"], "state": "PS_TRANSFERS_RECORDED", "reason": "stage"}
+        ]}]})),
+        200,
+    );
+    hub.admin_expect(
+        "PUT",
+        &format!("/v2/settlements/{first_id}"),
+        Some(json!({"state": "ABORTED", "reason": "wrong"})),
+        200,
+    );
+    let second = hub
+        .admin_expect("POST", "/v2/settlements", Some(create), 200)
+        .json();
+    let second_id = second["id"].as_u64().unwrap();
+    hub.admin_expect(
+        "POST",
+        &format!("/v2/settlements/{second_id}/finalize"),
+        Some(json!({"reason": "bank file"})),
+        200,
+    );
+    // Refused changes are no events.
+    let refused = hub.admin(
+        "PUT",
+        "/participants/nobody",
+        Some(&json!({"isActive": true})),
+    );
+    assert_eq!(refused.status, 400, "{refused:?}");
+
+    let check = |events: &[Value]| {
+        for (action, target) in [
+            ("account.create", "Hub"),
+            (
+                "settlementModel.create",
+                "settlementModel/DEFAULTDEFERREDNET",
+            ),
+            ("participant.create", PAYER),
+            ("limits.init", PAYER),
+            ("endpoint.set", PAYEE),
+            ("funds.in", PAYER),
+            ("limits.set", PAYER),
+            ("participant.deactivate", PAYEE),
+            ("participant.activate", PAYEE),
+            ("account.deactivate", PAYER),
+            ("account.activate", PAYER),
+            ("funds.out.reserve", PAYER),
+            ("funds.out.commit", PAYER),
+            ("funds.out.abort", PAYER),
+            ("oracle.create", "oracle"),
+            ("oracle.update", &format!("oracle/{oracle}")),
+            ("oracle.delete", &format!("oracle/{oracle}")),
+            (
+                "settlementWindow.close",
+                &format!("settlementWindow/{window}"),
+            ),
+            ("settlement.create", "settlement"),
+            ("settlement.update", &format!("settlement/{first_id}")),
+            ("settlement.abort", &format!("settlement/{first_id}")),
+            ("settlement.finalize", &format!("settlement/{second_id}")),
+        ] {
+            let event = find(events, action, target);
+            assert_eq!(event["actor"], "loopback", "{event}");
+            assert_eq!(event["role"], "operator", "{event}");
+            assert!(event["time"].as_str().unwrap().ends_with('Z'), "{event}");
+            assert!(!event["after"].is_null(), "{event}");
+        }
+        assert!(
+            !events.iter().any(|e| e["target"] == "nobody"),
+            "a refused change was recorded"
+        );
+        // Before and after show what changed.
+        let limits = find(events, "limits.set", PAYER);
+        let cap = |side: &str| {
+            limits[side]["accounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["type"] == "POSITION")
+                .unwrap()["netDebitCap"]
+                .clone()
+        };
+        assert_eq!((cap("before"), cap("after")), (json!(10000), json!(7000)));
+        let deactivated = find(events, "participant.deactivate", PAYEE);
+        assert_eq!(deactivated["before"]["isActive"], true);
+        assert_eq!(deactivated["after"]["isActive"], false);
+        let deposit = find(events, "funds.in", PAYER);
+        assert_eq!(deposit["outcome"], "COMMITTED");
+        assert!(deposit["before"].is_object());
+        let closed = find(
+            events,
+            "settlementWindow.close",
+            &format!("settlementWindow/{window}"),
+        );
+        assert_eq!(closed["before"]["state"], "OPEN");
+        assert_eq!(closed["after"]["state"], "CLOSED");
+        let aborted = find(
+            events,
+            "settlement.abort",
+            &format!("settlement/{first_id}"),
+        );
+        assert_eq!(aborted["after"]["state"], "ABORTED");
+        let deleted = find(events, "oracle.delete", &format!("oracle/{oracle}"));
+        assert_eq!(deleted["before"].as_array().unwrap().len(), 1);
+        assert_eq!(deleted["after"], json!([]));
+        // Newest first, ids without gaps.
+        let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable_by(|a, b| b.cmp(a));
+        assert_eq!(ids, sorted);
+        assert_eq!(ids.len() as u64, ids[0]);
+    };
+    let before_restart = audit_events(&hub, "?limit=1000");
+    check(&before_restart);
+
+    // Filters.
+    let payer_events = audit_events(&hub, &format!("?participant={PAYER}"));
+    assert!(!payer_events.is_empty());
+    assert!(payer_events.iter().all(|e| e["target"] == PAYER));
+    let deposits = audit_events(&hub, "?action=funds.in");
+    assert_eq!(deposits.len(), 2, "{deposits:#?}");
+    assert_eq!(audit_events(&hub, "?action=funds.in&limit=1").len(), 1);
+    assert!(audit_events(&hub, "?actor=someone").is_empty());
+    assert!(audit_events(&hub, "?from=2999-01-01T00:00:00.000Z").is_empty());
+    assert_eq!(
+        audit_events(&hub, "?to=2999-01-01T00:00:00.000Z&limit=1000").len(),
+        before_restart.len()
+    );
+    let bad = hub.admin("GET", "/audit-events?limit=zero", None);
+    assert_eq!(bad.status, 400, "{bad:?}");
+    let bad = hub.admin("GET", "/audit-events?who=me", None);
+    assert_eq!(bad.status, 400, "{bad:?}");
+    // The log carries one line per event.
+    assert!(hub.log().contains("audit event"), "{}", hub.log());
+
+    // A crash loses none of them.
+    hub.kill();
+    let hub = Hub::start(&data);
+    assert_eq!(audit_events(&hub, "?limit=1000"), before_restart);
+}
