@@ -613,6 +613,10 @@ async fn set_endpoint(
 ) -> Result<Response, HubError> {
     let request: NewEndpoint = parse(&body)?;
     crate::endpoints::check_endpoint(&request.kind, &request.value)?;
+    // E-mail endpoint types (Mojaloop's notifications) are not URLs.
+    if request.kind.contains("_URL") {
+        crate::callback_url::check("value", &request.value, &hub.config.callback_allow)?;
+    }
     let name = fsp_name(&name)?;
     apply(
         &hub,

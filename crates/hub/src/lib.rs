@@ -17,6 +17,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod admin_auth;
 pub mod audit;
+pub mod callback_url;
 pub mod endpoints;
 pub mod metrics;
 pub mod notify;
@@ -71,6 +72,9 @@ pub struct HubConfig {
     /// Who may use the admin API (see [`admin_auth`]); open by default, as
     /// on a loopback address without a tokens file.
     pub admin_auth: Arc<admin_auth::AdminAuth>,
+    /// Hosts that callback and oracle URLs may name (see [`callback_url`]);
+    /// empty allows any.
+    pub callback_allow: Vec<callback_url::Allowed>,
 }
 
 impl HubConfig {
@@ -88,6 +92,7 @@ impl HubConfig {
             trace_sample_every: stages::DEFAULT_TRACE_SAMPLE_EVERY,
             identity: tls::IdentityPolicy::default(),
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
+            callback_allow: Vec::new(),
         }
     }
 }

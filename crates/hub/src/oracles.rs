@@ -662,6 +662,11 @@ async fn change(
 /// `POST /oracles` → 201 `{"oracleId": id}`.
 async fn create_oracle(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
     let fields = oracle_fields(&parse_object(&body)?, None)?;
+    crate::callback_url::check(
+        "endpoint.value",
+        &fields.endpoint,
+        &hub.config.callback_allow,
+    )?;
     let command = Command::CreateOracle {
         id_type: fields.id_type,
         endpoint: fields.endpoint,
@@ -699,6 +704,11 @@ async fn update_oracle(
         .find(|row| row.id == id)
         .ok_or_else(|| not_found(id))?;
     let fields = oracle_fields(&body, Some(&current))?;
+    crate::callback_url::check(
+        "endpoint.value",
+        &fields.endpoint,
+        &hub.config.callback_allow,
+    )?;
     let command = Command::UpdateOracle {
         id,
         id_type: fields.id_type,

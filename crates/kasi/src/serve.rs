@@ -149,6 +149,20 @@ pub struct ServeArgs {
     )]
     admin_client_ca: Option<PathBuf>,
 
+    /// Hosts that DFSP callback URLs and oracle endpoints may name, checked
+    /// when they are set (repeat the flag or separate with commas): a host
+    /// name (dfsp1.example.com), every subdomain (*.example.com), or an
+    /// address range (10.0.0.0/8; matches URLs written with an address,
+    /// names are not resolved). By default any host; either way a URL must
+    /// be http(s) with a host and without user:password@.
+    #[arg(
+        long,
+        env = "KASI_CALLBACK_ALLOW",
+        value_delimiter = ',',
+        value_name = "HOST|*.DOMAIN|CIDR"
+    )]
+    callback_allow: Vec<hub::callback_url::Allowed>,
+
     /// How often positions are checked against the alarm share, in ms.
     #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -254,6 +268,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.quotes_persistent = args.quotes_persistent;
         hub_config.trace_sample_every = args.trace_sample_every;
         hub_config.admin_auth = admin_auth;
+        hub_config.callback_allow = args.callback_allow.clone();
         hub_config.identity = hub::tls::IdentityPolicy {
             client_certificates: args.tls_client_ca.is_some(),
             proxy: match &args.client_identity_header {

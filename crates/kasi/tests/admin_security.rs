@@ -530,3 +530,106 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
     let hub = Hub::start(&data);
     assert_eq!(audit_events(&hub, "?limit=1000"), before_restart);
 }
+
+#[test]
+fn callback_urls_are_validated_and_held_to_the_allow_list() {
+    use support::*;
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--callback-allow",
+            "127.0.0.1,*.dfsp.example",
+            "--callback-allow",
+            "10.0.0.0/8",
+        ],
+    );
+    hub.setup();
+    hub.admin_expect(
+        "POST",
+        "/participants",
+        Some(json!({"name": PAYER, "currency": "USD"})),
+        201,
+    );
+    let endpoint = |value: &str| {
+        hub.admin(
+            "POST",
+            &format!("/participants/{PAYER}/endpoints"),
+            Some(&json!({"type": "FSPIOP_CALLBACK_URL_PARTIES_GET", "value": value})),
+        )
+    };
+    for good in [
+        "http://127.0.0.1:4000/parties/{{partyIdType}}/{{partyIdentifier}}",
+        "https://api.dfsp.example/parties/{{partyIdType}}/{{partyIdentifier}}",
+        "http://10.2.3.4:3000/parties",
+    ] {
+        let response = endpoint(good);
+        assert_eq!(response.status, 201, "{good}: {response:?}");
+    }
+    for (bad, why) in [
+        ("ftp://127.0.0.1/x", "http"),
+        ("http://user:secret@127.0.0.1/x", "credentials"),
+        ("http:///parties", "no host"),
+        ("http://{{host}}/parties", "templates"),
+        ("http://evil.example.com/parties", "callback-allow"),
+        ("http://dfsp.example.evil.com/parties", "callback-allow"),
+        ("http://11.0.0.1/parties", "callback-allow"),
+    ] {
+        let response = endpoint(bad);
+        assert_error_response(&response, 400, "3100");
+        assert!(response.text().contains(why), "{bad}: {}", response.text());
+    }
+    // E-mail endpoints are not URLs and stay allowed.
+    let email = hub.admin(
+        "POST",
+        &format!("/participants/{PAYER}/endpoints"),
+        Some(&json!({"type": "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", "value": "ops@dfsp.example"})),
+    );
+    assert_eq!(email.status, 201, "{email:?}");
+    // The last accepted URL is the one kept; refusals changed nothing.
+    let listed = hub.admin_expect(
+        "GET",
+        &format!("/participants/{PAYER}/endpoints"),
+        None,
+        200,
+    );
+    assert!(
+        listed.text().contains("http://10.2.3.4:3000/parties"),
+        "{}",
+        listed.text()
+    );
+    assert!(!listed.text().contains("evil"), "{}", listed.text());
+
+    // Oracles are held to the same rules.
+    let oracle = |value: &str| {
+        hub.admin(
+            "POST",
+            "/oracles",
+            Some(&json!({"oracleIdType": "MSISDN", "endpoint": {"value": value, "endpointType": "URL"}, "isDefault": true})),
+        )
+    };
+    assert_error_response(&oracle("http://elsewhere.net/oracle"), 400, "3100");
+    assert_error_response(&oracle("http://u:p@127.0.0.1/oracle"), 400, "3100");
+    let created = oracle("http://127.0.0.1:9/oracle");
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = created.json()["oracleId"].as_u64().unwrap();
+    let moved = hub.admin(
+        "PUT",
+        &format!("/oracles/{id}"),
+        Some(&json!({"endpoint": {"value": "http://elsewhere.net/oracle", "endpointType": "URL"}})),
+    );
+    assert_error_response(&moved, 400, "3100");
+
+    // A malformed allow-list entry is refused at start.
+    let output = kasi()
+        .args(["serve", "--callback-allow", "bad host", "--data-dir"])
+        .arg(dir.path().join("other"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("bad host"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
