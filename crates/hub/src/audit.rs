@@ -48,6 +48,17 @@ impl Change {
         }
     }
 
+    /// A certificate pinned to or unpinned from a participant: the event
+    /// shows the participant's pins before and after.
+    pub fn certificates(action: &str, name: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: name.to_string(),
+            view: Some(Command::ReadCertificatePins),
+            render: crate::pins::render_pins,
+        }
+    }
+
     /// An oracle change: the event shows the live oracles before and after.
     pub fn oracles(action: &str, target: String) -> Change {
         Change {

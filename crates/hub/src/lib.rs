@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod notify;
 pub mod oracles;
 pub mod parties;
+pub mod pins;
 pub mod quotes;
 pub mod requests;
 pub mod routing;
@@ -105,6 +106,8 @@ pub struct Hub {
     pub parties: Parties,
     /// External oracles, asked when the built-in registry has no holder.
     pub oracles: Oracles,
+    /// Client certificates pinned to participants (see [`pins`]).
+    pub pins: pins::Pins,
     pub dispatcher: Dispatcher,
     /// Prometheus metrics, served on the admin address.
     pub metrics: Arc<metrics::Metrics>,
@@ -142,6 +145,7 @@ impl Hub {
             endpoints: Endpoints::default(),
             parties: Parties::default(),
             oracles,
+            pins: pins::Pins::default(),
             dispatcher,
             metrics,
             stages,
@@ -161,6 +165,10 @@ impl Hub {
         }
         match hub.execute_one(Command::ReadOracles).await? {
             Outcome::Oracles(rows) => hub.oracles.replace(rows),
+            other => return Err(HubError::from_outcome(other)),
+        }
+        match hub.execute_one(Command::ReadCertificatePins).await? {
+            Outcome::CertificatePins(views) => hub.pins.replace(&views),
             other => return Err(HubError::from_outcome(other)),
         }
         Ok(hub)
@@ -380,8 +388,11 @@ async fn bind_source(
         return next.run(request).await;
     };
     let connection = request.extensions().get::<tls::Connection>();
+    let certificate = connection.and_then(|c| c.certificate.as_deref());
     let refusal = match tls::identities(&hub.config.identity, connection, request.headers()) {
-        Ok(names) if names.contains(&source) => return next.run(request).await,
+        Ok(names) if pins::may_act_as(&names, certificate, &hub.pins, &source) => {
+            return next.run(request).await
+        }
         Ok(names) => {
             hub.note_refused_source(
                 &source,
@@ -447,6 +458,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
             .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
             .merge(audit::router(hub.clone()))
+            .merge(pins::router(hub.clone()))
             .merge(scrape)
             .layer(axum::middleware::from_fn(move |request, next| {
                 admin_auth::authenticate(auth.clone(), request, next)

@@ -633,3 +633,82 @@ fn callback_urls_are_validated_and_held_to_the_allow_list() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn certificates_are_pinned_durably_with_audit_events() {
+    use support::*;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut kasi_hub = Hub::start(&data);
+    let hub = &kasi_hub;
+    hub.setup();
+    for name in [PAYER, PAYEE] {
+        hub.admin_expect(
+            "POST",
+            "/participants",
+            Some(json!({"name": name, "currency": "USD"})),
+            201,
+        );
+    }
+    let path = format!("/participants/{PAYER}/certificates");
+    // By fingerprint, and by PEM (the fingerprint of its DER).
+    let by_hex = format!("sha256:{}", "ab".repeat(32));
+    hub.admin_expect("POST", &path, Some(json!({"fingerprint": by_hex})), 201);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gateway".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let der_hex = hub::tls::ClientIdentity::of(cert.der()).fingerprint;
+    let by_pem = hub.admin_expect("POST", &path, Some(json!({"certificate": cert.pem()})), 201);
+    assert_eq!(by_pem.json()["fingerprint"], format!("sha256:{der_hex}"));
+    // One participant per certificate; malformed input refused.
+    let twice = hub.admin(
+        "POST",
+        &format!("/participants/{PAYEE}/certificates"),
+        Some(&json!({"fingerprint": by_hex})),
+    );
+    assert_error_response(&twice, 400, "3100");
+    for bad in [
+        json!({"fingerprint": "md5:00"}),
+        json!({"certificate": "nope"}),
+        json!({}),
+    ] {
+        assert_error_response(&hub.admin("POST", &path, Some(&bad)), 400, "3100");
+    }
+    let listed = hub.admin_expect("GET", &path, None, 200).json();
+    let mut fingerprints: Vec<String> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["fingerprint"].as_str().unwrap().to_string())
+        .collect();
+    fingerprints.sort();
+    let mut wanted = vec![by_hex.clone(), format!("sha256:{der_hex}")];
+    wanted.sort();
+    assert_eq!(fingerprints, wanted);
+
+    hub.admin_expect("DELETE", &format!("{path}/{by_hex}"), None, 204);
+    assert_error_response(
+        &hub.admin("DELETE", &format!("{path}/{by_hex}"), None),
+        400,
+        "3200",
+    );
+
+    // Durable, each change an audit event.
+    kasi_hub.kill();
+    let hub = Hub::start(&data);
+    let listed = hub.admin_expect("GET", &path, None, 200).json();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["fingerprint"], format!("sha256:{der_hex}"));
+    let events = audit_events(
+        &hub,
+        &format!("?participant={PAYER}&action=certificate.pin"),
+    );
+    assert_eq!(events.len(), 2, "{events:#?}");
+    assert_eq!(events[1]["before"], json!([]));
+    assert_eq!(events[1]["after"], json!([by_hex]));
+    let unpinned = audit_events(&hub, "?action=certificate.unpin");
+    assert_eq!(unpinned.len(), 1);
+    assert_eq!(unpinned[0]["after"], json!([format!("sha256:{der_hex}")]));
+}
