@@ -457,6 +457,69 @@ mod tests {
         }
     }
 
+    /// The gate as a router sees it: a certificate on the connection or a
+    /// bearer token names the caller that handlers read.
+    #[tokio::test]
+    async fn the_gate_names_the_caller_to_handlers() {
+        use tower::ServiceExt as _;
+        let certificate = crate::tls::ClientIdentity {
+            names: vec!["ops-ci".into()],
+            fingerprint: "cd".repeat(32),
+        };
+        let file = format!(
+            "ci operator cert:sha256:{}\ngrafana viewer {}\n",
+            certificate.fingerprint,
+            token_hash("kasi_view")
+        );
+        let auth = Arc::new(AdminAuth::parse(&file).unwrap());
+        let app = axum::Router::new()
+            .route(
+                "/who",
+                axum::routing::get(|| async { current_caller().name })
+                    .post(|| async { current_caller().name }),
+            )
+            .layer(axum::middleware::from_fn(move |request, next| {
+                authenticate(auth.clone(), request, next)
+            }));
+        let send =
+            |method: &str, token: Option<&str>, cert: Option<&crate::tls::ClientIdentity>| {
+                let mut request = axum::http::Request::builder().method(method).uri("/who");
+                if let Some(token) = token {
+                    request = request.header("authorization", format!("Bearer {token}"));
+                }
+                let mut request = request.body(axum::body::Body::empty()).unwrap();
+                request.extensions_mut().insert(crate::tls::Connection {
+                    peer: "127.0.0.1:1".parse().unwrap(),
+                    certificate: cert.map(|c| Arc::new(c.clone())),
+                });
+                app.clone().oneshot(request)
+            };
+        let body = |response: Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        let response = send("POST", None, Some(&certificate)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body(response).await, "ci");
+        let response = send("GET", Some("kasi_view"), None).await.unwrap();
+        assert_eq!(body(response).await, "grafana");
+        let response = send("POST", Some("kasi_view"), None).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let stranger = crate::tls::ClientIdentity {
+            names: vec!["ci".into()],
+            fingerprint: "ef".repeat(32),
+        };
+        let response = send("GET", None, Some(&stranger)).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "a name is not a pin"
+        );
+        assert!(response.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
     #[test]
     fn tokens_are_fresh_and_long() {
         let a = new_token().unwrap();
