@@ -712,3 +712,231 @@ fn certificates_are_pinned_durably_with_audit_events() {
     assert_eq!(unpinned.len(), 1);
     assert_eq!(unpinned[0]["after"], json!([format!("sha256:{der_hex}")]));
 }
+
+/// PEM files of a scheme CA, a server certificate for `localhost` and
+/// client certificates, all signed by that CA.
+struct Pki {
+    ca: rcgen::Certificate,
+    ca_key: rcgen::KeyPair,
+}
+
+struct Issued {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "scheme CA");
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca = params.self_signed(&ca_key).unwrap();
+        Pki { ca, ca_key }
+    }
+
+    fn issue(&self, name: &str, purpose: rcgen::ExtendedKeyUsagePurpose) -> Issued {
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.extended_key_usages = vec![purpose];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca, &self.ca_key).unwrap();
+        Issued { cert, key }
+    }
+}
+
+/// One HTTP/1.1 request over TLS (as `localhost`, trusting `ca`), with a
+/// client certificate if given.
+fn tls_http(
+    address: std::net::SocketAddr,
+    ca: &rcgen::Certificate,
+    client: Option<&Issued>,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, Value) {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
+    let config = match client {
+        Some(issued) => builder
+            .with_client_auth_cert(
+                vec![issued.cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(issued.key.serialize_der().into()),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let connection = rustls::ClientConnection::new(
+        Arc::new(config),
+        rustls::pki_types::ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
+    let tcp = std::net::TcpStream::connect(address).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut stream = rustls::StreamOwned::new(connection, tcp);
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body).unwrap();
+    stream.flush().unwrap();
+    let mut raw = Vec::new();
+    // The server may close without close_notify after the answer.
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+#[test]
+fn operators_by_certificate_and_a_pinned_certificate_on_fspiop() {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new();
+    let server = pki.issue("localhost", ServerAuth);
+    let operator = pki.issue("ops-laptop", ClientAuth);
+    let gateway = pki.issue("shared-gateway", ClientAuth);
+    let stranger = pki.issue("payerfsp", ClientAuth);
+    let write = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let ca_file = write("ca.pem", pki.ca.pem());
+    let cert_file = write("server.pem", server.cert.pem());
+    let key_file = write("server.key", server.key.serialize_pem());
+    let operator_fp = hub::tls::ClientIdentity::of(operator.cert.der()).fingerprint;
+    let tokens = write(
+        "admin-tokens",
+        format!("ci operator cert:sha256:{operator_fp}\n"),
+    );
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--tls-cert",
+            &cert_file,
+            "--tls-key",
+            &key_file,
+            "--tls-client-ca",
+            &ca_file,
+            "--admin-client-ca",
+            &ca_file,
+            "--admin-tokens",
+            &tokens,
+        ],
+    );
+    let json_headers = [("Content-Type".to_string(), "application/json".to_string())];
+    let admin = |client: Option<&Issued>, method: &str, path: &str, body: Option<Value>| {
+        let bytes = body
+            .map(|b| serde_json::to_vec(&b).unwrap())
+            .unwrap_or_default();
+        tls_http(
+            hub.admin,
+            &pki.ca,
+            client,
+            method,
+            path,
+            &json_headers,
+            &bytes,
+        )
+    };
+
+    // The admin address asks for a certificate; without one (and without
+    // a token), or with one not on the list, it is 401.
+    assert_eq!(admin(None, "GET", "/participants", None).0, 401);
+    assert_eq!(admin(Some(&gateway), "GET", "/participants", None).0, 401);
+    // The operator's certificate is its credential.
+    for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+        let (status, body) = admin(
+            Some(&operator),
+            "POST",
+            "/participants/Hub/accounts",
+            Some(json!({"type": kind, "currency": "USD"})),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let (status, body) = admin(
+        Some(&operator),
+        "POST",
+        "/participants",
+        Some(json!({"name": "payerfsp", "currency": "USD"})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (_, events) = admin(
+        Some(&operator),
+        "GET",
+        "/audit-events?participant=payerfsp",
+        None,
+    );
+    assert_eq!(events[0]["actor"], "ci", "{events}");
+
+    // FSPIOP as payerfsp with a certificate of another name: refused,
+    // until the operator pins that certificate to payerfsp.
+    let lookup = |client: &Issued| {
+        tls_http(
+            hub.api,
+            &pki.ca,
+            Some(client),
+            "GET",
+            "/parties/MSISDN/123456789",
+            &support::resource_headers("parties", "1.0", "payerfsp", None, true),
+            b"",
+        )
+    };
+    let (status, body) = lookup(&gateway);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["errorInformation"]["errorCode"], "3100", "{body}");
+    let (status, body) = admin(
+        Some(&operator),
+        "POST",
+        "/participants/payerfsp/certificates",
+        Some(json!({"certificate": gateway.cert.pem()})),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = lookup(&gateway);
+    assert_eq!(status, 202, "{body}");
+    // The certificate's own name still works, and the pin is for payerfsp
+    // only: the stranger named payerfsp is allowed by its CN as before.
+    assert_eq!(lookup(&stranger).0, 202);
+    let (status, _) = tls_http(
+        hub.api,
+        &pki.ca,
+        Some(&gateway),
+        "GET",
+        "/parties/MSISDN/123456789",
+        &support::resource_headers("parties", "1.0", "payeefsp", None, true),
+        b"",
+    );
+    assert_eq!(status, 400, "a pin does not extend to other participants");
+    // Unpinned: refused again.
+    let fingerprint = hub::tls::ClientIdentity::of(gateway.cert.der()).fingerprint;
+    let (status, body) = admin(
+        Some(&operator),
+        "DELETE",
+        &format!("/participants/payerfsp/certificates/sha256:{fingerprint}"),
+        None,
+    );
+    assert_eq!(status, 204, "{body}");
+    assert_eq!(lookup(&gateway).0, 400);
+}
