@@ -76,6 +76,26 @@ impl Snapshot {
         if hubs > 1 {
             problem(format!("{hubs} participants are marked as the hub"));
         }
+        for pin in &self.certificate_pins {
+            if self
+                .participants
+                .get((pin.participant.0 as usize).wrapping_sub(1))
+                .is_none()
+            {
+                problem(format!(
+                    "a certificate is pinned to missing participant {}",
+                    pin.participant.0
+                ));
+            }
+        }
+        for pair in self.audit_events.windows(2) {
+            if pair[1].id <= pair[0].id {
+                problem(format!(
+                    "audit event {} follows audit event {}",
+                    pair[1].id, pair[0].id
+                ));
+            }
+        }
 
         let mut keys = HashSet::new();
         for (i, row) in self.accounts.iter().enumerate() {

@@ -245,3 +245,21 @@ fn certificates_are_pinned_to_one_participant() {
         .records
         .contains(&Record::CertificateUnpinned([1; 32])));
 }
+
+#[test]
+fn a_store_with_a_pin_of_a_missing_participant_is_refused() {
+    let mut snapshot = hub().snapshot();
+    snapshot.certificate_pins.push(PinRow {
+        fingerprint: [7; 32],
+        participant: ParticipantId(99),
+        pinned_at_ms: 1,
+    });
+    let problems = snapshot.audit();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("missing participant 99")),
+        "{problems:?}"
+    );
+    assert!(Ledger::restore(snapshot, Limits::default()).is_err());
+}
