@@ -396,6 +396,22 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
         ]}]})),
         200,
     );
+    // An update whose every account is refused changes nothing: no event.
+    let refused = hub.admin_expect(
+        "PUT",
+        &format!("/v2/settlements/{first_id}"),
+        Some(
+            json!({"participants": [{"id": participant["id"], "accounts": [
+                {"id": participant["accounts"][0]["id"], "state": "NOT_A_STATE", "reason": "stage"}
+            ]}]}),
+        ),
+        200,
+    );
+    assert!(
+        refused.text().contains("errorInformation"),
+        "{}",
+        refused.text()
+    );
     hub.admin_expect(
         "PUT",
         &format!("/v2/settlements/{first_id}"),
@@ -504,6 +520,9 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
     };
     let before_restart = audit_events(&hub, "?limit=1000");
     check(&before_restart);
+
+    let updates = audit_events(&hub, "?action=settlement.update");
+    assert_eq!(updates.len(), 1, "{updates:#?}");
 
     // Filters.
     let payer_events = audit_events(&hub, &format!("?participant={PAYER}"));

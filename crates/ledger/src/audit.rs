@@ -32,15 +32,19 @@ fn outcome_label(outcome: &Outcome) -> String {
     }
 }
 
-/// Whether an outcome is a change (a refusal or a duplicate changes nothing).
+/// Whether an outcome is a change (a refusal or a duplicate changes
+/// nothing, nor does a settlement update whose every account was refused).
 fn changed(outcome: &Outcome) -> bool {
-    !matches!(
-        outcome,
+    match outcome {
         Outcome::Rejected(_)
-            | Outcome::Failed { .. }
-            | Outcome::Duplicate(_)
-            | Outcome::QuoteDuplicate(_)
-    )
+        | Outcome::Failed { .. }
+        | Outcome::Duplicate(_)
+        | Outcome::QuoteDuplicate(_) => false,
+        Outcome::SettlementUpdated { results, .. } => {
+            results.iter().any(|result| result.error.is_none())
+        }
+        _ => true,
+    }
 }
 
 impl Ledger {
