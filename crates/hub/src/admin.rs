@@ -18,6 +18,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::audit::Change;
 use crate::{format_time, Hub, HubError};
 
 pub fn router(hub: Arc<Hub>) -> Router {
@@ -168,9 +169,10 @@ async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubE
     })
 }
 
-/// Runs an admin command that answers `Done` or `AccountsCreated`.
-async fn apply(hub: &Hub, command: Command) -> Result<(), HubError> {
-    match hub.execute_one(command).await? {
+/// Runs an admin change that answers `Done` or `AccountsCreated`, with
+/// its audit event.
+async fn apply(hub: &Hub, change: Change, command: Command) -> Result<(), HubError> {
+    match hub.execute_audited(change, command).await? {
         Outcome::Done | Outcome::AccountsCreated(_) => Ok(()),
         other => Err(HubError::from_outcome(other)),
     }
@@ -207,6 +209,7 @@ async fn create_participant(
     let name = fsp_name(&request.name)?;
     apply(
         &hub,
+        Change::participant("participant.create", name),
         Command::CreateParticipant {
             name,
             currency: currency(&request.currency)?,
@@ -242,12 +245,18 @@ async fn set_participant_active(
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
     let name = fsp_name(&name)?;
+    let active = active_flag(&request.is_active)?;
     apply(
         &hub,
-        Command::SetParticipantActive {
+        Change::participant(
+            if active {
+                "participant.activate"
+            } else {
+                "participant.deactivate"
+            },
             name,
-            active: active_flag(&request.is_active)?,
-        },
+        ),
+        Command::SetParticipantActive { name, active },
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
@@ -286,6 +295,7 @@ async fn create_hub_account(
         })?;
     apply(
         &hub,
+        Change::participant("account.create", hub.config.hub_name),
         Command::CreateHubAccount {
             currency: currency(&request.currency)?,
             kind,
@@ -339,12 +349,19 @@ async fn set_account_active(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
+    let name = fsp_name(&name)?;
+    let active = active_flag(&request.is_active)?;
     let command = Command::SetAccountActive {
-        name: fsp_name(&name)?,
+        name,
         account: account_id(&id)?,
-        active: active_flag(&request.is_active)?,
+        active,
     };
-    apply(&hub, command).await?;
+    let action = if active {
+        "account.activate"
+    } else {
+        "account.deactivate"
+    };
+    apply(&hub, Change::participant(action, name), command).await?;
     Ok(StatusCode::OK.into_response())
 }
 
@@ -395,6 +412,13 @@ async fn record_funds(
         },
         request_hash: RequestHash::of(&body),
     };
+    let change = Change::participant(
+        match request.action.as_str() {
+            "recordFundsIn" => "funds.in",
+            _ => "funds.out.reserve",
+        },
+        funds.participant,
+    );
     let command = match request.action.as_str() {
         "recordFundsIn" => Command::FundsIn(funds),
         "recordFundsOutPrepareReserve" => Command::FundsOutReserve(funds),
@@ -405,7 +429,7 @@ async fn record_funds(
             ))
         }
     };
-    funds_outcome(hub.execute_one(command).await?)
+    funds_outcome(hub.execute_audited(change, command).await?)
 }
 
 fn funds_outcome(outcome: Outcome) -> Result<Response, HubError> {
@@ -432,6 +456,13 @@ async fn finish_funds_out(
         account: account_id(&id)?,
         request_hash: RequestHash::of(&body),
     };
+    let change = Change::participant(
+        match request.action.as_str() {
+            "recordFundsOutCommit" => "funds.out.commit",
+            _ => "funds.out.abort",
+        },
+        finish.participant,
+    );
     let command = match request.action.as_str() {
         "recordFundsOutCommit" => Command::FundsOutCommit(finish),
         "recordFundsOutAbort" => Command::FundsOutAbort(finish),
@@ -442,7 +473,7 @@ async fn finish_funds_out(
             ))
         }
     };
-    funds_outcome(hub.execute_one(command).await?)
+    funds_outcome(hub.execute_audited(change, command).await?)
 }
 
 #[derive(Deserialize)]
@@ -485,12 +516,13 @@ async fn initial_position_and_limits(
             ));
         }
     }
+    let name = fsp_name(&name)?;
     let command = Command::InitNetDebitCap {
-        name: fsp_name(&name)?,
+        name,
         currency: currency(&request.currency)?,
         net_debit_cap: net_debit_cap(&request.limit)?,
     };
-    apply(&hub, command).await?;
+    apply(&hub, Change::participant("limits.init", name), command).await?;
     Ok(StatusCode::CREATED.into_response())
 }
 
@@ -507,12 +539,13 @@ async fn set_limits(
 ) -> Result<Response, HubError> {
     let request: SetLimits = parse(&body)?;
     let cap = net_debit_cap(&request.limit)?;
+    let name = fsp_name(&name)?;
     let command = Command::SetNetDebitCap {
-        name: fsp_name(&name)?,
+        name,
         currency: currency(&request.currency)?,
         net_debit_cap: cap,
     };
-    apply(&hub, command).await?;
+    apply(&hub, Change::participant("limits.set", name), command).await?;
     Ok(axum::Json(json!({
         "currency": request.currency,
         "limit": { "type": "NET_DEBIT_CAP", "value": number(cap), "alarmPercentage": 10 },
@@ -580,9 +613,14 @@ async fn set_endpoint(
 ) -> Result<Response, HubError> {
     let request: NewEndpoint = parse(&body)?;
     crate::endpoints::check_endpoint(&request.kind, &request.value)?;
+    // E-mail endpoint types (Mojaloop's notifications) are not URLs.
+    if request.kind.contains("_URL") {
+        crate::callback_url::check("value", &request.value, &hub.config.callback_allow)?;
+    }
     let name = fsp_name(&name)?;
     apply(
         &hub,
+        Change::participant("endpoint.set", name),
         Command::SetEndpoint {
             name,
             endpoint_type: request.kind.clone(),
@@ -761,12 +799,13 @@ async fn create_settlement_model(
     let definition: Value = parse(&body)?;
     let rules = settlement_model_rules(&definition)?;
     let name = definition["name"].as_str().unwrap_or_default().to_string();
+    let change = Change::settlement_model(&name);
     let command = Command::CreateSettlementModel {
         name,
         definition: definition.to_string(),
         rules,
     };
-    apply(&hub, command).await?;
+    apply(&hub, change, command).await?;
     Ok(StatusCode::CREATED.into_response())
 }
 

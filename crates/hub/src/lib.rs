@@ -16,6 +16,9 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod body;
+pub mod admin_auth;
+pub mod audit;
+pub mod callback_url;
 pub mod endpoints;
 pub mod jws;
 pub mod jws_keys;
@@ -23,6 +26,7 @@ pub mod metrics;
 pub mod notify;
 pub mod oracles;
 pub mod parties;
+pub mod pins;
 pub mod quotes;
 pub mod requests;
 pub mod routing;
@@ -80,6 +84,12 @@ pub struct HubConfig {
     /// Directory of the DFSPs' JWS public keys (`<fspId>.pem`), also
     /// written by the admin API's `/participants/{name}/jwsKey`.
     pub jws_keys_dir: Option<std::path::PathBuf>,
+    /// Who may use the admin API (see [`admin_auth`]); open by default, as
+    /// on a loopback address without a tokens file.
+    pub admin_auth: Arc<admin_auth::AdminAuth>,
+    /// Hosts that callback and oracle URLs may name (see [`callback_url`]);
+    /// empty allows any.
+    pub callback_allow: Vec<callback_url::Allowed>,
 }
 
 impl HubConfig {
@@ -100,6 +110,8 @@ impl HubConfig {
             identity: tls::IdentityPolicy::default(),
             jws_verify: jws_keys::VerifyPolicy::default(),
             jws_keys_dir: None,
+            admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
+            callback_allow: Vec::new(),
         }
     }
 }
@@ -112,6 +124,8 @@ pub struct Hub {
     pub parties: Parties,
     /// External oracles, asked when the built-in registry has no holder.
     pub oracles: Oracles,
+    /// Client certificates pinned to participants (see [`pins`]).
+    pub pins: pins::Pins,
     pub dispatcher: Dispatcher,
     /// Prometheus metrics, served on the admin address.
     pub metrics: Arc<metrics::Metrics>,
@@ -161,6 +175,7 @@ impl Hub {
             endpoints: Endpoints::default(),
             parties: Parties::default(),
             oracles,
+            pins: pins::Pins::default(),
             dispatcher,
             metrics,
             stages,
@@ -180,6 +195,10 @@ impl Hub {
         }
         match hub.execute_one(Command::ReadOracles).await? {
             Outcome::Oracles(rows) => hub.oracles.replace(rows),
+            other => return Err(HubError::from_outcome(other)),
+        }
+        match hub.execute_one(Command::ReadCertificatePins).await? {
+            Outcome::CertificatePins(views) => hub.pins.replace(&views),
             other => return Err(HubError::from_outcome(other)),
         }
         Ok(hub)
@@ -408,8 +427,11 @@ async fn bind_source(
         return next.run(request).await;
     };
     let connection = request.extensions().get::<tls::Connection>();
+    let certificate = connection.and_then(|c| c.certificate.as_deref());
     let refusal = match tls::identities(&hub.config.identity, connection, request.headers()) {
-        Ok(names) if names.contains(&source) => return next.run(request).await,
+        Ok(names) if pins::may_act_as(&names, certificate, &hub.pins, &source) => {
+            return next.run(request).await
+        }
         Ok(names) => {
             hub.note_refused_source(
                 &source,
@@ -476,13 +498,19 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
     let scrape = Router::new()
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(hub.clone());
+    let auth = hub.config.admin_auth.clone();
     guarded(
         admin::router(hub.clone())
             .merge(oracles::router(hub.clone()))
             .merge(settlement::router(hub.clone()))
             .merge(stages::router(hub.clone()))
             .merge(jws_keys::router(hub.clone()))
-            .merge(scrape),
+            .merge(audit::router(hub.clone()))
+            .merge(pins::router(hub.clone()))
+            .merge(scrape)
+            .layer(axum::middleware::from_fn(move |request, next| {
+                admin_auth::authenticate(auth.clone(), request, next)
+            })),
         &hub,
         "admin",
     )

@@ -649,9 +649,13 @@ fn oracle_id(text: &str) -> Result<u32, HubError> {
 
 /// Runs one oracle change and reloads the in-memory configuration from the
 /// ledger, all under the change lock.
-async fn change(hub: &Hub, command: Command) -> Result<Outcome, HubError> {
+async fn change(
+    hub: &Hub,
+    change: crate::audit::Change,
+    command: Command,
+) -> Result<Outcome, HubError> {
     let _serial = hub.oracles.changes.lock().await;
-    let outcome = hub.execute_one(command).await?;
+    let outcome = hub.execute_audited(change, command).await?;
     if outcome.error_code().is_none() {
         hub.oracles.replace(read_oracles(hub).await?);
     }
@@ -661,13 +665,19 @@ async fn change(hub: &Hub, command: Command) -> Result<Outcome, HubError> {
 /// `POST /oracles` → 201 `{"oracleId": id}`.
 async fn create_oracle(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Response, HubError> {
     let fields = oracle_fields(&parse_object(&body)?, None)?;
+    crate::callback_url::check(
+        "endpoint.value",
+        &fields.endpoint,
+        &hub.config.callback_allow,
+    )?;
     let command = Command::CreateOracle {
         id_type: fields.id_type,
         endpoint: fields.endpoint,
         currency: fields.currency,
         is_default: fields.is_default,
     };
-    match change(&hub, command).await? {
+    let audit = crate::audit::Change::oracles("oracle.create", "oracle".to_string());
+    match change(&hub, audit, command).await? {
         Outcome::OracleCreated(id) => {
             Ok((StatusCode::CREATED, axum::Json(json!({ "oracleId": id }))).into_response())
         }
@@ -697,6 +707,11 @@ async fn update_oracle(
         .find(|row| row.id == id)
         .ok_or_else(|| not_found(id))?;
     let fields = oracle_fields(&body, Some(&current))?;
+    crate::callback_url::check(
+        "endpoint.value",
+        &fields.endpoint,
+        &hub.config.callback_allow,
+    )?;
     let command = Command::UpdateOracle {
         id,
         id_type: fields.id_type,
@@ -704,7 +719,8 @@ async fn update_oracle(
         currency: fields.currency,
         is_default: fields.is_default,
     };
-    match change(&hub, command).await? {
+    let audit = crate::audit::Change::oracles("oracle.update", format!("oracle/{id}"));
+    match change(&hub, audit, command).await? {
         Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(HubError::from_outcome(other)),
     }
@@ -716,7 +732,8 @@ async fn delete_oracle(
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
     let id = oracle_id(&id)?;
-    match change(&hub, Command::DeleteOracle { id }).await? {
+    let audit = crate::audit::Change::oracles("oracle.delete", format!("oracle/{id}"));
+    match change(&hub, audit, Command::DeleteOracle { id }).await? {
         Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(HubError::from_outcome(other)),
     }

@@ -182,7 +182,20 @@ async fn settlement(hub: &Hub, id: u32) -> Result<SettlementView, HubError> {
 }
 
 async fn run(hub: &Hub, command: Command) -> Result<Outcome, HubError> {
-    match hub.execute_one(command).await? {
+    refused_as_error(hub.execute_one(command).await?)
+}
+
+/// Runs a settlement change with its audit event.
+async fn change(
+    hub: &Hub,
+    change: crate::audit::Change,
+    command: Command,
+) -> Result<Outcome, HubError> {
+    refused_as_error(hub.execute_audited(change, command).await?)
+}
+
+fn refused_as_error(outcome: Outcome) -> Result<Outcome, HubError> {
+    match outcome {
         Outcome::Rejected(rejection) => Err(HubError::new(
             rejection.code,
             format!(
@@ -423,7 +436,13 @@ async fn close_window(
     if state != "CLOSED" {
         return Err(invalid("state must be CLOSED"));
     }
-    match run(&hub, Command::CloseSettlementWindow { id, reason }).await? {
+    match change(
+        &hub,
+        crate::audit::Change::window_close(id),
+        Command::CloseSettlementWindow { id, reason },
+    )
+    .await?
+    {
         Outcome::Window(next) => {
             hub.metrics.record_window_closed("api");
             tracing::info!(
@@ -546,8 +565,9 @@ async fn create_settlement(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<R
             .ok_or_else(|| invalid("settlementWindows items must be {\"id\": window id}"))?;
         windows.push(id);
     }
-    match run(
+    match change(
         &hub,
+        crate::audit::Change::settlement("settlement.create", None),
         Command::CreateSettlement {
             model,
             reason,
@@ -639,8 +659,9 @@ async fn update_settlement(
         return Err(invalid("Invalid request payload input"));
     }
     let external_reference = optional_text(&map, "externalReference")?;
-    match run(
+    match change(
         &hub,
+        crate::audit::Change::settlement("settlement.abort", Some(id)),
         Command::AbortSettlement {
             settlement: id,
             reason,
@@ -674,8 +695,9 @@ async fn transitions(
         settlement,
         results,
         changed_windows,
-    } = run(
+    } = change(
         hub,
+        crate::audit::Change::settlement("settlement.update", Some(id)),
         Command::UpdateSettlement {
             settlement: id,
             changes,
@@ -745,8 +767,9 @@ async fn finalize_settlement(
     };
     let reason = optional_text(&map, "reason")?.unwrap_or_else(|| "finalized".to_string());
     let external_reference = optional_text(&map, "externalReference")?;
-    match run(
+    match change(
         &hub,
+        crate::audit::Change::settlement("settlement.finalize", Some(id)),
         Command::FinalizeSettlement {
             settlement: id,
             reason,

@@ -109,7 +109,10 @@ async fn close_open_window(hub: &Hub) {
         id,
         reason: "scheduled close".into(),
     };
-    match hub.execute_one(command).await {
+    match hub
+        .execute_audited(crate::audit::Change::window_close(id), command)
+        .await
+    {
         Ok(Outcome::Window(next)) => {
             hub.metrics.record_window_closed("schedule");
             tracing::info!(

@@ -94,6 +94,21 @@ enum Command {
     /// `serving api=… admin=…` and runs until SIGTERM or SIGINT.
     #[command(hide = true)]
     NullHub,
+    /// Make a fresh admin API bearer token.
+    ///
+    /// Prints the token (give it to its holder; kasi keeps only its hash)
+    /// and the line to add to the --admin-tokens file.
+    AdminToken(AdminTokenArgs),
+}
+
+#[derive(Args)]
+struct AdminTokenArgs {
+    /// Who holds the token: the actor named in audit events.
+    #[arg(long)]
+    name: String,
+    /// operator (every admin route) or viewer (GET and HEAD only).
+    #[arg(long, value_parser = ["operator", "viewer"])]
+    role: String,
 }
 
 #[derive(Args)]
@@ -149,6 +164,22 @@ fn compare(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints a new token and its tokens-file line; the token is shown once.
+fn admin_token(args: &AdminTokenArgs) -> anyhow::Result<ExitCode> {
+    if args.name.is_empty() || args.name.chars().any(|c| c.is_whitespace() || c == '#') {
+        anyhow::bail!("--name must be one word without '#'");
+    }
+    let token = hub::admin_auth::new_token()?;
+    println!("token: {token}");
+    println!(
+        "line for --admin-tokens: {} {} {}",
+        args.name,
+        args.role,
+        hub::admin_auth::token_hash(&token)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(error) = config::apply_config_file::<Cli>(&args) {
@@ -177,6 +208,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Audit(args) => audit::run(&args.data_dir),
         Command::NullHub => null_hub::run_process(),
+        Command::AdminToken(args) => admin_token(&args),
         Command::Bench(bench) => match bench.command {
             None => bench_transfers::run(bench.run),
             Some(command) => match command {

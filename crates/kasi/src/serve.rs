@@ -213,6 +213,47 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_JWS_KEYS_DIR", value_name = "DIR")]
     jws_keys_dir: Option<PathBuf>,
 
+    /// Credentials of the admin API: one `name role credential` per line,
+    /// role `operator` (everything) or `viewer` (GET/HEAD only), credential
+    /// the sha256 hex of a bearer token (`kasi admin-token` makes one) or
+    /// `cert:sha256:<hex>` of a client certificate (--admin-client-ca). With
+    /// this file every admin request but /health needs a credential (401
+    /// without, 403 for a viewer's write). Without it the admin API is
+    /// open, which is allowed only on a loopback --admin-listen.
+    #[arg(long, env = "KASI_ADMIN_TOKENS", value_name = "FILE")]
+    admin_tokens: Option<PathBuf>,
+
+    /// Serve a non-loopback --admin-listen without --admin-tokens (every
+    /// caller is an operator). For a network that authenticates by other
+    /// means; logged as a warning at start.
+    #[arg(long, env = "KASI_ADMIN_INSECURE")]
+    admin_insecure: bool,
+
+    /// Ask admin clients for a certificate this CA signed (optional for
+    /// the client: bearer tokens still work); its fingerprint is looked up
+    /// in the `cert:` lines of --admin-tokens.
+    #[arg(
+        long,
+        env = "KASI_ADMIN_CLIENT_CA",
+        value_name = "FILE",
+        requires_all = ["tls_cert", "admin_tokens"]
+    )]
+    admin_client_ca: Option<PathBuf>,
+
+    /// Hosts that DFSP callback URLs and oracle endpoints may name, checked
+    /// when they are set (repeat the flag or separate with commas): a host
+    /// name (dfsp1.example.com), every subdomain (*.example.com), or an
+    /// address range (10.0.0.0/8; matches URLs written with an address,
+    /// names are not resolved). By default any host; either way a URL must
+    /// be http(s) with a host and without user:password@.
+    #[arg(
+        long,
+        env = "KASI_CALLBACK_ALLOW",
+        value_delimiter = ',',
+        value_name = "HOST|*.DOMAIN|CIDR"
+    )]
+    callback_allow: Vec<hub::callback_url::Allowed>,
+
     /// How often positions are checked against the alarm share, in ms.
     #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..))]
@@ -226,6 +267,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.hub_name
         )
     })?;
+    // Decided before the store is opened, so a refused configuration
+    // touches nothing and binds nothing.
+    let admin_auth = Arc::new(admin_access(&args)?);
     let mut store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let (ledger, recovery) =
@@ -289,8 +333,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
             let api = hub::tls::server_config(reloading.clone(), args.tls_client_ca.as_deref())
                 .map_err(anyhow::Error::msg)?;
-            let admin =
-                hub::tls::server_config(reloading.clone(), None).map_err(anyhow::Error::msg)?;
+            let admin = match &args.admin_client_ca {
+                Some(ca) => hub::admin_auth::server_config_with_client_ca(reloading.clone(), ca),
+                None => hub::tls::server_config(reloading.clone(), None),
+            }
+            .map_err(anyhow::Error::msg)?;
             info!(
                 cert = %cert.display(),
                 mutual = args.tls_client_ca.is_some(),
@@ -398,6 +445,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         hub_config.jws_verify = jws_verify;
         hub_config.jws_keys_dir = args.jws_keys_dir.clone();
+        hub_config.admin_auth = admin_auth;
+        hub_config.callback_allow = args.callback_allow.clone();
         hub_config.identity = hub::tls::IdentityPolicy {
             client_certificates: args.tls_client_ca.is_some(),
             proxy: match &args.client_identity_header {
@@ -484,6 +533,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 struct Listening {
     max_connections: usize,
     header_read_timeout: Duration,
+}
+
+/// Who may use the admin API: the tokens file, or open on loopback (or
+/// when the operator insists); anything else refuses to start.
+fn admin_access(args: &ServeArgs) -> anyhow::Result<hub::admin_auth::AdminAuth> {
+    let credentials = match &args.admin_tokens {
+        Some(path) => Some(hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let configured = credentials.is_some();
+    let auth = hub::admin_auth::decide(args.admin_listen, credentials, args.admin_insecure)
+        .map_err(anyhow::Error::msg)?;
+    if configured {
+        info!(tokens = %args.admin_tokens.as_deref().unwrap_or_else(|| std::path::Path::new("")).display(), "admin API requires credentials");
+    } else if !args.admin_listen.ip().is_loopback() {
+        tracing::warn!(admin = %args.admin_listen, "admin API served WITHOUT authentication (--admin-insecure) on a non-loopback address");
+    }
+    Ok(auth)
 }
 
 /// TLS of both listeners, and the certificate SIGHUP reloads.

@@ -1,7 +1,7 @@
 //! The state machine: participants, accounts, limits and transfers in memory,
 //! changed only by [`Ledger::apply_batch`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::amount::Amount;
 use crate::crypto::{Condition, Fulfilment, RequestHash};
@@ -121,6 +121,12 @@ pub struct Ledger {
     pub(crate) quotes: HashMap<TransferId, QuoteRow>,
     /// Settlement windows, their content and settlements.
     pub(crate) book: SettlementBook,
+    /// The newest audit events, oldest first (at most
+    /// [`AUDIT_EVENTS_IN_MEMORY`]), and the last id given.
+    pub(crate) audit_events: VecDeque<AuditEventRow>,
+    pub(crate) last_audit_id: u64,
+    /// Pinned client certificates: fingerprint → (participant, when).
+    pub(crate) pins: BTreeMap<[u8; 32], (ParticipantId, i64)>,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -154,6 +160,9 @@ impl Ledger {
             oracles: Vec::new(),
             quotes: HashMap::new(),
             book: SettlementBook::default(),
+            audit_events: VecDeque::new(),
+            last_audit_id: 0,
+            pins: BTreeMap::new(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -213,7 +222,7 @@ impl Ledger {
         BatchResult { outcomes, records }
     }
 
-    fn apply(&mut self, command: &Command) -> Outcome {
+    pub(crate) fn apply(&mut self, command: &Command) -> Outcome {
         let result = match command {
             Command::CreateHub { name } => self.create_hub(*name),
             Command::CreateHubAccount { currency, kind } => {
@@ -323,6 +332,15 @@ impl Ledger {
                 body,
                 request_hash,
             } => self.answer_quote(*quote_id, *caller, *is_error, body, *request_hash),
+            Command::Audited { command, tag } => return self.apply_audited(command, tag),
+            Command::ReadAuditEvents(query) => Ok(self.read_audit_events(query)),
+            Command::PinCertificate { name, fingerprint } => {
+                self.pin_certificate(*name, *fingerprint)
+            }
+            Command::UnpinCertificate { name, fingerprint } => {
+                self.unpin_certificate(*name, *fingerprint)
+            }
+            Command::ReadCertificatePins => Ok(self.read_pins()),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties
                     .iter()
@@ -338,6 +356,10 @@ impl Ledger {
     }
 
     // ----- reference data -------------------------------------------------
+
+    pub(crate) fn participant_id_of(&self, name: FspName) -> Result<ParticipantId, Rejection> {
+        self.participant_id(name)
+    }
 
     fn participant_id(&self, name: FspName) -> Result<ParticipantId, Rejection> {
         self.participant_by_name.get(&name).copied().ok_or_else(|| {
@@ -1856,6 +1878,8 @@ impl Ledger {
             content_pairs: self.book.content_pairs.concat(),
             settlements: self.book.settlements.clone(),
             entries: self.book.entries.clone(),
+            audit_events: self.audit_events.iter().cloned().collect(),
+            certificate_pins: self.pin_rows(),
         }
     }
 
@@ -1958,6 +1982,10 @@ impl Ledger {
         ledger.book.content = snapshot.content;
         ledger.book.settlements = snapshot.settlements;
         ledger.book.entries = snapshot.entries;
+        if let Some(event) = snapshot.audit_events.last() {
+            now_ms = now_ms.max(event.at_ms);
+        }
+        ledger.restore_audit(snapshot.audit_events, snapshot.certificate_pins);
         let mut finishes = snapshot.finishes.into_iter().peekable();
         ledger.transfers.reserve(snapshot.transfers.len());
         for row in snapshot.transfers {

@@ -16,6 +16,7 @@
 //! payer's `reserved` until it commits, aborts or expires.
 
 mod amount;
+mod audit;
 mod crypto;
 mod error;
 mod ids;

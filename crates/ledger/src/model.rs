@@ -398,7 +398,121 @@ pub enum Command {
     ReadSettlementReport {
         settlement: u32,
     },
+    /// An admin change with who made it: `command` is applied as it is and,
+    /// if it changed something, an audit event is recorded in the same
+    /// batch (so in the same store transaction).
+    Audited {
+        command: Box<Command>,
+        tag: Box<AuditTag>,
+    },
+    /// The newest audit events kept in memory that match, newest first.
+    ReadAuditEvents(AuditQuery),
+    /// `POST /participants/{name}/certificates`: a client certificate
+    /// (its SHA-256) that may act as the participant on the FSPIOP API.
+    PinCertificate {
+        name: FspName,
+        fingerprint: [u8; 32],
+    },
+    /// `DELETE /participants/{name}/certificates/{fingerprint}`.
+    UnpinCertificate {
+        name: FspName,
+        fingerprint: [u8; 32],
+    },
+    /// Every pinned certificate, in fingerprint order.
+    ReadCertificatePins,
 }
+
+/// Renders what an audit event shows of the changed resource: the outcome
+/// of [`AuditTag::view`] (before and after the change) or, without a view,
+/// the change's own outcome (after). Supplied by the HTTP side, so that
+/// the ledger knows no JSON; it must be a pure function.
+#[derive(Clone, Copy)]
+pub struct AuditRender(pub fn(target: &str, outcome: &Outcome) -> String);
+
+impl std::fmt::Debug for AuditRender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuditRender")
+    }
+}
+
+/// Who makes an admin change and what it is, as the HTTP side knows it.
+#[derive(Clone, Debug)]
+pub struct AuditTag {
+    /// The credential's name (a token's or certificate's), `loopback` on
+    /// an open admin address, `kasi` for the hub's own clockwork.
+    pub actor: String,
+    pub role: String,
+    /// E.g. `participant.create`, `funds.in`.
+    pub action: String,
+    /// The participant, or the resource (`oracle/3`, `settlement/2`).
+    pub target: String,
+    /// A read command showing the target, applied just before and just
+    /// after the change (in the same batch, so nothing comes between).
+    pub view: Option<Box<Command>>,
+    pub render: AuditRender,
+}
+
+/// Audit events kept in memory (and loaded at start); older ones stay in
+/// the store's `audit_events` table.
+pub const AUDIT_EVENTS_IN_MEMORY: usize = 10_000;
+
+/// A durable record of one admin change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditEventRow {
+    /// From 1, in order.
+    pub id: u64,
+    pub at_ms: i64,
+    pub actor: String,
+    pub role: String,
+    pub action: String,
+    pub target: String,
+    /// JSON text of the target before and after (`null` if none).
+    pub before: String,
+    pub after: String,
+    /// What the change answered (e.g. `DONE`, `COMMITTED`, `CREATED`).
+    pub outcome: String,
+}
+
+/// A filter of audit events; `None` matches anything.
+#[derive(Clone, Debug, Default)]
+pub struct AuditQuery {
+    /// The event's target is this participant.
+    pub participant: Option<String>,
+    pub action: Option<String>,
+    pub actor: Option<String>,
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+    pub limit: usize,
+}
+
+impl AuditQuery {
+    pub fn matches(&self, event: &AuditEventRow) -> bool {
+        self.participant.as_ref().is_none_or(|p| *p == event.target)
+            && self.action.as_ref().is_none_or(|a| *a == event.action)
+            && self.actor.as_ref().is_none_or(|a| *a == event.actor)
+            && self.from_ms.is_none_or(|from| event.at_ms >= from)
+            && self.to_ms.is_none_or(|to| event.at_ms <= to)
+    }
+}
+
+/// A client certificate pinned to a participant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinRow {
+    pub fingerprint: [u8; 32],
+    pub participant: ParticipantId,
+    pub pinned_at_ms: i64,
+}
+
+/// A pinned certificate as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PinView {
+    pub fingerprint: [u8; 32],
+    pub fsp: FspName,
+    pub pinned_at_ms: i64,
+}
+
+/// Most certificates pinned to one participant.
+pub const PINS_PER_PARTICIPANT_MAX: usize = 16;
 
 /// A transfer as the API needs it to answer and to route callbacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -469,6 +583,9 @@ pub enum Outcome {
         changed_windows: Vec<u32>,
     },
     SettlementReport(SettlementReport),
+    /// Newest first.
+    AuditEvents(Vec<AuditEventRow>),
+    CertificatePins(Vec<PinView>),
 }
 
 impl Outcome {
@@ -582,6 +699,12 @@ pub enum Record {
     Settlement(SettlementRow),
     /// A posted movement of settlement (an insert).
     Entry(EntryRow),
+    /// An admin change's audit event (an insert).
+    AuditEvent(AuditEventRow),
+    /// A certificate pinned (an insert).
+    CertificatePin(PinRow),
+    /// The pin of this fingerprint removed.
+    CertificateUnpinned([u8; 32]),
 }
 
 /// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).

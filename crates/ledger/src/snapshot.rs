@@ -37,6 +37,11 @@ pub struct Snapshot {
     pub settlements: Vec<SettlementRow>,
     /// Settlement's posted movements, in seq order.
     pub entries: Vec<EntryRow>,
+    /// The newest audit events (at most [`AUDIT_EVENTS_IN_MEMORY`]), in id
+    /// order.
+    pub audit_events: Vec<AuditEventRow>,
+    /// Pinned client certificates, in fingerprint order.
+    pub certificate_pins: Vec<PinRow>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -70,6 +75,26 @@ impl Snapshot {
         }
         if hubs > 1 {
             problem(format!("{hubs} participants are marked as the hub"));
+        }
+        for pin in &self.certificate_pins {
+            if self
+                .participants
+                .get((pin.participant.0 as usize).wrapping_sub(1))
+                .is_none()
+            {
+                problem(format!(
+                    "a certificate is pinned to missing participant {}",
+                    pin.participant.0
+                ));
+            }
+        }
+        for pair in self.audit_events.windows(2) {
+            if pair[1].id <= pair[0].id {
+                problem(format!(
+                    "audit event {} follows audit event {}",
+                    pair[1].id, pair[0].id
+                ));
+            }
         }
 
         let mut keys = HashSet::new();

@@ -596,6 +596,11 @@ impl Mirror {
                         .insert((row.participant, row.endpoint_type.clone()), row.clone());
                 }
                 Record::SettlementModel(row) => self.settlement_models.push(row.clone()),
+                Record::AuditEvent(_)
+                | Record::CertificatePin(_)
+                | Record::CertificateUnpinned(_) => {
+                    unreachable!("audited commands and pins are not generated here")
+                }
                 Record::Party(_) | Record::PartyDeleted(_) => {
                     unreachable!("parties are not generated here")
                 }
@@ -793,7 +798,12 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::FinalizeSettlement { .. }
         | Command::ReadSettlementWindows
         | Command::ReadSettlements
-        | Command::ReadSettlementReport { .. } => {
+        | Command::ReadSettlementReport { .. }
+        | Command::Audited { .. }
+        | Command::ReadAuditEvents(_)
+        | Command::PinCertificate { .. }
+        | Command::UnpinCertificate { .. }
+        | Command::ReadCertificatePins => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

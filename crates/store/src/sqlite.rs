@@ -26,8 +26,9 @@ pub const DATABASE_FILE: &str = "kasi.db";
 /// Held (flock) by the one process that may write the data directory.
 pub const LOCK_FILE: &str = "kasi.lock";
 /// Version 2 added `transfers.wire_version`, the models' rules, the
-/// finishes' settlement window, and settlement's tables.
-const SCHEMA_VERSION: i64 = 2;
+/// finishes' settlement window, and settlement's tables; version 3 the
+/// admin API's `audit_events` and `certificate_pins`.
+const SCHEMA_VERSION: i64 = 3;
 /// The oldest version this kasi migrates (on a writable open) or reads.
 const OLDEST_SCHEMA_VERSION: i64 = 1;
 
@@ -192,6 +193,23 @@ CREATE TABLE IF NOT EXISTS settlement_entries (
     settlement_id     INTEGER,
     transfer_id       BLOB
 ) STRICT;
+CREATE TABLE IF NOT EXISTS audit_events (
+    id         INTEGER PRIMARY KEY,
+    at_ms      INTEGER NOT NULL,
+    actor      TEXT    NOT NULL,
+    role       TEXT    NOT NULL,
+    action     TEXT    NOT NULL,
+    target     TEXT    NOT NULL,
+    before     TEXT    NOT NULL,
+    after      TEXT    NOT NULL,
+    outcome    TEXT    NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS audit_events_by_target ON audit_events (target, id);
+CREATE TABLE IF NOT EXISTS certificate_pins (
+    fingerprint    BLOB    PRIMARY KEY,
+    participant_id INTEGER NOT NULL,
+    pinned_at_ms   INTEGER NOT NULL
+) STRICT;
 ";
 
 /// Version 1 → 2: new columns (the new tables are created by [`SCHEMA`]);
@@ -304,9 +322,12 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
-            1 => {
+            // Version 2 → 3 only adds tables, which SCHEMA creates.
+            1 | 2 => {
                 let migration = connection.transaction()?;
-                migration.execute_batch(MIGRATE_1_TO_2)?;
+                if version == 1 {
+                    migration.execute_batch(MIGRATE_1_TO_2)?;
+                }
                 migration.execute_batch(SCHEMA)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
@@ -533,6 +554,36 @@ impl SqliteStore {
                             answer.map(|a| a.body.as_str()),
                             answer.map(|a| a.answered_at_ms),
                         ])?;
+                    }
+                    Record::AuditEvent(row) => {
+                        transaction
+                            .prepare_cached(
+                                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome)
+                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                            )?
+                            .execute(params![
+                                row.id as i64,
+                                row.at_ms,
+                                row.actor,
+                                row.role,
+                                row.action,
+                                row.target,
+                                row.before,
+                                row.after,
+                                row.outcome,
+                            ])?;
+                    }
+                    Record::CertificatePin(row) => {
+                        transaction
+                            .prepare_cached(
+                                "INSERT INTO certificate_pins (fingerprint, participant_id, pinned_at_ms) VALUES (?1, ?2, ?3)",
+                            )?
+                            .execute(params![&row.fingerprint[..], row.participant.0, row.pinned_at_ms])?;
+                    }
+                    Record::CertificateUnpinned(fingerprint) => {
+                        transaction
+                            .prepare_cached("DELETE FROM certificate_pins WHERE fingerprint = ?1")?
+                            .execute(params![&fingerprint[..]])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -801,6 +852,39 @@ impl SqliteStore {
                     received_at_ms: row.get(4)?,
                     answer,
                 });
+            }
+            if version >= 3 {
+                // The newest events only: older ones stay in the table.
+                let mut statement = transaction.prepare(
+                    "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+                     FROM audit_events ORDER BY id DESC LIMIT ?1",
+                )?;
+                let mut rows = statement.query([ledger::AUDIT_EVENTS_IN_MEMORY as i64])?;
+                while let Some(row) = rows.next()? {
+                    snapshot.audit_events.push(ledger::AuditEventRow {
+                        id: row.get::<_, i64>(0)? as u64,
+                        at_ms: row.get(1)?,
+                        actor: row.get(2)?,
+                        role: row.get(3)?,
+                        action: row.get(4)?,
+                        target: row.get(5)?,
+                        before: row.get(6)?,
+                        after: row.get(7)?,
+                        outcome: row.get(8)?,
+                    });
+                }
+                snapshot.audit_events.reverse();
+                let mut statement = transaction.prepare(
+                    "SELECT fingerprint, participant_id, pinned_at_ms FROM certificate_pins ORDER BY fingerprint",
+                )?;
+                let mut rows = statement.query([])?;
+                while let Some(row) = rows.next()? {
+                    snapshot.certificate_pins.push(ledger::PinRow {
+                        fingerprint: blob(row, 0)?,
+                        participant: ParticipantId(row.get(1)?),
+                        pinned_at_ms: row.get(2)?,
+                    });
+                }
             }
             if version >= 2 {
                 crate::sqlite_settlement::load(&transaction, &mut snapshot)?;

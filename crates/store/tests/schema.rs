@@ -113,7 +113,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 2);
+    assert_eq!(user_version(dir.path()), 3);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -137,7 +137,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 3).unwrap();
+        connection.pragma_update(None, "user_version", 4).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -146,7 +146,100 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 3"), "{text}");
+        assert!(text.contains("schema version 4"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
+}
+
+fn event(id: u64, action: &str) -> ledger::AuditEventRow {
+    ledger::AuditEventRow {
+        id,
+        at_ms: 1_000 + id as i64,
+        actor: "alice".into(),
+        role: "operator".into(),
+        action: action.into(),
+        target: "payerfsp".into(),
+        before: "null".into(),
+        after: format!("{{\"n\":{id}}}"),
+        outcome: "DONE".into(),
+    }
+}
+
+#[test]
+fn a_version_2_store_gains_audit_events_and_pins_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).unwrap();
+        store.commit(&[&[transfer(1, UUID, 0x11)]]).unwrap();
+    }
+    // Make it what kasi wrote before version 3.
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection
+            .execute_batch(
+                "DROP TABLE audit_events; DROP TABLE certificate_pins; PRAGMA user_version = 2;",
+            )
+            .unwrap();
+    }
+    // Read as it is (no events), without changing it.
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.transfers.len(), 1);
+    assert!(old.audit_events.is_empty());
+    assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 3);
+    let pin = ledger::PinRow {
+        fingerprint: [9; 32],
+        participant: ledger::ParticipantId(2),
+        pinned_at_ms: 5,
+    };
+    let other_pin = ledger::PinRow {
+        fingerprint: [3; 32],
+        ..pin.clone()
+    };
+    store
+        .commit(&[
+            &[
+                Record::AuditEvent(event(1, "participant.create")),
+                Record::CertificatePin(pin.clone()),
+                Record::CertificatePin(other_pin.clone()),
+            ],
+            &[
+                Record::AuditEvent(event(2, "funds.in")),
+                Record::CertificateUnpinned([9; 32]),
+            ],
+        ])
+        .unwrap();
+    drop(store);
+    let snapshot = open(dir.path()).unwrap().load().unwrap();
+    assert_eq!(
+        snapshot.audit_events,
+        [event(1, "participant.create"), event(2, "funds.in")]
+    );
+    assert_eq!(snapshot.certificate_pins, [other_pin]);
+    assert_eq!(snapshot.transfers.len(), 1);
+}
+
+#[test]
+fn only_the_newest_audit_events_are_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let total = ledger::AUDIT_EVENTS_IN_MEMORY as u64 + 5;
+    {
+        let mut store = open(dir.path()).unwrap();
+        let records: Vec<Record> = (1..=total)
+            .map(|id| Record::AuditEvent(event(id, "limits.set")))
+            .collect();
+        store.commit(&[&records]).unwrap();
+    }
+    let snapshot = open(dir.path()).unwrap().load().unwrap();
+    assert_eq!(snapshot.audit_events.len(), ledger::AUDIT_EVENTS_IN_MEMORY);
+    assert_eq!(
+        snapshot.audit_events[0].id, 6,
+        "the oldest five stay on disk only"
+    );
+    assert_eq!(snapshot.audit_events.last().unwrap().id, total);
 }

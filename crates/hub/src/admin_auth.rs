@@ -1,0 +1,531 @@
+//! Who may use the admin API, and as what.
+//!
+//! Two roles: `operator` may do everything, `viewer` only reads (GET and
+//! HEAD, `/metrics`, `/stats` and the settlement API's GETs included).
+//! Credentials come from one file (`--admin-tokens`), one line per
+//! credential, `#` starting a comment:
+//!
+//! ```text
+//! # name   role      credential
+//! alice    operator  3f0a…(64 hex: sha256 of the bearer token)
+//! grafana  viewer    9b1c…
+//! ops-ci   operator  cert:sha256:5e88…(64 hex: the client certificate's sha256)
+//! ```
+//!
+//! A bearer token is checked by hashing it (SHA-256) and comparing the hash
+//! with every line in constant time: the file holds hashes, never tokens,
+//! which is safe because tokens are 256-bit random strings
+//! (`kasi admin-token` makes them). A `cert:` line names a client
+//! certificate, by fingerprint, presented on an admin address that asks
+//! for one (`--admin-client-ca`).
+//!
+//! With no file, the admin API is open only on a loopback address (as
+//! before authentication existed); elsewhere kasi refuses to start unless
+//! told `--admin-insecure`. `/health` is always open.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use ledger::ErrorCode;
+use sha2::{Digest, Sha256};
+
+use crate::HubError;
+
+/// What a caller may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Every admin route.
+    Operator,
+    /// Reads only (GET, HEAD).
+    Viewer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Role> {
+        match text {
+            "operator" => Some(Role::Operator),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+
+    fn may(self, method: &Method) -> bool {
+        match self {
+            Role::Operator => true,
+            Role::Viewer => method == Method::GET || method == Method::HEAD,
+        }
+    }
+}
+
+/// Who made an admin request: what audit events name as the actor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub name: String,
+    pub role: Role,
+}
+
+tokio::task_local! {
+    /// The caller of the admin request this task serves, set by the
+    /// authentication layer, so handlers tag their changes without taking
+    /// it as an argument each.
+    pub static CALLER: Caller;
+}
+
+/// The caller of the current admin request; outside one (the hub's own
+/// clockwork, e.g. a scheduled window close), the hub itself.
+pub fn current_caller() -> Caller {
+    CALLER.try_with(Caller::clone).unwrap_or(Caller {
+        name: "kasi".to_string(),
+        role: Role::Operator,
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Credential {
+    /// SHA-256 of a bearer token.
+    TokenHash([u8; 32]),
+    /// SHA-256 of a client certificate (DER).
+    Certificate([u8; 32]),
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    name: String,
+    role: Role,
+    credential: Credential,
+}
+
+/// Parses 64 hex digits.
+pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut bytes = [0u8; 32];
+    for (i, byte) in bytes.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(bytes)
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of a token, hex: what the tokens file holds.
+pub fn token_hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// Equal without a timing difference that depends on where they differ.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    let difference = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // Read through a volatile-like barrier so the fold is not short-cut.
+    std::hint::black_box(difference) == 0
+}
+
+/// The admin API's access rule, decided at start.
+#[derive(Clone, Debug)]
+pub struct AdminAuth {
+    entries: Vec<Entry>,
+    /// No credentials needed: every request is this caller (an operator).
+    open_as: Option<String>,
+}
+
+impl AdminAuth {
+    /// Everyone is an operator named `actor` (a loopback address without a
+    /// tokens file, or `--admin-insecure`).
+    pub fn open(actor: &str) -> AdminAuth {
+        AdminAuth {
+            entries: Vec::new(),
+            open_as: Some(actor.to_string()),
+        }
+    }
+
+    /// Reads a tokens file (see the module's documentation).
+    pub fn parse(text: &str) -> Result<AdminAuth, String> {
+        let mut entries = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let [name, role, credential] = fields[..] else {
+                return Err(format!(
+                    "line {}: expected `name role sha256-hex` or `name role cert:sha256:hex`",
+                    number + 1
+                ));
+            };
+            let role = Role::parse(role).ok_or_else(|| {
+                format!(
+                    "line {}: role '{role}' is not operator or viewer",
+                    number + 1
+                )
+            })?;
+            let credential = match credential.strip_prefix("cert:") {
+                Some(fingerprint) => Credential::Certificate(
+                    fingerprint
+                        .strip_prefix("sha256:")
+                        .and_then(parse_sha256_hex)
+                        .ok_or_else(|| {
+                            format!(
+                                "line {}: a certificate is `cert:sha256:` and 64 hex digits",
+                                number + 1
+                            )
+                        })?,
+                ),
+                None => Credential::TokenHash(parse_sha256_hex(credential).ok_or_else(|| {
+                    format!(
+                        "line {}: a token is given by its sha256, 64 hex digits (not the token itself)",
+                        number + 1
+                    )
+                })?),
+            };
+            entries.push(Entry {
+                name: name.to_string(),
+                role,
+                credential,
+            });
+        }
+        if entries.is_empty() {
+            return Err("no credentials in the file".to_string());
+        }
+        Ok(AdminAuth {
+            entries,
+            open_as: None,
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<AdminAuth, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+        AdminAuth::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open_as.is_some()
+    }
+
+    pub fn has_certificates(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(e.credential, Credential::Certificate(_)))
+    }
+
+    /// Who presents this bearer token or certificate fingerprint (hex), if
+    /// anyone. Every line is compared, so the time taken does not say
+    /// which line (or how much of a hash) matched.
+    pub fn identify(&self, bearer: Option<&str>, certificate: Option<&str>) -> Option<Caller> {
+        if let Some(actor) = &self.open_as {
+            return Some(Caller {
+                name: actor.clone(),
+                role: Role::Operator,
+            });
+        }
+        let token: Option<[u8; 32]> = bearer.map(|t| Sha256::digest(t.as_bytes()).into());
+        let certificate = certificate.and_then(parse_sha256_hex);
+        let mut found = None;
+        for entry in &self.entries {
+            let matched = match (&entry.credential, &token, &certificate) {
+                (Credential::TokenHash(hash), Some(token), _) => same(hash, token),
+                (Credential::Certificate(hash), _, Some(cert)) => same(hash, cert),
+                _ => false,
+            };
+            if matched && found.is_none() {
+                found = Some(Caller {
+                    name: entry.name.clone(),
+                    role: entry.role,
+                });
+            }
+        }
+        found
+    }
+}
+
+/// How the admin address is protected, decided from where it listens and
+/// what was configured: credentials always win; without any, only a
+/// loopback address is served open, unless the operator insists.
+pub fn decide(
+    listen: SocketAddr,
+    credentials: Option<AdminAuth>,
+    insecure: bool,
+) -> Result<AdminAuth, String> {
+    match credentials {
+        Some(auth) => Ok(auth),
+        None if listen.ip().is_loopback() => Ok(AdminAuth::open("loopback")),
+        None if insecure => Ok(AdminAuth::open("anonymous")),
+        None => Err(format!(
+            "the admin address {listen} is not loopback and no admin credentials are configured: \
+             give --admin-tokens FILE (see `kasi admin-token`), or --admin-insecure to serve it \
+             without authentication"
+        )),
+    }
+}
+
+fn refusal(status: StatusCode, description: &str) -> Response {
+    let mut response = HubError::new(
+        ErrorCode::GENERIC_CLIENT_ERROR,
+        format!("Generic client error - {description}"),
+    )
+    .into_response();
+    *response.status_mut() = status;
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"kasi-admin\""),
+        );
+    }
+    response
+}
+
+/// The admin API's gate: 401 without valid credentials, 403 for a write by
+/// a viewer; otherwise the request runs with its [`Caller`] set.
+pub async fn authenticate(
+    auth: Arc<AdminAuth>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| {
+            let (scheme, token) = value.trim().split_once(' ')?;
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| token.trim().to_string())
+        });
+    let certificate = request
+        .extensions()
+        .get::<crate::tls::Connection>()
+        .and_then(|connection| connection.certificate.as_ref())
+        .map(|identity| identity.fingerprint.clone());
+    let Some(caller) = auth.identify(bearer.as_deref(), certificate.as_deref()) else {
+        tracing::info!(
+            method = %request.method(),
+            path = %request.uri().path(),
+            with_token = bearer.is_some(),
+            "admin request refused: no valid credentials"
+        );
+        return refusal(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized: a valid admin bearer token or client certificate is required",
+        );
+    };
+    if !caller.role.may(request.method()) {
+        tracing::info!(
+            actor = %caller.name,
+            role = caller.role.as_str(),
+            method = %request.method(),
+            path = %request.uri().path(),
+            "admin request refused: the role does not allow it"
+        );
+        return refusal(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "Forbidden: role {} may only read (GET, HEAD)",
+                caller.role.as_str()
+            ),
+        );
+    }
+    CALLER.scope(caller, next.run(request)).await
+}
+
+/// The admin address's TLS when operators may present client
+/// certificates: one the CA signed is asked for but not required (bearer
+/// tokens still work); the `cert:` lines of the tokens file say who it is.
+pub fn server_config_with_client_ca(
+    cert: Arc<crate::tls::ReloadingCert>,
+    client_ca: &Path,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(crate::tls::root_store(client_ca)?),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|error| format!("{}: {error}", client_ca.display()))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| error.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(cert);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A fresh bearer token: 32 random bytes (from the OS), URL-safe base64,
+/// with a prefix that makes it recognizable in a secret scanner.
+pub fn new_token() -> std::io::Result<String> {
+    use base64::Engine as _;
+    use std::io::Read as _;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(format!(
+        "kasi_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn only_loopback_is_open_without_credentials() {
+        assert!(decide(addr("127.0.0.1:3001"), None, false)
+            .unwrap()
+            .is_open());
+        assert!(decide(addr("[::1]:3001"), None, false).unwrap().is_open());
+        let refused = decide(addr("0.0.0.0:3001"), None, false).unwrap_err();
+        assert!(refused.contains("--admin-tokens"), "{refused}");
+        assert!(decide(addr("10.1.2.3:3001"), None, false).is_err());
+        assert!(decide(addr("0.0.0.0:3001"), None, true).unwrap().is_open());
+        let file = format!("alice operator {}\n", token_hash("secret"));
+        let auth = AdminAuth::parse(&file).unwrap();
+        assert!(!decide(addr("0.0.0.0:3001"), Some(auth.clone()), false)
+            .unwrap()
+            .is_open());
+        // A tokens file is enforced on loopback too.
+        assert!(!decide(addr("127.0.0.1:3001"), Some(auth), false)
+            .unwrap()
+            .is_open());
+    }
+
+    #[test]
+    fn tokens_and_certificates_identify_their_line() {
+        let cert = "ab".repeat(32);
+        let file = format!(
+            "# operators\nalice operator {}\n\ngrafana viewer {}  # read only\nci operator cert:sha256:{cert}\n",
+            token_hash("kasi_alice"),
+            token_hash("kasi_grafana")
+        );
+        let auth = AdminAuth::parse(&file).unwrap();
+        assert!(auth.has_certificates());
+        let alice = auth.identify(Some("kasi_alice"), None).unwrap();
+        assert_eq!((alice.name.as_str(), alice.role), ("alice", Role::Operator));
+        let grafana = auth.identify(Some("kasi_grafana"), None).unwrap();
+        assert_eq!(grafana.role, Role::Viewer);
+        assert_eq!(auth.identify(Some("kasi_other"), None), None);
+        assert_eq!(auth.identify(None, None), None);
+        // The hash itself is not a token.
+        assert_eq!(auth.identify(Some(&token_hash("kasi_alice")), None), None);
+        assert_eq!(auth.identify(None, Some(&cert)).unwrap().name, "ci");
+        assert_eq!(auth.identify(None, Some(&"cd".repeat(32))), None);
+    }
+
+    #[test]
+    fn a_bad_line_is_named() {
+        for (file, wanted) in [
+            ("alice operator\n", "line 1"),
+            ("alice root 00\n", "role 'root'"),
+            ("\nalice operator kasi_plaintext\n", "line 2"),
+            ("bob viewer cert:md5:00\n", "cert:sha256:"),
+            ("# nothing\n", "no credentials"),
+        ] {
+            let error = AdminAuth::parse(file).unwrap_err();
+            assert!(error.contains(wanted), "{file:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn roles_allow_what_they_should() {
+        assert!(Role::Viewer.may(&Method::GET));
+        assert!(Role::Viewer.may(&Method::HEAD));
+        for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+            assert!(!Role::Viewer.may(&method));
+            assert!(Role::Operator.may(&method));
+        }
+    }
+
+    /// The gate as a router sees it: a certificate on the connection or a
+    /// bearer token names the caller that handlers read.
+    #[tokio::test]
+    async fn the_gate_names_the_caller_to_handlers() {
+        use tower::ServiceExt as _;
+        let certificate = crate::tls::ClientIdentity {
+            names: vec!["ops-ci".into()],
+            fingerprint: "cd".repeat(32),
+        };
+        let file = format!(
+            "ci operator cert:sha256:{}\ngrafana viewer {}\n",
+            certificate.fingerprint,
+            token_hash("kasi_view")
+        );
+        let auth = Arc::new(AdminAuth::parse(&file).unwrap());
+        let app = axum::Router::new()
+            .route(
+                "/who",
+                axum::routing::get(|| async { current_caller().name })
+                    .post(|| async { current_caller().name }),
+            )
+            .layer(axum::middleware::from_fn(move |request, next| {
+                authenticate(auth.clone(), request, next)
+            }));
+        let send =
+            |method: &str, token: Option<&str>, cert: Option<&crate::tls::ClientIdentity>| {
+                let mut request = axum::http::Request::builder().method(method).uri("/who");
+                if let Some(token) = token {
+                    request = request.header("authorization", format!("Bearer {token}"));
+                }
+                let mut request = request.body(axum::body::Body::empty()).unwrap();
+                request.extensions_mut().insert(crate::tls::Connection {
+                    peer: "127.0.0.1:1".parse().unwrap(),
+                    certificate: cert.map(|c| Arc::new(c.clone())),
+                });
+                app.clone().oneshot(request)
+            };
+        let body = |response: Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        let response = send("POST", None, Some(&certificate)).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(body(response).await, "ci");
+        let response = send("GET", Some("kasi_view"), None).await.unwrap();
+        assert_eq!(body(response).await, "grafana");
+        let response = send("POST", Some("kasi_view"), None).await.unwrap();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let stranger = crate::tls::ClientIdentity {
+            names: vec!["ci".into()],
+            fingerprint: "ef".repeat(32),
+        };
+        let response = send("GET", None, Some(&stranger)).await.unwrap();
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "a name is not a pin"
+        );
+        assert!(response.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    #[test]
+    fn tokens_are_fresh_and_long() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_ne!(a, b);
+        assert!(a.starts_with("kasi_") && a.len() == 5 + 43, "{a}");
+        assert_eq!(token_hash(&a).len(), 64);
+    }
+}

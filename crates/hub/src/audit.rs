@@ -1,0 +1,369 @@
+//! Audit events of admin changes: how handlers tag a change with who made
+//! it, what the events show of the changed resource, and
+//! `GET /audit-events`.
+//!
+//! A change goes to the ledger as [`Command::Audited`]: the caller (from
+//! [`admin_auth`](crate::admin_auth)), the action and the target, and a read
+//! of the target that the ledger applies just before and after the change;
+//! the renderings here turn those reads into the event's `before` and
+//! `after` JSON. The ledger records the event in the change's own batch,
+//! so the store commits both in one transaction.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use ledger::{
+    AuditEventRow, AuditQuery, AuditRender, AuditTag, Command, ErrorCode, FspName, Outcome,
+};
+use serde_json::{json, Value};
+
+use crate::admin_auth::current_caller;
+use crate::{format_time, Hub, HubError};
+
+/// Events `GET /audit-events` answers by default, and at most.
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1_000;
+
+/// What a change is, for its audit event.
+pub struct Change {
+    pub action: String,
+    pub target: String,
+    view: Option<Command>,
+    render: fn(&str, &Outcome) -> String,
+}
+
+impl Change {
+    /// A change of one participant (its accounts, limits, endpoints, funds,
+    /// certificates): the event shows the participant before and after.
+    pub fn participant(action: &str, name: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: name.to_string(),
+            view: Some(Command::ReadParticipants { name: Some(name) }),
+            render: render_participant,
+        }
+    }
+
+    /// A certificate pinned to or unpinned from a participant: the event
+    /// shows the participant's pins before and after.
+    pub fn certificates(action: &str, name: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: name.to_string(),
+            view: Some(Command::ReadCertificatePins),
+            render: crate::pins::render_pins,
+        }
+    }
+
+    /// An oracle change: the event shows the live oracles before and after.
+    pub fn oracles(action: &str, target: String) -> Change {
+        Change {
+            action: action.to_string(),
+            target,
+            view: Some(Command::ReadOracles),
+            render: render_oracles,
+        }
+    }
+
+    /// A settlement model created: the event shows the model after.
+    pub fn settlement_model(name: &str) -> Change {
+        Change {
+            action: "settlementModel.create".to_string(),
+            target: format!("settlementModel/{name}"),
+            view: Some(Command::ReadSettlementModels),
+            render: render_model,
+        }
+    }
+
+    /// A window closed: the window before and after.
+    pub fn window_close(id: u32) -> Change {
+        Change {
+            action: "settlementWindow.close".to_string(),
+            target: format!("settlementWindow/{id}"),
+            view: Some(Command::ReadSettlementWindows),
+            render: render_window,
+        }
+    }
+
+    /// A settlement changed (`Some(id)`) or created (`None`: the event
+    /// shows the new settlement as the change answered it).
+    pub fn settlement(action: &str, id: Option<u32>) -> Change {
+        Change {
+            action: action.to_string(),
+            target: id.map_or_else(|| "settlement".to_string(), |id| format!("settlement/{id}")),
+            view: id.map(|_| Command::ReadSettlements),
+            render: render_settlement,
+        }
+    }
+}
+
+impl Hub {
+    /// Runs an admin change tagged with its caller, and logs its event (or
+    /// its refusal). The event itself is the ledger's, durable with the
+    /// change; the log line repeats it.
+    pub async fn execute_audited(
+        &self,
+        change: Change,
+        command: Command,
+    ) -> Result<Outcome, HubError> {
+        let caller = current_caller();
+        let tag = AuditTag {
+            actor: caller.name.clone(),
+            role: caller.role.as_str().to_string(),
+            action: change.action.clone(),
+            target: change.target.clone(),
+            view: change.view.map(Box::new),
+            render: AuditRender(change.render),
+        };
+        let audited = Command::Audited {
+            command: Box::new(command),
+            tag: Box::new(tag),
+        };
+        // The read is applied right after the change (one submission's
+        // commands are consecutive in a batch), so it finds this change's
+        // event, if the change made one.
+        let newest = Command::ReadAuditEvents(AuditQuery {
+            limit: 1,
+            ..AuditQuery::default()
+        });
+        let mut outcomes = self
+            .execute(vec![audited, newest])
+            .await
+            .map_err(HubError::from)?
+            .into_iter();
+        let outcome = outcomes
+            .next()
+            .ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))?;
+        if let Some(code) = outcome.error_code() {
+            tracing::info!(
+                actor = %caller.name,
+                role = caller.role.as_str(),
+                action = %change.action,
+                target = %change.target,
+                code = %code,
+                "admin change refused"
+            );
+            return Ok(outcome);
+        }
+        if let Some(Outcome::AuditEvents(events)) = outcomes.next() {
+            if let Some(event) = events
+                .first()
+                .filter(|e| e.action == change.action && e.target == change.target)
+            {
+                tracing::info!(
+                    id = event.id,
+                    time = %format_time(event.at_ms),
+                    actor = %event.actor,
+                    role = %event.role,
+                    action = %event.action,
+                    target = %event.target,
+                    before = %event.before,
+                    after = %event.after,
+                    outcome = %event.outcome,
+                    "audit event"
+                );
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+fn amount_json(amount: ledger::Amount) -> Value {
+    serde_json::from_str(&amount.to_string()).unwrap_or_else(|_| json!(amount.to_string()))
+}
+
+fn render_participant(_target: &str, outcome: &Outcome) -> String {
+    let Outcome::Participants(views) = outcome else {
+        return "null".to_string();
+    };
+    let Some(view) = views.first() else {
+        return "null".to_string();
+    };
+    let endpoints: serde_json::Map<String, Value> = view
+        .endpoints
+        .iter()
+        .map(|e| (e.endpoint_type.clone(), json!(e.value)))
+        .collect();
+    json!({
+        "name": view.participant.name.as_str(),
+        "isActive": view.participant.active,
+        "accounts": view.accounts.iter().map(|a| json!({
+            "id": a.id.0,
+            "type": a.kind.as_str(),
+            "currency": a.currency.as_str(),
+            "isActive": a.active,
+            "value": amount_json(a.value),
+            "reserved": amount_json(a.reserved),
+            "netDebitCap": a.net_debit_cap.map(amount_json),
+        })).collect::<Vec<_>>(),
+        "endpoints": endpoints,
+    })
+    .to_string()
+}
+
+fn render_oracles(_target: &str, outcome: &Outcome) -> String {
+    let Outcome::Oracles(rows) = outcome else {
+        return "null".to_string();
+    };
+    Value::Array(
+        rows.iter()
+            .map(|o| {
+                json!({
+                    "id": o.id,
+                    "type": o.id_type,
+                    "endpoint": o.endpoint,
+                    "currency": o.currency.map(|c| c.as_str().to_string()),
+                    "isDefault": o.is_default,
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+fn id_of(target: &str) -> Option<u32> {
+    target.rsplit('/').next()?.parse().ok()
+}
+
+fn render_model(target: &str, outcome: &Outcome) -> String {
+    let name = target.strip_prefix("settlementModel/").unwrap_or(target);
+    match outcome {
+        Outcome::SettlementModels(models) => {
+            models
+                .iter()
+                .find(|m| m.name == name)
+                .map_or("null".to_string(), |m| {
+                    let definition: Value =
+                        serde_json::from_str(&m.definition).unwrap_or(Value::Null);
+                    json!({"id": m.id, "name": m.name, "definition": definition}).to_string()
+                })
+        }
+        _ => "null".to_string(),
+    }
+}
+
+fn render_window(target: &str, outcome: &Outcome) -> String {
+    let Outcome::SettlementWindows(windows) = outcome else {
+        return "null".to_string();
+    };
+    windows
+        .iter()
+        .find(|w| Some(w.row.id) == id_of(target))
+        .map_or("null".to_string(), |w| {
+            json!({"id": w.row.id, "state": w.row.state.as_str(), "reason": w.row.reason})
+                .to_string()
+        })
+}
+
+fn settlement_value(view: &ledger::SettlementView) -> Value {
+    json!({
+        "id": view.row.id,
+        "model": view.model_name,
+        "state": view.row.state.as_str(),
+        "reason": view.row.reason,
+        "externalReference": view.row.external_reference,
+        "windows": view.row.windows,
+        "accounts": view.row.accounts.iter().map(|a| json!({
+            "id": a.account.0,
+            "participantId": a.participant.0,
+            "currency": a.currency.as_str(),
+            "net": amount_json(a.net),
+            "state": a.state.as_str(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn render_settlement(target: &str, outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Settlements(views) => views
+            .iter()
+            .find(|s| Some(s.row.id) == id_of(target))
+            .map_or("null".to_string(), |s| settlement_value(s).to_string()),
+        Outcome::Settlement(view) => settlement_value(view).to_string(),
+        _ => "null".to_string(),
+    }
+}
+
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/audit-events", get(list_events))
+        .with_state(hub)
+}
+
+fn bad(description: String) -> HubError {
+    HubError::new(
+        ErrorCode::GENERIC_VALIDATION_ERROR,
+        format!("Generic validation error - {description}"),
+    )
+}
+
+/// An instant as FSPIOP `DateTime` or milliseconds since the epoch.
+fn instant(name: &str, text: &str) -> Result<i64, HubError> {
+    text.parse::<i64>()
+        .ok()
+        .or_else(|| fspiop::parse_date_time(text))
+        .ok_or_else(|| {
+            bad(format!(
+                "{name} must be a date-time (2026-01-31T12:00:00.000Z) or milliseconds"
+            ))
+        })
+}
+
+fn event_json(event: &AuditEventRow) -> Value {
+    let parsed = |text: &str| serde_json::from_str(text).unwrap_or_else(|_| json!(text));
+    json!({
+        "id": event.id,
+        "time": format_time(event.at_ms),
+        "actor": event.actor,
+        "role": event.role,
+        "action": event.action,
+        "target": event.target,
+        "before": parsed(&event.before),
+        "after": parsed(&event.after),
+        "outcome": event.outcome,
+    })
+}
+
+/// `GET /audit-events?participant=&action=&actor=&from=&to=&limit=`: the
+/// newest matching events first, among the newest
+/// [`ledger::AUDIT_EVENTS_IN_MEMORY`] (older ones are in the store's
+/// `audit_events` table).
+async fn list_events(
+    State(hub): State<Arc<Hub>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, HubError> {
+    const KNOWN: [&str; 6] = ["participant", "action", "actor", "from", "to", "limit"];
+    if let Some(unknown) = query.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(bad(format!(
+            "unknown parameter '{unknown}'; known: {}",
+            KNOWN.join(", ")
+        )));
+    }
+    let limit = match query.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| bad(format!("limit must be 1 to {MAX_LIMIT}")))?
+            .min(MAX_LIMIT),
+    };
+    let filter = AuditQuery {
+        participant: query.get("participant").cloned(),
+        action: query.get("action").cloned(),
+        actor: query.get("actor").cloned(),
+        from_ms: query.get("from").map(|t| instant("from", t)).transpose()?,
+        to_ms: query.get("to").map(|t| instant("to", t)).transpose()?,
+        limit,
+    };
+    match hub.execute_one(Command::ReadAuditEvents(filter)).await? {
+        Outcome::AuditEvents(events) => {
+            Ok(axum::Json(events.iter().map(event_json).collect::<Vec<_>>()).into_response())
+        }
+        other => Err(HubError::from_outcome(other)),
+    }
+}
