@@ -99,6 +99,18 @@ impl Change {
             render: render_settlement,
         }
     }
+
+    /// A change kept outside the ledger (a DFSP's JWS public key file):
+    /// the command is [`Command::NoteExternalChange`], which carries the
+    /// event's before and after itself.
+    pub fn external(action: &str, target: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: target.to_string(),
+            view: None,
+            render: |_, _| "null".to_string(),
+        }
+    }
 }
 
 impl Hub {

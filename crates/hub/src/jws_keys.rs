@@ -454,9 +454,52 @@ async fn put_key(
         )
     })?;
     let stored = pem.clone();
+    let before = {
+        let keys = keys.clone();
+        blocking(move || keys.read(fsp)).await?
+    };
     blocking(move || keys.write(fsp, &stored)).await?;
     tracing::info!(fsp = %fsp, "JWS public key uploaded");
+    record_change(&hub, "jwsKey.set", fsp, before.as_deref(), Some(&pem)).await?;
     Ok(key_answer(fsp, &pem))
+}
+
+/// What an audit event shows of a key: its type and the SHA-256 of its
+/// PEM text (enough to tell keys apart without copying them into the
+/// audit trail).
+fn key_summary(pem: Option<&str>) -> String {
+    use sha2::Digest as _;
+    match pem {
+        None => "null".to_string(),
+        Some(pem) => {
+            let key_type = match VerifyingKey::from_pem(pem) {
+                Ok(VerifyingKey::Rsa(_)) => "RSA",
+                Ok(VerifyingKey::Ec(_)) => "EC",
+                Err(_) => "unusable",
+            };
+            let digest = sha2::Sha256::digest(pem.as_bytes());
+            let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+            json!({"keyType": key_type, "pemSha256": hex}).to_string()
+        }
+    }
+}
+
+/// Records the audit event of a key change already made on disk. If the
+/// store cannot record it, the change stands but the caller is told (500).
+async fn record_change(
+    hub: &Hub,
+    action: &str,
+    fsp: FspName,
+    before: Option<&str>,
+    after: Option<&str>,
+) -> Result<(), HubError> {
+    let note = ledger::Command::NoteExternalChange {
+        before: key_summary(before),
+        after: key_summary(after),
+    };
+    hub.execute_audited(crate::audit::Change::external(action, fsp), note)
+        .await
+        .map(|_| ())
 }
 
 async fn get_key(
@@ -477,8 +520,13 @@ async fn delete_key(
 ) -> Result<Response, HubError> {
     let keys = keys_of(&hub)?;
     let fsp = participant(&name)?;
+    let before = {
+        let keys = keys.clone();
+        blocking(move || keys.read(fsp)).await?
+    };
     Ok(if blocking(move || keys.remove(fsp)).await? {
         tracing::info!(fsp = %fsp, "JWS public key removed");
+        record_change(&hub, "jwsKey.delete", fsp, before.as_deref(), None).await?;
         StatusCode::NO_CONTENT.into_response()
     } else {
         not_found(fsp)

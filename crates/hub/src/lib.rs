@@ -15,9 +15,9 @@ use engine::{BatchTiming, EngineError, EngineHandle};
 use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
-pub mod body;
 pub mod admin_auth;
 pub mod audit;
+pub mod body;
 pub mod callback_url;
 pub mod endpoints;
 pub mod jws;

@@ -480,6 +480,23 @@ fn inbound_signatures_are_checked_when_asked() {
     hub.admin_expect("DELETE", "/participants/payeefsp/jwsKey", None, 204);
     assert!(!keys_dir.join("payeefsp.pem").exists());
     hub.admin_expect("GET", "/participants/payeefsp/jwsKey", None, 404);
+    // Both key changes are audit events (the refused upload is not).
+    let events = hub
+        .admin_expect("GET", "/audit-events?participant=payeefsp", None, 200)
+        .json();
+    let events: Vec<&serde_json::Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["action"].as_str().unwrap().starts_with("jwsKey."))
+        .collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0]["action"], "jwsKey.delete");
+    assert_eq!(events[1]["action"], "jwsKey.set");
+    assert_eq!(events[1]["before"], serde_json::Value::Null, "{events:?}");
+    assert_eq!(events[1]["after"]["keyType"], "RSA", "{events:?}");
+    assert_eq!(events[0]["before"], events[1]["after"]);
+    assert_eq!(events[0]["after"], serde_json::Value::Null);
     let error_path = format!("/transfers/{id}/error");
     let reject = error_body("5100", "rejected");
     let headers = signed(

@@ -472,8 +472,13 @@ fn the_admin_api_checks_oracles_and_filters_the_list() {
         // A second default for a type.
         (oracle_body("MSISDN", "http://x", None, true), "3003"),
         (oracle_body("MSISDN_X", "http://x", None, false), "3100"),
+        // Neither http nor https, or credentials in the URL.
         (
-            oracle_body("MSISDN", "https://x", Some("KES"), false),
+            oracle_body("MSISDN", "ftp://x", Some("KES"), false),
+            "3100",
+        ),
+        (
+            oracle_body("MSISDN", "https://user:secret@x", Some("KES"), false),
             "3100",
         ),
         (

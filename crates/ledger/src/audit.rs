@@ -50,17 +50,27 @@ fn changed(outcome: &Outcome) -> bool {
 impl Ledger {
     pub(crate) fn apply_audited(&mut self, command: &Command, tag: &AuditTag) -> Outcome {
         let render = tag.render.0;
-        let before = tag
-            .view
-            .as_deref()
-            .map(|view| render(&tag.target, &self.apply(view)));
-        let outcome = self.apply(command);
-        if !changed(&outcome) {
-            return outcome;
-        }
-        let after = match tag.view.as_deref() {
-            Some(view) => render(&tag.target, &self.apply(view)),
-            None => render(&tag.target, &outcome),
+        let (outcome, before, after) = match command {
+            // The change happened outside the ledger; the caller says what
+            // it was.
+            Command::NoteExternalChange { before, after } => {
+                (Outcome::Done, Some(before.clone()), after.clone())
+            }
+            _ => {
+                let before = tag
+                    .view
+                    .as_deref()
+                    .map(|view| render(&tag.target, &self.apply(view)));
+                let outcome = self.apply(command);
+                if !changed(&outcome) {
+                    return outcome;
+                }
+                let after = match tag.view.as_deref() {
+                    Some(view) => render(&tag.target, &self.apply(view)),
+                    None => render(&tag.target, &outcome),
+                };
+                (outcome, before, after)
+            }
         };
         self.last_audit_id += 1;
         let event = AuditEventRow {

@@ -420,6 +420,14 @@ pub enum Command {
     },
     /// Every pinned certificate, in fingerprint order.
     ReadCertificatePins,
+    /// A change made outside the ledger (a DFSP's JWS public key, kept as a
+    /// file), submitted inside [`Command::Audited`] only to record its
+    /// event: `before` and `after` are the event's JSON. Alone, it changes
+    /// nothing.
+    NoteExternalChange {
+        before: String,
+        after: String,
+    },
 }
 
 /// Renders what an audit event shows of the changed resource: the outcome

@@ -803,7 +803,8 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::ReadAuditEvents(_)
         | Command::PinCertificate { .. }
         | Command::UnpinCertificate { .. }
-        | Command::ReadCertificatePins => {
+        | Command::ReadCertificatePins
+        | Command::NoteExternalChange { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
