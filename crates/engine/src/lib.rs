@@ -14,9 +14,15 @@
 //! batch's outcomes may depend on the batch before it, and batches commit in
 //! order, so nothing is released that a crash could take back.
 //!
-//! If a commit fails, memory is ahead of the disk: the pipeline stops taking
-//! work and answers every pending and later submission with
-//! [`EngineError::StoreFailed`]. Restarting recovers from the store.
+//! If a commit fails with a transient error (a full disk), nothing of it is
+//! visible and memory is ahead of the disk by exactly the batches in hand:
+//! the store thread tries the same commit again, with backoff, until it
+//! succeeds, and meanwhile new submissions are refused with
+//! [`EngineError::StoreUnavailable`] (the queue would only grow). Any other
+//! commit failure is fatal: the pipeline stops taking work and answers every
+//! pending and later submission with [`EngineError::StoreFailed`];
+//! restarting recovers from the store. Either way nothing unacknowledged is
+//! ever answered as done.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
@@ -75,6 +81,9 @@ pub enum EngineError {
     TooLarge { commands: usize, max: usize },
     /// A store commit failed; the pipeline has stopped.
     StoreFailed(String),
+    /// The store cannot commit for now (a full disk); the pipeline keeps
+    /// trying the batches in hand and takes new work once it can.
+    StoreUnavailable(String),
 }
 
 impl std::fmt::Display for EngineError {
@@ -90,6 +99,9 @@ impl std::fmt::Display for EngineError {
             }
             EngineError::StoreFailed(why) => {
                 write!(f, "the store failed, the pipeline has stopped: {why}")
+            }
+            EngineError::StoreUnavailable(why) => {
+                write!(f, "the store cannot commit for now (retrying): {why}")
             }
         }
     }
@@ -132,6 +144,9 @@ pub struct Stats {
     pub apply_nanos: AtomicU64,
     pub max_commit_nanos: AtomicU64,
     pub max_apply_nanos: AtomicU64,
+    /// Commit attempts that failed (each retry of a transient failure
+    /// counts).
+    pub store_errors: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,6 +160,10 @@ pub struct StatsSnapshot {
     /// Longest single commit / batch apply so far.
     pub max_commit_nanos: u64,
     pub max_apply_nanos: u64,
+    pub store_errors: u64,
+    /// The store takes commits (see [`EngineHandle::store_health`]); only
+    /// [`EngineHandle::stats`] knows, [`Stats::snapshot`] says `true`.
+    pub store_healthy: bool,
 }
 
 impl Stats {
@@ -158,6 +177,8 @@ impl Stats {
             apply_nanos: self.apply_nanos.load(Ordering::Relaxed),
             max_commit_nanos: self.max_commit_nanos.load(Ordering::Relaxed),
             max_apply_nanos: self.max_apply_nanos.load(Ordering::Relaxed),
+            store_errors: self.store_errors.load(Ordering::Relaxed),
+            store_healthy: true,
         }
     }
 }
@@ -165,7 +186,27 @@ impl Stats {
 struct Shared {
     stopped: AtomicBool,
     failure: Mutex<Option<String>>,
+    /// Set while a transient store failure is being retried.
+    fault: Mutex<Option<StoreFault>>,
     stats: Stats,
+}
+
+/// A transient store failure being retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreFault {
+    pub why: String,
+    /// When the first failed attempt ended (ms since the Unix epoch).
+    pub since_ms: i64,
+}
+
+/// Whether the store takes commits, for `/health` and the metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreHealth {
+    Healthy,
+    /// Commits fail for now and are being retried.
+    Faulted(StoreFault),
+    /// A commit failed for good; the pipeline has stopped.
+    Failed(String),
 }
 
 impl Shared {
@@ -175,6 +216,14 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .map(EngineError::StoreFailed)
+    }
+
+    fn fault(&self) -> Option<StoreFault> {
+        self.fault.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_fault(&self, fault: Option<StoreFault>) {
+        *self.fault.lock().unwrap_or_else(|e| e.into_inner()) = fault;
     }
 }
 
@@ -220,6 +269,9 @@ impl EngineHandle {
     fn check(&self, commands: &[Command]) -> Result<(), EngineError> {
         if let Some(failure) = self.shared.failure() {
             return Err(failure);
+        }
+        if let Some(fault) = self.shared.fault() {
+            return Err(EngineError::StoreUnavailable(fault.why));
         }
         if self.shared.stopped.load(Ordering::Acquire) {
             return Err(EngineError::Stopped);
@@ -296,6 +348,9 @@ impl EngineHandle {
         if let Some(failure) = self.shared.failure() {
             return Some(failure);
         }
+        if let Some(fault) = self.shared.fault() {
+            return Some(EngineError::StoreUnavailable(fault.why));
+        }
         self.shared
             .stopped
             .load(Ordering::Acquire)
@@ -303,7 +358,25 @@ impl EngineHandle {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.shared.stats.snapshot()
+        StatsSnapshot {
+            store_healthy: self.store_health() == StoreHealth::Healthy,
+            ..self.shared.stats.snapshot()
+        }
+    }
+
+    /// Whether the store takes commits now.
+    pub fn store_health(&self) -> StoreHealth {
+        let failure = self
+            .shared
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match (failure, self.shared.fault()) {
+            (Some(why), _) => StoreHealth::Failed(why),
+            (None, Some(fault)) => StoreHealth::Faulted(fault),
+            (None, None) => StoreHealth::Healthy,
+        }
     }
 
     /// Most commands one submission may hold.
@@ -339,7 +412,7 @@ pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recover
         snapshot.accounts.len(),
         snapshot.transfers.len(),
     );
-    let ledger = Ledger::restore(snapshot, limits).map_err(StoreError)?;
+    let ledger = Ledger::restore(snapshot, limits).map_err(StoreError::fatal)?;
     let recovery = Recovery {
         participants,
         accounts,
@@ -371,6 +444,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
             failure: Mutex::new(None),
+            fault: Mutex::new(None),
             stats: Stats::default(),
         });
         let ledger_loop = LedgerLoop {
@@ -582,6 +656,111 @@ impl LedgerLoop {
     }
 }
 
+/// Pause before the first retry of a transient store failure; it doubles
+/// up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+/// How often a store that keeps failing is logged again.
+const STILL_FAILING_LOG_EVERY: Duration = Duration::from_secs(30);
+/// Once shutdown has begun, how long a transient failure is still retried
+/// before the batches in hand are given up (they were never acknowledged).
+const RETRY_AFTER_STOP: Duration = Duration::from_secs(10);
+
+/// Commits `batches`, trying again after transient failures until the
+/// store takes them; the commit's start and durable instants, or why it
+/// never will.
+fn commit_until_done(
+    store: &mut dyn Store,
+    batches: &[&[Record]],
+    shared: &Shared,
+) -> Result<(Instant, Instant), EngineError> {
+    let stats = &shared.stats;
+    let mut pause = RETRY_FIRST;
+    let mut first_failed_at: Option<Instant> = None;
+    let mut logged_at = Instant::now();
+    let mut stop_seen_at: Option<Instant> = None;
+    let mut attempts: u64 = 0;
+    loop {
+        attempts += 1;
+        let started = Instant::now();
+        let committed = store.commit(batches);
+        let durable_at = Instant::now();
+        match committed {
+            Ok(()) => {
+                let commit_nanos = (durable_at - started).as_nanos() as u64;
+                stats
+                    .commit_nanos
+                    .fetch_add(commit_nanos, Ordering::Relaxed);
+                stats
+                    .max_commit_nanos
+                    .fetch_max(commit_nanos, Ordering::Relaxed);
+                stats.store_commits.fetch_add(1, Ordering::Relaxed);
+                stats.records.fetch_add(
+                    batches.iter().map(|b| b.len() as u64).sum(),
+                    Ordering::Relaxed,
+                );
+                if let Some(failed_at) = first_failed_at {
+                    shared.set_fault(None);
+                    tracing::warn!(
+                        store = %store.describe(),
+                        failing_ms = failed_at.elapsed().as_millis() as u64,
+                        attempts,
+                        "store commits again; the hub takes new work"
+                    );
+                }
+                return Ok((started, durable_at));
+            }
+            Err(error) => {
+                stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                let why = format!("{} commit failed: {error}", store.describe());
+                let stopping = shared.stopped.load(Ordering::Acquire);
+                if stopping && stop_seen_at.is_none() {
+                    stop_seen_at = Some(Instant::now());
+                }
+                let given_up = stop_seen_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER_STOP);
+                if !error.transient || given_up {
+                    shared.set_fault(None);
+                    *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+                    tracing::error!(
+                        error = %why,
+                        transient = error.transient,
+                        "store commit failed for good: the pipeline stops; restart to recover from what is durable"
+                    );
+                    return Err(EngineError::StoreFailed(why));
+                }
+                match first_failed_at {
+                    None => {
+                        first_failed_at = Some(Instant::now());
+                        logged_at = Instant::now();
+                        shared.set_fault(Some(StoreFault {
+                            why: why.clone(),
+                            since_ms: SystemTime::now()
+                                .duration_since(UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis() as i64),
+                        }));
+                        tracing::error!(
+                            error = %why,
+                            "store commit failed; retrying the same commit until it succeeds, refusing new work meanwhile (free disk space?)"
+                        );
+                    }
+                    Some(failed_at) if logged_at.elapsed() >= STILL_FAILING_LOG_EVERY => {
+                        logged_at = Instant::now();
+                        tracing::error!(
+                            error = %why,
+                            failing_s = failed_at.elapsed().as_secs(),
+                            attempts,
+                            "store still cannot commit"
+                        );
+                    }
+                    Some(_) => {}
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
 fn store_loop(
     mut store: Box<dyn Store>,
     receiver: Receiver<StoreJob>,
@@ -602,27 +781,7 @@ fn store_loop(
             None => {
                 let batches: Vec<&[Record]> =
                     jobs.iter().map(|job| job.records.as_slice()).collect();
-                let started = Instant::now();
-                let committed = store.commit(&batches);
-                let durable_at = Instant::now();
-                let stats = &shared.stats;
-                let commit_nanos = (durable_at - started).as_nanos() as u64;
-                stats
-                    .commit_nanos
-                    .fetch_add(commit_nanos, Ordering::Relaxed);
-                stats
-                    .max_commit_nanos
-                    .fetch_max(commit_nanos, Ordering::Relaxed);
-                stats.store_commits.fetch_add(1, Ordering::Relaxed);
-                stats.records.fetch_add(
-                    batches.iter().map(|b| b.len() as u64).sum(),
-                    Ordering::Relaxed,
-                );
-                committed.map(|()| (started, durable_at)).map_err(|error| {
-                    let why = format!("{} commit failed: {error}", store.describe());
-                    *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
-                    EngineError::StoreFailed(why)
-                })
+                commit_until_done(&mut *store, &batches, &shared)
             }
         };
         for job in jobs {

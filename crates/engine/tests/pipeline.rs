@@ -5,7 +5,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{recover, system_clock, Engine, EngineConfig, EngineError};
+use engine::{recover, system_clock, Engine, EngineConfig, EngineError, StoreHealth};
 use ledger::*;
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::{Store, StoreError};
@@ -422,7 +422,7 @@ struct FailingStore {
 impl Store for FailingStore {
     fn commit(&mut self, _: &[&[Record]]) -> Result<(), StoreError> {
         if self.healthy == 0 {
-            return Err(StoreError("disk full".into()));
+            return Err(StoreError::fatal("disk I/O error (fsync)"));
         }
         self.healthy -= 1;
         Ok(())
@@ -448,7 +448,7 @@ fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it() {
     assert!(handle.execute(onboarding()).is_ok());
     let failed = handle.execute(vec![prepare(1, far_future())]);
     assert!(
-        matches!(failed, Err(EngineError::StoreFailed(ref why)) if why.contains("disk full")),
+        matches!(failed, Err(EngineError::StoreFailed(ref why)) if why.contains("fsync")),
         "{failed:?}"
     );
     let later = handle.execute(vec![prepare(2, far_future())]);
@@ -533,5 +533,105 @@ fn a_timed_reply_gets_its_batch_instants_in_pipeline_order() {
         receiver.recv_timeout(Duration::from_secs(5)).unwrap(),
         Err(EngineError::TooLarge { .. })
     ));
+    engine.shutdown().unwrap();
+}
+
+/// A store that refuses commits with a transient error (a full disk)
+/// while `full` is set, and keeps every record it committed.
+struct FullDiskStore {
+    full: Arc<std::sync::atomic::AtomicBool>,
+    committed: Arc<std::sync::Mutex<Vec<Record>>>,
+}
+
+impl Store for FullDiskStore {
+    fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        if self.full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::transient("database or disk is full"));
+        }
+        let mut committed = self.committed.lock().unwrap();
+        for batch in batches {
+            committed.extend_from_slice(batch);
+        }
+        Ok(())
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::default())
+    }
+
+    fn describe(&self) -> String {
+        "full-disk test store".into()
+    }
+}
+
+#[test]
+fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns() {
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FullDiskStore {
+            full: full.clone(),
+            committed: committed.clone(),
+        }),
+        EngineConfig::default(),
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    assert_eq!(handle.store_health(), StoreHealth::Healthy);
+
+    full.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (sender, held) = mpsc::channel();
+    handle.submit(
+        vec![prepare(1, far_future())],
+        Box::new(move |result| sender.send(result).unwrap()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
+        assert!(Instant::now() < deadline, "the fault is never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        held.recv_timeout(Duration::from_millis(200)).is_err(),
+        "nothing is acknowledged before it is durable"
+    );
+    let refused = handle.execute(vec![prepare(2, far_future())]);
+    assert!(
+        matches!(refused, Err(EngineError::StoreUnavailable(ref why)) if why.contains("full")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        handle.unavailable(),
+        Some(EngineError::StoreUnavailable(_))
+    ));
+    assert!(handle.stats().store_errors >= 1);
+
+    full.store(false, std::sync::atomic::Ordering::SeqCst);
+    let outcomes = held
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the held batch commits once space returns")
+        .expect("and its outcome is the prepare's");
+    assert!(
+        matches!(outcomes.as_slice(), [Outcome::Transfer(view)] if view.state == TransferState::Reserved),
+        "{outcomes:?}"
+    );
+    assert_eq!(handle.store_health(), StoreHealth::Healthy);
+    assert!(handle.unavailable().is_none());
+    handle.execute(vec![prepare(3, far_future())]).unwrap();
+    let transfers: Vec<TransferId> = committed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|record| match record {
+            Record::Transfer(row) => Some(row.transfer_id),
+            _ => None,
+        })
+        .filter(|id| (1..=3).any(|n| *id == TransferId::new(n)))
+        .collect();
+    assert_eq!(
+        transfers,
+        vec![TransferId::new(1), TransferId::new(3)],
+        "the held prepare committed exactly once; the refused one never"
+    );
     engine.shutdown().unwrap();
 }

@@ -354,11 +354,20 @@ impl std::error::Error for HubError {}
 
 impl From<EngineError> for HubError {
     fn from(error: EngineError) -> HubError {
-        // 2003: Service currently unavailable (FSPIOP §7.6).
-        HubError::new(
-            ErrorCode(2003),
-            format!("Service currently unavailable - {error}"),
-        )
+        // 2003: Service currently unavailable (FSPIOP §7.6). The store's
+        // own words (paths, SQLite's text) are for the log and /health, not
+        // for a DFSP; and a description is cut at 128 characters.
+        let description = match &error {
+            EngineError::StoreUnavailable(_) => {
+                "Service currently unavailable - the hub cannot record changes for now; retry later"
+                    .to_string()
+            }
+            EngineError::StoreFailed(_) => {
+                "Service currently unavailable - the hub's store failed".to_string()
+            }
+            other => format!("Service currently unavailable - {other}"),
+        };
+        HubError::new(ErrorCode(2003), description)
     }
 }
 
@@ -659,28 +668,47 @@ async fn checked(
 
 /// `GET /health`, in the shape Mojaloop's services answer
 /// (central-services-shared's health check): 200 with status OK while the
-/// ledger pipeline and its store take commands, 502 with DOWN once they do
-/// not (a failed commit stops the pipeline), with one entry per service.
+/// ledger pipeline and its store take commands, 503 with DOWN and the
+/// reason while they do not (a full disk being retried, a failed commit
+/// that stopped the pipeline, shutdown), with one entry per service.
 pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
-    let datastore = match hub.engine.unavailable() {
-        None => "OK",
-        Some(_) => "DOWN",
+    let (datastore, reason) = match hub.engine.store_health() {
+        engine::StoreHealth::Healthy => match hub.engine.unavailable() {
+            None => ("OK", None),
+            Some(why) => ("DOWN", Some(why.to_string())),
+        },
+        engine::StoreHealth::Faulted(fault) => (
+            "DOWN",
+            Some(format!(
+                "the store cannot commit since {}: {} (retrying)",
+                format_time(fault.since_ms),
+                fault.why
+            )),
+        ),
+        engine::StoreHealth::Failed(why) => (
+            "DOWN",
+            Some(format!(
+                "the store failed, the hub must be restarted: {why}"
+            )),
+        ),
     };
     let uptime = hub.started.elapsed();
     let started_ms = now_ms() - i64::try_from(uptime.as_millis()).unwrap_or(0);
+    let mut datastore_entry = serde_json::json!({"name": "datastore", "status": datastore});
+    if let Some(reason) = &reason {
+        datastore_entry["reason"] = serde_json::Value::String(reason.clone());
+    }
     let body = serde_json::json!({
         "status": datastore,
         "uptime": uptime.as_secs_f64(),
         "startTime": format_time(started_ms),
         "versionNumber": env!("CARGO_PKG_VERSION"),
-        "services": [
-            {"name": "datastore", "status": datastore},
-        ],
+        "services": [datastore_entry],
     });
-    let status = if datastore == "OK" {
+    let status = if reason.is_none() {
         StatusCode::OK
     } else {
-        StatusCode::BAD_GATEWAY
+        StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(body)).into_response()
 }

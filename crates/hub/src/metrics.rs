@@ -14,6 +14,7 @@
 //! `kasi_ledger_batches_total`, `kasi_ledger_commands_total`,
 //! `kasi_ledger_apply_seconds_total`, `kasi_ledger_apply_max_seconds`,
 //! `kasi_store_commits_total`, `kasi_store_records_total`,
+//! `kasi_store_errors_total`, `kasi_store_healthy`,
 //! `kasi_store_commit_seconds_total`, `kasi_store_commit_max_seconds`,
 //! `kasi_callbacks_{sent_ok,http_error,failed,retried,dropped}_total`,
 //! `kasi_callbacks_{in_flight,queued}`, `kasi_callback_latency_seconds`
@@ -562,6 +563,18 @@ impl Collector for Pipeline {
             "Longest single store commit so far",
             seconds(e.max_commit_nanos),
         )?;
+        counter(
+            enc,
+            "kasi_store_errors",
+            "Store commit attempts that failed (each retry of a full disk counts)",
+            e.store_errors,
+        )?;
+        gauge_f64(
+            enc,
+            "kasi_store_healthy",
+            "1 while the store takes commits; 0 while a failure is retried or after the pipeline stopped",
+            if e.store_healthy { 1.0 } else { 0.0 },
+        )?;
 
         let c = (self.callbacks)();
         let counters: [(&str, &str, DestinationField); 5] = [
@@ -674,6 +687,8 @@ mod tests {
                 apply_nanos: 500_000_000,
                 max_commit_nanos: 1_500_000_000,
                 max_apply_nanos: 250_000_000,
+                store_errors: 4,
+                store_healthy: false,
             },
             || vec![destination("payeefsp"), destination("payerfsp")],
         )
@@ -717,6 +732,8 @@ mod tests {
             "kasi_store_records_total 40",
             "kasi_store_commit_seconds_total 2.0",
             "kasi_store_commit_max_seconds 1.5",
+            "kasi_store_errors_total 4",
+            "kasi_store_healthy 0.0",
             "kasi_callbacks_sent_ok_total{destination=\"payeefsp\"} 7",
             "kasi_callbacks_http_error_total{destination=\"payerfsp\"} 3",
             "kasi_callbacks_failed_total{destination=\"payeefsp\"} 1",

@@ -632,6 +632,8 @@ impl Driver<'_> {
             // Maxima are since start; good enough to tell where a stall was.
             max_commit_nanos: after.max_commit_nanos,
             max_apply_nanos: after.max_apply_nanos,
+            store_errors: after.store_errors - stats_before.store_errors,
+            store_healthy: after.store_healthy,
         };
         Ok(PhaseReport {
             name: PHASES[index],

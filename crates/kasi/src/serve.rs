@@ -352,6 +352,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ => None,
     };
     let open_files = raise_open_files_limit();
+    // A file-size limit reached must be a store error the hub retries and
+    // reports (like a full disk), not the default SIGXFSZ that kills it.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no handler to
+    // race with; nothing else in the process handles SIGXFSZ.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let max_connections = match args.max_connections {
         Some(max) => max as usize,
         // Half of what the limit leaves after the hub's own files (store,

@@ -18,14 +18,38 @@ use ledger::{Record, Snapshot};
 pub mod sqlite;
 mod sqlite_settlement;
 
-/// A store failure. After a failed commit the ledger's memory is ahead of
-/// the disk, so the pipeline stops; restarting recovers from what is durable.
+/// A store failure. A commit that fails leaves nothing of its batches
+/// visible; whether the pipeline may try the same commit again depends on
+/// [`StoreError::transient`].
 #[derive(Debug)]
-pub struct StoreError(pub String);
+pub struct StoreError {
+    pub message: String,
+    /// The failure left the store as it was and may pass (a full disk, a
+    /// busy database): the same commit can be tried again. Anything else
+    /// (an fsync that failed, corruption) is fatal: the pipeline stops, and
+    /// a restart recovers from what is durable.
+    pub transient: bool,
+}
+
+impl StoreError {
+    pub fn fatal(message: impl Into<String>) -> StoreError {
+        StoreError {
+            message: message.into(),
+            transient: false,
+        }
+    }
+
+    pub fn transient(message: impl Into<String>) -> StoreError {
+        StoreError {
+            message: message.into(),
+            transient: true,
+        }
+    }
+}
 
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -33,7 +57,24 @@ impl std::error::Error for StoreError {}
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> StoreError {
-        StoreError(format!("sqlite: {error}"))
+        use rusqlite::ffi::ErrorCode;
+        let message = format!("sqlite: {error}");
+        // Only failures SQLite reports before anything reached the disk are
+        // worth retrying: a full disk (ENOSPC), a file-size limit (EFBIG,
+        // reported as a failed write), a lock. A failed fsync is not: the
+        // kernel may have dropped the pages it could not write, and a
+        // retried fsync would report success for data that is gone.
+        let transient = match &error {
+            rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
+                ErrorCode::DiskFull | ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => true,
+                ErrorCode::SystemIoFailure => {
+                    failure.extended_code == rusqlite::ffi::SQLITE_IOERR_WRITE
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        StoreError { message, transient }
     }
 }
 

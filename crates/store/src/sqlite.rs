@@ -279,7 +279,7 @@ impl SqliteStore {
     /// one process may do so at a time: a second one is refused.
     pub fn open(data_dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         std::fs::create_dir_all(data_dir).map_err(|e| {
-            StoreError(format!(
+            StoreError::fatal(format!(
                 "cannot create data directory {}: {e}",
                 data_dir.display()
             ))
@@ -290,9 +290,9 @@ impl SqliteStore {
             .truncate(false)
             .write(true)
             .open(&lock_path)
-            .map_err(|e| StoreError(format!("cannot open {}: {e}", lock_path.display())))?;
+            .map_err(|e| StoreError::fatal(format!("cannot open {}: {e}", lock_path.display())))?;
         lock.try_lock().map_err(|_| {
-            StoreError(format!(
+            StoreError::fatal(format!(
                 "{} is in use by another kasi process (lock {})",
                 data_dir.display(),
                 lock_path.display()
@@ -352,7 +352,10 @@ impl SqliteStore {
     pub fn open_read_only(data_dir: &Path) -> Result<SqliteStore, StoreError> {
         let path = data_dir.join(DATABASE_FILE);
         if !path.exists() {
-            return Err(StoreError(format!("no kasi store at {}", path.display())));
+            return Err(StoreError::fatal(format!(
+                "no kasi store at {}",
+                path.display()
+            )));
         }
         let connection = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
@@ -698,10 +701,9 @@ impl SqliteStore {
                     reserved: parse(row, 6, "reserved", |t| Amount::parse_signed(t).ok())?,
                     net_debit_cap: match net_debit_cap {
                         None => None,
-                        Some(text) => Some(
-                            Amount::parse_signed(&text)
-                                .map_err(|_| StoreError(format!("bad net_debit_cap {text:?}")))?,
-                        ),
+                        Some(text) => Some(Amount::parse_signed(&text).map_err(|_| {
+                            StoreError::fatal(format!("bad net_debit_cap {text:?}"))
+                        })?),
                     },
                     created_at_ms: row.get(8)?,
                 });
@@ -798,10 +800,11 @@ impl SqliteStore {
                     fsp: ParticipantId(row.get(3)?),
                     currency: match currency {
                         None => None,
-                        Some(code) => Some(
-                            Currency::parse(&code)
-                                .ok_or_else(|| StoreError(format!("bad currency {code:?}")))?,
-                        ),
+                        Some(code) => {
+                            Some(Currency::parse(&code).ok_or_else(|| {
+                                StoreError::fatal(format!("bad currency {code:?}"))
+                            })?)
+                        }
                     },
                     registered_at_ms: row.get(5)?,
                 });
@@ -820,10 +823,11 @@ impl SqliteStore {
                     endpoint: row.get(2)?,
                     currency: match currency {
                         None => None,
-                        Some(code) => Some(
-                            Currency::parse(&code)
-                                .ok_or_else(|| StoreError(format!("bad currency {code:?}")))?,
-                        ),
+                        Some(code) => {
+                            Some(Currency::parse(&code).ok_or_else(|| {
+                                StoreError::fatal(format!("bad currency {code:?}"))
+                            })?)
+                        }
                     },
                     is_default: row.get(4)?,
                     active: row.get(5)?,
@@ -953,7 +957,7 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(|e| StoreError(format!("cannot start the checkpoint thread: {e}")))?;
+            .map_err(|e| StoreError::fatal(format!("cannot start the checkpoint thread: {e}")))?;
         Ok(Checkpointer {
             signal,
             copied,
@@ -984,28 +988,27 @@ pub(crate) fn parse<T>(
     parse: impl Fn(&str) -> Option<T>,
 ) -> Result<T, StoreError> {
     let text = match row.get_ref(column)? {
-        ValueRef::Text(bytes) => {
-            std::str::from_utf8(bytes).map_err(|_| StoreError(format!("{what} is not UTF-8")))?
-        }
+        ValueRef::Text(bytes) => std::str::from_utf8(bytes)
+            .map_err(|_| StoreError::fatal(format!("{what} is not UTF-8")))?,
         other => {
-            return Err(StoreError(format!(
+            return Err(StoreError::fatal(format!(
                 "{what} is stored as {:?}, not text",
                 other.data_type()
             )))
         }
     };
-    parse(text).ok_or_else(|| StoreError(format!("bad {what} {text:?} in the store")))
+    parse(text).ok_or_else(|| StoreError::fatal(format!("bad {what} {text:?} in the store")))
 }
 
 fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreError> {
     match row.get_ref(column)? {
         ValueRef::Blob(bytes) => bytes.try_into().map_err(|_| {
-            StoreError(format!(
+            StoreError::fatal(format!(
                 "column {column} holds {} bytes, not {N}",
                 bytes.len()
             ))
         }),
-        other => Err(StoreError(format!(
+        other => Err(StoreError::fatal(format!(
             "column {column} is stored as {:?}, not a blob",
             other.data_type()
         ))),
@@ -1013,7 +1016,7 @@ fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreEr
 }
 
 fn newer_schema(path: &Path, version: i64) -> StoreError {
-    StoreError(format!(
+    StoreError::fatal(format!(
         "{} has schema version {version}; this kasi reads versions {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION} (a newer kasi wrote it?)",
         path.display()
     ))
@@ -1023,12 +1026,12 @@ fn newer_schema(path: &Path, version: i64) -> StoreError {
 pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreError> {
     match row.get_ref(column)? {
         ValueRef::Blob(bytes) => TransferId::from_blob(bytes).ok_or_else(|| {
-            StoreError(format!(
+            StoreError::fatal(format!(
                 "column {column} holds {} bytes, not an id",
                 bytes.len()
             ))
         }),
-        other => Err(StoreError(format!(
+        other => Err(StoreError::fatal(format!(
             "column {column} is stored as {:?}, not a blob",
             other.data_type()
         ))),

@@ -153,7 +153,11 @@ impl<'t> SettlementStatements<'t> {
                     row.transfer.map(|id| id.to_blob().as_slice().to_vec())
                 ])?;
             }
-            other => return Err(StoreError(format!("not a settlement record: {other:?}"))),
+            other => {
+                return Err(StoreError::fatal(format!(
+                    "not a settlement record: {other:?}"
+                )))
+            }
         }
         Ok(())
     }
@@ -308,8 +312,9 @@ pub(crate) fn load(
                 .split(',')
                 .filter(|w| !w.is_empty())
                 .map(|w| {
-                    w.parse()
-                        .map_err(|_| StoreError(format!("bad settlement window list {windows:?}")))
+                    w.parse().map_err(|_| {
+                        StoreError::fatal(format!("bad settlement window list {windows:?}"))
+                    })
                 })
                 .collect::<Result<_, _>>()?,
             accounts: Vec::new(),
@@ -337,7 +342,7 @@ pub(crate) fn load(
             .get_mut((settlement as usize).wrapping_sub(1))
             .filter(|s| s.id == settlement)
             .ok_or_else(|| {
-                StoreError(format!(
+                StoreError::fatal(format!(
                     "settlement account of missing settlement {settlement}"
                 ))
             })?;
