@@ -28,6 +28,7 @@ pub mod oracles;
 pub mod parties;
 pub mod pins;
 pub mod quotes;
+pub mod refusals;
 pub mod requests;
 pub mod routing;
 pub mod server;

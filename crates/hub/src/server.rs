@@ -248,6 +248,7 @@ async fn serve_connection<S>(
             request
         },
     );
+    let stream = crate::refusals::RefusalRewriter::new(stream);
     let connection =
         builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     if let Err(error) = watcher.watch(connection).await {

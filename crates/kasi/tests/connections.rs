@@ -185,3 +185,42 @@ fn the_open_files_limit_is_raised_to_the_hard_limit() {
     assert_eq!(fields[3], fields[4], "soft = hard: {open_files}");
     assert_eq!(health(&hub).status, 200);
 }
+
+/// Sends `raw` as is and reads the answer.
+fn raw_exchange(hub: &Hub, raw: &[u8]) -> Response {
+    let mut stream = TcpStream::connect(hub.api).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(raw).unwrap();
+    read_response(&mut stream).expect("an answer")
+}
+
+#[test]
+fn requests_hyper_cannot_parse_are_refused_in_fspiop_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    for (raw, status) in [
+        (b"NOT AN HTTP REQUEST\r\n\r\n".to_vec(), 400),
+        (
+            b"GET /health HTTP/1.1\r\nHost: kasi\r\nX-Bad: a\0b\r\n\r\n".to_vec(),
+            400,
+        ),
+        (
+            format!(
+                "GET /health HTTP/1.1\r\nHost: kasi\r\nX-Big: {}\r\n\r\n",
+                "x".repeat(80 * 1024)
+            )
+            .into_bytes(),
+            431,
+        ),
+    ] {
+        let response = raw_exchange(&hub, &raw);
+        assert_error_response(&response, status, "3101");
+        assert_eq!(response.header("content-type"), Some("application/json"));
+    }
+    // And the hub's ordinary answers are untouched.
+    let response = health(&hub);
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_eq!(response.json()["status"], "OK");
+}
