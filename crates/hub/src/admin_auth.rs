@@ -134,12 +134,15 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
     std::hint::black_box(difference) == 0
 }
 
-/// The admin API's access rule, decided at start.
-#[derive(Clone, Debug)]
+/// The admin API's access rule, decided at start; the credentials are
+/// re-read from their file on [`AdminAuth::reload`] (SIGHUP).
+#[derive(Debug)]
 pub struct AdminAuth {
-    entries: Vec<Entry>,
+    entries: std::sync::RwLock<Vec<Entry>>,
     /// No credentials needed: every request is this caller (an operator).
     open_as: Option<String>,
+    /// The tokens file the credentials came from, if any.
+    file: Option<std::path::PathBuf>,
 }
 
 impl AdminAuth {
@@ -147,8 +150,9 @@ impl AdminAuth {
     /// tokens file, or `--admin-insecure`).
     pub fn open(actor: &str) -> AdminAuth {
         AdminAuth {
-            entries: Vec::new(),
+            entries: std::sync::RwLock::new(Vec::new()),
             open_as: Some(actor.to_string()),
+            file: None,
         }
     }
 
@@ -202,15 +206,45 @@ impl AdminAuth {
             return Err("no credentials in the file".to_string());
         }
         Ok(AdminAuth {
-            entries,
+            entries: std::sync::RwLock::new(entries),
             open_as: None,
+            file: None,
         })
     }
 
     pub fn load(path: &Path) -> Result<AdminAuth, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-        AdminAuth::parse(&text).map_err(|error| format!("{}: {error}", path.display()))
+        let mut auth =
+            AdminAuth::parse(&text).map_err(|error| format!("{}: {error}", path.display()))?;
+        auth.file = Some(path.to_path_buf());
+        Ok(auth)
+    }
+
+    /// The tokens file, if the credentials came from one.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// Re-reads the tokens file (to add or revoke a credential without a
+    /// restart); on any error the credentials in force stay. How many
+    /// credentials are in force after it.
+    pub fn reload(&self) -> Result<usize, String> {
+        let Some(path) = &self.file else {
+            return Ok(0);
+        };
+        let fresh = AdminAuth::load(path)?;
+        let entries = fresh
+            .entries
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        let count = entries.len();
+        *self.entries.write().unwrap_or_else(|e| e.into_inner()) = entries;
+        Ok(count)
+    }
+
+    fn entries(&self) -> std::sync::RwLockReadGuard<'_, Vec<Entry>> {
+        self.entries.read().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn is_open(&self) -> bool {
@@ -218,7 +252,7 @@ impl AdminAuth {
     }
 
     pub fn has_certificates(&self) -> bool {
-        self.entries
+        self.entries()
             .iter()
             .any(|e| matches!(e.credential, Credential::Certificate(_)))
     }
@@ -236,7 +270,7 @@ impl AdminAuth {
         let token: Option<[u8; 32]> = bearer.map(|t| Sha256::digest(t.as_bytes()).into());
         let certificate = certificate.and_then(parse_sha256_hex);
         let mut found = None;
-        for entry in &self.entries {
+        for entry in self.entries().iter() {
             let matched = match (&entry.credential, &token, &certificate) {
                 (Credential::TokenHash(hash), Some(token), _) => same(hash, token),
                 (Credential::Certificate(hash), _, Some(cert)) => same(hash, cert),
@@ -391,6 +425,26 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_adds_and_revokes_credentials_and_a_bad_file_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("admin-tokens");
+        std::fs::write(&path, format!("alice operator {}\n", token_hash("a"))).unwrap();
+        let auth = AdminAuth::load(&path).unwrap();
+        assert!(auth.identify(Some("a"), None).is_some());
+        assert!(auth.identify(Some("b"), None).is_none());
+        std::fs::write(&path, format!("bob viewer {}\n", token_hash("b"))).unwrap();
+        assert_eq!(auth.reload(), Ok(1));
+        assert!(auth.identify(Some("a"), None).is_none(), "alice revoked");
+        assert_eq!(auth.identify(Some("b"), None).unwrap().role, Role::Viewer);
+        std::fs::write(&path, "# nobody\n").unwrap();
+        assert!(auth.reload().is_err());
+        assert!(
+            auth.identify(Some("b"), None).is_some(),
+            "the old set stays"
+        );
+    }
+
+    #[test]
     fn only_loopback_is_open_without_credentials() {
         assert!(decide(addr("127.0.0.1:3001"), None, false)
             .unwrap()
@@ -401,12 +455,12 @@ mod tests {
         assert!(decide(addr("10.1.2.3:3001"), None, false).is_err());
         assert!(decide(addr("0.0.0.0:3001"), None, true).unwrap().is_open());
         let file = format!("alice operator {}\n", token_hash("secret"));
-        let auth = AdminAuth::parse(&file).unwrap();
-        assert!(!decide(addr("0.0.0.0:3001"), Some(auth.clone()), false)
+        let auth = || AdminAuth::parse(&file).unwrap();
+        assert!(!decide(addr("0.0.0.0:3001"), Some(auth()), false)
             .unwrap()
             .is_open());
         // A tokens file is enforced on loopback too.
-        assert!(!decide(addr("127.0.0.1:3001"), Some(auth), false)
+        assert!(!decide(addr("127.0.0.1:3001"), Some(auth()), false)
             .unwrap()
             .is_open());
     }

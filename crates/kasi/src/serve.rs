@@ -592,18 +592,34 @@ async fn serve_http(
         }
         let _ = stop_sender.send(true);
     });
-    if let Some(tls) = &tls {
-        let reloading = tls.reloading.clone();
+    // SIGHUP re-reads what an operator rotates: the TLS certificate and
+    // the admin credentials. Anything that does not load keeps what is in
+    // force.
+    let reloading = tls.as_ref().map(|tls| tls.reloading.clone());
+    let admin_auth = hub.config.admin_auth.clone();
+    if reloading.is_some() || admin_auth.file().is_some() {
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("cannot listen for SIGHUP")?;
         tokio::spawn(async move {
             while hangup.recv().await.is_some() {
-                match reloading.reload() {
-                    Ok(()) => {
-                        info!(cert = %reloading.files().cert.display(), "SIGHUP: TLS certificate reloaded")
+                if let Some(reloading) = &reloading {
+                    match reloading.reload() {
+                        Ok(()) => {
+                            info!(cert = %reloading.files().cert.display(), "SIGHUP: TLS certificate reloaded")
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "SIGHUP: TLS certificate not reloaded; the previous one stays")
+                        }
                     }
-                    Err(error) => {
-                        tracing::error!(%error, "SIGHUP: TLS certificate not reloaded; the previous one stays")
+                }
+                if let Some(file) = admin_auth.file() {
+                    match admin_auth.reload() {
+                        Ok(credentials) => {
+                            info!(file = %file.display(), credentials, "SIGHUP: admin credentials reloaded")
+                        }
+                        Err(error) => {
+                            tracing::error!(%error, "SIGHUP: admin credentials not reloaded; the previous ones stay")
+                        }
                     }
                 }
             }

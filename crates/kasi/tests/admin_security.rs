@@ -215,6 +215,52 @@ fn tokens_and_roles_guard_the_admin_api() {
         "get",
     );
     assert_eq!(listed.json()["name"], "newfsp");
+
+    // Rotation without a restart: a new operator line replaces the old on
+    // SIGHUP; the old token stops working at once, the new one works.
+    let (rotated, rotated_line) = admin_token("alice-2026", "operator");
+    std::fs::write(&file, format!("{rotated_line}\n")).unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &hub.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !hub.log().contains("SIGHUP: admin credentials reloaded") {
+        assert!(std::time::Instant::now() < deadline, "{}", hub.log());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_error(
+        &call(&hub, "GET", "/participants", operator, None),
+        401,
+        "3000",
+    );
+    assert_error(
+        &call(&hub, "GET", "/participants", viewer, None),
+        401,
+        "3000",
+    );
+    expect(
+        call(&hub, "GET", "/participants", Some(&rotated), None),
+        200,
+        "the rotated token",
+    );
+    // A broken file on SIGHUP keeps the credentials in force.
+    std::fs::write(&file, "# nothing here\n").unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &hub.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    while !hub.log().contains("SIGHUP: admin credentials not reloaded") {
+        assert!(std::time::Instant::now() < deadline, "{}", hub.log());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    expect(
+        call(&hub, "GET", "/participants", Some(&rotated), None),
+        200,
+        "still the rotated token",
+    );
 }
 
 #[test]
