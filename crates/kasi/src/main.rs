@@ -26,10 +26,15 @@ mod serve;
 #[derive(Parser)]
 #[command(name = "kasi", version, propagate_version = true, max_term_width = 100)]
 struct Cli {
-    /// Log filter: error, warn, info, debug, trace, or a tracing filter such
-    /// as `info,engine=debug`.
-    #[arg(long, global = true, env = "KASI_LOG", default_value = "info")]
+    /// Log level: error, warn, info, debug, trace or off; or a filter by
+    /// module such as `info,engine=debug`. (KASI_LOG is also read.)
+    #[arg(long, global = true, env = "KASI_LOG_LEVEL", default_value = "info")]
     log_level: String,
+
+    /// Log lines as text (for people) or JSON objects, one per line (for a
+    /// log pipeline): timestamp, level, target, message and fields.
+    #[arg(long, global = true, env = "KASI_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 
     /// A file of `key = value` settings named like the flags
     /// (`data-dir = "/var/lib/kasi"`). Flags and KASI_* variables win over it.
@@ -180,30 +185,73 @@ fn admin_token(args: &AdminTokenArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+const LOG_LEVELS: &[&str] = &["error", "warn", "info", "debug", "trace", "off"];
+
+/// The filter `--log-level` names. A bare word must be a level: tracing
+/// would take `warning` or `verbose` for a module name and log nothing.
+fn log_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    for directive in text.split(',').map(str::trim) {
+        let level = directive
+            .rsplit_once('=')
+            .map_or(directive, |(_, level)| level);
+        if !LOG_LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!(
+                "{level:?} is not a log level: use one of {} (or a filter by module such as `info,engine=debug`)",
+                LOG_LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|error| format!("{text:?}: {error}"))
+}
+
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(error) = config::apply_config_file::<Cli>(&args) {
         eprintln!("kasi: {error:#}");
         return ExitCode::from(2);
     }
+    // KASI_LOG is the older name of KASI_LOG_LEVEL.
+    if std::env::var_os("KASI_LOG_LEVEL").is_none() {
+        if let Some(level) = std::env::var_os("KASI_LOG") {
+            // Single-threaded here: nothing else reads the environment yet.
+            std::env::set_var("KASI_LOG_LEVEL", level);
+        }
+    }
     let cli = Cli::parse_from(args);
-    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log_level) {
+    let filter = match log_filter(&cli.log_level) {
         Ok(filter) => filter,
         Err(error) => {
-            eprintln!(
-                "kasi: --log-level {:?} is not a log filter: {error}",
-                cli.log_level
-            );
+            eprintln!("kasi: --log-level: {error}");
             return ExitCode::from(2);
         }
     };
-    // Colour only for a person at a terminal; log files and pipes get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
+    match cli.log_format {
+        LogFormat::Text => {
+            // Colour only for a person at a terminal; files and pipes get
+            // plain text.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(ansi)
+                .with_writer(std::io::stderr)
+                .init();
+        }
+        LogFormat::Json => {
+            tracing_subscriber::fmt()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .init();
+        }
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Audit(args) => audit::run(&args.data_dir),

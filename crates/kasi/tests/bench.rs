@@ -16,6 +16,8 @@ fn run(args: &[&str]) -> Value {
         .args(["--json", "--quiet"])
         .env_remove("KASI_CONFIG")
         .env_remove("KASI_LOG")
+        .env_remove("KASI_LOG_LEVEL")
+        .env_remove("KASI_LOG_FORMAT")
         .output()
         .expect("kasi runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -15,6 +15,8 @@ fn kasi() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kasi"));
     command
         .env_remove("KASI_LOG")
+        .env_remove("KASI_LOG_LEVEL")
+        .env_remove("KASI_LOG_FORMAT")
         .env_remove("KASI_DATA_DIR")
         .env_remove("KASI_ADMIN_LISTEN")
         .env_remove("KASI_API_LISTEN")
@@ -395,4 +397,77 @@ fn audit_of_a_missing_store_says_so() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no kasi store"));
+}
+
+#[test]
+fn an_unknown_log_level_is_refused_naming_the_accepted_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    for level in ["warning", "verbose", "info,engine=loud"] {
+        let output = serve_command(dir.path())
+            .args(["--log-level", level])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{level}: {output:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("not a log level") && stderr.contains("error, warn, info"),
+            "{level}: {stderr}"
+        );
+    }
+    assert!(
+        !dir.path().join("kasi.db").exists(),
+        "refused before the store is created"
+    );
+}
+
+#[test]
+fn json_logs_are_one_object_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = serve_command(dir.path())
+        .args(["--log-format", "json"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "kasi serve exited before serving: {log}"
+        );
+        log.push_str(&line);
+        if line.contains("\"serving\"") {
+            break;
+        }
+    }
+    assert!(terminate(&mut child).success());
+    stderr.read_to_string(&mut log).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|line| !line.is_empty()).collect();
+    for line in &lines {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line}"));
+        assert!(event["timestamp"].is_string(), "{line}");
+        assert!(event["level"].is_string(), "{line}");
+        assert!(event["message"].is_string(), "{line}");
+    }
+    let serving: serde_json::Value = serde_json::from_str(
+        lines
+            .iter()
+            .find(|line| line.contains("\"serving\""))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        serving["api"]
+            .as_str()
+            .is_some_and(|api| api.starts_with("127.0.0.1:")),
+        "fields are keys of their own: {serving}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("\"stopped cleanly\"")),
+        "{log}"
+    );
 }

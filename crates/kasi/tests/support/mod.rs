@@ -893,6 +893,8 @@ pub fn kasi() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kasi"));
     command
         .env_remove("KASI_LOG")
+        .env_remove("KASI_LOG_LEVEL")
+        .env_remove("KASI_LOG_FORMAT")
         .env_remove("KASI_DATA_DIR")
         .env_remove("KASI_ADMIN_LISTEN")
         .env_remove("KASI_API_LISTEN")
