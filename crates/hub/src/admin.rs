@@ -62,6 +62,8 @@ pub fn router(hub: Arc<Hub>) -> Router {
             get(list_settlement_models).post(create_settlement_model),
         )
         .route("/health", get(crate::health))
+        .route("/health/live", get(crate::health_live))
+        .route("/health/ready", get(crate::health_ready))
         .with_state(hub)
 }
 

@@ -330,7 +330,10 @@ pub async fn authenticate(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if request.uri().path() == "/health" {
+    if matches!(
+        request.uri().path(),
+        "/health" | "/health/live" | "/health/ready"
+    ) {
         return next.run(request).await;
     }
     let bearer = request

@@ -667,6 +667,35 @@ async fn checked(
     replaced
 }
 
+/// `GET /health/live`: the process serves HTTP (a liveness probe restarts
+/// the hub when this stops answering). Always 200 while it answers.
+pub async fn health_live() -> Response {
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({"status": "OK"})),
+    )
+        .into_response()
+}
+
+/// `GET /health/ready`: the hub should be sent traffic — recovered (it
+/// serves only after recovery), its store takes commits, and it is not
+/// stopping. 503 with the reason otherwise, so a load balancer or
+/// Kubernetes takes it out of rotation while a full disk is retried.
+pub async fn health_ready(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
+    match hub.engine.unavailable() {
+        None => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"status": "OK"})),
+        )
+            .into_response(),
+        Some(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"status": "DOWN", "reason": why.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
 /// `GET /health`, in the shape Mojaloop's services answer
 /// (central-services-shared's health check): 200 with status OK while the
 /// ledger pipeline and its store take commands, 503 with DOWN and the

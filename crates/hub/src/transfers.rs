@@ -448,5 +448,7 @@ async fn get_transfer(
 pub fn router(hub: Arc<Hub>) -> Router {
     routes()
         .route("/health", get(crate::health))
+        .route("/health/live", get(crate::health_live))
+        .route("/health/ready", get(crate::health_ready))
         .with_state(hub)
 }

@@ -23,12 +23,15 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
 
-    /// Address of the DFSP-facing FSPIOP API (Mojaloop ml-api-adapter's port).
-    #[arg(long, env = "KASI_API_LISTEN", default_value = "127.0.0.1:3000")]
+    /// Address of the DFSP-facing FSPIOP API (Mojaloop ml-api-adapter's
+    /// port): IP:PORT or HOST:PORT (a host name is resolved once, at start;
+    /// port 0 picks a free one).
+    #[arg(long, env = "KASI_API_LISTEN", default_value = "127.0.0.1:3000", value_parser = parse_listen)]
     api_listen: SocketAddr,
 
-    /// Address of the operator-facing admin API (Mojaloop central-ledger's port).
-    #[arg(long, env = "KASI_ADMIN_LISTEN", default_value = "127.0.0.1:3001")]
+    /// Address of the operator-facing admin API (Mojaloop central-ledger's
+    /// port), written like --api-listen.
+    #[arg(long, env = "KASI_ADMIN_LISTEN", default_value = "127.0.0.1:3001", value_parser = parse_listen)]
     admin_listen: SocketAddr,
 
     /// Name of the hub participant: created with this name on first start,
@@ -693,4 +696,19 @@ fn raise_open_files_limit() -> Option<u64> {
         );
     }
     Some(limit.rlim_cur)
+}
+
+/// A listen address: `IP:PORT`, or `HOST:PORT` resolved now (its first
+/// address, which for `localhost` is a loopback one).
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    use std::net::ToSocketAddrs as _;
+    let mut addresses = text.to_socket_addrs().map_err(|error| {
+        format!("{text:?} is neither IP:PORT nor a HOST:PORT that resolves ({error})")
+    })?;
+    addresses
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
 }

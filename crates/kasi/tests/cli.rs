@@ -471,3 +471,69 @@ fn json_logs_are_one_object_a_line() {
         "{log}"
     );
 }
+
+#[test]
+fn listen_addresses_may_be_host_names_and_both_have_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = kasi()
+        .args([
+            "serve",
+            "--api-listen",
+            "localhost:0",
+            "--admin-listen",
+            "localhost:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let (api, admin) = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "exited before serving"
+        );
+        if line.contains("serving") {
+            let address = |key: &str| -> SocketAddr {
+                line.split(key)
+                    .nth(1)
+                    .unwrap()
+                    .split_whitespace()
+                    .next()
+                    .unwrap()
+                    .trim_end_matches(|c: char| !c.is_ascii_digit())
+                    .parse()
+                    .unwrap()
+            };
+            break (address("api="), address("admin="));
+        }
+    };
+    for address in [api, admin] {
+        assert!(address.ip().is_loopback(), "{address}");
+        for path in ["/health", "/health/live", "/health/ready"] {
+            let (status, body) = http_get(address, path);
+            assert_eq!(status, 200, "{address}{path}: {body}");
+            assert!(body.contains("\"OK\""), "{body}");
+        }
+    }
+    assert!(terminate(&mut child).success());
+
+    let output = kasi()
+        .args([
+            "serve",
+            "--api-listen",
+            "no-such-host.invalid:3000",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("neither IP:PORT nor a HOST:PORT"),
+        "{output:?}"
+    );
+}

@@ -127,6 +127,10 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     );
     assert_eq!(metric(&hub, "kasi_store_healthy"), 0.0);
     assert!(metric(&hub, "kasi_store_errors_total") >= 1.0);
+    // Out of rotation on both addresses, while alive.
+    assert_eq!(hub.admin("GET", "/health/ready", None).status, 503);
+    assert_eq!(http(hub.api, "GET", "/health/ready", &[], b"").status, 503);
+    assert_eq!(http(hub.api, "GET", "/health/live", &[], b"").status, 200);
 
     // New work is refused at once, in FSPIOP's shape (2003; HTTP 500 as
     // Mojaloop maps every 20xx).
@@ -170,6 +174,7 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(metric(&hub, "kasi_store_healthy"), 1.0);
+    assert_eq!(hub.admin("GET", "/health/ready", None).status, 200);
     assert!(hub.log().contains("store commits again"));
     let response = hub.prepare(
         PAYER,
