@@ -8,7 +8,34 @@ use store::sqlite::SqliteStore;
 use store::Store as _;
 
 pub fn run(data_dir: &Path) -> anyhow::Result<ExitCode> {
-    let mut store = SqliteStore::open_read_only(data_dir).context("cannot open the store")?;
+    let store = SqliteStore::open_read_only(data_dir).context("cannot open the store")?;
+    audit(store)
+}
+
+/// `kasi audit --file`: a backup, or a store file on read-only media.
+pub fn run_file(file: &Path) -> anyhow::Result<ExitCode> {
+    let store = SqliteStore::open_file_read_only(file).context("cannot open the store")?;
+    audit(store)
+}
+
+/// `kasi backup`: copy, then audit the copy.
+pub fn backup(data_dir: &Path, to: &Path) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let summary = SqliteStore::backup(data_dir, to)
+        .with_context(|| format!("cannot back up {} to {}", data_dir.display(), to.display()))?;
+    println!(
+        "kasi backup: {} -> {} ({} pages, {} bytes, schema version {}) in {} ms",
+        data_dir.display(),
+        to.display(),
+        summary.pages,
+        summary.bytes,
+        summary.schema_version,
+        started.elapsed().as_millis()
+    );
+    run_file(to)
+}
+
+fn audit(mut store: SqliteStore) -> anyhow::Result<ExitCode> {
     let snapshot = store.load().context("cannot read the store")?;
     let problems = snapshot.audit();
     let summary = format!(

@@ -63,8 +63,17 @@ enum Command {
     /// Reads the store (safe while the hub runs) and prints every difference
     /// between an account's recorded balance and the sum of its transfers,
     /// and any currency whose accounts do not sum to zero. Exits with status
-    /// 1 on any difference, 2 if the store cannot be read.
-    Audit(DataDirArgs),
+    /// 1 on any difference, 2 if the store cannot be read. `--file` audits
+    /// a backup instead (read-only media are fine).
+    Audit(AuditArgs),
+    /// Copy a running hub's store to one file, consistent as of one
+    /// instant, and audit the copy.
+    ///
+    /// Uses SQLite's online backup API: the hub keeps serving. The copy is
+    /// a self-contained store file: audit it with `kasi audit --file`, and
+    /// restore it by stopping the hub and putting it in place as
+    /// `DATA_DIR/kasi.db` (docs/operations.md). Never overwrites a file.
+    Backup(BackupArgs),
     /// Characterize a hub: drive FSPIOP flows through it, playing every DFSP.
     ///
     /// One process is both payer and payee of every simulated DFSP
@@ -154,6 +163,29 @@ struct CompareArgs {
 }
 
 #[derive(Args)]
+struct AuditArgs {
+    /// Directory holding the hub's store.
+    #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
+    data_dir: PathBuf,
+
+    /// Audit this store file (a `kasi backup`, or a data directory's
+    /// kasi.db) instead of --data-dir's.
+    #[arg(long, value_name = "FILE")]
+    file: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// Directory holding the hub's store.
+    #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
+    data_dir: PathBuf,
+
+    /// The new file to write (it must not exist).
+    #[arg(long, value_name = "FILE")]
+    to: PathBuf,
+}
+
+#[derive(clap::Args)]
 struct DataDirArgs {
     /// Directory holding the hub's store.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
@@ -254,7 +286,11 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Audit(args) => audit::run(&args.data_dir),
+        Command::Audit(args) => match &args.file {
+            Some(file) => audit::run_file(file),
+            None => audit::run(&args.data_dir),
+        },
+        Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
         Command::NullHub => null_hub::run_process(),
         Command::AdminToken(args) => admin_token(&args),
         Command::Bench(bench) => match bench.command {

@@ -350,14 +350,51 @@ impl SqliteStore {
     /// Opens an existing store read-only (for `kasi audit`), without taking
     /// the write lock: a running hub may keep writing meanwhile.
     pub fn open_read_only(data_dir: &Path) -> Result<SqliteStore, StoreError> {
-        let path = data_dir.join(DATABASE_FILE);
+        SqliteStore::open_file_read_only(&data_dir.join(DATABASE_FILE))
+    }
+
+    /// Opens a store file read-only: a data directory's `kasi.db`, or a
+    /// copy made by [`SqliteStore::backup`]. On read-only media (a mounted
+    /// backup, a directory the auditor may not write) where SQLite cannot
+    /// open its shared-memory file, the file is read as immutable, which is
+    /// exact for a backup (one self-contained file) and for a stopped hub
+    /// whose write-ahead log is empty.
+    pub fn open_file_read_only(path: &Path) -> Result<SqliteStore, StoreError> {
         if !path.exists() {
             return Err(StoreError::fatal(format!(
                 "no kasi store at {}",
                 path.display()
             )));
         }
-        let connection = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let connection = match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .and_then(|connection| {
+                // Opening is lazy: reading the schema version is what
+                // touches the write-ahead log's shared memory.
+                connection
+                    .pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+                    .map(|_| connection)
+            }) {
+            Ok(connection) => connection,
+            Err(error) => {
+                let wal = path.with_extension("db-wal");
+                if std::fs::metadata(&wal).is_ok_and(|wal| wal.len() > 0) {
+                    return Err(StoreError::fatal(format!(
+                        "cannot read {} ({error}), and its write-ahead log is not empty: \
+                         audit it where it can be opened for reading, or audit a backup (kasi backup)",
+                        path.display()
+                    )));
+                }
+                let uri = format!(
+                    "file:{}?immutable=1",
+                    path.display().to_string().replace('?', "%3f").replace('#', "%23")
+                );
+                Connection::open_with_flags(
+                    uri,
+                    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+                )?
+            }
+        };
+        let path = path.to_path_buf();
         let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
         if !(OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&version) {
             return Err(newer_schema(&path, version));
@@ -1049,5 +1086,64 @@ impl Store for SqliteStore {
 
     fn describe(&self) -> String {
         format!("sqlite {}", self.path.display())
+    }
+}
+
+/// What [`SqliteStore::backup`] copied.
+#[derive(Debug)]
+pub struct BackupSummary {
+    pub pages: i32,
+    pub bytes: u64,
+    pub schema_version: i64,
+}
+
+impl SqliteStore {
+    /// Copies the store in `data_dir` to the new file `to`, consistent as of
+    /// one instant, while a hub may keep writing: SQLite's online backup
+    /// API copies every page in one step under one read transaction (the
+    /// write-ahead log lets the writer go on). The copy is written beside
+    /// `to` and renamed into place once complete and synced, as one file
+    /// with a rollback journal (no write-ahead log to carry along).
+    pub fn backup(data_dir: &Path, to: &Path) -> Result<BackupSummary, StoreError> {
+        if to.exists() {
+            return Err(StoreError::fatal(format!(
+                "{} exists: a backup never overwrites a file",
+                to.display()
+            )));
+        }
+        let source = SqliteStore::open_read_only(data_dir)?;
+        let partial = to.with_extension("partial");
+        let _ = std::fs::remove_file(&partial);
+        let mut copy = Connection::open(&partial)?;
+        let pages = {
+            let backup = rusqlite::backup::Backup::new(&source.connection, &mut copy)?;
+            backup.step(-1)?;
+            backup.progress().pagecount
+        };
+        copy.pragma_update(None, "journal_mode", "DELETE")?;
+        let schema_version: i64 = copy.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        drop(copy);
+        let file = std::fs::File::open(&partial)
+            .map_err(|e| StoreError::fatal(format!("cannot reopen {}: {e}", partial.display())))?;
+        file.sync_all()
+            .map_err(|e| StoreError::fatal(format!("cannot sync {}: {e}", partial.display())))?;
+        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        std::fs::rename(&partial, to).map_err(|e| {
+            StoreError::fatal(format!(
+                "cannot rename {} to {}: {e}",
+                partial.display(),
+                to.display()
+            ))
+        })?;
+        if let Some(parent) = to.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Ok(dir) = std::fs::File::open(parent) {
+                let _ = dir.sync_all();
+            }
+        }
+        Ok(BackupSummary {
+            pages,
+            bytes,
+            schema_version,
+        })
     }
 }
