@@ -386,7 +386,10 @@ impl SqliteStore {
                 }
                 let uri = format!(
                     "file:{}?immutable=1",
-                    path.display().to_string().replace('?', "%3f").replace('#', "%23")
+                    path.display()
+                        .to_string()
+                        .replace('?', "%3f")
+                        .replace('#', "%23")
                 );
                 Connection::open_with_flags(
                     uri,
@@ -1121,7 +1124,8 @@ impl SqliteStore {
             backup.progress().pagecount
         };
         copy.pragma_update(None, "journal_mode", "DELETE")?;
-        let schema_version: i64 = copy.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let schema_version: i64 =
+            copy.pragma_query_value(None, "user_version", |row| row.get(0))?;
         drop(copy);
         let file = std::fs::File::open(&partial)
             .map_err(|e| StoreError::fatal(format!("cannot reopen {}: {e}", partial.display())))?;

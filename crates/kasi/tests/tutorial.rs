@@ -1,0 +1,146 @@
+//! The tutorial, run as written: every ```sh block of docs/tutorial.md (and
+//! so examples/onboard.sh) in order, in one bash, against the real binary,
+//! with real callback stubs standing in for the DFSPs. If the tutorial
+//! rots, this fails.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The ```sh blocks of a Markdown text, in order.
+fn sh_blocks(markdown: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for line in markdown.lines() {
+        match &mut current {
+            None if line.trim_end() == "```sh" => current = Some(String::new()),
+            None => {}
+            Some(block) if line.trim_end() == "```" => {
+                blocks.push(std::mem::take(block));
+                current = None;
+            }
+            Some(block) => {
+                block.push_str(line);
+                block.push('\n');
+            }
+        }
+    }
+    assert!(current.is_none(), "an unclosed ```sh block");
+    blocks
+}
+
+/// Waits until `stub` has received every (method, path) of `expected`, in
+/// any order; what it received.
+fn await_all(stub: &Stub, expected: &[(&str, String)]) -> Vec<Received> {
+    let deadline = Instant::now() + CALLBACK_WAIT;
+    let mut received: Vec<Received> = Vec::new();
+    while !expected.iter().all(|(method, path)| {
+        received
+            .iter()
+            .any(|r| r.method == *method && r.path == *path)
+    }) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match stub.next_within(left.max(Duration::from_millis(1))) {
+            Some(request) => received.push(request),
+            None => panic!(
+                "{} never received all of {expected:?}; it got {:?}",
+                stub.name,
+                received
+                    .iter()
+                    .map(|r| format!("{} {}", r.method, r.path))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+    received
+}
+
+#[test]
+fn the_tutorial_runs_as_written() {
+    let root = repository();
+    let tutorial = std::fs::read_to_string(root.join("docs/tutorial.md")).unwrap();
+    let blocks = sh_blocks(&tutorial);
+    assert!(
+        blocks.len() >= 8,
+        "the tutorial lost its steps: {}",
+        blocks.len()
+    );
+    assert!(blocks.iter().any(|b| b.contains("examples/onboard.sh")));
+
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    let script = format!("set -euo pipefail\n{}", blocks.join("\n"));
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&root)
+        .env("KASI_API", format!("http://{}", hub.api))
+        .env("KASI_ADMIN", format!("http://{}", hub.admin))
+        .env("PAYER_URL", payer.base_url())
+        .env("PAYEE_URL", payee.base_url())
+        .env_remove("KASI_TOKEN")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the tutorial failed:\n{stdout}\n{stderr}\nhub log:\n{}",
+        hub.log()
+    );
+    assert_eq!(stdout.matches(" -> 202").count(), 4, "{stdout}");
+    assert_eq!(stdout.matches(" -> 200").count(), 3, "{stdout}");
+
+    let id_of = |received: &[Received], path: &str, key: &str| -> String {
+        received
+            .iter()
+            .find(|r| r.method == "POST" && r.path == path)
+            .map(|r| r.json()[key].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    let at_payee = await_all(
+        &payee,
+        &[
+            ("PUT", "/participants/MSISDN/255700000001".into()),
+            ("GET", "/parties/MSISDN/255700000001".into()),
+            ("POST", "/quotes".into()),
+            ("POST", "/transfers".into()),
+        ],
+    );
+    let quote_id = id_of(&at_payee, "/quotes", "quoteId");
+    let transfer_id = id_of(&at_payee, "/transfers", "transferId");
+    let at_payer = await_all(
+        &payer,
+        &[
+            ("PUT", "/parties/MSISDN/255700000001".into()),
+            ("PUT", format!("/quotes/{quote_id}")),
+            ("PUT", format!("/transfers/{transfer_id}")),
+        ],
+    );
+    let notification = at_payer
+        .iter()
+        .find(|r| r.path == format!("/transfers/{transfer_id}"))
+        .unwrap();
+    assert_eq!(notification.json()["transferState"], "COMMITTED");
+    let confirmation = await_all(&payee, &[("PUT", format!("/transfers/{transfer_id}"))]);
+    assert_eq!(
+        confirmation.last().unwrap().json()["transferState"],
+        "COMMITTED"
+    );
+    assert_eq!(hub.position(PAYER), 100.0);
+    assert_eq!(hub.position(PAYEE), -100.0);
+    assert!(stdout.contains("payerfsp: [{"), "{stdout}");
+}
