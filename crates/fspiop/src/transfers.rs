@@ -371,6 +371,12 @@ pub fn parse_transfer_prepare(body: &[u8]) -> Result<ParsedPrepare, FspiopError>
     let path = FieldPath::new("amount.amount");
     let amount = Amount::parse_fspiop(required_str(&money.amount, path)?)
         .map_err(|error| FspiopError::invalid(path, error))?;
+    // FSPIOP's Amount pattern admits "0", which central-ledger refuses
+    // later with an error callback; refused here like every other amount
+    // that cannot be moved, so that all of them are answered the same way.
+    if amount == Amount::ZERO {
+        return Err(FspiopError::invalid(path, "must be greater than 0"));
+    }
 
     let path = FieldPath::new("ilpPacket");
     if !is_ilp_packet(required_str(&raw.ilp_packet, path)?) {

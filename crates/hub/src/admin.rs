@@ -219,6 +219,8 @@ async fn create_participant(
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
+    hub.endpoints
+        .note_participant(view.participant.name, view.participant.active);
     Ok(created(participant_json(&hub, &view)))
 }
 
@@ -262,6 +264,8 @@ async fn set_participant_active(
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
+    hub.endpoints
+        .note_participant(view.participant.name, view.participant.active);
     Ok(axum::Json(participant_json(&hub, &view)).into_response())
 }
 

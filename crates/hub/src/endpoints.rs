@@ -72,12 +72,15 @@ pub fn check_endpoint(endpoint_type: &str, value: &str) -> Result<(), HubError> 
 #[derive(Default)]
 pub struct Endpoints {
     by_participant: RwLock<HashMap<FspName, HashMap<String, String>>>,
+    /// Every participant the hub knows, and whether it is active.
+    participants: RwLock<HashMap<FspName, bool>>,
 }
 
 impl Endpoints {
     pub fn load(views: &[ParticipantView]) -> Endpoints {
         let endpoints = Endpoints::default();
         for view in views {
+            endpoints.note_participant(view.participant.name, view.participant.active);
             for endpoint in &view.endpoints {
                 endpoints.set(
                     view.participant.name,
@@ -97,6 +100,24 @@ impl Endpoints {
         map.entry(participant)
             .or_default()
             .insert(endpoint_type.to_string(), value.to_string());
+    }
+
+    /// Records that `participant` exists, active or not (after onboarding
+    /// and after each activation change).
+    pub fn note_participant(&self, participant: FspName, active: bool) {
+        self.participants
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(participant, active);
+    }
+
+    /// `Some(active)` for a participant the hub knows, `None` otherwise.
+    pub fn participant_active(&self, participant: FspName) -> Option<bool> {
+        self.participants
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&participant)
+            .copied()
     }
 
     /// Whether `participant` registered any endpoint: a DFSP the hub can

@@ -400,7 +400,12 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
-    // Checked after the caller's identity (below: layers run outside in).
+    // Layers run outside in: the caller's identity, then its signature,
+    // then whether it is a participant at all.
+    let directory = hub.clone();
+    let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
+        known_source(directory.clone(), request, next)
+    }));
     let fspiop = if hub.config.jws_verify.is_on() {
         let verifier = hub.clone();
         fspiop.layer(axum::middleware::from_fn(move |request, next| {
@@ -417,6 +422,38 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         fspiop
     };
     guarded(fspiop, &hub, "fspiop")
+}
+
+/// Refuses, at once, a request from an FSPIOP-Source that is not a
+/// participant of this hub: it could never be answered (the hub has no
+/// endpoint for it), so a 202 would be followed by silence. A request
+/// without a usable FSPIOP-Source is left to the route's own header checks.
+async fn known_source(
+    hub: Arc<Hub>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let source = request
+        .headers()
+        .get("fspiop-source")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| FspName::new(value.trim()));
+    let Some(source) = source else {
+        return next.run(request).await;
+    };
+    match hub.endpoints.participant_active(source) {
+        // An inactive participant still has its endpoints: it is told by
+        // callback, as Mojaloop tells it (3100 for a prepare), which its
+        // conformance tests expect.
+        Some(_) => next.run(request).await,
+        None => HubError::new(
+            ErrorCode::ID_NOT_FOUND,
+            format!(
+                "Generic ID not found - FSPIOP-Source '{source}' is not a participant of this hub"
+            ),
+        )
+        .into_response(),
+    }
 }
 
 /// Refuses a request whose FSPIOP-Source is not who the connection proved

@@ -190,6 +190,28 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         ));
     }
     let transfer_id = prepare.transfer_id;
+    // A payee the hub knows but cannot reach would hold the payer's funds
+    // until expiry with nobody told: the payer hears at once instead (as
+    // Mojaloop answers a payee without an endpoint), and nothing is
+    // reserved. An unknown payee is the ledger's to refuse.
+    if hub.endpoints.participant_active(prepare.payee).is_some()
+        && hub
+            .endpoints
+            .url(prepare.payee, TRANSFER_POST, &[])
+            .is_none()
+    {
+        hub.send_error(
+            caller.source,
+            transfer_id,
+            ErrorCode(3201),
+            &format!(
+                "Destination FSP Error - {} has no {TRANSFER_POST} endpoint",
+                prepare.payee
+            ),
+            caller.reply(),
+        );
+        return Ok(StatusCode::ACCEPTED.into_response());
+    }
     let (outcome, submitted, batch) = hub.execute_one_timed(Command::Prepare(prepare)).await?;
     match outcome {
         Outcome::Transfer(view) => {
