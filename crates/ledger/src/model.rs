@@ -232,6 +232,15 @@ pub struct FundsFinish {
 /// atomically: a rejected command changes nothing.
 #[derive(Clone, Debug)]
 pub enum Command {
+    /// A prepare whose id the hub looked up in the store, finding nothing,
+    /// in a read that began after the batch applied at `checked_at_ms`
+    /// ([`crate::Ledger::now_ms`] as the pipeline published it). Needed
+    /// once finished transfers leave memory: an unknown id is taken as new
+    /// only if the check is recent enough (see `retention.rs`).
+    PrepareChecked {
+        prepare: Prepare,
+        checked_at_ms: i64,
+    },
     /// Creates the hub participant (once, at first start).
     CreateHub {
         name: FspName,
