@@ -262,8 +262,8 @@ impl Ledger {
             Command::Prepare(prepare) => self.prepare(prepare, None),
             Command::PrepareChecked {
                 prepare,
-                checked_at_ms,
-            } => self.prepare(prepare, Some(*checked_at_ms)),
+                evictions_seen,
+            } => self.prepare(prepare, Some(*evictions_seen)),
             Command::Fulfil(fulfil) => self.fulfil(fulfil),
             Command::Abort(abort) => self.abort(abort),
             Command::FundsIn(funds) => self.funds_in(funds),
@@ -1107,10 +1107,10 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
         request_hash: RequestHash,
-        store_checked_at_ms: Option<i64>,
+        evictions_seen: Option<u64>,
     ) -> Result<Option<Outcome>, Rejection> {
         let Some(existing) = self.transfers.get(&transfer_id) else {
-            self.check_not_evicted(transfer_id, store_checked_at_ms)?;
+            self.check_not_evicted(transfer_id, evictions_seen)?;
             if self.transfers.len() >= self.limits.max_transfers {
                 return Err(Rejection::new(
                     ErrorCode::INTERNAL_SERVER_ERROR,
@@ -1199,11 +1199,11 @@ impl Ledger {
     fn prepare(
         &mut self,
         prepare: &Prepare,
-        store_checked_at_ms: Option<i64>,
+        evictions_seen: Option<u64>,
     ) -> Result<Outcome, Rejection> {
         let transfer_id = prepare.transfer_id;
         if let Some(duplicate) =
-            self.check_new_transfer(transfer_id, prepare.request_hash, store_checked_at_ms)?
+            self.check_new_transfer(transfer_id, prepare.request_hash, evictions_seen)?
         {
             return Ok(duplicate);
         }

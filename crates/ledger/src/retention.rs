@@ -6,20 +6,20 @@
 //! loads only the unfinished ones and those finished within the horizon.
 //!
 //! Why a prepare can never reuse an evicted id (no double payment): the hub
-//! looks every prepare's id up in the store first, in a read that begins
-//! after the pipeline published the ledger time `C` of a batch it had fully
-//! applied (eviction included), and sends
-//! [`Command::PrepareChecked`](crate::Command::PrepareChecked) with `C` only
+//! reads the count `K` of transfers evicted so far, as the pipeline
+//! published it after the ledger's last eviction, then looks the prepare's
+//! id up in the store, and sends
+//! [`Command::PrepareChecked`](crate::Command::PrepareChecked) with `K` only
 //! if the store did not know the id. A transfer is evicted only once its
-//! finish is durable (the pipeline says which batches are), and its id is
-//! remembered (an id and an instant, ~50 bytes) for a grace period `G` after
-//! its eviction at ledger time `E`. The ledger takes an unknown id as new
-//! only if `C > now − G`. Suppose the id was evicted and is no longer
-//! remembered: then `E + G ≤ now < C + G`, so `E < C`; ledger time never
-//! goes back, so the eviction happened in a batch before the one published
-//! with `C`, hence before the store read began, and the transfer was durable
-//! before that: the store read would have found it. A check older than `G`
-//! is refused (2003, resend) rather than trusted.
+//! finish is durable (the pipeline says which batches are), and evicted ids
+//! are remembered, in eviction order, for a grace period (an id and an
+//! instant, ~50 bytes each). The `n`-th eviction with `n < K` happened before
+//! `K` was published, hence before the store read began, so the read saw
+//! that transfer. The ledger takes an unknown id as new only if every
+//! eviction from the `K`-th on is still remembered (fewer than `K + 1` were
+//! forgotten); if not, the check is too old to trust and the prepare is
+//! refused with 2003 (resend), which needs it to wait for the whole grace
+//! period between the hub's check and the ledger.
 //!
 //! Funds movements (admin) are few and never leave memory.
 
@@ -43,6 +43,8 @@ pub(crate) struct Retention {
     evicted: HashMap<TransferId, i64>,
     evicted_order: VecDeque<(i64, TransferId)>,
     evicted_total: u64,
+    /// Evicted ids forgotten (the first ones evicted, in order).
+    forgotten_total: u64,
 }
 
 impl Retention {
@@ -69,7 +71,9 @@ impl Ledger {
         self.retention.batches
     }
 
-    /// Finished FSPIOP transfers evicted so far by this ledger.
+    /// Finished FSPIOP transfers evicted so far by this ledger: what the hub
+    /// reads before its store check (see
+    /// [`Command::PrepareChecked`](crate::Command::PrepareChecked)).
     pub fn transfers_evicted(&self) -> u64 {
         self.retention.evicted_total
     }
@@ -117,6 +121,7 @@ impl Ledger {
                 Some(&(at_ms, id)) if at_ms.saturating_add(grace) <= now_ms => {
                     retention.evicted_order.pop_front();
                     retention.evicted.remove(&id);
+                    retention.forgotten_total += 1;
                     spent += 1;
                 }
                 _ => break,
@@ -147,24 +152,22 @@ impl Ledger {
     pub(crate) fn check_not_evicted(
         &self,
         transfer_id: TransferId,
-        store_checked_at_ms: Option<i64>,
+        evictions_seen: Option<u64>,
     ) -> Result<(), Rejection> {
-        let Some(retention_ms) = self.limits().transfer_retention_ms else {
+        if self.limits().transfer_retention_ms.is_none() {
             return Ok(());
-        };
+        }
         if self.retention.evicted.contains_key(&transfer_id) {
             return Err(Rejection::new(
                 ErrorCode::MODIFIED_REQUEST,
                 format!("transfer {transfer_id} was received before (it has finished)"),
             ));
         }
-        match store_checked_at_ms {
-            Some(checked_at_ms) if checked_at_ms <= self.now_ms - grace_ms(retention_ms) => {
-                Err(Rejection::new(
-                    ErrorCode(2003),
-                    format!("transfer {transfer_id} waited too long to be applied; resend it"),
-                ))
-            }
+        match evictions_seen {
+            Some(seen) if self.retention.forgotten_total > seen => Err(Rejection::new(
+                ErrorCode(2003),
+                format!("transfer {transfer_id} waited too long to be applied; resend it"),
+            )),
             _ => Ok(()),
         }
     }

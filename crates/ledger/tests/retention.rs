@@ -25,11 +25,11 @@ fn two() -> (Hub, Dfsp, Dfsp) {
     (hub, payer, payee)
 }
 
-fn checked(command: Command, checked_at_ms: i64) -> Command {
+fn checked(command: Command, evictions_seen: u64) -> Command {
     match command {
         Command::Prepare(prepare) => Command::PrepareChecked {
             prepare,
-            checked_at_ms,
+            evictions_seen,
         },
         other => other,
     }
@@ -45,10 +45,7 @@ fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused(
     let (mut hub, payer, payee) = two();
     let before = hub.ledger.transfer_count();
     let expiration = hub.now + 5_000;
-    view(&hub.one(checked(
-        prepare(1, payer, payee, 100, hub.now + TTL),
-        hub.now,
-    )));
+    view(&hub.one(checked(prepare(1, payer, payee, 100, hub.now + TTL), 0)));
     view(&hub.one(fulfil(1, payee.name)));
     view(&hub.one(prepare(2, payer, payee, 50, expiration)));
     view(&hub.one(prepare(3, payer, payee, 10, hub.now + 10 * TTL)));
@@ -99,25 +96,27 @@ fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused(
     // or not: nothing moves twice.
     for command in [
         prepare(1, payer, payee, 100, hub.now + TTL),
-        checked(prepare(2, payer, payee, 50, hub.now + TTL), hub.now),
+        checked(prepare(2, payer, payee, 50, hub.now + TTL), 2),
     ] {
         hub.assert_rejected(command, ErrorCode::MODIFIED_REQUEST);
     }
-    // A store check that is older than the grace period is not trusted.
-    hub.assert_rejected(
-        checked(prepare(4, payer, payee, 1, hub.now + TTL), hub.now - GRACE),
-        ErrorCode(2003),
-    );
+    // A check made before both evictions is still good: both ids are
+    // remembered.
+    view(&hub.one(checked(prepare(4, payer, payee, 1, hub.now + TTL), 0)));
 
-    // After the grace period the ids are forgotten: the store answers.
+    // After the grace period the ids are forgotten: the store answers, and
+    // a check made before they were evicted is no longer trusted.
     hub.advance(GRACE);
     evict_all(&mut hub);
     assert_eq!(hub.ledger.evicted_ids_remembered(), 0);
     assert_eq!(hub.ledger.next_eviction_ms(), None);
-    view(&hub.one(checked(
-        prepare(4, payer, payee, 1, hub.now + TTL),
-        hub.now - 1,
-    )));
+    for seen in [0, 1] {
+        hub.assert_rejected(
+            checked(prepare(5, payer, payee, 1, hub.now + TTL), seen),
+            ErrorCode(2003),
+        );
+    }
+    view(&hub.one(checked(prepare(5, payer, payee, 1, hub.now + TTL), 2)));
     hub.ledger.check_balances().expect("balances");
 }
 
