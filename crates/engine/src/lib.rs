@@ -145,6 +145,10 @@ pub struct StatsSnapshot {
     /// Longest single commit / batch apply so far.
     pub max_commit_nanos: u64,
     pub max_apply_nanos: u64,
+    /// Transfers in the ledger's memory now (a gauge), and finished ones
+    /// that left it past the retention horizon since start.
+    pub transfers_in_memory: u64,
+    pub transfers_evicted: u64,
 }
 
 impl Stats {
@@ -158,6 +162,8 @@ impl Stats {
             apply_nanos: self.apply_nanos.load(Ordering::Relaxed),
             max_commit_nanos: self.max_commit_nanos.load(Ordering::Relaxed),
             max_apply_nanos: self.max_apply_nanos.load(Ordering::Relaxed),
+            transfers_in_memory: 0,
+            transfers_evicted: 0,
         }
     }
 }
@@ -308,7 +314,12 @@ impl EngineHandle {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
-        self.shared.stats.snapshot()
+        let (transfers_in_memory, transfers_evicted) = self.transfer_memory();
+        StatsSnapshot {
+            transfers_in_memory,
+            transfers_evicted,
+            ..self.shared.stats.snapshot()
+        }
     }
 
     /// How many finished transfers have left memory: a store read that

@@ -632,6 +632,8 @@ impl Driver<'_> {
             // Maxima are since start; good enough to tell where a stall was.
             max_commit_nanos: after.max_commit_nanos,
             max_apply_nanos: after.max_apply_nanos,
+            transfers_in_memory: after.transfers_in_memory,
+            transfers_evicted: after.transfers_evicted - stats_before.transfers_evicted,
         };
         Ok(PhaseReport {
             name: PHASES[index],

@@ -1158,6 +1158,12 @@ pub struct StoredTransfer {
     pub finish: Option<(FinishKind, RequestHash)>,
 }
 
+impl std::fmt::Debug for TransferLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransferLookup")
+    }
+}
+
 impl TransferLookup {
     /// Opens the store in `data_dir` read-only (it must exist: open the
     /// writable store first).
