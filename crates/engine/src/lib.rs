@@ -164,6 +164,10 @@ pub struct StatsSnapshot {
     /// The store takes commits (see [`EngineHandle::store_health`]); only
     /// [`EngineHandle::stats`] knows, [`Stats::snapshot`] says `true`.
     pub store_healthy: bool,
+    /// Transfers in the ledger's memory now (a gauge), and finished ones
+    /// that left it past the retention horizon since start.
+    pub transfers_in_memory: u64,
+    pub transfers_evicted: u64,
 }
 
 impl Stats {
@@ -179,6 +183,8 @@ impl Stats {
             max_apply_nanos: self.max_apply_nanos.load(Ordering::Relaxed),
             store_errors: self.store_errors.load(Ordering::Relaxed),
             store_healthy: true,
+            transfers_in_memory: 0,
+            transfers_evicted: 0,
         }
     }
 }
@@ -189,6 +195,11 @@ struct Shared {
     /// Set while a transient store failure is being retried.
     fault: Mutex<Option<StoreFault>>,
     stats: Stats,
+    /// Batches (counted as [`Ledger::batches_applied`]) whose records are
+    /// committed: eviction waits for them.
+    durable_batches: AtomicU64,
+    transfers_in_memory: AtomicU64,
+    transfers_evicted: AtomicU64,
 }
 
 /// A transient store failure being retried.
@@ -358,8 +369,11 @@ impl EngineHandle {
     }
 
     pub fn stats(&self) -> StatsSnapshot {
+        let (transfers_in_memory, transfers_evicted) = self.transfer_memory();
         StatsSnapshot {
             store_healthy: self.store_health() == StoreHealth::Healthy,
+            transfers_in_memory,
+            transfers_evicted,
             ..self.shared.stats.snapshot()
         }
     }
@@ -377,6 +391,22 @@ impl EngineHandle {
             (None, Some(fault)) => StoreHealth::Faulted(fault),
             (None, None) => StoreHealth::Healthy,
         }
+    }
+
+    /// How many finished transfers have left memory: a store read that
+    /// begins after this call sees every one of them. See
+    /// `ledger::Command::PrepareChecked`.
+    pub fn evictions_seen(&self) -> u64 {
+        self.shared.transfers_evicted.load(Ordering::Acquire)
+    }
+
+    /// Transfers in the ledger's memory, and finished ones that left it
+    /// since start.
+    pub fn transfer_memory(&self) -> (u64, u64) {
+        (
+            self.shared.transfers_in_memory.load(Ordering::Relaxed),
+            self.shared.transfers_evicted.load(Ordering::Relaxed),
+        )
     }
 
     /// Most commands one submission may hold.
@@ -398,6 +428,9 @@ pub struct Recovery {
     pub participants: usize,
     pub accounts: usize,
     pub transfers: usize,
+    /// Finished transfers older than the retention horizon, left in the
+    /// store (summed, audited, not loaded).
+    pub archived: u64,
     pub load_time: Duration,
     pub rebuild_time: Duration,
 }
@@ -405,7 +438,11 @@ pub struct Recovery {
 /// Reads the store and rebuilds the ledger from it (after auditing it).
 pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recovery), StoreError> {
     let started = Instant::now();
-    let snapshot = store.load()?;
+    let snapshot = match limits.transfer_retention_ms {
+        None => store.load()?,
+        Some(retention_ms) => store.load_recent((system_clock())() - retention_ms)?,
+    };
+    let archived = snapshot.archived.transfers;
     let loaded = Instant::now();
     let (participants, accounts, transfers) = (
         snapshot.participants.len(),
@@ -417,6 +454,7 @@ pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recover
         participants,
         accounts,
         transfers,
+        archived,
         load_time: loaded - started,
         rebuild_time: loaded.elapsed(),
     };
@@ -424,6 +462,8 @@ pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recover
 }
 
 struct StoreJob {
+    /// The ledger's batch count once this batch was applied.
+    batch: u64,
     records: Vec<Record>,
     replies: Vec<(Replier, Vec<Outcome>)>,
     expired: Vec<TransferView>,
@@ -446,6 +486,9 @@ impl Engine {
             failure: Mutex::new(None),
             fault: Mutex::new(None),
             stats: Stats::default(),
+            durable_batches: AtomicU64::new(ledger.batches_applied()),
+            transfers_in_memory: AtomicU64::new(ledger.transfer_count() as u64),
+            transfers_evicted: AtomicU64::new(0),
         });
         let ledger_loop = LedgerLoop {
             ledger,
@@ -533,10 +576,18 @@ impl LedgerLoop {
         let mut replies: Vec<(Replier, usize)> = Vec::new();
         let mut stopping = false;
         while !stopping {
-            // Wait for the first submission, or until the next expiry is due.
+            self.evict(0);
+            // Wait for the first submission, or until the next expiry (or
+            // eviction) is due.
             let now_ms = (self.clock)();
             let next_expiry_ms = self.ledger.next_expiry_ms();
             let expiry_due = next_expiry_ms.is_some_and(|at_ms| at_ms <= now_ms);
+            // An eviction that is due waits for the store (a few ms).
+            let next_eviction_ms = self
+                .ledger
+                .next_eviction_ms()
+                .map(|at_ms| at_ms.max(now_ms + 10));
+            let next_expiry_ms = next_expiry_ms.into_iter().chain(next_eviction_ms).min();
             if !expiry_due {
                 let message = match next_expiry_ms {
                     None => self
@@ -571,6 +622,28 @@ impl LedgerLoop {
             }
         }
         self.ledger
+    }
+
+    /// Lets finished transfers past the retention horizon leave memory, at
+    /// most 4,096 (+ `extra`) per call so that no batch waits long for it,
+    /// then publishes the ledger's size and eviction count. The durable watermark is
+    /// read before the clock, so whatever is evicted was committed before.
+    fn evict(&mut self, extra: usize) {
+        let durable = self.shared.durable_batches.load(Ordering::Acquire);
+        let now_ms = (self.clock)();
+        if self
+            .ledger
+            .next_eviction_ms()
+            .is_some_and(|at_ms| at_ms <= now_ms)
+        {
+            self.ledger.evict(now_ms, durable, 4096 + extra);
+        }
+        self.shared
+            .transfers_in_memory
+            .store(self.ledger.transfer_count() as u64, Ordering::Relaxed);
+        self.shared
+            .transfers_evicted
+            .store(self.ledger.transfers_evicted(), Ordering::Release);
     }
 
     /// Adds a message to the batch being built; returns true on `Stop`.
@@ -625,6 +698,7 @@ impl LedgerLoop {
         stats
             .commands
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
+        let count = commands.len();
         commands.clear();
 
         let mut outcomes = result.outcomes.into_iter();
@@ -639,7 +713,9 @@ impl LedgerLoop {
             .drain(..)
             .map(|(reply, count)| (reply, outcomes.by_ref().take(count).collect()))
             .collect();
+        self.evict(self.max_batch_commands.min(4 * count));
         let job = StoreJob {
+            batch: self.ledger.batches_applied(),
             records: result.records,
             replies,
             expired,
@@ -793,6 +869,9 @@ fn store_loop(
                         commit_started_at: *commit_started_at,
                         durable_at: *durable_at,
                     };
+                    shared
+                        .durable_batches
+                        .fetch_max(job.batch, Ordering::Release);
                     for (reply, outcomes) in job.replies {
                         reply.ok(outcomes, timing);
                     }

@@ -91,6 +91,10 @@ pub struct HubConfig {
     /// Hosts that callback and oracle URLs may name (see [`callback_url`]);
     /// empty allows any.
     pub callback_allow: Vec<callback_url::Allowed>,
+    /// Where transfers that left the ledger's memory (past the retention
+    /// horizon) are looked up, for `GET`s and duplicates; `None` when the
+    /// ledger keeps every transfer.
+    pub transfer_lookup: Option<Arc<store::sqlite::TransferLookup>>,
 }
 
 impl HubConfig {
@@ -113,6 +117,7 @@ impl HubConfig {
             jws_keys_dir: None,
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
+            transfer_lookup: None,
         }
     }
 }

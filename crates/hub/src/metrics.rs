@@ -539,6 +539,18 @@ impl Collector for Pipeline {
             "Longest single batch apply so far",
             seconds(e.max_apply_nanos),
         )?;
+        gauge_f64(
+            enc,
+            "kasi_ledger_transfers_in_memory",
+            "Transfers in the ledger's memory: reserved ones, finished ones within the retention horizon, funds movements",
+            e.transfers_in_memory as f64,
+        )?;
+        counter(
+            enc,
+            "kasi_ledger_transfers_evicted",
+            "Finished transfers that left memory past the retention horizon (answered from the store)",
+            e.transfers_evicted,
+        )?;
         counter(
             enc,
             "kasi_store_commits",
@@ -689,6 +701,8 @@ mod tests {
                 max_apply_nanos: 250_000_000,
                 store_errors: 4,
                 store_healthy: false,
+                transfers_in_memory: 7,
+                transfers_evicted: 5,
             },
             || vec![destination("payeefsp"), destination("payerfsp")],
         )

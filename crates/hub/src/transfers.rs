@@ -13,8 +13,10 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::{Resource, WireState};
 use ledger::{
-    Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
+    Abort, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection, RequestHash,
+    TransferId, TransferKind, TransferState, TransferView,
 };
+use store::sqlite::StoredTransfer;
 
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
@@ -150,6 +152,116 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// The store's copy of a transfer, for one the ledger no longer holds in
+    /// memory; `None` without a retention horizon. Read on a blocking
+    /// thread, never the ledger's.
+    async fn stored_transfer(
+        &self,
+        transfer_id: TransferId,
+    ) -> Result<Option<StoredTransfer>, HubError> {
+        let Some(lookup) = self.config.transfer_lookup.clone() else {
+            return Ok(None);
+        };
+        let looked_up = tokio::task::spawn_blocking(move || lookup.find(transfer_id)).await;
+        let failed = |why: String| {
+            HubError::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                format!("Internal server error - transfer lookup failed: {why}"),
+            )
+        };
+        looked_up
+            .map_err(|error| failed(error.to_string()))?
+            .map_err(|error| failed(error.to_string()))
+    }
+}
+
+/// The ledger's duplicate rule for a prepare, applied to a finished FSPIOP
+/// transfer the store holds (its state can no longer change).
+fn stored_prepare_outcome(stored: &StoredTransfer, request_hash: RequestHash) -> Option<Outcome> {
+    let view = stored.view;
+    if view.kind != TransferKind::Fspiop || !view.state.is_final() {
+        return None;
+    }
+    Some(match stored.request_hash == request_hash {
+        true => Outcome::Duplicate(view),
+        false => Outcome::Rejected(Rejection::new(
+            ErrorCode::MODIFIED_REQUEST,
+            format!(
+                "transfer {} was received before with a different body",
+                view.transfer_id
+            ),
+        )),
+    })
+}
+
+/// The ledger's rules for a fulfil or abort, applied to a finished FSPIOP
+/// transfer the store holds.
+fn stored_finish_outcome(
+    stored: &StoredTransfer,
+    kind: FinishKind,
+    request_hash: RequestHash,
+    caller: FspName,
+) -> Outcome {
+    let view = stored.view;
+    let id = view.transfer_id;
+    let refused = |code, text: String| Outcome::Rejected(Rejection::new(code, text));
+    if view.kind != TransferKind::Fspiop {
+        return refused(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("transfer {id} is a funds movement, not an FSPIOP transfer"),
+        );
+    }
+    if view.payee != caller {
+        return refused(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("'{caller}' is not the payee of transfer {id}"),
+        );
+    }
+    match stored.finish {
+        Some((finished_by, hash)) if finished_by == kind && hash == request_hash => {
+            Outcome::Duplicate(view)
+        }
+        Some((finished_by, _)) if finished_by == kind => refused(
+            ErrorCode::MODIFIED_REQUEST,
+            format!(
+                "transfer {id} was finished by a {} with a different body",
+                kind.as_str().to_lowercase()
+            ),
+        ),
+        _ if view.state == TransferState::Expired => refused(
+            ErrorCode::TRANSFER_EXPIRED,
+            format!("transfer {id} has expired"),
+        ),
+        _ => refused(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("transfer {id} is {}, not RESERVED", view.state.as_str()),
+        ),
+    }
+}
+
+/// Runs a fulfil or abort; a transfer the ledger no longer holds is
+/// answered from the store.
+async fn execute_finish(
+    hub: &Hub,
+    command: Command,
+    transfer_id: TransferId,
+    kind: FinishKind,
+    request_hash: RequestHash,
+    caller: FspName,
+) -> Result<(Outcome, Option<(Instant, engine::BatchTiming)>), HubError> {
+    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+    if let Outcome::Rejected(error) = &outcome {
+        if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND {
+            if let Some(stored) = hub.stored_transfer(transfer_id).await? {
+                let outcome = stored_finish_outcome(&stored, kind, request_hash, caller);
+                return Ok((outcome, None));
+            }
+        }
+    }
+    Ok((outcome, Some((submitted, batch))))
+}
+
 fn described(error: &ledger::Rejection) -> String {
     format!("{} - {}", error.code.description(), error.description)
 }
@@ -212,7 +324,34 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         );
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    let (outcome, submitted, batch) = hub.execute_one_timed(Command::Prepare(prepare)).await?;
+    // With a retention horizon the ledger may have let this id go: the
+    // store is asked first (see ledger's `retention.rs` for why this order
+    // and the eviction count make a reused id impossible).
+    let (outcome, timing) = match hub.config.transfer_lookup.is_some() {
+        false => {
+            let (outcome, submitted, batch) =
+                hub.execute_one_timed(Command::Prepare(prepare)).await?;
+            (outcome, Some((submitted, batch)))
+        }
+        true => {
+            let evictions_seen = hub.engine.evictions_seen();
+            let stored = hub.stored_transfer(transfer_id).await?;
+            match stored
+                .as_ref()
+                .and_then(|stored| stored_prepare_outcome(stored, prepare.request_hash))
+            {
+                Some(outcome) => (outcome, None),
+                None => {
+                    let command = Command::PrepareChecked {
+                        prepare,
+                        evictions_seen,
+                    };
+                    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+                    (outcome, Some((submitted, batch)))
+                }
+            }
+        }
+    };
     match outcome {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(headers, true);
@@ -248,14 +387,16 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
     }
-    record_stages(
-        &hub,
-        Phase::Prepare,
-        transfer_id,
-        &request,
-        submitted,
-        batch,
-    );
+    if let Some((submitted, batch)) = timing {
+        record_stages(
+            &hub,
+            Phase::Prepare,
+            transfer_id,
+            &request,
+            submitted,
+            batch,
+        );
+    }
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -298,7 +439,15 @@ async fn fulfil(
         fulfilment: parsed.fulfilment,
         request_hash: parsed.request_hash,
     });
-    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+    let (outcome, timing) = execute_finish(
+        &hub,
+        command,
+        transfer_id,
+        FinishKind::Fulfil,
+        parsed.request_hash,
+        caller.source,
+    )
+    .await?;
     match outcome {
         Outcome::Transfer(view) => {
             if reserve_only {
@@ -391,7 +540,9 @@ async fn fulfil(
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         other => return Err(HubError::from_outcome(other)),
     }
-    record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
+    if let Some((submitted, batch)) = timing {
+        record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
+    }
     Ok(StatusCode::OK.into_response())
 }
 
@@ -411,7 +562,15 @@ async fn abort(
         error_code: parsed.code,
         request_hash: parsed.request_hash,
     });
-    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+    let (outcome, timing) = execute_finish(
+        &hub,
+        command,
+        transfer_id,
+        FinishKind::Abort,
+        parsed.request_hash,
+        caller.source,
+    )
+    .await?;
     match outcome {
         Outcome::Transfer(view) => {
             let forwarded = forwarded_headers(headers, false);
@@ -435,7 +594,9 @@ async fn abort(
         Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         other => return Err(HubError::from_outcome(other)),
     }
-    record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
+    if let Some((submitted, batch)) = timing {
+        record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
+    }
     Ok(StatusCode::OK.into_response())
 }
 
@@ -446,13 +607,30 @@ async fn get_transfer(
 ) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Transfers, Shape::Get)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
-    match hub
+    let mut outcome = hub
         .execute_one(Command::GetTransfer {
             transfer_id,
             caller: caller.source,
         })
-        .await?
-    {
+        .await?;
+    // Not in memory: past the retention horizon, the store has it (an
+    // evicted transfer was durable before it left).
+    if matches!(&outcome, Outcome::Rejected(e) if e.code == ErrorCode::TRANSFER_ID_NOT_FOUND) {
+        if let Some(stored) = hub.stored_transfer(transfer_id).await? {
+            let view = stored.view;
+            outcome = match caller.source == view.payer || caller.source == view.payee {
+                true => Outcome::Transfer(view),
+                false => Outcome::Rejected(Rejection::new(
+                    ErrorCode::GENERIC_CLIENT_ERROR,
+                    format!(
+                        "'{}' is neither the payer nor the payee of transfer {transfer_id}",
+                        caller.source
+                    ),
+                )),
+            };
+        }
+    }
+    match outcome {
         Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,

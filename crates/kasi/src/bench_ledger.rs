@@ -634,6 +634,8 @@ impl Driver<'_> {
             max_apply_nanos: after.max_apply_nanos,
             store_errors: after.store_errors - stats_before.store_errors,
             store_healthy: after.store_healthy,
+            transfers_in_memory: after.transfers_in_memory,
+            transfers_evicted: after.transfers_evicted - stats_before.transfers_evicted,
         };
         Ok(PhaseReport {
             name: PHASES[index],

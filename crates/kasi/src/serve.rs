@@ -261,6 +261,39 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(10..))]
     position_watch_interval_ms: u64,
+
+    /// How long a finished transfer stays in the ledger's memory (`90s`,
+    /// `30m`, `24h`, `7d`, or `forever`). Older ones are answered from the
+    /// store: GETs and duplicate resends alike.
+    #[arg(long, env = "KASI_TRANSFER_RETENTION", default_value = "24h",
+          value_parser = parse_retention, value_name = "DURATION")]
+    transfer_retention: Retention,
+}
+
+/// `--transfer-retention`: milliseconds, or `None` for ever.
+#[derive(Clone, Copy, Debug)]
+struct Retention(Option<i64>);
+
+fn parse_retention(text: &str) -> Result<Retention, String> {
+    if text == "forever" {
+        return Ok(Retention(None));
+    }
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit_ms = match &text[digits.len()..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err("a number with ms, s, m, h or d (`24h`), or `forever`".into()),
+    };
+    let count: i64 = digits
+        .parse()
+        .map_err(|_| format!("{digits:?} is not a whole number"))?;
+    match count.checked_mul(unit_ms) {
+        Some(ms) if ms >= 1_000 => Ok(Retention(Some(ms))),
+        _ => Err("at least 1s, and not absurdly long (or `forever`)".into()),
+    }
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -275,13 +308,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let admin_auth = Arc::new(admin_access(&args)?);
     let mut store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
-    let (ledger, recovery) =
-        engine::recover(&mut store, Limits::default()).context("recovery failed")?;
+    let limits = Limits {
+        transfer_retention_ms: args.transfer_retention.0,
+        ..Limits::default()
+    };
+    let (ledger, recovery) = engine::recover(&mut store, limits).context("recovery failed")?;
+    let transfer_lookup = match limits.transfer_retention_ms {
+        None => None,
+        Some(_) => Some(Arc::new(
+            store::sqlite::TransferLookup::open(&args.data_dir)
+                .context("cannot open the store for transfer lookups")?,
+        )),
+    };
     info!(
         store = %store.describe(),
         participants = recovery.participants,
         accounts = recovery.accounts,
         transfers = recovery.transfers,
+        archived = recovery.archived,
         load_ms = recovery.load_time.as_millis() as u64,
         rebuild_ms = recovery.rebuild_time.as_millis() as u64,
         "recovered the ledger"
@@ -456,6 +500,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.jws_verify = jws_verify;
         hub_config.jws_keys_dir = args.jws_keys_dir.clone();
         hub_config.admin_auth = admin_auth;
+        hub_config.transfer_lookup = transfer_lookup.clone();
         hub_config.callback_allow = args.callback_allow.clone();
         hub_config.identity = hub::tls::IdentityPolicy {
             client_certificates: args.tls_client_ca.is_some(),

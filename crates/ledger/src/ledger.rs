@@ -17,9 +17,13 @@ use crate::transfer_map::TransferMap;
 pub struct Limits {
     pub max_participants: usize,
     pub max_currencies_per_participant: usize,
-    /// Transfers kept in memory (each ~250 bytes). Finished transfers are
-    /// kept so that duplicates and `GET` can be answered.
+    /// Transfers in memory at once (reserved ones, finished ones within the
+    /// retention horizon, and funds movements). Not a lifetime cap: with a
+    /// retention horizon, finished FSPIOP transfers leave memory.
     pub max_transfers: usize,
+    /// How long a finished FSPIOP transfer stays in memory (`None`: for
+    /// ever). Older ones are answered from the store by the hub.
+    pub transfer_retention_ms: Option<i64>,
     /// Quotes kept in persistent mode (each with its answer, ~1-2 KB).
     pub max_quotes: usize,
 }
@@ -30,6 +34,7 @@ impl Default for Limits {
             max_participants: 10_000,
             max_currencies_per_participant: 16,
             max_transfers: 50_000_000,
+            transfer_retention_ms: None,
             max_quotes: 1_000_000,
         }
     }
@@ -127,6 +132,9 @@ pub struct Ledger {
     pub(crate) last_audit_id: u64,
     /// Pinned client certificates: fingerprint → (participant, when).
     pub(crate) pins: BTreeMap<[u8; 32], (ParticipantId, i64)>,
+    /// Finished FSPIOP transfers in finishing order, and recently evicted
+    /// ids (see `retention.rs`).
+    pub(crate) retention: crate::retention::Retention,
     records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -163,6 +171,7 @@ impl Ledger {
             audit_events: VecDeque::new(),
             last_audit_id: 0,
             pins: BTreeMap::new(),
+            retention: Default::default(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -197,6 +206,7 @@ impl Ledger {
     /// never goes back). Each command is atomic.
     pub fn apply_batch(&mut self, now_ms: i64, commands: &[Command]) -> BatchResult {
         self.now_ms = self.now_ms.max(now_ms);
+        self.retention.batches += 1;
         if std::mem::take(&mut self.book.window_unrecorded) {
             let first = self.book.windows[0].clone();
             self.records.push(Record::Window(first));
@@ -249,7 +259,11 @@ impl Ledger {
                 currency,
                 net_debit_cap,
             } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, false),
-            Command::Prepare(prepare) => self.prepare(prepare),
+            Command::Prepare(prepare) => self.prepare(prepare, None),
+            Command::PrepareChecked {
+                prepare,
+                evictions_seen,
+            } => self.prepare(prepare, Some(*evictions_seen)),
             Command::Fulfil(fulfil) => self.fulfil(fulfil),
             Command::Abort(abort) => self.abort(abort),
             Command::FundsIn(funds) => self.funds_in(funds),
@@ -1093,8 +1107,10 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
         request_hash: RequestHash,
+        evictions_seen: Option<u64>,
     ) -> Result<Option<Outcome>, Rejection> {
         let Some(existing) = self.transfers.get(&transfer_id) else {
+            self.check_not_evicted(transfer_id, evictions_seen)?;
             if self.transfers.len() >= self.limits.max_transfers {
                 return Err(Rejection::new(
                     ErrorCode::INTERNAL_SERVER_ERROR,
@@ -1180,9 +1196,15 @@ impl Ledger {
         Ok(account)
     }
 
-    fn prepare(&mut self, prepare: &Prepare) -> Result<Outcome, Rejection> {
+    fn prepare(
+        &mut self,
+        prepare: &Prepare,
+        evictions_seen: Option<u64>,
+    ) -> Result<Outcome, Rejection> {
         let transfer_id = prepare.transfer_id;
-        if let Some(duplicate) = self.check_new_transfer(transfer_id, prepare.request_hash)? {
+        if let Some(duplicate) =
+            self.check_new_transfer(transfer_id, prepare.request_hash, evictions_seen)?
+        {
             return Ok(duplicate);
         }
         if !prepare.amount.is_valid_transfer_amount() {
@@ -1311,6 +1333,9 @@ impl Ledger {
             memo: transfer.memo.clone(),
             wire_version: transfer.wire_version,
         }));
+        if transfer.kind == TransferKind::Fspiop && transfer.state.is_final() {
+            self.retention.finished(self.now_ms, transfer_id);
+        }
         let previous = self.transfers.insert(transfer_id, transfer);
         assert!(
             previous.is_none(),
@@ -1404,6 +1429,9 @@ impl Ledger {
             settlement_window,
         });
         let seq = transfer.seq;
+        if transfer.kind == TransferKind::Fspiop {
+            self.retention.finished(now_ms, transfer_id);
+        }
         self.records.push(Record::Finish(FinishRow {
             seq,
             kind,
@@ -1618,7 +1646,9 @@ impl Ledger {
     }
 
     fn funds_in(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
-        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
+        if let Some(duplicate) =
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, None)?
+        {
             return Ok(duplicate);
         }
         let (settlement, reconciliation) = self.funds_accounts(funds)?;
@@ -1646,7 +1676,9 @@ impl Ledger {
     }
 
     fn funds_out_reserve(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
-        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
+        if let Some(duplicate) =
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, None)?
+        {
             return Ok(duplicate);
         }
         let (settlement, reconciliation) = self.funds_accounts(funds)?;
@@ -1881,6 +1913,9 @@ impl Ledger {
             entries: self.book.entries.clone(),
             audit_events: self.audit_events.iter().cloned().collect(),
             certificate_pins: self.pin_rows(),
+            // Evicted transfers are the store's to give; a snapshot holds
+            // what is in memory.
+            archived: Default::default(),
         }
     }
 
@@ -1988,6 +2023,7 @@ impl Ledger {
         }
         ledger.restore_audit(snapshot.audit_events, snapshot.certificate_pins);
         let mut finishes = snapshot.finishes.into_iter().peekable();
+        let mut restored_finished = Vec::new();
         ledger.transfers.reserve(snapshot.transfers.len());
         for row in snapshot.transfers {
             now_ms = now_ms.max(row.prepared_at_ms);
@@ -2023,6 +2059,11 @@ impl Ledger {
                 if finish.settlement_window.is_some() && finish.settlement_window == open_window {
                     open_commits.push((row.debit, row.credit, row.amount));
                 }
+                if row.kind == TransferKind::Fspiop {
+                    restored_finished.push((finish.finished_at_ms, row.transfer_id));
+                }
+            } else if row.kind == TransferKind::Fspiop && row.state.is_final() {
+                restored_finished.push((row.prepared_at_ms, row.transfer_id));
             }
             if transfer.state == TransferState::Reserved && transfer.kind == TransferKind::Fspiop {
                 ledger
@@ -2032,6 +2073,13 @@ impl Ledger {
             ledger.last_seq = row.seq;
             ledger.transfers.insert(row.transfer_id, transfer);
         }
+        let archived = snapshot.archived;
+        ledger.last_seq = ledger.last_seq.max(archived.last_seq);
+        if archived.transfers > 0 {
+            now_ms = now_ms.max(archived.last_at_ms);
+        }
+        open_commits.extend(archived.open_window_commits);
+        ledger.retention.restored(restored_finished);
         for (debit, credit, amount) in open_commits {
             ledger.restore_window_commit(debit, credit, amount);
         }

@@ -22,6 +22,7 @@ mod error;
 mod ids;
 mod ledger;
 mod model;
+mod retention;
 mod settlement;
 mod settlement_model;
 mod snapshot;
@@ -36,4 +37,4 @@ pub use ids::{
 };
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
-pub use snapshot::Snapshot;
+pub use snapshot::{Archived, Snapshot};

@@ -232,6 +232,16 @@ pub struct FundsFinish {
 /// atomically: a rejected command changes nothing.
 #[derive(Clone, Debug)]
 pub enum Command {
+    /// A prepare whose id the hub looked up in the store, finding nothing,
+    /// in a read that began after `evictions_seen` transfers had left
+    /// memory ([`crate::Ledger::transfers_evicted`] as the pipeline
+    /// published it). Needed once finished transfers leave memory: an
+    /// unknown id is taken as new only if the check is recent enough (see
+    /// `retention.rs`).
+    PrepareChecked {
+        prepare: Prepare,
+        evictions_seen: u64,
+    },
     /// Creates the hub participant (once, at first start).
     CreateHub {
         name: FspName,

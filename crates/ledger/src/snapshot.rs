@@ -42,6 +42,27 @@ pub struct Snapshot {
     pub audit_events: Vec<AuditEventRow>,
     /// Pinned client certificates, in fingerprint order.
     pub certificate_pins: Vec<PinRow>,
+    /// Transfers the store holds but did not load (finished before the
+    /// retention horizon), summed; empty when everything was loaded.
+    pub archived: Archived,
+}
+
+/// Transfers finished before the retention horizon, read by the store in
+/// one streaming pass instead of loaded: what the audit and recovery need
+/// of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Archived {
+    /// How many.
+    pub transfers: u64,
+    /// What their commits moved, per account (an account's sum of debits
+    /// minus credits), in account order.
+    pub values: Vec<(crate::ids::AccountId, Amount)>,
+    /// The highest seq among them, and their latest instant.
+    pub last_seq: u64,
+    pub last_at_ms: i64,
+    /// Their commits in the open settlement window (debit, credit, amount):
+    /// the window's running sums count them.
+    pub open_window_commits: Vec<(crate::ids::AccountId, crate::ids::AccountId, Amount)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -337,6 +358,23 @@ impl Snapshot {
             }
         }
 
+        // Archived transfers, summed by the store.
+        for &(account, value) in &self.archived.values {
+            match recomputed.get_mut((account.0 as usize).wrapping_sub(1)) {
+                None => problem(format!(
+                    "archived transfers move missing account {}",
+                    account.0
+                )),
+                Some(computed) => {
+                    if !add(&mut computed.value, value) {
+                        problem(format!(
+                            "balances overflow at archived account {}",
+                            account.0
+                        ));
+                    }
+                }
+            }
+        }
         // Settlement's entries post like committed transfers.
         for (i, entry) in self.entries.iter().enumerate() {
             if entry.seq != i as u64 + 1 {

@@ -53,6 +53,14 @@ impl TransferMap {
         previous
     }
 
+    pub(crate) fn remove(&mut self, id: &TransferId) -> Option<Transfer> {
+        let removed = self.shards[shard(id)].remove(id);
+        if removed.is_some() {
+            self.len -= 1;
+        }
+        removed
+    }
+
     pub(crate) fn reserve(&mut self, additional: usize) {
         for map in &mut self.shards {
             map.reserve(additional / SHARDS + 1);

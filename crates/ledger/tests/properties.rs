@@ -804,7 +804,8 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::PinCertificate { .. }
         | Command::UnpinCertificate { .. }
         | Command::ReadCertificatePins
-        | Command::NoteExternalChange { .. } => {
+        | Command::NoteExternalChange { .. }
+        | Command::PrepareChecked { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

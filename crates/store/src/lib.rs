@@ -88,6 +88,14 @@ pub trait Store: Send {
     /// Reads every row, for recovery and audit.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
 
+    /// Reads what recovery needs with a retention horizon: every row, but
+    /// FSPIOP transfers finished before `horizon_ms` only as the sums in
+    /// [`Snapshot::archived`]. A backend may load everything instead.
+    fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
+        let _ = horizon_ms;
+        self.load()
+    }
+
     /// Where the data lives, for logs.
     fn describe(&self) -> String;
 }

@@ -205,6 +205,7 @@ CREATE TABLE IF NOT EXISTS audit_events (
     outcome    TEXT    NOT NULL
 ) STRICT;
 CREATE INDEX IF NOT EXISTS audit_events_by_target ON audit_events (target, id);
+CREATE INDEX IF NOT EXISTS transfers_by_id ON transfers (transfer_id);
 CREATE TABLE IF NOT EXISTS certificate_pins (
     fingerprint    BLOB    PRIMARY KEY,
     participant_id INTEGER NOT NULL,
@@ -701,7 +702,7 @@ impl SqliteStore {
         self.wal_restarts
     }
 
-    fn read(&mut self) -> Result<Snapshot, StoreError> {
+    fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
         // One read transaction, so that a hub writing meanwhile cannot show
         // us half of a batch.
         let transaction = self.connection.transaction()?;
@@ -754,37 +755,17 @@ impl SqliteStore {
                     prepared_at_ms, request_hash, state, reason, external_reference, memo, {wire_version}
                  FROM transfers ORDER BY seq"
             ))?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
-                let external_reference: Option<String> = row.get(12)?;
-                let reason: Option<String> = row.get(13)?;
-                let memo = match (external_reference, reason) {
-                    (None, None) => None,
-                    (external_reference, reason) => Some(Box::new(FundsMemo {
-                        external_reference: external_reference.unwrap_or_default(),
-                        reason: reason.unwrap_or_default(),
-                    })),
-                };
-                snapshot.transfers.push(TransferRow {
-                    seq: row.get::<_, i64>(0)? as u64,
-                    transfer_id: id_blob(row, 1)?,
-                    kind,
-                    debit: AccountId(row.get(3)?),
-                    credit: AccountId(row.get(4)?),
-                    amount: parse(row, 5, "amount", |t| Amount::parse_signed(t).ok())?,
-                    condition: match row.get_ref(6)? {
-                        ValueRef::Null => Condition::default(),
-                        _ => Condition(blob(row, 6)?),
-                    },
-                    expiration_ms: row.get::<_, Option<i64>>(7)?.unwrap_or(i64::MAX),
-                    prepared_at_ms: row.get(8)?,
-                    request_hash: RequestHash(blob(row, 9)?),
-                    state: parse(row, 10, "transfer state", TransferState::parse)?,
-                    reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
-                    memo,
-                    wire_version: row.get(14)?,
-                });
+            match horizon_ms {
+                None => {
+                    let mut rows = statement.query([])?;
+                    while let Some(row) = rows.next()? {
+                        snapshot.transfers.push(transfer_row(row)?);
+                    }
+                }
+                Some(horizon_ms) => {
+                    drop(statement);
+                    read_recent_transfers(&transaction, version, horizon_ms, &mut snapshot)?;
+                }
             }
             let settlement_window = if version >= 2 {
                 "settlement_window"
@@ -795,21 +776,11 @@ impl SqliteStore {
                 "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment, {settlement_window}
                  FROM transfer_finishes ORDER BY seq"
             ))?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                snapshot.finishes.push(FinishRow {
-                    seq: row.get::<_, i64>(0)? as u64,
-                    kind: parse(row, 1, "finish kind", FinishKind::parse)?,
-                    state: parse(row, 2, "transfer state", TransferState::parse)?,
-                    reason: row.get::<_, Option<u16>>(3)?.map(ErrorCode),
-                    finished_at_ms: row.get(4)?,
-                    request_hash: RequestHash(blob(row, 5)?),
-                    fulfilment: match row.get_ref(6)? {
-                        ValueRef::Null => None,
-                        _ => Some(Fulfilment::from_preimage(blob(row, 6)?)),
-                    },
-                    settlement_window: row.get(7)?,
-                });
+            if horizon_ms.is_none() {
+                let mut rows = statement.query([])?;
+                while let Some(row) = rows.next()? {
+                    snapshot.finishes.push(finish_row(row, 0)?);
+                }
             }
         }
         {
@@ -1078,13 +1049,253 @@ pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreE
     }
 }
 
+/// A `transfers` row, from a query of its columns in table order (the
+/// external reference and memo at 12 and 13, the wire version at 14).
+fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
+    let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
+    let external_reference: Option<String> = row.get(12)?;
+    let reason: Option<String> = row.get(13)?;
+    let memo = match (external_reference, reason) {
+        (None, None) => None,
+        (external_reference, reason) => Some(Box::new(FundsMemo {
+            external_reference: external_reference.unwrap_or_default(),
+            reason: reason.unwrap_or_default(),
+        })),
+    };
+    Ok(TransferRow {
+        seq: row.get::<_, i64>(0)? as u64,
+        transfer_id: id_blob(row, 1)?,
+        kind,
+        debit: AccountId(row.get(3)?),
+        credit: AccountId(row.get(4)?),
+        amount: parse(row, 5, "amount", |t| Amount::parse_signed(t).ok())?,
+        condition: match row.get_ref(6)? {
+            ValueRef::Null => Condition::default(),
+            _ => Condition(blob(row, 6)?),
+        },
+        expiration_ms: row.get::<_, Option<i64>>(7)?.unwrap_or(i64::MAX),
+        prepared_at_ms: row.get(8)?,
+        request_hash: RequestHash(blob(row, 9)?),
+        state: parse(row, 10, "transfer state", TransferState::parse)?,
+        reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
+        memo,
+        wire_version: row.get(14)?,
+    })
+}
+
+/// A `transfer_finishes` row, from its eight columns starting at `at`.
+fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreError> {
+    Ok(FinishRow {
+        seq: row.get::<_, i64>(at)? as u64,
+        kind: parse(row, at + 1, "finish kind", FinishKind::parse)?,
+        state: parse(row, at + 2, "transfer state", TransferState::parse)?,
+        reason: row.get::<_, Option<u16>>(at + 3)?.map(ErrorCode),
+        finished_at_ms: row.get(at + 4)?,
+        request_hash: RequestHash(blob(row, at + 5)?),
+        fulfilment: match row.get_ref(at + 6)? {
+            ValueRef::Null => None,
+            _ => Some(Fulfilment::from_preimage(blob(row, at + 6)?)),
+        },
+        settlement_window: row.get(at + 7)?,
+    })
+}
+
+/// Recovery with a retention horizon, in one streaming pass over the
+/// transfers and their finishes: a finished FSPIOP transfer that finished
+/// before `horizon_ms` is not loaded but summed into
+/// [`Snapshot::archived`] (what its commit moved, and whether it counts in
+/// the open window); every other transfer is loaded as without a horizon.
+fn read_recent_transfers(
+    transaction: &rusqlite::Transaction<'_>,
+    version: i64,
+    horizon_ms: i64,
+    snapshot: &mut Snapshot,
+) -> Result<(), StoreError> {
+    let open_window: Option<u32> = if version >= 2 {
+        transaction
+            .query_row(
+                "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
+                [],
+                |row| Ok((row.get::<_, u32>(0)?, row.get::<_, String>(1)?)),
+            )
+            .optional()?
+            .filter(|(_, state)| state == "OPEN")
+            .map(|(id, _)| id)
+    } else {
+        None
+    };
+    let (wire_version, settlement_window) = match version >= 2 {
+        true => ("t.wire_version", "f.settlement_window"),
+        false => ("0", "NULL"),
+    };
+    let mut statement = transaction.prepare(&format!(
+        "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
+            t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
+            {wire_version},
+            f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
+         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+    ))?;
+    let mut values: std::collections::BTreeMap<AccountId, Amount> = Default::default();
+    let archived = &mut snapshot.archived;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let transfer = transfer_row(row)?;
+        let finish = match row.get_ref(15)? {
+            ValueRef::Null => None,
+            _ => Some(finish_row(row, 15)?),
+        };
+        let finished_at_ms = match &finish {
+            Some(finish) => Some(finish.finished_at_ms),
+            None if transfer.state.is_final() => Some(transfer.prepared_at_ms),
+            None => None,
+        };
+        let old = transfer.kind == TransferKind::Fspiop
+            && finished_at_ms.is_some_and(|at_ms| at_ms < horizon_ms);
+        if !old {
+            snapshot.transfers.push(transfer);
+            snapshot.finishes.extend(finish);
+            continue;
+        }
+        archived.transfers += 1;
+        archived.last_seq = archived.last_seq.max(transfer.seq);
+        archived.last_at_ms = archived
+            .last_at_ms
+            .max(finished_at_ms.unwrap_or(transfer.prepared_at_ms));
+        let state = finish
+            .as_ref()
+            .map_or(transfer.state, |finish| finish.state);
+        if state == TransferState::Committed {
+            let overflow =
+                || StoreError::fatal(format!("archived sums overflow at seq {}", transfer.seq));
+            let debit = values.entry(transfer.debit).or_default();
+            *debit = debit.checked_add(transfer.amount).ok_or_else(overflow)?;
+            let credit = values.entry(transfer.credit).or_default();
+            *credit = credit.checked_sub(transfer.amount).ok_or_else(overflow)?;
+            let window = finish.as_ref().and_then(|finish| finish.settlement_window);
+            if window.is_some() && window == open_window {
+                archived.open_window_commits.push((
+                    transfer.debit,
+                    transfer.credit,
+                    transfer.amount,
+                ));
+            }
+        }
+    }
+    archived.values = values.into_iter().collect();
+    Ok(())
+}
+
+/// Answers for transfers that left the ledger's memory: a read-only
+/// connection of its own (WAL lets it read while the store thread writes),
+/// used by the hub off the ledger thread.
+pub struct TransferLookup {
+    connection: std::sync::Mutex<Connection>,
+}
+
+/// A stored transfer as the hub needs it to answer a `GET` or a resend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredTransfer {
+    pub view: ledger::TransferView,
+    /// The prepare's request hash.
+    pub request_hash: RequestHash,
+    /// What finished it, with that request's hash.
+    pub finish: Option<(FinishKind, RequestHash)>,
+}
+
+impl std::fmt::Debug for TransferLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TransferLookup")
+    }
+}
+
+impl TransferLookup {
+    /// Opens the store in `data_dir` read-only (it must exist: open the
+    /// writable store first).
+    pub fn open(data_dir: &Path) -> Result<TransferLookup, StoreError> {
+        let path = data_dir.join(DATABASE_FILE);
+        let connection = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+        Ok(TransferLookup {
+            connection: std::sync::Mutex::new(connection),
+        })
+    }
+
+    /// The transfer with this id, if the store has it. Blocking: call it
+    /// where blocking is allowed.
+    pub fn find(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut statement = connection.prepare_cached(
+            "SELECT t.kind, t.amount, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
+                t.wire_version, pd.name, pc.name, ad.currency,
+                f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment
+             FROM transfers t
+             JOIN accounts ad ON ad.id = t.debit_account_id
+             JOIN participants pd ON pd.id = ad.participant_id
+             JOIN accounts ac ON ac.id = t.credit_account_id
+             JOIN participants pc ON pc.id = ac.participant_id
+             LEFT JOIN transfer_finishes f ON f.seq = t.seq
+             WHERE t.transfer_id = ?1",
+        )?;
+        let mut rows = statement.query(params![transfer_id.to_blob().as_slice()])?;
+        let Some(row) = rows.next()? else {
+            return Ok(None);
+        };
+        let mut state = parse(row, 5, "transfer state", TransferState::parse)?;
+        let mut reason = row.get::<_, Option<u16>>(6)?.map(ErrorCode);
+        let prepared_at_ms: i64 = row.get(3)?;
+        let (finish, completed_at_ms, fulfilment) = match row.get_ref(11)? {
+            ValueRef::Null => (None, state.is_final().then_some(prepared_at_ms), None),
+            _ => {
+                state = parse(row, 12, "transfer state", TransferState::parse)?;
+                reason = row.get::<_, Option<u16>>(13)?.map(ErrorCode);
+                let kind = parse(row, 11, "finish kind", FinishKind::parse)?;
+                let fulfilment = match row.get_ref(16)? {
+                    ValueRef::Null => None,
+                    _ => Some(Fulfilment::from_preimage(blob(row, 16)?)),
+                };
+                (
+                    Some((kind, RequestHash(blob(row, 15)?))),
+                    Some(row.get::<_, i64>(14)?),
+                    fulfilment,
+                )
+            }
+        };
+        Ok(Some(StoredTransfer {
+            view: ledger::TransferView {
+                transfer_id,
+                kind: parse(row, 0, "transfer kind", TransferKind::parse)?,
+                payer: parse(row, 8, "participant name", FspName::new)?,
+                payee: parse(row, 9, "participant name", FspName::new)?,
+                amount: parse(row, 1, "amount", |t| Amount::parse_signed(t).ok())?,
+                currency: parse(row, 10, "currency", Currency::parse)?,
+                state,
+                reason,
+                expiration_ms: row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
+                prepared_at_ms,
+                completed_at_ms,
+                fulfilment,
+                wire_version: row.get(7)?,
+            },
+            request_hash: RequestHash(blob(row, 4)?),
+            finish,
+        }))
+    }
+}
+
 impl Store for SqliteStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {
-        self.read()
+        self.read(None)
+    }
+
+    fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
+        self.read(Some(horizon_ms))
     }
 
     fn describe(&self) -> String {

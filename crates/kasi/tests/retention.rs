@@ -1,0 +1,143 @@
+//! Bounded memory through the real binary: with a short
+//! `--transfer-retention`, finished transfers leave the ledger's memory
+//! (seen on `/metrics`), yet a `GET`, a resent prepare and a resent fulfil of
+//! one are still answered, from the store, and move no money twice; a
+//! restart loads only what is within the horizon and still adds up.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+
+const RETENTION: &[&str] = &["--transfer-retention", "1s"];
+
+fn metric(hub: &Hub, name: &str) -> f64 {
+    let response = hub.admin("GET", "/metrics", None);
+    assert_eq!(response.status, 200, "{response:?}");
+    let text = response.text();
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Polls `/metrics` until `name` reaches `at_least` (the eviction is an
+/// event of the ledger thread's own; there is nothing else to wait on).
+fn wait_for_metric(hub: &Hub, name: &str, at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let value = metric(hub, name);
+        if value >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} stayed at {value}, below {at_least}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const IN_MEMORY: &str = "kasi_ledger_transfers_in_memory";
+const EVICTED: &str = "kasi_ledger_transfers_evicted_total";
+
+#[test]
+fn transfers_past_the_horizon_leave_memory_and_are_still_answered_and_recognised() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hub = Hub::start_with(&data, RETENTION);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    // The deposits (funds movements) stay in memory for good.
+    let deposits = metric(&hub, IN_MEMORY);
+
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "100", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+    payer.expect("PUT", &format!("/transfers/{id}"));
+    payee.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(hub.position(PAYER), 100.0);
+
+    // A second later it leaves memory, with no traffic to prompt it.
+    wait_for_metric(&hub, EVICTED, 1.0);
+    assert_eq!(
+        metric(&hub, IN_MEMORY),
+        deposits,
+        "the transfer left memory"
+    );
+
+    let check = |hub: &Hub| {
+        // GET: answered from the store with the final state.
+        let response = hub.get_transfer(&id, PAYER, PAYEE);
+        assert_eq!(response.status, 202, "{response:?}");
+        let state = payer.expect("PUT", &format!("/transfers/{id}"));
+        assert_eq!(
+            state.json()["transferState"],
+            json!("COMMITTED"),
+            "{state:?}"
+        );
+        assert!(state.json()["fulfilment"].is_string(), "{state:?}");
+
+        // A resent prepare is a duplicate: its state again, no money moves.
+        assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+        let state = payer.expect("PUT", &format!("/transfers/{id}"));
+        assert_eq!(
+            state.json()["transferState"],
+            json!("COMMITTED"),
+            "{state:?}"
+        );
+
+        // The same id with another body: 3106, nothing forwarded.
+        let modified = prepare_body(&id, PAYER, PAYEE, "101", far_future());
+        assert_eq!(hub.prepare(PAYER, PAYEE, &modified).status, 202);
+        payer.expect_error(&id, "3106");
+
+        // A resent fulfil: the payee gets the state.
+        assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+        let state = payee.expect("PUT", &format!("/transfers/{id}"));
+        assert_eq!(
+            state.json()["transferState"],
+            json!("COMMITTED"),
+            "{state:?}"
+        );
+
+        assert_eq!(hub.position(PAYER), 100.0, "no money moved twice");
+        assert_eq!(hub.position(PAYEE), -100.0);
+        payee.assert_quiet(QUIET_WAIT);
+        payer.assert_nothing_pending();
+    };
+    check(&hub);
+
+    // A restart loads only what is within the horizon (the store audits
+    // the rest in a streaming pass), and answers the same.
+    drop(hub);
+    hub = Hub::start_with(&data, RETENTION);
+    assert_eq!(
+        metric(&hub, IN_MEMORY),
+        deposits,
+        "the old transfer is not loaded"
+    );
+    check(&hub);
+
+    // New transfers still go through, and leave too.
+    let next = new_id();
+    let body = prepare_body(&next, PAYER, PAYEE, "5", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    assert_eq!(hub.fulfil(&next, PAYEE, PAYER, &fulfil).status, 200);
+    payer.expect("PUT", &format!("/transfers/{next}"));
+    payee.expect("PUT", &format!("/transfers/{next}"));
+    wait_for_metric(&hub, EVICTED, 1.0);
+    assert_eq!(metric(&hub, IN_MEMORY), deposits);
+    assert_eq!(hub.position(PAYER), 105.0);
+}

@@ -1,0 +1,174 @@
+//! Bounded memory: finished FSPIOP transfers leave memory once they are
+//! older than the retention horizon ([`Limits::transfer_retention_ms`]);
+//! the hub answers `GET`s and duplicates of older ones from the store.
+//!
+//! Eviction writes no record: the store keeps every transfer, and recovery
+//! loads only the unfinished ones and those finished within the horizon.
+//!
+//! Why a prepare can never reuse an evicted id (no double payment): the hub
+//! reads the count `K` of transfers evicted so far, as the pipeline
+//! published it after the ledger's last eviction, then looks the prepare's
+//! id up in the store, and sends
+//! [`Command::PrepareChecked`](crate::Command::PrepareChecked) with `K` only
+//! if the store did not know the id. A transfer is evicted only once its
+//! finish is durable (the pipeline says which batches are), and evicted ids
+//! are remembered, in eviction order, for a grace period (an id and an
+//! instant, ~50 bytes each). The `n`-th eviction with `n < K` happened before
+//! `K` was published, hence before the store read began, so the read saw
+//! that transfer. The ledger takes an unknown id as new only if every
+//! eviction from the `K`-th on is still remembered (fewer than `K + 1` were
+//! forgotten); if not, the check is too old to trust and the prepare is
+//! refused with 2003 (resend), which needs it to wait for the whole grace
+//! period between the hub's check and the ledger.
+//!
+//! Funds movements (admin) are few and never leave memory.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::error::{ErrorCode, Rejection};
+use crate::ids::TransferId;
+use crate::ledger::Ledger;
+
+/// The shortest grace period for evicted ids.
+const MIN_GRACE_MS: i64 = 60_000;
+
+#[derive(Default)]
+pub(crate) struct Retention {
+    /// Batches applied since this ledger was made (restored ones count 0).
+    pub(crate) batches: u64,
+    /// Finished FSPIOP transfers still in memory, in finishing order:
+    /// (finished at, batch that finished it, id).
+    finished: VecDeque<(i64, u64, TransferId)>,
+    /// Ids evicted within the grace period, with when.
+    evicted: HashMap<TransferId, i64>,
+    evicted_order: VecDeque<(i64, TransferId)>,
+    evicted_total: u64,
+    /// Evicted ids forgotten (the first ones evicted, in order).
+    forgotten_total: u64,
+}
+
+impl Retention {
+    pub(crate) fn finished(&mut self, at_ms: i64, transfer_id: TransferId) {
+        self.finished.push_back((at_ms, self.batches, transfer_id));
+    }
+
+    /// Restored transfers are durable: batch 0.
+    pub(crate) fn restored(&mut self, mut finished: Vec<(i64, TransferId)>) {
+        finished.sort_unstable();
+        self.finished
+            .extend(finished.into_iter().map(|(at_ms, id)| (at_ms, 0, id)));
+    }
+}
+
+fn grace_ms(retention_ms: i64) -> i64 {
+    retention_ms.max(MIN_GRACE_MS)
+}
+
+impl Ledger {
+    /// Batches applied by this ledger so far; the pipeline tells
+    /// [`Ledger::evict`] how many of them are durable.
+    pub fn batches_applied(&self) -> u64 {
+        self.retention.batches
+    }
+
+    /// Finished FSPIOP transfers evicted so far by this ledger: what the hub
+    /// reads before its store check (see
+    /// [`Command::PrepareChecked`](crate::Command::PrepareChecked)).
+    pub fn transfers_evicted(&self) -> u64 {
+        self.retention.evicted_total
+    }
+
+    /// Evicted ids still remembered (the grace period).
+    pub fn evicted_ids_remembered(&self) -> usize {
+        self.retention.evicted.len()
+    }
+
+    /// When [`Ledger::evict`] next has work, if ever (without a retention
+    /// horizon, never).
+    pub fn next_eviction_ms(&self) -> Option<i64> {
+        let retention_ms = self.limits().transfer_retention_ms?;
+        let finished = self
+            .retention
+            .finished
+            .front()
+            .map(|&(at_ms, _, _)| at_ms.saturating_add(retention_ms));
+        let forgotten = self
+            .retention
+            .evicted_order
+            .front()
+            .map(|&(at_ms, _)| at_ms.saturating_add(grace_ms(retention_ms)));
+        finished.into_iter().chain(forgotten).min()
+    }
+
+    /// Removes from memory, at time `now_ms`, finished FSPIOP transfers
+    /// older than the retention horizon whose finish was applied in one of
+    /// the first `durable_batches` batches (so the store has it), and
+    /// forgets evicted ids past their grace period; at most `budget` of
+    /// both, so that no call stalls the ledger thread. Changes nothing
+    /// durable and nothing a command observes except through the store.
+    /// Returns how many transfers left.
+    pub fn evict(&mut self, now_ms: i64, durable_batches: u64, budget: usize) -> usize {
+        self.now_ms = self.now_ms.max(now_ms);
+        let Some(retention_ms) = self.limits().transfer_retention_ms else {
+            return 0;
+        };
+        let now_ms = self.now_ms;
+        let grace = grace_ms(retention_ms);
+        let mut spent = 0;
+        let retention = &mut self.retention;
+        while spent < budget {
+            match retention.evicted_order.front() {
+                Some(&(at_ms, id)) if at_ms.saturating_add(grace) <= now_ms => {
+                    retention.evicted_order.pop_front();
+                    retention.evicted.remove(&id);
+                    retention.forgotten_total += 1;
+                    spent += 1;
+                }
+                _ => break,
+            }
+        }
+        let mut evicted = 0;
+        while spent < budget {
+            match retention.finished.front() {
+                Some(&(at_ms, batch, id))
+                    if at_ms.saturating_add(retention_ms) <= now_ms && batch <= durable_batches =>
+                {
+                    retention.finished.pop_front();
+                    if self.transfers.remove(&id).is_some() {
+                        retention.evicted.insert(id, now_ms);
+                        retention.evicted_order.push_back((now_ms, id));
+                        retention.evicted_total += 1;
+                        evicted += 1;
+                    }
+                    spent += 1;
+                }
+                _ => break,
+            }
+        }
+        evicted
+    }
+
+    /// The part of the duplicate rule for an id not in memory.
+    pub(crate) fn check_not_evicted(
+        &self,
+        transfer_id: TransferId,
+        evictions_seen: Option<u64>,
+    ) -> Result<(), Rejection> {
+        if self.limits().transfer_retention_ms.is_none() {
+            return Ok(());
+        }
+        if self.retention.evicted.contains_key(&transfer_id) {
+            return Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!("transfer {transfer_id} was received before (it has finished)"),
+            ));
+        }
+        match evictions_seen {
+            Some(seen) if self.retention.forgotten_total > seen => Err(Rejection::new(
+                ErrorCode(2003),
+                format!("transfer {transfer_id} waited too long to be applied; resend it"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}

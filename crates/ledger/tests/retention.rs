@@ -1,0 +1,178 @@
+//! Bounded memory: finished FSPIOP transfers leave memory after the
+//! retention horizon, and their ids are still refused for a grace period.
+
+mod common;
+
+use common::*;
+use ledger::*;
+
+const RETENTION: i64 = 10_000;
+const GRACE: i64 = 60_000;
+
+fn limits() -> Limits {
+    Limits {
+        transfer_retention_ms: Some(RETENTION),
+        ..Limits::default()
+    }
+}
+
+/// A USD hub with two DFSPs, restored with a retention horizon.
+fn two() -> (Hub, Dfsp, Dfsp) {
+    let mut hub = Hub::usd();
+    let payer = hub.dfsp("payerfsp", 1000, 500);
+    let payee = hub.dfsp("payeefsp", 1000, 500);
+    hub.ledger = Ledger::restore(hub.ledger.snapshot(), limits()).expect("restore");
+    (hub, payer, payee)
+}
+
+fn checked(command: Command, evictions_seen: u64) -> Command {
+    match command {
+        Command::Prepare(prepare) => Command::PrepareChecked {
+            prepare,
+            evictions_seen,
+        },
+        other => other,
+    }
+}
+
+fn evict_all(hub: &mut Hub) -> usize {
+    let durable = hub.ledger.batches_applied();
+    hub.ledger.evict(hub.now, durable, usize::MAX)
+}
+
+#[test]
+fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused() {
+    let (mut hub, payer, payee) = two();
+    let before = hub.ledger.transfer_count();
+    let expiration = hub.now + 5_000;
+    view(&hub.one(checked(prepare(1, payer, payee, 100, hub.now + TTL), 0)));
+    view(&hub.one(fulfil(1, payee.name)));
+    view(&hub.one(prepare(2, payer, payee, 50, expiration)));
+    view(&hub.one(prepare(3, payer, payee, 10, hub.now + 10 * TTL)));
+    hub.advance(5_000);
+    assert!(matches!(hub.one(Command::Expire), Outcome::Expired(ref v) if v.len() == 1));
+    let balances = (hub.balance(payer.position), hub.balance(payee.position));
+    assert_eq!(hub.ledger.transfer_count(), before + 3);
+
+    // Within the horizon nothing leaves.
+    assert_eq!(evict_all(&mut hub), 0);
+    assert_eq!(
+        hub.ledger.next_eviction_ms(),
+        Some(T0 + RETENTION),
+        "the commit is the first to go"
+    );
+    hub.advance(RETENTION);
+    // Not before the store has the finishes.
+    assert_eq!(hub.ledger.evict(hub.now, 0, usize::MAX), 0);
+    // A budget bounds the work of one call.
+    assert_eq!(hub.ledger.evict(hub.now, u64::MAX, 1), 1);
+    assert_eq!(evict_all(&mut hub), 1);
+    assert_eq!(
+        hub.ledger.transfer_count(),
+        before + 1,
+        "the reserved one stays"
+    );
+    assert_eq!(hub.ledger.transfers_evicted(), 2);
+    assert_eq!(hub.ledger.evicted_ids_remembered(), 2);
+    assert_eq!(
+        (hub.balance(payer.position), hub.balance(payee.position)),
+        balances
+    );
+    hub.ledger.check_balances().expect("balances");
+    // The reserved transfer is untouched.
+    assert_eq!(
+        hub.state(TransferId::new(3), payer.name),
+        TransferState::Reserved
+    );
+    // An evicted one is unknown to the ledger (the hub asks the store).
+    match hub.one(Command::GetTransfer {
+        transfer_id: TransferId::new(1),
+        caller: payer.name,
+    }) {
+        Outcome::Rejected(error) => assert_eq!(error.code, ErrorCode::TRANSFER_ID_NOT_FOUND),
+        other => panic!("{other:?}"),
+    }
+    // A resend of an evicted prepare is refused, checked or not, same body
+    // or not: nothing moves twice.
+    for command in [
+        prepare(1, payer, payee, 100, hub.now + TTL),
+        checked(prepare(2, payer, payee, 50, hub.now + TTL), 2),
+    ] {
+        hub.assert_rejected(command, ErrorCode::MODIFIED_REQUEST);
+    }
+    // A check made before both evictions is still good: both ids are
+    // remembered.
+    view(&hub.one(checked(prepare(4, payer, payee, 1, hub.now + TTL), 0)));
+
+    // After the grace period the ids are forgotten: the store answers, and
+    // a check made before they were evicted is no longer trusted.
+    hub.advance(GRACE);
+    evict_all(&mut hub);
+    assert_eq!(hub.ledger.evicted_ids_remembered(), 0);
+    assert_eq!(hub.ledger.next_eviction_ms(), None);
+    for seen in [0, 1] {
+        hub.assert_rejected(
+            checked(prepare(5, payer, payee, 1, hub.now + TTL), seen),
+            ErrorCode(2003),
+        );
+    }
+    view(&hub.one(checked(prepare(5, payer, payee, 1, hub.now + TTL), 2)));
+    hub.ledger.check_balances().expect("balances");
+}
+
+#[test]
+fn without_a_horizon_nothing_leaves() {
+    let mut hub = Hub::usd();
+    let payer = hub.dfsp("payerfsp", 1000, 500);
+    let payee = hub.dfsp("payeefsp", 1000, 500);
+    view(&hub.one(prepare(1, payer, payee, 100, hub.now + TTL)));
+    view(&hub.one(fulfil(1, payee.name)));
+    hub.advance(365 * 86_400_000);
+    assert_eq!(evict_all(&mut hub), 0);
+    assert_eq!(hub.ledger.next_eviction_ms(), None);
+    hub.assert_duplicate(prepare(1, payer, payee, 100, T0 + TTL));
+}
+
+/// Recovery from a store that archived the old transfers (summed, not
+/// loaded) gives the live ledger's state, and the audit still checks the
+/// sums.
+#[test]
+fn a_restore_with_archived_transfers_equals_the_live_state() {
+    let (mut hub, payer, payee) = two();
+    view(&hub.one(prepare(1, payer, payee, 100, hub.now + TTL)));
+    view(&hub.one(fulfil(1, payee.name)));
+    hub.advance(RETENTION);
+    view(&hub.one(prepare(2, payer, payee, 7, hub.now + TTL)));
+    let full = hub.ledger.snapshot();
+    evict_all(&mut hub);
+    let live = hub.ledger.snapshot();
+
+    // What the store gives with a horizon: transfer 1 summed, not loaded.
+    let mut stored = full.clone();
+    let at = stored
+        .transfers
+        .iter()
+        .position(|row| row.transfer_id == TransferId::new(1))
+        .expect("transfer 1");
+    let old = stored.transfers.remove(at);
+    stored.finishes.retain(|finish| finish.seq != old.seq);
+    stored.archived = Archived {
+        transfers: 1,
+        values: vec![(old.debit, old.amount), (old.credit, whole(-100))],
+        last_seq: old.seq,
+        last_at_ms: T0,
+        open_window_commits: vec![(old.debit, old.credit, old.amount)],
+    };
+    assert_eq!(stored.audit(), Vec::<String>::new());
+    let restored = Ledger::restore(stored.clone(), limits()).expect("restore");
+    let mut again = restored.snapshot();
+    again.archived = Archived::default();
+    assert_eq!(again, live);
+    assert_eq!(restored.transfer_count(), hub.ledger.transfer_count());
+
+    // Archived sums that do not add up are refused.
+    let mut wrong = stored;
+    wrong.archived.values[1].1 = whole(-99);
+    assert!(!wrong.audit().is_empty());
+    assert!(Ledger::restore(wrong, limits()).is_err());
+}
