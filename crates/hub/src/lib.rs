@@ -219,11 +219,37 @@ impl Hub {
         body: axum::body::Bytes,
         probe: Option<stages::CallbackProbe>,
     ) -> bool {
+        self.send_callback_tracked(
+            destination,
+            endpoint_type,
+            variables,
+            method,
+            headers,
+            body,
+            probe,
+            None,
+        )
+    }
+
+    /// [`send_callback`](Self::send_callback) with `tracking` (see
+    /// [`notify::Tracking`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_callback_tracked(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+        probe: Option<stages::CallbackProbe>,
+        tracking: Option<notify::Tracking>,
+    ) -> bool {
         let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
             return false;
         };
         let destination = destination.to_string();
-        self.dispatcher.send_probed(
+        self.dispatcher.send_tracked(
             notify::Callback {
                 destination,
                 method,
@@ -232,6 +258,7 @@ impl Hub {
                 body,
             },
             probe,
+            tracking,
         );
         true
     }

@@ -16,6 +16,7 @@ use ledger::{
     Abort, Command, ErrorCode, FspName, Fulfil, Outcome, TransferId, TransferState, TransferView,
 };
 
+use crate::notify::Tracking;
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
 use crate::{Hub, HubError};
@@ -29,6 +30,27 @@ pub fn routes() -> Router<Arc<Hub>> {
         .route("/transfers", post(prepare))
         .route("/transfers/:id", put(fulfil).get(get_transfer))
         .route("/transfers/:id/error", put(abort))
+}
+
+/// A callback of a transfer's final state (or rejection): retried for the
+/// dispatcher's `final_retry_for`, holding the watermark back meanwhile.
+fn final_state(view: &TransferView) -> Option<Tracking> {
+    Some(Tracking {
+        event_ms: Some(view.completed_at_ms.unwrap_or(view.prepared_at_ms)),
+        retry_until_ms: None,
+        transfer_id: Some(view.transfer_id.to_string()),
+        dead_letter: None,
+    })
+}
+
+/// The prepare forwarded to the payee: retried until the transfer expires.
+fn prepared(view: &TransferView) -> Option<Tracking> {
+    Some(Tracking {
+        event_ms: Some(view.prepared_at_ms),
+        retry_until_ms: Some(view.expiration_ms),
+        transfer_id: Some(view.transfer_id.to_string()),
+        dead_letter: None,
+    })
 }
 
 /// Headers of a callback the hub itself originates about a transfer.
@@ -50,9 +72,10 @@ impl Hub {
         headers: HeaderMap,
         body: Bytes,
         probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
     ) {
         let id = transfer_id.to_string();
-        if !self.send_callback(
+        if !self.send_callback_tracked(
             destination,
             endpoint_type,
             &[("transferId", id.as_str())],
@@ -60,6 +83,7 @@ impl Hub {
             headers,
             body,
             probe,
+            tracking,
         ) {
             tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
         }
@@ -73,6 +97,7 @@ impl Hub {
         code: ErrorCode,
         description: &str,
         reply: Reply,
+        tracking: Option<Tracking>,
     ) {
         let body = fspiop::error_body(code, description);
         let headers = hub_headers(self, destination, reply);
@@ -84,6 +109,7 @@ impl Hub {
             headers,
             Bytes::from(body),
             None,
+            tracking,
         );
     }
 
@@ -98,6 +124,7 @@ impl Hub {
         view: &TransferView,
         reply: Reply,
         probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
     ) {
         let cause = match view.state {
             TransferState::Reserved | TransferState::Committed => None,
@@ -125,6 +152,7 @@ impl Hub {
             headers,
             Bytes::from(body),
             probe,
+            tracking,
         );
     }
 
@@ -144,6 +172,7 @@ impl Hub {
                     ErrorCode::TRANSFER_EXPIRED,
                     description,
                     reply,
+                    final_state(view),
                 );
             }
         }
@@ -202,6 +231,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 forwarded,
                 body,
                 Some(hub.stages.callback_probe(Phase::Prepare, transfer_id)),
+                prepared(&view),
             );
         }
         Outcome::Failed { transfer, error } => hub.send_error(
@@ -210,6 +240,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             error.code,
             &described(&error),
             caller.reply(),
+            final_state(&transfer),
         ),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
@@ -217,11 +248,12 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
         Outcome::Duplicate(view) if view.state.is_final() => {
-            hub.send_state(caller.source, &view, caller.reply(), None)
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
@@ -283,7 +315,13 @@ async fn fulfil(
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
                 let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
-                hub.send_state(view.payer, &view, caller.reply(), Some(probe));
+                hub.send_state(
+                    view.payer,
+                    &view,
+                    caller.reply(),
+                    Some(probe),
+                    final_state(&view),
+                );
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
@@ -297,6 +335,7 @@ async fn fulfil(
                     headers,
                     Bytes::from(patch),
                     None,
+                    final_state(&view),
                 );
             } else {
                 let forwarded = forwarded_headers(headers, false);
@@ -308,6 +347,7 @@ async fn fulfil(
                     forwarded,
                     body.clone(),
                     Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id)),
+                    final_state(&view),
                 );
                 // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
                 // same body, but from the hub, not the payee's own headers.
@@ -320,6 +360,7 @@ async fn fulfil(
                     confirmation,
                     body,
                     None,
+                    final_state(&view),
                 );
             }
         }
@@ -331,6 +372,7 @@ async fn fulfil(
                 error.code,
                 &description,
                 caller.reply(),
+                final_state(&transfer),
             );
             if reserve_only {
                 let cause = format!("{}: {}", error.code, description);
@@ -348,6 +390,7 @@ async fn fulfil(
                     headers,
                     Bytes::from(patch),
                     None,
+                    final_state(&transfer),
                 );
             } else {
                 hub.send_error(
@@ -356,6 +399,7 @@ async fn fulfil(
                     error.code,
                     &description,
                     caller.reply(),
+                    final_state(&transfer),
                 );
             }
         }
@@ -365,8 +409,11 @@ async fn fulfil(
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Duplicate(view) => {
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
+        }
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
@@ -401,6 +448,7 @@ async fn abort(
                 forwarded,
                 body,
                 Some(hub.stages.callback_probe(Phase::Abort, transfer_id)),
+                final_state(&view),
             );
         }
         Outcome::Rejected(error) => hub.send_error(
@@ -409,8 +457,11 @@ async fn abort(
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Duplicate(view) => {
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
+        }
         other => return Err(HubError::from_outcome(other)),
     }
     record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
@@ -431,13 +482,14 @@ async fn get_transfer(
         })
         .await?
     {
-        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
         other => return Err(HubError::from_outcome(other)),
     }

@@ -473,10 +473,7 @@ fn the_admin_api_checks_oracles_and_filters_the_list() {
         (oracle_body("MSISDN", "http://x", None, true), "3003"),
         (oracle_body("MSISDN_X", "http://x", None, false), "3100"),
         // Neither http nor https, or credentials in the URL.
-        (
-            oracle_body("MSISDN", "ftp://x", Some("KES"), false),
-            "3100",
-        ),
+        (oracle_body("MSISDN", "ftp://x", Some("KES"), false), "3100"),
         (
             oracle_body("MSISDN", "https://user:secret@x", Some("KES"), false),
             "3100",
