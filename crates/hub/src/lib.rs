@@ -19,6 +19,7 @@ pub mod admin_auth;
 pub mod audit;
 pub mod body;
 pub mod callback_url;
+pub mod callbacks;
 pub mod endpoints;
 pub mod jws;
 pub mod jws_keys;
@@ -534,6 +535,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
             .merge(jws_keys::router(hub.clone()))
             .merge(audit::router(hub.clone()))
             .merge(pins::router(hub.clone()))
+            .merge(callbacks::router(hub.clone()))
             .merge(scrape)
             .layer(axum::middleware::from_fn(move |request, next| {
                 admin_auth::authenticate(auth.clone(), request, next)

@@ -712,6 +712,17 @@ impl Dispatcher {
         });
     }
 
+    /// Keeps the watermark at or before `at_ms - WATERMARK_MARGIN_MS` until
+    /// [`release_watermark`](Self::release_watermark) (at start-up, until
+    /// the callbacks since the saved watermark are queued again).
+    pub fn hold_watermark(&self, at_ms: i64) {
+        self.inner.track(at_ms);
+    }
+
+    pub fn release_watermark(&self, at_ms: i64) {
+        self.inner.untrack(at_ms);
+    }
+
     /// The instant before which every tracked callback has been answered or
     /// kept: the oldest unanswered one's (or `now_ms`), less a margin.
     pub fn watermark(&self, now_ms: i64) -> i64 {

@@ -179,6 +179,101 @@ impl Hub {
     }
 }
 
+impl Hub {
+    /// After a restart: queues again the callbacks of transfers prepared or
+    /// finished since the saved delivery watermark (from the store's
+    /// `transfers_touched_since`), each as the hub would send it now. The
+    /// original bytes are not kept, so every one is built by the hub from
+    /// the stored fields: a final state is the hub's `PUT /transfers/{ID}`
+    /// (commit) or `PUT /transfers/{ID}/error` (abort, rejection, expiry)
+    /// with the stored reason; a prepare still RESERVED and not expired is
+    /// rebuilt for the payee (FSPIOP-Source the payer; no `ilpPacket`, which
+    /// is not stored, and no payer signature). Receivers treat a repeat
+    /// idempotently. Returns how many callbacks were queued.
+    pub fn redeliver(
+        &self,
+        transfers: &[(TransferView, ledger::Condition, Option<ledger::FinishKind>)],
+        now_ms: i64,
+    ) -> usize {
+        use ledger::FinishKind;
+        let mut queued = 0;
+        for (view, condition, finish) in transfers {
+            let version =
+                fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
+            let reply = Reply::unprompted(version);
+            let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
+            let description = code.description().to_string();
+            let error_to = |destination: FspName| {
+                self.send_error(
+                    destination,
+                    view.transfer_id,
+                    code,
+                    &description,
+                    reply,
+                    final_state(view),
+                )
+            };
+            match (view.state, finish) {
+                (TransferState::Reserved, None) if view.expiration_ms > now_ms => {
+                    let body = rebuilt_prepare(view, condition);
+                    let mut headers = hub_headers(self, view.payee, reply);
+                    if let Ok(payer) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
+                        headers.insert("fspiop-source", payer);
+                    }
+                    if let Ok(accept) = axum::http::HeaderValue::from_str(
+                        &fspiop::content_type_for(Resource::Transfers, version),
+                    ) {
+                        headers.insert("accept", accept);
+                    }
+                    self.call_back(
+                        view.payee,
+                        TRANSFER_POST,
+                        view.transfer_id,
+                        Method::POST,
+                        headers,
+                        Bytes::from(body),
+                        None,
+                        prepared(view),
+                    );
+                    queued += 1;
+                }
+                (TransferState::Reserved, _) => {}
+                (TransferState::Rejected, _) | (_, Some(FinishKind::Abort)) => {
+                    error_to(view.payer);
+                    queued += 1;
+                }
+                (TransferState::Committed, _) => {
+                    for destination in [view.payer, view.payee] {
+                        self.send_state(destination, view, reply, None, final_state(view));
+                    }
+                    queued += 2;
+                }
+                (TransferState::Aborted | TransferState::Expired, _) => {
+                    error_to(view.payer);
+                    error_to(view.payee);
+                    queued += 2;
+                }
+            }
+        }
+        queued
+    }
+}
+
+/// A `POST /transfers` body from the stored fields (no `ilpPacket`: it is
+/// not stored).
+fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8> {
+    serde_json::json!({
+        "transferId": view.transfer_id.to_string(),
+        "payerFsp": view.payer.as_str(),
+        "payeeFsp": view.payee.as_str(),
+        "amount": {"amount": view.amount.to_string(), "currency": view.currency.to_string()},
+        "condition": condition.to_base64url(),
+        "expiration": fspiop::format_date_time(view.expiration_ms),
+    })
+    .to_string()
+    .into_bytes()
+}
+
 fn described(error: &ledger::Rejection) -> String {
     format!("{} - {}", error.code.description(), error.description)
 }
