@@ -1,7 +1,6 @@
 //! Callbacks are delivered at least once: to a DFSP that was down once it
 //! is back, across a SIGKILL, and as dead letters re-sent by the operator.
 
-#[allow(dead_code)]
 mod support;
 
 use std::collections::HashSet;
@@ -118,7 +117,7 @@ fn after_a_sigkill_under_load_every_acknowledged_outcome_is_told() {
                     }
                     prepared.lock().unwrap().push(id.clone());
                     // Every third stays reserved: its prepare must reach the payee.
-                    if id.as_bytes()[id.len() - 1] % 3 == 0 {
+                    if id.as_bytes()[id.len() - 1].is_multiple_of(3) {
                         continue;
                     }
                     let path = format!("/transfers/{id}");
