@@ -829,8 +829,12 @@ impl Dispatcher {
         inner
             .wait_until(|| inner.workers.load(Ordering::SeqCst) == 0)
             .await;
-        // The last watermark, then the journal thread ends.
-        inner.journal_send(JournalOp::Watermark(inner.watermark(crate::now_ms())));
+        // The last watermark, then the journal thread ends. Without the
+        // margin: whoever shuts down has stopped the pipeline and the
+        // request handlers first, so no durable batch's callbacks are still
+        // to come; only those abandoned here are owed at the next start.
+        let last = inner.watermark(crate::now_ms()) + WATERMARK_MARGIN_MS;
+        inner.journal_send(JournalOp::Watermark(last));
         let sender = inner
             .journal
             .lock()
