@@ -19,6 +19,7 @@ pub mod admin_auth;
 pub mod audit;
 pub mod body;
 pub mod callback_url;
+pub mod callbacks;
 pub mod endpoints;
 pub mod jws;
 pub mod jws_keys;
@@ -225,11 +226,37 @@ impl Hub {
         body: axum::body::Bytes,
         probe: Option<stages::CallbackProbe>,
     ) -> bool {
+        self.send_callback_tracked(
+            destination,
+            endpoint_type,
+            variables,
+            method,
+            headers,
+            body,
+            probe,
+            None,
+        )
+    }
+
+    /// [`send_callback`](Self::send_callback) with `tracking` (see
+    /// [`notify::Tracking`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_callback_tracked(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+        probe: Option<stages::CallbackProbe>,
+        tracking: Option<notify::Tracking>,
+    ) -> bool {
         let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
             return false;
         };
         let destination = destination.to_string();
-        self.dispatcher.send_probed(
+        self.dispatcher.send_tracked(
             notify::Callback {
                 destination,
                 method,
@@ -238,6 +265,7 @@ impl Hub {
                 body,
             },
             probe,
+            tracking,
         );
         true
     }
@@ -559,6 +587,7 @@ pub fn admin_app(hub: Arc<Hub>) -> Router {
             .merge(jws_keys::router(hub.clone()))
             .merge(audit::router(hub.clone()))
             .merge(pins::router(hub.clone()))
+            .merge(callbacks::router(hub.clone()))
             .merge(scrape)
             .layer(axum::middleware::from_fn(move |request, next| {
                 admin_auth::authenticate(auth.clone(), request, next)

@@ -17,7 +17,9 @@
 //! `kasi_store_errors_total`, `kasi_store_healthy`,
 //! `kasi_store_commit_seconds_total`, `kasi_store_commit_max_seconds`,
 //! `kasi_callbacks_{sent_ok,http_error,failed,retried,dropped}_total`,
-//! `kasi_callbacks_{in_flight,queued}`, `kasi_callback_latency_seconds`
+//! `kasi_callbacks_{in_flight,queued,dead_letters}`,
+//! `kasi_callbacks_failing_since_seconds` (0 while the DFSP answers),
+//! `kasi_callback_latency_seconds`
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
 //! `kasi_runtime_lag_max_seconds`, `kasi_stage_duration_seconds` (by `phase`
@@ -633,6 +635,22 @@ impl Collector for Pipeline {
             &c,
             |d| d.queued as u64,
         )?;
+        per_destination(
+            enc,
+            "kasi_callbacks_dead_letters",
+            "Callbacks kept as dead letters (undelivered by their deadline)",
+            MetricType::Gauge,
+            &c,
+            |d| d.dead_letters,
+        )?;
+        per_destination(
+            enc,
+            "kasi_callbacks_failing_since_seconds",
+            "Unix time of the first failed attempt since the DFSP last answered; 0 while it answers",
+            MetricType::Gauge,
+            &c,
+            |d| u64::try_from(d.failing_since_ms / 1000).unwrap_or(0),
+        )?;
         {
             // Sum and count only (one +Inf bucket): rate(sum)/rate(count)
             // is the mean time to a callback's response head.
@@ -685,6 +703,8 @@ mod tests {
             latency_sum_us: 1_500_000,
             latency_count: 10,
             latency_max_us: 250_000,
+            failing_since_ms: 1_700_000_000_000,
+            dead_letters: 2,
         }
     }
 
@@ -755,6 +775,8 @@ mod tests {
             "kasi_callbacks_dropped_total{destination=\"payeefsp\"} 0",
             "kasi_callbacks_in_flight{destination=\"payeefsp\"} 4",
             "kasi_callbacks_queued{destination=\"payeefsp\"} 5",
+            "kasi_callbacks_dead_letters{destination=\"payeefsp\"} 2",
+            "kasi_callbacks_failing_since_seconds{destination=\"payerfsp\"} 1700000000",
             "kasi_callback_latency_seconds_sum{destination=\"payeefsp\"} 1.5",
             "kasi_callback_latency_seconds_count{destination=\"payeefsp\"} 10",
             "kasi_callback_latency_max_seconds{destination=\"payeefsp\"} 0.25",

@@ -21,16 +21,27 @@
 //!   `DispatcherConfig::tls`'s roots). Any other URL is a permanent failure,
 //!   counted and never retried.
 //! - Each attempt has a connect timeout and a whole-request timeout. Transport
-//!   errors and timeouts are retried with exponential backoff and jitter, as
-//!   the DFSP may never have seen the request. Any HTTP answer is final: 2xx
-//!   counts `sent_ok`, anything else `http_error`.
+//!   errors, timeouts and 5xx answers are retried with exponential backoff
+//!   and jitter, as the DFSP may never have seen (or kept) the request; any
+//!   other answer is final: 2xx counts `sent_ok`, anything else
+//!   `http_error`. An untracked callback (quotes, parties, …) has
+//!   [`DispatcherConfig::max_attempts`]; a tracked one (a transfer's prepare
+//!   or final state, see [`Tracking`]) is retried until its deadline, then
+//!   kept as a dead letter of its destination ([`Dispatcher::dead_letters`],
+//!   re-sent with [`Dispatcher::resend`]).
+//! - Delivery survives a crash through a watermark (see [`Tracking::event_ms`]
+//!   and [`DeliveryJournal`]): a ledger instant before which every tracked
+//!   callback has been answered or kept as a dead letter, saved about once a
+//!   second; after a restart the hub derives the callbacks of every transfer
+//!   prepared or finished since then again (at least once: a DFSP may see one
+//!   twice, and FSPIOP receivers treat a repeat idempotently).
 //! - Nothing on the per-callback path logs above `debug`, and no body is ever
 //!   formatted or logged. Warnings (queue full, gave up, non-2xx answer) are
 //!   limited to one per destination and kind per second, and carry the totals.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -59,6 +70,74 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_DRAINED_RESPONSE_BYTES: usize = 64 * 1024;
 /// At most one warning of each kind per destination per this many ms.
 const WARN_INTERVAL_MS: u64 = 1_000;
+/// The saved watermark stays this far behind the oldest unanswered tracked
+/// callback (or the clock): a batch's callbacks are queued only once it is
+/// durable, a moment after the ledger instant its rows carry.
+pub const WATERMARK_MARGIN_MS: i64 = 5_000;
+/// How often the watermark is saved.
+const WATERMARK_EVERY: Duration = Duration::from_secs(1);
+
+/// How a tracked callback — one derived from a transfer row: the prepare
+/// forwarded to the payee, a commit, abort, rejection or expiry told to the
+/// payer or the payee — is delivered.
+#[derive(Clone, Debug, Default)]
+pub struct Tracking {
+    /// The ledger instant (ms) of the row the callback derives from: the
+    /// watermark stays behind it until the callback is answered or kept as
+    /// a dead letter. `None` for a re-sent dead letter (its row is its
+    /// record).
+    pub event_ms: Option<i64>,
+    /// Transport errors and 5xx are retried until this wall-clock instant
+    /// (ms); `None`: [`DispatcherConfig::final_retry_for`] from now.
+    pub retry_until_ms: Option<i64>,
+    /// For the dead-letter listing.
+    pub transfer_id: Option<String>,
+    /// A dead letter being re-sent: forgotten once answered.
+    pub dead_letter: Option<u64>,
+}
+
+/// A callback that could not be delivered before its deadline, kept until it
+/// is re-sent and answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub id: u64,
+    pub destination: String,
+    pub transfer_id: Option<String>,
+    pub method: String,
+    pub url: String,
+    /// As they were sent (signature excluded: a re-send signs again).
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Wall clock, ms.
+    pub failed_at_ms: i64,
+    pub attempts: u32,
+    /// The last attempt's error or status.
+    pub reason: String,
+    /// A re-send is under way.
+    pub resending: bool,
+}
+
+/// Where the dispatcher keeps its delivery state durably (the binary's
+/// `callbacks.db`). Called on a thread of its own, never on the runtime.
+pub trait DeliveryJournal: Send + 'static {
+    /// One transaction: the newest watermark, dead letters to keep (an
+    /// existing id is replaced), dead letters to forget.
+    fn write(
+        &mut self,
+        watermark: Option<i64>,
+        keep: &[DeadLetter],
+        forget: &[u64],
+    ) -> Result<(), String>;
+}
+
+enum JournalOp {
+    Watermark(i64),
+    /// With the event the dead letter releases once written.
+    Keep(DeadLetter, Option<i64>),
+    Forget(u64),
+    /// Written everything before: tell the waiter.
+    Flush(std::sync::mpsc::Sender<()>),
+}
 
 /// One callback to deliver.
 #[derive(Clone)]
@@ -113,6 +192,9 @@ pub struct DispatcherConfig {
     /// Signs the callbacks the hub originates (FSPIOP-Source = the hub);
     /// none: nothing is signed, and nothing costs.
     pub signer: Option<CallbackSigner>,
+    /// How long a tracked callback of a finished transfer (or a re-sent
+    /// dead letter) is retried before it becomes a dead letter.
+    pub final_retry_for: Duration,
 }
 
 /// The hub's FSPIOP-Signature on the callbacks it originates: those whose
@@ -136,6 +218,7 @@ impl Default for DispatcherConfig {
             backoff_base: Duration::from_millis(100),
             tls: None,
             signer: None,
+            final_retry_for: Duration::from_secs(3_600),
         }
     }
 }
@@ -164,6 +247,11 @@ pub struct DestinationStats {
     pub latency_sum_us: u64,
     pub latency_count: u64,
     pub latency_max_us: u64,
+    /// Wall-clock ms of the first failed attempt (transport error or 5xx)
+    /// since the destination last answered; 0 while it answers.
+    pub failing_since_ms: i64,
+    /// Dead letters kept for this destination.
+    pub dead_letters: u64,
 }
 
 /// Sends callbacks through per-destination queues. Cheap to clone: clones
@@ -203,6 +291,13 @@ struct Inner {
     jitter: AtomicU64,
     /// Origin of the warning rate limiter's clock.
     epoch: Instant,
+    /// Ledger instants of tracked callbacks not yet answered or kept.
+    tracker: Mutex<BTreeMap<i64, usize>>,
+    dead: Mutex<BTreeMap<u64, DeadLetter>>,
+    next_dead_id: AtomicU64,
+    /// The journal thread's queue; `None`: nothing is durable (tests).
+    journal: Mutex<Option<std::sync::mpsc::Sender<JournalOp>>>,
+    journal_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A queued callback, its URL already checked.
@@ -217,6 +312,17 @@ struct Job {
     /// before the first attempt (on the runtime, never on the caller's
     /// thread, which may be the store's).
     sign: bool,
+    tracking: Option<Tracking>,
+    /// Wall-clock deadline of a tracked callback's retries.
+    retry_until_ms: i64,
+}
+
+/// How a delivery ended.
+enum Delivery {
+    /// An HTTP answer that is final (2xx, or another non-5xx status).
+    Answered,
+    /// Retries exhausted (or deadline passed).
+    GaveUp { attempts: u32, reason: String },
 }
 
 struct Destination {
@@ -230,6 +336,7 @@ struct Destination {
     latency_sum_us: AtomicU64,
     latency_count: AtomicU64,
     latency_max_us: AtomicU64,
+    failing_since_ms: AtomicI64,
     warn_dropped: WarnLimiter,
     warn_failed: WarnLimiter,
     warn_http_error: WarnLimiter,
@@ -277,6 +384,7 @@ impl Destination {
             latency_sum_us: AtomicU64::new(0),
             latency_count: AtomicU64::new(0),
             latency_max_us: AtomicU64::new(0),
+            failing_since_ms: AtomicI64::new(0),
             warn_dropped: WarnLimiter::default(),
             warn_failed: WarnLimiter::default(),
             warn_http_error: WarnLimiter::default(),
@@ -313,13 +421,15 @@ impl Destination {
             latency_sum_us: self.latency_sum_us.load(Ordering::Relaxed),
             latency_count: self.latency_count.load(Ordering::Relaxed),
             latency_max_us: self.latency_max_us.load(Ordering::Relaxed),
+            failing_since_ms: self.failing_since_ms.load(Ordering::Relaxed),
+            dead_letters: 0,
         }
     }
 }
 
 /// Why `send` refused a callback.
 enum Refused {
-    QueueFull,
+    QueueFull(Box<Job>),
     ShuttingDown,
 }
 
@@ -356,6 +466,11 @@ impl Dispatcher {
                 changed: Notify::new(),
                 jitter: AtomicU64::new(0x5DEE_CE66_D1CE_5EED),
                 epoch,
+                tracker: Mutex::default(),
+                dead: Mutex::default(),
+                next_dead_id: AtomicU64::new(1),
+                journal: Mutex::default(),
+                journal_thread: Mutex::default(),
             }),
         }
     }
@@ -372,11 +487,40 @@ impl Dispatcher {
     /// Like [`send`](Self::send); `probe` is told the instant the response
     /// head of a 2xx answer arrives.
     pub(crate) fn send_probed(&self, callback: Callback, probe: Option<CallbackProbe>) {
+        self.send_tracked(callback, probe, None);
+    }
+
+    /// Like [`send_probed`](Self::send_probed), `tracking` making it a
+    /// callback that is retried until its deadline, then kept as a dead
+    /// letter, and that holds the watermark back until then.
+    pub(crate) fn send_tracked(
+        &self,
+        callback: Callback,
+        probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
+    ) {
         let inner = &self.inner;
         let destination = inner.destination(&callback.destination);
+        if let Some(event_ms) = tracking.as_ref().and_then(|t| t.event_ms) {
+            inner.track(event_ms);
+        }
         let uri = match parse_http_url(&callback.url) {
             Ok(uri) => uri,
             Err(reason) => {
+                if let Some(tracking) = tracking {
+                    let letter = dead_letter_of(
+                        inner,
+                        &destination.name,
+                        &callback.method,
+                        &callback.url,
+                        &callback.headers,
+                        &callback.body,
+                        &tracking,
+                        0,
+                        format!("unusable URL: {reason}"),
+                    );
+                    inner.keep_dead(letter, tracking.event_ms);
+                }
                 let total = destination.failed.fetch_add(1, Ordering::Relaxed) + 1;
                 if destination.warn_failed.allow(inner.now_ms()) {
                     warn!(
@@ -410,6 +554,15 @@ impl Dispatcher {
             }
             _ => false,
         };
+        let retry_until_ms = match &tracking {
+            Some(Tracking {
+                retry_until_ms: Some(until),
+                ..
+            }) => *until,
+            _ => crate::now_ms().saturating_add(
+                i64::try_from(inner.config.final_retry_for.as_millis()).unwrap_or(i64::MAX),
+            ),
+        };
         let job = Job {
             method,
             uri,
@@ -417,6 +570,8 @@ impl Dispatcher {
             body,
             probe,
             sign,
+            tracking,
+            retry_until_ms,
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -427,7 +582,7 @@ impl Dispatcher {
             if !inner.accepting.load(Ordering::SeqCst) {
                 Err(Refused::ShuttingDown)
             } else if state.queue.len() >= inner.config.max_queue_per_destination {
-                Err(Refused::QueueFull)
+                Err(Refused::QueueFull(Box::new(job)))
             } else {
                 state.queue.push_back(job);
                 inner.pending.fetch_add(1, Ordering::SeqCst);
@@ -448,11 +603,30 @@ impl Dispatcher {
             Ok(false) => {}
             Err(refused) => {
                 let total = destination.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                let reason = match &refused {
+                    Refused::QueueFull(_) => "queue full",
+                    Refused::ShuttingDown => "shutting down",
+                };
+                // A tracked callback refused for a full queue is kept at
+                // once; one refused at shutdown keeps the watermark back
+                // and is derived again at the next start.
+                if let Refused::QueueFull(job) = refused {
+                    if let Some(tracking) = &job.tracking {
+                        let letter = dead_letter_of(
+                            inner,
+                            &destination.name,
+                            &job.method,
+                            &job.uri.to_string(),
+                            &job.headers,
+                            &job.body,
+                            tracking,
+                            0,
+                            "queue full".to_owned(),
+                        );
+                        inner.keep_dead(letter, tracking.event_ms);
+                    }
+                }
                 if destination.warn_dropped.allow(inner.now_ms()) {
-                    let reason = match refused {
-                        Refused::QueueFull => "queue full",
-                        Refused::ShuttingDown => "shutting down",
-                    };
                     warn!(
                         destination = %destination.name,
                         reason,
@@ -475,8 +649,143 @@ impl Dispatcher {
             .cloned()
             .collect();
         let mut stats: Vec<DestinationStats> = destinations.iter().map(|d| d.stats()).collect();
+        {
+            let dead = self.inner.lock_dead();
+            for letter in dead.values() {
+                if let Some(s) = stats
+                    .iter_mut()
+                    .find(|s| s.destination == letter.destination)
+                {
+                    s.dead_letters += 1;
+                } else {
+                    stats.push(DestinationStats {
+                        destination: letter.destination.clone(),
+                        dead_letters: 1,
+                        ..DestinationStats::default()
+                    });
+                }
+            }
+        }
         stats.sort_by(|a, b| a.destination.cmp(&b.destination));
         stats
+    }
+
+    /// Makes delivery durable: `journal` keeps the watermark (saved about
+    /// once a second from now on, on a thread of its own) and the dead
+    /// letters; `dead` are those it kept before. Call once, at start-up,
+    /// before any tracked callback is sent.
+    pub fn attach_journal(&self, journal: Box<dyn DeliveryJournal>, dead: Vec<DeadLetter>) {
+        let inner = &self.inner;
+        {
+            let mut kept = inner.lock_dead();
+            for letter in dead {
+                inner
+                    .next_dead_id
+                    .fetch_max(letter.id + 1, Ordering::Relaxed);
+                kept.insert(letter.id, letter);
+            }
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let weak = Arc::downgrade(inner);
+        let thread = std::thread::Builder::new()
+            .name("kasi-callbacks-journal".into())
+            .spawn(move || run_journal(journal, receiver, weak))
+            .expect("cannot start the callback journal thread");
+        *inner.journal.lock().unwrap_or_else(|e| e.into_inner()) = Some(sender);
+        *inner
+            .journal_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(thread);
+        let weak = Arc::downgrade(inner);
+        inner.runtime.spawn(async move {
+            let mut tick = tokio::time::interval(WATERMARK_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if !inner.accepting.load(Ordering::SeqCst) {
+                    return;
+                }
+                let watermark = inner.watermark(crate::now_ms());
+                inner.journal_send(JournalOp::Watermark(watermark));
+            }
+        });
+    }
+
+    /// Keeps the watermark at or before `at_ms - WATERMARK_MARGIN_MS` until
+    /// [`release_watermark`](Self::release_watermark) (at start-up, until
+    /// the callbacks since the saved watermark are queued again).
+    pub fn hold_watermark(&self, at_ms: i64) {
+        self.inner.track(at_ms);
+    }
+
+    pub fn release_watermark(&self, at_ms: i64) {
+        self.inner.untrack(at_ms);
+    }
+
+    /// The instant before which every tracked callback has been answered or
+    /// kept: the oldest unanswered one's (or `now_ms`), less a margin.
+    pub fn watermark(&self, now_ms: i64) -> i64 {
+        self.inner.watermark(now_ms)
+    }
+
+    /// Dead letters kept, oldest first; of one destination if given.
+    pub fn dead_letters(&self, destination: Option<&str>) -> Vec<DeadLetter> {
+        self.inner
+            .lock_dead()
+            .values()
+            .filter(|letter| destination.is_none_or(|d| letter.destination == d))
+            .cloned()
+            .collect()
+    }
+
+    /// Sends the dead letters (of one destination if given) again, each
+    /// retried for [`DispatcherConfig::final_retry_for`]; one answered is
+    /// forgotten, one that fails again stays. Returns how many were queued
+    /// (those already being re-sent are not counted).
+    pub fn resend(&self, destination: Option<&str>) -> usize {
+        let letters: Vec<DeadLetter> = {
+            let mut dead = self.inner.lock_dead();
+            dead.values_mut()
+                .filter(|letter| {
+                    !letter.resending && destination.is_none_or(|d| letter.destination == d)
+                })
+                .map(|letter| {
+                    letter.resending = true;
+                    letter.clone()
+                })
+                .collect()
+        };
+        let count = letters.len();
+        for letter in letters {
+            let mut headers = HeaderMap::new();
+            for (name, value) in &letter.headers {
+                if let (Ok(name), Ok(value)) = (
+                    http::HeaderName::from_bytes(name.as_bytes()),
+                    http::HeaderValue::from_str(value),
+                ) {
+                    headers.append(name, value);
+                }
+            }
+            let callback = Callback {
+                destination: letter.destination.clone(),
+                method: Method::from_bytes(letter.method.as_bytes()).unwrap_or(Method::PUT),
+                url: letter.url.clone(),
+                headers,
+                body: Bytes::from(letter.body),
+            };
+            self.send_tracked(
+                callback,
+                None,
+                Some(Tracking {
+                    event_ms: None,
+                    retry_until_ms: None,
+                    transfer_id: letter.transfer_id,
+                    dead_letter: Some(letter.id),
+                }),
+            );
+        }
+        count
     }
 
     /// Stops accepting callbacks (later `send`s count as `dropped`), keeps
@@ -520,6 +829,138 @@ impl Dispatcher {
         inner
             .wait_until(|| inner.workers.load(Ordering::SeqCst) == 0)
             .await;
+        // The last watermark, then the journal thread ends. Without the
+        // margin: whoever shuts down has stopped the pipeline and the
+        // request handlers first, so no durable batch's callbacks are still
+        // to come; only those abandoned here are owed at the next start.
+        let last = inner.watermark(crate::now_ms()) + WATERMARK_MARGIN_MS;
+        inner.journal_send(JournalOp::Watermark(last));
+        let sender = inner
+            .journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        drop(sender);
+        let thread = inner
+            .journal_thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// Waits until every dead letter kept and forgotten so far is durable
+    /// (for tests; immediate without a journal).
+    pub async fn flush_journal(&self) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        if self.inner.journal_send(JournalOp::Flush(sender)) {
+            let _ = tokio::task::spawn_blocking(move || receiver.recv()).await;
+        }
+    }
+}
+
+/// The journal thread: writes what it is sent, a few at a time, and
+/// releases the watermark for dead letters once they are durable.
+fn run_journal(
+    mut journal: Box<dyn DeliveryJournal>,
+    receiver: std::sync::mpsc::Receiver<JournalOp>,
+    inner: std::sync::Weak<Inner>,
+) {
+    let mut saved: Option<i64> = None;
+    while let Ok(first) = receiver.recv() {
+        let mut watermark = None;
+        let mut keep = Vec::new();
+        let mut releases = Vec::new();
+        let mut forget = Vec::new();
+        let mut flushes = Vec::new();
+        let mut next = Some(first);
+        while let Some(op) = next {
+            match op {
+                JournalOp::Watermark(at) => {
+                    // Never backwards.
+                    if saved.is_none_or(|saved| at > saved) {
+                        watermark = Some(at.max(watermark.unwrap_or(at)));
+                    }
+                }
+                JournalOp::Keep(letter, release) => {
+                    forget.retain(|id| *id != letter.id);
+                    keep.push(letter);
+                    releases.extend(release);
+                }
+                JournalOp::Forget(id) => {
+                    keep.retain(|letter: &DeadLetter| letter.id != id);
+                    forget.push(id);
+                }
+                JournalOp::Flush(done) => flushes.push(done),
+            }
+            next = receiver.try_recv().ok();
+        }
+        if watermark.is_none() && keep.is_empty() && forget.is_empty() {
+            for done in flushes {
+                let _ = done.send(());
+            }
+            continue;
+        }
+        match journal.write(watermark, &keep, &forget) {
+            Ok(()) => {
+                if watermark.is_some() {
+                    saved = watermark;
+                }
+                if let Some(inner) = inner.upgrade() {
+                    for event_ms in releases {
+                        inner.untrack(event_ms);
+                    }
+                }
+            }
+            // The dead letters stay in memory and keep the watermark back:
+            // after a restart their callbacks are derived again.
+            Err(error) => warn!(%error, "callback journal: write failed"),
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// A dead letter of a callback about to be given up.
+#[allow(clippy::too_many_arguments)]
+fn dead_letter_of(
+    inner: &Inner,
+    destination: &str,
+    method: &Method,
+    url: &str,
+    headers: &HeaderMap,
+    body: &Bytes,
+    tracking: &Tracking,
+    attempts: u32,
+    reason: String,
+) -> DeadLetter {
+    let id = tracking
+        .dead_letter
+        .unwrap_or_else(|| inner.next_dead_id.fetch_add(1, Ordering::Relaxed));
+    DeadLetter {
+        id,
+        destination: destination.to_owned(),
+        transfer_id: tracking.transfer_id.clone(),
+        method: method.to_string(),
+        url: url.to_owned(),
+        headers: headers
+            .iter()
+            .filter(|(name, _)| name.as_str() != "fspiop-signature")
+            .filter_map(|(name, value)| {
+                value
+                    .to_str()
+                    .ok()
+                    .map(|value| (name.as_str().to_owned(), value.to_owned()))
+            })
+            .collect(),
+        body: body.to_vec(),
+        failed_at_ms: crate::now_ms(),
+        attempts,
+        reason,
+        resending: false,
     }
 }
 
@@ -543,6 +984,70 @@ impl Inner {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock_dead(&self) -> MutexGuard<'_, BTreeMap<u64, DeadLetter>> {
+        self.dead.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn track(&self, event_ms: i64) {
+        *self
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(event_ms)
+            .or_insert(0) += 1;
+    }
+
+    fn untrack(&self, event_ms: i64) {
+        let mut tracker = self.tracker.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = tracker.get_mut(&event_ms) {
+            *count -= 1;
+            if *count == 0 {
+                tracker.remove(&event_ms);
+            }
+        }
+    }
+
+    fn watermark(&self, now_ms: i64) -> i64 {
+        let oldest = self
+            .tracker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .next()
+            .copied();
+        oldest.map_or(now_ms, |oldest| oldest.min(now_ms)) - WATERMARK_MARGIN_MS
+    }
+
+    /// False when there is no journal.
+    fn journal_send(&self, op: JournalOp) -> bool {
+        match &*self.journal.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(sender) => sender.send(op).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Keeps a dead letter (in memory, and durably if there is a journal);
+    /// the watermark is released for `event_ms` once it is durable.
+    fn keep_dead(&self, letter: DeadLetter, event_ms: Option<i64>) {
+        self.lock_dead().insert(letter.id, letter.clone());
+        if !self.journal_send(JournalOp::Keep(letter, event_ms)) {
+            if let Some(event_ms) = event_ms {
+                self.untrack(event_ms);
+            }
+        }
+    }
+
+    /// A tracked callback was answered.
+    fn answered(&self, tracking: &Tracking) {
+        if let Some(event_ms) = tracking.event_ms {
+            self.untrack(event_ms);
+        }
+        if let Some(id) = tracking.dead_letter {
+            self.lock_dead().remove(&id);
+            self.journal_send(JournalOp::Forget(id));
+        }
     }
 
     /// `count` callbacks are finished, whatever their outcome.
@@ -593,16 +1098,43 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
         if job.sign {
             sign_job(&inner, &destination, &mut job);
         }
-        let aborted = if *abort.borrow() {
-            true
+        let delivery = if *abort.borrow() {
+            None
         } else {
             tokio::select! {
                 biased;
-                _ = abort.wait_for(|abort| *abort) => true,
-                () = deliver(&inner, &destination, &job) => false,
+                _ = abort.wait_for(|abort| *abort) => None,
+                delivery = deliver(&inner, &destination, &job) => Some(delivery),
             }
         };
-        if aborted {
+        match (&delivery, &job.tracking) {
+            (Some(Delivery::Answered), Some(tracking)) => inner.answered(tracking),
+            (Some(Delivery::GaveUp { attempts, reason }), Some(tracking)) => {
+                let letter = dead_letter_of(
+                    &inner,
+                    &destination.name,
+                    &job.method,
+                    &job.uri.to_string(),
+                    &job.headers,
+                    &job.body,
+                    tracking,
+                    *attempts,
+                    reason.clone(),
+                );
+                inner.keep_dead(letter, tracking.event_ms);
+            }
+            // At shutdown a tracked callback keeps the watermark back (and
+            // a re-sent dead letter stays): derived again at the next start.
+            (None, Some(tracking)) => {
+                if let Some(id) = tracking.dead_letter {
+                    if let Some(letter) = inner.lock_dead().get_mut(&id) {
+                        letter.resending = false;
+                    }
+                }
+            }
+            (_, None) => {}
+        }
+        if delivery.is_none() {
             destination.failed.fetch_add(1, Ordering::Relaxed);
             debug!(destination = %destination.name, url = %job.uri, "callback abandoned at shutdown");
         }
@@ -645,7 +1177,7 @@ fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
 }
 
 /// Delivers one callback: attempts, retries, counters, warnings.
-async fn deliver(inner: &Inner, destination: &Destination, job: &Job) {
+async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Delivery {
     let config = &inner.config;
     let max_attempts = config.max_attempts.max(1);
     let mut attempt: u32 = 1;
@@ -661,36 +1193,58 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) {
             Ok(Ok(response)) => {
                 destination.record_latency(started.elapsed());
                 let status = response.status();
-                if status.is_success() {
-                    if let Some(probe) = &job.probe {
-                        probe.answered(std::time::Instant::now());
-                    }
-                    destination.sent_ok.fetch_add(1, Ordering::Relaxed);
-                    debug!(destination = %destination.name, url = %job.uri, %status, attempt, "callback delivered");
-                } else {
-                    let total = destination.http_error.fetch_add(1, Ordering::Relaxed) + 1;
-                    if destination.warn_http_error.allow(inner.now_ms()) {
-                        warn!(
-                            destination = %destination.name,
-                            url = %job.uri,
-                            %status,
-                            http_error_total = total,
-                            "callback answered with an error status"
-                        );
-                    } else {
-                        debug!(destination = %destination.name, url = %job.uri, %status, "callback answered with an error status");
-                    }
-                }
                 // Read the (normally empty) body so the connection can be
                 // reused; the answer is already counted either way.
-                let _ = tokio::time::timeout_at(deadline, drain(response.into_body())).await;
-                return;
+                let drained = tokio::time::timeout_at(deadline, drain(response.into_body()));
+                if status.is_server_error() {
+                    let _ = drained.await;
+                    format!("answered {status}")
+                } else {
+                    destination.failing_since_ms.store(0, Ordering::Relaxed);
+                    if status.is_success() {
+                        if let Some(probe) = &job.probe {
+                            probe.answered(std::time::Instant::now());
+                        }
+                        destination.sent_ok.fetch_add(1, Ordering::Relaxed);
+                        debug!(destination = %destination.name, url = %job.uri, %status, attempt, "callback delivered");
+                    } else {
+                        let total = destination.http_error.fetch_add(1, Ordering::Relaxed) + 1;
+                        if destination.warn_http_error.allow(inner.now_ms()) {
+                            warn!(
+                                destination = %destination.name,
+                                url = %job.uri,
+                                %status,
+                                http_error_total = total,
+                                "callback answered with an error status"
+                            );
+                        } else {
+                            debug!(destination = %destination.name, url = %job.uri, %status, "callback answered with an error status");
+                        }
+                    }
+                    let _ = drained.await;
+                    return Delivery::Answered;
+                }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
             Err(_) => format!("no response within {:?}", config.request_timeout),
         };
+        let now_ms = crate::now_ms();
+        let _ = destination.failing_since_ms.compare_exchange(
+            0,
+            now_ms,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
 
-        if attempt >= max_attempts {
+        let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        let exhausted = match &job.tracking {
+            Some(_) => {
+                now_ms.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+                    > job.retry_until_ms
+            }
+            None => attempt >= max_attempts,
+        };
+        if exhausted {
             let total = destination.failed.fetch_add(1, Ordering::Relaxed) + 1;
             if destination.warn_failed.allow(inner.now_ms()) {
                 warn!(
@@ -704,10 +1258,12 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) {
             } else {
                 debug!(destination = %destination.name, url = %job.uri, attempts = attempt, %error, "callback failed, giving up");
             }
-            return;
+            return Delivery::GaveUp {
+                attempts: attempt,
+                reason: error,
+            };
         }
         destination.retried.fetch_add(1, Ordering::Relaxed);
-        let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
         debug!(destination = %destination.name, url = %job.uri, attempt, %error, ?delay, "callback attempt failed, will retry");
         tokio::time::sleep(delay).await;
         attempt += 1;
@@ -915,6 +1471,8 @@ mod tests {
         DropFirstConnection,
         /// Reads requests and never answers.
         Hang,
+        /// Answers with whatever status the cell holds at the time.
+        Status(&'static std::sync::atomic::AtomicU16),
     }
 
     struct Stub {
@@ -986,6 +1544,7 @@ mod tests {
                 Behaviour::Answer(status) => status,
                 Behaviour::DropFirstConnection => 200,
                 Behaviour::Hang => std::future::pending().await,
+                Behaviour::Status(cell) => cell.load(Ordering::SeqCst),
             };
             let response = format!("HTTP/1.1 {status} Stub\r\ncontent-length: 0\r\n\r\n");
             if write_all(&stream, response.as_bytes()).await.is_err() {
@@ -1333,9 +1892,126 @@ mod tests {
         assert_eq!(stats.latency_count, 0);
     }
 
+    fn tracked(event_ms: i64, retry_for_ms: i64) -> Option<Tracking> {
+        Some(Tracking {
+            event_ms: Some(event_ms),
+            retry_until_ms: Some(crate::now_ms() + retry_for_ms),
+            transfer_id: Some("t1".into()),
+            dead_letter: None,
+        })
+    }
+
+    #[derive(Default)]
+    struct Written {
+        watermarks: Vec<i64>,
+        kept: Vec<u64>,
+        forgotten: Vec<u64>,
+    }
+
+    struct FakeJournal(Arc<Mutex<Written>>);
+
+    impl DeliveryJournal for FakeJournal {
+        fn write(
+            &mut self,
+            watermark: Option<i64>,
+            keep: &[DeadLetter],
+            forget: &[u64],
+        ) -> Result<(), String> {
+            let mut written = self.0.lock().unwrap();
+            written.watermarks.extend(watermark);
+            written.kept.extend(keep.iter().map(|l| l.id));
+            written.forgotten.extend(forget);
+            Ok(())
+        }
+    }
+
     #[tokio::test]
-    async fn an_error_status_is_counted_and_not_retried() {
-        let mut server = stub(Behaviour::Answer(500)).await;
+    async fn a_5xx_is_retried_until_the_destination_answers() {
+        static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
+        let mut server = stub(Behaviour::Status(&STATUS)).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        let event = crate::now_ms();
+        dispatcher.send_tracked(
+            callback("payeefsp", server.url("/transfers/1"), b"{}"),
+            None,
+            tracked(event, 60_000),
+        );
+        server.next(Duration::from_secs(2)).await;
+        server.next(Duration::from_secs(2)).await;
+        let failing = stats_of(&dispatcher, "payeefsp");
+        assert!(failing.failing_since_ms > 0, "{failing:?}");
+        assert_eq!(
+            dispatcher.watermark(event + 10_000),
+            event - WATERMARK_MARGIN_MS,
+            "an unanswered callback holds the watermark"
+        );
+        STATUS.store(200, Ordering::SeqCst);
+        server.next(Duration::from_secs(2)).await;
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!(
+            (stats.sent_ok, stats.failed, stats.failing_since_ms),
+            (1, 0, 0)
+        );
+        assert!(stats.retried >= 2, "{stats:?}");
+        assert_eq!(
+            dispatcher.watermark(event + 10_000),
+            event + 10_000 - WATERMARK_MARGIN_MS
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tracked_callback_past_its_deadline_is_a_dead_letter_until_resent() {
+        static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(502);
+        let mut server = stub(Behaviour::Status(&STATUS)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            final_retry_for: Duration::from_secs(60),
+            ..fast_config()
+        });
+        let written = Arc::new(Mutex::new(Written::default()));
+        dispatcher.attach_journal(Box::new(FakeJournal(written.clone())), Vec::new());
+        let event = crate::now_ms();
+        dispatcher.send_tracked(
+            callback("payerfsp", server.url("/transfers/1"), b"{\"x\":1}"),
+            None,
+            tracked(event, 100),
+        );
+        server.next(Duration::from_secs(2)).await;
+        let letter = loop {
+            if let Some(letter) = dispatcher.dead_letters(Some("payerfsp")).pop() {
+                break letter;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert_eq!(letter.transfer_id.as_deref(), Some("t1"));
+        assert_eq!(letter.body, b"{\"x\":1}");
+        assert!(letter.reason.contains("502"), "{letter:?}");
+        assert!(dispatcher.dead_letters(Some("payeefsp")).is_empty());
+        dispatcher.flush_journal().await;
+        assert_eq!(written.lock().unwrap().kept, [letter.id]);
+        // Kept durably: the watermark is released.
+        assert_eq!(
+            dispatcher.watermark(event + 1),
+            event + 1 - WATERMARK_MARGIN_MS
+        );
+        assert_eq!(stats_of(&dispatcher, "payerfsp").dead_letters, 1);
+        while server.count_received() > 0 {}
+
+        STATUS.store(200, Ordering::SeqCst);
+        assert_eq!(dispatcher.resend(Some("payeefsp")), 0);
+        assert_eq!(dispatcher.resend(None), 1);
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"{\"x\":1}");
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        assert!(dispatcher.dead_letters(None).is_empty());
+        let written = written.lock().unwrap();
+        assert_eq!(written.forgotten, [letter.id]);
+        assert!(!written.watermarks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_client_error_is_counted_and_not_retried() {
+        let mut server = stub(Behaviour::Answer(400)).await;
         let dispatcher = Dispatcher::new(fast_config());
         for _ in 0..3 {
             dispatcher.send(callback("payeefsp", server.url("/transfers/1"), b"{}"));

@@ -18,6 +18,7 @@ use ledger::{
 };
 use store::sqlite::StoredTransfer;
 
+use crate::notify::Tracking;
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
 use crate::{Hub, HubError};
@@ -31,6 +32,27 @@ pub fn routes() -> Router<Arc<Hub>> {
         .route("/transfers", post(prepare))
         .route("/transfers/:id", put(fulfil).get(get_transfer))
         .route("/transfers/:id/error", put(abort))
+}
+
+/// A callback of a transfer's final state (or rejection): retried for the
+/// dispatcher's `final_retry_for`, holding the watermark back meanwhile.
+fn final_state(view: &TransferView) -> Option<Tracking> {
+    Some(Tracking {
+        event_ms: Some(view.completed_at_ms.unwrap_or(view.prepared_at_ms)),
+        retry_until_ms: None,
+        transfer_id: Some(view.transfer_id.to_string()),
+        dead_letter: None,
+    })
+}
+
+/// The prepare forwarded to the payee: retried until the transfer expires.
+fn prepared(view: &TransferView) -> Option<Tracking> {
+    Some(Tracking {
+        event_ms: Some(view.prepared_at_ms),
+        retry_until_ms: Some(view.expiration_ms),
+        transfer_id: Some(view.transfer_id.to_string()),
+        dead_letter: None,
+    })
 }
 
 /// Headers of a callback the hub itself originates about a transfer.
@@ -52,9 +74,10 @@ impl Hub {
         headers: HeaderMap,
         body: Bytes,
         probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
     ) {
         let id = transfer_id.to_string();
-        if !self.send_callback(
+        if !self.send_callback_tracked(
             destination,
             endpoint_type,
             &[("transferId", id.as_str())],
@@ -62,6 +85,7 @@ impl Hub {
             headers,
             body,
             probe,
+            tracking,
         ) {
             tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
         }
@@ -75,6 +99,7 @@ impl Hub {
         code: ErrorCode,
         description: &str,
         reply: Reply,
+        tracking: Option<Tracking>,
     ) {
         let body = fspiop::error_body(code, description);
         let headers = hub_headers(self, destination, reply);
@@ -86,6 +111,7 @@ impl Hub {
             headers,
             Bytes::from(body),
             None,
+            tracking,
         );
     }
 
@@ -100,6 +126,7 @@ impl Hub {
         view: &TransferView,
         reply: Reply,
         probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
     ) {
         let cause = match view.state {
             TransferState::Reserved | TransferState::Committed => None,
@@ -127,6 +154,7 @@ impl Hub {
             headers,
             Bytes::from(body),
             probe,
+            tracking,
         );
     }
 
@@ -146,10 +174,106 @@ impl Hub {
                     ErrorCode::TRANSFER_EXPIRED,
                     description,
                     reply,
+                    final_state(view),
                 );
             }
         }
     }
+}
+
+impl Hub {
+    /// After a restart: queues again the callbacks of transfers prepared or
+    /// finished since the saved delivery watermark (from the store's
+    /// `transfers_touched_since`), each as the hub would send it now. The
+    /// original bytes are not kept, so every one is built by the hub from
+    /// the stored fields: a final state is the hub's `PUT /transfers/{ID}`
+    /// (commit) or `PUT /transfers/{ID}/error` (abort, rejection, expiry)
+    /// with the stored reason; a prepare still RESERVED and not expired is
+    /// rebuilt for the payee (FSPIOP-Source the payer; no `ilpPacket`, which
+    /// is not stored, and no payer signature). Receivers treat a repeat
+    /// idempotently. Returns how many callbacks were queued.
+    pub fn redeliver(
+        &self,
+        transfers: &[(TransferView, ledger::Condition, Option<ledger::FinishKind>)],
+        now_ms: i64,
+    ) -> usize {
+        use ledger::FinishKind;
+        let mut queued = 0;
+        for (view, condition, finish) in transfers {
+            let version =
+                fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
+            let reply = Reply::unprompted(version);
+            let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
+            let description = code.description().to_string();
+            let error_to = |destination: FspName| {
+                self.send_error(
+                    destination,
+                    view.transfer_id,
+                    code,
+                    &description,
+                    reply,
+                    final_state(view),
+                )
+            };
+            match (view.state, finish) {
+                (TransferState::Reserved, None) if view.expiration_ms > now_ms => {
+                    let body = rebuilt_prepare(view, condition);
+                    let mut headers = hub_headers(self, view.payee, reply);
+                    if let Ok(payer) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
+                        headers.insert("fspiop-source", payer);
+                    }
+                    if let Ok(accept) = axum::http::HeaderValue::from_str(
+                        &fspiop::content_type_for(Resource::Transfers, version),
+                    ) {
+                        headers.insert("accept", accept);
+                    }
+                    self.call_back(
+                        view.payee,
+                        TRANSFER_POST,
+                        view.transfer_id,
+                        Method::POST,
+                        headers,
+                        Bytes::from(body),
+                        None,
+                        prepared(view),
+                    );
+                    queued += 1;
+                }
+                (TransferState::Reserved, _) => {}
+                (TransferState::Rejected, _) | (_, Some(FinishKind::Abort)) => {
+                    error_to(view.payer);
+                    queued += 1;
+                }
+                (TransferState::Committed, _) => {
+                    for destination in [view.payer, view.payee] {
+                        self.send_state(destination, view, reply, None, final_state(view));
+                    }
+                    queued += 2;
+                }
+                (TransferState::Aborted | TransferState::Expired, _) => {
+                    error_to(view.payer);
+                    error_to(view.payee);
+                    queued += 2;
+                }
+            }
+        }
+        queued
+    }
+}
+
+/// A `POST /transfers` body from the stored fields (no `ilpPacket`: it is
+/// not stored).
+fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8> {
+    serde_json::json!({
+        "transferId": view.transfer_id.to_string(),
+        "payerFsp": view.payer.as_str(),
+        "payeeFsp": view.payee.as_str(),
+        "amount": {"amount": view.amount.to_string(), "currency": view.currency.to_string()},
+        "condition": condition.to_base64url(),
+        "expiration": fspiop::format_date_time(view.expiration_ms),
+    })
+    .to_string()
+    .into_bytes()
 }
 
 impl Hub {
@@ -321,6 +445,8 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 prepare.payee
             ),
             caller.reply(),
+            // Nothing was recorded, so nothing to re-derive after a crash.
+            None,
         );
         return Ok(StatusCode::ACCEPTED.into_response());
     }
@@ -363,6 +489,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 forwarded,
                 body,
                 Some(hub.stages.callback_probe(Phase::Prepare, transfer_id)),
+                prepared(&view),
             );
         }
         Outcome::Failed { transfer, error } => hub.send_error(
@@ -371,6 +498,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             error.code,
             &described(&error),
             caller.reply(),
+            final_state(&transfer),
         ),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
@@ -378,11 +506,12 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
         Outcome::Duplicate(view) if view.state.is_final() => {
-            hub.send_state(caller.source, &view, caller.reply(), None)
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
         Outcome::Duplicate(_) => {}
         other => return Err(HubError::from_outcome(other)),
@@ -454,7 +583,13 @@ async fn fulfil(
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
                 let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
-                hub.send_state(view.payer, &view, caller.reply(), Some(probe));
+                hub.send_state(
+                    view.payer,
+                    &view,
+                    caller.reply(),
+                    Some(probe),
+                    final_state(&view),
+                );
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
@@ -468,6 +603,7 @@ async fn fulfil(
                     headers,
                     Bytes::from(patch),
                     None,
+                    final_state(&view),
                 );
             } else {
                 let forwarded = forwarded_headers(headers, false);
@@ -479,6 +615,7 @@ async fn fulfil(
                     forwarded,
                     body.clone(),
                     Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id)),
+                    final_state(&view),
                 );
                 // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
                 // same body, but from the hub, not the payee's own headers.
@@ -491,6 +628,7 @@ async fn fulfil(
                     confirmation,
                     body,
                     None,
+                    final_state(&view),
                 );
             }
         }
@@ -502,6 +640,7 @@ async fn fulfil(
                 error.code,
                 &description,
                 caller.reply(),
+                final_state(&transfer),
             );
             if reserve_only {
                 let cause = format!("{}: {}", error.code, description);
@@ -519,6 +658,7 @@ async fn fulfil(
                     headers,
                     Bytes::from(patch),
                     None,
+                    final_state(&transfer),
                 );
             } else {
                 hub.send_error(
@@ -527,6 +667,7 @@ async fn fulfil(
                     error.code,
                     &description,
                     caller.reply(),
+                    final_state(&transfer),
                 );
             }
         }
@@ -536,8 +677,11 @@ async fn fulfil(
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Duplicate(view) => {
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
+        }
         other => return Err(HubError::from_outcome(other)),
     }
     if let Some((submitted, batch)) = timing {
@@ -582,6 +726,7 @@ async fn abort(
                 forwarded,
                 body,
                 Some(hub.stages.callback_probe(Phase::Abort, transfer_id)),
+                final_state(&view),
             );
         }
         Outcome::Rejected(error) => hub.send_error(
@@ -590,8 +735,11 @@ async fn abort(
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
-        Outcome::Duplicate(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Duplicate(view) => {
+            hub.send_state(caller.source, &view, caller.reply(), None, None)
+        }
         other => return Err(HubError::from_outcome(other)),
     }
     if let Some((submitted, batch)) = timing {
@@ -631,13 +779,14 @@ async fn get_transfer(
         }
     }
     match outcome {
-        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None),
+        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
             error.code,
             &described(&error),
             caller.reply(),
+            None,
         ),
         other => return Err(HubError::from_outcome(other)),
     }

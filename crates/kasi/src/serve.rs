@@ -79,6 +79,14 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
 
+    /// Seconds a callback of a finished transfer (commit, abort, rejection,
+    /// expiry) is retried on transport errors and 5xx answers before it is
+    /// kept as a dead letter (`GET /callbacks/dead-letters` on the admin
+    /// address). A prepare forwarded to the payee is retried until the
+    /// transfer expires.
+    #[arg(long, env = "KASI_CALLBACK_RETRY_FOR_S", default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(1..))]
+    callback_retry_for_s: u64,
+
     /// Close the open settlement window every day at these UTC times
     /// (HH:MM or HH:MM:SS), e.g. `--settlement-close-at 00:00,12:00` (a
     /// window with no committed
@@ -330,6 +338,31 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         rebuild_ms = recovery.rebuild_time.as_millis() as u64,
         "recovered the ledger"
     );
+    // Delivery state: the watermark and the dead letters. The callbacks of
+    // transfers prepared or finished since the watermark are derived again
+    // (read now, queued once the dispatcher runs).
+    let mut delivery = store::delivery::DeliveryDb::open(&args.data_dir)
+        .context("cannot open the callback delivery state (callbacks.db)")?;
+    let dead_letters = delivery.dead_letters().context("callbacks.db")?;
+    let watermark = match delivery.watermark().context("callbacks.db")? {
+        Some(watermark) => watermark,
+        // First start with delivery state: nothing before now is owed.
+        None => {
+            let watermark = hub::now_ms() - hub::notify::WATERMARK_MARGIN_MS;
+            delivery
+                .apply(Some(watermark), &[], &[])
+                .context("callbacks.db")?;
+            watermark
+        }
+    };
+    let redeliver = store
+        .transfers_touched_since(watermark)
+        .context("cannot read the transfers to notify again")?;
+    info!(
+        transfers = redeliver.len(),
+        dead_letters = dead_letters.len(),
+        "callback delivery state read"
+    );
     let existing_hub = ledger.hub_name();
     if let Some(existing) = existing_hub {
         if existing != hub_name {
@@ -482,8 +515,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let dispatcher = Dispatcher::new(DispatcherConfig {
             tls: Some(callback_tls.clone()),
             signer,
+            final_retry_for: Duration::from_secs(args.callback_retry_for_s),
             ..DispatcherConfig::default()
         });
+        // Until the callbacks since `watermark` are queued again, the saved
+        // watermark must not move past it.
+        let hold = watermark + hub::notify::WATERMARK_MARGIN_MS;
+        dispatcher.hold_watermark(hold);
+        dispatcher.attach_journal(
+            Box::new(Journal(delivery)),
+            dead_letters.into_iter().map(dead_letter).collect(),
+        );
         let mut hub_config = HubConfig::new(hub_name);
         hub_config.callback_tls = Some(callback_tls);
         hub_config.body_idle_timeout = Duration::from_millis(args.body_timeout_ms);
@@ -515,6 +557,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             },
         };
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
+        if !redeliver.is_empty() {
+            let queued = hub.redeliver(&redeliver, hub::now_ms());
+            info!(
+                transfers = redeliver.len(),
+                callbacks = queued,
+                "callbacks since the delivery watermark queued again"
+            );
+        }
+        drop(redeliver);
+        dispatcher.release_watermark(hold);
         hub.metrics.start_runtime_probe();
         hub.start_jws_key_watch();
         if !args.settlement_close_at.is_empty() {
@@ -582,6 +634,53 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     stopped.context("the ledger pipeline failed")?;
     info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The dispatcher's journal: `callbacks.db`.
+struct Journal(store::delivery::DeliveryDb);
+
+impl hub::notify::DeliveryJournal for Journal {
+    fn write(
+        &mut self,
+        watermark: Option<i64>,
+        keep: &[hub::notify::DeadLetter],
+        forget: &[u64],
+    ) -> Result<(), String> {
+        let rows: Vec<store::delivery::DeadLetterRow> = keep
+            .iter()
+            .map(|letter| store::delivery::DeadLetterRow {
+                id: letter.id,
+                destination: letter.destination.clone(),
+                transfer_id: letter.transfer_id.clone(),
+                method: letter.method.clone(),
+                url: letter.url.clone(),
+                headers: letter.headers.clone(),
+                body: letter.body.clone(),
+                failed_at_ms: letter.failed_at_ms,
+                attempts: letter.attempts,
+                reason: letter.reason.clone(),
+            })
+            .collect();
+        self.0
+            .apply(watermark, &rows, forget)
+            .map_err(|error| error.to_string())
+    }
+}
+
+fn dead_letter(row: store::delivery::DeadLetterRow) -> hub::notify::DeadLetter {
+    hub::notify::DeadLetter {
+        id: row.id,
+        destination: row.destination,
+        transfer_id: row.transfer_id,
+        method: row.method,
+        url: row.url,
+        headers: row.headers,
+        body: row.body,
+        failed_at_ms: row.failed_at_ms,
+        attempts: row.attempts,
+        reason: row.reason,
+        resending: false,
+    }
 }
 
 /// Limits both listeners share.

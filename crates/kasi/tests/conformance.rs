@@ -76,6 +76,21 @@ fn ulids_and_uuids_go_through_whole_transfers_and_a_restart_as_given() {
     let data_dir = s.hub.data_dir.clone();
     s.hub.kill();
     s.hub = Hub::start(&data_dir);
+    // At least once: the final states of transfers finished within the
+    // delivery watermark's margin are told both DFSPs again after a crash.
+    for stub in [&s.payer, &s.payee] {
+        let mut told: Vec<String> = (0..ids.len())
+            .map(|_| {
+                let received = stub.next("a final state told again");
+                assert_eq!(received.json()["transferState"], "COMMITTED");
+                received.path.trim_start_matches("/transfers/").to_string()
+            })
+            .collect();
+        told.sort();
+        let mut expected = ids.to_vec();
+        expected.sort();
+        assert_eq!(told, expected, "{}", stub.name);
+    }
     for id in &ids {
         let state = get_state(&s, id, PAYER, PAYEE);
         assert_eq!(state["transferState"], "COMMITTED", "{id}: {state}");

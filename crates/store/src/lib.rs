@@ -15,6 +15,7 @@ use std::fmt;
 
 use ledger::{Record, Snapshot};
 
+pub mod delivery;
 pub mod sqlite;
 mod sqlite_settlement;
 

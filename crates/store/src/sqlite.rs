@@ -14,6 +14,7 @@ use ledger::{
     FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
     ParticipantRow, PartyKey, PartyRow, QuoteAnswer, QuoteRow, Record, RequestHash,
     SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow, TransferState,
+    TransferView,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -346,6 +347,76 @@ impl SqliteStore {
             _lock: Some(lock),
             text: String::new(),
         })
+    }
+
+    /// Every FSPIOP transfer prepared or finished at or after `since_ms`
+    /// (ledger time), with its condition and how it finished: what the
+    /// callback dispatcher derives its callbacks from again after a restart.
+    /// In no particular order.
+    pub fn transfers_touched_since(
+        &self,
+        since_ms: i64,
+    ) -> Result<Vec<(TransferView, Condition, Option<FinishKind>)>, StoreError> {
+        let mut statement = self.connection.prepare(
+            "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
+                    t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
+                    f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
+             FROM transfers t
+             JOIN accounts a ON a.id = t.debit_account_id
+             JOIN participants pa ON pa.id = a.participant_id
+             JOIN accounts b ON b.id = t.credit_account_id
+             JOIN participants pb ON pb.id = b.participant_id
+             LEFT JOIN transfer_finishes f ON f.seq = t.seq
+             WHERE t.kind = 'TRANSFER' AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
+        )?;
+        let mut rows = statement.query(params![since_ms])?;
+        let mut found = Vec::new();
+        while let Some(row) = rows.next()? {
+            let transfer_id = id_blob(row, 0)?;
+            let finish_kind = match row.get_ref(11)? {
+                ValueRef::Null => None,
+                _ => Some(parse(row, 11, "finish kind", FinishKind::parse)?),
+            };
+            let (state, reason, completed_at_ms, fulfilment) = match finish_kind {
+                Some(_) => (
+                    parse(row, 12, "transfer state", TransferState::parse)?,
+                    row.get::<_, Option<u16>>(13)?.map(ErrorCode),
+                    Some(row.get::<_, i64>(14)?),
+                    match row.get_ref(15)? {
+                        ValueRef::Null => None,
+                        _ => Some(Fulfilment::from_preimage(blob(row, 15)?)),
+                    },
+                ),
+                None => {
+                    let state = parse(row, 5, "transfer state", TransferState::parse)?;
+                    let prepared: i64 = row.get(8)?;
+                    (
+                        state,
+                        row.get::<_, Option<u16>>(6)?.map(ErrorCode),
+                        (state != TransferState::Reserved).then_some(prepared),
+                        None,
+                    )
+                }
+            };
+            let view = TransferView {
+                transfer_id,
+                kind: TransferKind::Fspiop,
+                payer: parse(row, 1, "participant name", FspName::new)?,
+                payee: parse(row, 2, "participant name", FspName::new)?,
+                amount: parse(row, 3, "amount", |t| Amount::parse_signed(t).ok())?,
+                currency: parse(row, 4, "currency", Currency::parse)?,
+                state,
+                reason,
+                expiration_ms: row.get(7)?,
+                prepared_at_ms: row.get(8)?,
+                completed_at_ms,
+                fulfilment,
+                wire_version: row.get(10)?,
+            };
+            let condition = Condition(blob(row, 9)?);
+            found.push((view, condition, finish_kind));
+        }
+        Ok(found)
     }
 
     /// Opens an existing store read-only (for `kasi audit`), without taking

@@ -676,7 +676,13 @@ async fn record(
 
 impl Stub {
     pub fn start(name: &str) -> Stub {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Stub::start_on(name, "127.0.0.1:0".parse().unwrap())
+    }
+
+    /// A stub on a given address (e.g. one a DFSP registered while it was
+    /// down: see [`reserve_address`]).
+    pub fn start_on(name: &str, address: SocketAddr) -> Stub {
+        let listener = std::net::TcpListener::bind(address).unwrap();
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
         let (sender, requests) = mpsc::channel();
@@ -789,6 +795,13 @@ impl Drop for Stub {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// An address nothing listens on yet (bound, then released), for a DFSP
+/// that is down until a test starts its stub there.
+pub fn reserve_address() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
 }
 
 /// A callback error sent by the hub: `FSPIOP-Source: Hub`, destination the
