@@ -537,3 +537,57 @@ fn listen_addresses_may_be_host_names_and_both_have_probes() {
         "{output:?}"
     );
 }
+
+#[test]
+fn the_example_config_names_every_serve_setting_and_every_key_is_known() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let example = std::fs::read_to_string(root.join("deploy/kasi.conf")).unwrap();
+    let keys: std::collections::BTreeSet<String> = example
+        .lines()
+        .filter_map(|line| line.strip_prefix("# "))
+        .filter_map(|line| line.split_once(" = "))
+        .map(|(key, _)| key.to_string())
+        .filter(|key| {
+            key.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        })
+        .collect();
+    let help = kasi().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flags: std::collections::BTreeSet<String> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .map(|rest| {
+            rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .filter(|flag| !["help", "version", "config"].contains(&flag.as_str()))
+        .collect();
+    assert_eq!(
+        keys, flags,
+        "deploy/kasi.conf and `kasi serve --help` disagree"
+    );
+
+    // Every key, uncommented, is a setting kasi knows.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kasi.conf");
+    let uncommented: String = example
+        .lines()
+        .filter_map(|line| line.strip_prefix("# "))
+        .filter(|line| line.contains(" = ") && keys.contains(line.split(" = ").next().unwrap()))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    std::fs::write(&config, uncommented).unwrap();
+    let output = kasi()
+        .args(["audit", "--config"])
+        .arg(&config)
+        .args(["--data-dir"])
+        .arg(dir.path().join("no-store"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("unknown setting"), "{stderr}");
+    assert!(stderr.contains("no kasi store"), "{stderr}");
+}
