@@ -700,8 +700,11 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         println!("{json}");
     } else {
         report.print(&args);
+        // The hub's stage table and waterfalls are long: they go into the
+        // report folder's report.md, and to the terminal only when there is
+        // no folder to read them in.
         let sections = crate::bench_report::hub_sections(&json);
-        if !sections.trim().is_empty() {
+        if args.no_report && !sections.trim().is_empty() {
             println!("\n{}", sections.trim_end());
         }
     }
@@ -718,7 +721,10 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
         };
         crate::bench_report::write_folder(&dir, &json)?;
         if !args.json {
-            println!("  report: {}", dir.display());
+            println!(
+                "  report: {} (report.md: the hub's stage table and sampled waterfalls)",
+                dir.display()
+            );
         }
     }
     Ok(
