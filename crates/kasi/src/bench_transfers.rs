@@ -63,7 +63,7 @@ use crate::bench_load::{Breakpoint, Load, Plan, Profile, StepResult};
 pub struct BenchTransfersArgs {
     /// Start a hub (this executable's `serve`) on a temporary data directory
     /// and stop it at the end. The default when --api is not given.
-    #[arg(long, conflicts_with_all = ["api", "admin"])]
+    #[arg(long, conflicts_with_all = ["api", "admin"], hide_short_help = true)]
     embedded: bool,
 
     /// Instead of a hub, run the built-in null hub (`kasi null-hub`, a child
@@ -78,7 +78,7 @@ pub struct BenchTransfersArgs {
     /// process instead of as a process of its own: no process switches
     /// between the DFSPs and the hub, the harness's absolute ceiling rather
     /// than that of any hub in another process.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     null_hub_in_process: bool,
 
     /// Base URL of a running hub's FSPIOP API (e.g. http://127.0.0.1:3000)
@@ -93,11 +93,11 @@ pub struct BenchTransfersArgs {
 
     /// The embedded hub traces one transfer in this many through its stages
     /// for the report's waterfalls (its `serve --trace-sample-every`).
-    #[arg(long, value_name = "N", conflicts_with_all = ["api", "admin", "null_hub"])]
+    #[arg(long, value_name = "N", conflicts_with_all = ["api", "admin", "null_hub"], hide_short_help = true)]
     trace_sample_every: Option<u32>,
 
     /// Name of the hub participant, which holds the hub accounts.
-    #[arg(long, default_value = "Hub")]
+    #[arg(long, default_value = "Hub", hide_short_help = true)]
     hub_name: String,
 
     /// Simulated DFSPs, onboarded through the admin API. Virtual user u pays
@@ -117,7 +117,7 @@ pub struct BenchTransfersArgs {
 
     /// MSISDNs each DFSP registers (one batch POST /participants) before the
     /// load, for every flow but `transfer`; lookups go round them.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000), hide_short_help = true)]
     parties: u32,
 
     /// Virtual users, each with one flow in flight at a time (closed loop);
@@ -145,7 +145,7 @@ pub struct BenchTransfersArgs {
     warmup: Option<f64>,
 
     /// Address of the DFSPs' callback server; the hub must be able to reach it.
-    #[arg(long, default_value = "127.0.0.1:0")]
+    #[arg(long, default_value = "127.0.0.1:0", hide_short_help = true)]
     callback_listen: SocketAddr,
 
     /// Open loop instead of the closed one: start this many flows per
@@ -172,11 +172,16 @@ pub struct BenchTransfersArgs {
 
     /// Whether --stages targets are virtual users (closed) or arrivals per
     /// second (open). Default: open when --rate is given, else closed.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, hide_short_help = true)]
     load: Option<LoadArg>,
 
     /// Breakpoint: seconds measured per step (after 1 s unmeasured).
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5.0,
+        hide_short_help = true
+    )]
     step_duration: f64,
 
     /// Breakpoint: a step whose end-to-end p99 exceeds this breaks.
@@ -185,13 +190,23 @@ pub struct BenchTransfersArgs {
     max_p99_ms: Option<f64>,
 
     /// Breakpoint: a step where more than this share of flows fails breaks.
-    #[arg(long, value_name = "PERCENT", default_value_t = 1.0)]
+    #[arg(
+        long,
+        value_name = "PERCENT",
+        default_value_t = 1.0,
+        hide_short_help = true
+    )]
     max_error_pct: f64,
 
     /// Before measuring an embedded or external hub, measure the null hub
     /// (see --null-hub) this many seconds with the same flow, to state the
     /// hub's throughput as a share of the harness's own ceiling. 0: skip.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5.0,
+        hide_short_help = true
+    )]
     null_hub_baseline: f64,
 
     /// Folder for the report (report.json, report.md, timeline.svg).
@@ -204,7 +219,7 @@ pub struct BenchTransfersArgs {
     no_report: bool,
 
     /// A short name for the run in its report and in `kasi bench compare`.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     label: Option<String>,
 
     /// Print the summary as one JSON object on standard output.
@@ -212,14 +227,14 @@ pub struct BenchTransfersArgs {
     json: bool,
 
     /// No progress line (once a second, on stderr) and no other chatter.
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     quiet: bool,
 
     /// While measuring, close the hub's open settlement window every this
     /// many seconds (central-settlement's `POST /v2/settlementWindows/{id}`
     /// on the admin address), to show what a close does to the transfers
     /// flowing meanwhile; the closes and their latencies are reported.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", hide_short_help = true)]
     close_window_every: Option<f64>,
 }
 

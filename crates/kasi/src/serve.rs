@@ -591,7 +591,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
             while let Some(views) = expired.recv().await {
-                info!(count = views.len(), "transfers expired");
+                info!(
+                    count = views.len(),
+                    transfers = %expired_ids(&views),
+                    "transfers expired"
+                );
                 expiry_hub.notify_expired(&views);
             }
         });
@@ -855,4 +859,21 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
     addresses
         .next()
         .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// Transfers logged by id in one expiry line, at most; the rest are counted.
+const EXPIRED_IDS_LOGGED: usize = 10;
+
+/// `id, id, … (+N more)`: an operator can follow an expiry without a log
+/// line per transfer.
+fn expired_ids(views: &[ledger::TransferView]) -> String {
+    let mut ids: Vec<String> = views
+        .iter()
+        .take(EXPIRED_IDS_LOGGED)
+        .map(|view| view.transfer_id.to_string())
+        .collect();
+    if views.len() > EXPIRED_IDS_LOGGED {
+        ids.push(format!("(+{} more)", views.len() - EXPIRED_IDS_LOGGED));
+    }
+    ids.join(", ")
 }

@@ -237,6 +237,18 @@ fn a_reserved_transfer_expires_at_its_expiration_with_3303_to_both_sides() {
     }
     assert_eq!(s.hub.position(PAYER), 0.0, "the reservation is released");
     assert_eq!(s.hub.position(PAYEE), 0.0);
+    // The operator's log names it (written before the callbacks were sent;
+    // the log is read on another thread, hence the bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !s
+        .hub
+        .log()
+        .lines()
+        .any(|line| line.contains("transfers expired") && line.contains(&id))
+    {
+        assert!(Instant::now() < deadline, "{}", s.hub.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     // Too late now: the fulfil gets 3303, the money does not move.
     s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
