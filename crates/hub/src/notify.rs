@@ -1200,7 +1200,15 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                     let _ = drained.await;
                     format!("answered {status}")
                 } else {
-                    destination.failing_since_ms.store(0, Ordering::Relaxed);
+                    let failing_since_ms = destination.failing_since_ms.swap(0, Ordering::Relaxed);
+                    if failing_since_ms != 0 {
+                        // The transition, once: the operator saw it start.
+                        tracing::info!(
+                            destination = %destination.name,
+                            failing_ms = crate::now_ms().saturating_sub(failing_since_ms),
+                            "callbacks to this DFSP are answered again"
+                        );
+                    }
                     if status.is_success() {
                         if let Some(probe) = &job.probe {
                             probe.answered(std::time::Instant::now());
@@ -1229,12 +1237,20 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
             Err(_) => format!("no response within {:?}", config.request_timeout),
         };
         let now_ms = crate::now_ms();
-        let _ = destination.failing_since_ms.compare_exchange(
-            0,
-            now_ms,
-            Ordering::Relaxed,
-            Ordering::Relaxed,
-        );
+        if destination
+            .failing_since_ms
+            .compare_exchange(0, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            // The transition, once per outage (each failure is counted in
+            // the metrics, and rate-limited warnings say more).
+            warn!(
+                destination = %destination.name,
+                url = %job.uri,
+                error = %error,
+                "callbacks to this DFSP are failing"
+            );
+        }
 
         let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
         let exhausted = match &job.tracking {

@@ -68,6 +68,20 @@ fn a_dfsp_that_was_down_gets_its_callbacks_when_it_is_back() {
         health["failingSince"].is_null().then_some(health)
     });
     assert_eq!(healthy["deadLetters"], 0, "{healthy}");
+    // The operator's log has the outage's start and end, once each.
+    eventually(Duration::from_secs(5), "the outage in the log", || {
+        let log = hub.log();
+        (log.contains("callbacks to this DFSP are failing")
+            && log.contains("callbacks to this DFSP are answered again"))
+        .then_some(())
+    });
+    assert_eq!(
+        hub.log()
+            .matches("callbacks to this DFSP are failing")
+            .count(),
+        1,
+        "one line per outage, not per retry"
+    );
 
     let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
     assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
