@@ -97,24 +97,37 @@ pub struct Tracking {
 }
 
 /// A callback that could not be delivered before its deadline, kept until it
-/// is re-sent and answered.
+/// is re-sent and answered: the row the journal stores (headers as they were
+/// sent, signature excluded: a re-send signs again), and whether a re-send
+/// is under way. Reads the row's fields through `Deref`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
-    pub id: u64,
-    pub destination: String,
-    pub transfer_id: Option<String>,
-    pub method: String,
-    pub url: String,
-    /// As they were sent (signature excluded: a re-send signs again).
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// Wall clock, ms.
-    pub failed_at_ms: i64,
-    pub attempts: u32,
-    /// The last attempt's error or status.
-    pub reason: String,
-    /// A re-send is under way.
+    pub row: store::delivery::DeadLetterRow,
     pub resending: bool,
+}
+
+impl DeadLetter {
+    /// A stored dead letter, not being re-sent.
+    pub fn stored(row: store::delivery::DeadLetterRow) -> DeadLetter {
+        DeadLetter {
+            row,
+            resending: false,
+        }
+    }
+}
+
+impl std::ops::Deref for DeadLetter {
+    type Target = store::delivery::DeadLetterRow;
+
+    fn deref(&self) -> &Self::Target {
+        &self.row
+    }
+}
+
+impl std::ops::DerefMut for DeadLetter {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.row
+    }
 }
 
 /// Where the dispatcher keeps its delivery state durably (the binary's
@@ -757,7 +770,7 @@ impl Dispatcher {
                 .collect()
         };
         let count = letters.len();
-        for letter in letters {
+        for DeadLetter { row: letter, .. } in letters {
             let mut headers = HeaderMap::new();
             for (name, value) in &letter.headers {
                 if let (Ok(name), Ok(value)) = (
@@ -940,7 +953,7 @@ fn dead_letter_of(
     let id = tracking
         .dead_letter
         .unwrap_or_else(|| inner.next_dead_id.fetch_add(1, Ordering::Relaxed));
-    DeadLetter {
+    DeadLetter::stored(store::delivery::DeadLetterRow {
         id,
         destination: destination.to_owned(),
         transfer_id: tracking.transfer_id.clone(),
@@ -960,8 +973,7 @@ fn dead_letter_of(
         failed_at_ms: crate::now_ms(),
         attempts,
         reason,
-        resending: false,
-    }
+    })
 }
 
 impl Inner {

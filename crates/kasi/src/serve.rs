@@ -524,7 +524,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         dispatcher.hold_watermark(hold);
         dispatcher.attach_journal(
             Box::new(Journal(delivery)),
-            dead_letters.into_iter().map(dead_letter).collect(),
+            dead_letters
+                .into_iter()
+                .map(hub::notify::DeadLetter::stored)
+                .collect(),
         );
         let mut hub_config = HubConfig::new(hub_name);
         hub_config.callback_tls = Some(callback_tls);
@@ -650,40 +653,11 @@ impl hub::notify::DeliveryJournal for Journal {
         keep: &[hub::notify::DeadLetter],
         forget: &[u64],
     ) -> Result<(), String> {
-        let rows: Vec<store::delivery::DeadLetterRow> = keep
-            .iter()
-            .map(|letter| store::delivery::DeadLetterRow {
-                id: letter.id,
-                destination: letter.destination.clone(),
-                transfer_id: letter.transfer_id.clone(),
-                method: letter.method.clone(),
-                url: letter.url.clone(),
-                headers: letter.headers.clone(),
-                body: letter.body.clone(),
-                failed_at_ms: letter.failed_at_ms,
-                attempts: letter.attempts,
-                reason: letter.reason.clone(),
-            })
-            .collect();
+        let rows: Vec<store::delivery::DeadLetterRow> =
+            keep.iter().map(|letter| letter.row.clone()).collect();
         self.0
             .apply(watermark, &rows, forget)
             .map_err(|error| error.to_string())
-    }
-}
-
-fn dead_letter(row: store::delivery::DeadLetterRow) -> hub::notify::DeadLetter {
-    hub::notify::DeadLetter {
-        id: row.id,
-        destination: row.destination,
-        transfer_id: row.transfer_id,
-        method: row.method,
-        url: row.url,
-        headers: row.headers,
-        body: row.body,
-        failed_at_ms: row.failed_at_ms,
-        attempts: row.attempts,
-        reason: row.reason,
-        resending: false,
     }
 }
 
