@@ -632,8 +632,14 @@ async fn guard(
     let arrived = Instant::now();
     let route = metrics::Route::of(&request);
     let fault = body::FaultSlot::default();
-    let request =
-        request.map(|inner| body::with_idle_timeout(inner, limits.body_idle, fault.clone()));
+    // A request that announced no body (a GET, Content-Length: 0) has none
+    // to stall on: no timer for it.
+    use axum::body::HttpBody as _;
+    let request = if request.body().size_hint().exact() == Some(0) {
+        request
+    } else {
+        request.map(|inner| body::with_idle_timeout(inner, limits.body_idle, fault.clone()))
+    };
     let mut response = checked(limits.request, request, next).await;
     let fault = *fault.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(fault) = fault {
