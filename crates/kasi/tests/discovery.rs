@@ -18,60 +18,6 @@ use support::*;
 /// The party the payee holds in most tests.
 const ALICE: &str = "255700000001";
 
-/// The registry and lookup callbacks of a DFSP, under its base URL.
-const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_SUB_ID_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_SUB_ID_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
-        "/participants/{{requestId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
-        "/participants/{{requestId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}/error",
-    ),
-    // A bare base URL: the hub appends `/quotes[/{ID}[/error]]`.
-    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
-];
-
 /// `name` onboarded as in transfers.rs (no funds needed), plus the
 /// endpoint types in `endpoints` at `base_url`.
 fn onboard(hub: &Hub, name: &str, base_url: &str, endpoints: &[(&str, &str)]) {

@@ -20,40 +20,6 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::*;
 
-/// Registry, lookup and quote callback endpoints (as discovery.rs), so that
-/// a spoofed request that got through would be seen by a stub.
-const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
-        "/participants/{{requestId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
-        "/participants/{{requestId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
-];
-
 /// Waits (bounded) until the hub's log contains `needle`.
 fn await_log(hub: &Hub, needle: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -40,6 +40,60 @@ pub const CALLBACK_WAIT: Duration = Duration::from_secs(10);
 /// How long to listen for a callback that must not come.
 pub const QUIET_WAIT: Duration = Duration::from_millis(300);
 
+/// The registry and lookup callbacks of a DFSP, under its base URL.
+pub const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_SUB_ID_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_SUB_ID_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
+        "/participants/{{requestId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
+        "/participants/{{requestId}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_SUB_ID_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/{{partySubIdOrType}}/error",
+    ),
+    // A bare base URL: the hub appends `/quotes[/{ID}[/error]]`.
+    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+];
+
 // ---------------------------------------------------------------------- time
 
 pub fn now_ms() -> i64 {
