@@ -423,7 +423,7 @@ pub struct Engine {
 }
 
 /// What recovery found, for the start-up log and BENCHMARKS.md.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Recovery {
     pub participants: usize,
     pub accounts: usize,
@@ -431,34 +431,67 @@ pub struct Recovery {
     /// Finished transfers older than the retention horizon, left in the
     /// store (summed, audited, not loaded).
     pub archived: u64,
+    /// The history snapshot recovery started from: the seq through which it
+    /// had summed the transfers (the rest was read row by row).
+    pub history_snapshot_through: Option<u64>,
+    /// Why a history snapshot was dropped and the whole history read
+    /// instead (it did not add up), if it was.
+    pub history_snapshot_dropped: Option<String>,
     pub load_time: Duration,
     pub rebuild_time: Duration,
 }
 
 /// Reads the store and rebuilds the ledger from it (after auditing it).
+///
+/// With a retention horizon the store may start from its history
+/// snapshot; if what it then gives does not add up, the snapshot is
+/// dropped and the whole history read again, so a bad snapshot costs a
+/// slow start, never a refused one. If the whole history does not add up
+/// either, recovery fails as it always has.
 pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recovery), StoreError> {
     let started = Instant::now();
-    let snapshot = match limits.transfer_retention_ms {
-        None => store.load()?,
-        Some(retention_ms) => store.load_recent((system_clock())() - retention_ms)?,
+    let load = |store: &mut dyn Store| match limits.transfer_retention_ms {
+        None => store.load(),
+        Some(retention_ms) => store.load_recent((system_clock())() - retention_ms),
     };
-    let archived = snapshot.archived.transfers;
-    let loaded = Instant::now();
-    let (participants, accounts, transfers) = (
-        snapshot.participants.len(),
-        snapshot.accounts.len(),
-        snapshot.transfers.len(),
-    );
-    let ledger = Ledger::restore(snapshot, limits).map_err(StoreError::fatal)?;
+    let mut snapshot = load(store)?;
+    let mut history_snapshot_through = store.history_snapshot_through();
+    let mut history_snapshot_dropped = None;
+    let mut loaded = Instant::now();
+    let mut shape = snapshot_shape(&snapshot);
+    let ledger = match Ledger::restore(snapshot, limits) {
+        Ok(ledger) => ledger,
+        Err(problem) if store.forget_history_snapshot()? => {
+            history_snapshot_dropped = Some(problem);
+            snapshot = load(store)?;
+            history_snapshot_through = None;
+            loaded = Instant::now();
+            shape = snapshot_shape(&snapshot);
+            Ledger::restore(snapshot, limits).map_err(StoreError::fatal)?
+        }
+        Err(problem) => return Err(StoreError::fatal(problem)),
+    };
+    let (participants, accounts, transfers, archived) = shape;
     let recovery = Recovery {
         participants,
         accounts,
         transfers,
         archived,
+        history_snapshot_through,
+        history_snapshot_dropped,
         load_time: loaded - started,
         rebuild_time: loaded.elapsed(),
     };
     Ok((ledger, recovery))
+}
+
+fn snapshot_shape(snapshot: &ledger::Snapshot) -> (usize, usize, usize, u64) {
+    (
+        snapshot.participants.len(),
+        snapshot.accounts.len(),
+        snapshot.transfers.len(),
+        snapshot.archived.transfers,
+    )
 }
 
 struct StoreJob {

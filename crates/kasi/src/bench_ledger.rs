@@ -365,7 +365,13 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
             temporary.path().to_path_buf()
         }
     };
-    let store = SqliteStore::open(&data_dir, SqliteOptions { fsync })?;
+    let store = SqliteStore::open(
+        &data_dir,
+        SqliteOptions {
+            fsync,
+            ..Default::default()
+        },
+    )?;
     let config = EngineConfig {
         max_batch_commands: args.max_batch,
         ..EngineConfig::default()
@@ -392,7 +398,13 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
 
     // Recovery: reopen the store and rebuild the ledger, timed.
     let started = Instant::now();
-    let mut store = SqliteStore::open(&data_dir, SqliteOptions { fsync })?;
+    let mut store = SqliteStore::open(
+        &data_dir,
+        SqliteOptions {
+            fsync,
+            ..Default::default()
+        },
+    )?;
     let (ledger, _) = engine::recover(&mut store, Limits::default())?;
     let recovery = started.elapsed();
     Ok(Report {

@@ -14,7 +14,7 @@ use hub::{Hub, HubConfig};
 use ledger::{Command, FspName, Limits, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store as _;
-use tracing::info;
+use tracing::{info, warn};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -276,6 +276,14 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_TRANSFER_RETENTION", default_value = "24h",
           value_parser = parse_retention, value_name = "DURATION")]
     transfer_retention: Retention,
+
+    /// How often the history snapshot advances (`30s`, `5m`, ...): it sums
+    /// the transfers that finished before the retention horizon, so that a
+    /// restart reads only what came since. Unused with
+    /// `--transfer-retention forever`.
+    #[arg(long, env = "KASI_HISTORY_SNAPSHOT_INTERVAL", default_value = "30s",
+          value_parser = parse_interval, value_name = "DURATION")]
+    history_snapshot_interval: Duration,
 }
 
 /// `--transfer-retention`: milliseconds, or `None` for ever.
@@ -286,6 +294,23 @@ fn parse_retention(text: &str) -> Result<Retention, String> {
     if text == "forever" {
         return Ok(Retention(None));
     }
+    match parse_duration_ms(text) {
+        Ok(ms) if ms >= 1_000 => Ok(Retention(Some(ms))),
+        Ok(_) => Err("at least 1s (or `forever`)".into()),
+        Err(error) => Err(format!("{error}, or `forever`")),
+    }
+}
+
+/// How often the history snapshot advances: at least 10 ms.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match parse_duration_ms(text)? {
+        ms if ms >= 10 => Ok(Duration::from_millis(ms as u64)),
+        _ => Err("at least 10ms".into()),
+    }
+}
+
+/// `90s`, `30m`, `24h`, `7d`, `250ms`: milliseconds.
+fn parse_duration_ms(text: &str) -> Result<i64, String> {
     let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit_ms = match &text[digits.len()..] {
         "ms" => 1,
@@ -293,15 +318,14 @@ fn parse_retention(text: &str) -> Result<Retention, String> {
         "m" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err("a number with ms, s, m, h or d (`24h`), or `forever`".into()),
+        _ => return Err("a number with ms, s, m, h or d (`24h`)".into()),
     };
     let count: i64 = digits
         .parse()
         .map_err(|_| format!("{digits:?} is not a whole number"))?;
-    match count.checked_mul(unit_ms) {
-        Some(ms) if ms >= 1_000 => Ok(Retention(Some(ms))),
-        _ => Err("at least 1s, and not absurdly long (or `forever`)".into()),
-    }
+    count
+        .checked_mul(unit_ms)
+        .ok_or_else(|| "absurdly long".to_string())
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -314,8 +338,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Decided before the store is opened, so a refused configuration
     // touches nothing and binds nothing.
     let admin_auth = Arc::new(admin_access(&args)?);
-    let mut store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
-        .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let history =
+        args.transfer_retention
+            .0
+            .map(|retention_ms| store::sqlite_history::HistoryOptions {
+                retention_ms,
+                interval: args.history_snapshot_interval,
+            });
+    let mut store = SqliteStore::open(
+        &args.data_dir,
+        SqliteOptions {
+            history,
+            ..SqliteOptions::default()
+        },
+    )
+    .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let limits = Limits {
         transfer_retention_ms: args.transfer_retention.0,
         ..Limits::default()
@@ -328,8 +365,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .context("cannot open the store for transfer lookups")?,
         )),
     };
+    if let Some(problem) = &recovery.history_snapshot_dropped {
+        warn!(
+            %problem,
+            "the history snapshot did not add up: dropped, the whole history was read instead (and audited), and a new snapshot is built"
+        );
+    }
     info!(
         store = %store.describe(),
+        history_snapshot_through_seq = recovery.history_snapshot_through,
         participants = recovery.participants,
         accounts = recovery.accounts,
         transfers = recovery.transfers,

@@ -143,3 +143,125 @@ fn transfers_past_the_horizon_leave_memory_and_are_still_answered_and_recognised
     assert_eq!(metric(&hub, IN_MEMORY), deposits);
     assert_eq!(hub.position(PAYER), 105.0);
 }
+
+const SNAPSHOTS: &[&str] = &[
+    "--transfer-retention",
+    "1s",
+    "--history-snapshot-interval",
+    "20ms",
+];
+
+/// The history snapshot advances every 20 ms under load while the hub is
+/// SIGKILLed, again and again (so some kills land while one is computed or
+/// written): each restart starts from a snapshot, nothing acknowledged is
+/// lost, every balance adds up (the audit before serving, and `kasi audit`
+/// over the whole history at the end).
+#[test]
+fn sigkills_while_history_snapshots_are_written_lose_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hub = Hub::start_with(&data, SNAPSHOTS);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 1_000_000, 1_000_000);
+    hub.onboard(PAYEE, &payee.base_url(), 1_000_000, 1_000_000);
+    let mut committed: Vec<String> = Vec::new();
+    for round in 0..3 {
+        let api = hub.api;
+        let stop = AtomicBool::new(false);
+        let acknowledged = Mutex::new(Vec::<String>::new());
+        let started = Instant::now();
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::SeqCst) {
+                        let id = new_id();
+                        let body = prepare_body(&id, PAYER, PAYEE, "1", now_ms() + 60_000);
+                        if try_api(api, "POST", "/transfers", PAYER, PAYEE, &body) != Some(202) {
+                            continue;
+                        }
+                        let path = format!("/transfers/{id}");
+                        let body = fulfil_body(FULFILMENT, "COMMITTED");
+                        if try_api(api, "PUT", &path, PAYEE, PAYER, &body) == Some(200) {
+                            acknowledged.lock().unwrap().push(id);
+                        }
+                    }
+                });
+            }
+            // Long enough for transfers to pass the 1 s horizon and be
+            // summed into snapshots while more arrive.
+            while acknowledged.lock().unwrap().len() < 200
+                || started.elapsed() < Duration::from_millis(1_500)
+            {
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "round {round}: only {} transfers in 20 s",
+                    acknowledged.lock().unwrap().len()
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            hub.kill();
+            stop.store(true, Ordering::SeqCst);
+        });
+        committed.extend(acknowledged.into_inner().unwrap());
+
+        hub = Hub::start_with(&data, SNAPSHOTS);
+        let log = hub.log();
+        let recovered = log
+            .lines()
+            .find(|line| line.contains("recovered the ledger"))
+            .unwrap_or_else(|| panic!("no recovery line:\n{log}"));
+        assert!(
+            recovered.contains("history_snapshot_through_seq=") && recovered.contains("archived="),
+            "round {round}: recovery did not start from a snapshot: {recovered}"
+        );
+        assert!(!log.contains("did not add up"), "{log}");
+        // Every acknowledged commit is in the payee's position (a commit
+        // whose answer was lost in the kill may be there too; the payer's
+        // also holds what is still reserved).
+        let received = -hub.position(PAYEE);
+        assert!(
+            received >= committed.len() as f64 && hub.position(PAYER) >= received,
+            "round {round}: payee received {received} < {} acknowledged commits",
+            committed.len()
+        );
+    }
+    // Acknowledged commits from every round, long evicted, answered from
+    // the store as committed.
+    for id in committed.iter().step_by(committed.len() / 10) {
+        let response = hub.get_transfer(id, PAYER, PAYEE);
+        assert_eq!(response.status, 202, "{response:?}");
+        // (Callbacks re-sent after the kills may arrive first.)
+        let path = format!("/transfers/{id}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let state = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let received = payer
+                .next_within(left)
+                .unwrap_or_else(|| panic!("no answer to GET {path}"));
+            if received.method == "PUT"
+                && received.path == path
+                && received.json()["transferState"] == json!("COMMITTED")
+            {
+                break received;
+            }
+        };
+        assert!(state.json()["fulfilment"].is_string(), "{state:?}");
+    }
+    assert!(hub.terminate().success());
+    let audit = kasi()
+        .args(["audit", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        audit.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
+    );
+}

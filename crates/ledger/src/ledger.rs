@@ -1409,7 +1409,7 @@ impl Ledger {
             self.account_mut(debit).value = debit_value;
             self.account_mut(credit).value = credit_value;
         }
-        let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan));
+        let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan, 1));
         if let Some(entries) = gross {
             self.post_entries(&entries, None, Some(transfer_id));
         }
@@ -2078,10 +2078,12 @@ impl Ledger {
         if archived.transfers > 0 {
             now_ms = now_ms.max(archived.last_at_ms);
         }
-        open_commits.extend(archived.open_window_commits);
         ledger.retention.restored(restored_finished);
         for (debit, credit, amount) in open_commits {
-            ledger.restore_window_commit(debit, credit, amount);
+            ledger.restore_window_commits(debit, credit, amount, 1);
+        }
+        for pair in archived.open_window_pairs {
+            ledger.restore_window_commits(pair.debit, pair.credit, pair.amount, pair.commits);
         }
         for entry in &ledger.book.entries {
             now_ms = now_ms.max(entry.at_ms);

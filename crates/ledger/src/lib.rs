@@ -37,4 +37,4 @@ pub use ids::{
 };
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
-pub use snapshot::{Archived, Snapshot};
+pub use snapshot::{Archived, Snapshot, WindowPairSum};

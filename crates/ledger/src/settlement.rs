@@ -243,13 +243,27 @@ impl Ledger {
         credit: AccountId,
         amount: Amount,
     ) -> Result<WindowCommit, Rejection> {
+        self.plan_window_commits(debit, credit, amount, 1)
+    }
+
+    /// [`Self::plan_window_commit`] for `commits` commits moving `amount` in
+    /// all.
+    fn plan_window_commits(
+        &self,
+        debit: AccountId,
+        credit: AccountId,
+        amount: Amount,
+        commits: u64,
+    ) -> Result<WindowCommit, Rejection> {
         let open = &self.book.open;
+        // Window counts are u32, as central-settlement's; they saturate.
+        let count = u32::try_from(commits).unwrap_or(u32::MAX);
         let mut payer = open.accounts.get(&debit).copied().unwrap_or_default();
         payer.sent = payer.sent.checked_add(amount).ok_or_else(overflow)?;
-        payer.sent_count = payer.sent_count.saturating_add(1);
+        payer.sent_count = payer.sent_count.saturating_add(count);
         let mut payee = open.accounts.get(&credit).copied().unwrap_or_default();
         payee.received = payee.received.checked_add(amount).ok_or_else(overflow)?;
-        payee.received_count = payee.received_count.saturating_add(1);
+        payee.received_count = payee.received_count.saturating_add(count);
         let (pair_sum, pair_count) = open
             .pairs
             .get(&(debit, credit))
@@ -262,31 +276,32 @@ impl Ledger {
                 (debit, credit),
                 (
                     pair_sum.checked_add(amount).ok_or_else(overflow)?,
-                    pair_count.saturating_add(1),
+                    pair_count.saturating_add(count),
                 ),
             ),
         })
     }
 
     /// Applies a planned commit to the open window; its id.
-    pub(crate) fn apply_window_commit(&mut self, plan: WindowCommit) -> Option<u32> {
+    pub(crate) fn apply_window_commit(&mut self, plan: WindowCommit, commits: u64) -> Option<u32> {
         let open = &mut self.book.open;
         open.accounts.insert(plan.debit.0, plan.debit.1);
         open.accounts.insert(plan.credit.0, plan.credit.1);
         open.pairs.insert(plan.pair.0, plan.pair.1);
-        open.commits += 1;
+        open.commits += commits;
         self.open_window_id()
     }
 
-    /// Recovery: a recorded commit of the open window.
-    pub(crate) fn restore_window_commit(
+    /// Recovery: recorded commits of the open window.
+    pub(crate) fn restore_window_commits(
         &mut self,
         debit: AccountId,
         credit: AccountId,
         amount: Amount,
+        commits: u64,
     ) {
-        if let Ok(plan) = self.plan_window_commit(debit, credit, amount) {
-            self.apply_window_commit(plan);
+        if let Ok(plan) = self.plan_window_commits(debit, credit, amount, commits) {
+            self.apply_window_commit(plan, commits);
         }
     }
 

@@ -60,9 +60,19 @@ pub struct Archived {
     /// The highest seq among them, and their latest instant.
     pub last_seq: u64,
     pub last_at_ms: i64,
-    /// Their commits in the open settlement window (debit, credit, amount):
-    /// the window's running sums count them.
-    pub open_window_commits: Vec<(crate::ids::AccountId, crate::ids::AccountId, Amount)>,
+    /// Their commits in the open settlement window, summed per (payer's,
+    /// payee's) position account, in that order: the window's running sums
+    /// count them.
+    pub open_window_pairs: Vec<WindowPairSum>,
+}
+
+/// Commits of one payer account to one payee account in a settlement window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowPairSum {
+    pub debit: crate::ids::AccountId,
+    pub credit: crate::ids::AccountId,
+    pub amount: Amount,
+    pub commits: u64,
 }
 
 #[derive(Clone, Copy, Default)]

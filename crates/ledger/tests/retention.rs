@@ -161,7 +161,12 @@ fn a_restore_with_archived_transfers_equals_the_live_state() {
         values: vec![(old.debit, old.amount), (old.credit, whole(-100))],
         last_seq: old.seq,
         last_at_ms: T0,
-        open_window_commits: vec![(old.debit, old.credit, old.amount)],
+        open_window_pairs: vec![WindowPairSum {
+            debit: old.debit,
+            credit: old.credit,
+            amount: old.amount,
+            commits: 1,
+        }],
     };
     assert_eq!(stored.audit(), Vec::<String>::new());
     let restored = Ledger::restore(stored.clone(), limits()).expect("restore");

@@ -17,6 +17,7 @@ use ledger::{Record, Snapshot};
 
 pub mod delivery;
 pub mod sqlite;
+pub mod sqlite_history;
 mod sqlite_settlement;
 
 /// A store failure. A commit that fails leaves nothing of its batches
@@ -95,6 +96,19 @@ pub trait Store: Send {
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
         let _ = horizon_ms;
         self.load()
+    }
+
+    /// Whether the last [`Store::load_recent`] started from a history
+    /// snapshot, and through which seq that summed the transfers.
+    fn history_snapshot_through(&self) -> Option<u64> {
+        None
+    }
+
+    /// Drops the history snapshot the last load started from (recovery
+    /// found that it does not add up), so that the next load reads the
+    /// whole history and the snapshot is built again. Whether there was one.
+    fn forget_history_snapshot(&mut self) -> Result<bool, StoreError> {
+        Ok(false)
     }
 
     /// Where the data lives, for logs.

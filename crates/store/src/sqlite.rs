@@ -19,6 +19,7 @@ use ledger::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
+use crate::sqlite_history::{self, HistoryOptions, HistorySnapshot, Snapshotter};
 use crate::sqlite_settlement::SettlementStatements;
 use crate::{Store, StoreError};
 
@@ -245,11 +246,17 @@ pub struct SqliteOptions {
     /// `true`: every commit is fsync'd before it returns (`synchronous=FULL`).
     /// `false` is for benchmarks only: a crash may lose acknowledged work.
     pub fsync: bool,
+    /// Keep a history snapshot (see [`crate::sqlite_history`]) so that
+    /// recovery with a retention horizon reads only recent transfers.
+    pub history: Option<HistoryOptions>,
 }
 
 impl Default for SqliteOptions {
     fn default() -> SqliteOptions {
-        SqliteOptions { fsync: true }
+        SqliteOptions {
+            fsync: true,
+            history: None,
+        }
     }
 }
 
@@ -271,6 +278,12 @@ pub struct SqliteStore {
     records_since_checkpoint: usize,
     wal_restarts: u64,
     restart_error_logged: bool,
+    history: Option<Snapshotter>,
+    /// The kept list of the history snapshot last written, if known.
+    history_kept_written: Option<Vec<u64>>,
+    /// Whether the last recovery read started from a history snapshot,
+    /// and through which seq it summed.
+    loaded_history_through: Option<u64>,
     /// Keeps the data directory's write lock for the store's lifetime.
     _lock: Option<File>,
     text: String,
@@ -336,7 +349,14 @@ impl SqliteStore {
             }
             other => return Err(newer_schema(&path, other)),
         }
+        // Within version 3: the history snapshot's tables and the indexes
+        // recovery reads it with (built once on a store that predates them).
+        connection.execute_batch(sqlite_history::SCHEMA)?;
         let checkpointer = Checkpointer::start(&path)?;
+        let history = match options.history {
+            Some(history) => Some(Snapshotter::start(&path, history)?),
+            None => None,
+        };
         Ok(SqliteStore {
             connection,
             path,
@@ -344,6 +364,9 @@ impl SqliteStore {
             records_since_checkpoint: 0,
             wal_restarts: 0,
             restart_error_logged: false,
+            history,
+            history_kept_written: None,
+            loaded_history_through: None,
             _lock: Some(lock),
             text: String::new(),
         })
@@ -357,11 +380,24 @@ impl SqliteStore {
         &self,
         since_ms: i64,
     ) -> Result<Vec<(TransferView, Condition, Option<FinishKind>)>, StoreError> {
+        // Two index reads, not a scan of the whole history: transfers are
+        // prepared in seq order at the ledger's clock, which never goes
+        // back (not across restarts either: recovery resumes it from the
+        // newest stored instant), so those prepared since are the seqs
+        // from the first one; finishes are read by their time.
+        let first_seq = self.first_seq_prepared_since(since_ms)?;
         let mut statement = self.connection.prepare(
-            "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
+            "WITH touched(seq) AS (
+                SELECT seq FROM transfers WHERE seq >= ?2
+                UNION
+                SELECT seq FROM transfer_finishes INDEXED BY transfer_finishes_by_time
+                WHERE finished_at_ms >= ?1
+             )
+             SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
                     t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
                     f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
-             FROM transfers t
+             FROM touched
+             JOIN transfers t ON t.seq = touched.seq
              JOIN accounts a ON a.id = t.debit_account_id
              JOIN participants pa ON pa.id = a.participant_id
              JOIN accounts b ON b.id = t.credit_account_id
@@ -369,7 +405,7 @@ impl SqliteStore {
              LEFT JOIN transfer_finishes f ON f.seq = t.seq
              WHERE t.kind = 'TRANSFER' AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
         )?;
-        let mut rows = statement.query(params![since_ms])?;
+        let mut rows = statement.query(params![since_ms, first_seq])?;
         let mut found = Vec::new();
         while let Some(row) = rows.next()? {
             let transfer_id = id_blob(row, 0)?;
@@ -417,6 +453,30 @@ impl SqliteStore {
             found.push((view, condition, finish_kind));
         }
         Ok(found)
+    }
+
+    /// The first seq of a transfer prepared at or after `since_ms` (one past
+    /// the last if none), by bisection over seqs: prepare instants grow with
+    /// seqs.
+    fn first_seq_prepared_since(&self, since_ms: i64) -> Result<i64, StoreError> {
+        let last: Option<i64> =
+            self.connection
+                .query_row("SELECT MAX(seq) FROM transfers", [], |row| row.get(0))?;
+        let mut statement = self.connection.prepare_cached(
+            "SELECT prepared_at_ms FROM transfers WHERE seq >= ?1 ORDER BY seq LIMIT 1",
+        )?;
+        let (mut low, mut high) = (0, last.unwrap_or(0) + 1);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let at_ms: Option<i64> = statement
+                .query_row(params![middle], |row| row.get(0))
+                .optional()?;
+            match at_ms {
+                Some(at_ms) if at_ms >= since_ms => high = middle,
+                _ => low = middle + 1,
+            }
+        }
+        Ok(low)
     }
 
     /// Opens an existing store read-only (for `kasi audit`), without taking
@@ -481,6 +541,9 @@ impl SqliteStore {
             records_since_checkpoint: 0,
             wal_restarts: 0,
             restart_error_logged: false,
+            history: None,
+            history_kept_written: None,
+            loaded_history_through: None,
             _lock: None,
             text: String::new(),
         })
@@ -715,7 +778,25 @@ impl SqliteStore {
                 }
             }
         }
+        let history = self.history.as_ref().and_then(|history| {
+            let pending = history.shared.take_pending()?;
+            let current = history.shared.generation.load(Ordering::Acquire);
+            (pending.0 == current).then_some(pending.1)
+        });
+        if let Some(history) = &history {
+            sqlite_history::write(&transaction, history, self.history_kept_written.as_deref())?;
+        }
+        // Unknown until the commit succeeds.
+        let kept_written = self.history_kept_written.take();
         transaction.commit()?;
+        if let Some(snapshot) = history {
+            self.history_kept_written = Some(snapshot.kept);
+            if let Some(history) = &self.history {
+                history.shared.written.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            self.history_kept_written = kept_written;
+        }
         self.records_since_checkpoint += batches.iter().map(|batch| batch.len()).sum::<usize>();
         if self.records_since_checkpoint >= CHECKPOINT_EVERY_RECORDS {
             if let Some(checkpointer) = &self.checkpointer {
@@ -766,6 +847,42 @@ impl SqliteStore {
             }
             Err(_) => {}
         }
+    }
+
+    /// Advances the history snapshot to fold every transfer finished before
+    /// `cut_ms` and stores it at once, on the writer's own connection (for
+    /// tests, which pick their cuts, and tools). Returns the stored snapshot.
+    pub fn advance_history_snapshot(&mut self, cut_ms: i64) -> Result<HistorySnapshot, StoreError> {
+        if let Some(history) = &self.history {
+            history.shared.take_pending();
+        }
+        let transaction = self.connection.transaction()?;
+        let mut snapshot =
+            sqlite_history::read(&transaction)?.unwrap_or_else(HistorySnapshot::empty);
+        loop {
+            let next = sqlite_history::advance(&transaction, &snapshot, cut_ms)?;
+            let done = next.through_seq == snapshot.through_seq && next.cut_ms == snapshot.cut_ms;
+            snapshot = next;
+            if done {
+                break;
+            }
+        }
+        sqlite_history::write(&transaction, &snapshot, None)?;
+        transaction.commit()?;
+        self.history_kept_written = Some(snapshot.kept.clone());
+        Ok(snapshot)
+    }
+
+    /// The stored history snapshot, if any.
+    pub fn history_snapshot(&self) -> Result<Option<HistorySnapshot>, StoreError> {
+        sqlite_history::read(&self.connection)
+    }
+
+    /// History snapshots written since the store was opened.
+    pub fn history_snapshots_written(&self) -> u64 {
+        self.history
+            .as_ref()
+            .map_or(0, |history| history.shared.written.load(Ordering::Relaxed))
     }
 
     /// Times the WAL was started over (for tests and diagnostics).
@@ -835,7 +952,25 @@ impl SqliteStore {
                 }
                 Some(horizon_ms) => {
                     drop(statement);
-                    read_recent_transfers(&transaction, version, horizon_ms, &mut snapshot)?;
+                    let history = match version == SCHEMA_VERSION {
+                        true => sqlite_history::read(&transaction)?,
+                        false => None,
+                    };
+                    self.loaded_history_through = history.as_ref().map(|h| h.through_seq);
+                    match history {
+                        Some(history) => {
+                            let (loaded, archived) =
+                                sqlite_history::read_since(&transaction, history, horizon_ms)?;
+                            for (transfer, finish) in loaded {
+                                snapshot.transfers.push(transfer);
+                                snapshot.finishes.extend(finish);
+                            }
+                            snapshot.archived = archived;
+                        }
+                        None => {
+                            read_recent_transfers(&transaction, version, horizon_ms, &mut snapshot)?
+                        }
+                    }
                 }
             }
             let settlement_window = if version >= 2 {
@@ -1122,7 +1257,7 @@ pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreE
 
 /// A `transfers` row, from a query of its columns in table order (the
 /// external reference and memo at 12 and 13, the wire version at 14).
-fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
+pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
     let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
     let external_reference: Option<String> = row.get(12)?;
     let reason: Option<String> = row.get(13)?;
@@ -1155,7 +1290,7 @@ fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
 }
 
 /// A `transfer_finishes` row, from its eight columns starting at `at`.
-fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreError> {
+pub(crate) fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreError> {
     Ok(FinishRow {
         seq: row.get::<_, i64>(at)? as u64,
         kind: parse(row, at + 1, "finish kind", FinishKind::parse)?,
@@ -1171,9 +1306,9 @@ fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreError> {
     })
 }
 
-/// Recovery with a retention horizon, in one streaming pass over the
-/// transfers and their finishes: a finished FSPIOP transfer that finished
-/// before `horizon_ms` is not loaded but summed into
+/// Recovery with a retention horizon and no history snapshot, in one
+/// streaming pass over the transfers and their finishes: a finished FSPIOP
+/// transfer that finished before `horizon_ms` is not loaded but summed into
 /// [`Snapshot::archived`] (what its commit moved, and whether it counts in
 /// the open window); every other transfer is loaded as without a horizon.
 fn read_recent_transfers(
@@ -1182,19 +1317,10 @@ fn read_recent_transfers(
     horizon_ms: i64,
     snapshot: &mut Snapshot,
 ) -> Result<(), StoreError> {
-    let open_window: Option<u32> = if version >= 2 {
-        transaction
-            .query_row(
-                "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
-                [],
-                |row| Ok((row.get::<_, u32>(0)?, row.get::<_, String>(1)?)),
-            )
-            .optional()?
-            .filter(|(_, state)| state == "OPEN")
-            .map(|(id, _)| id)
-    } else {
-        None
-    };
+    let mut archived = HistorySnapshot::empty();
+    if version >= 2 {
+        archived.in_window(sqlite_history::open_window(transaction)?);
+    }
     let (wire_version, settlement_window) = match version >= 2 {
         true => ("t.wire_version", "f.settlement_window"),
         false => ("0", "NULL"),
@@ -1206,53 +1332,17 @@ fn read_recent_transfers(
             f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
          FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
     ))?;
-    let mut values: std::collections::BTreeMap<AccountId, Amount> = Default::default();
-    let archived = &mut snapshot.archived;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
-        let transfer = transfer_row(row)?;
-        let finish = match row.get_ref(15)? {
-            ValueRef::Null => None,
-            _ => Some(finish_row(row, 15)?),
-        };
-        let finished_at_ms = match &finish {
-            Some(finish) => Some(finish.finished_at_ms),
-            None if transfer.state.is_final() => Some(transfer.prepared_at_ms),
-            None => None,
-        };
-        let old = transfer.kind == TransferKind::Fspiop
-            && finished_at_ms.is_some_and(|at_ms| at_ms < horizon_ms);
-        if !old {
+        let (transfer, finish) = sqlite_history::joined(row)?;
+        if sqlite_history::is_archived(&transfer, finish.as_ref(), horizon_ms) {
+            archived.fold(&transfer, finish.as_ref())?;
+        } else {
             snapshot.transfers.push(transfer);
             snapshot.finishes.extend(finish);
-            continue;
-        }
-        archived.transfers += 1;
-        archived.last_seq = archived.last_seq.max(transfer.seq);
-        archived.last_at_ms = archived
-            .last_at_ms
-            .max(finished_at_ms.unwrap_or(transfer.prepared_at_ms));
-        let state = finish
-            .as_ref()
-            .map_or(transfer.state, |finish| finish.state);
-        if state == TransferState::Committed {
-            let overflow =
-                || StoreError::fatal(format!("archived sums overflow at seq {}", transfer.seq));
-            let debit = values.entry(transfer.debit).or_default();
-            *debit = debit.checked_add(transfer.amount).ok_or_else(overflow)?;
-            let credit = values.entry(transfer.credit).or_default();
-            *credit = credit.checked_sub(transfer.amount).ok_or_else(overflow)?;
-            let window = finish.as_ref().and_then(|finish| finish.settlement_window);
-            if window.is_some() && window == open_window {
-                archived.open_window_commits.push((
-                    transfer.debit,
-                    transfer.credit,
-                    transfer.amount,
-                ));
-            }
         }
     }
-    archived.values = values.into_iter().collect();
+    snapshot.archived = archived.into_archived();
     Ok(())
 }
 
@@ -1367,6 +1457,25 @@ impl Store for SqliteStore {
 
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
         self.read(Some(horizon_ms))
+    }
+
+    fn history_snapshot_through(&self) -> Option<u64> {
+        self.loaded_history_through
+    }
+
+    fn forget_history_snapshot(&mut self) -> Result<bool, StoreError> {
+        if self.loaded_history_through.take().is_none() {
+            return Ok(false);
+        }
+        if let Some(history) = &self.history {
+            history.shared.generation.fetch_add(1, Ordering::AcqRel);
+            history.shared.take_pending();
+        }
+        let transaction = self.connection.transaction()?;
+        sqlite_history::forget(&transaction)?;
+        transaction.commit()?;
+        self.history_kept_written = None;
+        Ok(true)
     }
 
     fn describe(&self) -> String {

@@ -33,7 +33,13 @@ const ULID: &str = "01K1WV2595Z7XST8FW5K4XRDZB";
 const UUID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
 
 fn open(dir: &std::path::Path) -> Result<SqliteStore, store::StoreError> {
-    SqliteStore::open(dir, SqliteOptions { fsync: false })
+    SqliteStore::open(
+        dir,
+        SqliteOptions {
+            fsync: false,
+            ..Default::default()
+        },
+    )
 }
 
 #[test]

@@ -31,7 +31,14 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
     let dir = tempfile::tempdir().unwrap();
     // fsync off: this is about the WAL's size, not durability, and keeps
     // the test fast on a slow disk.
-    let mut store = SqliteStore::open(dir.path(), SqliteOptions { fsync: false }).unwrap();
+    let mut store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            fsync: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut next = 0u64;
     for commit in 0..400 {
         let batch: Vec<Record> = (0..256)
@@ -66,7 +73,14 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
     drop(store);
     // A clean close leaves no WAL behind, and everything written is there.
     assert_eq!(wal_bytes(dir.path()), 0);
-    let mut store = SqliteStore::open(dir.path(), SqliteOptions { fsync: false }).unwrap();
+    let mut store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            fsync: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let snapshot = store.load().unwrap();
     assert_eq!(snapshot.parties.len(), 400 * 256);
 }
@@ -77,7 +91,14 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
 #[test]
 fn a_long_reader_neither_delays_commits_nor_stops_restarts_for_good() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = SqliteStore::open(dir.path(), SqliteOptions { fsync: false }).unwrap();
+    let mut store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            fsync: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     store.commit(&[&parties(0, 10)]).unwrap();
     let reader = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
     reader.execute_batch("BEGIN").unwrap();

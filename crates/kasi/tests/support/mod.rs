@@ -1595,3 +1595,17 @@ impl Pki {
         )
     }
 }
+
+/// One FSPIOP request that may meet a hub being killed: its status, or
+/// `None` when the connection broke.
+pub fn try_api(
+    address: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    source: &str,
+    destination: &str,
+    body: &str,
+) -> Option<u16> {
+    let headers = fspiop_headers(source, destination, method == "POST");
+    std::panic::catch_unwind(|| http(address, method, path, &headers, body.as_bytes()).status).ok()
+}
