@@ -54,6 +54,15 @@ pub struct BenchLedgerArgs {
     #[arg(long)]
     json: bool,
 
+    /// Instead of the three phases: build a history of this many transfers
+    /// (each prepared and fulfilled, with a 1 s retention horizon so the
+    /// ledger's memory stays flat; fsync off, since building it is not what
+    /// is measured), then time recovery from the whole history, the history
+    /// snapshot's first build, and recovery from the snapshot. Keep the
+    /// store with --data-dir to time `kasi serve` on it.
+    #[arg(long, value_name = "TRANSFERS", conflicts_with_all = ["fsync", "print_durable"])]
+    history: Option<u64>,
+
     /// Print `<transfer-id> <STATE>` on standard output as each outcome
     /// becomes durable (used by the crash test).
     #[arg(long, hide = true)]
@@ -70,6 +79,9 @@ enum FsyncMode {
 pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
     if args.window == 0 || args.submission_size == 0 || args.submission_size > args.max_batch {
         bail!("--window and --submission-size must be at least 1, and --submission-size at most --max-batch");
+    }
+    if let Some(history) = args.history {
+        return run_history(&args, history);
     }
     let modes: &[bool] = match args.fsync {
         FsyncMode::On => &[true],
@@ -117,6 +129,132 @@ pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The horizon of `--history`'s runs and recoveries.
+const HISTORY_RETENTION_MS: i64 = 1_000;
+
+/// `--history`: restart time against the length of the history.
+fn run_history(args: &BenchLedgerArgs, history: u64) -> anyhow::Result<ExitCode> {
+    let temporary;
+    let data_dir = match &args.data_dir {
+        Some(dir) => {
+            if dir.join(store::sqlite::DATABASE_FILE).exists() {
+                bail!("--data-dir {} already holds a store", dir.display());
+            }
+            dir.clone()
+        }
+        None => {
+            temporary = tempfile::Builder::new()
+                .prefix("kasi-bench-")
+                .tempdir()
+                .context("cannot make a temp dir")?;
+            temporary.path().to_path_buf()
+        }
+    };
+    let limits = Limits {
+        transfer_retention_ms: Some(HISTORY_RETENTION_MS),
+        ..Limits::default()
+    };
+    let open = || {
+        SqliteStore::open(
+            &data_dir,
+            SqliteOptions {
+                fsync: false,
+                ..Default::default()
+            },
+        )
+    };
+    let engine = Engine::start(
+        Ledger::new(limits),
+        Box::new(open()?),
+        EngineConfig {
+            max_batch_commands: args.max_batch,
+            ..EngineConfig::default()
+        },
+    );
+    let handle = engine.handle();
+    let dfsps = onboard(&handle, args.dfsps)?;
+    let mut driver = Driver {
+        handle: &handle,
+        args,
+        dfsps: &dfsps,
+        fulfilment: Fulfilment::from_preimage([7; 32]),
+        next_id: 1,
+        transfers: history,
+    };
+    if !args.json {
+        println!("kasi bench ledger --history: building {history} transfers ...");
+    }
+    let built = driver.run_phase(2, Phase::TwoPhase)?;
+    engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Past the horizon of the last transfer.
+    std::thread::sleep(Duration::from_millis(HISTORY_RETENTION_MS as u64 + 100));
+
+    let timed_recovery = || -> anyhow::Result<(Duration, engine::Recovery)> {
+        let started = Instant::now();
+        let mut store = open()?;
+        let (_, recovery) = engine::recover(&mut store, limits)?;
+        Ok((started.elapsed(), recovery))
+    };
+    let (whole, whole_recovery) = timed_recovery()?;
+    let started = Instant::now();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64;
+    let snapshot = open()?.advance_history_snapshot(now_ms - HISTORY_RETENTION_MS)?;
+    let first_snapshot = started.elapsed();
+    let (from_snapshot, snapshot_recovery) = timed_recovery()?;
+    anyhow::ensure!(
+        snapshot_recovery.history_snapshot_through.is_some()
+            && snapshot_recovery.history_snapshot_dropped.is_none(),
+        "recovery did not start from the snapshot"
+    );
+    let bytes = std::fs::metadata(data_dir.join(store::sqlite::DATABASE_FILE))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "history_transfers": history,
+                "build_per_s": built.rate_per_s,
+                "store_bytes": bytes,
+                "recovery_whole_history_ms": whole.as_secs_f64() * 1000.0,
+                "first_snapshot_ms": first_snapshot.as_secs_f64() * 1000.0,
+                "snapshot_summed": snapshot.transfers,
+                "snapshot_kept": snapshot.kept.len(),
+                "recovery_from_snapshot_ms": from_snapshot.as_secs_f64() * 1000.0,
+                "loaded_from_snapshot": snapshot_recovery.transfers,
+                "archived_from_snapshot": snapshot_recovery.archived,
+            })
+        );
+    } else {
+        println!(
+            "  built {history} transfers at {:.0}/s; store {:.1} GB",
+            built.rate_per_s,
+            bytes as f64 / 1e9
+        );
+        println!(
+            "  recovery from the whole history: {:.0} ms ({} loaded, {} summed)",
+            whole.as_secs_f64() * 1000.0,
+            whole_recovery.transfers,
+            whole_recovery.archived
+        );
+        println!(
+            "  first history snapshot: {:.0} ms ({} summed, {} kept)",
+            first_snapshot.as_secs_f64() * 1000.0,
+            snapshot.transfers,
+            snapshot.kept.len()
+        );
+        println!(
+            "  recovery from the snapshot: {:.0} ms ({} loaded, {} summed)",
+            from_snapshot.as_secs_f64() * 1000.0,
+            snapshot_recovery.transfers,
+            snapshot_recovery.archived
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 const PHASES: [&str; 3] = ["prepare", "fulfil", "transfer"];
@@ -387,6 +525,7 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
         dfsps: &dfsps,
         fulfilment,
         next_id: 1,
+        transfers: args.transfers,
     };
     let first = driver.next_id;
     let prepare = driver.run_phase(0, Phase::Prepare { first })?;
@@ -518,6 +657,8 @@ struct Driver<'a> {
     dfsps: &'a [FspName],
     fulfilment: Fulfilment,
     next_id: u128,
+    /// Transfers per phase.
+    transfers: u64,
 }
 
 impl Driver<'_> {
@@ -552,7 +693,7 @@ impl Driver<'_> {
     }
 
     fn run_phase(&mut self, index: usize, phase: Phase) -> anyhow::Result<PhaseReport> {
-        let total = self.args.transfers;
+        let total = self.transfers;
         let size = self.args.submission_size as u64;
         let (sender, receiver) = mpsc::channel::<Completion>();
         let mut latency_us =

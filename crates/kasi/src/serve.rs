@@ -277,6 +277,13 @@ pub struct ServeArgs {
           value_parser = parse_retention, value_name = "DURATION")]
     transfer_retention: Retention,
 
+    /// At most this many finished transfers stay in memory (~650 bytes
+    /// each): beyond it the oldest leave before --transfer-retention, and
+    /// are answered from the store like older ones.
+    #[arg(long, env = "KASI_FINISHED_TRANSFERS_IN_MEMORY", default_value_t = 2_000_000,
+          value_parser = clap::value_parser!(u64).range(1_000..), value_name = "COUNT")]
+    finished_transfers_in_memory: u64,
+
     /// How often the history snapshot advances (`30s`, `5m`, ...): it sums
     /// the transfers that finished before the retention horizon, so that a
     /// restart reads only what came since. Unused with
@@ -355,6 +362,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
     let limits = Limits {
         transfer_retention_ms: args.transfer_retention.0,
+        max_finished_in_memory: args.finished_transfers_in_memory as usize,
         ..Limits::default()
     };
     let (ledger, recovery) = engine::recover(&mut store, limits).context("recovery failed")?;

@@ -24,6 +24,10 @@ pub struct Limits {
     /// How long a finished FSPIOP transfer stays in memory (`None`: for
     /// ever). Older ones are answered from the store by the hub.
     pub transfer_retention_ms: Option<i64>,
+    /// Finished FSPIOP transfers kept in memory (with a retention horizon):
+    /// beyond this many the oldest leave before the horizon, so memory
+    /// stays bounded whatever the rate (~650 bytes each).
+    pub max_finished_in_memory: usize,
     /// Quotes kept in persistent mode (each with its answer, ~1-2 KB).
     pub max_quotes: usize,
 }
@@ -35,6 +39,7 @@ impl Default for Limits {
             max_currencies_per_participant: 16,
             max_transfers: 50_000_000,
             transfer_retention_ms: None,
+            max_finished_in_memory: 2_000_000,
             max_quotes: 1_000_000,
         }
     }

@@ -1,6 +1,8 @@
 //! Bounded memory: finished FSPIOP transfers leave memory once they are
-//! older than the retention horizon ([`Limits::transfer_retention_ms`]);
-//! the hub answers `GET`s and duplicates of older ones from the store.
+//! older than the retention horizon ([`Limits::transfer_retention_ms`]), or
+//! sooner, oldest first, while more than
+//! [`Limits::max_finished_in_memory`] are held; the hub answers `GET`s and
+//! duplicates of those no longer held from the store.
 //!
 //! Eviction writes no record: the store keeps every transfer, and recovery
 //! loads only the unfinished ones and those finished within the horizon.
@@ -60,8 +62,11 @@ impl Retention {
     }
 }
 
-fn grace_ms(retention_ms: i64) -> i64 {
-    retention_ms.max(MIN_GRACE_MS)
+/// How long evicted ids are remembered: far longer than any hub's store
+/// check takes to reach the ledger, and short enough that remembering
+/// costs little (~50 bytes per transfer of the last minute).
+fn grace_ms(_retention_ms: i64) -> i64 {
+    MIN_GRACE_MS
 }
 
 impl Ledger {
@@ -87,11 +92,15 @@ impl Ledger {
     /// horizon, never).
     pub fn next_eviction_ms(&self) -> Option<i64> {
         let retention_ms = self.limits().transfer_retention_ms?;
+        let crowded = self.retention.finished.len() > self.limits().max_finished_in_memory;
         let finished = self
             .retention
             .finished
             .front()
-            .map(|&(at_ms, _, _)| at_ms.saturating_add(retention_ms));
+            .map(|&(at_ms, _, _)| match crowded {
+                true => self.now_ms,
+                false => at_ms.saturating_add(retention_ms),
+            });
         let forgotten = self
             .retention
             .evicted_order
@@ -114,6 +123,7 @@ impl Ledger {
         };
         let now_ms = self.now_ms;
         let grace = grace_ms(retention_ms);
+        let most = self.limits().max_finished_in_memory;
         let mut spent = 0;
         let retention = &mut self.retention;
         while spent < budget {
@@ -129,9 +139,12 @@ impl Ledger {
         }
         let mut evicted = 0;
         while spent < budget {
+            // Past the horizon, or crowded: the oldest leave first either way.
+            let crowded = retention.finished.len() > most;
             match retention.finished.front() {
                 Some(&(at_ms, batch, id))
-                    if at_ms.saturating_add(retention_ms) <= now_ms && batch <= durable_batches =>
+                    if (crowded || at_ms.saturating_add(retention_ms) <= now_ms)
+                        && batch <= durable_batches =>
                 {
                     retention.finished.pop_front();
                     if self.transfers.remove(&id).is_some() {

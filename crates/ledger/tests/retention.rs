@@ -181,3 +181,48 @@ fn a_restore_with_archived_transfers_equals_the_live_state() {
     assert!(!wrong.audit().is_empty());
     assert!(Ledger::restore(wrong, limits()).is_err());
 }
+
+/// However long the horizon, at most `max_finished_in_memory` finished
+/// transfers stay: the oldest leave first, at once, and reserved ones never.
+#[test]
+fn a_crowded_ledger_lets_its_oldest_finished_transfers_go_before_the_horizon() {
+    let mut hub = Hub::usd();
+    let payer = hub.dfsp("payerfsp", 1000, 500);
+    let payee = hub.dfsp("payeefsp", 1000, 500);
+    let crowded = Limits {
+        transfer_retention_ms: Some(365 * 86_400_000),
+        max_finished_in_memory: 2,
+        ..Limits::default()
+    };
+    hub.ledger = Ledger::restore(hub.ledger.snapshot(), crowded).expect("restore");
+    let before = hub.ledger.transfer_count();
+    for id in 1..=5 {
+        view(&hub.one(prepare(id, payer, payee, 1, hub.now + TTL)));
+        view(&hub.one(fulfil(id, payee.name)));
+        hub.advance(1);
+    }
+    view(&hub.one(prepare(6, payer, payee, 1, hub.now + TTL)));
+    assert_eq!(hub.ledger.next_eviction_ms(), Some(hub.now), "due now");
+    assert_eq!(evict_all(&mut hub), 3);
+    assert_eq!(
+        hub.ledger.transfer_count(),
+        before + 3,
+        "2 finished + 1 reserved"
+    );
+    // Next: forgetting the evicted ids, after the grace period.
+    assert_eq!(hub.ledger.next_eviction_ms(), Some(hub.now + GRACE));
+    // The oldest went: 1-3 are asked of the store, 4 and 5 answered here.
+    for id in 1..=3 {
+        match hub.one(Command::GetTransfer {
+            transfer_id: TransferId::new(id),
+            caller: payer.name,
+        }) {
+            Outcome::Rejected(error) => assert_eq!(error.code, ErrorCode::TRANSFER_ID_NOT_FOUND),
+            other => panic!("{other:?}"),
+        }
+    }
+    for id in 4..=6 {
+        hub.state(TransferId::new(id), payer.name);
+    }
+    hub.ledger.check_balances().expect("balances");
+}
