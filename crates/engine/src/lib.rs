@@ -168,6 +168,8 @@ pub struct StatsSnapshot {
     /// that left it past the retention horizon since start.
     pub transfers_in_memory: u64,
     pub transfers_evicted: u64,
+    /// Recorded quotes (persistent mode) in the ledger's memory now.
+    pub quotes_in_memory: u64,
 }
 
 impl Stats {
@@ -185,6 +187,7 @@ impl Stats {
             store_healthy: true,
             transfers_in_memory: 0,
             transfers_evicted: 0,
+            quotes_in_memory: 0,
         }
     }
 }
@@ -200,6 +203,7 @@ struct Shared {
     durable_batches: AtomicU64,
     transfers_in_memory: AtomicU64,
     transfers_evicted: AtomicU64,
+    quotes_in_memory: AtomicU64,
 }
 
 /// A transient store failure being retried.
@@ -374,6 +378,7 @@ impl EngineHandle {
             store_healthy: self.store_health() == StoreHealth::Healthy,
             transfers_in_memory,
             transfers_evicted,
+            quotes_in_memory: self.shared.quotes_in_memory.load(Ordering::Relaxed),
             ..self.shared.stats.snapshot()
         }
     }
@@ -522,6 +527,7 @@ impl Engine {
             durable_batches: AtomicU64::new(ledger.batches_applied()),
             transfers_in_memory: AtomicU64::new(ledger.transfer_count() as u64),
             transfers_evicted: AtomicU64::new(0),
+            quotes_in_memory: AtomicU64::new(ledger.quote_count() as u64),
         });
         let ledger_loop = LedgerLoop {
             ledger,
@@ -677,6 +683,9 @@ impl LedgerLoop {
         self.shared
             .transfers_evicted
             .store(self.ledger.transfers_evicted(), Ordering::Release);
+        self.shared
+            .quotes_in_memory
+            .store(self.ledger.quote_count() as u64, Ordering::Relaxed);
     }
 
     /// Adds a message to the batch being built; returns true on `Stop`.

@@ -547,6 +547,12 @@ impl Collector for Pipeline {
             "Transfers in the ledger's memory: reserved ones, finished ones within the retention horizon, funds movements",
             e.transfers_in_memory as f64,
         )?;
+        gauge_f64(
+            enc,
+            "kasi_ledger_quotes_in_memory",
+            "Recorded quotes (--quotes-persistent) in the ledger's memory; older ones are answered from the store",
+            e.quotes_in_memory as f64,
+        )?;
         counter(
             enc,
             "kasi_ledger_transfers_evicted",
@@ -723,6 +729,7 @@ mod tests {
                 store_healthy: false,
                 transfers_in_memory: 7,
                 transfers_evicted: 5,
+                quotes_in_memory: 2,
             },
             || vec![destination("payeefsp"), destination("payerfsp")],
         )
@@ -762,6 +769,7 @@ mod tests {
             "kasi_ledger_commands_total 12",
             "kasi_ledger_apply_seconds_total 0.5",
             "kasi_ledger_apply_max_seconds 0.25",
+            "kasi_ledger_quotes_in_memory 2.0",
             "kasi_store_commits_total 2",
             "kasi_store_records_total 40",
             "kasi_store_commit_seconds_total 2.0",

@@ -56,13 +56,43 @@ async fn post_quote(
     let parsed = fspiop::parse_quote_post(&body)?;
     let quote_id = parsed.quote_id.to_string();
     if hub.config.quotes_persistent {
-        let command = Command::RecordQuote {
-            quote_id: parsed.quote_id,
-            payer: caller.source,
-            payee: destination,
-            request_hash: parsed.request_hash,
+        // A quote the ledger no longer holds (past the retention horizon)
+        // is answered from the store. (Should one leave memory between this
+        // read and the ledger, a resend of it is forwarded again: quotes
+        // move no money.)
+        let stored = match &hub.config.transfer_lookup {
+            Some(lookup) => lookup.find_quote(parsed.quote_id).map_err(|error| {
+                HubError::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    format!("cannot read the store: {error}"),
+                )
+            })?,
+            None => None,
         };
-        match hub.execute_one(command).await? {
+        let outcome = match stored {
+            Some(row) if row.request_hash == parsed.request_hash => {
+                Outcome::QuoteDuplicate(ledger::QuoteView {
+                    quote_id: row.quote_id,
+                    payer: caller.source,
+                    payee: destination,
+                    answer: row.answer,
+                })
+            }
+            Some(_) => Outcome::Rejected(ledger::Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!("quote {quote_id} was received before with a different body"),
+            )),
+            None => {
+                hub.execute_one(Command::RecordQuote {
+                    quote_id: parsed.quote_id,
+                    payer: caller.source,
+                    payee: destination,
+                    request_hash: parsed.request_hash,
+                })
+                .await?
+            }
+        };
+        match outcome {
             Outcome::Done => {}
             // Seen before with the same body: resend the answer if there is
             // one; a quote still waiting for its answer is left alone.

@@ -789,6 +789,7 @@ impl Driver<'_> {
             store_healthy: after.store_healthy,
             transfers_in_memory: after.transfers_in_memory,
             transfers_evicted: after.transfers_evicted - stats_before.transfers_evicted,
+            quotes_in_memory: after.quotes_in_memory,
         };
         Ok(PhaseReport {
             name: PHASES[index],

@@ -863,3 +863,72 @@ fn persistent_quotes_apply_the_duplicate_rules_across_a_restart() {
         "{error:?}"
     );
 }
+
+/// `--quotes-persistent` with a short retention horizon: a recorded quote
+/// leaves the ledger's memory (so quotes never fill it), and is then
+/// answered from the store: a resend gets the known answer, a modified one
+/// 3106.
+#[test]
+fn persistent_quotes_past_the_horizon_are_answered_from_the_store() {
+    let d = Discovery::with_flags(&["--quotes-persistent", "--transfer-retention", "1s"]);
+    let quote_id = new_id();
+    let body = quote_body(&quote_id, true);
+    let headers = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), true);
+    let post = |body: &str| {
+        d.hub
+            .api("POST", "/quotes", &headers, body.as_bytes())
+            .status
+    };
+    assert_eq!(post(&body), 202);
+    d.payee.expect("POST", "/quotes");
+    let answer = quote_put_body();
+    let put_headers = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), false);
+    let path = format!("/quotes/{quote_id}");
+    assert_eq!(
+        d.hub
+            .api("PUT", &path, &put_headers, answer.as_bytes())
+            .status,
+        200
+    );
+    d.payer.expect("PUT", &path);
+
+    // It leaves memory a second later, with no traffic to prompt it.
+    let in_memory = || {
+        let text = d.hub.admin_expect("GET", "/metrics", None, 200).text();
+        let line = text
+            .lines()
+            .find(|line| line.starts_with("kasi_ledger_quotes_in_memory "))
+            .unwrap_or_else(|| panic!("no quotes gauge in /metrics:\n{text}"))
+            .to_string();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
+    assert_eq!(in_memory(), 1.0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while in_memory() > 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the quote stayed in memory"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    // A resend: the known answer, from the hub, nothing forwarded.
+    assert_eq!(post(&body), 202);
+    let resent = d.payer.expect("PUT", &path);
+    assert_eq!(resent.body, answer.as_bytes(), "the known answer is resent");
+    assert_eq!(resent.header("fspiop-source"), Some("Hub"));
+    // Modified: 3106 to the payer.
+    assert_eq!(post(&body.replace("\"100\"", "\"101\"")), 202);
+    let error = d.payer.expect("PUT", &format!("{path}/error"));
+    assert_eq!(
+        error.json()["errorInformation"]["errorCode"],
+        "3106",
+        "{error:?}"
+    );
+    d.payee.assert_quiet(QUIET_WAIT);
+
+    // New quotes still go through.
+    let next = new_id();
+    assert_eq!(post(&quote_body(&next, true)), 202);
+    d.payee.expect("POST", "/quotes");
+}

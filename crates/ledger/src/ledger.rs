@@ -28,7 +28,9 @@ pub struct Limits {
     /// beyond this many the oldest leave before the horizon, so memory
     /// stays bounded whatever the rate (~650 bytes each).
     pub max_finished_in_memory: usize,
-    /// Quotes kept in persistent mode (each with its answer, ~1-2 KB).
+    /// Quotes kept in persistent mode (each with its answer, ~1-2 KB):
+    /// with a retention horizon the oldest leave memory beyond it (and
+    /// after the horizon); without one, more are refused.
     pub max_quotes: usize,
 }
 
@@ -999,7 +1001,11 @@ impl Ledger {
                 format!("quote {quote_id} was received before with a different body"),
             ));
         }
-        if self.quotes.len() >= self.limits.max_quotes {
+        // With a retention horizon the oldest quotes leave memory instead
+        // (the hub asks the store about ids the ledger does not hold).
+        if self.limits.transfer_retention_ms.is_none()
+            && self.quotes.len() >= self.limits.max_quotes
+        {
             return Err(Rejection::new(
                 ErrorCode::INTERNAL_SERVER_ERROR,
                 format!(
@@ -1025,6 +1031,9 @@ impl Ledger {
         };
         self.records.push(Record::Quote(row.clone()));
         self.quotes.insert(quote_id, row);
+        if self.limits.transfer_retention_ms.is_some() {
+            self.retention.quote_recorded(self.now_ms, quote_id);
+        }
         Ok(Outcome::Done)
     }
 
@@ -1979,6 +1988,14 @@ impl Ledger {
         }
         ledger.settlement_models = snapshot.settlement_models;
         ledger.oracles = snapshot.oracles;
+        if ledger.limits.transfer_retention_ms.is_some() {
+            let quotes = snapshot.quotes.iter();
+            ledger.retention.restored_quotes(
+                quotes
+                    .map(|row| (row.received_at_ms, row.quote_id))
+                    .collect(),
+            );
+        }
         ledger.quotes = snapshot
             .quotes
             .into_iter()

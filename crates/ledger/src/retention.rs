@@ -47,11 +47,26 @@ pub(crate) struct Retention {
     evicted_total: u64,
     /// Evicted ids forgotten (the first ones evicted, in order).
     forgotten_total: u64,
+    /// Recorded quotes (persistent mode) in memory, in the order received:
+    /// (received at, batch that recorded it, id).
+    quotes: VecDeque<(i64, u64, TransferId)>,
+    pub(crate) quotes_evicted_total: u64,
 }
 
 impl Retention {
     pub(crate) fn finished(&mut self, at_ms: i64, transfer_id: TransferId) {
         self.finished.push_back((at_ms, self.batches, transfer_id));
+    }
+
+    pub(crate) fn quote_recorded(&mut self, at_ms: i64, quote_id: TransferId) {
+        self.quotes.push_back((at_ms, self.batches, quote_id));
+    }
+
+    /// Restored quotes are durable: batch 0.
+    pub(crate) fn restored_quotes(&mut self, mut quotes: Vec<(i64, TransferId)>) {
+        quotes.sort_unstable();
+        self.quotes
+            .extend(quotes.into_iter().map(|(at_ms, id)| (at_ms, 0, id)));
     }
 
     /// Restored transfers are durable: batch 0.
@@ -106,7 +121,16 @@ impl Ledger {
             .evicted_order
             .front()
             .map(|&(at_ms, _)| at_ms.saturating_add(grace_ms(retention_ms)));
-        finished.into_iter().chain(forgotten).min()
+        let crowded_quotes = self.quotes.len() > self.limits().max_quotes;
+        let quotes = self
+            .retention
+            .quotes
+            .front()
+            .map(|&(at_ms, _, _)| match crowded_quotes {
+                true => self.now_ms,
+                false => at_ms.saturating_add(retention_ms),
+            });
+        finished.into_iter().chain(forgotten).chain(quotes).min()
     }
 
     /// Removes from memory, at time `now_ms`, finished FSPIOP transfers
@@ -158,7 +182,35 @@ impl Ledger {
                 _ => break,
             }
         }
+        // Quotes: the hub asks the store about ids it does not hold.
+        let most_quotes = self.limits().max_quotes;
+        while spent < budget {
+            let crowded = self.quotes.len() > most_quotes;
+            match self.retention.quotes.front() {
+                Some(&(at_ms, batch, id))
+                    if (crowded || at_ms.saturating_add(retention_ms) <= now_ms)
+                        && batch <= durable_batches =>
+                {
+                    self.retention.quotes.pop_front();
+                    if self.quotes.remove(&id).is_some() {
+                        self.retention.quotes_evicted_total += 1;
+                    }
+                    spent += 1;
+                }
+                _ => break,
+            }
+        }
         evicted
+    }
+
+    /// Recorded quotes (persistent mode) in memory.
+    pub fn quote_count(&self) -> usize {
+        self.quotes.len()
+    }
+
+    /// Recorded quotes evicted so far.
+    pub fn quotes_evicted(&self) -> u64 {
+        self.retention.quotes_evicted_total
     }
 
     /// The part of the duplicate rule for an id not in memory.

@@ -226,3 +226,42 @@ fn a_crowded_ledger_lets_its_oldest_finished_transfers_go_before_the_horizon() {
     }
     hub.ledger.check_balances().expect("balances");
 }
+
+/// Recorded quotes leave memory like finished transfers: past the horizon,
+/// or oldest first beyond `max_quotes` (instead of refusing new ones).
+#[test]
+fn recorded_quotes_leave_memory_past_the_horizon_or_when_crowded() {
+    let mut hub = Hub::usd();
+    let payer = hub.dfsp("payerfsp", 1000, 500);
+    let payee = hub.dfsp("payeefsp", 1000, 500);
+    let limits = Limits {
+        transfer_retention_ms: Some(RETENTION),
+        max_quotes: 2,
+        ..Limits::default()
+    };
+    hub.ledger = Ledger::restore(hub.ledger.snapshot(), limits).expect("restore");
+    let quote = |id: u128| Command::RecordQuote {
+        quote_id: TransferId::new(id),
+        payer: payer.name,
+        payee: payee.name,
+        request_hash: hash(id as u8),
+    };
+    for id in 1..=4 {
+        assert_eq!(hub.one(quote(id)), Outcome::Done, "no refusal when crowded");
+        hub.advance(1);
+    }
+    assert_eq!(hub.ledger.quote_count(), 4);
+    assert!(
+        hub.ledger.next_eviction_ms() < Some(hub.now),
+        "crowded: due at once"
+    );
+    evict_all(&mut hub);
+    assert_eq!(hub.ledger.quote_count(), 2);
+    assert_eq!(hub.ledger.quotes_evicted(), 2);
+    // The newest stay: a resend of one is still a duplicate here.
+    assert!(matches!(hub.one(quote(4)), Outcome::QuoteDuplicate(_)));
+    // Past the horizon the rest go too.
+    hub.advance(RETENTION);
+    evict_all(&mut hub);
+    assert_eq!(hub.ledger.quote_count(), 0);
+}

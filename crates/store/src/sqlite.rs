@@ -385,7 +385,8 @@ impl SqliteStore {
         // back (not across restarts either: recovery resumes it from the
         // newest stored instant), so those prepared since are the seqs
         // from the first one; finishes are read by their time.
-        let first_seq = self.first_seq_prepared_since(since_ms)?;
+        let first_seq =
+            first_rowid_since(&self.connection, "transfers", "prepared_at_ms", since_ms)?;
         let mut statement = self.connection.prepare(
             "WITH touched(seq) AS (
                 SELECT seq FROM transfers WHERE seq >= ?2
@@ -453,30 +454,6 @@ impl SqliteStore {
             found.push((view, condition, finish_kind));
         }
         Ok(found)
-    }
-
-    /// The first seq of a transfer prepared at or after `since_ms` (one past
-    /// the last if none), by bisection over seqs: prepare instants grow with
-    /// seqs.
-    fn first_seq_prepared_since(&self, since_ms: i64) -> Result<i64, StoreError> {
-        let last: Option<i64> =
-            self.connection
-                .query_row("SELECT MAX(seq) FROM transfers", [], |row| row.get(0))?;
-        let mut statement = self.connection.prepare_cached(
-            "SELECT prepared_at_ms FROM transfers WHERE seq >= ?1 ORDER BY seq LIMIT 1",
-        )?;
-        let (mut low, mut high) = (0, last.unwrap_or(0) + 1);
-        while low < high {
-            let middle = low + (high - low) / 2;
-            let at_ms: Option<i64> = statement
-                .query_row(params![middle], |row| row.get(0))
-                .optional()?;
-            match at_ms {
-                Some(at_ms) if at_ms >= since_ms => high = middle,
-                _ => low = middle + 1,
-            }
-        }
-        Ok(low)
     }
 
     /// Opens an existing store read-only (for `kasi audit`), without taking
@@ -1050,29 +1027,14 @@ impl SqliteStore {
                     active: row.get(5)?,
                 });
             }
+            // With a horizon, only the quotes received since (an index).
             let mut statement = transaction.prepare(
                 "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
-                    answer_body, answered_at_ms FROM quotes ORDER BY quote_id",
+                    answer_body, answered_at_ms FROM quotes WHERE received_at_ms >= ?1 ORDER BY quote_id",
             )?;
-            let mut rows = statement.query([])?;
+            let mut rows = statement.query([horizon_ms.unwrap_or(i64::MIN)])?;
             while let Some(row) = rows.next()? {
-                let answer = match row.get_ref(5)? {
-                    ValueRef::Null => None,
-                    _ => Some(QuoteAnswer {
-                        request_hash: RequestHash(blob(row, 5)?),
-                        is_error: row.get(6)?,
-                        body: row.get(7)?,
-                        answered_at_ms: row.get(8)?,
-                    }),
-                };
-                snapshot.quotes.push(QuoteRow {
-                    quote_id: id_blob(row, 0)?,
-                    payer: ParticipantId(row.get(1)?),
-                    payee: ParticipantId(row.get(2)?),
-                    request_hash: RequestHash(blob(row, 3)?),
-                    received_at_ms: row.get(4)?,
-                    answer,
-                });
+                snapshot.quotes.push(quote_row(row)?);
             }
             if version >= 3 {
                 // The newest events only: older ones stay in the table.
@@ -1239,6 +1201,58 @@ fn newer_schema(path: &Path, version: i64) -> StoreError {
     ))
 }
 
+/// The first rowid of `table` whose `column` (an instant that grows with
+/// the rowid: rows appended as time goes) is at or after `since_ms`, one
+/// past the last if none: by bisection, ~30 index reads however long the
+/// table.
+fn first_rowid_since(
+    connection: &Connection,
+    table: &str,
+    column: &str,
+    since_ms: i64,
+) -> Result<i64, StoreError> {
+    let last: Option<i64> =
+        connection.query_row(&format!("SELECT MAX(rowid) FROM {table}"), [], |row| {
+            row.get(0)
+        })?;
+    let mut statement = connection.prepare_cached(&format!(
+        "SELECT {column} FROM {table} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1"
+    ))?;
+    let (mut low, mut high) = (0, last.unwrap_or(0) + 1);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        let at_ms: Option<i64> = statement
+            .query_row(params![middle], |row| row.get(0))
+            .optional()?;
+        match at_ms {
+            Some(at_ms) if at_ms >= since_ms => high = middle,
+            _ => low = middle + 1,
+        }
+    }
+    Ok(low)
+}
+
+/// A `quotes` row, from its nine columns in table order.
+fn quote_row(row: &Row<'_>) -> Result<QuoteRow, StoreError> {
+    let answer = match row.get_ref(5)? {
+        ValueRef::Null => None,
+        _ => Some(QuoteAnswer {
+            request_hash: RequestHash(blob(row, 5)?),
+            is_error: row.get(6)?,
+            body: row.get(7)?,
+            answered_at_ms: row.get(8)?,
+        }),
+    };
+    Ok(QuoteRow {
+        quote_id: id_blob(row, 0)?,
+        payer: ParticipantId(row.get(1)?),
+        payee: ParticipantId(row.get(2)?),
+        request_hash: RequestHash(blob(row, 3)?),
+        received_at_ms: row.get(4)?,
+        answer,
+    })
+}
+
 /// A [`TransferId`] column: 16 bytes for a UUID, 17 for a ULID.
 pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreError> {
     match row.get_ref(column)? {
@@ -1382,6 +1396,21 @@ impl TransferLookup {
         Ok(TransferLookup {
             connection: std::sync::Mutex::new(connection),
         })
+    }
+
+    /// The recorded quote (persistent mode) with this id, if the store has
+    /// it. Blocking, like [`TransferLookup::find`].
+    pub fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        let mut statement = connection.prepare_cached(
+            "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
+                answer_body, answered_at_ms FROM quotes WHERE quote_id = ?1",
+        )?;
+        let mut rows = statement.query(params![quote_id.to_blob().as_slice()])?;
+        match rows.next()? {
+            Some(row) => Ok(Some(quote_row(row)?)),
+            None => Ok(None),
+        }
     }
 
     /// The transfer with this id, if the store has it. Blocking: call it

@@ -72,6 +72,7 @@ CREATE TABLE IF NOT EXISTS history_snapshot_kept (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS transfer_finishes_by_time ON transfer_finishes (finished_at_ms);
 CREATE INDEX IF NOT EXISTS transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
+CREATE INDEX IF NOT EXISTS quotes_by_time ON quotes (received_at_ms);
 ";
 
 /// A transfer and its finish, in one query's columns.
