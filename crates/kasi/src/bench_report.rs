@@ -1294,7 +1294,7 @@ fn write_hub_panel(out: &mut String, samples: &[Sample], x: Scale) -> fmt::Resul
     let right = SVG_HUB_WIDTH - 14.0;
     writeln!(
         out,
-        r#"<text x="{right}" y="{middle}" text-anchor="middle" fill="{COLOR_BACKLOG}" transform="rotate(90 {right} {middle})">callback backlog (queued + in flight)</text>"#
+        r#"<text x="{right}" y="{middle}" text-anchor="middle" fill="{COLOR_BACKLOG}" transform="rotate(90 {right} {middle})">callback backlog</text>"#
     )?;
     let series_rss = series_path(samples, |s| s.hub_rss_mb, x, y_rss);
     let series_backlog = series_path(samples, |s| s.callback_backlog, x, y_backlog);
@@ -2153,7 +2153,10 @@ mod tests {
         }
         // Both axes are labelled, the legend names both series.
         assert!(svg.contains(">hub RSS (MB)</text>"), "{svg}");
-        assert!(svg.contains("callback backlog (queued + in flight)</text>"));
+        assert!(
+            svg.contains(r#"rotate(90 946 462)">callback backlog</text>"#),
+            "{svg}"
+        );
         assert!(svg.contains(">hub RSS</text>") && svg.contains(">callback backlog</text>"));
         // The shading and the time axis reach the third panel; the labels
         // are under it.

@@ -1498,6 +1498,8 @@ struct Shared {
     api: String,
     /// The hub's admin address (its `/metrics`, when it has one).
     admin: String,
+    /// The latest scrape of the hub's gauges, for the monitor's next point.
+    hub_gauges: Mutex<Option<HubGauges>>,
     flow: Flow,
     ids: IdGen,
     names: Vec<String>,
@@ -1653,6 +1655,7 @@ async fn drive(
         client,
         api: api.to_string(),
         admin: admin.to_string(),
+        hub_gauges: Mutex::new(None),
         flow: args.flow,
         ids: IdGen::new(seed),
         index_of,
@@ -1861,10 +1864,10 @@ fn own_rss_bytes() -> Option<u64> {
 const SCRAPE_TIMEOUT: Duration = Duration::from_millis(900);
 
 /// Once a second, half a second before each of the monitor's ticks: the
-/// hub's gauges from its admin `/metrics`, left in `latest` for the
-/// monitor's next point. On its own task, off the flows' path; a failed or
-/// empty scrape leaves nothing (that second has no sample).
-async fn scrape_hub(shared: Arc<Shared>, started: Instant, latest: Arc<Mutex<Option<HubGauges>>>) {
+/// hub's gauges from its admin `/metrics`, left in `shared.hub_gauges` for
+/// the monitor's next point. On its own task, off the flows' path; a failed
+/// or empty scrape leaves nothing (that second has no sample).
+async fn scrape_hub(shared: Arc<Shared>, started: Instant) {
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::from_std(started + Duration::from_millis(500)),
         Duration::from_secs(1),
@@ -1885,7 +1888,7 @@ async fn scrape_hub(shared: Arc<Shared>, started: Instant, latest: Arc<Mutex<Opt
             _ => continue,
         };
         if !gauges.is_empty() {
-            *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(gauges);
+            *shared.hub_gauges.lock().unwrap_or_else(|e| e.into_inner()) = Some(gauges);
         }
     }
 }
@@ -2015,8 +2018,8 @@ async fn run_plan(
     };
     let plan = Arc::new(plan.clone());
     let timeline = Arc::new(Mutex::new(Vec::new()));
-    let hub_gauges = Arc::new(Mutex::new(None));
-    let scraper = tokio::spawn(scrape_hub(shared.clone(), started, hub_gauges.clone()));
+    *shared.hub_gauges.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let scraper = tokio::spawn(scrape_hub(shared.clone(), started));
     let monitor = tokio::spawn(monitor(
         shared.clone(),
         started,
@@ -2025,7 +2028,6 @@ async fn run_plan(
         offset_s,
         args.quiet,
         timeline.clone(),
-        hub_gauges,
     ));
     let hub_pid = shared.hub_pid;
     let mut loaded_wait = load_ended_wait;
@@ -2372,7 +2374,6 @@ async fn monitor(
     offset_s: f64,
     quiet: bool,
     timeline: Arc<Mutex<Vec<TimelinePoint>>>,
-    hub_gauges: Arc<Mutex<Option<HubGauges>>>,
 ) {
     let mut ticks = tokio::time::interval_at(
         tokio::time::Instant::from_std(started + Duration::from_secs(1)),
@@ -2424,7 +2425,11 @@ async fn monitor(
             p50_ms,
             p99_ms,
             in_flight,
-            hub: hub_gauges.lock().unwrap_or_else(|e| e.into_inner()).take(),
+            hub: shared
+                .hub_gauges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
             harness_rss_bytes: own_rss_bytes(),
         };
         last = (now, ok, starts, failed);
