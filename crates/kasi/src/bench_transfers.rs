@@ -1822,8 +1822,8 @@ fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
         // The name must end here: `kasi_callbacks_queued_total` is not
         // `kasi_callbacks_queued`.
         let rest = if let Some(labelled) = rest.strip_prefix('{') {
-            // Label values may hold '}' only escaped inside quotes; the
-            // last '}' ends the label set.
+            // A label value may hold '}'; the value and timestamp after
+            // the label set hold none, so the last one ends it.
             match labelled.rfind('}') {
                 Some(end) => &labelled[end + 1..],
                 None => continue,
