@@ -1640,8 +1640,8 @@ async fn drive(
         // Below the time a hub keeps an idle keep-alive connection open
         // (kasi's --header-timeout-ms, 10 s; Node's keepAliveTimeout, 5 s,
         // for Mojaloop's services), so the pool never reuses a connection
-        // the hub is closing: that race reset a POST now and then (seen as
-        // "transport" errors, 2 in 720,000 transfers at 2,000/s).
+        // the hub is closing (with 20 s, the likely cause of POSTs reset now
+        // and then: "transport" errors, 2 in 720,000 transfers at 2,000/s).
         .pool_idle_timeout(Duration::from_secs(4))
         .pool_timer(TokioTimer::new())
         .build(connector);
