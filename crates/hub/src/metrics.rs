@@ -23,7 +23,9 @@
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
 //! `kasi_runtime_lag_max_seconds`, `kasi_stage_duration_seconds` (by `phase`
-//! and `stage` of a transfer message, see [`crate::stages`]).
+//! and `stage` of a transfer message, see [`crate::stages`]); and the
+//! standard `process_resident_memory_bytes` (Linux only: read from
+//! `/proc/self/statm` at scrape time, absent elsewhere).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -285,6 +287,7 @@ impl Metrics {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
         }));
+        registry.register_collector(Box::new(Process));
         let api_connections = Arc::<crate::server::ConnectionStats>::default();
         let admin_connections = Arc::<crate::server::ConnectionStats>::default();
         registry.register_collector(Box::new(Connections {
@@ -405,7 +408,58 @@ pub async fn scrape(State(hub): State<Arc<Hub>>) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], hub.metrics.render()).into_response()
 }
 
-/// The pipeline's and the dispatcher's counters, read at scrape time.
+/// The process's own figures, under the names every Prometheus client
+/// library uses (`process_resident_memory_bytes`), read at scrape time.
+#[derive(Debug)]
+struct Process;
+
+impl Collector for Process {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        // Absent where /proc cannot say (not Linux): no series rather than 0.
+        let Some(bytes) = resident_memory_bytes() else {
+            return Ok(());
+        };
+        let metric = encoder.encode_descriptor(
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(bytes as i64).encode(metric)
+    }
+}
+
+/// This process's resident set: `/proc/self/statm`'s second field (pages)
+/// times the page size.
+fn resident_memory_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    Some(parse_statm_resident(&statm)? * page_size())
+}
+
+/// The resident pages in a `/proc/<pid>/statm` line (size resident shared ...).
+fn parse_statm_resident(statm: &str) -> Option<u64> {
+    statm.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The page size, from the kernel's auxiliary vector (`AT_PAGESZ`), so no
+/// libc call is needed; 4 KiB when it cannot be read.
+fn page_size() -> u64 {
+    const AT_PAGESZ: u64 = 6;
+    const WORD: usize = std::mem::size_of::<usize>();
+    let auxv = std::fs::read("/proc/self/auxv").unwrap_or_default();
+    let word = |chunk: &[u8]| -> u64 {
+        let mut bytes = [0u8; WORD];
+        bytes.copy_from_slice(chunk);
+        usize::from_ne_bytes(bytes) as u64
+    };
+    auxv.chunks_exact(2 * WORD)
+        .map(|pair| (word(&pair[..WORD]), word(&pair[WORD..])))
+        .find(|(key, _)| *key == AT_PAGESZ)
+        .map(|(_, size)| size)
+        .filter(|size| *size > 0)
+        .unwrap_or(4096)
+}
+
 /// The listeners' connection counters, by API.
 struct Connections {
     listeners: Vec<(&'static str, Arc<crate::server::ConnectionStats>)>,
@@ -799,5 +853,28 @@ mod tests {
         ] {
             assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
         }
+        // This process's resident memory, where /proc says (Linux).
+        if cfg!(target_os = "linux") {
+            let rss = text
+                .lines()
+                .find_map(|line| line.strip_prefix("process_resident_memory_bytes "))
+                .unwrap_or_else(|| panic!("no process_resident_memory_bytes in:\n{text}"));
+            let rss: u64 = rss.parse().expect("an integer");
+            // More than a megabyte, less than a terabyte: a real RSS.
+            assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
+            assert!(text.contains("# TYPE process_resident_memory_bytes gauge"));
+        }
+    }
+
+    #[test]
+    fn statm_gives_the_resident_pages() {
+        assert_eq!(
+            parse_statm_resident("2566 1234 567 1 0 300 0\n"),
+            Some(1234)
+        );
+        assert_eq!(parse_statm_resident("2566"), None);
+        assert_eq!(parse_statm_resident(""), None);
+        let page = page_size();
+        assert!(page.is_power_of_two() && page >= 4096, "{page}");
     }
 }

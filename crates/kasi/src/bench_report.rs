@@ -61,7 +61,9 @@ pub(crate) fn hub_sections(report: &Value) -> String {
 }
 
 /// A self-contained SVG: completed/s on top, e2e p50/p99 below, sharing the
-/// time axis, with warm-up and draining seconds shaded.
+/// time axis, with warm-up and draining seconds shaded; and, when the run
+/// scraped them from the hub's `/metrics`, a third panel of the hub's RSS
+/// (MB, left axis) and callback backlog (right axis).
 pub(crate) fn timeline_svg(report: &Value) -> String {
     let mut out = String::new();
     write_timeline_svg(&mut out, report).expect(STRING_WRITE);
@@ -287,7 +289,8 @@ fn write_markdown(out: &mut String, report: &Value) -> fmt::Result {
     write_hub_stages(out, report)?;
     write_breakpoint(out, report)?;
     write_waterfalls(out, report)?;
-    write_timeline_reference(out, report)
+    write_timeline_reference(out, report)?;
+    write_soak(out, report)
 }
 
 fn write_title(out: &mut String, report: &Value) -> fmt::Result {
@@ -834,6 +837,163 @@ fn write_timeline_reference(out: &mut String, report: &Value) -> fmt::Result {
 }
 
 // ---------------------------------------------------------------------------
+// Soak: the measuring period in tenths
+// ---------------------------------------------------------------------------
+
+/// A run measured at least this long gets the soak section.
+const SOAK_MIN_MEASURED_S: usize = 60;
+const SOAK_ROWS: usize = 10;
+
+/// The slope of the least-squares line through `points` (x, y), in y per
+/// x; None with fewer than two distinct x.
+fn least_squares_slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for &(x, y) in points {
+        sxy += (x - mean_x) * (y - mean_y);
+        sxx += (x - mean_x) * (x - mean_x);
+    }
+    (sxx > 0.0).then(|| sxy / sxx)
+}
+
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// One series of the measuring seconds: (t_s, value) where it was measured.
+fn soak_series(samples: &[&Value], key: &str, scale: f64) -> Vec<(f64, f64)> {
+    samples
+        .iter()
+        .filter_map(|s| Some((num(s, "t_s")?, num(s, key)? * scale)))
+        .collect()
+}
+
+/// For a run measured a minute or more: its measuring seconds in tenths
+/// (throughput, e2e p99, the hub's RSS and callback backlog, the ledger's
+/// transfers in memory, the harness's own RSS), then each series' first,
+/// last and largest value and its least-squares drift per hour, and the
+/// p99 of the first tenth against the last. All from the per-second
+/// samples; a p99 here is the median of the tenth's one-second p99s (the
+/// samples keep no histogram).
+fn write_soak(out: &mut String, report: &Value) -> fmt::Result {
+    let measuring: Vec<&Value> = array(report, "timeline")
+        .iter()
+        .filter(|s| s.get("phase").and_then(Value::as_str) == Some("measuring"))
+        .collect();
+    if measuring.len() < SOAK_MIN_MEASURED_S {
+        return Ok(());
+    }
+    writeln!(out, "\n## Soak\n")?;
+    writeln!(
+        out,
+        "The {} measuring seconds in tenths. p99: the median of the tenth's one-second e2e p99s \
+         (worst: the largest). Hub RSS and callback backlog (queued + in flight, all \
+         destinations) are the hub's `/metrics`, scraped once a second; a dash is a series \
+         the hub does not expose.\n",
+        measuring.len()
+    )?;
+    writeln!(
+        out,
+        "| seconds | completed/s | p99 ms | worst p99 ms | hub RSS MB | backlog mean | backlog max | transfers in memory | harness RSS MB |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")?;
+    let tenth = |i: usize| {
+        let n = measuring.len();
+        &measuring[i * n / SOAK_ROWS..(i + 1) * n / SOAK_ROWS]
+    };
+    let values = |rows: &[&Value], key: &str| -> Vec<f64> {
+        rows.iter().filter_map(|s| num(s, key)).collect()
+    };
+    for i in 0..SOAK_ROWS {
+        let rows = tenth(i);
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            continue;
+        };
+        let from = num(first, "t_s").map_or(f64::NAN, |t| t - 1.0);
+        let to = num(last, "t_s").unwrap_or(f64::NAN);
+        let p99 = values(rows, "p99_ms");
+        let backlog = values(rows, "callback_backlog");
+        let rss = values(rows, "hub_rss_bytes");
+        let harness = values(rows, "harness_rss_bytes");
+        writeln!(
+            out,
+            "| {}–{} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            fmt_num(from, 0),
+            fmt_num(to, 0),
+            mean(&values(rows, "completed")).map_or_else(|| DASH.to_owned(), fmt_rate),
+            fmt_opt(median(&p99), 1),
+            fmt_opt(max_value(p99.iter().copied()), 1),
+            fmt_opt(mean(&rss).map(|b| b / BYTES_PER_MB), 1),
+            fmt_opt(mean(&backlog), 1),
+            fmt_count(max_value(backlog.iter().copied())),
+            fmt_count(values(rows, "transfers_in_memory").last().copied()),
+            fmt_opt(mean(&harness).map(|b| b / BYTES_PER_MB), 1),
+        )?;
+    }
+    writeln!(
+        out,
+        "\n| series | first | last | max | drift per hour (least squares) |"
+    )?;
+    writeln!(out, "|---|---:|---:|---:|---:|")?;
+    let mb = 1.0 / BYTES_PER_MB;
+    for (name, key, scale, unit, decimals) in [
+        ("hub RSS", "hub_rss_bytes", mb, " MB", 1),
+        ("callback backlog", "callback_backlog", 1.0, "", 1),
+        ("transfers in memory", "transfers_in_memory", 1.0, "", 0),
+        ("harness RSS", "harness_rss_bytes", mb, " MB", 1),
+    ] {
+        let series = soak_series(&measuring, key, scale);
+        let (Some(first), Some(last)) = (series.first(), series.last()) else {
+            writeln!(out, "| {name} | {DASH} | {DASH} | {DASH} | {DASH} |")?;
+            continue;
+        };
+        let max = max_value(series.iter().map(|p| p.1));
+        let drift = least_squares_slope(&series).map_or_else(
+            || DASH.to_owned(),
+            |per_s| format!("{}{unit}", fmt_signed(per_s * 3600.0, decimals)),
+        );
+        writeln!(
+            out,
+            "| {name} | {}{unit} | {}{unit} | {}{unit} | {drift} |",
+            fmt_num(first.1, decimals),
+            fmt_num(last.1, decimals),
+            fmt_opt(max, decimals),
+        )?;
+    }
+    let (first, last) = (
+        median(&values(tenth(0), "p99_ms")),
+        median(&values(tenth(SOAK_ROWS - 1), "p99_ms")),
+    );
+    writeln!(
+        out,
+        "\ne2e p99, first tenth {} ms, last tenth {} ms{}.",
+        fmt_opt(first, 1),
+        fmt_opt(last, 1),
+        match (first, last) {
+            (Some(first), Some(last)) if first > 0.0 => format!(" ({})", fmt_ratio(last / first)),
+            _ => String::new(),
+        }
+    )
+}
+
+// ---------------------------------------------------------------------------
 // Timeline SVG
 // ---------------------------------------------------------------------------
 
@@ -843,6 +1003,14 @@ const PLOT_LEFT: f64 = 78.0;
 const PLOT_RIGHT: f64 = 880.0;
 const TOP_PANEL: (f64, f64) = (58.0, 206.0);
 const BOTTOM_PANEL: (f64, f64) = (226.0, 370.0);
+/// The hub's memory and backlog, when the report has them.
+const HUB_PANEL: (f64, f64) = (390.0, 534.0);
+/// Taller and wider with the hub panel (its right axis needs the margin).
+const SVG_HUB_HEIGHT: f64 = 590.0;
+const SVG_HUB_WIDTH: f64 = 960.0;
+const COLOR_RSS: &str = "#9467bd";
+const COLOR_BACKLOG: &str = "#ff7f0e";
+const BYTES_PER_MB: f64 = 1_000_000.0;
 const COLOR_COMPLETED: &str = "#1f77b4";
 const COLOR_P50: &str = "#2ca02c";
 const COLOR_P99: &str = "#d62728";
@@ -874,6 +1042,10 @@ struct Sample {
     completed: Option<f64>,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
+    /// The hub's resident memory (MB) and callbacks queued or in flight,
+    /// from its `/metrics`.
+    hub_rss_mb: Option<f64>,
+    callback_backlog: Option<f64>,
 }
 
 fn timeline_samples(report: &Value) -> Vec<Sample> {
@@ -897,6 +1069,8 @@ fn timeline_samples(report: &Value) -> Vec<Sample> {
             completed: num(sample, "completed"),
             p50_ms: num(sample, "p50_ms"),
             p99_ms: num(sample, "p99_ms"),
+            hub_rss_mb: num(sample, "hub_rss_bytes").map(|b| b / BYTES_PER_MB),
+            callback_backlog: num(sample, "callback_backlog"),
         });
         previous_end = Some(end_s);
     }
@@ -999,24 +1173,39 @@ fn write_timeline_svg(out: &mut String, report: &Value) -> fmt::Result {
     let max_latency = max_value(samples.iter().flat_map(|s| [s.p50_ms, s.p99_ms]).flatten());
     let (y_top, y_top_step) = value_axis(max_completed, TOP_PANEL);
     let (y_bottom, y_bottom_step) = value_axis(max_latency, BOTTOM_PANEL);
+    // The third panel only when the run has the hub's figures at all.
+    let hub_panel = samples
+        .iter()
+        .any(|s| s.hub_rss_mb.is_some() || s.callback_backlog.is_some());
+    let mut panels = vec![TOP_PANEL, BOTTOM_PANEL];
+    let (width, height) = if hub_panel {
+        panels.push(HUB_PANEL);
+        (SVG_HUB_WIDTH, SVG_HUB_HEIGHT)
+    } else {
+        (SVG_WIDTH, SVG_HEIGHT)
+    };
 
     writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
     writeln!(
         out,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{SVG_WIDTH}" height="{SVG_HEIGHT}" viewBox="0 0 {SVG_WIDTH} {SVG_HEIGHT}" font-family="sans-serif" font-size="11" fill="#333333">"##
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" fill="#333333">"##
     )?;
-    let title = format!("{label} — completed per second and e2e latency");
+    let title = if hub_panel {
+        format!("{label} — completed per second, e2e latency, hub memory and callback backlog")
+    } else {
+        format!("{label} — completed per second and e2e latency")
+    };
     writeln!(out, "<title>{}</title>", xml_escape(&title))?;
     writeln!(
         out,
-        r##"<rect x="0" y="0" width="{SVG_WIDTH}" height="{SVG_HEIGHT}" fill="#ffffff"/>"##
+        r##"<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>"##
     )?;
     writeln!(
         out,
         r#"<text x="{PLOT_LEFT}" y="22" font-size="15" font-weight="bold">{}</text>"#,
         xml_escape(&title)
     )?;
-    write_legend(out)?;
+    write_legend(out, hub_panel)?;
 
     // Shading first so grid lines and series draw over it.
     for (from, to, phase) in shaded_intervals(&samples) {
@@ -1025,7 +1214,7 @@ fn write_timeline_svg(out: &mut String, report: &Value) -> fmt::Result {
         } else {
             FILL_DRAINING
         };
-        for panel in [TOP_PANEL, BOTTOM_PANEL] {
+        for &panel in &panels {
             writeln!(
                 out,
                 r#"<rect class="phase-{phase}" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{fill}"/>"#,
@@ -1045,7 +1234,7 @@ fn write_timeline_svg(out: &mut String, report: &Value) -> fmt::Result {
         y_bottom_step,
         "e2e latency (ms)",
     )?;
-    write_time_axis(out, x)?;
+    write_time_axis(out, x, &panels)?;
 
     let series_completed = series_path(&samples, |s| s.completed, x, y_top);
     let series_p50 = series_path(&samples, |s| s.p50_ms, x, y_bottom);
@@ -1068,17 +1257,73 @@ fn write_timeline_svg(out: &mut String, report: &Value) -> fmt::Result {
     if series_p50.is_none() && series_p99.is_none() {
         write_no_data(out, BOTTOM_PANEL)?;
     }
+    if hub_panel {
+        write_hub_panel(out, &samples, x)?;
+    }
     writeln!(out, "</svg>")
 }
 
-fn write_legend(out: &mut String) -> fmt::Result {
+/// The third panel: the hub's RSS in MB on the left axis (with the grid),
+/// the callback backlog on its own axis on the right.
+fn write_hub_panel(out: &mut String, samples: &[Sample], x: Scale) -> fmt::Result {
+    let (y_rss, y_rss_step) = value_axis(
+        max_value(samples.iter().filter_map(|s| s.hub_rss_mb)),
+        HUB_PANEL,
+    );
+    let (y_backlog, y_backlog_step) = value_axis(
+        max_value(samples.iter().filter_map(|s| s.callback_backlog)),
+        HUB_PANEL,
+    );
+    write_value_axis(out, HUB_PANEL, y_rss, y_rss_step, "hub RSS (MB)")?;
+    for tick in ticks(y_backlog.domain.0, y_backlog.domain.1, y_backlog_step) {
+        let py = y_backlog.map(tick);
+        writeln!(
+            out,
+            r#"<line x1="{PLOT_RIGHT}" y1="{py:.1}" x2="{}" y2="{py:.1}" stroke="{COLOR_BACKLOG}"/>"#,
+            PLOT_RIGHT + 4.0
+        )?;
+        writeln!(
+            out,
+            r#"<text x="{}" y="{:.1}" text-anchor="start" fill="{COLOR_BACKLOG}">{}</text>"#,
+            PLOT_RIGHT + 7.0,
+            py + 4.0,
+            fmt_tick(tick, y_backlog_step)
+        )?;
+    }
+    let middle = (HUB_PANEL.0 + HUB_PANEL.1) / 2.0;
+    let right = SVG_HUB_WIDTH - 14.0;
+    writeln!(
+        out,
+        r#"<text x="{right}" y="{middle}" text-anchor="middle" fill="{COLOR_BACKLOG}" transform="rotate(90 {right} {middle})">callback backlog</text>"#
+    )?;
+    let series_rss = series_path(samples, |s| s.hub_rss_mb, x, y_rss);
+    let series_backlog = series_path(samples, |s| s.callback_backlog, x, y_backlog);
+    for (id, color, path) in [
+        ("hub-rss", COLOR_RSS, &series_rss),
+        ("callback-backlog", COLOR_BACKLOG, &series_backlog),
+    ] {
+        if let Some(d) = path {
+            writeln!(
+                out,
+                r#"<path id="series-{id}" d="{d}" fill="none" stroke="{color}" stroke-width="1.8" stroke-linejoin="round" stroke-linecap="round"/>"#
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn write_legend(out: &mut String, hub_panel: bool) -> fmt::Result {
     let y = 42.0;
     let mut x = PLOT_LEFT;
-    for (name, color) in [
+    let mut series = vec![
         ("completed / s", COLOR_COMPLETED),
         ("e2e p50", COLOR_P50),
         ("e2e p99", COLOR_P99),
-    ] {
+    ];
+    if hub_panel {
+        series.extend([("hub RSS", COLOR_RSS), ("callback backlog", COLOR_BACKLOG)]);
+    }
+    for (name, color) in series {
         writeln!(
             out,
             r#"<line x1="{x}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="2.5"/>"#,
@@ -1162,13 +1407,15 @@ fn write_value_axis(
     )
 }
 
-fn write_time_axis(out: &mut String, x: Scale) -> fmt::Result {
+fn write_time_axis(out: &mut String, x: Scale, panels: &[(f64, f64)]) -> fmt::Result {
     let (from, to) = x.domain;
     let step = nice_step(to - from, 10.0).max(1.0);
+    // Labels under the lowest panel.
+    let bottom = panels.last().map_or(BOTTOM_PANEL.1, |panel| panel.1);
     for tick in ticks(from, to, step) {
         let px = x.map(tick);
-        // Tick marks on both panels: they share this axis.
-        for panel in [TOP_PANEL, BOTTOM_PANEL] {
+        // Tick marks on every panel: they share this axis.
+        for &panel in panels {
             writeln!(
                 out,
                 r##"<line x1="{px:.1}" y1="{}" x2="{px:.1}" y2="{}" stroke="#999999"/>"##,
@@ -1179,7 +1426,7 @@ fn write_time_axis(out: &mut String, x: Scale) -> fmt::Result {
         writeln!(
             out,
             r#"<text x="{px:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            BOTTOM_PANEL.1 + 16.0,
+            bottom + 16.0,
             fmt_tick(tick, step)
         )?;
     }
@@ -1187,7 +1434,7 @@ fn write_time_axis(out: &mut String, x: Scale) -> fmt::Result {
         out,
         r#"<text x="{}" y="{}" text-anchor="middle">seconds since the load started</text>"#,
         (PLOT_LEFT + PLOT_RIGHT) / 2.0,
-        BOTTOM_PANEL.1 + 38.0
+        bottom + 38.0
     )
 }
 
@@ -1869,6 +2116,144 @@ mod tests {
             assert!(svg.contains("seconds since the load started"));
             assert!(svg.contains(r#"text-anchor="middle">10</text>"#), "{svg}");
         }
+    }
+
+    #[test]
+    fn svg_without_hub_figures_has_no_third_panel() {
+        let svg = timeline_svg(&sample_report());
+        assert!(!svg.contains("hub RSS") && !svg.contains("callback backlog"));
+        assert!(!svg.contains("series-hub-rss") && !svg.contains("series-callback-backlog"));
+    }
+
+    /// The sample report with the hub's figures in its timeline, every
+    /// second but the fourth (a failed scrape).
+    fn report_with_hub_figures() -> Value {
+        let mut report = sample_report();
+        let timeline = report["timeline"].as_array_mut().unwrap();
+        for (i, sample) in timeline.iter_mut().enumerate() {
+            if i != 3 {
+                sample["hub_rss_bytes"] = json!(100_000_000 + i as u64 * 1_000_000);
+                sample["callback_backlog"] = json!(i * 3);
+                sample["transfers_in_memory"] = json!(1000 * i);
+            }
+        }
+        report
+    }
+
+    #[test]
+    fn svg_draws_the_hubs_memory_and_backlog_in_a_third_panel() {
+        let svg = timeline_svg(&report_with_hub_figures());
+        check_well_formed(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
+        assert!(svg.contains(r#"width="960""#) && svg.contains(r#"height="590""#));
+        for series in ["completed", "p50", "p99", "hub-rss", "callback-backlog"] {
+            assert!(
+                svg.contains(&format!(r#"<path id="series-{series}" d="M"#)),
+                "no {series} path"
+            );
+        }
+        // Both axes are labelled, the legend names both series.
+        assert!(svg.contains(">hub RSS (MB)</text>"), "{svg}");
+        assert!(
+            svg.contains(r#"rotate(90 946 462)">callback backlog</text>"#),
+            "{svg}"
+        );
+        assert!(svg.contains(">hub RSS</text>") && svg.contains(">callback backlog</text>"));
+        // The shading and the time axis reach the third panel; the labels
+        // are under it.
+        assert_eq!(svg.matches(r#"class="phase-warm-up""#).count(), 3);
+        assert!(svg.contains(&format!(r#"y="{}""#, HUB_PANEL.1 + 38.0)));
+        // RSS in MB: 100 to 104 MB, so the axis tops out at a round 150.
+        assert!(svg.contains(r#"text-anchor="end">150</text>"#), "{svg}");
+        // The missing scrape breaks the lines.
+        let rss = svg
+            .lines()
+            .find(|l| l.contains(r#"id="series-hub-rss""#))
+            .unwrap();
+        assert_eq!(rss.matches('M').count(), 2, "{rss}");
+    }
+
+    #[test]
+    fn least_squares_slope_of_a_line_and_of_noise() {
+        let line: Vec<(f64, f64)> = (0..100).map(|t| (t as f64, 3.0 + 0.5 * t as f64)).collect();
+        assert!((least_squares_slope(&line).unwrap() - 0.5).abs() < 1e-12);
+        // Noise symmetric about a flat line: no drift.
+        let flat: Vec<(f64, f64)> = (0..100)
+            .map(|t| (t as f64, if t % 2 == 0 { 10.0 } else { 12.0 }))
+            .collect();
+        assert!(least_squares_slope(&flat).unwrap().abs() < 0.001);
+        // A step in the middle is a drift; its slope is the least-squares one.
+        let step = [(0.0, 0.0), (1.0, 0.0), (2.0, 1.0), (3.0, 1.0)];
+        assert!((least_squares_slope(&step).unwrap() - 0.4).abs() < 1e-12);
+        assert_eq!(least_squares_slope(&[(1.0, 2.0)]), None);
+        assert_eq!(least_squares_slope(&[(1.0, 2.0), (1.0, 3.0)]), None);
+        assert_eq!(least_squares_slope(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    /// Ten minutes measured at 1,000/s: the hub's RSS grows by 0.1 MB a
+    /// minute (6 MB an hour), the backlog sways around 2, p99 doubles.
+    fn soak_report() -> Value {
+        let mut report = sample_report();
+        let timeline: Vec<Value> = (1..=600)
+            .map(|t| {
+                json!({
+                    "t_s": t as f64 + 2.0, "phase": "measuring", "completed": 1000,
+                    "p50_ms": 2.0, "p99_ms": if t <= 300 { 5.0 } else { 10.0 },
+                    "hub_rss_bytes": 200_000_000.0 + t as f64 * 100_000.0 / 60.0,
+                    "callback_backlog": if t % 2 == 0 { 1 } else { 3 },
+                    "transfers_in_memory": 60_000,
+                    "harness_rss_bytes": 50_000_000,
+                })
+            })
+            .collect();
+        report["timeline"] = json!(timeline);
+        report
+    }
+
+    #[test]
+    fn markdown_soak_section_computes_tenths_extremes_and_drift() {
+        let md = markdown(&soak_report());
+        assert!(md.contains("## Soak"), "{md}");
+        assert!(md.contains("The 600 measuring seconds in tenths"), "{md}");
+        // Ten rows of 60 s each.
+        assert!(
+            md.contains("| 2–62 | 1,000 | 5.0 | 5.0 | 200.1 | 2.0 | 3 | 60,000 | 50.0 |"),
+            "{md}"
+        );
+        assert!(md.contains("| 542–602 | 1,000 | 10.0 | 10.0 |"), "{md}");
+        // 0.1 MB a minute is 6 MB an hour.
+        assert!(
+            md.contains("| hub RSS | 200.0 MB | 201.0 MB | 201.0 MB | +6.0 MB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| callback backlog | 3.0 | 1.0 | 3.0 | "),
+            "{md}"
+        );
+        assert!(
+            md.contains("| harness RSS | 50.0 MB | 50.0 MB | 50.0 MB | 0.0 MB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("e2e p99, first tenth 5.0 ms, last tenth 10.0 ms (2.00×)."),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn markdown_has_no_soak_section_for_a_short_run() {
+        assert!(!markdown(&sample_report()).contains("## Soak"));
+        // Without the hub's figures, a long run's section shows dashes.
+        let mut report = soak_report();
+        for sample in report["timeline"].as_array_mut().unwrap() {
+            for key in ["hub_rss_bytes", "callback_backlog", "transfers_in_memory"] {
+                sample.as_object_mut().unwrap().remove(key);
+            }
+        }
+        let md = markdown(&report);
+        assert!(md.contains("| hub RSS | — | — | — | — |"), "{md}");
     }
 
     #[test]

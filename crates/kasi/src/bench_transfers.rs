@@ -1496,6 +1496,10 @@ impl Stats {
 struct Shared {
     client: HttpClient,
     api: String,
+    /// The hub's admin address (its `/metrics`, when it has one).
+    admin: String,
+    /// The latest scrape of the hub's gauges, for the monitor's next point.
+    hub_gauges: Mutex<Option<HubGauges>>,
     flow: Flow,
     ids: IdGen,
     names: Vec<String>,
@@ -1633,9 +1637,12 @@ async fn drive(
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(5)));
     let client: HttpClient = Client::builder(TokioExecutor::new())
-        // Below kasi's 30 s idle limit, so the pool rarely reuses a connection
-        // the hub is closing.
-        .pool_idle_timeout(Duration::from_secs(20))
+        // Below the time a hub keeps an idle keep-alive connection open
+        // (kasi's --header-timeout-ms, 10 s; Node's keepAliveTimeout, 5 s,
+        // for Mojaloop's services), so the pool never reuses a connection
+        // the hub is closing (with 20 s, the likely cause of POSTs reset now
+        // and then: "transport" errors, 2 in 720,000 transfers at 2,000/s).
+        .pool_idle_timeout(Duration::from_secs(4))
         .pool_timer(TokioTimer::new())
         .build(connector);
     let seed = run_seed();
@@ -1650,6 +1657,8 @@ async fn drive(
     let shared = Arc::new(Shared {
         client,
         api: api.to_string(),
+        admin: admin.to_string(),
+        hub_gauges: Mutex::new(None),
         flow: args.flow,
         ids: IdGen::new(seed),
         index_of,
@@ -1757,6 +1766,134 @@ struct TimelinePoint {
     p50_ms: f64,
     p99_ms: f64,
     in_flight: u64,
+    /// The hub's gauges from its `/metrics`, scraped in this second (None
+    /// when the scrape failed or was late).
+    hub: Option<HubGauges>,
+    /// This process's resident memory (Linux).
+    harness_rss_bytes: Option<u64>,
+}
+
+/// What a scrape of the hub's `GET /metrics` says about its memory and its
+/// callbacks; each figure absent when the hub does not expose it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct HubGauges {
+    /// `process_resident_memory_bytes`.
+    rss_bytes: Option<f64>,
+    /// Callbacks queued or being sent, over every destination
+    /// (`kasi_callbacks_queued` + `kasi_callbacks_in_flight`).
+    callback_backlog: Option<f64>,
+    /// `kasi_ledger_transfers_in_memory`.
+    transfers_in_memory: Option<f64>,
+}
+
+impl HubGauges {
+    fn parse(exposition: &str) -> HubGauges {
+        let queued = metric_sum(exposition, "kasi_callbacks_queued");
+        let in_flight = metric_sum(exposition, "kasi_callbacks_in_flight");
+        HubGauges {
+            rss_bytes: metric_sum(exposition, "process_resident_memory_bytes"),
+            callback_backlog: match (queued, in_flight) {
+                (None, None) => None,
+                (queued, in_flight) => Some(queued.unwrap_or(0.0) + in_flight.unwrap_or(0.0)),
+            },
+            transfers_in_memory: metric_sum(exposition, "kasi_ledger_transfers_in_memory"),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        *self == HubGauges::default()
+    }
+}
+
+/// The sum of metric `name`'s samples over all their labels, in a
+/// Prometheus or OpenMetrics text exposition: None when the exposition
+/// has no such metric; 0 when it declares it (`# TYPE`) with no samples
+/// (a gauge by destination before any destination).
+fn metric_sum(exposition: &str, name: &str) -> Option<f64> {
+    let mut sum = None;
+    for line in exposition.lines() {
+        let line = line.trim_start();
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            if declared.split_whitespace().next() == Some(name) {
+                sum = Some(sum.unwrap_or(0.0));
+            }
+            continue;
+        }
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        // The name must end here: `kasi_callbacks_queued_total` is not
+        // `kasi_callbacks_queued`.
+        let rest = if let Some(labelled) = rest.strip_prefix('{') {
+            // A label value may hold '}'; the value and timestamp after
+            // the label set hold none, so the last one ends it.
+            match labelled.rfind('}') {
+                Some(end) => &labelled[end + 1..],
+                None => continue,
+            }
+        } else if rest.starts_with([' ', '\t']) {
+            rest
+        } else {
+            continue;
+        };
+        // The value, then perhaps a timestamp.
+        let Some(value) = rest.split_whitespace().next() else {
+            continue;
+        };
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            value => match value.parse::<f64>() {
+                Ok(value) => value,
+                Err(_) => continue,
+            },
+        };
+        sum = Some(sum.unwrap_or(0.0) + value);
+    }
+    sum
+}
+
+/// This process's resident memory, from `/proc/self/statm` (Linux).
+fn own_rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf only reads a configuration value.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok().filter(|page| *page > 0)?)
+}
+
+/// How long a scrape of the hub's `/metrics` may take before its second's
+/// sample is given up (it is then missing, not late).
+const SCRAPE_TIMEOUT: Duration = Duration::from_millis(900);
+
+/// Once a second, half a second before each of the monitor's ticks: the
+/// hub's gauges from its admin `/metrics`, left in `shared.hub_gauges` for
+/// the monitor's next point. On its own task, off the flows' path; a failed
+/// or empty scrape leaves nothing (that second has no sample).
+async fn scrape_hub(shared: Arc<Shared>, started: Instant) {
+    let mut ticks = tokio::time::interval_at(
+        tokio::time::Instant::from_std(started + Duration::from_millis(500)),
+        Duration::from_secs(1),
+    );
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let url = format!("{}/metrics", shared.admin);
+    loop {
+        ticks.tick().await;
+        let scraped = tokio::time::timeout(
+            SCRAPE_TIMEOUT,
+            admin_request(&shared.client, Method::GET, &url, None),
+        )
+        .await;
+        let gauges = match scraped {
+            Ok(Ok((status, body))) if status.is_success() => {
+                HubGauges::parse(&String::from_utf8_lossy(&body))
+            }
+            _ => continue,
+        };
+        if !gauges.is_empty() {
+            *shared.hub_gauges.lock().unwrap_or_else(|e| e.into_inner()) = Some(gauges);
+        }
+    }
 }
 
 /// The statistics of one plan's run.
@@ -1884,6 +2021,8 @@ async fn run_plan(
     };
     let plan = Arc::new(plan.clone());
     let timeline = Arc::new(Mutex::new(Vec::new()));
+    *shared.hub_gauges.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let scraper = tokio::spawn(scrape_hub(shared.clone(), started));
     let monitor = tokio::spawn(monitor(
         shared.clone(),
         started,
@@ -1923,6 +2062,7 @@ async fn run_plan(
     }
     let _ = load_ended.send(true);
     monitor.abort();
+    scraper.abort();
     loaded?;
     let ended = Instant::now();
     // A payee's answer can be answered after the payer's callback: let the
@@ -2288,6 +2428,12 @@ async fn monitor(
             p50_ms,
             p99_ms,
             in_flight,
+            hub: shared
+                .hub_gauges
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+            harness_rss_bytes: own_rss_bytes(),
         };
         last = (now, ok, starts, failed);
         timeline
@@ -4213,7 +4359,7 @@ impl Report {
             .timeline
             .iter()
             .map(|point| {
-                json!({
+                let mut sample = json!({
                     "t_s": point.t_s,
                     "phase": point.phase,
                     "target": point.target,
@@ -4223,7 +4369,29 @@ impl Report {
                     "p50_ms": point.p50_ms,
                     "p99_ms": point.p99_ms,
                     "in_flight": point.in_flight,
-                })
+                });
+                // Only what was measured: a missing scrape is a missing key.
+                let hub = point.hub.unwrap_or_default();
+                for (key, value) in [
+                    ("hub_rss_bytes", hub.rss_bytes),
+                    ("callback_backlog", hub.callback_backlog),
+                    ("transfers_in_memory", hub.transfers_in_memory),
+                    (
+                        "harness_rss_bytes",
+                        point.harness_rss_bytes.map(|b| b as f64),
+                    ),
+                ] {
+                    if let Some(value) = value {
+                        // Bytes and counts as integers (the exposition may
+                        // write a gauge as 7.0).
+                        sample[key] = if value.fract() == 0.0 && (0.0..9e15).contains(&value) {
+                            json!(value as u64)
+                        } else {
+                            json!(value)
+                        };
+                    }
+                }
+                sample
             })
             .collect();
         let stages: Vec<Value> = plan
@@ -4928,6 +5096,61 @@ mod tests {
         stats.error("3100".into(), "second".into());
         assert_eq!(stats.errors["3100"].count, 2);
         assert_eq!(stats.errors["3100"].first, "first");
+    }
+
+    #[test]
+    fn a_gauge_is_summed_over_its_labels() {
+        let exposition = "\
+# HELP kasi_callbacks_queued Callbacks waiting in the queue.
+# TYPE kasi_callbacks_queued gauge
+kasi_callbacks_queued{destination=\"payeefsp\"} 5
+kasi_callbacks_queued{destination=\"odd}name\"} 2
+kasi_callbacks_queued_total{destination=\"payeefsp\"} 1000
+# TYPE kasi_callbacks_in_flight gauge
+kasi_callbacks_in_flight{destination=\"payeefsp\"} 4
+kasi_callbacks_in_flight{destination=\"payerfsp\"} 1 1700000000
+# TYPE kasi_ledger_transfers_in_memory gauge
+kasi_ledger_transfers_in_memory 7.0
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 1.2e8
+# TYPE kasi_callbacks_dead_letters gauge
+# EOF
+";
+        assert_eq!(metric_sum(exposition, "kasi_callbacks_queued"), Some(7.0));
+        assert_eq!(
+            metric_sum(exposition, "kasi_callbacks_in_flight"),
+            Some(5.0)
+        );
+        // Declared with no samples (no destination yet): zero, not absent.
+        assert_eq!(
+            metric_sum(exposition, "kasi_callbacks_dead_letters"),
+            Some(0.0)
+        );
+        assert_eq!(metric_sum(exposition, "kasi_callbacks"), None);
+        assert_eq!(metric_sum(exposition, "nowhere"), None);
+        assert_eq!(metric_sum("", "kasi_callbacks_queued"), None);
+        assert_eq!(
+            HubGauges::parse(exposition),
+            HubGauges {
+                rss_bytes: Some(1.2e8),
+                callback_backlog: Some(12.0),
+                transfers_in_memory: Some(7.0),
+            }
+        );
+        // Another hub's /metrics (or a 404 page): nothing, not zeros.
+        assert!(HubGauges::parse("<html>not found</html>").is_empty());
+        assert!(HubGauges::parse("other_metric 3\n").is_empty());
+        // Only one of the two backlog gauges: the backlog is that one.
+        let queued_only = "kasi_callbacks_queued{destination=\"a\"} 3\n";
+        assert_eq!(HubGauges::parse(queued_only).callback_backlog, Some(3.0));
+    }
+
+    #[test]
+    fn the_harness_reads_its_own_rss() {
+        if cfg!(target_os = "linux") {
+            let rss = own_rss_bytes().expect("/proc/self/statm");
+            assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
+        }
     }
 
     #[test]

@@ -169,6 +169,19 @@ fn a_null_hub_run_measures_the_harness() {
     assert_eq!(report["positions_net_zero"], Value::Null, "{report}");
     // Nothing to compare with itself.
     assert_eq!(report["null_hub_ratio"], Value::Null, "{report}");
+    // It has no /metrics: its samples have no hub figures (and the run did
+    // not fail for it), only the harness's own memory.
+    let timeline = report["timeline"].as_array().unwrap();
+    assert!(!timeline.is_empty(), "{report}");
+    for sample in timeline {
+        assert!(sample.get("hub_rss_bytes").is_none(), "{sample}");
+        assert!(sample.get("callback_backlog").is_none(), "{sample}");
+    }
+    if cfg!(target_os = "linux") {
+        assert!(timeline
+            .iter()
+            .all(|s| s["harness_rss_bytes"].as_u64().is_some()));
+    }
 }
 
 /// The report folder of a whole embedded run: the null-hub baseline, the
@@ -263,6 +276,22 @@ fn a_report_folder_holds_the_whole_story_and_compares() {
         .map(|p| p["completed"].as_u64().unwrap())
         .sum();
     assert!(completed_per_second > 0);
+    // The embedded hub's /metrics was scraped once a second: its RSS, its
+    // callback backlog and the ledger's transfers in memory (a scrape may be
+    // missed, not all of them).
+    if cfg!(target_os = "linux") {
+        let scraped: Vec<&Value> = timeline
+            .iter()
+            .filter(|s| s.get("hub_rss_bytes").is_some())
+            .collect();
+        assert!(!scraped.is_empty(), "{timeline:?}");
+        for sample in scraped {
+            let rss = sample["hub_rss_bytes"].as_u64().unwrap();
+            assert!((1 << 20..1 << 40).contains(&rss), "{sample}");
+            assert!(sample["callback_backlog"].as_u64().is_some(), "{sample}");
+            assert!(sample["transfers_in_memory"].as_u64().is_some(), "{sample}");
+        }
+    }
 
     let markdown = std::fs::read_to_string(first.join("report.md")).unwrap();
     assert!(markdown.contains("first run"), "{markdown}");
@@ -273,6 +302,9 @@ fn a_report_folder_holds_the_whole_story_and_compares() {
         "{svg}"
     );
     assert!(svg.contains("<path") || svg.contains("<polyline"), "{svg}");
+    if cfg!(target_os = "linux") {
+        assert!(svg.contains(r#"id="series-hub-rss""#), "{svg}");
+    }
 
     // A second, smaller run, then the comparison of the two.
     let second = dir.path().join("second");

@@ -167,6 +167,17 @@ fn metrics_are_exposed_on_the_admin_address() {
         .parse()
         .unwrap();
     assert!(batches > 0, "start-up applies batches");
+    // The serving process's own resident memory, under the standard name.
+    if cfg!(target_os = "linux") {
+        let rss: u64 = body
+            .lines()
+            .find_map(|line| line.strip_prefix("process_resident_memory_bytes "))
+            .unwrap_or_else(|| panic!("no process_resident_memory_bytes in:\n{body}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!((1 << 20..1 << 40).contains(&rss), "{rss}");
+    }
     assert!(terminate(&mut child).success());
 }
 
