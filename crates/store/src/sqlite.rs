@@ -385,30 +385,45 @@ impl SqliteStore {
         // back (not across restarts either: recovery resumes it from the
         // newest stored instant), so those prepared since are the seqs
         // from the first one; finishes are read by their time.
+        // (Collected first, then read one by one: a single query joining
+        // the two lets SQLite's planner pick a scan of the whole table.)
         let first_seq =
             first_rowid_since(&self.connection, "transfers", "prepared_at_ms", since_ms)?;
-        let mut statement = self.connection.prepare(
-            "WITH touched(seq) AS (
-                SELECT seq FROM transfers WHERE seq >= ?2
-                UNION
-                SELECT seq FROM transfer_finishes INDEXED BY transfer_finishes_by_time
-                WHERE finished_at_ms >= ?1
-             )
-             SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
+        let mut seqs = std::collections::BTreeSet::new();
+        let mut statement = self
+            .connection
+            .prepare_cached("SELECT seq FROM transfers WHERE seq >= ?1")?;
+        let mut rows = statement.query(params![first_seq])?;
+        while let Some(row) = rows.next()? {
+            seqs.insert(row.get::<_, i64>(0)?);
+        }
+        let mut statement = self.connection.prepare_cached(
+            "SELECT seq FROM transfer_finishes INDEXED BY transfer_finishes_by_time
+             WHERE finished_at_ms >= ?1",
+        )?;
+        let mut rows = statement.query(params![since_ms])?;
+        while let Some(row) = rows.next()? {
+            seqs.insert(row.get::<_, i64>(0)?);
+        }
+        let mut statement = self.connection.prepare_cached(
+            "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
                     t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
                     f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
-             FROM touched
-             JOIN transfers t ON t.seq = touched.seq
+             FROM transfers t
              JOIN accounts a ON a.id = t.debit_account_id
              JOIN participants pa ON pa.id = a.participant_id
              JOIN accounts b ON b.id = t.credit_account_id
              JOIN participants pb ON pb.id = b.participant_id
              LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.kind = 'TRANSFER' AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
+             WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
+                AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
         )?;
-        let mut rows = statement.query(params![since_ms, first_seq])?;
         let mut found = Vec::new();
-        while let Some(row) = rows.next()? {
+        for seq in seqs {
+            let mut rows = statement.query(params![since_ms, seq])?;
+            let Some(row) = rows.next()? else {
+                continue;
+            };
             let transfer_id = id_blob(row, 0)?;
             let finish_kind = match row.get_ref(11)? {
                 ValueRef::Null => None,
