@@ -561,11 +561,11 @@ async fn on_message(
             StatusCode::ACCEPTED
         }
         (&Method::PUT, ["quotes", id]) => {
-            sim.deliver(&format!("quote:{id}"), answer());
+            sim.deliver(&format!("quote:{dfsp}:{id}"), answer());
             StatusCode::OK
         }
         (&Method::PUT, ["quotes", id, "error"]) => {
-            sim.deliver(&format!("quote:{id}"), failure());
+            sim.deliver(&format!("quote:{dfsp}:{id}"), failure());
             StatusCode::OK
         }
         (&Method::POST, ["transfers"]) => {
@@ -573,11 +573,11 @@ async fn on_message(
             StatusCode::ACCEPTED
         }
         (&Method::PUT, ["transfers", id]) => {
-            sim.deliver(&format!("transfer:{id}"), answer());
+            sim.deliver(&format!("transfer:{dfsp}:{id}"), answer());
             StatusCode::OK
         }
         (&Method::PUT, ["transfers", id, "error"]) => {
-            sim.deliver(&format!("transfer:{id}"), failure());
+            sim.deliver(&format!("transfer:{dfsp}:{id}"), failure());
             StatusCode::OK
         }
         // Notifications (PATCH /transfers/{ID}) and anything else: seen,
@@ -694,10 +694,12 @@ async fn on_send(State(sim): State<Arc<Sim>>, body: Bytes) -> Response {
     let outcome = payment(&sim, &request, &mut steps).await;
     let status = match outcome {
         Ok(line) => {
+            println!("{} send: {line}", clock());
             steps.push(line);
             StatusCode::OK
         }
         Err(line) => {
+            println!("{} send: error: {line}", clock());
             steps.push(format!("error: {line}"));
             StatusCode::UNPROCESSABLE_ENTITY
         }
@@ -798,7 +800,7 @@ async fn payment(
         Some(&payee),
         body,
     );
-    let quote = ask(sim, format!("quote:{quote_id}"), sent, STEP_TIMEOUT)
+    let quote = ask(sim, format!("quote:{payer}:{quote_id}"), sent, STEP_TIMEOUT)
         .await
         .map_err(|error| format!("quote {quote_id}: {error}"))?;
     let (amount, quoted_currency) = (
@@ -840,9 +842,14 @@ async fn payment(
         body,
     );
     let timeout = Duration::from_millis(TRANSFER_EXPIRY_MS as u64) + STEP_TIMEOUT;
-    let transfer = ask(sim, format!("transfer:{transfer_id}"), sent, timeout)
-        .await
-        .map_err(|error| format!("transfer {transfer_id}: {error}"))?;
+    let transfer = ask(
+        sim,
+        format!("transfer:{payer}:{transfer_id}"),
+        sent,
+        timeout,
+    )
+    .await
+    .map_err(|error| format!("transfer {transfer_id}: {error}"))?;
     match transfer["transferState"].as_str() {
         Some("COMMITTED") => Ok(format!(
             "COMMITTED: transfer {transfer_id}, {amount} {quoted_currency} from {payer} to {payee}"
