@@ -180,13 +180,15 @@ fn sim_onboards_sends_and_commits_then_rejects() {
     drop(sim);
 
     // A sim started again on the same hub: the DFSPs exist, their endpoints
-    // now point at it; its payee refuses every prepare.
-    let mut rejecting = Sim::start(&hub, &["--reject-percent", "100"]);
+    // now point at it; its payee refuses every prepare, after --delay-ms.
+    let mut rejecting = Sim::start(&hub, &["--reject-percent", "100", "--delay-ms", "300"]);
     assert!(rejecting
         .seen
         .iter()
         .any(|l| l.contains("payeefsp: exists in the hub already")));
+    let started = Instant::now();
     let output = rejecting.send("payerfsp", &format!("MSISDN:{payee_party}"), "7");
+    assert!(started.elapsed() >= Duration::from_millis(300));
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{text}");
     let last = text.lines().last().unwrap();
