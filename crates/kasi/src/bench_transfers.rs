@@ -49,7 +49,7 @@ use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::{BodyExt as _, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -58,6 +58,11 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
 use crate::bench_load::{Breakpoint, Load, Plan, Profile, StepResult};
+use crate::dfsp::{
+    self, admin_call, admin_request, batch_answer_problem, describe_error_body, error_of,
+    fspiop_request, fulfil_body, participants_batch_body, party_put_body, quote_post_body,
+    quote_put_body, send, Api, HttpClient, CONDITION, ILP_PACKET,
+};
 
 #[derive(Args, Clone)]
 pub struct BenchTransfersArgs {
@@ -256,53 +261,6 @@ const HUB_START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the embedded hub may take to stop after SIGTERM.
 const HUB_STOP_TIMEOUT: Duration = Duration::from_secs(45);
 const CURRENCY: &str = "USD";
-/// Net debit cap and initial liquidity of every DFSP: nothing the run can
-/// exhaust.
-const LARGE_AMOUNT: &str = "1000000000000000";
-/// A fixed ILP condition and the fulfilment that satisfies it
-/// (SHA-256(fulfilment) = condition).
-const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
-const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
-/// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
-const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
-
-/// The discovery callbacks of a DFSP, under `http://{callback server}/{DFSP}`
-/// (registered for every flow but `transfer`).
-const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
-        "/participants/{{requestId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
-        "/participants/{{requestId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    // Bare base URLs: the hub appends `/quotes[/{ID}[/error]]` and the like.
-    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
-    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
-    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
-    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
-];
 
 /// The legs timed, in the order they happen.
 const LEGS: [&str; 8] = [
@@ -428,43 +386,6 @@ impl Flow {
             Flow::Quote => "quotes",
             Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer => "flows",
             Flow::TransactionRequest => "transaction requests",
-        }
-    }
-}
-
-/// The FSPIOP resources the driver speaks, with the versions a DFSP of
-/// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Api {
-    Transfers,
-    Quotes,
-    Parties,
-    Participants,
-    TransactionRequests,
-}
-
-impl Api {
-    fn content_type(self) -> &'static str {
-        match self {
-            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1.1",
-            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1.1",
-            Api::Parties => "application/vnd.interoperability.parties+json;version=1.0",
-            Api::Participants => "application/vnd.interoperability.participants+json;version=1.0",
-            Api::TransactionRequests => {
-                "application/vnd.interoperability.transactionRequests+json;version=1.1"
-            }
-        }
-    }
-
-    fn accept(self) -> &'static str {
-        match self {
-            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1",
-            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1",
-            Api::Parties => "application/vnd.interoperability.parties+json;version=1",
-            Api::Participants => "application/vnd.interoperability.participants+json;version=1",
-            Api::TransactionRequests => {
-                "application/vnd.interoperability.transactionRequests+json;version=1"
-            }
         }
     }
 }
@@ -1139,69 +1060,6 @@ fn parse_party_identifier(tag: u32, text: &str) -> Option<PartyRef> {
     })
 }
 
-/// Batch `POST /participants`: `identifiers` registered to `fsp`.
-fn participants_batch_body(request_id: &str, fsp: &str, identifiers: &[String]) -> String {
-    let list: Vec<Value> = identifiers
-        .iter()
-        .map(|id| json!({ "partyIdType": "MSISDN", "partyIdentifier": id, "fspId": fsp }))
-        .collect();
-    json!({ "requestId": request_id, "partyList": list, "currency": CURRENCY }).to_string()
-}
-
-/// Why the answer to a batch registration (`PUT /participants/{requestId}`)
-/// is not "all `expected` parties registered"; `None` when it is.
-fn batch_answer_problem(body: &[u8], expected: usize) -> Option<String> {
-    let answer: Value = match serde_json::from_slice(body) {
-        Ok(answer) => answer,
-        Err(error) => return Some(format!("not JSON: {error}")),
-    };
-    let Some(list) = answer["partyList"].as_array() else {
-        return Some("no partyList".into());
-    };
-    let failed: Vec<&Value> = list
-        .iter()
-        .filter(|item| item.get("errorInformation").is_some())
-        .collect();
-    if let Some(first) = failed.first() {
-        return Some(format!(
-            "{} of {} parties refused, the first: {}",
-            failed.len(),
-            list.len(),
-            first
-        ));
-    }
-    (list.len() != expected)
-        .then(|| format!("{} parties answered, {expected} registered", list.len()))
-}
-
-/// The payee's `PUT /parties/MSISDN/{ID}` body.
-fn party_put_body(identifier: &str, fsp: &str) -> String {
-    format!(
-        r#"{{"party":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{identifier}","fspId":"{fsp}"}},"name":"Bench party {identifier}"}}}}"#
-    )
-}
-
-/// A `POST /quotes` body: `payer_party` of `payer_fsp` sends `amount` to
-/// `payee_party` of `payee_fsp`.
-fn quote_post_body(
-    quote_id: &str,
-    transaction_id: &str,
-    (payer_fsp, payer_party): (&str, &str),
-    (payee_fsp, payee_party): (&str, &str),
-    amount: &str,
-) -> String {
-    format!(
-        concat!(
-            r#"{{"quoteId":"{}","transactionId":"{}","#,
-            r#""payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
-            r#""payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
-            r#""amountType":"SEND","amount":{{"currency":"{}","amount":"{}"}},"#,
-            r#""transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#
-        ),
-        quote_id, transaction_id, payee_party, payee_fsp, payer_party, payer_fsp, CURRENCY, amount
-    )
-}
-
 /// A `POST /transactionRequests` body: `payee_party` of `payee_fsp` asks
 /// `payer_party` of `payer_fsp` to pay `amount`.
 fn transaction_request_body(
@@ -1219,15 +1077,6 @@ fn transaction_request_body(
             r#""transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}}}}"#
         ),
         request_id, payee_party, payee_fsp, payer_party, payer_fsp, CURRENCY, amount
-    )
-}
-
-/// The payee's `PUT /quotes/{ID}` body: no fees, so the transfer amount is
-/// the amount asked; the condition is the one every transfer uses.
-fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
-    format!(
-        r#"{{"transferAmount":{{"currency":"{currency}","amount":"{amount}"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
-        fspiop::format_date_time(expiration_ms)
     )
 }
 
@@ -1251,8 +1100,6 @@ fn prepare_body(transfer_id: &str, payer: &str, payee: &str, amount: &str) -> St
 }
 
 // ------------------------------------------------------------------ the run
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// How a stage ended, as its payer's callback handler saw it.
 enum Completion {
@@ -2721,7 +2568,7 @@ async fn quote(
         &shared.ids.format(transaction),
         (payer_name, &shared.party_id(payer_party)),
         (payee_name, &shared.party_id(payee_party)),
-        amount,
+        (amount, CURRENCY),
     );
     let request = fspiop_request(
         Method::POST,
@@ -2884,103 +2731,6 @@ async fn transfer(
     .await
 }
 
-/// Sends a request and reads the whole answer; a transport failure is
-/// `(key, description)`.
-async fn send(
-    client: &HttpClient,
-    request: Request<Full<Bytes>>,
-) -> Result<(StatusCode, Bytes), (String, String)> {
-    let response = client
-        .request(request)
-        .await
-        .map_err(|error| ("transport".to_string(), error_chain(&error)))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .map_err(|error| ("transport".to_string(), error_chain(&error)))?
-        .to_bytes();
-    Ok((status, body))
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
-/// An FSPIOP request with the headers a DFSP sends: Accept on requests
-/// (`GET`, `POST`), not on callbacks (`PUT`); FSPIOP-Destination when given.
-fn fspiop_request(
-    method: Method,
-    url: &str,
-    api: Api,
-    source: &str,
-    destination: Option<&str>,
-    body: String,
-) -> Result<Request<Full<Bytes>>, String> {
-    let accept = method != Method::PUT;
-    let mut builder = Request::builder()
-        .method(method)
-        .uri(url)
-        .header(http::header::CONTENT_TYPE, api.content_type())
-        .header(
-            http::header::DATE,
-            httpdate::fmt_http_date(SystemTime::now()),
-        )
-        .header("fspiop-source", source);
-    if let Some(destination) = destination {
-        builder = builder.header("fspiop-destination", destination);
-    }
-    if accept {
-        builder = builder.header(http::header::ACCEPT, api.accept());
-    }
-    builder
-        .body(Full::new(Bytes::from(body)))
-        .map_err(|error| error.to_string())
-}
-
-#[derive(Deserialize)]
-struct ErrorBody {
-    #[serde(rename = "errorInformation")]
-    error_information: ErrorInformation,
-}
-
-#[derive(Deserialize)]
-struct ErrorInformation {
-    #[serde(rename = "errorCode")]
-    error_code: String,
-    #[serde(rename = "errorDescription", default)]
-    error_description: String,
-}
-
-fn describe_error_body(body: &[u8]) -> String {
-    match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(error) => format!(
-            "{} {}",
-            error.error_information.error_code, error.error_information.error_description
-        ),
-        Err(_) => String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
-    }
-}
-
-/// An error callback's (code, description), as a stage's failure.
-fn error_of(body: &[u8]) -> (String, String) {
-    match serde_json::from_slice::<ErrorBody>(body) {
-        Ok(error) => (
-            error.error_information.error_code,
-            error.error_information.error_description,
-        ),
-        Err(_) => ("unreadable error".into(), describe_error_body(body)),
-    }
-}
-
 // --------------------------------------------------------- the DFSP callbacks
 
 fn callbacks(shared: Arc<Shared>) -> Router {
@@ -3106,10 +2856,7 @@ async fn on_prepare(
 /// The payee's `PUT /transfers/{ID}` with the fulfilment.
 async fn fulfil(shared: &Shared, counter: u64, payer: u32, payee: u32, measured: bool) {
     let id = shared.ids.format(counter);
-    let body = format!(
-        r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED"}}"#,
-        fspiop::format_date_time(now_ms())
-    );
+    let body = fulfil_body(now_ms());
     let request = fspiop_request(
         Method::PUT,
         &format!("{}/transfers/{id}", shared.api),
@@ -3642,110 +3389,13 @@ async fn on_participants_put(
 
 // ---------------------------------------------------------------- onboarding
 
-/// Admin API requests as a Mojaloop golden-path collection makes them.
-async fn admin_request(
-    client: &HttpClient,
-    method: Method,
-    url: &str,
-    body: Option<Value>,
-) -> anyhow::Result<(StatusCode, Bytes)> {
-    let request = || {
-        let builder = Request::builder()
-            .method(method.clone())
-            .uri(url)
-            .header(http::header::ACCEPT, "application/json");
-        match &body {
-            Some(body) => builder
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body.to_string()))),
-            None => builder.body(Full::new(Bytes::new())),
-        }
-        .with_context(|| format!("bad URL {url}"))
-    };
-    // An admin connection idle through a long run may be closed by the hub
-    // just as it is reused; a GET or DELETE is safe to send again.
-    let attempts = if method == Method::GET || method == Method::DELETE {
-        2
-    } else {
-        1
-    };
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let answer = tokio::time::timeout(Duration::from_secs(30), send(client, request()?))
-            .await
-            .with_context(|| format!("{method} {url}: no answer within 30 s"))?;
-        match answer {
-            Err((key, _)) if key == "transport" && attempt < attempts => continue,
-            answer => {
-                return answer
-                    .map_err(|(_, description)| anyhow::anyhow!("{method} {url}: {description}"))
-            }
-        }
-    }
-}
-
-/// Expects a 2xx answer; with `tolerate_existing`, also an error saying the
-/// thing exists already (a second run against the same hub).
-async fn admin_call(
-    client: &HttpClient,
-    method: Method,
-    url: &str,
-    body: Option<Value>,
-    tolerate_existing: bool,
-) -> anyhow::Result<Bytes> {
-    let (status, answer) = admin_request(client, method.clone(), url, body).await?;
-    let exists = || {
-        String::from_utf8_lossy(&answer)
-            .to_ascii_lowercase()
-            .contains("already")
-    };
-    if status.is_success() || (tolerate_existing && status.is_client_error() && exists()) {
-        Ok(answer)
-    } else {
-        bail!(
-            "{method} {url}: {} {}",
-            status.as_u16(),
-            String::from_utf8_lossy(&answer)
-        )
-    }
-}
-
 async fn onboard(
     shared: &Arc<Shared>,
     admin: &str,
     hub_name: &str,
     callback_addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    let client = &shared.client;
-    for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
-        admin_call(
-            client,
-            Method::POST,
-            &format!("{admin}/participants/{hub_name}/accounts"),
-            Some(json!({ "type": kind, "currency": CURRENCY })),
-            true,
-        )
-        .await?;
-    }
-    admin_call(
-        client,
-        Method::POST,
-        &format!("{admin}/settlementModels"),
-        Some(json!({
-            "name": format!("DEFERREDNET{CURRENCY}"),
-            "settlementGranularity": "NET",
-            "settlementInterchange": "MULTILATERAL",
-            "settlementDelay": "DEFERRED",
-            "requireLiquidityCheck": true,
-            "ledgerAccountType": "POSITION",
-            "autoPositionReset": true,
-            "currency": CURRENCY,
-            "settlementAccountType": "SETTLEMENT",
-        })),
-        true,
-    )
-    .await?;
+    dfsp::onboard_hub(&shared.client, admin, hub_name, CURRENCY).await?;
 
     // A few DFSPs at a time: each step waits for the hub's durable commit.
     let permits = Arc::new(tokio::sync::Semaphore::new(16));
@@ -3771,92 +3421,18 @@ async fn onboard_dfsp(
     name: &str,
     callback_addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    let client = &shared.client;
-    let participant = format!("{admin}/participants/{name}");
-    admin_call(
-        client,
-        Method::POST,
-        &format!("{admin}/participants"),
-        Some(json!({ "name": name, "currency": CURRENCY })),
-        false,
-    )
-    .await?;
-    admin_call(
-        client,
-        Method::POST,
-        &format!("{participant}/initialPositionAndLimits"),
-        Some(json!({
-            "currency": CURRENCY,
-            "limit": { "type": "NET_DEBIT_CAP", "value": LARGE_AMOUNT.parse::<u64>().expect("a number") },
-            "initialPosition": 0,
-        })),
-        false,
-    )
-    .await?;
-    let base = format!("http://{callback_addr}/{name}/transfers");
-    for (kind, value) in [
-        ("FSPIOP_CALLBACK_URL_TRANSFER_POST", base.clone()),
-        (
-            "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
-            format!("{base}/{{{{transferId}}}}"),
-        ),
-        (
-            "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
-            format!("{base}/{{{{transferId}}}}/error"),
-        ),
-    ] {
-        admin_call(
-            client,
-            Method::POST,
-            &format!("{participant}/endpoints"),
-            Some(json!({ "type": kind, "value": value })),
-            false,
-        )
-        .await?;
-    }
-    if shared.flow.discovers() {
-        let root = format!("http://{callback_addr}/{name}");
-        for (kind, path) in DISCOVERY_ENDPOINTS {
-            admin_call(
-                client,
-                Method::POST,
-                &format!("{participant}/endpoints"),
-                Some(json!({ "type": kind, "value": format!("{root}{path}") })),
-                false,
-            )
-            .await?;
-        }
-    }
-    let accounts = admin_call(
-        client,
-        Method::GET,
-        &format!("{participant}/accounts"),
-        None,
-        false,
-    )
-    .await?;
-    let accounts: Vec<Value> = serde_json::from_slice(&accounts)
-        .with_context(|| format!("GET {participant}/accounts: not a JSON array"))?;
-    let settlement = accounts
-        .iter()
-        .find(|account| {
-            account["ledgerAccountType"] == "SETTLEMENT" && account["currency"] == CURRENCY
-        })
-        .and_then(|account| account["id"].as_u64())
-        .with_context(|| format!("{name} has no {CURRENCY} SETTLEMENT account"))?;
     let funds_id = shared.ids.format(shared.ids.next());
-    admin_call(
-        client,
-        Method::POST,
-        &format!("{participant}/accounts/{settlement}"),
-        Some(json!({
-            "transferId": funds_id,
-            "externalReference": "kasi bench transfers",
-            "action": "recordFundsIn",
-            "reason": "initial liquidity",
-            "amount": { "amount": LARGE_AMOUNT, "currency": CURRENCY },
-        })),
-        false,
+    dfsp::onboard_dfsp(
+        &shared.client,
+        &dfsp::Onboarding {
+            admin,
+            name,
+            currency: CURRENCY,
+            callback_addr,
+            discovers: shared.flow.discovers(),
+            funds_id: &funds_id,
+            existing_ok: false,
+        },
     )
     .await?;
     if shared.flow.discovers() {
@@ -3882,7 +3458,7 @@ async fn register_parties(shared: &Shared, name: &str) -> anyhow::Result<()> {
         Api::Participants,
         name,
         None,
-        participants_batch_body(&request_id, name, &identifiers),
+        participants_batch_body(&request_id, name, &identifiers, CURRENCY),
     )
     .map_err(|error| anyhow::anyhow!("POST {url}: {error}"))?;
     let (done, answer) = oneshot::channel();
@@ -4522,6 +4098,7 @@ fn machine() -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dfsp::FULFILMENT;
 
     #[test]
     fn ids_are_correlation_ids_and_round_trip() {
@@ -4628,7 +4205,7 @@ mod tests {
         let identifiers: Vec<String> = (0..3)
             .map(|index| party_identifier(77, PartyRef { dfsp: 2, index }))
             .collect();
-        let body = participants_batch_body(&request_id, "b1d2", &identifiers);
+        let body = participants_batch_body(&request_id, "b1d2", &identifiers, CURRENCY);
         let parsed = fspiop::parse_participants_batch(body.as_bytes()).expect("valid");
         assert_eq!(parsed.request_id.to_string(), request_id);
         assert_eq!(parsed.parties.len(), 3);
@@ -4690,7 +4267,7 @@ mod tests {
             &transaction_id,
             ("b1d0", &payer_party),
             ("b1d1", &payee_party),
-            "42",
+            ("42", CURRENCY),
         );
         let post = fspiop::parse_quote_post(body.as_bytes()).expect("valid");
         assert_eq!(post.quote_id.to_string(), quote_id);

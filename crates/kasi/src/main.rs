@@ -14,8 +14,10 @@ mod bench_load;
 mod bench_report;
 mod bench_transfers;
 mod config;
+mod dfsp;
 mod null_hub;
 mod serve;
+mod sim;
 
 /// kasi: a fast FSPIOP (Mojaloop) payments interoperability hub in one binary.
 ///
@@ -101,6 +103,24 @@ enum Command {
     /// side. Exits with status 1 if any flow failed or the positions do not
     /// net to zero.
     Bench(Box<BenchArgs>),
+    /// Simulated DFSPs for people to watch: `kasi sim --dfsps payerfsp,payeefsp --onboard`.
+    ///
+    /// One process plays every DFSP of --dfsps against a hub (one callback
+    /// server, `http://{--listen}/{dfsp}/...`), and prints each message it
+    /// sees or sends. With --onboard it first creates them in the hub
+    /// (participant, net debit cap, funds in, endpoints pointing here) and
+    /// registers a few MSISDNs each; it prints them. As a payee each DFSP
+    /// answers lookups of its parties, quotes (no fees) and prepares
+    /// (committed with the fulfilment after --delay-ms, or refused with
+    /// 5104 at --reject-percent). Runs until Ctrl-C.
+    ///
+    /// To make a payment happen, in another terminal:
+    /// `kasi sim send --from payerfsp --to MSISDN:<a printed number> --amount 10 USD`
+    /// asks the running sim (its control endpoint `POST /_sim/send` on
+    /// --listen) to have payerfsp look the party up, ask its DFSP for a
+    /// quote and send the transfer, and prints each step; the payer's
+    /// callbacks come back to the sim, which is where the hub sends them.
+    Sim(Box<sim::SimCli>),
     /// The null hub of `kasi bench` as a process of its own (it starts one).
     ///
     /// Forwards FSPIOP requests and callbacks between DFSPs with no
@@ -293,6 +313,7 @@ fn main() -> ExitCode {
         Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
         Command::NullHub => null_hub::run_process(),
         Command::AdminToken(args) => admin_token(&args),
+        Command::Sim(args) => sim::run(*args),
         Command::Bench(bench) => match bench.command {
             None => bench_transfers::run(bench.run),
             Some(command) => match command {

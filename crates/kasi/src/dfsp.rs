@@ -1,0 +1,537 @@
+//! What a simulated DFSP does on the wire, shared by `kasi bench` (many
+//! DFSPs, for load) and `kasi sim` (a few, for people): onboarding through
+//! the admin API, the FSPIOP request and callback bodies, the headers a
+//! DFSP sends, the fixed ILP condition and its fulfilment, and reading
+//! FSPIOP errors.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context as _};
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Net debit cap and initial liquidity of every DFSP: nothing the run can
+/// exhaust.
+pub(crate) const LARGE_AMOUNT: &str = "1000000000000000";
+/// A fixed ILP condition and the fulfilment that satisfies it
+/// (SHA-256(fulfilment) = condition).
+pub(crate) const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
+pub(crate) const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
+/// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
+pub(crate) const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
+
+/// The discovery callbacks of a DFSP, under `http://{callback server}/{DFSP}`
+/// (registered for every flow but `transfer`).
+pub(crate) const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
+        "/participants/{{requestId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
+        "/participants/{{requestId}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    // Bare base URLs: the hub appends `/quotes[/{ID}[/error]]` and the like.
+    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
+    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
+    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
+];
+
+/// The FSPIOP resources the driver speaks, with the versions a DFSP of
+/// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    Transfers,
+    Quotes,
+    Parties,
+    Participants,
+    TransactionRequests,
+}
+
+impl Api {
+    pub(crate) fn content_type(self) -> &'static str {
+        match self {
+            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1.1",
+            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1.1",
+            Api::Parties => "application/vnd.interoperability.parties+json;version=1.0",
+            Api::Participants => "application/vnd.interoperability.participants+json;version=1.0",
+            Api::TransactionRequests => {
+                "application/vnd.interoperability.transactionRequests+json;version=1.1"
+            }
+        }
+    }
+
+    pub(crate) fn accept(self) -> &'static str {
+        match self {
+            Api::Transfers => "application/vnd.interoperability.transfers+json;version=1",
+            Api::Quotes => "application/vnd.interoperability.quotes+json;version=1",
+            Api::Parties => "application/vnd.interoperability.parties+json;version=1",
+            Api::Participants => "application/vnd.interoperability.participants+json;version=1",
+            Api::TransactionRequests => {
+                "application/vnd.interoperability.transactionRequests+json;version=1"
+            }
+        }
+    }
+}
+
+/// Batch `POST /participants`: `identifiers` registered to `fsp`.
+pub(crate) fn participants_batch_body(
+    request_id: &str,
+    fsp: &str,
+    identifiers: &[String],
+    currency: &str,
+) -> String {
+    let list: Vec<Value> = identifiers
+        .iter()
+        .map(|id| json!({ "partyIdType": "MSISDN", "partyIdentifier": id, "fspId": fsp }))
+        .collect();
+    json!({ "requestId": request_id, "partyList": list, "currency": currency }).to_string()
+}
+
+/// Why the answer to a batch registration (`PUT /participants/{requestId}`)
+/// is not "all `expected` parties registered"; `None` when it is.
+pub(crate) fn batch_answer_problem(body: &[u8], expected: usize) -> Option<String> {
+    let answer: Value = match serde_json::from_slice(body) {
+        Ok(answer) => answer,
+        Err(error) => return Some(format!("not JSON: {error}")),
+    };
+    let Some(list) = answer["partyList"].as_array() else {
+        return Some("no partyList".into());
+    };
+    let failed: Vec<&Value> = list
+        .iter()
+        .filter(|item| item.get("errorInformation").is_some())
+        .collect();
+    if let Some(first) = failed.first() {
+        return Some(format!(
+            "{} of {} parties refused, the first: {}",
+            failed.len(),
+            list.len(),
+            first
+        ));
+    }
+    (list.len() != expected)
+        .then(|| format!("{} parties answered, {expected} registered", list.len()))
+}
+
+/// The payee's `PUT /parties/MSISDN/{ID}` body.
+pub(crate) fn party_put_body(identifier: &str, fsp: &str) -> String {
+    party_put_body_named(identifier, fsp, &format!("Bench party {identifier}"))
+}
+
+/// The payee's `PUT /parties/MSISDN/{ID}` body, the party called `name`.
+pub(crate) fn party_put_body_named(identifier: &str, fsp: &str, name: &str) -> String {
+    json!({
+        "party": {
+            "partyIdInfo": { "partyIdType": "MSISDN", "partyIdentifier": identifier, "fspId": fsp },
+            "name": name,
+        }
+    })
+    .to_string()
+}
+
+/// The payee's `PUT /transfers/{ID}`: committed with the fulfilment of
+/// [`CONDITION`].
+pub(crate) fn fulfil_body(completed_ms: i64) -> String {
+    format!(
+        r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED"}}"#,
+        fspiop::format_date_time(completed_ms)
+    )
+}
+
+/// An FSPIOP error body.
+pub(crate) fn error_body(code: &str, description: &str) -> String {
+    json!({ "errorInformation": { "errorCode": code, "errorDescription": description } })
+        .to_string()
+}
+
+/// A `POST /quotes` body: `payer_party` of `payer_fsp` sends `amount` to
+/// `payee_party` of `payee_fsp`.
+pub(crate) fn quote_post_body(
+    quote_id: &str,
+    transaction_id: &str,
+    (payer_fsp, payer_party): (&str, &str),
+    (payee_fsp, payee_party): (&str, &str),
+    (amount, currency): (&str, &str),
+) -> String {
+    format!(
+        concat!(
+            r#"{{"quoteId":"{}","transactionId":"{}","#,
+            r#""payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""amountType":"SEND","amount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#
+        ),
+        quote_id, transaction_id, payee_party, payee_fsp, payer_party, payer_fsp, currency, amount
+    )
+}
+
+/// The payee's `PUT /quotes/{ID}` body: no fees, so the transfer amount is
+/// the amount asked; the condition is the one every transfer uses.
+pub(crate) fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
+    format!(
+        r#"{{"transferAmount":{{"currency":"{currency}","amount":"{amount}"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
+        fspiop::format_date_time(expiration_ms)
+    )
+}
+
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Sends a request and reads the whole answer; a transport failure is
+/// `(key, description)`.
+pub(crate) async fn send(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), (String, String)> {
+    let response = client
+        .request(request)
+        .await
+        .map_err(|error| ("transport".to_string(), error_chain(&error)))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|error| ("transport".to_string(), error_chain(&error)))?
+        .to_bytes();
+    Ok((status, body))
+}
+
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// An FSPIOP request with the headers a DFSP sends: Accept on requests
+/// (`GET`, `POST`), not on callbacks (`PUT`); FSPIOP-Destination when given.
+pub(crate) fn fspiop_request(
+    method: Method,
+    url: &str,
+    api: Api,
+    source: &str,
+    destination: Option<&str>,
+    body: String,
+) -> Result<Request<Full<Bytes>>, String> {
+    let accept = method != Method::PUT;
+    let mut builder = Request::builder()
+        .method(method)
+        .uri(url)
+        .header(http::header::CONTENT_TYPE, api.content_type())
+        .header(
+            http::header::DATE,
+            httpdate::fmt_http_date(SystemTime::now()),
+        )
+        .header("fspiop-source", source);
+    if let Some(destination) = destination {
+        builder = builder.header("fspiop-destination", destination);
+    }
+    if accept {
+        builder = builder.header(http::header::ACCEPT, api.accept());
+    }
+    builder
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|error| error.to_string())
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ErrorBody {
+    #[serde(rename = "errorInformation")]
+    error_information: ErrorInformation,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ErrorInformation {
+    #[serde(rename = "errorCode")]
+    error_code: String,
+    #[serde(rename = "errorDescription", default)]
+    error_description: String,
+}
+
+pub(crate) fn describe_error_body(body: &[u8]) -> String {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(error) => format!(
+            "{} {}",
+            error.error_information.error_code, error.error_information.error_description
+        ),
+        Err(_) => String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+    }
+}
+
+/// An error callback's (code, description), as a stage's failure.
+pub(crate) fn error_of(body: &[u8]) -> (String, String) {
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(error) => (
+            error.error_information.error_code,
+            error.error_information.error_description,
+        ),
+        Err(_) => ("unreadable error".into(), describe_error_body(body)),
+    }
+}
+
+/// Admin API requests as a Mojaloop golden-path collection makes them.
+pub(crate) async fn admin_request(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    body: Option<Value>,
+) -> anyhow::Result<(StatusCode, Bytes)> {
+    let request = || {
+        let builder = Request::builder()
+            .method(method.clone())
+            .uri(url)
+            .header(http::header::ACCEPT, "application/json");
+        match &body {
+            Some(body) => builder
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body.to_string()))),
+            None => builder.body(Full::new(Bytes::new())),
+        }
+        .with_context(|| format!("bad URL {url}"))
+    };
+    // An admin connection idle through a long run may be closed by the hub
+    // just as it is reused; a GET or DELETE is safe to send again.
+    let attempts = if method == Method::GET || method == Method::DELETE {
+        2
+    } else {
+        1
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let answer = tokio::time::timeout(Duration::from_secs(30), send(client, request()?))
+            .await
+            .with_context(|| format!("{method} {url}: no answer within 30 s"))?;
+        match answer {
+            Err((key, _)) if key == "transport" && attempt < attempts => continue,
+            answer => {
+                return answer
+                    .map_err(|(_, description)| anyhow::anyhow!("{method} {url}: {description}"))
+            }
+        }
+    }
+}
+
+/// Expects a 2xx answer; with `tolerate_existing`, also an error saying the
+/// thing exists already (a second run against the same hub).
+pub(crate) async fn admin_call(
+    client: &HttpClient,
+    method: Method,
+    url: &str,
+    body: Option<Value>,
+    tolerate_existing: bool,
+) -> anyhow::Result<Bytes> {
+    let (status, answer) = admin_request(client, method.clone(), url, body).await?;
+    let exists = || {
+        String::from_utf8_lossy(&answer)
+            .to_ascii_lowercase()
+            .contains("already")
+    };
+    if status.is_success() || (tolerate_existing && status.is_client_error() && exists()) {
+        Ok(answer)
+    } else {
+        bail!(
+            "{method} {url}: {} {}",
+            status.as_u16(),
+            String::from_utf8_lossy(&answer)
+        )
+    }
+}
+
+/// The hub's accounts and the deferred net settlement model for `currency`
+/// (an existing one is fine: a second run against the same hub).
+pub(crate) async fn onboard_hub(
+    client: &HttpClient,
+    admin: &str,
+    hub_name: &str,
+    currency: &str,
+) -> anyhow::Result<()> {
+    for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+        admin_call(
+            client,
+            Method::POST,
+            &format!("{admin}/participants/{hub_name}/accounts"),
+            Some(json!({ "type": kind, "currency": currency })),
+            true,
+        )
+        .await?;
+    }
+    admin_call(
+        client,
+        Method::POST,
+        &format!("{admin}/settlementModels"),
+        Some(json!({
+            "name": format!("DEFERREDNET{currency}"),
+            "settlementGranularity": "NET",
+            "settlementInterchange": "MULTILATERAL",
+            "settlementDelay": "DEFERRED",
+            "requireLiquidityCheck": true,
+            "ledgerAccountType": "POSITION",
+            "autoPositionReset": true,
+            "currency": currency,
+            "settlementAccountType": "SETTLEMENT",
+        })),
+        true,
+    )
+    .await?;
+    Ok(())
+}
+
+/// How [`onboard_dfsp`] onboards one DFSP.
+pub(crate) struct Onboarding<'a> {
+    pub admin: &'a str,
+    pub name: &'a str,
+    pub currency: &'a str,
+    /// Its callbacks go to `http://{callback_addr}/{name}/...`.
+    pub callback_addr: SocketAddr,
+    /// Also the discovery endpoints (parties, participants, quotes, ...).
+    pub discovers: bool,
+    /// The id of the funds-in transfer (a UUID or ULID).
+    pub funds_id: &'a str,
+    /// A DFSP that exists already is no error: its limit is left as it is
+    /// and its endpoints are pointed at `callback_addr`.
+    pub existing_ok: bool,
+}
+
+/// Onboards a DFSP as a Mojaloop golden-path collection does: participant,
+/// net debit cap, callback endpoints, funds in (a net debit cap and
+/// liquidity the run cannot exhaust). Returns whether it was new.
+pub(crate) async fn onboard_dfsp(
+    client: &HttpClient,
+    how: &Onboarding<'_>,
+) -> anyhow::Result<bool> {
+    let Onboarding {
+        admin,
+        name,
+        currency,
+        callback_addr,
+        discovers,
+        funds_id,
+        existing_ok,
+    } = *how;
+    let participant = format!("{admin}/participants/{name}");
+    let created = admin_call(
+        client,
+        Method::POST,
+        &format!("{admin}/participants"),
+        Some(json!({ "name": name, "currency": currency })),
+        existing_ok,
+    )
+    .await?;
+    let new = !String::from_utf8_lossy(&created)
+        .to_ascii_lowercase()
+        .contains("already");
+    admin_call(
+        client,
+        Method::POST,
+        &format!("{participant}/initialPositionAndLimits"),
+        Some(json!({
+            "currency": currency,
+            "limit": { "type": "NET_DEBIT_CAP", "value": LARGE_AMOUNT.parse::<u64>().expect("a number") },
+            "initialPosition": 0,
+        })),
+        existing_ok,
+    )
+    .await?;
+    let base = format!("http://{callback_addr}/{name}/transfers");
+    for (kind, value) in [
+        ("FSPIOP_CALLBACK_URL_TRANSFER_POST", base.clone()),
+        (
+            "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+            format!("{base}/{{{{transferId}}}}"),
+        ),
+        (
+            "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
+            format!("{base}/{{{{transferId}}}}/error"),
+        ),
+    ] {
+        admin_call(
+            client,
+            Method::POST,
+            &format!("{participant}/endpoints"),
+            Some(json!({ "type": kind, "value": value })),
+            false,
+        )
+        .await?;
+    }
+    if discovers {
+        let root = format!("http://{callback_addr}/{name}");
+        for (kind, path) in DISCOVERY_ENDPOINTS {
+            admin_call(
+                client,
+                Method::POST,
+                &format!("{participant}/endpoints"),
+                Some(json!({ "type": kind, "value": format!("{root}{path}") })),
+                false,
+            )
+            .await?;
+        }
+    }
+    if !new {
+        return Ok(false);
+    }
+    let accounts = admin_call(
+        client,
+        Method::GET,
+        &format!("{participant}/accounts"),
+        None,
+        false,
+    )
+    .await?;
+    let accounts: Vec<Value> = serde_json::from_slice(&accounts)
+        .with_context(|| format!("GET {participant}/accounts: not a JSON array"))?;
+    let settlement = accounts
+        .iter()
+        .find(|account| {
+            account["ledgerAccountType"] == "SETTLEMENT" && account["currency"] == currency
+        })
+        .and_then(|account| account["id"].as_u64())
+        .with_context(|| format!("{name} has no {currency} SETTLEMENT account"))?;
+    admin_call(
+        client,
+        Method::POST,
+        &format!("{participant}/accounts/{settlement}"),
+        Some(json!({
+            "transferId": funds_id,
+            "externalReference": "kasi bench transfers",
+            "action": "recordFundsIn",
+            "reason": "initial liquidity",
+            "amount": { "amount": LARGE_AMOUNT, "currency": currency },
+        })),
+        false,
+    )
+    .await?;
+    Ok(true)
+}

@@ -1,0 +1,202 @@
+//! `kasi sim` against a real hub: the sim onboards two DFSPs, `kasi sim
+//! send` makes a whole lookup + quote + transfer happen, the hub's positions
+//! move by the amount; a sim refusing every prepare makes the send fail with
+//! the payee's error and leaves the positions alone.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::*;
+
+/// How long the sim may take to print an awaited line.
+const LINE_WAIT: Duration = Duration::from_secs(60);
+
+/// A running `kasi sim`, its stdout read line by line.
+struct Sim {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    url: String,
+}
+
+impl Sim {
+    fn start(hub: &Hub, extra: &[&str]) -> Sim {
+        let mut child = kasi()
+            .args(["sim", "--hub-api"])
+            .arg(format!("http://{}", hub.api))
+            .arg("--hub-admin")
+            .arg(format!("http://{}", hub.admin))
+            .args([
+                "--dfsps",
+                "payerfsp,payeefsp",
+                "--onboard",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut sim = Sim {
+            child,
+            lines,
+            seen: Vec::new(),
+            url: String::new(),
+        };
+        let listening = sim.await_line(|line| line.starts_with("kasi sim: listening on "));
+        let address = listening
+            .trim_start_matches("kasi sim: listening on ")
+            .split(':')
+            .take(2)
+            .collect::<Vec<_>>()
+            .join(":");
+        sim.url = format!("http://{address}");
+        sim.await_line(|line| line.starts_with("ready: "));
+        sim
+    }
+
+    /// Waits for the first line (from the last one taken on) that `matches`.
+    fn await_line(&mut self, matches: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + LINE_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if matches(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "kasi sim never printed the line awaited; it printed:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// The first MSISDN the sim says `dfsp` holds.
+    fn party_of(&self, dfsp: &str) -> String {
+        let prefix = format!("{dfsp} holds MSISDN ");
+        let line = self
+            .seen
+            .iter()
+            .find(|line| line.starts_with(&prefix))
+            .unwrap_or_else(|| panic!("no parties printed for {dfsp}: {:?}", self.seen));
+        line[prefix.len()..].split(", ").next().unwrap().to_string()
+    }
+
+    fn send(&self, from: &str, to: &str, amount: &str) -> Output {
+        kasi()
+            .args([
+                "sim", "send", "--sim", &self.url, "--from", from, "--to", to,
+            ])
+            .args(["--amount", amount, "USD"])
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn position(hub: &Hub, dfsp: &str) -> f64 {
+    let answer = hub
+        .admin("GET", &format!("/participants/{dfsp}/positions"), None)
+        .json();
+    let rows = answer.as_array().expect("an array of positions");
+    let usd = rows
+        .iter()
+        .find(|row| row["currency"] == "USD")
+        .unwrap_or_else(|| panic!("no USD position for {dfsp}: {answer}"));
+    match &usd["value"] {
+        Value::Number(value) => value.as_f64().unwrap(),
+        Value::String(value) => value.parse().unwrap(),
+        other => panic!("position of {dfsp}: {other}"),
+    }
+}
+
+#[test]
+fn sim_onboards_sends_and_commits_then_rejects() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+
+    let mut sim = Sim::start(&hub, &[]);
+    assert!(sim.seen.iter().any(|l| l.contains("payerfsp: onboarded")));
+    assert!(sim.seen.iter().any(|l| l.contains("payeefsp: onboarded")));
+    let payee_party = sim.party_of("payeefsp");
+    let (payer_before, payee_before) = (position(&hub, "payerfsp"), position(&hub, "payeefsp"));
+
+    let output = sim.send("payerfsp", &format!("MSISDN:{payee_party}"), "10");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "send failed: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(text.contains("1. lookup"), "{text}");
+    assert!(text.contains("held by payeefsp"), "{text}");
+    assert!(text.contains("2. quote"), "{text}");
+    assert!(text.contains("3. transfer"), "{text}");
+    assert!(
+        text.lines().last().unwrap().starts_with("COMMITTED"),
+        "{text}"
+    );
+    // The sim printed each message as the payee saw it and as the payer
+    // heard back.
+    sim.await_line(|l| l.contains("payeefsp <- GET /parties/MSISDN/"));
+    sim.await_line(|l| l.contains("payeefsp <- POST /quotes"));
+    sim.await_line(|l| l.contains("payeefsp <- POST /transfers") && l.contains("amount 10 USD"));
+    sim.await_line(|l| l.contains("payerfsp <- PUT /transfers/") && l.contains("state COMMITTED"));
+    sim.await_line(|l| l.contains("send: COMMITTED"));
+    assert_eq!(position(&hub, "payerfsp"), payer_before + 10.0);
+    assert_eq!(position(&hub, "payeefsp"), payee_before - 10.0);
+
+    // Unknown party: the hub's 3204, exit status 1.
+    let output = sim.send("payerfsp", "MSISDN:123456789", "10");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("3204"), "{text}");
+    drop(sim);
+
+    // A sim started again on the same hub: the DFSPs exist, their endpoints
+    // now point at it; its payee refuses every prepare, after --delay-ms.
+    let mut rejecting = Sim::start(&hub, &["--reject-percent", "100", "--delay-ms", "300"]);
+    assert!(rejecting
+        .seen
+        .iter()
+        .any(|l| l.contains("payeefsp: exists in the hub already")));
+    let started = Instant::now();
+    let output = rejecting.send("payerfsp", &format!("MSISDN:{payee_party}"), "7");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("error: transfer ") && last.contains("5104"),
+        "{text}"
+    );
+    rejecting.await_line(|l| l.contains("payerfsp <- PUT /transfers/") && l.contains("/error"));
+    assert_eq!(position(&hub, "payerfsp"), payer_before + 10.0);
+    assert_eq!(position(&hub, "payeefsp"), payee_before - 10.0);
+}
