@@ -95,7 +95,7 @@ pub struct HubConfig {
     /// Where transfers that left the ledger's memory (past the retention
     /// horizon) are looked up, for `GET`s and duplicates; `None` when the
     /// ledger keeps every transfer.
-    pub transfer_lookup: Option<Arc<store::sqlite::TransferLookup>>,
+    pub transfer_lookup: Option<Arc<dyn store::StoreReader>>,
 }
 
 impl HubConfig {

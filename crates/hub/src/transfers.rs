@@ -16,7 +16,7 @@ use ledger::{
     Abort, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection, RequestHash,
     TransferId, TransferKind, TransferState, TransferView,
 };
-use store::sqlite::StoredTransfer;
+use store::StoredTransfer;
 
 use crate::notify::Tracking;
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
@@ -292,7 +292,7 @@ impl Hub {
         // fresh id: not found) reads only index pages that stay cached. A
         // hop to the blocking pool cost more than the lookup (a thread
         // wake-up each way, measured: BENCHMARKS.md, bounded memory).
-        lookup.find(transfer_id).map_err(|error| {
+        lookup.find_transfer(transfer_id).map_err(|error| {
             HubError::new(
                 ErrorCode::INTERNAL_SERVER_ERROR,
                 format!("Internal server error - transfer lookup failed: {error}"),

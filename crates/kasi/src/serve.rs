@@ -371,7 +371,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(_) => Some(Arc::new(
             store::sqlite::TransferLookup::open(&args.data_dir)
                 .context("cannot open the store for transfer lookups")?,
-        )),
+        ) as Arc<dyn store::StoreReader>),
     };
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(

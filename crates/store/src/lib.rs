@@ -80,6 +80,34 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// A stored transfer as the hub needs it to answer a `GET` or a resend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredTransfer {
+    pub view: ledger::TransferView,
+    /// The prepare's request hash.
+    pub request_hash: ledger::RequestHash,
+    /// What finished it, with that request's hash.
+    pub finish: Option<(ledger::FinishKind, ledger::RequestHash)>,
+}
+
+/// What the hub reads from the store beside the pipeline, for transfers
+/// and quotes that left the ledger's memory: blocking point reads on a
+/// connection of the reader's own, called from the request's task. Each
+/// backend implements it, so the hub never names one.
+pub trait StoreReader: Send + Sync + fmt::Debug {
+    /// The transfer with this id, if the store has it.
+    fn find_transfer(
+        &self,
+        transfer_id: ledger::TransferId,
+    ) -> Result<Option<StoredTransfer>, StoreError>;
+
+    /// The recorded quote (persistent mode) with this id, if any.
+    fn find_quote(
+        &self,
+        quote_id: ledger::TransferId,
+    ) -> Result<Option<ledger::QuoteRow>, StoreError>;
+}
+
 /// Durable storage for the ledger's records.
 pub trait Store: Send {
     /// Makes the records of `batches` durable, in order, as one transaction:

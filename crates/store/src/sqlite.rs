@@ -21,7 +21,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
 use crate::sqlite_history::{self, HistoryOptions, HistorySnapshot, Snapshotter};
 use crate::sqlite_settlement::SettlementStatements;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, StoreReader, StoredTransfer};
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "kasi.db";
@@ -1382,19 +1382,19 @@ pub struct TransferLookup {
     connection: std::sync::Mutex<Connection>,
 }
 
-/// A stored transfer as the hub needs it to answer a `GET` or a resend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoredTransfer {
-    pub view: ledger::TransferView,
-    /// The prepare's request hash.
-    pub request_hash: RequestHash,
-    /// What finished it, with that request's hash.
-    pub finish: Option<(FinishKind, RequestHash)>,
-}
-
 impl std::fmt::Debug for TransferLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("TransferLookup")
+    }
+}
+
+impl StoreReader for TransferLookup {
+    fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
+        self.find(transfer_id)
+    }
+
+    fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
+        TransferLookup::find_quote(self, quote_id)
     }
 }
 
