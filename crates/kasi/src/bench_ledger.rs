@@ -131,27 +131,33 @@ pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Where a run keeps its store: `--data-dir` (which must hold none yet) or
+/// a temporary directory, removed when the returned guard drops.
+fn new_data_dir(
+    args: &BenchLedgerArgs,
+) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
+    match &args.data_dir {
+        Some(dir) if dir.join(store::sqlite::DATABASE_FILE).exists() => bail!(
+            "{} holds a store already; the benchmark needs a new directory",
+            dir.display()
+        ),
+        Some(dir) => Ok((dir.clone(), None)),
+        None => {
+            let temporary = tempfile::Builder::new()
+                .prefix("kasi-bench-")
+                .tempdir()
+                .context("cannot make a temp dir")?;
+            Ok((temporary.path().to_path_buf(), Some(temporary)))
+        }
+    }
+}
+
 /// The horizon of `--history`'s runs and recoveries.
 const HISTORY_RETENTION_MS: i64 = 1_000;
 
 /// `--history`: restart time against the length of the history.
 fn run_history(args: &BenchLedgerArgs, history: u64) -> anyhow::Result<ExitCode> {
-    let temporary;
-    let data_dir = match &args.data_dir {
-        Some(dir) => {
-            if dir.join(store::sqlite::DATABASE_FILE).exists() {
-                bail!("--data-dir {} already holds a store", dir.display());
-            }
-            dir.clone()
-        }
-        None => {
-            temporary = tempfile::Builder::new()
-                .prefix("kasi-bench-")
-                .tempdir()
-                .context("cannot make a temp dir")?;
-            temporary.path().to_path_buf()
-        }
-    };
+    let (data_dir, _temporary) = new_data_dir(args)?;
     let limits = Limits {
         transfer_retention_ms: Some(HISTORY_RETENTION_MS),
         ..Limits::default()
@@ -484,25 +490,7 @@ impl Report {
 }
 
 fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
-    let temporary;
-    let data_dir = match &args.data_dir {
-        Some(dir) => {
-            if dir.join(store::sqlite::DATABASE_FILE).exists() {
-                bail!(
-                    "{} holds a store already; the benchmark needs a new directory",
-                    dir.display()
-                );
-            }
-            dir.clone()
-        }
-        None => {
-            temporary = tempfile::Builder::new()
-                .prefix("kasi-bench-")
-                .tempdir()
-                .context("cannot make a temp dir")?;
-            temporary.path().to_path_buf()
-        }
-    };
+    let (data_dir, _temporary) = new_data_dir(args)?;
     let store = SqliteStore::open(
         &data_dir,
         SqliteOptions {

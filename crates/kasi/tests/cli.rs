@@ -602,3 +602,37 @@ fn the_example_config_names_every_serve_setting_and_every_key_is_known() {
     assert!(!stderr.contains("unknown setting"), "{stderr}");
     assert!(stderr.contains("no kasi store"), "{stderr}");
 }
+
+/// `kasi bench ledger --history`: the history it builds is summed by the
+/// snapshot, and recovery from the snapshot loads only what it must (the
+/// DFSPs' deposits), reporting both recoveries.
+#[test]
+fn bench_ledger_history_times_recovery_with_and_without_the_snapshot() {
+    let output = kasi()
+        .args([
+            "bench",
+            "ledger",
+            "--history",
+            "3000",
+            "--dfsps",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["history_transfers"], 3000, "{report}");
+    assert_eq!(report["snapshot_summed"], 3000, "{report}");
+    assert_eq!(report["archived_from_snapshot"], 3000, "{report}");
+    assert_eq!(
+        report["loaded_from_snapshot"], 4,
+        "the four deposits: {report}"
+    );
+    assert!(report["recovery_whole_history_ms"].as_f64().unwrap() > 0.0);
+    assert!(report["recovery_from_snapshot_ms"].as_f64().unwrap() > 0.0);
+}
