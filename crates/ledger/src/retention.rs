@@ -31,8 +31,10 @@ use crate::error::{ErrorCode, Rejection};
 use crate::ids::TransferId;
 use crate::ledger::Ledger;
 
-/// The shortest grace period for evicted ids.
-const MIN_GRACE_MS: i64 = 60_000;
+/// How long evicted ids are remembered: far longer than any hub's store
+/// check takes to reach the ledger, and short enough that remembering
+/// costs little (~50 bytes per transfer of the last minute).
+const GRACE_MS: i64 = 60_000;
 
 #[derive(Default)]
 pub(crate) struct Retention {
@@ -50,7 +52,7 @@ pub(crate) struct Retention {
     /// Recorded quotes (persistent mode) in memory, in the order received:
     /// (received at, batch that recorded it, id).
     quotes: VecDeque<(i64, u64, TransferId)>,
-    pub(crate) quotes_evicted_total: u64,
+    quotes_evicted_total: u64,
 }
 
 impl Retention {
@@ -75,13 +77,6 @@ impl Retention {
         self.finished
             .extend(finished.into_iter().map(|(at_ms, id)| (at_ms, 0, id)));
     }
-}
-
-/// How long evicted ids are remembered: far longer than any hub's store
-/// check takes to reach the ledger, and short enough that remembering
-/// costs little (~50 bytes per transfer of the last minute).
-fn grace_ms(_retention_ms: i64) -> i64 {
-    MIN_GRACE_MS
 }
 
 impl Ledger {
@@ -120,7 +115,7 @@ impl Ledger {
             .retention
             .evicted_order
             .front()
-            .map(|&(at_ms, _)| at_ms.saturating_add(grace_ms(retention_ms)));
+            .map(|&(at_ms, _)| at_ms.saturating_add(GRACE_MS));
         let crowded_quotes = self.quotes.len() > self.limits().max_quotes;
         let quotes = self
             .retention
@@ -146,7 +141,7 @@ impl Ledger {
             return 0;
         };
         let now_ms = self.now_ms;
-        let grace = grace_ms(retention_ms);
+        let grace = GRACE_MS;
         let most = self.limits().max_finished_in_memory;
         let mut spent = 0;
         let retention = &mut self.retention;
