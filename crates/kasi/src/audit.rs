@@ -45,12 +45,32 @@ fn audit(mut store: SqliteStore) -> anyhow::Result<ExitCode> {
         snapshot.transfers.len(),
         snapshot.finishes.len()
     );
-    if problems.is_empty() {
+    let history = store
+        .check_history_snapshot()
+        .context("cannot check the history snapshot")?;
+    match &history {
+        None => {}
+        Some((through, Ok(()))) => println!(
+            "kasi audit: the history snapshot (through seq {through}) agrees with the whole history"
+        ),
+        Some((through, Err(difference))) => println!(
+            "kasi audit: the history snapshot (through seq {through}) does not agree with the whole history: {difference} (a restart drops it and reads the whole history)"
+        ),
+    }
+    let history_agrees = !matches!(history, Some((_, Err(_))));
+    if problems.is_empty() && history_agrees {
         println!(
             "kasi audit: {} ({summary}): every account matches its transfers",
             store.describe()
         );
         return Ok(ExitCode::SUCCESS);
+    }
+    if problems.is_empty() {
+        println!(
+            "kasi audit: {} ({summary}): every account matches its transfers, but the history snapshot does not",
+            store.describe()
+        );
+        return Ok(ExitCode::from(1));
     }
     println!(
         "kasi audit: {} ({summary}): {} problems",

@@ -264,4 +264,9 @@ fn sigkills_while_history_snapshots_are_written_lose_nothing() {
         String::from_utf8_lossy(&audit.stdout),
         String::from_utf8_lossy(&audit.stderr)
     );
+    let said = String::from_utf8_lossy(&audit.stdout);
+    assert!(
+        said.contains("the history snapshot (through seq") && said.contains("agrees"),
+        "{said}"
+    );
 }

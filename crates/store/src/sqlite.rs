@@ -865,6 +865,46 @@ impl SqliteStore {
         Ok(snapshot)
     }
 
+    /// Checks the stored history snapshot against the whole history, in
+    /// one read transaction (a hub may be writing meanwhile): what recovery
+    /// reads from the snapshot plus the rows after it must equal what it
+    /// reads from every row, at the snapshot's own cut. `None` without a
+    /// snapshot; else its seq and the first difference, if any.
+    pub fn check_history_snapshot(
+        &mut self,
+    ) -> Result<Option<(u64, Result<(), String>)>, StoreError> {
+        let transaction = self.connection.transaction()?;
+        let version: i64 =
+            transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let Some(history) = sqlite_history::read(&transaction)? else {
+            return Ok(None);
+        };
+        let (through, cut_ms) = (history.through_seq, history.cut_ms);
+        let (from_snapshot, archived) = sqlite_history::read_since(&transaction, history, cut_ms)?;
+        let mut whole = Snapshot::default();
+        read_recent_transfers(&transaction, version, cut_ms, &mut whole)?;
+        let verdict = if archived != whole.archived {
+            Err(format!(
+                "its sums differ from the history's: {archived:?} against {:?}",
+                whole.archived
+            ))
+        } else if from_snapshot.len() != whole.transfers.len()
+            || from_snapshot
+                .iter()
+                .zip(&whole.transfers)
+                .any(|((transfer, _), row)| transfer != row)
+        {
+            Err(format!(
+                "it leaves {} transfers to read, the history {}",
+                from_snapshot.len(),
+                whole.transfers.len()
+            ))
+        } else {
+            Ok(())
+        };
+        Ok(Some((through, verdict)))
+    }
+
     /// The stored history snapshot, if any.
     pub fn history_snapshot(&self) -> Result<Option<HistorySnapshot>, StoreError> {
         sqlite_history::read(&self.connection)

@@ -255,6 +255,10 @@ proptest! {
         for op in ops {
             harness.run(op);
         }
+        if harness.last_cut != i64::MIN {
+            let checked = harness.store.check_history_snapshot().expect("check");
+            prop_assert!(matches!(checked, Some((_, Ok(())))), "{:?}", checked);
+        }
         let horizon_ms = (harness.now - horizon_behind_ms).max(harness.last_cut);
         let from_snapshot = harness.store.load_recent(horizon_ms).expect("load from the snapshot");
         let used = harness.store.history_snapshot_through();
@@ -322,6 +326,10 @@ fn a_snapshot_that_does_not_add_up_is_refused_by_the_audit() {
     drop(harness);
 
     let mut store = SqliteStore::open(dir.path(), SqliteOptions::default()).expect("reopen");
+    assert_eq!(
+        store.check_history_snapshot().expect("check"),
+        Some((stored.through_seq, Ok(())))
+    );
     let loaded = store.load_recent(horizon_ms).expect("load");
     assert_eq!(store.history_snapshot_through(), Some(stored.through_seq));
     assert!(loaded.archived.transfers >= stored.transfers);
@@ -333,6 +341,12 @@ fn a_snapshot_that_does_not_add_up_is_refused_by_the_audit() {
         .expect("tamper");
     drop(raw);
     let mut store = SqliteStore::open(dir.path(), SqliteOptions::default()).expect("reopen");
+    let (through, verdict) = store
+        .check_history_snapshot()
+        .expect("check")
+        .expect("a snapshot");
+    assert_eq!(through, stored.through_seq);
+    assert!(verdict.is_err(), "the tampered snapshot passed the check");
     let loaded = store.load_recent(horizon_ms).expect("load");
     let problem = Ledger::restore(loaded, limits).err().expect("refused");
     assert!(problem.contains("does not add up"), "{problem}");
