@@ -19,7 +19,7 @@ use ledger::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
-use crate::sqlite_history::{self, HistoryOptions, HistorySnapshot, Snapshotter};
+use crate::sqlite_history::{self, HistoryCheck, HistoryOptions, HistorySnapshot, Snapshotter};
 use crate::sqlite_settlement::SettlementStatements;
 use crate::{Store, StoreError, StoreReader, StoredTransfer};
 
@@ -870,9 +870,7 @@ impl SqliteStore {
     /// reads from the snapshot plus the rows after it must equal what it
     /// reads from every row, at the snapshot's own cut. `None` without a
     /// snapshot; else its seq and the first difference, if any.
-    pub fn check_history_snapshot(
-        &mut self,
-    ) -> Result<Option<(u64, Result<(), String>)>, StoreError> {
+    pub fn check_history_snapshot(&mut self) -> Result<Option<HistoryCheck>, StoreError> {
         let transaction = self.connection.transaction()?;
         let version: i64 =
             transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;

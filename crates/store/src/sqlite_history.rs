@@ -116,6 +116,10 @@ pub(crate) fn is_archived(
         && finished_at_ms(transfer, finish).is_some_and(|at_ms| at_ms < horizon_ms)
 }
 
+/// What `SqliteStore::check_history_snapshot` found: the snapshot's seq,
+/// and how it differs from the whole history, if it does.
+pub type HistoryCheck = (u64, Result<(), String>);
+
 /// Transfers summed: the history snapshot's content, and what recovery
 /// adds to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
