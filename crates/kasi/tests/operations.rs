@@ -80,3 +80,55 @@ fn a_backup_taken_under_load_audits_clean_and_restores_to_the_same_positions() {
     assert_eq!(restored_hub.position(PAYER), payer);
     assert_eq!(restored_hub.position(PAYEE), payee);
 }
+
+/// The Grafana dashboard (`ops/grafana/kasi.json`) only charts metrics the
+/// hub exposes: every metric name in its queries is on a served hub's
+/// `/metrics` after one transfer (so per-destination series exist).
+#[test]
+fn the_dashboard_charts_only_metrics_the_hub_exposes() {
+    let s = Scenario::new();
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "1", now_ms() + 60_000);
+    assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
+    s.payee.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(s.hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+    s.payer.expect("PUT", &format!("/transfers/{id}"));
+    let exposed = s.hub.admin_expect("GET", "/metrics", None, 200).text();
+
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ops/grafana/kasi.json"),
+    )
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut names = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            // Metric names: identifiers followed by a label set.
+            for (at, _) in expr.match_indices('{') {
+                let name: String = expr[..at]
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                if name.starts_with("kasi_") || name.starts_with("process_") {
+                    names.insert(name);
+                }
+            }
+        }
+    }
+    assert!(names.len() >= 20, "{names:?}");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|name| {
+            !exposed
+                .lines()
+                .any(|line| !line.starts_with('#') && line.starts_with(name.as_str()))
+        })
+        .collect();
+    assert!(missing.is_empty(), "charted but not exposed: {missing:?}");
+}
