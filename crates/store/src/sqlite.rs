@@ -783,9 +783,6 @@ impl SqliteStore {
         transaction.commit()?;
         if let Some(snapshot) = history {
             self.history_kept_written = Some(snapshot.kept);
-            if let Some(history) = &self.history {
-                history.shared.written.fetch_add(1, Ordering::Relaxed);
-            }
         } else {
             self.history_kept_written = kept_written;
         }
@@ -906,13 +903,6 @@ impl SqliteStore {
     /// The stored history snapshot, if any.
     pub fn history_snapshot(&self) -> Result<Option<HistorySnapshot>, StoreError> {
         sqlite_history::read(&self.connection)
-    }
-
-    /// History snapshots written since the store was opened.
-    pub fn history_snapshots_written(&self) -> u64 {
-        self.history
-            .as_ref()
-            .map_or(0, |history| history.shared.written.load(Ordering::Relaxed))
     }
 
     /// Times the WAL was started over (for tests and diagnostics).

@@ -594,8 +594,6 @@ pub(crate) struct Shared {
     /// Advanced when the stored snapshot is forgotten: what was computed
     /// from it must not be written.
     pub(crate) generation: AtomicU64,
-    /// Snapshots written (for tests and diagnostics).
-    pub(crate) written: AtomicU64,
 }
 
 impl Shared {

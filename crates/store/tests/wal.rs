@@ -22,6 +22,19 @@ fn parties(from: u64, count: u64) -> Vec<Record> {
         .collect()
 }
 
+/// fsync off: these tests are about the WAL's size, not durability, and
+/// stay fast on a slow disk.
+fn open_unsynced(dir: &std::path::Path) -> SqliteStore {
+    SqliteStore::open(
+        dir,
+        SqliteOptions {
+            fsync: false,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
 fn wal_bytes(dir: &std::path::Path) -> u64 {
     std::fs::metadata(dir.join("kasi.db-wal")).map_or(0, |m| m.len())
 }
@@ -29,16 +42,7 @@ fn wal_bytes(dir: &std::path::Path) -> u64 {
 #[test]
 fn the_wal_is_started_over_instead_of_growing_without_bound() {
     let dir = tempfile::tempdir().unwrap();
-    // fsync off: this is about the WAL's size, not durability, and keeps
-    // the test fast on a slow disk.
-    let mut store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            fsync: false,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut store = open_unsynced(dir.path());
     let mut next = 0u64;
     for commit in 0..400 {
         let batch: Vec<Record> = (0..256)
@@ -73,14 +77,7 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
     drop(store);
     // A clean close leaves no WAL behind, and everything written is there.
     assert_eq!(wal_bytes(dir.path()), 0);
-    let mut store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            fsync: false,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut store = open_unsynced(dir.path());
     let snapshot = store.load().unwrap();
     assert_eq!(snapshot.parties.len(), 400 * 256);
 }
@@ -91,14 +88,7 @@ fn the_wal_is_started_over_instead_of_growing_without_bound() {
 #[test]
 fn a_long_reader_neither_delays_commits_nor_stops_restarts_for_good() {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = SqliteStore::open(
-        dir.path(),
-        SqliteOptions {
-            fsync: false,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut store = open_unsynced(dir.path());
     store.commit(&[&parties(0, 10)]).unwrap();
     let reader = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
     reader.execute_batch("BEGIN").unwrap();
