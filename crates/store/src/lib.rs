@@ -3,8 +3,9 @@
 //!
 //! The ledger pipeline sees only the [`Store`] trait: `commit` the records of
 //! some batches durably, `load` every row. The embedded default is
-//! [`sqlite::SqliteStore`] (WAL, `synchronous=FULL`); a PostgreSQL backend
-//! will implement the same trait.
+//! [`sqlite::SqliteStore`] (WAL, `synchronous=FULL`); [`pg::PgStore`]
+//! keeps the same rows in PostgreSQL, where several kasi processes can
+//! reach them.
 //!
 //! What is written per transfer phase: one `transfers` row at prepare (or
 //! funds in/out), one `transfer_finishes` row when it commits, aborts or
@@ -16,6 +17,11 @@ use std::fmt;
 use ledger::{Record, Snapshot};
 
 pub mod delivery;
+pub mod pg;
+pub mod pg_reader;
+mod pg_rows;
+mod pg_schema;
+mod pg_settlement;
 pub mod sqlite;
 pub mod sqlite_history;
 mod sqlite_settlement;
@@ -106,6 +112,60 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
         &self,
         quote_id: ledger::TransferId,
     ) -> Result<Option<ledger::QuoteRow>, StoreError>;
+
+    /// Every FSPIOP transfer prepared or finished at or after `since_ms`
+    /// (ledger time), with its condition and how it finished: what the
+    /// callback dispatcher derives its callbacks from again after a
+    /// restart. In no particular order. Read by index, not by a scan of
+    /// the whole history.
+    fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
+}
+
+/// A transfer as [`StoreReader::transfers_touched_since`] gives it.
+pub type Touched = (
+    ledger::TransferView,
+    ledger::Condition,
+    Option<ledger::FinishKind>,
+);
+
+/// How a stored transfer looks to the hub: its finish, if any, decides its
+/// state, reason, completion instant and fulfilment.
+pub(crate) fn stored_view(
+    transfer: &ledger::TransferRow,
+    finish: Option<&ledger::FinishRow>,
+    payer: ledger::FspName,
+    payee: ledger::FspName,
+    currency: ledger::Currency,
+) -> ledger::TransferView {
+    let (state, reason, completed_at_ms, fulfilment) = match finish {
+        Some(finish) => (
+            finish.state,
+            finish.reason,
+            Some(finish.finished_at_ms),
+            finish.fulfilment,
+        ),
+        None => (
+            transfer.state,
+            transfer.reason,
+            transfer.state.is_final().then_some(transfer.prepared_at_ms),
+            None,
+        ),
+    };
+    ledger::TransferView {
+        transfer_id: transfer.transfer_id,
+        kind: transfer.kind,
+        payer,
+        payee,
+        amount: transfer.amount,
+        currency,
+        state,
+        reason,
+        expiration_ms: transfer.expiration_ms,
+        prepared_at_ms: transfer.prepared_at_ms,
+        completed_at_ms,
+        fulfilment,
+        wire_version: transfer.wire_version,
+    }
 }
 
 /// Durable storage for the ledger's records.
@@ -141,4 +201,64 @@ pub trait Store: Send {
 
     /// Where the data lives, for logs.
     fn describe(&self) -> String;
+}
+
+/// A settlement model's rules from its stored columns (granularity,
+/// interchange, delay, currency, ledger account type, settlement account
+/// type; then the two flags): `None` when any is missing or unknown (a
+/// definition kasi could not read), as both backends store it.
+pub(crate) fn model_rules(
+    texts: [Option<String>; 6],
+    auto_position_reset: Option<bool>,
+    require_liquidity_check: Option<bool>,
+) -> Option<ledger::ModelRules> {
+    use ledger::{AccountKind, Currency, Delay, Granularity, Interchange};
+    let [Some(granularity), Some(interchange), Some(delay), currency, Some(ledger), Some(settlement)] =
+        texts
+    else {
+        return None;
+    };
+    let currency = match currency {
+        None => None,
+        Some(code) => Some(Currency::parse(&code)?),
+    };
+    Some(ledger::ModelRules {
+        granularity: Granularity::parse(&granularity)?,
+        interchange: Interchange::parse(&interchange)?,
+        delay: Delay::parse(&delay)?,
+        currency,
+        ledger_account_type: AccountKind::parse(&ledger)?,
+        settlement_account_type: AccountKind::parse(&settlement)?,
+        auto_position_reset: auto_position_reset.unwrap_or(false),
+        require_liquidity_check: require_liquidity_check.unwrap_or(false),
+    })
+}
+
+/// A settlement's window ids as stored: comma-separated, as asked.
+pub(crate) fn window_list(windows: &str) -> Result<Vec<u32>, StoreError> {
+    windows
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            w.parse()
+                .map_err(|_| StoreError::fatal(format!("bad settlement window list {windows:?}")))
+        })
+        .collect()
+}
+
+/// The loaded settlement with this id (settlements load in id order, ids
+/// from 1), for its accounts to join.
+pub(crate) fn settlement_of(
+    snapshot: &mut ledger::Snapshot,
+    settlement: u32,
+) -> Result<&mut ledger::SettlementRow, StoreError> {
+    snapshot
+        .settlements
+        .get_mut((settlement as usize).wrapping_sub(1))
+        .filter(|s| s.id == settlement)
+        .ok_or_else(|| {
+            StoreError::fatal(format!(
+                "settlement account of missing settlement {settlement}"
+            ))
+        })
 }

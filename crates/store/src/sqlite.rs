@@ -21,7 +21,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
 use crate::sqlite_history::{self, HistoryCheck, HistoryOptions, HistorySnapshot, Snapshotter};
 use crate::sqlite_settlement::SettlementStatements;
-use crate::{Store, StoreError, StoreReader, StoredTransfer};
+use crate::{Store, StoreError, StoreReader, StoredTransfer, Touched};
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "kasi.db";
@@ -372,103 +372,9 @@ impl SqliteStore {
         })
     }
 
-    /// Every FSPIOP transfer prepared or finished at or after `since_ms`
-    /// (ledger time), with its condition and how it finished: what the
-    /// callback dispatcher derives its callbacks from again after a restart.
-    /// In no particular order.
-    pub fn transfers_touched_since(
-        &self,
-        since_ms: i64,
-    ) -> Result<Vec<(TransferView, Condition, Option<FinishKind>)>, StoreError> {
-        // Two index reads, not a scan of the whole history: transfers are
-        // prepared in seq order at the ledger's clock, which never goes
-        // back (not across restarts either: recovery resumes it from the
-        // newest stored instant), so those prepared since are the seqs
-        // from the first one; finishes are read by their time.
-        // (Collected first, then read one by one: a single query joining
-        // the two lets SQLite's planner pick a scan of the whole table.)
-        let first_seq =
-            first_rowid_since(&self.connection, "transfers", "prepared_at_ms", since_ms)?;
-        let mut seqs = std::collections::BTreeSet::new();
-        let mut statement = self
-            .connection
-            .prepare_cached("SELECT seq FROM transfers WHERE seq >= ?1")?;
-        let mut rows = statement.query(params![first_seq])?;
-        while let Some(row) = rows.next()? {
-            seqs.insert(row.get::<_, i64>(0)?);
-        }
-        let mut statement = self.connection.prepare_cached(
-            "SELECT seq FROM transfer_finishes INDEXED BY transfer_finishes_by_time
-             WHERE finished_at_ms >= ?1",
-        )?;
-        let mut rows = statement.query(params![since_ms])?;
-        while let Some(row) = rows.next()? {
-            seqs.insert(row.get::<_, i64>(0)?);
-        }
-        let mut statement = self.connection.prepare_cached(
-            "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
-                    t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
-                    f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
-             FROM transfers t
-             JOIN accounts a ON a.id = t.debit_account_id
-             JOIN participants pa ON pa.id = a.participant_id
-             JOIN accounts b ON b.id = t.credit_account_id
-             JOIN participants pb ON pb.id = b.participant_id
-             LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
-                AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
-        )?;
-        let mut found = Vec::new();
-        for seq in seqs {
-            let mut rows = statement.query(params![since_ms, seq])?;
-            let Some(row) = rows.next()? else {
-                continue;
-            };
-            let transfer_id = id_blob(row, 0)?;
-            let finish_kind = match row.get_ref(11)? {
-                ValueRef::Null => None,
-                _ => Some(parse(row, 11, "finish kind", FinishKind::parse)?),
-            };
-            let (state, reason, completed_at_ms, fulfilment) = match finish_kind {
-                Some(_) => (
-                    parse(row, 12, "transfer state", TransferState::parse)?,
-                    row.get::<_, Option<u16>>(13)?.map(ErrorCode),
-                    Some(row.get::<_, i64>(14)?),
-                    match row.get_ref(15)? {
-                        ValueRef::Null => None,
-                        _ => Some(Fulfilment::from_preimage(blob(row, 15)?)),
-                    },
-                ),
-                None => {
-                    let state = parse(row, 5, "transfer state", TransferState::parse)?;
-                    let prepared: i64 = row.get(8)?;
-                    (
-                        state,
-                        row.get::<_, Option<u16>>(6)?.map(ErrorCode),
-                        (state != TransferState::Reserved).then_some(prepared),
-                        None,
-                    )
-                }
-            };
-            let view = TransferView {
-                transfer_id,
-                kind: TransferKind::Fspiop,
-                payer: parse(row, 1, "participant name", FspName::new)?,
-                payee: parse(row, 2, "participant name", FspName::new)?,
-                amount: parse(row, 3, "amount", |t| Amount::parse_signed(t).ok())?,
-                currency: parse(row, 4, "currency", Currency::parse)?,
-                state,
-                reason,
-                expiration_ms: row.get(7)?,
-                prepared_at_ms: row.get(8)?,
-                completed_at_ms,
-                fulfilment,
-                wire_version: row.get(10)?,
-            };
-            let condition = Condition(blob(row, 9)?);
-            found.push((view, condition, finish_kind));
-        }
-        Ok(found)
+    /// See [`StoreReader::transfers_touched_since`].
+    pub fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
+        touched_since(&self.connection, since_ms)
     }
 
     /// Opens an existing store read-only (for `kasi audit`), without taking
@@ -1244,6 +1150,96 @@ fn newer_schema(path: &Path, version: i64) -> StoreError {
     ))
 }
 
+/// [`StoreReader::transfers_touched_since`] on one connection.
+fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
+    // Two index reads, not a scan of the whole history: transfers are
+    // prepared in seq order at the ledger's clock, which never goes
+    // back (not across restarts either: recovery resumes it from the
+    // newest stored instant), so those prepared since are the seqs
+    // from the first one; finishes are read by their time.
+    // (Collected first, then read one by one: a single query joining
+    // the two lets SQLite's planner pick a scan of the whole table.)
+    let first_seq = first_rowid_since(connection, "transfers", "prepared_at_ms", since_ms)?;
+    let mut seqs = std::collections::BTreeSet::new();
+    let mut statement = connection.prepare_cached("SELECT seq FROM transfers WHERE seq >= ?1")?;
+    let mut rows = statement.query(params![first_seq])?;
+    while let Some(row) = rows.next()? {
+        seqs.insert(row.get::<_, i64>(0)?);
+    }
+    let mut statement = connection.prepare_cached(
+        "SELECT seq FROM transfer_finishes INDEXED BY transfer_finishes_by_time
+         WHERE finished_at_ms >= ?1",
+    )?;
+    let mut rows = statement.query(params![since_ms])?;
+    while let Some(row) = rows.next()? {
+        seqs.insert(row.get::<_, i64>(0)?);
+    }
+    let mut statement = connection.prepare_cached(
+        "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
+                t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
+                f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
+         FROM transfers t
+         JOIN accounts a ON a.id = t.debit_account_id
+         JOIN participants pa ON pa.id = a.participant_id
+         JOIN accounts b ON b.id = t.credit_account_id
+         JOIN participants pb ON pb.id = b.participant_id
+         LEFT JOIN transfer_finishes f ON f.seq = t.seq
+         WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
+            AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
+    )?;
+    let mut found = Vec::new();
+    for seq in seqs {
+        let mut rows = statement.query(params![since_ms, seq])?;
+        let Some(row) = rows.next()? else {
+            continue;
+        };
+        let transfer_id = id_blob(row, 0)?;
+        let finish_kind = match row.get_ref(11)? {
+            ValueRef::Null => None,
+            _ => Some(parse(row, 11, "finish kind", FinishKind::parse)?),
+        };
+        let (state, reason, completed_at_ms, fulfilment) = match finish_kind {
+            Some(_) => (
+                parse(row, 12, "transfer state", TransferState::parse)?,
+                row.get::<_, Option<u16>>(13)?.map(ErrorCode),
+                Some(row.get::<_, i64>(14)?),
+                match row.get_ref(15)? {
+                    ValueRef::Null => None,
+                    _ => Some(Fulfilment::from_preimage(blob(row, 15)?)),
+                },
+            ),
+            None => {
+                let state = parse(row, 5, "transfer state", TransferState::parse)?;
+                let prepared: i64 = row.get(8)?;
+                (
+                    state,
+                    row.get::<_, Option<u16>>(6)?.map(ErrorCode),
+                    (state != TransferState::Reserved).then_some(prepared),
+                    None,
+                )
+            }
+        };
+        let view = TransferView {
+            transfer_id,
+            kind: TransferKind::Fspiop,
+            payer: parse(row, 1, "participant name", FspName::new)?,
+            payee: parse(row, 2, "participant name", FspName::new)?,
+            amount: parse(row, 3, "amount", |t| Amount::parse_signed(t).ok())?,
+            currency: parse(row, 4, "currency", Currency::parse)?,
+            state,
+            reason,
+            expiration_ms: row.get(7)?,
+            prepared_at_ms: row.get(8)?,
+            completed_at_ms,
+            fulfilment,
+            wire_version: row.get(10)?,
+        };
+        let condition = Condition(blob(row, 9)?);
+        found.push((view, condition, finish_kind));
+    }
+    Ok(found)
+}
+
 /// The first rowid of `table` whose `column` (an instant that grows with
 /// the rowid: rows appended as time goes) is at or after `since_ms`, one
 /// past the last if none: by bisection, ~30 index reads however long the
@@ -1423,6 +1419,11 @@ impl StoreReader for TransferLookup {
 
     fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
         TransferLookup::find_quote(self, quote_id)
+    }
+
+    fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
+        let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
+        touched_since(&connection, since_ms)
     }
 }
 

@@ -2,10 +2,9 @@
 //! settlements with their accounts, and settlement's posted entries.
 
 use ledger::{
-    AccountId, AccountKind, Amount, ContentAccountRow, ContentPairRow, ContentRow, Currency, Delay,
-    EntryKind, EntryRow, Granularity, Interchange, ModelRules, ParticipantId, Record,
-    SettlementAccountRow, SettlementModelRow, SettlementRow, SettlementState, Snapshot, WindowRow,
-    WindowState,
+    AccountId, AccountKind, Amount, ContentAccountRow, ContentPairRow, ContentRow, Currency,
+    EntryKind, EntryRow, ModelRules, ParticipantId, Record, SettlementAccountRow,
+    SettlementModelRow, SettlementRow, SettlementState, Snapshot, WindowRow, WindowState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, CachedStatement, Row, Transaction};
@@ -171,47 +170,16 @@ fn currency(row: &Row<'_>, column: usize) -> Result<Currency, StoreError> {
     parse(row, column, "currency", Currency::parse)
 }
 
-/// The models' rules: `None` when any is missing or unknown (a definition
-/// kasi could not read).
+/// The models' rules, from their columns (granularity to
+/// require_liquidity_check, at 3 to 10).
 fn rules(row: &Row<'_>) -> Result<Option<ModelRules>, StoreError> {
     let text = |column: usize| -> Result<Option<String>, StoreError> { Ok(row.get(column)?) };
-    let (Some(granularity), Some(interchange), Some(delay), Some(ledger), Some(settlement)) =
-        (text(3)?, text(4)?, text(5)?, text(7)?, text(8)?)
-    else {
-        return Ok(None);
-    };
-    let currency = match text(6)? {
-        None => None,
-        Some(code) => match Currency::parse(&code) {
-            Some(currency) => Some(currency),
-            None => return Ok(None),
-        },
-    };
-    let rules = (|| {
-        Some(ModelRules {
-            granularity: Granularity::parse(&granularity)?,
-            interchange: Interchange::parse(&interchange)?,
-            delay: Delay::parse(&delay)?,
-            currency,
-            ledger_account_type: AccountKind::parse(&ledger)?,
-            settlement_account_type: AccountKind::parse(&settlement)?,
-            auto_position_reset: false,
-            require_liquidity_check: false,
-        })
-    })();
-    Ok(rules.map(|rules| ModelRules {
-        auto_position_reset: row
-            .get::<_, Option<bool>>(9)
-            .ok()
-            .flatten()
-            .unwrap_or(false),
-        require_liquidity_check: row
-            .get::<_, Option<bool>>(10)
-            .ok()
-            .flatten()
-            .unwrap_or(false),
-        ..rules
-    }))
+    let flag = |column: usize| row.get::<_, Option<bool>>(column).ok().flatten();
+    Ok(crate::model_rules(
+        [text(3)?, text(4)?, text(5)?, text(6)?, text(7)?, text(8)?],
+        flag(9),
+        flag(10),
+    ))
 }
 
 /// Reads models and settlement's tables (a version 2 store) into `snapshot`.
@@ -308,15 +276,7 @@ pub(crate) fn load(
             external_reference: row.get(4)?,
             created_at_ms: row.get(5)?,
             changed_at_ms: row.get(6)?,
-            windows: windows
-                .split(',')
-                .filter(|w| !w.is_empty())
-                .map(|w| {
-                    w.parse().map_err(|_| {
-                        StoreError::fatal(format!("bad settlement window list {windows:?}"))
-                    })
-                })
-                .collect::<Result<_, _>>()?,
+            windows: crate::window_list(&windows)?,
             accounts: Vec::new(),
         });
     }
@@ -337,16 +297,9 @@ pub(crate) fn load(
             external_reference: row.get(7)?,
             changed_at_ms: row.get(8)?,
         };
-        let owner = snapshot
-            .settlements
-            .get_mut((settlement as usize).wrapping_sub(1))
-            .filter(|s| s.id == settlement)
-            .ok_or_else(|| {
-                StoreError::fatal(format!(
-                    "settlement account of missing settlement {settlement}"
-                ))
-            })?;
-        owner.accounts.push(account);
+        crate::settlement_of(snapshot, settlement)?
+            .accounts
+            .push(account);
     }
     let mut statement = transaction.prepare(
         "SELECT seq, kind, debit_account_id, credit_account_id, amount, at_ms, settlement_id, transfer_id

@@ -1,0 +1,1061 @@
+//! The PostgreSQL store: the same rows as the SQLite store, in a database
+//! many kasi processes can reach (and PostgreSQL can replicate).
+//!
+//! One commit is one transaction: `BEGIN`, one multi-row statement per
+//! table the batches touch (`INSERT ... SELECT FROM UNNEST($1::bigint[],
+//! ...)`: one round trip per table, never one per row), `COMMIT` with
+//! `synchronous_commit` at least `on`, so that a commit that returned is
+//! flushed on the primary (and on a synchronous standby, where one is
+//! configured). Rows that change within one commit (an account touched by
+//! several batches) are written once, as they are at its end.
+//!
+//! Admin records (a participant, an endpoint, a settlement model, a
+//! window, an audit event, ...) come one or a few per admin request; they
+//! are written with one statement each.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::str::FromStr;
+use std::time::Duration;
+
+use ledger::{
+    AccountKind, AccountRow, EndpointRow, FspName, OracleRow, ParticipantRow, PartyKey, PartyRow,
+    QuoteRow, Record, SettlementModelRow, Snapshot, TransferKind, TransferRow,
+};
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::{Client, NoTls, Statement, Transaction};
+
+use crate::pg_rows::{
+    self, col, currency, finish_row, narrow, parsed, parsed_opt, participant, quote_row,
+    transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS, TRANSFER_COLUMNS,
+};
+use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
+use crate::sqlite_history::{is_archived, HistorySnapshot};
+use crate::{Store, StoreError};
+
+/// How long connecting may take before start-up fails with a clear error.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl From<postgres::Error> for StoreError {
+    fn from(error: postgres::Error) -> StoreError {
+        // Worth retrying: the transaction was rolled back and the cause
+        // may pass (a serialization conflict, a deadlock, a full disk, too
+        // many connections, a server starting up). A lost connection is
+        // not: whether its last COMMIT happened is unknown, so the
+        // pipeline stops and recovery reads what is durable.
+        let transient = error.code().is_some_and(|code| {
+            matches!(
+                code.code(),
+                "40001" | "40P01" | "55P03" | "53100" | "53200" | "53300" | "57P03"
+            )
+        });
+        StoreError {
+            message: describe_error(&error),
+            transient,
+        }
+    }
+}
+
+/// A PostgreSQL error with what the server said, or why the connection
+/// failed (the client's own message leaves the cause out).
+pub(crate) fn describe_error(error: &postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let mut message = format!("postgres: {} ({})", db.message(), db.code().code());
+        if let Some(detail) = db.detail() {
+            let _ = write!(message, ": {detail}");
+        }
+        return message;
+    }
+    match std::error::Error::source(error) {
+        Some(source) => format!("postgres: {error}: {source}"),
+        None => format!("postgres: {error}"),
+    }
+}
+
+/// The store URL with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    // postgres://user:password@host/... ; key=value form: password=...
+    if let Some(rest) = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))
+    {
+        let scheme = &url[..url.len() - rest.len()];
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        if let Some(at) = rest[..authority_end].rfind('@') {
+            let userinfo = &rest[..at];
+            if let Some(colon) = userinfo.find(':') {
+                return format!("{scheme}{}:***{}", &userinfo[..colon], &rest[at..]);
+            }
+        }
+        let mut redacted = url.to_string();
+        if let Some(query) = redacted.find('?') {
+            let (head, tail) = redacted.split_at(query);
+            let tail: Vec<String> = tail[1..]
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some(("password", _)) => "password=***".to_string(),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            redacted = format!("{head}?{}", tail.join("&"));
+        }
+        return redacted;
+    }
+    url.split(' ')
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=***".to_string(),
+            _ => pair.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Connects to `url` (a `postgres://` URL or a key=value string; several
+/// hosts and `target_session_attrs=read-write` follow a promoted primary)
+/// and makes every commit of the session wait for its flush.
+pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
+    let redacted = redact_url(url);
+    let mut config = postgres::Config::from_str(url)
+        .map_err(|e| StoreError::fatal(format!("bad PostgreSQL URL {redacted}: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("kasi");
+    }
+    let mut client = config.connect(NoTls).map_err(|e| {
+        StoreError::fatal(format!(
+            "cannot connect to {redacted}: {}",
+            describe_error(&e)
+        ))
+    })?;
+    // A cluster (or role) default of `off`, `local` or `remote_write` must
+    // not weaken what a commit means to kasi; `remote_apply` is stronger
+    // and kept.
+    let level = client
+        .query_one("SHOW synchronous_commit", &[])?
+        .get::<_, String>(0);
+    if level != "on" && level != "remote_apply" {
+        client.batch_execute("SET synchronous_commit = on")?;
+    }
+    Ok(client)
+}
+
+/// What a database holds, as far as kasi is concerned.
+enum Found {
+    /// No tables at all: kasi may create its schema.
+    Empty,
+    /// A kasi store at this schema version.
+    Kasi(i64),
+}
+
+/// Reads the store's kind and version; refuses anything that is neither
+/// empty nor a kasi store this kasi can read.
+fn inspect(transaction: &mut Transaction<'_>, redacted: &str) -> Result<Found, StoreError> {
+    let has_meta: bool = transaction
+        .query_one("SELECT to_regclass('kasi_meta') IS NOT NULL", &[])?
+        .get(0);
+    if !has_meta {
+        let tables: i64 = transaction
+            .query_one(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+                &[],
+            )?
+            .get(0);
+        if tables > 0 {
+            return Err(StoreError::fatal(format!(
+                "{redacted} holds {tables} tables but no kasi_meta: it is not a kasi store \
+                 (another application's database?); give kasi an empty database of its own"
+            )));
+        }
+        return Ok(Found::Empty);
+    }
+    let meta: HashMap<String, String> = transaction
+        .query("SELECT key, value FROM kasi_meta", &[])?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    if meta.get("kind").map(String::as_str) != Some(STORE_KIND) {
+        return Err(StoreError::fatal(format!(
+            "{redacted} has a kasi_meta table that kasi did not write (kind {:?}): refusing to use it",
+            meta.get("kind")
+        )));
+    }
+    let version = meta
+        .get("schema_version")
+        .and_then(|v| v.parse::<i64>().ok())
+        .ok_or_else(|| {
+            StoreError::fatal(format!(
+                "{redacted}: kasi_meta has no readable schema_version"
+            ))
+        })?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::fatal(format!(
+            "{redacted} has schema version {version}; this kasi reads versions 1 to {SCHEMA_VERSION} \
+             (a newer kasi wrote it: run that one, or a newer build of this one)"
+        )));
+    }
+    Ok(Found::Kasi(version))
+}
+
+/// Creates or migrates the schema, under a lock so that two hubs starting
+/// at once on an empty database do not both try.
+fn migrate(client: &mut Client, redacted: &str) -> Result<(), StoreError> {
+    let mut transaction = client.transaction()?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    let from = match inspect(&mut transaction, redacted)? {
+        Found::Empty => 0,
+        Found::Kasi(version) => version,
+    };
+    if from == SCHEMA_VERSION {
+        return Ok(());
+    }
+    for migration in &MIGRATIONS[from as usize..] {
+        transaction.batch_execute(migration)?;
+    }
+    transaction.execute(
+        "INSERT INTO kasi_meta (key, value) VALUES ('kind', $1), ('schema_version', $2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        &[&STORE_KIND, &SCHEMA_VERSION.to_string()],
+    )?;
+    transaction.commit()?;
+    Ok(())
+}
+
+/// The statements a commit writes with, prepared once per connection.
+struct Statements {
+    participant: Statement,
+    accounts: Statement,
+    transfers: Statement,
+    finishes: Statement,
+    endpoint: Statement,
+    settlement_model: Statement,
+    parties: Statement,
+    parties_deleted: Statement,
+    oracle: Statement,
+    oracle_deleted: Statement,
+    quotes: Statement,
+    window: Statement,
+    content: Statement,
+    content_accounts: Statement,
+    content_pairs: Statement,
+    settlement: Statement,
+    settlement_accounts: Statement,
+    entries: Statement,
+    audit_event: Statement,
+    pin: Statement,
+    unpin: Statement,
+}
+
+impl Statements {
+    fn prepare(client: &mut Client) -> Result<Statements, StoreError> {
+        let mut prepare = |sql: &str| client.prepare(sql);
+        Ok(Statements {
+            participant: prepare(
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
+            )?,
+            accounts: prepare(
+                "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap,
+                    created_at_ms)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::text[],
+                    $7::text[], $8::text[], $9::bigint[])
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
+                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap",
+            )?,
+            transfers: prepare(
+                "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
+                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
+                    $7::bytea[], $8::bigint[], $9::bigint[], $10::bytea[], $11::text[], $12::integer[], $13::text[],
+                    $14::text[], $15::integer[])",
+            )?,
+            finishes: prepare(
+                "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
+                    settlement_window)
+                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::bigint[], $6::bytea[],
+                    $7::bytea[], $8::bigint[])",
+            )?,
+            endpoint: prepare(
+                "INSERT INTO endpoints (participant_id, type, value) VALUES ($1, $2, $3)
+                 ON CONFLICT (participant_id, type) DO UPDATE SET value = excluded.value",
+            )?,
+            settlement_model: prepare(
+                "INSERT INTO settlement_models (id, name, definition, granularity, interchange, delay, currency,
+                    ledger_account_type, settlement_account_type, auto_position_reset, require_liquidity_check)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )?,
+            parties: prepare(
+                "INSERT INTO parties (id_type, identifier, sub_id, participant_id, currency, registered_at_ms)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::bigint[])
+                 ON CONFLICT (id_type, identifier, sub_id) DO UPDATE SET participant_id = excluded.participant_id,
+                    currency = excluded.currency, registered_at_ms = excluded.registered_at_ms",
+            )?,
+            parties_deleted: prepare(
+                "DELETE FROM parties p USING UNNEST($1::text[], $2::text[], $3::text[]) AS d (id_type, identifier, sub_id)
+                 WHERE p.id_type = d.id_type AND p.identifier = d.identifier AND p.sub_id = d.sub_id",
+            )?,
+            oracle: prepare(
+                "INSERT INTO oracles (id, id_type, endpoint, currency, is_default, is_active) VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (id) DO UPDATE SET id_type = excluded.id_type, endpoint = excluded.endpoint,
+                    currency = excluded.currency, is_default = excluded.is_default, is_active = excluded.is_active",
+            )?,
+            oracle_deleted: prepare("UPDATE oracles SET is_active = false WHERE id = $1")?,
+            quotes: prepare(
+                "INSERT INTO quotes (quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash,
+                    answer_is_error, answer_body, answered_at_ms)
+                 SELECT * FROM UNNEST($1::bytea[], $2::bigint[], $3::bigint[], $4::bytea[], $5::bigint[], $6::bytea[],
+                    $7::boolean[], $8::text[], $9::bigint[])
+                 ON CONFLICT (quote_id) DO UPDATE SET answer_hash = excluded.answer_hash,
+                    answer_is_error = excluded.answer_is_error, answer_body = excluded.answer_body,
+                    answered_at_ms = excluded.answered_at_ms",
+            )?,
+            window: prepare(
+                "INSERT INTO settlement_windows (id, state, reason, created_at_ms, changed_at_ms) VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, reason = excluded.reason,
+                    changed_at_ms = excluded.changed_at_ms",
+            )?,
+            content: prepare(
+                "INSERT INTO settlement_content (id, window_id, ledger_account_type, currency, model_id, state,
+                    settlement_id, created_at_ms, changed_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, settlement_id = excluded.settlement_id,
+                    changed_at_ms = excluded.changed_at_ms",
+            )?,
+            content_accounts: prepare(
+                "INSERT INTO settlement_content_accounts (content_id, account_id, sent, sent_count, received,
+                    received_count)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::bigint[])",
+            )?,
+            content_pairs: prepare(
+                "INSERT INTO settlement_content_pairs (content_id, payer_id, payee_id, amount, count)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::bigint[])",
+            )?,
+            settlement: prepare(
+                "INSERT INTO settlements (id, model_id, state, reason, external_reference, created_at_ms,
+                    changed_at_ms, windows) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, reason = excluded.reason,
+                    external_reference = excluded.external_reference, changed_at_ms = excluded.changed_at_ms",
+            )?,
+            settlement_accounts: prepare(
+                "INSERT INTO settlement_accounts (settlement_id, account_id, participant_id, currency, net, state,
+                    reason, external_reference, changed_at_ms)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                    $7::text[], $8::text[], $9::bigint[])
+                 ON CONFLICT (settlement_id, account_id) DO UPDATE SET state = excluded.state,
+                    reason = excluded.reason, external_reference = excluded.external_reference,
+                    changed_at_ms = excluded.changed_at_ms",
+            )?,
+            entries: prepare(
+                "INSERT INTO settlement_entries (seq, kind, debit_account_id, credit_account_id, amount, at_ms,
+                    settlement_id, transfer_id)
+                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::bigint[],
+                    $7::bigint[], $8::bytea[])",
+            )?,
+            audit_event: prepare(
+                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )?,
+            pin: prepare(
+                "INSERT INTO certificate_pins (fingerprint, participant_id, pinned_at_ms) VALUES ($1, $2, $3)",
+            )?,
+            unpin: prepare("DELETE FROM certificate_pins WHERE fingerprint = $1")?,
+        })
+    }
+}
+
+/// The PostgreSQL store (see the module's documentation).
+pub struct PgStore {
+    client: Client,
+    redacted_url: String,
+    /// `None` when opened read-only (for `kasi audit`).
+    statements: Option<Statements>,
+}
+
+impl PgStore {
+    /// Connects to the database at `url`, creating or migrating kasi's
+    /// schema, for writing.
+    pub fn open(url: &str) -> Result<PgStore, StoreError> {
+        let redacted_url = redact_url(url);
+        let mut client = connect(url)?;
+        migrate(&mut client, &redacted_url)?;
+        let statements = Statements::prepare(&mut client)?;
+        Ok(PgStore {
+            client,
+            redacted_url,
+            statements: Some(statements),
+        })
+    }
+
+    /// Connects to an existing kasi store to read it (for `kasi audit`):
+    /// nothing is created or migrated; a hub may keep writing meanwhile.
+    pub fn open_read_only(url: &str) -> Result<PgStore, StoreError> {
+        let redacted_url = redact_url(url);
+        let mut client = connect(url)?;
+        let mut transaction = client.transaction()?;
+        if let Found::Empty = inspect(&mut transaction, &redacted_url)? {
+            return Err(StoreError::fatal(format!(
+                "no kasi store at {redacted_url} (the database is empty)"
+            )));
+        }
+        transaction.commit()?;
+        Ok(PgStore {
+            client,
+            redacted_url,
+            statements: None,
+        })
+    }
+
+    /// The URL, password redacted.
+    pub fn redacted_url(&self) -> &str {
+        &self.redacted_url
+    }
+
+    /// Rows written so far, by table (for logs and tests).
+    pub fn row_counts(&mut self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let mut counts = Vec::new();
+        for table in ["participants", "accounts", "transfers", "transfer_finishes"] {
+            let count: i64 = self
+                .client
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])?
+                .get(0);
+            counts.push((table, count as u64));
+        }
+        Ok(counts)
+    }
+
+    fn write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        let statements = self.statements.as_ref().ok_or_else(|| {
+            StoreError::fatal(format!("{} was opened read-only", self.redacted_url))
+        })?;
+        let mut columns = Columns::default();
+        let mut transaction = self.client.transaction()?;
+        for record in batches.iter().flat_map(|batch| batch.iter()) {
+            columns.add(&mut transaction, statements, record)?;
+        }
+        columns.flush(&mut transaction, statements)?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
+        // One transaction at REPEATABLE READ: every table as of one
+        // instant, so a hub writing meanwhile cannot show us half a commit.
+        let mut transaction = self
+            .client
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()?;
+        let mut snapshot = Snapshot::default();
+        for row in transaction.query(
+            "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
+            &[],
+        )? {
+            snapshot.participants.push(ParticipantRow {
+                id: participant(&row, 0)?,
+                name: parsed(&row, 1, "participant name", FspName::new)?,
+                is_hub: col(&row, 2)?,
+                active: col(&row, 3)?,
+                created_at_ms: col(&row, 4)?,
+            });
+        }
+        for row in transaction.query(
+            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
+             FROM accounts ORDER BY id",
+            &[],
+        )? {
+            snapshot.accounts.push(AccountRow {
+                id: pg_rows::account(&row, 0)?,
+                participant: participant(&row, 1)?,
+                currency: currency(&row, 2)?,
+                kind: parsed(&row, 3, "account kind", AccountKind::parse)?,
+                active: col(&row, 4)?,
+                value: pg_rows::amount(&row, 5, "value")?,
+                reserved: pg_rows::amount(&row, 6, "reserved")?,
+                net_debit_cap: parsed_opt(&row, 7, "net debit cap", |t| {
+                    ledger::Amount::parse_signed(t).ok()
+                })?,
+                created_at_ms: col(&row, 8)?,
+            });
+        }
+        read_transfers(&mut transaction, horizon_ms, &mut snapshot)?;
+        for row in transaction.query(
+            "SELECT participant_id, type, value FROM endpoints ORDER BY participant_id, type COLLATE \"C\"",
+            &[],
+        )? {
+            snapshot.endpoints.push(EndpointRow {
+                participant: participant(&row, 0)?,
+                endpoint_type: col(&row, 1)?,
+                value: col(&row, 2)?,
+            });
+        }
+        for row in transaction.query(
+            "SELECT id_type, identifier, sub_id, participant_id, currency, registered_at_ms FROM parties",
+            &[],
+        )? {
+            let sub_id: String = col(&row, 2)?;
+            snapshot.parties.push(PartyRow {
+                key: PartyKey {
+                    id_type: col(&row, 0)?,
+                    identifier: col(&row, 1)?,
+                    sub_id: (!sub_id.is_empty()).then_some(sub_id),
+                },
+                fsp: participant(&row, 3)?,
+                currency: parsed_opt(&row, 4, "currency", ledger::Currency::parse)?,
+                registered_at_ms: col(&row, 5)?,
+            });
+        }
+        // In the ledger's key order (Rust's, not the database's collation).
+        snapshot.parties.sort_by(|a, b| a.key.cmp(&b.key));
+        for row in transaction.query(
+            "SELECT id, id_type, endpoint, currency, is_default, is_active FROM oracles ORDER BY id",
+            &[],
+        )? {
+            snapshot.oracles.push(OracleRow {
+                id: narrow(&row, 0)?,
+                id_type: col(&row, 1)?,
+                endpoint: col(&row, 2)?,
+                currency: parsed_opt(&row, 3, "currency", ledger::Currency::parse)?,
+                is_default: col(&row, 4)?,
+                active: col(&row, 5)?,
+            });
+        }
+        // With a horizon, only the quotes received since (an index).
+        for row in transaction.query(
+            &format!(
+                "SELECT {QUOTE_COLUMNS} FROM quotes WHERE received_at_ms >= $1 ORDER BY quote_id"
+            ),
+            &[&horizon_ms.unwrap_or(i64::MIN)],
+        )? {
+            snapshot.quotes.push(quote_row(&row)?);
+        }
+        // The newest events only: older ones stay in the table.
+        for row in transaction.query(
+            "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+             FROM audit_events ORDER BY id DESC LIMIT $1",
+            &[&(ledger::AUDIT_EVENTS_IN_MEMORY as i64)],
+        )? {
+            snapshot.audit_events.push(ledger::AuditEventRow {
+                id: narrow(&row, 0)?,
+                at_ms: col(&row, 1)?,
+                actor: col(&row, 2)?,
+                role: col(&row, 3)?,
+                action: col(&row, 4)?,
+                target: col(&row, 5)?,
+                before: col(&row, 6)?,
+                after: col(&row, 7)?,
+                outcome: col(&row, 8)?,
+            });
+        }
+        snapshot.audit_events.reverse();
+        for row in transaction.query(
+            "SELECT fingerprint, participant_id, pinned_at_ms FROM certificate_pins ORDER BY fingerprint",
+            &[],
+        )? {
+            snapshot.certificate_pins.push(ledger::PinRow {
+                fingerprint: pg_rows::fixed(&row, 0)?,
+                participant: participant(&row, 1)?,
+                pinned_at_ms: col(&row, 2)?,
+            });
+        }
+        crate::pg_settlement::load(&mut transaction, &mut snapshot)?;
+        transaction.commit()?;
+        Ok(snapshot)
+    }
+}
+
+/// Transfers and finishes: every row, or with a horizon, the transfers
+/// that finished before it summed in one streaming pass (what recovery
+/// needs of them) and the rest loaded.
+fn read_transfers(
+    transaction: &mut Transaction<'_>,
+    horizon_ms: Option<i64>,
+    snapshot: &mut Snapshot,
+) -> Result<(), StoreError> {
+    let mut archived = HistorySnapshot::empty();
+    if horizon_ms.is_some() {
+        let open_window = transaction
+            .query_opt(
+                "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
+                &[],
+            )?
+            .map(|row| -> Result<_, StoreError> {
+                Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
+            })
+            .transpose()?
+            .filter(|(_, state)| state == "OPEN")
+            .map(|(id, _)| id);
+        archived.in_window(open_window);
+    }
+    // Streamed: a long history is never held as rows in memory.
+    let query = format!(
+        "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}
+         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+    );
+    let no_parameters: [&(dyn postgres::types::ToSql + Sync); 0] = [];
+    let mut rows = transaction.query_raw(query.as_str(), no_parameters)?;
+    while let Some(row) = rows.next()? {
+        let transfer = transfer_row(&row)?;
+        let finish = finish_row(&row, 15)?;
+        match horizon_ms {
+            Some(horizon_ms) if is_archived(&transfer, finish.as_ref(), horizon_ms) => {
+                archived.fold(&transfer, finish.as_ref())?;
+            }
+            _ => {
+                snapshot.transfers.push(transfer);
+                snapshot.finishes.extend(finish);
+            }
+        }
+    }
+    if horizon_ms.is_some() {
+        snapshot.archived = archived.into_archived();
+    }
+    Ok(())
+}
+
+/// One commit's rows, gathered by table so that each table is written by
+/// one statement; rows upserted twice keep their last state.
+#[derive(Default)]
+struct Columns<'r> {
+    transfers: Vec<&'r TransferRow>,
+    finishes: Vec<&'r ledger::FinishRow>,
+    accounts: Vec<&'r AccountRow>,
+    account_at: HashMap<u32, usize>,
+    quotes: Vec<&'r QuoteRow>,
+    quote_at: HashMap<ledger::TransferId, usize>,
+    /// `None`: deleted.
+    parties: Vec<(&'r PartyKey, Option<&'r PartyRow>)>,
+    party_at: HashMap<&'r PartyKey, usize>,
+    entries: Vec<&'r ledger::EntryRow>,
+    text: String,
+}
+
+impl<'r> Columns<'r> {
+    fn add(
+        &mut self,
+        transaction: &mut Transaction<'_>,
+        statements: &Statements,
+        record: &'r Record,
+    ) -> Result<(), StoreError> {
+        match record {
+            Record::Transfer(row) => self.transfers.push(row),
+            Record::Finish(row) => self.finishes.push(row),
+            Record::Account(row) => match self.account_at.get(&row.id.0) {
+                Some(&at) => self.accounts[at] = row,
+                None => {
+                    self.account_at.insert(row.id.0, self.accounts.len());
+                    self.accounts.push(row);
+                }
+            },
+            Record::Quote(row) => match self.quote_at.get(&row.quote_id) {
+                Some(&at) => self.quotes[at] = row,
+                None => {
+                    self.quote_at.insert(row.quote_id, self.quotes.len());
+                    self.quotes.push(row);
+                }
+            },
+            Record::Party(row) => self.party(&row.key, Some(row)),
+            Record::PartyDeleted(key) => self.party(key, None),
+            Record::Entry(row) => self.entries.push(row),
+            Record::Participant(row) => {
+                transaction.execute(
+                    &statements.participant,
+                    &[
+                        &i64::from(row.id.0),
+                        &row.name.as_str(),
+                        &row.is_hub,
+                        &row.active,
+                        &row.created_at_ms,
+                    ],
+                )?;
+            }
+            Record::Endpoint(row) => {
+                transaction.execute(
+                    &statements.endpoint,
+                    &[
+                        &i64::from(row.participant.0),
+                        &row.endpoint_type,
+                        &row.value,
+                    ],
+                )?;
+            }
+            Record::SettlementModel(row) => write_model(transaction, statements, row)?,
+            Record::Oracle(row) => {
+                transaction.execute(
+                    &statements.oracle,
+                    &[
+                        &i64::from(row.id),
+                        &row.id_type,
+                        &row.endpoint,
+                        &row.currency.map(|c| c.to_string()),
+                        &row.is_default,
+                        &row.active,
+                    ],
+                )?;
+            }
+            Record::OracleDeleted(id) => {
+                transaction.execute(&statements.oracle_deleted, &[&i64::from(*id)])?;
+            }
+            Record::AuditEvent(row) => {
+                transaction.execute(
+                    &statements.audit_event,
+                    &[
+                        &(row.id as i64),
+                        &row.at_ms,
+                        &row.actor,
+                        &row.role,
+                        &row.action,
+                        &row.target,
+                        &row.before,
+                        &row.after,
+                        &row.outcome,
+                    ],
+                )?;
+            }
+            Record::CertificatePin(row) => {
+                transaction.execute(
+                    &statements.pin,
+                    &[
+                        &&row.fingerprint[..],
+                        &i64::from(row.participant.0),
+                        &row.pinned_at_ms,
+                    ],
+                )?;
+            }
+            Record::CertificateUnpinned(fingerprint) => {
+                transaction.execute(&statements.unpin, &[&&fingerprint[..]])?;
+            }
+            Record::Window(_)
+            | Record::Content(_)
+            | Record::ContentAccounts(_)
+            | Record::ContentPairs(_)
+            | Record::Settlement(_) => {
+                crate::pg_settlement::write(transaction, statements_settlement(statements), record)?
+            }
+        }
+        Ok(())
+    }
+
+    fn party(&mut self, key: &'r PartyKey, row: Option<&'r PartyRow>) {
+        match self.party_at.get(key) {
+            Some(&at) => self.parties[at] = (key, row),
+            None => {
+                self.party_at.insert(key, self.parties.len());
+                self.parties.push((key, row));
+            }
+        }
+    }
+
+    /// Writes what was gathered, one statement per table.
+    fn flush(
+        &mut self,
+        transaction: &mut Transaction<'_>,
+        statements: &Statements,
+    ) -> Result<(), StoreError> {
+        if !self.transfers.is_empty() {
+            self.write_transfers(transaction, statements)?;
+        }
+        if !self.finishes.is_empty() {
+            let rows = &self.finishes;
+            let seq: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
+            let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+            let state: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+            let reason: Vec<Option<i32>> = rows
+                .iter()
+                .map(|r| r.reason.map(|c| i32::from(c.0)))
+                .collect();
+            let at: Vec<i64> = rows.iter().map(|r| r.finished_at_ms).collect();
+            let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
+            let fulfilment: Vec<Option<&[u8]>> = rows
+                .iter()
+                .map(|r| r.fulfilment.as_ref().map(|f| &f.preimage()[..]))
+                .collect();
+            let window: Vec<Option<i64>> = rows
+                .iter()
+                .map(|r| r.settlement_window.map(i64::from))
+                .collect();
+            transaction.execute(
+                &statements.finishes,
+                &[
+                    &seq,
+                    &kind,
+                    &state,
+                    &reason,
+                    &at,
+                    &hash,
+                    &fulfilment,
+                    &window,
+                ],
+            )?;
+        }
+        if !self.accounts.is_empty() {
+            let rows = &self.accounts;
+            let id: Vec<i64> = rows.iter().map(|r| i64::from(r.id.0)).collect();
+            let participant: Vec<i64> = rows.iter().map(|r| i64::from(r.participant.0)).collect();
+            let currency: Vec<&str> = rows.iter().map(|r| r.currency.as_str()).collect();
+            let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+            let active: Vec<bool> = rows.iter().map(|r| r.active).collect();
+            let value: Vec<String> = rows.iter().map(|r| r.value.to_string()).collect();
+            let reserved: Vec<String> = rows.iter().map(|r| r.reserved.to_string()).collect();
+            let cap: Vec<Option<String>> = rows
+                .iter()
+                .map(|r| r.net_debit_cap.map(|c| c.to_string()))
+                .collect();
+            let created: Vec<i64> = rows.iter().map(|r| r.created_at_ms).collect();
+            transaction.execute(
+                &statements.accounts,
+                &[
+                    &id,
+                    &participant,
+                    &currency,
+                    &kind,
+                    &active,
+                    &value,
+                    &reserved,
+                    &cap,
+                    &created,
+                ],
+            )?;
+        }
+        if !self.quotes.is_empty() {
+            let rows = &self.quotes;
+            let id: Vec<Vec<u8>> = rows
+                .iter()
+                .map(|r| r.quote_id.to_blob().as_slice().to_vec())
+                .collect();
+            let payer: Vec<i64> = rows.iter().map(|r| i64::from(r.payer.0)).collect();
+            let payee: Vec<i64> = rows.iter().map(|r| i64::from(r.payee.0)).collect();
+            let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
+            let received: Vec<i64> = rows.iter().map(|r| r.received_at_ms).collect();
+            let answer_hash: Vec<Option<&[u8]>> = rows
+                .iter()
+                .map(|r| r.answer.as_ref().map(|a| &a.request_hash.0[..]))
+                .collect();
+            let is_error: Vec<Option<bool>> = rows
+                .iter()
+                .map(|r| r.answer.as_ref().map(|a| a.is_error))
+                .collect();
+            let body: Vec<Option<&str>> = rows
+                .iter()
+                .map(|r| r.answer.as_ref().map(|a| a.body.as_str()))
+                .collect();
+            let answered: Vec<Option<i64>> = rows
+                .iter()
+                .map(|r| r.answer.as_ref().map(|a| a.answered_at_ms))
+                .collect();
+            transaction.execute(
+                &statements.quotes,
+                &[
+                    &id,
+                    &payer,
+                    &payee,
+                    &hash,
+                    &received,
+                    &answer_hash,
+                    &is_error,
+                    &body,
+                    &answered,
+                ],
+            )?;
+        }
+        if !self.parties.is_empty() {
+            let (deleted, kept): (Vec<_>, Vec<_>) =
+                self.parties.iter().partition(|(_, row)| row.is_none());
+            if !deleted.is_empty() {
+                let id_type: Vec<&str> = deleted.iter().map(|(k, _)| k.id_type.as_str()).collect();
+                let identifier: Vec<&str> =
+                    deleted.iter().map(|(k, _)| k.identifier.as_str()).collect();
+                let sub_id: Vec<&str> = deleted
+                    .iter()
+                    .map(|(k, _)| k.sub_id.as_deref().unwrap_or(""))
+                    .collect();
+                transaction.execute(
+                    &statements.parties_deleted,
+                    &[&id_type, &identifier, &sub_id],
+                )?;
+            }
+            let rows: Vec<&PartyRow> = kept.iter().filter_map(|(_, row)| *row).collect();
+            if !rows.is_empty() {
+                let id_type: Vec<&str> = rows.iter().map(|r| r.key.id_type.as_str()).collect();
+                let identifier: Vec<&str> =
+                    rows.iter().map(|r| r.key.identifier.as_str()).collect();
+                let sub_id: Vec<&str> = rows
+                    .iter()
+                    .map(|r| r.key.sub_id.as_deref().unwrap_or(""))
+                    .collect();
+                let fsp: Vec<i64> = rows.iter().map(|r| i64::from(r.fsp.0)).collect();
+                let currency: Vec<Option<String>> = rows
+                    .iter()
+                    .map(|r| r.currency.map(|c| c.to_string()))
+                    .collect();
+                let at: Vec<i64> = rows.iter().map(|r| r.registered_at_ms).collect();
+                transaction.execute(
+                    &statements.parties,
+                    &[&id_type, &identifier, &sub_id, &fsp, &currency, &at],
+                )?;
+            }
+        }
+        if !self.entries.is_empty() {
+            crate::pg_settlement::write_entries(transaction, &statements.entries, &self.entries)?;
+        }
+        Ok(())
+    }
+
+    fn write_transfers(
+        &mut self,
+        transaction: &mut Transaction<'_>,
+        statements: &Statements,
+    ) -> Result<(), StoreError> {
+        let rows = &self.transfers;
+        let count = rows.len();
+        let seq: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
+        let id: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|r| r.transfer_id.to_blob().as_slice().to_vec())
+            .collect();
+        let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
+        let debit: Vec<i64> = rows.iter().map(|r| i64::from(r.debit.0)).collect();
+        let credit: Vec<i64> = rows.iter().map(|r| i64::from(r.credit.0)).collect();
+        // Amounts as text, written into one buffer and sliced.
+        self.text.clear();
+        let mut ends = Vec::with_capacity(count);
+        for row in rows {
+            write!(self.text, "{}", row.amount).expect("writing to a String");
+            ends.push(self.text.len());
+        }
+        let mut start = 0;
+        let amount: Vec<&str> = ends
+            .iter()
+            .map(|&end| {
+                let text = &self.text[start..end];
+                start = end;
+                text
+            })
+            .collect();
+        let fspiop = |r: &TransferRow| r.kind == TransferKind::Fspiop;
+        let condition: Vec<Option<&[u8]>> = rows
+            .iter()
+            .map(|r| fspiop(r).then_some(&r.condition.0[..]))
+            .collect();
+        let expiration: Vec<Option<i64>> = rows
+            .iter()
+            .map(|r| fspiop(r).then_some(r.expiration_ms))
+            .collect();
+        let prepared: Vec<i64> = rows.iter().map(|r| r.prepared_at_ms).collect();
+        let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
+        let state: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+        let reason: Vec<Option<i32>> = rows
+            .iter()
+            .map(|r| r.reason.map(|c| i32::from(c.0)))
+            .collect();
+        let external: Vec<Option<&str>> = rows
+            .iter()
+            .map(|r| r.memo.as_ref().map(|m| m.external_reference.as_str()))
+            .collect();
+        let memo: Vec<Option<&str>> = rows
+            .iter()
+            .map(|r| r.memo.as_ref().map(|m| m.reason.as_str()))
+            .collect();
+        let wire: Vec<i32> = rows.iter().map(|r| i32::from(r.wire_version)).collect();
+        transaction.execute(
+            &statements.transfers,
+            &[
+                &seq,
+                &id,
+                &kind,
+                &debit,
+                &credit,
+                &amount,
+                &condition,
+                &expiration,
+                &prepared,
+                &hash,
+                &state,
+                &reason,
+                &external,
+                &memo,
+                &wire,
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+fn write_model(
+    transaction: &mut Transaction<'_>,
+    statements: &Statements,
+    row: &SettlementModelRow,
+) -> Result<(), StoreError> {
+    let rules = row.rules.as_ref();
+    transaction.execute(
+        &statements.settlement_model,
+        &[
+            &i64::from(row.id),
+            &row.name,
+            &row.definition,
+            &rules.map(|r| r.granularity.as_str()),
+            &rules.map(|r| r.interchange.as_str()),
+            &rules.map(|r| r.delay.as_str()),
+            &rules.and_then(|r| r.currency).map(|c| c.to_string()),
+            &rules.map(|r| r.ledger_account_type.as_str()),
+            &rules.map(|r| r.settlement_account_type.as_str()),
+            &rules.map(|r| r.auto_position_reset),
+            &rules.map(|r| r.require_liquidity_check),
+        ],
+    )?;
+    Ok(())
+}
+
+fn statements_settlement(statements: &Statements) -> crate::pg_settlement::Statements<'_> {
+    crate::pg_settlement::Statements {
+        window: &statements.window,
+        content: &statements.content,
+        content_accounts: &statements.content_accounts,
+        content_pairs: &statements.content_pairs,
+        settlement: &statements.settlement,
+        settlement_accounts: &statements.settlement_accounts,
+    }
+}
+
+impl Store for PgStore {
+    fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        self.write(batches)
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        self.read(None)
+    }
+
+    fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
+        self.read(Some(horizon_ms))
+    }
+
+    fn describe(&self) -> String {
+        format!("postgres {}", self.redacted_url)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_url;
+
+    #[test]
+    fn passwords_never_reach_a_log() {
+        assert_eq!(
+            redact_url("postgres://kasi:s3cret@db1,db2:5433/hub?target_session_attrs=read-write"),
+            "postgres://kasi:***@db1,db2:5433/hub?target_session_attrs=read-write"
+        );
+        assert_eq!(
+            redact_url("postgresql://kasi@db/hub?password=s3cret&sslmode=disable"),
+            "postgresql://kasi@db/hub?password=***&sslmode=disable"
+        );
+        assert_eq!(
+            redact_url("host=db user=kasi password=s3cret dbname=hub"),
+            "host=db user=kasi password=*** dbname=hub"
+        );
+        assert_eq!(
+            redact_url("postgres://kasi@127.0.0.1/hub"),
+            "postgres://kasi@127.0.0.1/hub"
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! Point reads of the PostgreSQL store beside the pipeline: transfers and
+//! quotes that left the ledger's memory, and the transfers whose callbacks
+//! are derived again after a restart. A connection of its own, opened
+//! again on the next read when it is lost.
+
+use std::sync::Mutex;
+
+use ledger::{Condition, FspName, QuoteRow, TransferId};
+use postgres::Client;
+
+use crate::pg::{connect, redact_url};
+use crate::pg_rows::{
+    col, finish_row, fixed, parsed, quote_row, transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS,
+    TRANSFER_COLUMNS,
+};
+use crate::{stored_view, StoreError, StoreReader, StoredTransfer, Touched};
+
+/// [`StoreReader`] on PostgreSQL.
+pub struct PgReader {
+    url: String,
+    client: Mutex<Option<Client>>,
+}
+
+impl std::fmt::Debug for PgReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgReader({})", redact_url(&self.url))
+    }
+}
+
+/// A transfer with its finish and the names and currency its view needs.
+const VIEW_SELECT: &str = "pd.name, pc.name, ad.currency
+     FROM transfers t
+     JOIN accounts ad ON ad.id = t.debit_account_id
+     JOIN participants pd ON pd.id = ad.participant_id
+     JOIN accounts ac ON ac.id = t.credit_account_id
+     JOIN participants pc ON pc.id = ac.participant_id
+     LEFT JOIN transfer_finishes f ON f.seq = t.seq";
+
+/// Where the names and currency are in a row of [`VIEW_SELECT`]: after the
+/// transfer's 15 columns and the finish's 8.
+const NAMES_AT: usize = 23;
+
+impl PgReader {
+    /// Connects to the store at `url` (it must exist: open the writable
+    /// store first).
+    pub fn open(url: &str) -> Result<PgReader, StoreError> {
+        let client = connect(url)?;
+        Ok(PgReader {
+            url: url.to_string(),
+            client: Mutex::new(Some(client)),
+        })
+    }
+
+    fn with_client<T>(
+        &self,
+        read: impl FnOnce(&mut Client) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(Client::is_closed) {
+            *slot = None;
+            *slot = Some(connect(&self.url)?);
+        }
+        let client = slot.as_mut().expect("connected above");
+        let result = read(client);
+        if client.is_closed() {
+            *slot = None;
+        }
+        result
+    }
+
+    fn view(
+        row: &postgres::Row,
+    ) -> Result<
+        (
+            ledger::TransferRow,
+            Option<ledger::FinishRow>,
+            ledger::TransferView,
+        ),
+        StoreError,
+    > {
+        let transfer = transfer_row(row)?;
+        let finish = finish_row(row, 15)?;
+        let view = stored_view(
+            &transfer,
+            finish.as_ref(),
+            parsed(row, NAMES_AT, "participant name", FspName::new)?,
+            parsed(row, NAMES_AT + 1, "participant name", FspName::new)?,
+            parsed(row, NAMES_AT + 2, "currency", ledger::Currency::parse)?,
+        );
+        Ok((transfer, finish, view))
+    }
+}
+
+impl StoreReader for PgReader {
+    fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
+        self.with_client(|client| {
+            let id = transfer_id.to_blob();
+            let row = client.query_opt(
+                &format!(
+                    "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT} WHERE t.transfer_id = $1"
+                ),
+                &[&id.as_slice()],
+            )?;
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let (transfer, finish, view) = PgReader::view(&row)?;
+            Ok(Some(StoredTransfer {
+                view,
+                request_hash: transfer.request_hash,
+                finish: finish.map(|f| (f.kind, f.request_hash)),
+            }))
+        })
+    }
+
+    fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
+        self.with_client(|client| {
+            let id = quote_id.to_blob();
+            match client.query_opt(
+                &format!("SELECT {QUOTE_COLUMNS} FROM quotes WHERE quote_id = $1"),
+                &[&id.as_slice()],
+            )? {
+                Some(row) => Ok(Some(quote_row(&row)?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
+        self.with_client(|client| {
+            // Transfers are prepared in seq order at the ledger's clock,
+            // which never goes back: those prepared since are the seqs
+            // from the first one (found by bisection on the primary key);
+            // finishes are found by their time's index.
+            let first_seq = first_seq_prepared_since(client, since_ms)?;
+            let rows = client.query(
+                &format!(
+                    "WITH touched AS (
+                        SELECT seq FROM transfers WHERE seq >= $2
+                        UNION SELECT seq FROM transfer_finishes WHERE finished_at_ms >= $1)
+                     SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT}
+                     JOIN touched ON touched.seq = t.seq
+                     WHERE t.kind = 'TRANSFER' AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)"
+                ),
+                &[&since_ms, &first_seq],
+            )?;
+            let mut found = Vec::with_capacity(rows.len());
+            for row in &rows {
+                let (_, finish, view) = PgReader::view(row)?;
+                let condition = Condition(fixed(row, 6)?);
+                found.push((view, condition, finish.map(|f| f.kind)));
+            }
+            Ok(found)
+        })
+    }
+}
+
+/// The first seq prepared at or after `since_ms`, one past the last if
+/// none: ~30 primary-key reads however long the table.
+fn first_seq_prepared_since(client: &mut Client, since_ms: i64) -> Result<i64, StoreError> {
+    let last: Option<i64> = col(&client.query_one("SELECT max(seq) FROM transfers", &[])?, 0)?;
+    let statement = client
+        .prepare("SELECT prepared_at_ms FROM transfers WHERE seq >= $1 ORDER BY seq LIMIT 1")?;
+    let (mut low, mut high) = (0i64, last.unwrap_or(0) + 1);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        let at_ms: Option<i64> = client
+            .query_opt(&statement, &[&middle])?
+            .map(|row| col(&row, 0))
+            .transpose()?;
+        match at_ms {
+            Some(at_ms) if at_ms >= since_ms => high = middle,
+            _ => low = middle + 1,
+        }
+    }
+    Ok(low)
+}

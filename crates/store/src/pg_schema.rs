@@ -1,0 +1,206 @@
+//! The PostgreSQL store's schema: numbered migrations, applied by kasi on
+//! start under an advisory lock, recorded in `kasi_meta`.
+//!
+//! Same tables, columns and meaning as the SQLite store's (see
+//! `sqlite.rs`): integers as BIGINT, blobs as BYTEA, amounts as the same
+//! decimal TEXT (so audits compare the same way), flags as BOOLEAN.
+
+/// The migrations, in order: the schema version after migration `n` is
+/// `n + 1`. Never edit one that has shipped: add the next.
+pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1];
+
+/// The version this kasi writes: a database at a higher one is refused.
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Held (transaction-scoped) while a kasi creates or migrates the schema,
+/// so that two hubs starting on one empty database do not both create it.
+pub(crate) const MIGRATION_LOCK: i64 = 0x6b61_7369_0001;
+
+/// What `kasi_meta.kind` says in a kasi store.
+pub(crate) const STORE_KIND: &str = "kasi hub store";
+
+const MIGRATION_1: &str = "
+CREATE TABLE kasi_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE participants (
+    id            BIGINT  PRIMARY KEY,
+    name          TEXT    NOT NULL UNIQUE,
+    is_hub        BOOLEAN NOT NULL,
+    is_active     BOOLEAN NOT NULL,
+    created_at_ms BIGINT  NOT NULL
+);
+CREATE TABLE accounts (
+    id             BIGINT  PRIMARY KEY,
+    participant_id BIGINT  NOT NULL,
+    currency       TEXT    NOT NULL,
+    kind           TEXT    NOT NULL,
+    is_active      BOOLEAN NOT NULL,
+    value          TEXT    NOT NULL,
+    reserved       TEXT    NOT NULL,
+    net_debit_cap  TEXT,
+    created_at_ms  BIGINT  NOT NULL
+);
+CREATE TABLE transfers (
+    seq                BIGINT  PRIMARY KEY,
+    transfer_id        BYTEA   NOT NULL,
+    kind               TEXT    NOT NULL,
+    debit_account_id   BIGINT  NOT NULL,
+    credit_account_id  BIGINT  NOT NULL,
+    amount             TEXT    NOT NULL,
+    condition          BYTEA,
+    expiration_ms      BIGINT,
+    prepared_at_ms     BIGINT  NOT NULL,
+    request_hash       BYTEA   NOT NULL,
+    state              TEXT    NOT NULL,
+    reason             INTEGER,
+    external_reference TEXT,
+    memo               TEXT,
+    wire_version       INTEGER NOT NULL
+);
+CREATE INDEX transfers_by_id ON transfers (transfer_id);
+CREATE TABLE transfer_finishes (
+    seq               BIGINT  PRIMARY KEY,
+    kind              TEXT    NOT NULL,
+    state             TEXT    NOT NULL,
+    reason            INTEGER,
+    finished_at_ms    BIGINT  NOT NULL,
+    request_hash      BYTEA   NOT NULL,
+    fulfilment        BYTEA,
+    settlement_window BIGINT
+);
+CREATE INDEX transfer_finishes_by_time ON transfer_finishes (finished_at_ms);
+CREATE TABLE endpoints (
+    participant_id BIGINT NOT NULL,
+    type           TEXT   NOT NULL,
+    value          TEXT   NOT NULL,
+    PRIMARY KEY (participant_id, type)
+);
+CREATE TABLE settlement_models (
+    id                      BIGINT  PRIMARY KEY,
+    name                    TEXT    NOT NULL UNIQUE,
+    definition              TEXT    NOT NULL,
+    granularity             TEXT,
+    interchange             TEXT,
+    delay                   TEXT,
+    currency                TEXT,
+    ledger_account_type     TEXT,
+    settlement_account_type TEXT,
+    auto_position_reset     BOOLEAN,
+    require_liquidity_check BOOLEAN
+);
+CREATE TABLE parties (
+    id_type          TEXT   NOT NULL,
+    identifier       TEXT   NOT NULL,
+    sub_id           TEXT   NOT NULL,
+    participant_id   BIGINT NOT NULL,
+    currency         TEXT,
+    registered_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (id_type, identifier, sub_id)
+);
+CREATE TABLE quotes (
+    quote_id        BYTEA   PRIMARY KEY,
+    payer_id        BIGINT  NOT NULL,
+    payee_id        BIGINT  NOT NULL,
+    request_hash    BYTEA   NOT NULL,
+    received_at_ms  BIGINT  NOT NULL,
+    answer_hash     BYTEA,
+    answer_is_error BOOLEAN,
+    answer_body     TEXT,
+    answered_at_ms  BIGINT
+);
+CREATE INDEX quotes_by_time ON quotes (received_at_ms);
+CREATE TABLE oracles (
+    id         BIGINT  PRIMARY KEY,
+    id_type    TEXT    NOT NULL,
+    endpoint   TEXT    NOT NULL,
+    currency   TEXT,
+    is_default BOOLEAN NOT NULL,
+    is_active  BOOLEAN NOT NULL
+);
+CREATE TABLE settlement_windows (
+    id            BIGINT PRIMARY KEY,
+    state         TEXT   NOT NULL,
+    reason        TEXT   NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    changed_at_ms BIGINT NOT NULL
+);
+CREATE TABLE settlement_content (
+    id                  BIGINT PRIMARY KEY,
+    window_id           BIGINT NOT NULL,
+    ledger_account_type TEXT   NOT NULL,
+    currency            TEXT   NOT NULL,
+    model_id            BIGINT NOT NULL,
+    state               TEXT   NOT NULL,
+    settlement_id       BIGINT,
+    created_at_ms       BIGINT NOT NULL,
+    changed_at_ms       BIGINT NOT NULL
+);
+CREATE TABLE settlement_content_accounts (
+    content_id     BIGINT NOT NULL,
+    account_id     BIGINT NOT NULL,
+    sent           TEXT   NOT NULL,
+    sent_count     BIGINT NOT NULL,
+    received       TEXT   NOT NULL,
+    received_count BIGINT NOT NULL,
+    PRIMARY KEY (content_id, account_id)
+);
+CREATE TABLE settlement_content_pairs (
+    content_id BIGINT NOT NULL,
+    payer_id   BIGINT NOT NULL,
+    payee_id   BIGINT NOT NULL,
+    amount     TEXT   NOT NULL,
+    count      BIGINT NOT NULL,
+    PRIMARY KEY (content_id, payer_id, payee_id)
+);
+CREATE TABLE settlements (
+    id                 BIGINT PRIMARY KEY,
+    model_id           BIGINT NOT NULL,
+    state              TEXT   NOT NULL,
+    reason             TEXT   NOT NULL,
+    external_reference TEXT,
+    created_at_ms      BIGINT NOT NULL,
+    changed_at_ms      BIGINT NOT NULL,
+    windows            TEXT   NOT NULL
+);
+CREATE TABLE settlement_accounts (
+    settlement_id      BIGINT NOT NULL,
+    account_id         BIGINT NOT NULL,
+    participant_id     BIGINT NOT NULL,
+    currency           TEXT   NOT NULL,
+    net                TEXT   NOT NULL,
+    state              TEXT   NOT NULL,
+    reason             TEXT   NOT NULL,
+    external_reference TEXT,
+    changed_at_ms      BIGINT NOT NULL,
+    PRIMARY KEY (settlement_id, account_id)
+);
+CREATE TABLE settlement_entries (
+    seq               BIGINT PRIMARY KEY,
+    kind              TEXT   NOT NULL,
+    debit_account_id  BIGINT NOT NULL,
+    credit_account_id BIGINT NOT NULL,
+    amount            TEXT   NOT NULL,
+    at_ms             BIGINT NOT NULL,
+    settlement_id     BIGINT,
+    transfer_id       BYTEA
+);
+CREATE TABLE audit_events (
+    id      BIGINT PRIMARY KEY,
+    at_ms   BIGINT NOT NULL,
+    actor   TEXT   NOT NULL,
+    role    TEXT   NOT NULL,
+    action  TEXT   NOT NULL,
+    target  TEXT   NOT NULL,
+    before  TEXT   NOT NULL,
+    after   TEXT   NOT NULL,
+    outcome TEXT   NOT NULL
+);
+CREATE INDEX audit_events_by_target ON audit_events (target, id);
+CREATE TABLE certificate_pins (
+    fingerprint    BYTEA  PRIMARY KEY,
+    participant_id BIGINT NOT NULL,
+    pinned_at_ms   BIGINT NOT NULL
+);
+";

@@ -1,0 +1,261 @@
+//! The store tests' harness: a ledger driven by random operations, its
+//! records committed to the SQLite store and, where a test asks, to a
+//! PostgreSQL store as well, batch by batch.
+#![allow(dead_code)]
+
+use ledger::*;
+use proptest::prelude::*;
+use store::pg::PgStore;
+use store::sqlite::{SqliteOptions, SqliteStore, TransferLookup};
+use store::Store;
+
+pub const T0: i64 = 1_700_000_000_000;
+
+pub fn fsp(name: &str) -> FspName {
+    FspName::new(name).expect("valid FSP name")
+}
+
+pub fn usd() -> Currency {
+    Currency::parse("USD").expect("currency")
+}
+
+/// What a test does to the hub, one batch each.
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// A prepare from DFSP `payer` to the next one; amounts above the
+    /// liquidity are rejected at prepare (a REJECTED row, no finish).
+    Prepare {
+        payer: u8,
+        amount: i64,
+        ttl_ms: i64,
+    },
+    /// Fulfil, abort: the `n`-th reserved transfer (modulo).
+    Fulfil(usize),
+    Abort(usize),
+    /// Moves the clock and expires what is due.
+    Advance(i64),
+    CloseWindow,
+    FundsOut {
+        dfsp: u8,
+        commit: bool,
+    },
+    /// Advances the stored snapshot to `now - behind_ms`.
+    Snapshot {
+        behind_ms: i64,
+    },
+}
+
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..3, prop_oneof![9 => 1i64..50, 1 => 5_000i64..6_000], prop_oneof![4 => 100i64..2_000, 1 => 50_000i64..100_000])
+            .prop_map(|(payer, amount, ttl_ms)| Op::Prepare { payer, amount, ttl_ms }),
+        4 => any::<usize>().prop_map(Op::Fulfil),
+        1 => any::<usize>().prop_map(Op::Abort),
+        3 => (1i64..3_000).prop_map(Op::Advance),
+        1 => Just(Op::CloseWindow),
+        1 => (0u8..3, any::<bool>()).prop_map(|(dfsp, commit)| Op::FundsOut { dfsp, commit }),
+        2 => (0i64..5_000).prop_map(|behind_ms| Op::Snapshot { behind_ms }),
+    ]
+}
+
+pub struct Harness {
+    pub ledger: Ledger,
+    pub store: SqliteStore,
+    /// Receives every batch the SQLite store does, when present.
+    pub pg: Option<PgStore>,
+    dir: std::path::PathBuf,
+    pub now: i64,
+    pub dfsps: Vec<(FspName, AccountId)>,
+    pub reserved: Vec<(TransferId, FspName)>,
+    pub funds_out: Vec<(TransferId, usize)>,
+    pub next_id: u128,
+    pub last_cut: i64,
+}
+
+impl Harness {
+    pub fn new(dir: &std::path::Path) -> Harness {
+        Harness::with_pg(dir, None)
+    }
+
+    /// Also commits every batch to `pg`.
+    pub fn with_pg(dir: &std::path::Path, pg: Option<PgStore>) -> Harness {
+        let store = SqliteStore::open(
+            dir,
+            SqliteOptions {
+                fsync: false,
+                ..SqliteOptions::default()
+            },
+        )
+        .expect("open");
+        let mut harness = Harness {
+            ledger: Ledger::new(Limits::default()),
+            store,
+            pg,
+            dir: dir.to_path_buf(),
+            now: T0,
+            dfsps: Vec::new(),
+            reserved: Vec::new(),
+            funds_out: Vec::new(),
+            next_id: 1,
+            last_cut: i64::MIN,
+        };
+        harness.apply(vec![Command::CreateHub { name: fsp("Hub") }]);
+        for kind in [
+            AccountKind::HubMultilateralSettlement,
+            AccountKind::HubReconciliation,
+        ] {
+            harness.apply(vec![Command::CreateHubAccount {
+                currency: usd(),
+                kind,
+            }]);
+        }
+        for name in ["dfspa", "dfspb", "dfspc"] {
+            let name = fsp(name);
+            let outcomes = harness.apply(vec![Command::CreateParticipant {
+                name,
+                currency: usd(),
+            }]);
+            let Outcome::AccountsCreated(ids) = &outcomes[0] else {
+                panic!("{outcomes:?}");
+            };
+            let settlement = ids[1];
+            harness.dfsps.push((name, settlement));
+            let id = harness.id();
+            harness.apply(vec![
+                Command::FundsIn(harness.funds(id, harness.dfsps.len() - 1, 1_000)),
+                Command::InitNetDebitCap {
+                    name,
+                    currency: usd(),
+                    net_debit_cap: Amount::from_whole(1_000),
+                },
+            ]);
+        }
+        harness
+    }
+
+    fn id(&mut self) -> TransferId {
+        self.next_id += 1;
+        TransferId::new(self.next_id)
+    }
+
+    fn funds(&self, transfer_id: TransferId, dfsp: usize, amount: i64) -> Funds {
+        Funds {
+            transfer_id,
+            participant: self.dfsps[dfsp].0,
+            account: self.dfsps[dfsp].1,
+            amount: Amount::from_whole(amount),
+            currency: usd(),
+            memo: FundsMemo {
+                external_reference: "ref".into(),
+                reason: "test".into(),
+            },
+            request_hash: RequestHash([7; 32]),
+        }
+    }
+
+    pub fn apply(&mut self, commands: Vec<Command>) -> Vec<Outcome> {
+        let result = self.ledger.apply_batch(self.now, &commands);
+        self.store.commit(&[&result.records]).expect("commit");
+        if let Some(pg) = &mut self.pg {
+            pg.commit(&[&result.records]).expect("commit to PostgreSQL");
+        }
+        result.outcomes
+    }
+
+    /// A reader of the SQLite store.
+    pub fn lookup(&self) -> TransferLookup {
+        TransferLookup::open(&self.dir).expect("open a reader")
+    }
+
+    pub fn run(&mut self, op: Op) {
+        match op {
+            Op::Prepare {
+                payer,
+                amount,
+                ttl_ms,
+            } => {
+                let transfer_id = self.id();
+                let payee = self.dfsps[(payer as usize + 1) % self.dfsps.len()].0;
+                let payer = self.dfsps[payer as usize].0;
+                let outcomes = self.apply(vec![Command::Prepare(Prepare {
+                    transfer_id,
+                    payer,
+                    payee,
+                    amount: Amount::from_whole(amount),
+                    currency: usd(),
+                    condition: Fulfilment::from_preimage([9; 32]).condition(),
+                    expiration_ms: self.now + ttl_ms,
+                    request_hash: RequestHash([1; 32]),
+                    wire_version: 0x11,
+                })]);
+                if matches!(&outcomes[0], Outcome::Transfer(view) if view.state == TransferState::Reserved)
+                {
+                    self.reserved.push((transfer_id, payee));
+                }
+            }
+            Op::Fulfil(n) | Op::Abort(n) if !self.reserved.is_empty() => {
+                let (transfer_id, payee) = self.reserved.remove(n % self.reserved.len());
+                let command = match op {
+                    Op::Fulfil(_) => Command::Fulfil(Fulfil {
+                        transfer_id,
+                        caller: payee,
+                        fulfilment: Some(Fulfilment::from_preimage([9; 32])),
+                        request_hash: RequestHash([2; 32]),
+                    }),
+                    _ => Command::Abort(Abort {
+                        transfer_id,
+                        caller: payee,
+                        error_code: ErrorCode(5101),
+                        request_hash: RequestHash([3; 32]),
+                    }),
+                };
+                self.apply(vec![command]);
+            }
+            Op::Fulfil(_) | Op::Abort(_) => {}
+            Op::Advance(ms) => {
+                self.now += ms;
+                self.apply(vec![Command::Expire]);
+            }
+            Op::CloseWindow => {
+                let outcomes = self.apply(vec![Command::ReadSettlementWindows]);
+                let Outcome::SettlementWindows(windows) = &outcomes[0] else {
+                    panic!("{outcomes:?}");
+                };
+                if let Some(open) = windows.iter().find(|w| w.row.state.as_str() == "OPEN") {
+                    let id = open.row.id;
+                    self.apply(vec![Command::CloseSettlementWindow {
+                        id,
+                        reason: "test".into(),
+                    }]);
+                }
+            }
+            Op::FundsOut { dfsp, commit } => match self.funds_out.pop() {
+                Some((transfer_id, dfsp)) => {
+                    let finish = FundsFinish {
+                        transfer_id,
+                        participant: self.dfsps[dfsp].0,
+                        account: self.dfsps[dfsp].1,
+                        request_hash: RequestHash([8; 32]),
+                    };
+                    self.apply(vec![match commit {
+                        true => Command::FundsOutCommit(finish),
+                        false => Command::FundsOutAbort(finish),
+                    }]);
+                }
+                None => {
+                    let transfer_id = self.id();
+                    let funds = self.funds(transfer_id, dfsp as usize, 1);
+                    self.apply(vec![Command::FundsOutReserve(funds)]);
+                    self.funds_out.push((transfer_id, dfsp as usize));
+                }
+            },
+            Op::Snapshot { behind_ms } => {
+                let snapshot = self
+                    .store
+                    .advance_history_snapshot(self.now - behind_ms)
+                    .expect("advance the snapshot");
+                self.last_cut = snapshot.cut_ms;
+            }
+        }
+    }
+}
