@@ -31,6 +31,7 @@ pub mod pins;
 pub mod quotes;
 pub mod refusals;
 pub mod requests;
+pub mod role;
 pub mod routing;
 pub mod server;
 pub mod settlement;
@@ -96,6 +97,8 @@ pub struct HubConfig {
     /// horizon) are looked up, for `GET`s and duplicates; `None` when the
     /// ledger keeps every transfer.
     pub transfer_lookup: Option<Arc<dyn store::StoreReader>>,
+    /// Active or standby, and the store's kind and lease (see [`role`]).
+    pub role: Arc<role::Role>,
 }
 
 impl HubConfig {
@@ -119,6 +122,7 @@ impl HubConfig {
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
             transfer_lookup: None,
+            role: Arc::new(role::Role::embedded()),
         }
     }
 }
@@ -160,6 +164,7 @@ impl Hub {
             Arc::new(metrics::Metrics::new(
                 move || engine.stats(),
                 move || dispatcher.stats(),
+                config.role.clone(),
             ))
         };
         let stages = Arc::new(stages::StageTimer::new(
@@ -805,13 +810,14 @@ pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -
     if let Some(reason) = &reason {
         datastore_entry["reason"] = serde_json::Value::String(reason.clone());
     }
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "status": datastore,
         "uptime": uptime.as_secs_f64(),
         "startTime": format_time(started_ms),
         "versionNumber": env!("CARGO_PKG_VERSION"),
         "services": [datastore_entry],
     });
+    hub.config.role.health_fields(&mut body);
     let status = if reason.is_none() {
         StatusCode::OK
     } else {

@@ -14,7 +14,8 @@
 //! `kasi_ledger_batches_total`, `kasi_ledger_commands_total`,
 //! `kasi_ledger_apply_seconds_total`, `kasi_ledger_apply_max_seconds`,
 //! `kasi_store_commits_total`, `kasi_store_records_total`,
-//! `kasi_store_errors_total`, `kasi_store_healthy`,
+//! `kasi_store_errors_total`, `kasi_store_healthy`, `kasi_role_active`
+//! (by `store`), `kasi_store_reachable`, `kasi_lease_fencing`,
 //! `kasi_store_commit_seconds_total`, `kasi_store_commit_max_seconds`,
 //! `kasi_callbacks_{sent_ok,http_error,failed,retried,dropped}_total`,
 //! `kasi_callbacks_{in_flight,queued,dead_letters}`,
@@ -208,6 +209,7 @@ impl Metrics {
     pub fn new(
         engine: impl Fn() -> StatsSnapshot + Send + Sync + 'static,
         callbacks: impl Fn() -> Vec<DestinationStats> + Send + Sync + 'static,
+        role: Arc<crate::role::Role>,
     ) -> Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
@@ -288,6 +290,7 @@ impl Metrics {
             callbacks: Box::new(callbacks),
         }));
         registry.register_collector(Box::new(Process));
+        registry.register_collector(Box::new(RoleCollector(role)));
         let api_connections = Arc::<crate::server::ConnectionStats>::default();
         let admin_connections = Arc::<crate::server::ConnectionStats>::default();
         registry.register_collector(Box::new(Connections {
@@ -541,6 +544,39 @@ fn counter_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f
     ConstCounter::new(value).encode(metric)
 }
 
+/// `kasi_role_active`, `kasi_store_reachable`, `kasi_lease_fencing`.
+#[derive(Debug)]
+pub struct RoleCollector(pub Arc<crate::role::Role>);
+
+impl Collector for RoleCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let role = &self.0;
+        let mut metric = encoder.encode_descriptor(
+            "kasi_role_active",
+            "1 on the active hub (it serves and writes), 0 on a standby; labelled by store kind",
+            None,
+            MetricType::Gauge,
+        )?;
+        let labels = [("store", role.store_kind)];
+        ConstGauge::new(i64::from(role.is_active())).encode(metric.encode_family(&labels)?)?;
+        gauge_f64(
+            &mut encoder,
+            "kasi_store_reachable",
+            "1 while the store answered the last time this process asked",
+            if role.store_reachable() { 1.0 } else { 0.0 },
+        )?;
+        if let Some((_, fencing)) = role.lease() {
+            gauge_f64(
+                &mut encoder,
+                "kasi_lease_fencing",
+                "The lease's fencing number as last seen (it goes up by one at every takeover)",
+                fencing as f64,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 fn gauge_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
     let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     ConstGauge::new(value).encode(metric)
@@ -786,6 +822,7 @@ mod tests {
                 quotes_in_memory: 2,
             },
             || vec![destination("payeefsp"), destination("payerfsp")],
+            Arc::new(crate::role::Role::embedded()),
         )
     }
 

@@ -5,11 +5,17 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use store::sqlite::SqliteStore;
-use store::Store as _;
 
 pub fn run(data_dir: &Path) -> anyhow::Result<ExitCode> {
     let store = SqliteStore::open_read_only(data_dir).context("cannot open the store")?;
     audit(store)
+}
+
+/// `kasi audit --store postgres://…`: one REPEATABLE READ snapshot of the
+/// store (the PostgreSQL store keeps no history snapshot to check).
+pub fn run_postgres(url: &str) -> anyhow::Result<ExitCode> {
+    let mut store = store::pg::PgStore::open_read_only(url).context("cannot open the store")?;
+    report(&mut store, None)
 }
 
 /// `kasi audit --file`: a backup, or a store file on read-only media.
@@ -36,6 +42,17 @@ pub fn backup(data_dir: &Path, to: &Path) -> anyhow::Result<ExitCode> {
 }
 
 fn audit(mut store: SqliteStore) -> anyhow::Result<ExitCode> {
+    let history = store
+        .check_history_snapshot()
+        .context("cannot check the history snapshot")?;
+    report(&mut store, history)
+}
+
+/// Loads every row, audits, prints what it found; exit 1 on any problem.
+fn report(
+    store: &mut dyn store::Store,
+    history: Option<store::sqlite_history::HistoryCheck>,
+) -> anyhow::Result<ExitCode> {
     let snapshot = store.load().context("cannot read the store")?;
     let problems = snapshot.audit();
     let summary = format!(
@@ -45,9 +62,6 @@ fn audit(mut store: SqliteStore) -> anyhow::Result<ExitCode> {
         snapshot.transfers.len(),
         snapshot.finishes.len()
     );
-    let history = store
-        .check_history_snapshot()
-        .context("cannot check the history snapshot")?;
     match &history {
         None => {}
         Some((through, Ok(()))) => println!(

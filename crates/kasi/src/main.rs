@@ -15,6 +15,7 @@ mod bench_report;
 mod bench_transfers;
 mod config;
 mod dfsp;
+mod ha;
 mod null_hub;
 mod serve;
 mod sim;
@@ -190,8 +191,14 @@ struct AuditArgs {
 
     /// Audit this store file (a `kasi backup`, or a data directory's
     /// kasi.db) instead of --data-dir's.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "store")]
     file: Option<PathBuf>,
+
+    /// Audit this store instead of --data-dir's: `sqlite:DIR` or a
+    /// PostgreSQL URL (read in one consistent snapshot while a hub may be
+    /// writing; nothing is changed).
+    #[arg(long, env = "KASI_STORE", value_name = "STORE")]
+    store: Option<store::StoreLocation>,
 }
 
 #[derive(clap::Args)]
@@ -306,9 +313,11 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Audit(args) => match &args.file {
-            Some(file) => audit::run_file(file),
-            None => audit::run(&args.data_dir),
+        Command::Audit(args) => match (&args.file, &args.store) {
+            (Some(file), _) => audit::run_file(file),
+            (None, Some(store::StoreLocation::Postgres(url))) => audit::run_postgres(url),
+            (None, Some(store::StoreLocation::Sqlite(dir))) => audit::run(dir),
+            (None, None) => audit::run(&args.data_dir),
         },
         Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
         Command::NullHub => null_hub::run_process(),

@@ -13,7 +13,6 @@ use hub::notify::{Dispatcher, DispatcherConfig};
 use hub::{Hub, HubConfig};
 use ledger::{Command, FspName, Limits, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
-use store::Store as _;
 use tracing::{info, warn};
 
 #[derive(Args)]
@@ -22,6 +21,28 @@ pub struct ServeArgs {
     /// kasi process may serve a directory at a time.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
+
+    /// The store, if not the data directory's: `sqlite:DIR`, or a
+    /// PostgreSQL URL (`postgres://USER[:PASSWORD]@HOST[:PORT][,HOST2...]/DB`,
+    /// with `?target_session_attrs=read-write` to follow a promoted
+    /// primary). Any number of kasi processes may serve one PostgreSQL
+    /// store: one is active, the others are standbys that take over when
+    /// its lease expires.
+    #[arg(long, env = "KASI_STORE", value_name = "STORE")]
+    store: Option<store::StoreLocation>,
+
+    /// With a PostgreSQL store: how long the active's lease lasts without
+    /// renewal (it renews every third of it). A standby takes over this
+    /// long after the active stops renewing, at the latest.
+    #[arg(long, env = "KASI_LEASE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(300..=600_000))]
+    lease_ms: u64,
+
+    /// With a PostgreSQL store: this process's name in the lease (shown to
+    /// operators as the active hub). Default: the host's name and the
+    /// process id. A process restarted under the same name takes its own
+    /// lease back at once.
+    #[arg(long, env = "KASI_INSTANCE_NAME")]
+    instance_name: Option<String>,
 
     /// Address of the DFSP-facing FSPIOP API (Mojaloop ml-api-adapter's
     /// port): IP:PORT or HOST:PORT (a host name is resolved once, at start;
@@ -352,27 +373,37 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 retention_ms,
                 interval: args.history_snapshot_interval,
             });
-    let mut store = SqliteStore::open(
-        &args.data_dir,
-        SqliteOptions {
-            history,
-            ..SqliteOptions::default()
-        },
-    )
-    .with_context(|| format!("cannot open the store in {}", args.data_dir.display()))?;
+    let location = args
+        .store
+        .clone()
+        .unwrap_or_else(|| store::StoreLocation::Sqlite(args.data_dir.clone()));
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.http_threads {
+        runtime.worker_threads(usize::from(threads));
+    }
+    let runtime = runtime
+        .enable_all()
+        .thread_name("kasi-http")
+        .build()
+        .context("cannot start the async runtime")?;
+    let Some(opened) = open_store(&args, &location, history, &runtime)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let Opened {
+        mut store,
+        reader,
+        mut delivery,
+        role,
+        lease_keeper,
+        listeners,
+    } = opened;
     let limits = Limits {
         transfer_retention_ms: args.transfer_retention.0,
         max_finished_in_memory: args.finished_transfers_in_memory as usize,
         ..Limits::default()
     };
-    let (ledger, recovery) = engine::recover(&mut store, limits).context("recovery failed")?;
-    let transfer_lookup = match limits.transfer_retention_ms {
-        None => None,
-        Some(_) => Some(Arc::new(
-            store::sqlite::TransferLookup::open(&args.data_dir)
-                .context("cannot open the store for transfer lookups")?,
-        ) as Arc<dyn store::StoreReader>),
-    };
+    let (ledger, recovery) = engine::recover(store.as_mut(), limits).context("recovery failed")?;
+    let transfer_lookup = limits.transfer_retention_ms.map(|_| reader.clone());
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(
             %problem,
@@ -393,21 +424,19 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Delivery state: the watermark and the dead letters. The callbacks of
     // transfers prepared or finished since the watermark are derived again
     // (read now, queued once the dispatcher runs).
-    let mut delivery = store::delivery::DeliveryDb::open(&args.data_dir)
-        .context("cannot open the callback delivery state (callbacks.db)")?;
-    let dead_letters = delivery.dead_letters().context("callbacks.db")?;
-    let watermark = match delivery.watermark().context("callbacks.db")? {
+    let dead_letters = delivery.dead_letters().context("callback delivery state")?;
+    let watermark = match delivery.watermark().context("callback delivery state")? {
         Some(watermark) => watermark,
         // First start with delivery state: nothing before now is owed.
         None => {
             let watermark = hub::now_ms() - hub::notify::WATERMARK_MARGIN_MS;
             delivery
                 .apply(Some(watermark), &[], &[])
-                .context("callbacks.db")?;
+                .context("callback delivery state")?;
             watermark
         }
     };
-    let redeliver = store
+    let redeliver = reader
         .transfers_touched_since(watermark)
         .context("cannot read the transfers to notify again")?;
     info!(
@@ -419,21 +448,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(existing) = existing_hub {
         if existing != hub_name {
             bail!(
-                "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
-                args.data_dir.display()
+                "the hub in {location} is named '{existing}', not '{hub_name}': pass --hub-name {existing}"
             );
         }
     }
-
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.http_threads {
-        runtime.worker_threads(usize::from(threads));
-    }
-    let runtime = runtime
-        .enable_all()
-        .thread_name("kasi-http")
-        .build()
-        .context("cannot start the async runtime")?;
 
     // Expired transfers come from the store thread once durable; a task turns
     // them into 3303 callbacks.
@@ -444,7 +462,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })),
         ..EngineConfig::default()
     };
-    let engine = Engine::start(ledger, Box::new(store), config);
+    let engine = Engine::start(ledger, store, config);
     if existing_hub.is_none() {
         match engine
             .handle()
@@ -598,6 +616,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.jws_keys_dir = args.jws_keys_dir.clone();
         hub_config.admin_auth = admin_auth;
         hub_config.transfer_lookup = transfer_lookup.clone();
+        hub_config.role = role.clone();
         hub_config.callback_allow = args.callback_allow.clone();
         hub_config.identity = hub::tls::IdentityPolicy {
             client_certificates: args.tls_client_ca.is_some(),
@@ -658,7 +677,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             max_connections,
             header_read_timeout: Duration::from_millis(args.header_timeout_ms),
         };
-        let result = serve_http(hub, args.api_listen, args.admin_listen, tls, listening).await;
+        let result = serve_http(
+            hub,
+            args.api_listen,
+            args.admin_listen,
+            listeners,
+            tls,
+            listening,
+        )
+        .await;
         info!("stopped accepting requests");
         anyhow::Ok((result, dispatcher, expiry_task))
     });
@@ -691,12 +718,116 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     served?;
     stopped.context("the ledger pipeline failed")?;
+    if let Some(keeper) = lease_keeper {
+        keeper.release();
+    }
     info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)
 }
 
-/// The dispatcher's journal: `callbacks.db`.
-struct Journal(store::delivery::DeliveryDb);
+/// What serving needs of the store, whichever backend.
+struct Opened {
+    store: Box<dyn store::Store>,
+    reader: Arc<dyn store::StoreReader>,
+    delivery: Box<dyn store::delivery::Delivery>,
+    role: Arc<hub::role::Role>,
+    /// With PostgreSQL: the lease this process holds as the active.
+    lease_keeper: Option<crate::ha::LeaseKeeper>,
+    /// With PostgreSQL: the listeners the standby answered on, bound
+    /// before the lease was taken.
+    listeners: Option<(tokio::net::TcpListener, tokio::net::TcpListener)>,
+}
+
+/// Opens the store: the data directory's SQLite database, or a PostgreSQL
+/// store, where this process first waits as a standby until it holds the
+/// lease. `None`: stopped while a standby.
+fn open_store(
+    args: &ServeArgs,
+    location: &store::StoreLocation,
+    history: Option<store::sqlite_history::HistoryOptions>,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Option<Opened>> {
+    match location {
+        store::StoreLocation::Sqlite(dir) => {
+            let store = SqliteStore::open(
+                dir,
+                SqliteOptions {
+                    history,
+                    ..SqliteOptions::default()
+                },
+            )
+            .with_context(|| format!("cannot open the store in {}", dir.display()))?;
+            let reader = store::sqlite::TransferLookup::open(dir)
+                .context("cannot open the store for transfer lookups")?;
+            let delivery = store::delivery::DeliveryDb::open(dir)
+                .context("cannot open the callback delivery state (callbacks.db)")?;
+            Ok(Some(Opened {
+                store: Box::new(store),
+                reader: Arc::new(reader),
+                delivery: Box::new(delivery),
+                role: Arc::new(hub::role::Role::embedded()),
+                lease_keeper: None,
+                listeners: None,
+            }))
+        }
+        store::StoreLocation::Postgres(url) => {
+            let mut store = store::pg::PgStore::open(url)
+                .with_context(|| format!("cannot open the store at {location}"))?;
+            let name = args
+                .instance_name
+                .clone()
+                .unwrap_or_else(crate::ha::default_instance_name);
+            let role = Arc::new(hub::role::Role::shared("postgres", &name));
+            let lease = store::pg_lease::Lease::new(url, &name, args.lease_ms);
+            let (api, admin) = runtime.block_on(bind_listeners(args.api_listen, args.admin_listen))?;
+            info!(
+                instance = %name,
+                store = %location,
+                api = %api.local_addr()?,
+                admin = %admin.local_addr()?,
+                "standby: waiting for the lease"
+            );
+            let Some((fencing, lease)) =
+                runtime.block_on(crate::ha::wait_for_lease(lease, role.clone(), &api, &admin))?
+            else {
+                return Ok(None);
+            };
+            // Renewed from now on, through recovery.
+            let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone());
+            store.fence(fencing);
+            role.set_active(true);
+            let reader = store::pg_reader::PgReader::open(url)
+                .with_context(|| format!("cannot open the store at {location} for lookups"))?;
+            let delivery = store::pg_delivery::PgDelivery::open(url, Some(fencing))
+                .with_context(|| format!("cannot open the store at {location} for callbacks"))?;
+            Ok(Some(Opened {
+                store: Box::new(store),
+                reader: Arc::new(reader),
+                delivery: Box::new(delivery),
+                role,
+                lease_keeper: Some(lease_keeper),
+                listeners: Some((api, admin)),
+            }))
+        }
+    }
+}
+
+async fn bind_listeners(
+    api_listen: SocketAddr,
+    admin_listen: SocketAddr,
+) -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
+    let api = tokio::net::TcpListener::bind(api_listen)
+        .await
+        .with_context(|| format!("cannot listen on {api_listen} (--api-listen)"))?;
+    let admin = tokio::net::TcpListener::bind(admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {admin_listen} (--admin-listen)"))?;
+    Ok((api, admin))
+}
+
+/// The dispatcher's journal: `callbacks.db`, or the PostgreSQL store's
+/// tables.
+struct Journal(Box<dyn store::delivery::Delivery>);
 
 impl hub::notify::DeliveryJournal for Journal {
     fn write(
@@ -748,15 +879,14 @@ async fn serve_http(
     hub: Arc<Hub>,
     api_listen: SocketAddr,
     admin_listen: SocketAddr,
+    listeners: Option<(tokio::net::TcpListener, tokio::net::TcpListener)>,
     tls: Option<Tls>,
     listening: Listening,
 ) -> anyhow::Result<()> {
-    let api = tokio::net::TcpListener::bind(api_listen)
-        .await
-        .with_context(|| format!("cannot listen on {api_listen} (--api-listen)"))?;
-    let admin = tokio::net::TcpListener::bind(admin_listen)
-        .await
-        .with_context(|| format!("cannot listen on {admin_listen} (--admin-listen)"))?;
+    let (api, admin) = match listeners {
+        Some(bound) => bound,
+        None => bind_listeners(api_listen, admin_listen).await?,
+    };
     // Listen for the stop signals before saying we serve, so a signal sent
     // right after the log line is never the default (fatal) one.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

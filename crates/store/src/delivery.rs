@@ -7,7 +7,7 @@
 //!   from a transfer row recorded or finished before it has been answered or
 //!   kept as a dead letter. At start-up, callbacks of transfers prepared or
 //!   finished at or after it are derived again from `kasi.db`
-//!   ([`SqliteStore::transfers_touched_since`](crate::sqlite::SqliteStore::transfers_touched_since)).
+//!   ([`StoreReader::transfers_touched_since`](crate::StoreReader::transfers_touched_since)).
 //! - A dead letter is a callback that could not be delivered before its
 //!   retry deadline: kept byte for byte until it is re-sent and answered.
 
@@ -54,6 +54,39 @@ pub struct DeadLetterRow {
     pub reason: String,
 }
 
+/// Where the dispatcher keeps its state: `callbacks.db` beside a SQLite
+/// store, tables of the PostgreSQL store ([`crate::pg_delivery`]).
+pub trait Delivery: Send {
+    /// The persisted watermark; `None` before the first one was saved.
+    fn watermark(&mut self) -> Result<Option<i64>, StoreError>;
+
+    fn dead_letters(&mut self) -> Result<Vec<DeadLetterRow>, StoreError>;
+
+    /// Applies some changes in one transaction: the newest watermark, dead
+    /// letters to keep (replacing a row of the same id), and ids to forget.
+    fn apply(
+        &mut self,
+        watermark: Option<i64>,
+        keep: &[DeadLetterRow],
+        forget: &[u64],
+    ) -> Result<(), StoreError>;
+}
+
+/// Headers as stored: `name: value` lines.
+pub(crate) fn format_headers(headers: &[(String, String)]) -> String {
+    headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\n"))
+        .collect()
+}
+
+pub(crate) fn parse_headers(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
 /// `callbacks.db`, opened for writing by the process that holds the data
 /// directory's lock (the caller opens the ledger's store first).
 pub struct DeliveryDb {
@@ -68,9 +101,10 @@ impl DeliveryDb {
         connection.execute_batch(SCHEMA)?;
         Ok(DeliveryDb { connection })
     }
+}
 
-    /// The persisted watermark; `None` before the first one was saved.
-    pub fn watermark(&self) -> Result<Option<i64>, StoreError> {
+impl Delivery for DeliveryDb {
+    fn watermark(&mut self) -> Result<Option<i64>, StoreError> {
         let mut statement = self
             .connection
             .prepare("SELECT at_ms FROM watermark WHERE id = 1")?;
@@ -81,7 +115,7 @@ impl DeliveryDb {
         })
     }
 
-    pub fn dead_letters(&self) -> Result<Vec<DeadLetterRow>, StoreError> {
+    fn dead_letters(&mut self) -> Result<Vec<DeadLetterRow>, StoreError> {
         let mut statement = self.connection.prepare(
             "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason
              FROM dead_letters ORDER BY id",
@@ -96,11 +130,7 @@ impl DeliveryDb {
                 transfer_id: row.get(2)?,
                 method: row.get(3)?,
                 url: row.get(4)?,
-                headers: headers
-                    .lines()
-                    .filter_map(|line| line.split_once(": "))
-                    .map(|(name, value)| (name.to_owned(), value.to_owned()))
-                    .collect(),
+                headers: parse_headers(&headers),
                 body: row.get(6)?,
                 failed_at_ms: row.get(7)?,
                 attempts: row.get(8)?,
@@ -110,9 +140,7 @@ impl DeliveryDb {
         Ok(letters)
     }
 
-    /// Applies some changes in one transaction: the newest watermark, dead
-    /// letters to keep (replacing a row of the same id), and ids to forget.
-    pub fn apply(
+    fn apply(
         &mut self,
         watermark: Option<i64>,
         keep: &[DeadLetterRow],
@@ -127,11 +155,7 @@ impl DeliveryDb {
             )?;
         }
         for letter in keep {
-            let headers: String = letter
-                .headers
-                .iter()
-                .map(|(name, value)| format!("{name}: {value}\n"))
-                .collect();
+            let headers = format_headers(&letter.headers);
             transaction.execute(
                 "INSERT OR REPLACE INTO dead_letters
                     (id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason)
@@ -191,7 +215,7 @@ mod tests {
         db.apply(Some(10), &[letter(1), letter(2)], &[]).unwrap();
         db.apply(Some(20), &[], &[1]).unwrap();
         drop(db);
-        let db = DeliveryDb::open(dir.path()).unwrap();
+        let mut db = DeliveryDb::open(dir.path()).unwrap();
         assert_eq!(db.watermark().unwrap(), Some(20));
         assert_eq!(db.dead_letters().unwrap(), vec![letter(2)]);
     }

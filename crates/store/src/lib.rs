@@ -18,6 +18,8 @@ use ledger::{Record, Snapshot};
 
 pub mod delivery;
 pub mod pg;
+pub mod pg_delivery;
+pub mod pg_lease;
 pub mod pg_reader;
 mod pg_rows;
 mod pg_schema;
@@ -261,4 +263,49 @@ pub(crate) fn settlement_of(
                 "settlement account of missing settlement {settlement}"
             ))
         })
+}
+
+/// Where a hub's store is, as `--store` names it: `sqlite:DIR` (a data
+/// directory) or a PostgreSQL URL (`postgres://USER@HOST[,HOST2]/DB`, any
+/// of libpq's URL parameters).
+#[derive(Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
+}
+
+impl std::str::FromStr for StoreLocation {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<StoreLocation, String> {
+        if let Some(dir) = text.strip_prefix("sqlite:") {
+            if dir.is_empty() {
+                return Err("sqlite: needs a directory (sqlite:/var/lib/kasi)".into());
+            }
+            return Ok(StoreLocation::Sqlite(dir.into()));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(StoreLocation::Postgres(text.to_string()));
+        }
+        Err(format!(
+            "{:?} is not a store: use sqlite:DIR or postgres://USER@HOST/DATABASE",
+            pg::redact_url(text)
+        ))
+    }
+}
+
+/// Passwords redacted.
+impl fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreLocation::Sqlite(dir) => write!(f, "sqlite:{}", dir.display()),
+            StoreLocation::Postgres(url) => f.write_str(&pg::redact_url(url)),
+        }
+    }
+}
+
+impl fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }

@@ -222,8 +222,17 @@ fn migrate(client: &mut Client, redacted: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A commit of a deposed active: fatal, nothing of it was written.
+fn deposed(mine: i64, now: i64) -> StoreError {
+    StoreError::fatal(format!(
+        "deposed: the lease's fencing number is {now}, this process holds {mine}; \
+         another kasi took over and this one must not write again"
+    ))
+}
+
 /// The statements a commit writes with, prepared once per connection.
 struct Statements {
+    count_commit: Statement,
     participant: Statement,
     accounts: Statement,
     transfers: Statement,
@@ -251,6 +260,9 @@ impl Statements {
     fn prepare(client: &mut Client) -> Result<Statements, StoreError> {
         let mut prepare = |sql: &str| client.prepare(sql);
         Ok(Statements {
+            count_commit: prepare(
+                "UPDATE kasi_lease SET commits = commits + 1 WHERE id = 1 AND fencing = $1 RETURNING commits",
+            )?,
             participant: prepare(
                 "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
@@ -366,9 +378,18 @@ impl Statements {
 /// The PostgreSQL store (see the module's documentation).
 pub struct PgStore {
     client: Client,
+    url: String,
     redacted_url: String,
     /// `None` when opened read-only (for `kasi audit`).
     statements: Option<Statements>,
+    /// The lease's fencing number every commit checks (see
+    /// [`crate::pg_lease`]); `None` for a process that owns the database
+    /// alone (tests, `kasi migrate-store`, benchmarks).
+    fencing: Option<i64>,
+    /// The lease row's commit count the commit in flight makes, once its
+    /// fencing check passed: if the connection is lost after that, the
+    /// count read after reconnecting says whether the COMMIT happened.
+    in_flight: Option<i64>,
 }
 
 impl PgStore {
@@ -381,9 +402,18 @@ impl PgStore {
         let statements = Statements::prepare(&mut client)?;
         Ok(PgStore {
             client,
+            url: url.to_string(),
             redacted_url,
             statements: Some(statements),
+            fencing: None,
+            in_flight: None,
         })
+    }
+
+    /// From now on, every commit checks that the lease's fencing number is
+    /// still `fencing` (in its own transaction) and fails if it is not.
+    pub fn fence(&mut self, fencing: i64) {
+        self.fencing = Some(fencing);
     }
 
     /// Connects to an existing kasi store to read it (for `kasi audit`):
@@ -400,8 +430,11 @@ impl PgStore {
         transaction.commit()?;
         Ok(PgStore {
             client,
+            url: url.to_string(),
             redacted_url,
             statements: None,
+            fencing: None,
+            in_flight: None,
         })
     }
 
@@ -424,16 +457,97 @@ impl PgStore {
     }
 
     fn write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
-        let statements = self.statements.as_ref().ok_or_else(|| {
-            StoreError::fatal(format!("{} was opened read-only", self.redacted_url))
+        if self.statements.is_none() {
+            return Err(StoreError::fatal(format!(
+                "{} was opened read-only",
+                self.redacted_url
+            )));
+        }
+        if self.client.is_closed() && self.reconnected_after_commit()? {
+            // The commit the engine tries again is the one that was lost
+            // in flight, and it did happen.
+            return Ok(());
+        }
+        match self.try_write(batches) {
+            Ok(()) => Ok(()),
+            Err(error) if self.client.is_closed() && self.fencing.is_some() => {
+                // Whether the COMMIT happened is unknown until we can ask:
+                // the engine stops acknowledging and tries again, which
+                // reconnects and finds out.
+                Err(StoreError::transient(format!(
+                    "lost the connection to {} ({error}); reconnecting",
+                    self.redacted_url
+                )))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Connects again after a lost connection; `true` if the commit that
+    /// was in flight when it was lost did commit.
+    fn reconnected_after_commit(&mut self) -> Result<bool, StoreError> {
+        let Some(fencing) = self.fencing else {
+            return Err(StoreError::fatal(format!(
+                "lost the connection to {}",
+                self.redacted_url
+            )));
+        };
+        let mut client = connect(&self.url).map_err(|e| StoreError::transient(e.message))?;
+        let statements = Statements::prepare(&mut client).map_err(|e| StoreError {
+            transient: true,
+            ..e
         })?;
+        let row = client
+            .query_one("SELECT fencing, commits FROM kasi_lease WHERE id = 1", &[])
+            .map_err(|e| StoreError::transient(describe_error(&e)))?;
+        let (now_fencing, commits): (i64, i64) = (row.get(0), row.get(1));
+        if now_fencing != fencing {
+            return Err(deposed(fencing, now_fencing));
+        }
+        self.client = client;
+        self.statements = Some(statements);
+        Ok(match self.in_flight.take() {
+            Some(expected) if commits == expected => true,
+            Some(expected) if commits == expected - 1 => false,
+            Some(expected) => {
+                return Err(StoreError::fatal(format!(
+                    "the lease's commit count is {commits}, expected {expected} or one less: \
+                     another writer under the same fencing number?"
+                )))
+            }
+            None => false,
+        })
+    }
+
+    fn try_write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        let PgStore {
+            client,
+            statements,
+            fencing,
+            in_flight,
+            ..
+        } = self;
+        let statements = statements.as_ref().expect("checked by write");
+        *in_flight = None;
         let mut columns = Columns::default();
-        let mut transaction = self.client.transaction()?;
+        let mut transaction = client.transaction()?;
+        if let Some(fencing) = *fencing {
+            match transaction.query_opt(&statements.count_commit, &[&fencing])? {
+                Some(row) => *in_flight = Some(row.get(0)),
+                None => {
+                    let now: i64 = transaction
+                        .query_one("SELECT fencing FROM kasi_lease WHERE id = 1", &[])?
+                        .get(0);
+                    return Err(deposed(fencing, now));
+                }
+            }
+        }
         for record in batches.iter().flat_map(|batch| batch.iter()) {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements)?;
         transaction.commit()?;
+        *in_flight = None;
         Ok(())
     }
 

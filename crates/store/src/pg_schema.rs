@@ -198,6 +198,36 @@ CREATE TABLE audit_events (
     outcome TEXT   NOT NULL
 );
 CREATE INDEX audit_events_by_target ON audit_events (target, id);
+-- The active hub's lease (see pg_lease.rs): one row, taken by a standby
+-- once expired; every commit of the active checks its fencing number and
+-- counts itself here, in its own transaction.
+CREATE TABLE kasi_lease (
+    id         INTEGER     PRIMARY KEY CHECK (id = 1),
+    holder     TEXT        NOT NULL,
+    fencing    BIGINT      NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL,
+    commits    BIGINT      NOT NULL
+);
+INSERT INTO kasi_lease (id, holder, fencing, expires_at, commits) VALUES (1, '', 0, '-infinity', 0);
+-- The callback dispatcher's state (delivery.rs): the watermark and the
+-- dead letters, beside the ledger's rows so that a standby taking over
+-- knows what it owes.
+CREATE TABLE callback_watermark (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    at_ms BIGINT  NOT NULL
+);
+CREATE TABLE dead_letters (
+    id           BIGINT PRIMARY KEY,
+    destination  TEXT   NOT NULL,
+    transfer_id  TEXT,
+    method       TEXT   NOT NULL,
+    url          TEXT   NOT NULL,
+    headers      TEXT   NOT NULL,
+    body         BYTEA  NOT NULL,
+    failed_at_ms BIGINT NOT NULL,
+    attempts     BIGINT NOT NULL,
+    reason       TEXT   NOT NULL
+);
 CREATE TABLE certificate_pins (
     fingerprint    BYTEA  PRIMARY KEY,
     participant_id BIGINT NOT NULL,
