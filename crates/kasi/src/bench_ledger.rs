@@ -50,6 +50,12 @@ pub struct BenchLedgerArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
 
+    /// Run against this store instead: `sqlite:DIR` (like --data-dir) or a
+    /// PostgreSQL URL naming an empty database (kasi creates its schema;
+    /// `--fsync off` runs its commits with synchronous_commit off).
+    #[arg(long, value_name = "STORE", conflicts_with_all = ["data_dir", "history"])]
+    store: Option<store::StoreLocation>,
+
     /// Print the summary as one JSON object on standard output.
     #[arg(long)]
     json: bool,
@@ -88,8 +94,10 @@ pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
         FsyncMode::Off => &[false],
         FsyncMode::Both => &[true, false],
     };
-    if args.data_dir.is_some() && modes.len() > 1 {
-        bail!("--data-dir keeps one run's store: pass --fsync on or --fsync off with it");
+    if (args.data_dir.is_some() || args.store.is_some()) && modes.len() > 1 {
+        bail!(
+            "--data-dir and --store keep one run's store: pass --fsync on or --fsync off with it"
+        );
     }
     if !args.json && !args.print_durable {
         println!(
@@ -134,14 +142,14 @@ pub fn run(args: BenchLedgerArgs) -> anyhow::Result<ExitCode> {
 /// Where a run keeps its store: `--data-dir` (which must hold none yet) or
 /// a temporary directory, removed when the returned guard drops.
 fn new_data_dir(
-    args: &BenchLedgerArgs,
+    data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<(std::path::PathBuf, Option<tempfile::TempDir>)> {
-    match &args.data_dir {
+    match data_dir {
         Some(dir) if dir.join(store::sqlite::DATABASE_FILE).exists() => bail!(
             "{} holds a store already; the benchmark needs a new directory",
             dir.display()
         ),
-        Some(dir) => Ok((dir.clone(), None)),
+        Some(dir) => Ok((dir.to_path_buf(), None)),
         None => {
             let temporary = tempfile::Builder::new()
                 .prefix("kasi-bench-")
@@ -157,7 +165,7 @@ const HISTORY_RETENTION_MS: i64 = 1_000;
 
 /// `--history`: restart time against the length of the history.
 fn run_history(args: &BenchLedgerArgs, history: u64) -> anyhow::Result<ExitCode> {
-    let (data_dir, _temporary) = new_data_dir(args)?;
+    let (data_dir, _temporary) = new_data_dir(args.data_dir.as_deref())?;
     let limits = Limits {
         transfer_retention_ms: Some(HISTORY_RETENTION_MS),
         ..Limits::default()
@@ -489,20 +497,77 @@ impl Report {
     }
 }
 
-fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
-    let (data_dir, _temporary) = new_data_dir(args)?;
-    let store = SqliteStore::open(
-        &data_dir,
-        SqliteOptions {
+/// The run's store, and how to open it again for the timed recovery.
+struct BenchStore {
+    location: store::StoreLocation,
+    fsync: bool,
+    _temporary: Option<tempfile::TempDir>,
+}
+
+impl BenchStore {
+    fn new(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<BenchStore> {
+        let (location, temporary) = match &args.store {
+            Some(store::StoreLocation::Sqlite(dir)) => {
+                let (dir, temporary) = new_data_dir(Some(dir))?;
+                (store::StoreLocation::Sqlite(dir), temporary)
+            }
+            Some(postgres) => (postgres.clone(), None),
+            None => {
+                let (dir, temporary) = new_data_dir(args.data_dir.as_deref())?;
+                (store::StoreLocation::Sqlite(dir), temporary)
+            }
+        };
+        let bench = BenchStore {
+            location,
             fsync,
-            ..Default::default()
-        },
-    )?;
+            _temporary: temporary,
+        };
+        if let store::StoreLocation::Postgres(_) = &bench.location {
+            let mut store = bench.open_postgres()?;
+            let rows = store.row_counts()?;
+            if rows.iter().any(|(_, count)| *count > 0) {
+                bail!(
+                    "{} holds a hub's rows already ({rows:?}); the benchmark needs an empty database",
+                    bench.location
+                );
+            }
+        }
+        Ok(bench)
+    }
+
+    fn open_postgres(&self) -> anyhow::Result<store::pg::PgStore> {
+        let store::StoreLocation::Postgres(url) = &self.location else {
+            unreachable!("called for PostgreSQL only")
+        };
+        let mut store = store::pg::PgStore::open(url)?;
+        if !self.fsync {
+            store.commit_without_waiting_for_flush()?;
+        }
+        Ok(store)
+    }
+
+    fn open(&self) -> anyhow::Result<Box<dyn store::Store>> {
+        Ok(match &self.location {
+            store::StoreLocation::Sqlite(dir) => Box::new(SqliteStore::open(
+                dir,
+                SqliteOptions {
+                    fsync: self.fsync,
+                    ..Default::default()
+                },
+            )?),
+            store::StoreLocation::Postgres(_) => Box::new(self.open_postgres()?),
+        })
+    }
+}
+
+fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
+    let bench_store = BenchStore::new(args, fsync)?;
+    let store = bench_store.open()?;
     let config = EngineConfig {
         max_batch_commands: args.max_batch,
         ..EngineConfig::default()
     };
-    let engine = Engine::start(Ledger::new(Limits::default()), Box::new(store), config);
+    let engine = Engine::start(Ledger::new(Limits::default()), store, config);
     let handle = engine.handle();
     let dfsps = onboard(&handle, args.dfsps)?;
 
@@ -525,14 +590,8 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
 
     // Recovery: reopen the store and rebuild the ledger, timed.
     let started = Instant::now();
-    let mut store = SqliteStore::open(
-        &data_dir,
-        SqliteOptions {
-            fsync,
-            ..Default::default()
-        },
-    )?;
-    let (ledger, _) = engine::recover(&mut store, Limits::default())?;
+    let mut store = bench_store.open()?;
+    let (ledger, _) = engine::recover(store.as_mut(), Limits::default())?;
     let recovery = started.elapsed();
     Ok(Report {
         fsync,

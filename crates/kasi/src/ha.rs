@@ -55,8 +55,7 @@ pub async fn wait_for_lease(
             .name("kasi-standby".into())
             .spawn(move || poll_lease(lease, role, stop, poll, taken_sender))?
     };
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let outcome = loop {
         let (stream, address) = tokio::select! {
@@ -109,7 +108,10 @@ fn poll_lease(
             Ok(Some(fencing)) => {
                 role.set_store_reachable(true);
                 role.set_lease(lease.holder(), fencing);
-                info!(fencing, "took the lease: recovering, then serving as the active hub");
+                info!(
+                    fencing,
+                    "took the lease: recovering, then serving as the active hub"
+                );
                 let _ = taken.send((fencing, lease));
                 return;
             }
@@ -134,7 +136,7 @@ fn poll_lease(
             Err(failure) => {
                 role.set_store_reachable(false);
                 if reachable {
-                    warn!(error = %failure, "standby: cannot reach the store (retrying)");
+                    warn!(error = %failure, "standby: cannot read or take the lease (retrying)");
                     reachable = false;
                 }
             }
@@ -211,21 +213,22 @@ fn standby_answer(
 /// lease, the process exits: a standby may hold the lease by then, and
 /// every commit this process tries would fail its fencing check anyway.
 pub struct LeaseKeeper {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread at once.
+    stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<JoinHandle<Lease>>,
     fencing: i64,
 }
 
 pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>) -> LeaseKeeper {
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopping = stop.clone();
+    let (stop, stopping) = std::sync::mpsc::channel::<()>();
     let every = lease.lease() / 3;
     let thread = std::thread::Builder::new()
         .name("kasi-lease".into())
         .spawn(move || {
             let mut renewed_at = Instant::now();
-            while !stopping.load(Ordering::Acquire) {
-                std::thread::sleep(every);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopping.recv_timeout(every)
+            {
                 let attempt = Instant::now();
                 match lease.renew(fencing) {
                     Ok(true) => {
@@ -258,7 +261,7 @@ pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>) -> LeaseKeepe
         })
         .expect("start the lease thread");
     LeaseKeeper {
-        stop,
+        stop: Some(stop),
         thread: Some(thread),
         fencing,
     }
@@ -268,12 +271,14 @@ impl LeaseKeeper {
     /// After a clean stop (every acknowledged commit made): gives the lease
     /// up, so that a standby takes over now rather than when it expires.
     pub fn release(mut self) {
-        self.stop.store(true, Ordering::Release);
+        drop(self.stop.take());
         if let Some(thread) = self.thread.take() {
             if let Ok(mut lease) = thread.join() {
                 match lease.release(self.fencing) {
                     Ok(()) => info!("released the lease"),
-                    Err(failure) => warn!(error = %failure, "could not release the lease (it expires by itself)"),
+                    Err(failure) => {
+                        warn!(error = %failure, "could not release the lease (it expires by itself)")
+                    }
                 }
             }
         }

@@ -779,12 +779,12 @@ fn open_store(
                 .unwrap_or_else(crate::ha::default_instance_name);
             let role = Arc::new(hub::role::Role::shared("postgres", &name));
             let lease = store::pg_lease::Lease::new(url, &name, args.lease_ms);
-            let (api, admin) = runtime.block_on(bind_listeners(args.api_listen, args.admin_listen))?;
+            let (api, admin) =
+                runtime.block_on(bind_listeners(args.api_listen, args.admin_listen))?;
             info!(
                 instance = %name,
                 store = %location,
-                api = %api.local_addr()?,
-                admin = %admin.local_addr()?,
+                addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
                 "standby: waiting for the lease"
             );
             let Some((fencing, lease)) =

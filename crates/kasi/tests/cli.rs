@@ -240,13 +240,49 @@ fn a_writer_killed_mid_stream_loses_nothing_it_reported_durable() {
     // Each kill lands at a different point of a batch's life; a few rounds
     // make a premature acknowledgement very likely to be caught.
     for kill_after in [30_000, 27_000, 34_000] {
-        kill_writer_and_check(kill_after);
+        let dir = tempfile::tempdir().unwrap();
+        kill_writer_and_check(kill_after, Backend::Sqlite(dir.path().join("data")));
     }
 }
 
-fn kill_writer_and_check(kill_after: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let data_dir = dir.path().join("data");
+/// The same on the PostgreSQL store: what the writer was told is committed
+/// (the server flushed it) is there after the writer is killed.
+#[test]
+fn a_writer_on_postgresql_killed_mid_stream_loses_nothing_it_reported_durable() {
+    let cluster = testpg::Cluster::start();
+    for (round, kill_after) in [30_000, 27_000, 34_000].into_iter().enumerate() {
+        let url = cluster.create_database(&format!("crash{round}"));
+        kill_writer_and_check(kill_after, Backend::Postgres(url));
+    }
+}
+
+/// Where the crash test's writer keeps its store.
+enum Backend {
+    Sqlite(std::path::PathBuf),
+    Postgres(String),
+}
+
+impl Backend {
+    /// The flags that name it to `kasi bench ledger` and `kasi audit`.
+    fn flags(&self) -> Vec<std::ffi::OsString> {
+        match self {
+            Backend::Sqlite(dir) => vec!["--data-dir".into(), dir.into()],
+            Backend::Postgres(url) => vec!["--store".into(), url.into()],
+        }
+    }
+
+    fn load(&self) -> Snapshot {
+        match self {
+            Backend::Sqlite(dir) => load(dir),
+            Backend::Postgres(url) => store::pg::PgStore::open_read_only(url)
+                .unwrap()
+                .load()
+                .unwrap(),
+        }
+    }
+}
+
+fn kill_writer_and_check(kill_after: usize, backend: Backend) {
     let mut writer = kasi()
         .args([
             "bench",
@@ -259,8 +295,7 @@ fn kill_writer_and_check(kill_after: usize) {
             "--dfsps",
             "16",
         ])
-        .arg("--data-dir")
-        .arg(&data_dir)
+        .args(backend.flags())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -288,7 +323,7 @@ fn kill_writer_and_check(kill_after: usize) {
         .iter()
         .any(|(_, state)| *state == TransferState::Committed));
 
-    let snapshot = load(&data_dir);
+    let snapshot = backend.load();
     let finished: std::collections::HashMap<u64, TransferState> =
         snapshot.finishes.iter().map(|f| (f.seq, f.state)).collect();
     let stored: std::collections::HashMap<TransferId, TransferState> = snapshot
@@ -317,19 +352,18 @@ fn kill_writer_and_check(kill_after: usize) {
         );
     }
 
-    let audit = kasi()
-        .arg("audit")
-        .arg("--data-dir")
-        .arg(&data_dir)
-        .output()
-        .unwrap();
+    let audit = kasi().arg("audit").args(backend.flags()).output().unwrap();
     assert!(
         audit.status.success(),
         "{}",
         String::from_utf8_lossy(&audit.stdout)
     );
     // And the hub starts on it.
-    let (mut child, address, _stderr) = serve(&data_dir, &[]);
+    let unused = tempfile::tempdir().unwrap();
+    let (mut child, address, _stderr) = match &backend {
+        Backend::Sqlite(dir) => serve(dir, &[]),
+        Backend::Postgres(url) => serve(unused.path(), &["--store", url]),
+    };
     assert_eq!(http_get(address, "/health").0, 200);
     assert!(terminate(&mut child).success());
 }

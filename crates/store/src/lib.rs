@@ -24,6 +24,7 @@ pub mod pg_reader;
 mod pg_rows;
 mod pg_schema;
 mod pg_settlement;
+mod pg_worker;
 pub mod sqlite;
 pub mod sqlite_history;
 mod sqlite_settlement;

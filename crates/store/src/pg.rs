@@ -410,6 +410,14 @@ impl PgStore {
         })
     }
 
+    /// Benchmarks only: commits return before their WAL is flushed
+    /// (`synchronous_commit = off`), the reference `--fsync off` measures
+    /// against. A crash may lose acknowledged work.
+    pub fn commit_without_waiting_for_flush(&mut self) -> Result<(), StoreError> {
+        self.client.batch_execute("SET synchronous_commit = off")?;
+        Ok(())
+    }
+
     /// From now on, every commit checks that the lease's fencing number is
     /// still `fencing` (in its own transaction) and fails if it is not.
     pub fn fence(&mut self, fencing: i64) {

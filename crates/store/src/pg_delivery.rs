@@ -3,14 +3,15 @@
 //! ledger's rows, so that a standby taking over knows what is owed. Writes
 //! are fenced like commits: a deposed active cannot move the watermark.
 
-use postgres::Client;
-
 use crate::delivery::{DeadLetterRow, Delivery};
-use crate::pg::{connect, describe_error};
+use crate::pg::describe_error;
+use crate::pg_worker::PgWorker;
 use crate::StoreError;
 
+/// Its connection lives on a thread of its own (see [`PgWorker`]): the
+/// dispatcher writes from the hub's async tasks.
 pub struct PgDelivery {
-    client: Client,
+    worker: PgWorker,
     fencing: Option<i64>,
 }
 
@@ -19,7 +20,7 @@ impl PgDelivery {
     /// creates the tables); with `fencing`, every write checks the lease.
     pub fn open(url: &str, fencing: Option<i64>) -> Result<PgDelivery, StoreError> {
         Ok(PgDelivery {
-            client: connect(url)?,
+            worker: PgWorker::start(url, "kasi-pg-delivery")?,
             fencing,
         })
     }
@@ -27,14 +28,32 @@ impl PgDelivery {
 
 impl Delivery for PgDelivery {
     fn watermark(&mut self) -> Result<Option<i64>, StoreError> {
-        Ok(self
-            .client
-            .query_opt("SELECT at_ms FROM callback_watermark WHERE id = 1", &[])?
-            .map(|row| row.get(0)))
+        self.worker.run(|client| {
+            Ok(client
+                .query_opt("SELECT at_ms FROM callback_watermark WHERE id = 1", &[])?
+                .map(|row| row.get(0)))
+        })
     }
 
     fn dead_letters(&mut self) -> Result<Vec<DeadLetterRow>, StoreError> {
-        let rows = self.client.query(
+        self.worker.run(read_dead_letters)
+    }
+
+    fn apply(
+        &mut self,
+        watermark: Option<i64>,
+        keep: &[DeadLetterRow],
+        forget: &[u64],
+    ) -> Result<(), StoreError> {
+        let (fencing, keep, forget) = (self.fencing, keep.to_vec(), forget.to_vec());
+        self.worker
+            .run(move |client| write(client, fencing, watermark, &keep, &forget))
+    }
+}
+
+fn read_dead_letters(client: &mut postgres::Client) -> Result<Vec<DeadLetterRow>, StoreError> {
+    {
+        let rows = client.query(
             "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason
              FROM dead_letters ORDER BY id",
             &[],
@@ -57,15 +76,18 @@ impl Delivery for PgDelivery {
             })
             .collect()
     }
+}
 
-    fn apply(
-        &mut self,
-        watermark: Option<i64>,
-        keep: &[DeadLetterRow],
-        forget: &[u64],
-    ) -> Result<(), StoreError> {
-        let mut transaction = self.client.transaction()?;
-        if let Some(fencing) = self.fencing {
+fn write(
+    client: &mut postgres::Client,
+    fencing: Option<i64>,
+    watermark: Option<i64>,
+    keep: &[DeadLetterRow],
+    forget: &[u64],
+) -> Result<(), StoreError> {
+    {
+        let mut transaction = client.transaction()?;
+        if let Some(fencing) = fencing {
             let held = transaction.query_opt(
                 "SELECT 1 FROM kasi_lease WHERE id = 1 AND fencing = $1 FOR SHARE",
                 &[&fencing],

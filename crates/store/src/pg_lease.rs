@@ -86,7 +86,7 @@ impl Lease {
         let (holder, lease_ms) = (self.holder.clone(), self.lease_ms as i64);
         let row = self.client()?.query_opt(
             "UPDATE kasi_lease SET holder = $1, fencing = fencing + 1,
-                expires_at = now() + $2 * interval '1 millisecond'
+                expires_at = now() + $2::bigint * interval '1 millisecond'
              WHERE id = 1 AND (expires_at < now() OR holder = $1)
              RETURNING fencing",
             &[&holder, &lease_ms],
@@ -99,7 +99,7 @@ impl Lease {
     pub fn renew(&mut self, fencing: i64) -> Result<bool, StoreError> {
         let lease_ms = self.lease_ms as i64;
         let row = self.client()?.query_opt(
-            "UPDATE kasi_lease SET expires_at = now() + $2 * interval '1 millisecond'
+            "UPDATE kasi_lease SET expires_at = now() + $2::bigint * interval '1 millisecond'
              WHERE id = 1 AND fencing = $1 RETURNING 1",
             &[&fencing, &lease_ms],
         )?;

@@ -3,22 +3,21 @@
 //! are derived again after a restart. A connection of its own, opened
 //! again on the next read when it is lost.
 
-use std::sync::Mutex;
-
 use ledger::{Condition, FspName, QuoteRow, TransferId};
 use postgres::Client;
 
-use crate::pg::{connect, redact_url};
+use crate::pg::redact_url;
 use crate::pg_rows::{
     col, finish_row, fixed, parsed, quote_row, transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS,
     TRANSFER_COLUMNS,
 };
+use crate::pg_worker::PgWorker;
 use crate::{stored_view, StoreError, StoreReader, StoredTransfer, Touched};
 
 /// [`StoreReader`] on PostgreSQL.
 pub struct PgReader {
     url: String,
-    client: Mutex<Option<Client>>,
+    worker: PgWorker,
 }
 
 impl std::fmt::Debug for PgReader {
@@ -44,28 +43,17 @@ impl PgReader {
     /// Connects to the store at `url` (it must exist: open the writable
     /// store first).
     pub fn open(url: &str) -> Result<PgReader, StoreError> {
-        let client = connect(url)?;
         Ok(PgReader {
             url: url.to_string(),
-            client: Mutex::new(Some(client)),
+            worker: PgWorker::start(url, "kasi-pg-reader")?,
         })
     }
 
-    fn with_client<T>(
+    fn with_client<T: Send + 'static>(
         &self,
-        read: impl FnOnce(&mut Client) -> Result<T, StoreError>,
+        read: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let mut slot = self.client.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().is_none_or(Client::is_closed) {
-            *slot = None;
-            *slot = Some(connect(&self.url)?);
-        }
-        let client = slot.as_mut().expect("connected above");
-        let result = read(client);
-        if client.is_closed() {
-            *slot = None;
-        }
-        result
+        self.worker.run(read)
     }
 
     fn view(
@@ -93,7 +81,7 @@ impl PgReader {
 
 impl StoreReader for PgReader {
     fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
-        self.with_client(|client| {
+        self.with_client(move |client| {
             let id = transfer_id.to_blob();
             let row = client.query_opt(
                 &format!(
@@ -114,7 +102,7 @@ impl StoreReader for PgReader {
     }
 
     fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
-        self.with_client(|client| {
+        self.with_client(move |client| {
             let id = quote_id.to_blob();
             match client.query_opt(
                 &format!("SELECT {QUOTE_COLUMNS} FROM quotes WHERE quote_id = $1"),
@@ -127,7 +115,7 @@ impl StoreReader for PgReader {
     }
 
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
-        self.with_client(|client| {
+        self.with_client(move |client| {
             // Transfers are prepared in seq order at the ledger's clock,
             // which never goes back: those prepared since are the seqs
             // from the first one (found by bisection on the primary key);
