@@ -778,20 +778,42 @@ fn open_store(
                 .clone()
                 .unwrap_or_else(crate::ha::default_instance_name);
             let role = Arc::new(hub::role::Role::shared("postgres", &name));
-            let lease = store::pg_lease::Lease::new(url, &name, args.lease_ms);
+            let mut lease = store::pg_lease::Lease::new(url, &name, args.lease_ms);
             let (api, admin) =
                 runtime.block_on(bind_listeners(args.api_listen, args.admin_listen))?;
-            info!(
-                instance = %name,
-                store = %location,
-                addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
-                "standby: waiting for the lease"
-            );
-            let Some((fencing, lease)) =
-                runtime.block_on(crate::ha::wait_for_lease(lease, role.clone(), &api, &admin))?
-            else {
-                return Ok(None);
+            let taken = match lease
+                .try_take()
+                .with_context(|| format!("cannot take the lease in {location}"))?
+            {
+                Some(fencing) => {
+                    info!(instance = %name, fencing, "took the lease: recovering, then serving as the active hub");
+                    (fencing, lease)
+                }
+                None => {
+                    let state = lease
+                        .state()
+                        .with_context(|| format!("cannot read the lease in {location}"))?;
+                    role.set_lease(&state.holder, state.fencing);
+                    info!(
+                        instance = %name,
+                        active = %state.holder,
+                        store = %location,
+                        addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
+                        "standby: waiting for the lease"
+                    );
+                    match runtime.block_on(crate::ha::wait_for_lease(
+                        lease,
+                        role.clone(),
+                        &api,
+                        &admin,
+                    ))? {
+                        Some(taken) => taken,
+                        None => return Ok(None),
+                    }
+                }
             };
+            let (fencing, lease) = taken;
+            role.set_lease(&name, fencing);
             // Renewed from now on, through recovery.
             let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone());
             store.fence(fencing);

@@ -966,7 +966,10 @@ pub fn kasi() -> Command {
         .env_remove("KASI_ADMIN_LISTEN")
         .env_remove("KASI_API_LISTEN")
         .env_remove("KASI_HUB_NAME")
-        .env_remove("KASI_SHUTDOWN_GRACE_S");
+        .env_remove("KASI_SHUTDOWN_GRACE_S")
+        .env_remove("KASI_STORE")
+        .env_remove("KASI_LEASE_MS")
+        .env_remove("KASI_INSTANCE_NAME");
     command
 }
 
@@ -1020,7 +1023,35 @@ impl Hub {
     }
 
     /// Runs `command` (a `kasi serve`) and waits until it serves.
-    pub fn spawn(mut command: Command, data_dir: &Path) -> Hub {
+    pub fn spawn(command: Command, data_dir: &Path) -> Hub {
+        Hub::spawn_until(command, data_dir, |line| {
+            if !line.contains("serving") {
+                return None;
+            }
+            Some((address_after(line, "api=")?, address_after(line, "admin=")?))
+        })
+    }
+
+    /// Runs `command` (a `kasi serve` on a PostgreSQL store whose lease
+    /// another process holds) and waits until it waits as a standby: its
+    /// addresses answer health checks, and it serves once it takes over.
+    pub fn spawn_standby(command: Command, data_dir: &Path) -> Hub {
+        Hub::spawn_until(command, data_dir, |line| {
+            if !line.contains("standby: waiting for the lease") {
+                return None;
+            }
+            Some((
+                address_after(line, "FSPIOP ")?,
+                address_after(line, "admin ")?,
+            ))
+        })
+    }
+
+    fn spawn_until(
+        mut command: Command,
+        data_dir: &Path,
+        addresses: impl Fn(&str) -> Option<(SocketAddr, SocketAddr)>,
+    ) -> Hub {
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1039,12 +1070,8 @@ impl Hub {
                 );
             }
             log.lock().unwrap().push_str(&line);
-            if line.contains("serving") {
-                if let (Some(api), Some(admin)) =
-                    (address_after(&line, "api="), address_after(&line, "admin="))
-                {
-                    break (api, admin);
-                }
+            if let Some(found) = addresses(&line) {
+                break found;
             }
         };
         // Keep reading the log so the hub never blocks on a full pipe.
@@ -1064,6 +1091,43 @@ impl Hub {
             log,
             exited: false,
             tls: None,
+        }
+    }
+
+    /// Waits (at most `within`) until the log has a line containing
+    /// `needle`; whether it came.
+    pub fn wait_for_log(&self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.log().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.log().contains(needle)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// The exit status if the process exits within `within`.
+    pub fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.exited = true;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 

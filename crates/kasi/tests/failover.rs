@@ -1,0 +1,307 @@
+//! Active and standby on one PostgreSQL store, end to end with the real
+//! binary: a standby answers health checks and refuses work; when the
+//! active is SIGKILLed mid-stream, the standby takes the lease, recovers
+//! and serves, and every transfer a DFSP was told was committed is
+//! COMMITTED there; a deposed active that wakes up (SIGSTOP, SIGCONT)
+//! cannot write and stops.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const LEASE_MS: &str = "1000";
+
+fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
+    Hub::serve_command(
+        dir,
+        &[
+            "--store",
+            url,
+            "--instance-name",
+            name,
+            "--lease-ms",
+            LEASE_MS,
+        ],
+    )
+}
+
+/// What the DFSPs were told, per transfer.
+#[derive(Default)]
+struct Told {
+    /// The prepare was accepted (202: recorded durably).
+    reserved: Vec<String>,
+    /// The payer was told by callback that it committed.
+    committed: Vec<String>,
+}
+
+/// Prepares and fulfils transfers on `hub` until `stop`, recording what
+/// the DFSPs were told; stops at the first failure (the hub died). Gives
+/// the payer's stub back.
+fn drive(
+    api: std::net::SocketAddr,
+    payer: Stub,
+    stop: Arc<AtomicBool>,
+    told: Arc<Mutex<Told>>,
+) -> Stub {
+    while !stop.load(Ordering::Acquire) {
+        let id = new_id();
+        let body = prepare_body(&id, PAYER, PAYEE, "1", far_future());
+        if try_api(api, "POST", "/transfers", PAYER, PAYEE, &body) != Some(202) {
+            return payer;
+        }
+        told.lock().unwrap().reserved.push(id.clone());
+        let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+        let path = format!("/transfers/{id}");
+        if try_api(api, "PUT", &path, PAYEE, PAYER, &fulfil) != Some(200) {
+            return payer;
+        }
+        // The payer learns the outcome by callback.
+        let Some(received) = payer.next_within(Duration::from_secs(5)) else {
+            return payer;
+        };
+        assert_eq!(
+            (received.method.as_str(), received.path.as_str()),
+            ("PUT", path.as_str())
+        );
+        assert_eq!(
+            received.json()["transferState"],
+            "COMMITTED",
+            "{received:?}"
+        );
+        told.lock().unwrap().committed.push(id);
+    }
+    payer
+}
+
+/// The state `hub` answers for transfer `id` (a GET from the payer; the
+/// answer comes to the payer's stub as `PUT /transfers/{id}`).
+fn state_of(hub: &Hub, payer: &Stub, id: &str) -> String {
+    let response = hub.get_transfer(id, PAYER, PAYEE);
+    assert_eq!(response.status, 202, "GET {id}: {response:?}");
+    let path = format!("/transfers/{id}");
+    loop {
+        let received = payer.next(&format!("the answer to GET {path}"));
+        if received.method == "PUT" && received.path == path {
+            return received.json()["transferState"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+    }
+}
+
+/// Every FSPIOP transfer's state as stored: a finish's, else the
+/// prepare's (with its reason code, if any).
+fn stored_states(url: &str) -> std::collections::HashMap<String, String> {
+    use store::Store as _;
+    let snapshot = store::pg::PgStore::open_read_only(url)
+        .unwrap()
+        .load()
+        .unwrap();
+    let finished: std::collections::HashMap<u64, ledger::TransferState> =
+        snapshot.finishes.iter().map(|f| (f.seq, f.state)).collect();
+    snapshot
+        .transfers
+        .iter()
+        .filter(|t| t.kind == ledger::TransferKind::Fspiop)
+        .map(|t| {
+            let state = finished.get(&t.seq).copied().unwrap_or(t.state);
+            let reason = snapshot
+                .finishes
+                .iter()
+                .find(|f| f.seq == t.seq)
+                .and_then(|f| f.reason)
+                .or(t.reason);
+            let text = match reason {
+                Some(code) => format!("{} {}", state.as_str(), code.0),
+                None => state.as_str().to_string(),
+            };
+            (t.transfer_id.to_string(), text)
+        })
+        .collect()
+}
+
+#[test]
+fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dirs = tempfile::tempdir().unwrap();
+
+    let mut a = Hub::spawn(node(dirs.path(), &url, "node-a"), dirs.path());
+    a.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    for stub in [&payer, &payee] {
+        a.onboard(&stub.name, &stub.base_url(), 1_000_000, 1_000_000);
+    }
+    let mut b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
+
+    // The standby says what it is and refuses work, naming the active.
+    let health = http(b.admin, "GET", "/health", &[], b"");
+    assert_eq!(health.status, 503, "{health:?}");
+    let body = health.json();
+    assert_eq!(body["role"], "standby", "{body}");
+    assert_eq!(body["store"]["kind"], "postgres", "{body}");
+    assert_eq!(body["store"]["leaseHolder"], "node-a", "{body}");
+    assert_eq!(body["store"]["reachable"], true, "{body}");
+    assert_eq!(http(b.api, "GET", "/health/live", &[], b"").status, 200);
+    let refused = http(
+        b.api,
+        "POST",
+        "/transfers",
+        &fspiop_headers(PAYER, PAYEE, true),
+        prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()).as_bytes(),
+    );
+    assert_error_response(&refused, 503, "2003");
+    assert!(refused.header("retry-after").is_some(), "{refused:?}");
+    assert!(refused.text().contains("node-a"), "{refused:?}");
+    let refused = http(b.admin, "POST", "/participants", &[], b"{}");
+    assert_eq!(refused.status, 503, "{refused:?}");
+    let metrics = http(b.admin, "GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("kasi_role_active{store=\"postgres\"} 0"),
+        "{metrics}"
+    );
+    // And the active says it is.
+    let health = a.admin("GET", "/health", None).json();
+    assert_eq!(health["role"], "active", "{health}");
+    assert_eq!(health["store"]["leaseHolder"], "node-a", "{health}");
+
+    // Transfers stream through the active; it dies mid-stream.
+    let stop = Arc::new(AtomicBool::new(false));
+    let told = Arc::new(Mutex::new(Told::default()));
+    let driver = {
+        let (api, stop, told) = (a.api, stop.clone(), told.clone());
+        std::thread::spawn(move || drive(api, payer, stop, told))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while told.lock().unwrap().committed.len() < 200 {
+        assert!(Instant::now() < deadline, "the driver stalled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    a.kill();
+    let killed_at = Instant::now();
+    let payer = driver.join().unwrap();
+    stop.store(true, Ordering::Release);
+
+    assert!(
+        b.wait_for_log("serving", Duration::from_secs(20)),
+        "the standby did not take over:\n{}",
+        b.log()
+    );
+    let takeover = killed_at.elapsed();
+    eprintln!("takeover: serving {takeover:?} after the active's SIGKILL");
+    assert!(takeover < Duration::from_secs(10), "{takeover:?}");
+
+    let told = std::mem::take(&mut *told.lock().unwrap());
+    assert!(told.committed.len() >= 200);
+    let stored = stored_states(&url);
+    for id in &told.committed {
+        assert_eq!(
+            stored.get(id).map(String::as_str),
+            Some("COMMITTED"),
+            "transfer {id}"
+        );
+    }
+    // The new active answers from what it recovered (a few, by GET).
+    while payer.next_within(Duration::from_millis(300)).is_some() {}
+    for id in told.committed.iter().rev().take(3) {
+        assert_eq!(state_of(&b, &payer, id), "COMMITTED", "transfer {id}");
+    }
+    // A prepare acknowledged but not fulfilled before the kill is still
+    // reserved (so may be one whose acknowledgement the kill cut off): the
+    // payee fulfils them on the new active.
+    for id in told
+        .reserved
+        .iter()
+        .filter(|id| !told.committed.contains(id))
+    {
+        assert!(
+            matches!(
+                stored.get(id).map(String::as_str),
+                Some("RESERVED" | "COMMITTED")
+            ),
+            "transfer {id}: {:?}",
+            stored.get(id)
+        );
+    }
+    let reserved: Vec<&String> = stored
+        .iter()
+        .filter(|(_, state)| *state == "RESERVED")
+        .map(|(id, _)| id)
+        .collect();
+    assert!(reserved.len() <= 2, "{reserved:?}");
+    for id in reserved {
+        let response = b.fulfil(id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
+        assert_eq!(response.status, 200, "{response:?}");
+    }
+    // Positions net to zero: every transfer is committed, none lost or
+    // counted twice.
+    let stored = stored_states(&url);
+    assert!(
+        stored.values().all(|state| state == "COMMITTED"),
+        "{stored:?}"
+    );
+    let committed = stored.len() as f64;
+    assert!(committed >= told.reserved.len() as f64);
+    assert_eq!(b.position(PAYER), committed);
+    assert_eq!(b.position(PAYEE), -committed);
+    let health = b.admin("GET", "/health", None).json();
+    assert_eq!(health["role"], "active", "{health}");
+    assert_eq!(health["store"]["leaseHolder"], "node-b", "{health}");
+    assert!(
+        health["store"]["fencing"].as_i64().unwrap() >= 2,
+        "{health}"
+    );
+
+    // A third process waits; the active is paused (a long GC, a partition)
+    // long enough for its lease to expire, and the third takes over.
+    let c = Hub::spawn_standby(node(dirs.path(), &url, "node-c"), dirs.path());
+    b.signal("STOP");
+    assert!(
+        c.wait_for_log("serving", Duration::from_secs(20)),
+        "the third did not take over:\n{}",
+        c.log()
+    );
+    let id = new_id();
+    let response = c.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&id, PAYER, PAYEE, "5", far_future()),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    // The paused one wakes: whatever it tries, it cannot write; it stops.
+    b.signal("CONT");
+    let late = new_id();
+    let late_body = prepare_body(&late, PAYER, PAYEE, "7", far_future());
+    let attempt = try_api(b.api, "POST", "/transfers", PAYER, PAYEE, &late_body);
+    assert_ne!(
+        attempt,
+        Some(202),
+        "a deposed active acknowledged a prepare"
+    );
+    let status = b
+        .exit_within(Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("the deposed active did not stop:\n{}", b.log()));
+    assert!(!status.success(), "{status:?}");
+    assert!(b.log().contains("deposed"), "{}", b.log());
+    let stored = stored_states(&url);
+    assert!(
+        !stored.contains_key(&late),
+        "the deposed active's prepare reached the store"
+    );
+    assert_eq!(stored.get(&id).map(String::as_str), Some("RESERVED"));
+
+    // What the store holds adds up.
+    let audit = kasi().args(["audit", "--store", &url]).output().unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+    drop((payer, payee));
+}
