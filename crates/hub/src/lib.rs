@@ -764,7 +764,14 @@ pub async fn health_live() -> Response {
 /// stopping. 503 with the reason otherwise, so a load balancer or
 /// Kubernetes takes it out of rotation while a full disk is retried.
 pub async fn health_ready(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
-    match hub.engine.unavailable() {
+    let unreachable = (!hub.config.role.store_reachable())
+        .then(|| "the store cannot be reached (retrying)".to_string());
+    match hub
+        .engine
+        .unavailable()
+        .map(|why| why.to_string())
+        .or(unreachable)
+    {
         None => (
             StatusCode::OK,
             axum::Json(serde_json::json!({"status": "OK"})),
@@ -772,7 +779,7 @@ pub async fn health_ready(axum::extract::State(hub): axum::extract::State<Arc<Hu
             .into_response(),
         Some(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(serde_json::json!({"status": "DOWN", "reason": why.to_string()})),
+            axum::Json(serde_json::json!({"status": "DOWN", "reason": why})),
         )
             .into_response(),
     }
@@ -785,6 +792,10 @@ pub async fn health_ready(axum::extract::State(hub): axum::extract::State<Arc<Hu
 /// that stopped the pipeline, shutdown), with one entry per service.
 pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -> Response {
     let (datastore, reason) = match hub.engine.store_health() {
+        engine::StoreHealth::Healthy if !hub.config.role.store_reachable() => (
+            "DOWN",
+            Some("the store cannot be reached (retrying)".to_string()),
+        ),
         engine::StoreHealth::Healthy => match hub.engine.unavailable() {
             None => ("OK", None),
             Some(why) => ("DOWN", Some(why.to_string())),

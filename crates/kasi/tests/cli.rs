@@ -625,11 +625,12 @@ fn the_example_config_names_every_serve_setting_and_every_key_is_known() {
         .map(|line| format!("{line}\n"))
         .collect();
     std::fs::write(&config, uncommented).unwrap();
+    // (The file's `store` names a PostgreSQL example; the flag wins.)
     let output = kasi()
         .args(["audit", "--config"])
         .arg(&config)
-        .args(["--data-dir"])
-        .arg(dir.path().join("no-store"))
+        .arg("--store")
+        .arg(format!("sqlite:{}", dir.path().join("no-store").display()))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);

@@ -305,3 +305,104 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
     );
     drop((payer, payee));
 }
+
+/// The database goes away under a serving active and comes back within
+/// the lease: nothing is acknowledged while it is away (2003), and the hub
+/// resumes by itself, with nothing acknowledged lost and nothing written
+/// twice.
+#[test]
+fn the_active_rides_out_a_database_restart_within_its_lease() {
+    let mut cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::spawn(
+        Hub::serve_command(
+            dir.path(),
+            &[
+                "--store",
+                &url,
+                "--instance-name",
+                "solo",
+                "--lease-ms",
+                "6000",
+            ],
+        ),
+        dir.path(),
+    );
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    for stub in [&payer, &payee] {
+        hub.onboard(&stub.name, &stub.base_url(), 1_000_000, 1_000_000);
+    }
+    let transfer = |id: &str| -> (Option<u16>, Option<u16>) {
+        let body = prepare_body(id, PAYER, PAYEE, "1", far_future());
+        let prepared = try_api(hub.api, "POST", "/transfers", PAYER, PAYEE, &body);
+        let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+        let path = format!("/transfers/{id}");
+        let fulfilled = match prepared {
+            Some(202) => try_api(hub.api, "PUT", &path, PAYEE, PAYER, &fulfil),
+            _ => None,
+        };
+        (prepared, fulfilled)
+    };
+    let before = new_id();
+    assert_eq!(transfer(&before), (Some(202), Some(200)));
+
+    cluster.kill();
+    // While the database is away, nothing is acknowledged.
+    let during = new_id();
+    let (prepared, _) = transfer(&during);
+    assert_ne!(
+        prepared,
+        Some(202),
+        "a prepare was acknowledged without a database"
+    );
+    // Readiness says so by the next lease renewal (every 2 s here).
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while http(hub.admin, "GET", "/health/ready", &[], b"").status != 503 {
+        assert!(Instant::now() < deadline, "still ready without a database");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let health = http(hub.admin, "GET", "/health", &[], b"");
+    assert_eq!(health.status, 503, "{health:?}");
+    assert_eq!(health.json()["store"]["reachable"], false, "{health:?}");
+
+    cluster.restart();
+    // It resumes by itself: a new transfer completes.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let after = loop {
+        let id = new_id();
+        if transfer(&id) == (Some(202), Some(200)) {
+            break id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hub did not resume:\n{}",
+            hub.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stored = stored_states(&url);
+    assert_eq!(stored.get(&before).map(String::as_str), Some("COMMITTED"));
+    assert_eq!(stored.get(&after).map(String::as_str), Some("COMMITTED"));
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while http(hub.admin, "GET", "/health/ready", &[], b"").status != 200 {
+        assert!(Instant::now() < deadline, "not ready again:\n{}", hub.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let committed = stored.values().filter(|s| *s == "COMMITTED").count() as f64;
+    assert_eq!(hub.position(PAYER), committed + reserved_amount(&stored));
+    let audit = kasi().args(["audit", "--store", &url]).output().unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+    drop((payer, payee));
+}
+
+/// Reserved transfers (of 1 each) still held on the payer's position.
+fn reserved_amount(stored: &std::collections::HashMap<String, String>) -> f64 {
+    stored.values().filter(|s| *s == "RESERVED").count() as f64
+}
