@@ -74,20 +74,17 @@ pub(crate) fn describe_error(error: &postgres::Error) -> String {
 
 /// The store URL with any password replaced by `***`, for logs and errors.
 pub fn redact_url(url: &str) -> String {
-    // postgres://user:password@host/... ; key=value form: password=...
-    if let Some(rest) = url
-        .strip_prefix("postgres://")
-        .or_else(|| url.strip_prefix("postgresql://"))
-    {
-        let scheme = &url[..url.len() - rest.len()];
+    // scheme://user:password@host/... ; key=value form: password=...
+    if let Some(at) = url.find("://") {
+        let (scheme, rest) = url.split_at(at + 3);
         let authority_end = rest.find('/').unwrap_or(rest.len());
+        let mut redacted = url.to_string();
         if let Some(at) = rest[..authority_end].rfind('@') {
             let userinfo = &rest[..at];
             if let Some(colon) = userinfo.find(':') {
-                return format!("{scheme}{}:***{}", &userinfo[..colon], &rest[at..]);
+                redacted = format!("{scheme}{}:***{}", &userinfo[..colon], &rest[at..]);
             }
         }
-        let mut redacted = url.to_string();
         if let Some(query) = redacted.find('?') {
             let (head, tail) = redacted.split_at(query);
             let tail: Vec<String> = tail[1..]
@@ -1178,6 +1175,10 @@ mod tests {
         assert_eq!(
             redact_url("postgres://kasi@127.0.0.1/hub"),
             "postgres://kasi@127.0.0.1/hub"
+        );
+        assert_eq!(
+            redact_url("mysql://kasi:s3cret@db/hub"),
+            "mysql://kasi:***@db/hub"
         );
     }
 }
