@@ -78,8 +78,12 @@ impl Cluster {
     }
 
     /// A standby of `primary`: a base backup of it (`pg_basebackup -R`),
-    /// streaming from it, started. With `synchronous` the primary is
-    /// configured to wait for this standby on every commit.
+    /// streaming from it as `application_name` `name`, started. To make it
+    /// synchronous, [`configure`](Cluster::configure) the primary with
+    /// `synchronous_standby_names` = `name` and wait until
+    /// `pg_stat_replication` says `sync` (see [`Cluster::query`]). Only the
+    /// databases that exist at backup time are copied; later ones come by
+    /// replication.
     pub fn start_standby_of(primary: &Cluster, name: &str) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("kasi-pg-standby-")
@@ -108,6 +112,9 @@ impl Cluster {
                 standby.data_dir().to_str().expect("UTF-8 temporary path"),
                 "-R",
                 "--no-sync",
+                // At once, not after a spread checkpoint (a minute or more
+                // on an idle cluster).
+                "--checkpoint=fast",
                 "-X",
                 "stream",
                 "-d",
@@ -146,6 +153,41 @@ impl Cluster {
             &["-h", "127.0.0.1", "-p", &port, "-U", "postgres", name],
         );
         self.url(name)
+    }
+
+    /// Runs `sql` in `database` with `psql` and returns what it printed,
+    /// unaligned and without headers (`-At`): one line per row, columns
+    /// separated by `|`.
+    pub fn query(&self, database: &str, sql: &str) -> String {
+        let port = self.port.to_string();
+        let output = self
+            .command("psql")
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-d",
+                database,
+                "-c",
+                sql,
+            ])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
+        assert!(
+            output.status.success(),
+            "psql {sql:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
 
     /// Stops the server the hard way (like a lost machine: no checkpoint).

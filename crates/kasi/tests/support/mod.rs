@@ -1146,6 +1146,22 @@ impl Hub {
         self.exited = true;
     }
 
+    /// Waits (at most `within`) for the process to exit by itself: its
+    /// status, or `None` if it is still running.
+    pub fn wait_for_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                self.exited = true;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM and wait (at most 30 s) for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let status = Command::new("kill")
