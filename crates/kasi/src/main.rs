@@ -16,6 +16,7 @@ mod bench_transfers;
 mod config;
 mod dfsp;
 mod ha;
+mod migrate;
 mod null_hub;
 mod serve;
 mod sim;
@@ -77,6 +78,42 @@ enum Command {
     /// restore it by stopping the hub and putting it in place as
     /// `DATA_DIR/kasi.db` (docs/operations.md). Never overwrites a file.
     Backup(BackupArgs),
+    /// Move a hub's whole state from its SQLite data directory into an empty
+    /// PostgreSQL database, then check that both hold the same state.
+    ///
+    /// `kasi migrate-store --from sqlite:/var/lib/kasi --to postgres://kasi@db/kasi`
+    ///
+    /// Copies every row: participants, accounts, every transfer and its
+    /// finish, endpoints, settlement models, the built-in oracle's parties,
+    /// external oracles, quotes, settlement windows, their content and
+    /// settlements with their accounts and entries, every audit event (not
+    /// only the newest a hub keeps in memory), pinned certificates, and the
+    /// callback dispatcher's state in callbacks.db (its watermark and dead
+    /// letters). The history snapshot's tables are SQLite's own (a cache of
+    /// sums) and are not copied.
+    ///
+    /// Stop the hub first: migrate-store takes the data directory's lock, so
+    /// it refuses to run while a hub serves from it and no hub can start on
+    /// it meanwhile, and it reads the source in one read transaction (one
+    /// consistent snapshot). The source is never changed. The target must be
+    /// an empty database (kasi creates its schema there): one that already
+    /// holds a hub's rows is refused.
+    ///
+    /// Rows are written through the PostgreSQL store's own commits, --chunk
+    /// transfers (or other rows) per transaction; transfers, finishes,
+    /// parties, quotes and audit events are streamed, never held whole. The
+    /// check at the end loads both stores whole (as a hub's recovery without
+    /// retention does: allow memory for two copies of the ledger's state),
+    /// compares them row by row, runs `kasi audit` on the target, and
+    /// compares every audit event, the watermark and the dead letters.
+    ///
+    /// Prints the rows per table and the time taken. Exits with status 0
+    /// when both stores hold the same state, 1 with the first difference
+    /// found (do not serve from that target: drop it, create it again and
+    /// migrate again), 2 if it could not run (no source, a hub running on
+    /// it, a target that is not empty or cannot be reached). Then point the
+    /// hub at the target: `kasi serve --store postgres://…`.
+    MigrateStore(migrate::MigrateStoreArgs),
     /// Characterize a hub: drive FSPIOP flows through it, playing every DFSP.
     ///
     /// One process is both payer and payee of every simulated DFSP
@@ -320,6 +357,7 @@ fn main() -> ExitCode {
             (None, None) => audit::run(&args.data_dir),
         },
         Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
+        Command::MigrateStore(args) => migrate::run(args),
         Command::NullHub => null_hub::run_process(),
         Command::AdminToken(args) => admin_token(&args),
         Command::Sim(args) => sim::run(*args),

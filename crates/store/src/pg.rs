@@ -33,6 +33,31 @@ use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
 use crate::sqlite_history::{is_archived, HistorySnapshot};
 use crate::{Store, StoreError};
 
+/// The tables of a hub's state, in schema order (`kasi_meta` and the
+/// lease are the store's own bookkeeping, not the hub's state).
+pub const TABLES: &[&str] = &[
+    "participants",
+    "accounts",
+    "transfers",
+    "transfer_finishes",
+    "endpoints",
+    "settlement_models",
+    "parties",
+    "quotes",
+    "oracles",
+    "settlement_windows",
+    "settlement_content",
+    "settlement_content_accounts",
+    "settlement_content_pairs",
+    "settlements",
+    "settlement_accounts",
+    "settlement_entries",
+    "audit_events",
+    "callback_watermark",
+    "dead_letters",
+    "certificate_pins",
+];
+
 /// How long connecting may take before start-up fails with a clear error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -461,6 +486,39 @@ impl PgStore {
         Ok(counts)
     }
 
+    /// Rows in every table of a hub's state (the ledger's, the audit
+    /// events, the callback dispatcher's), in schema order: what `kasi
+    /// migrate-store` checks is empty before it copies and prints after.
+    pub fn all_row_counts(&mut self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let mut counts = Vec::with_capacity(TABLES.len());
+        for &table in TABLES {
+            let count: i64 = self
+                .client
+                .query_one(&format!("SELECT count(*) FROM {table}"), &[])?
+                .get(0);
+            counts.push((table, count as u64));
+        }
+        Ok(counts)
+    }
+
+    /// Up to `limit` audit events with ids above `after_id`, in id order:
+    /// every event, a page at a time (a load keeps only the newest).
+    pub fn audit_events_after(
+        &mut self,
+        after_id: u64,
+        limit: usize,
+    ) -> Result<Vec<ledger::AuditEventRow>, StoreError> {
+        self.client
+            .query(
+                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+                 FROM audit_events WHERE id > $1 ORDER BY id LIMIT $2",
+                &[&(after_id as i64), &(limit as i64)],
+            )?
+            .iter()
+            .map(audit_event_row)
+            .collect()
+    }
+
     fn write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         if self.statements.is_none() {
             return Err(StoreError::fatal(format!(
@@ -654,17 +712,7 @@ impl PgStore {
              FROM audit_events ORDER BY id DESC LIMIT $1",
             &[&(ledger::AUDIT_EVENTS_IN_MEMORY as i64)],
         )? {
-            snapshot.audit_events.push(ledger::AuditEventRow {
-                id: narrow(&row, 0)?,
-                at_ms: col(&row, 1)?,
-                actor: col(&row, 2)?,
-                role: col(&row, 3)?,
-                action: col(&row, 4)?,
-                target: col(&row, 5)?,
-                before: col(&row, 6)?,
-                after: col(&row, 7)?,
-                outcome: col(&row, 8)?,
-            });
+            snapshot.audit_events.push(audit_event_row(&row)?);
         }
         snapshot.audit_events.reverse();
         for row in transaction.query(
@@ -681,6 +729,21 @@ impl PgStore {
         transaction.commit()?;
         Ok(snapshot)
     }
+}
+
+/// An `audit_events` row, from its nine columns in table order.
+fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreError> {
+    Ok(ledger::AuditEventRow {
+        id: narrow(row, 0)?,
+        at_ms: col(row, 1)?,
+        actor: col(row, 2)?,
+        role: col(row, 3)?,
+        action: col(row, 4)?,
+        target: col(row, 5)?,
+        before: col(row, 6)?,
+        after: col(row, 7)?,
+        outcome: col(row, 8)?,
+    })
 }
 
 /// Transfers and finishes: every row, or with a horizon, the transfers

@@ -820,49 +820,268 @@ impl SqliteStore {
         // One read transaction, so that a hub writing meanwhile cannot show
         // us half of a batch.
         let transaction = self.connection.transaction()?;
-        let mut snapshot = Snapshot::default();
-        // A version 1 store (read by `kasi audit` before any newer kasi
-        // served it) has no wire versions and nothing of settlement.
+        let (snapshot, history_through) = read_rows(&transaction, horizon_ms, true)?;
+        if horizon_ms.is_some() {
+            self.loaded_history_through = history_through;
+        }
+        transaction.commit()?;
+        Ok(snapshot)
+    }
+
+    /// Opens the store in `data_dir` to read it, holding the data
+    /// directory's lock so that no hub can write it meanwhile (for `kasi
+    /// migrate-store`): refused while a hub serves from it, and when there
+    /// is no store. Nothing is created or migrated.
+    pub fn open_stopped(data_dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = data_dir.join(DATABASE_FILE);
+        if !path.is_file() {
+            return Err(StoreError::fatal(format!(
+                "no kasi store at sqlite:{} ({} does not exist)",
+                data_dir.display(),
+                path.display()
+            )));
+        }
+        let lock_path = data_dir.join(LOCK_FILE);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| StoreError::fatal(format!("cannot open {}: {e}", lock_path.display())))?;
+        lock.try_lock().map_err(|_| {
+            StoreError::fatal(format!(
+                "sqlite:{} is in use by a running kasi (lock {}): stop the hub first",
+                data_dir.display(),
+                lock_path.display()
+            ))
+        })?;
+        let mut store = SqliteStore::open_file_read_only(&path)?;
+        store._lock = Some(lock);
+        Ok(store)
+    }
+
+    /// Every row, as the records that write it, to `sink` in chunks of at
+    /// most `chunk` rows, all read in one read transaction (one consistent
+    /// snapshot of the store). Transfers with their finishes (in seq
+    /// order), parties, quotes and audit events are streamed, never held
+    /// whole; the other tables (which the ledger holds in memory anyway)
+    /// are read whole first. The history snapshot's
+    /// tables are SQLite's own and are not exported.
+    pub fn export(
+        &mut self,
+        chunk: usize,
+        sink: &mut dyn FnMut(Vec<Record>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let chunk = chunk.max(1);
+        let transaction = self.connection.transaction()?;
         let version: i64 =
             transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        {
-            let mut statement = transaction.prepare(
-                "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
-            )?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                snapshot.participants.push(ParticipantRow {
-                    id: ParticipantId(row.get(0)?),
-                    name: parse(row, 1, "participant name", FspName::new)?,
-                    is_hub: row.get(2)?,
-                    active: row.get(3)?,
-                    created_at_ms: row.get(4)?,
-                });
+        let (small, _) = read_rows(&transaction, None, false)?;
+        let Snapshot {
+            participants,
+            accounts,
+            endpoints,
+            settlement_models,
+            oracles,
+            windows,
+            content,
+            content_accounts,
+            content_pairs,
+            settlements,
+            entries,
+            certificate_pins,
+            ..
+        } = small;
+        let mut records: Vec<Record> = Vec::new();
+        records.extend(participants.into_iter().map(Record::Participant));
+        records.extend(accounts.into_iter().map(Record::Account));
+        records.extend(endpoints.into_iter().map(Record::Endpoint));
+        records.extend(settlement_models.into_iter().map(Record::SettlementModel));
+        records.extend(oracles.into_iter().map(Record::Oracle));
+        records.extend(certificate_pins.into_iter().map(Record::CertificatePin));
+        records.extend(windows.into_iter().map(Record::Window));
+        records.extend(content.into_iter().map(Record::Content));
+        records.extend(settlements.into_iter().map(Record::Settlement));
+        for part in content_accounts.chunks(chunk) {
+            records.push(Record::ContentAccounts(part.to_vec()));
+        }
+        for part in content_pairs.chunks(chunk) {
+            records.push(Record::ContentPairs(part.to_vec()));
+        }
+        records.extend(entries.into_iter().map(Record::Entry));
+        while !records.is_empty() {
+            let rest = records.split_off(records.len().min(chunk));
+            sink(std::mem::replace(&mut records, rest))?;
+        }
+        let (wire_version, settlement_window) = match version >= 2 {
+            true => ("t.wire_version", "f.settlement_window"),
+            false => ("0", "NULL"),
+        };
+        let mut statement = transaction.prepare(&format!(
+            "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
+                t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
+                {wire_version},
+                f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
+             FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+        ))?;
+        let mut rows = statement.query([])?;
+        let (mut batch, mut transfers) = (Vec::with_capacity(2 * chunk), 0);
+        while let Some(row) = rows.next()? {
+            let (transfer, finish) = sqlite_history::joined(row)?;
+            batch.push(Record::Transfer(transfer));
+            batch.extend(finish.map(Record::Finish));
+            transfers += 1;
+            if transfers == chunk {
+                sink(std::mem::take(&mut batch))?;
+                transfers = 0;
             }
-            let mut statement = transaction.prepare(
-                "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
-                 FROM accounts ORDER BY id",
-            )?;
+        }
+        if !batch.is_empty() {
+            sink(batch)?;
+        }
+        drop(rows);
+        drop(statement);
+        let settlement_window = settlement_window.trim_start_matches("f.");
+        let mut stream = |sql: &str, to_record: &dyn Fn(&Row<'_>) -> Result<Record, StoreError>| {
+            let mut statement = transaction.prepare(sql)?;
             let mut rows = statement.query([])?;
+            let mut batch = Vec::with_capacity(chunk);
             while let Some(row) = rows.next()? {
-                let net_debit_cap: Option<String> = row.get(7)?;
-                snapshot.accounts.push(AccountRow {
-                    id: AccountId(row.get(0)?),
-                    participant: ParticipantId(row.get(1)?),
-                    currency: parse(row, 2, "currency", Currency::parse)?,
-                    kind: parse(row, 3, "account kind", AccountKind::parse)?,
-                    active: row.get(4)?,
-                    value: parse(row, 5, "value", |t| Amount::parse_signed(t).ok())?,
-                    reserved: parse(row, 6, "reserved", |t| Amount::parse_signed(t).ok())?,
-                    net_debit_cap: match net_debit_cap {
-                        None => None,
-                        Some(text) => Some(Amount::parse_signed(&text).map_err(|_| {
+                batch.push(to_record(row)?);
+                if batch.len() == chunk {
+                    sink(std::mem::take(&mut batch))?;
+                }
+            }
+            if !batch.is_empty() {
+                sink(batch)?;
+            }
+            Ok::<(), StoreError>(())
+        };
+        // Finishes of no transfer (there should be none; copied as they are).
+        stream(
+            &format!(
+                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment, {settlement_window}
+                 FROM transfer_finishes f WHERE NOT EXISTS (SELECT 1 FROM transfers t WHERE t.seq = f.seq)
+                 ORDER BY seq"
+            ),
+            &|row| Ok(Record::Finish(finish_row(row, 0)?)),
+        )?;
+        stream(
+            "SELECT id_type, identifier, sub_id, participant_id, currency, registered_at_ms FROM parties",
+            &|row| Ok(Record::Party(party_row(row)?)),
+        )?;
+        stream(
+            "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
+                answer_body, answered_at_ms FROM quotes ORDER BY quote_id",
+            &|row| Ok(Record::Quote(quote_row(row)?)),
+        )?;
+        if version >= 3 {
+            stream(
+                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+                 FROM audit_events ORDER BY id",
+                &|row| Ok(Record::AuditEvent(audit_event_row(row)?)),
+            )?;
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Up to `limit` audit events with ids above `after_id`, in id order:
+    /// every event, a page at a time (a load keeps only the newest).
+    pub fn audit_events_after(
+        &mut self,
+        after_id: u64,
+        limit: usize,
+    ) -> Result<Vec<ledger::AuditEventRow>, StoreError> {
+        let version: i64 = self
+            .connection
+            .pragma_query_value(None, "user_version", |row| row.get(0))?;
+        if version < 3 {
+            return Ok(Vec::new());
+        }
+        let mut statement = self.connection.prepare(
+            "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+             FROM audit_events WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )?;
+        let mut rows = statement.query(params![after_id as i64, limit as i64])?;
+        let mut events = Vec::new();
+        while let Some(row) = rows.next()? {
+            events.push(audit_event_row(row)?);
+        }
+        Ok(events)
+    }
+
+    /// Rows written so far, by table (for logs and tests).
+    pub fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
+        let mut counts = Vec::new();
+        for table in ["participants", "accounts", "transfers", "transfer_finishes"] {
+            let count: Option<i64> = self
+                .connection
+                .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            counts.push((table, count.unwrap_or(0) as u64));
+        }
+        Ok(counts)
+    }
+}
+
+/// Every row (`bulk`), or every row but the transfers, their finishes,
+/// the parties, quotes and audit events (which [`SqliteStore::export`]
+/// streams instead), in `transaction`; with the seq a history snapshot
+/// summed through, when a horizon made the read start from one.
+fn read_rows(
+    transaction: &rusqlite::Transaction<'_>,
+    horizon_ms: Option<i64>,
+    bulk: bool,
+) -> Result<(Snapshot, Option<u64>), StoreError> {
+    let mut snapshot = Snapshot::default();
+    let mut history_through = None;
+    // A version 1 store (read by `kasi audit` before any newer kasi
+    // served it) has no wire versions and nothing of settlement.
+    let version: i64 = transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    {
+        let mut statement = transaction.prepare(
+            "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
+        )?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            snapshot.participants.push(ParticipantRow {
+                id: ParticipantId(row.get(0)?),
+                name: parse(row, 1, "participant name", FspName::new)?,
+                is_hub: row.get(2)?,
+                active: row.get(3)?,
+                created_at_ms: row.get(4)?,
+            });
+        }
+        let mut statement = transaction.prepare(
+            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
+             FROM accounts ORDER BY id",
+        )?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let net_debit_cap: Option<String> = row.get(7)?;
+            snapshot.accounts.push(AccountRow {
+                id: AccountId(row.get(0)?),
+                participant: ParticipantId(row.get(1)?),
+                currency: parse(row, 2, "currency", Currency::parse)?,
+                kind: parse(row, 3, "account kind", AccountKind::parse)?,
+                active: row.get(4)?,
+                value: parse(row, 5, "value", |t| Amount::parse_signed(t).ok())?,
+                reserved: parse(row, 6, "reserved", |t| Amount::parse_signed(t).ok())?,
+                net_debit_cap: match net_debit_cap {
+                    None => None,
+                    Some(text) => {
+                        Some(Amount::parse_signed(&text).map_err(|_| {
                             StoreError::fatal(format!("bad net_debit_cap {text:?}"))
-                        })?),
-                    },
-                    created_at_ms: row.get(8)?,
-                });
-            }
+                        })?)
+                    }
+                },
+                created_at_ms: row.get(8)?,
+            });
+        }
+        if bulk {
             let wire_version = if version >= 2 { "wire_version" } else { "0" };
             let mut statement = transaction.prepare(&format!(
                 "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition, expiration_ms,
@@ -879,14 +1098,14 @@ impl SqliteStore {
                 Some(horizon_ms) => {
                     drop(statement);
                     let history = match version == SCHEMA_VERSION {
-                        true => sqlite_history::read(&transaction)?,
+                        true => sqlite_history::read(transaction)?,
                         false => None,
                     };
-                    self.loaded_history_through = history.as_ref().map(|h| h.through_seq);
+                    history_through = history.as_ref().map(|h| h.through_seq);
                     match history {
                         Some(history) => {
                             let (loaded, archived) =
-                                sqlite_history::read_since(&transaction, history, horizon_ms)?;
+                                sqlite_history::read_since(transaction, history, horizon_ms)?;
                             for (transfer, finish) in loaded {
                                 snapshot.transfers.push(transfer);
                                 snapshot.finishes.extend(finish);
@@ -894,7 +1113,7 @@ impl SqliteStore {
                             snapshot.archived = archived;
                         }
                         None => {
-                            read_recent_transfers(&transaction, version, horizon_ms, &mut snapshot)?
+                            read_recent_transfers(transaction, version, horizon_ms, &mut snapshot)?
                         }
                     }
                 }
@@ -915,143 +1134,145 @@ impl SqliteStore {
                 }
             }
         }
-        {
-            let mut statement = transaction.prepare(
-                "SELECT participant_id, type, value FROM endpoints ORDER BY participant_id, type",
-            )?;
-            let mut rows = statement.query([])?;
-            while let Some(row) = rows.next()? {
-                snapshot.endpoints.push(EndpointRow {
-                    participant: ParticipantId(row.get(0)?),
-                    endpoint_type: row.get(1)?,
-                    value: row.get(2)?,
-                });
-            }
+    }
+    {
+        let mut statement = transaction.prepare(
+            "SELECT participant_id, type, value FROM endpoints ORDER BY participant_id, type",
+        )?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            snapshot.endpoints.push(EndpointRow {
+                participant: ParticipantId(row.get(0)?),
+                endpoint_type: row.get(1)?,
+                value: row.get(2)?,
+            });
+        }
+        if bulk {
             let mut statement = transaction.prepare(
                 "SELECT id_type, identifier, sub_id, participant_id, currency, registered_at_ms FROM parties",
             )?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
-                let sub_id: String = row.get(2)?;
-                let currency: Option<String> = row.get(4)?;
-                snapshot.parties.push(PartyRow {
-                    key: PartyKey {
-                        id_type: row.get(0)?,
-                        identifier: row.get(1)?,
-                        sub_id: (!sub_id.is_empty()).then_some(sub_id),
-                    },
-                    fsp: ParticipantId(row.get(3)?),
-                    currency: match currency {
-                        None => None,
-                        Some(code) => {
-                            Some(Currency::parse(&code).ok_or_else(|| {
-                                StoreError::fatal(format!("bad currency {code:?}"))
-                            })?)
-                        }
-                    },
-                    registered_at_ms: row.get(5)?,
-                });
+                snapshot.parties.push(party_row(row)?);
             }
-            // In the ledger's key order (Rust's, not SQLite's collation).
-            snapshot.parties.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        // In the ledger's key order (Rust's, not SQLite's collation).
+        snapshot.parties.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut statement = transaction.prepare(
+            "SELECT id, id_type, endpoint, currency, is_default, is_active FROM oracles ORDER BY id",
+        )?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            let currency: Option<String> = row.get(3)?;
+            snapshot.oracles.push(OracleRow {
+                id: row.get(0)?,
+                id_type: row.get(1)?,
+                endpoint: row.get(2)?,
+                currency: match currency {
+                    None => None,
+                    Some(code) => Some(
+                        Currency::parse(&code)
+                            .ok_or_else(|| StoreError::fatal(format!("bad currency {code:?}")))?,
+                    ),
+                },
+                is_default: row.get(4)?,
+                active: row.get(5)?,
+            });
+        }
+        // With a horizon, only the quotes received since (an index).
+        let mut statement = transaction.prepare(
+            "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
+                answer_body, answered_at_ms FROM quotes WHERE received_at_ms >= ?1 ORDER BY quote_id",
+        )?;
+        let mut rows = statement.query([horizon_ms.unwrap_or(i64::MIN)])?;
+        while let Some(row) = rows.next()? {
+            if !bulk {
+                break;
+            }
+            snapshot.quotes.push(quote_row(row)?);
+        }
+        if version >= 3 {
+            // The newest events only: older ones stay in the table.
             let mut statement = transaction.prepare(
-                "SELECT id, id_type, endpoint, currency, is_default, is_active FROM oracles ORDER BY id",
+                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
+                 FROM audit_events ORDER BY id DESC LIMIT ?1",
+            )?;
+            let newest = if bulk {
+                ledger::AUDIT_EVENTS_IN_MEMORY
+            } else {
+                0
+            };
+            let mut rows = statement.query([newest as i64])?;
+            while let Some(row) = rows.next()? {
+                snapshot.audit_events.push(audit_event_row(row)?);
+            }
+            snapshot.audit_events.reverse();
+            let mut statement = transaction.prepare(
+                "SELECT fingerprint, participant_id, pinned_at_ms FROM certificate_pins ORDER BY fingerprint",
             )?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
-                let currency: Option<String> = row.get(3)?;
-                snapshot.oracles.push(OracleRow {
-                    id: row.get(0)?,
-                    id_type: row.get(1)?,
-                    endpoint: row.get(2)?,
-                    currency: match currency {
-                        None => None,
-                        Some(code) => {
-                            Some(Currency::parse(&code).ok_or_else(|| {
-                                StoreError::fatal(format!("bad currency {code:?}"))
-                            })?)
-                        }
-                    },
-                    is_default: row.get(4)?,
-                    active: row.get(5)?,
+                snapshot.certificate_pins.push(ledger::PinRow {
+                    fingerprint: blob(row, 0)?,
+                    participant: ParticipantId(row.get(1)?),
+                    pinned_at_ms: row.get(2)?,
                 });
             }
-            // With a horizon, only the quotes received since (an index).
-            let mut statement = transaction.prepare(
-                "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
-                    answer_body, answered_at_ms FROM quotes WHERE received_at_ms >= ?1 ORDER BY quote_id",
-            )?;
-            let mut rows = statement.query([horizon_ms.unwrap_or(i64::MIN)])?;
+        }
+        if version >= 2 {
+            crate::sqlite_settlement::load(transaction, &mut snapshot)?;
+        } else {
+            let mut statement = transaction
+                .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
+            let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {
-                snapshot.quotes.push(quote_row(row)?);
-            }
-            if version >= 3 {
-                // The newest events only: older ones stay in the table.
-                let mut statement = transaction.prepare(
-                    "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-                     FROM audit_events ORDER BY id DESC LIMIT ?1",
-                )?;
-                let mut rows = statement.query([ledger::AUDIT_EVENTS_IN_MEMORY as i64])?;
-                while let Some(row) = rows.next()? {
-                    snapshot.audit_events.push(ledger::AuditEventRow {
-                        id: row.get::<_, i64>(0)? as u64,
-                        at_ms: row.get(1)?,
-                        actor: row.get(2)?,
-                        role: row.get(3)?,
-                        action: row.get(4)?,
-                        target: row.get(5)?,
-                        before: row.get(6)?,
-                        after: row.get(7)?,
-                        outcome: row.get(8)?,
-                    });
-                }
-                snapshot.audit_events.reverse();
-                let mut statement = transaction.prepare(
-                    "SELECT fingerprint, participant_id, pinned_at_ms FROM certificate_pins ORDER BY fingerprint",
-                )?;
-                let mut rows = statement.query([])?;
-                while let Some(row) = rows.next()? {
-                    snapshot.certificate_pins.push(ledger::PinRow {
-                        fingerprint: blob(row, 0)?,
-                        participant: ParticipantId(row.get(1)?),
-                        pinned_at_ms: row.get(2)?,
-                    });
-                }
-            }
-            if version >= 2 {
-                crate::sqlite_settlement::load(&transaction, &mut snapshot)?;
-            } else {
-                let mut statement = transaction
-                    .prepare("SELECT id, name, definition FROM settlement_models ORDER BY id")?;
-                let mut rows = statement.query([])?;
-                while let Some(row) = rows.next()? {
-                    snapshot.settlement_models.push(SettlementModelRow {
-                        id: row.get(0)?,
-                        name: row.get(1)?,
-                        definition: row.get(2)?,
-                        rules: None,
-                    });
-                }
+                snapshot.settlement_models.push(SettlementModelRow {
+                    id: row.get(0)?,
+                    name: row.get(1)?,
+                    definition: row.get(2)?,
+                    rules: None,
+                });
             }
         }
-        transaction.commit()?;
-        Ok(snapshot)
     }
+    Ok((snapshot, history_through))
+}
 
-    /// Rows written so far, by table (for logs and tests).
-    pub fn row_counts(&self) -> Result<Vec<(&'static str, u64)>, StoreError> {
-        let mut counts = Vec::new();
-        for table in ["participants", "accounts", "transfers", "transfer_finishes"] {
-            let count: Option<i64> = self
-                .connection
-                .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
-                    row.get(0)
-                })
-                .optional()?;
-            counts.push((table, count.unwrap_or(0) as u64));
-        }
-        Ok(counts)
-    }
+/// A `parties` row, from its six columns in table order.
+fn party_row(row: &Row<'_>) -> Result<PartyRow, StoreError> {
+    let sub_id: String = row.get(2)?;
+    let currency: Option<String> = row.get(4)?;
+    Ok(PartyRow {
+        key: PartyKey {
+            id_type: row.get(0)?,
+            identifier: row.get(1)?,
+            sub_id: (!sub_id.is_empty()).then_some(sub_id),
+        },
+        fsp: ParticipantId(row.get(3)?),
+        currency: match currency {
+            None => None,
+            Some(code) => Some(
+                Currency::parse(&code)
+                    .ok_or_else(|| StoreError::fatal(format!("bad currency {code:?}")))?,
+            ),
+        },
+        registered_at_ms: row.get(5)?,
+    })
+}
+
+/// An `audit_events` row, from its nine columns in table order.
+fn audit_event_row(row: &Row<'_>) -> Result<ledger::AuditEventRow, StoreError> {
+    Ok(ledger::AuditEventRow {
+        id: row.get::<_, i64>(0)? as u64,
+        at_ms: row.get(1)?,
+        actor: row.get(2)?,
+        role: row.get(3)?,
+        action: row.get(4)?,
+        target: row.get(5)?,
+        before: row.get(6)?,
+        after: row.get(7)?,
+        outcome: row.get(8)?,
+    })
 }
 
 /// Copies committed WAL frames into the database file in the background.
