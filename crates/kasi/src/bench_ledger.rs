@@ -54,7 +54,7 @@ pub struct BenchLedgerArgs {
     /// PostgreSQL URL naming an empty database (kasi creates its schema;
     /// `--fsync off` runs its commits with synchronous_commit off).
     #[arg(long, value_name = "STORE", conflicts_with_all = ["data_dir", "history"])]
-    store: Option<store::StoreLocation>,
+    store: Option<String>,
 
     /// Print the summary as one JSON object on standard output.
     #[arg(long)]
@@ -506,12 +506,12 @@ struct BenchStore {
 
 impl BenchStore {
     fn new(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<BenchStore> {
-        let (location, temporary) = match &args.store {
+        let (location, temporary) = match crate::store_location(args.store.as_deref())? {
             Some(store::StoreLocation::Sqlite(dir)) => {
-                let (dir, temporary) = new_data_dir(Some(dir))?;
+                let (dir, temporary) = new_data_dir(Some(&dir))?;
                 (store::StoreLocation::Sqlite(dir), temporary)
             }
-            Some(postgres) => (postgres.clone(), None),
+            Some(postgres) => (postgres, None),
             None => {
                 let (dir, temporary) = new_data_dir(args.data_dir.as_deref())?;
                 (store::StoreLocation::Sqlite(dir), temporary)

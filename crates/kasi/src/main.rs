@@ -235,7 +235,7 @@ struct AuditArgs {
     /// PostgreSQL URL (read in one consistent snapshot while a hub may be
     /// writing; nothing is changed).
     #[arg(long, env = "KASI_STORE", value_name = "STORE")]
-    store: Option<store::StoreLocation>,
+    store: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -350,11 +350,12 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Serve(args) => serve::run(*args),
-        Command::Audit(args) => match (&args.file, &args.store) {
+        Command::Audit(args) => match (&args.file, store_location(args.store.as_deref())) {
             (Some(file), _) => audit::run_file(file),
-            (None, Some(store::StoreLocation::Postgres(url))) => audit::run_postgres(url),
-            (None, Some(store::StoreLocation::Sqlite(dir))) => audit::run(dir),
-            (None, None) => audit::run(&args.data_dir),
+            (None, Err(error)) => Err(error),
+            (None, Ok(Some(store::StoreLocation::Postgres(url)))) => audit::run_postgres(&url),
+            (None, Ok(Some(store::StoreLocation::Sqlite(dir)))) => audit::run(&dir),
+            (None, Ok(None)) => audit::run(&args.data_dir),
         },
         Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
         Command::MigrateStore(args) => migrate::run(args),
@@ -377,4 +378,14 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `--store`'s value, parsed here rather than by clap, whose refusal would
+/// print the value as given: a password in it included.
+pub fn store_location(text: Option<&str>) -> anyhow::Result<Option<store::StoreLocation>> {
+    text.map(|text| {
+        text.parse::<store::StoreLocation>()
+            .map_err(|error| anyhow::anyhow!("--store: {error}"))
+    })
+    .transpose()
 }

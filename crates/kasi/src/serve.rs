@@ -29,7 +29,7 @@ pub struct ServeArgs {
     /// store: one is active, the others are standbys that take over when
     /// its lease expires.
     #[arg(long, env = "KASI_STORE", value_name = "STORE")]
-    store: Option<store::StoreLocation>,
+    store: Option<String>,
 
     /// With a PostgreSQL store: how long the active's lease lasts without
     /// renewal (it renews every third of it). A standby takes over this
@@ -373,9 +373,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 retention_ms,
                 interval: args.history_snapshot_interval,
             });
-    let location = args
-        .store
-        .clone()
+    let location = crate::store_location(args.store.as_deref())?
         .unwrap_or_else(|| store::StoreLocation::Sqlite(args.data_dir.clone()));
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.http_threads {
