@@ -121,16 +121,25 @@ impl StoreReader for PgReader {
             // from the first one (found by bisection on the primary key);
             // finishes are found by their time's index.
             let first_seq = first_seq_prepared_since(client, since_ms)?;
+            // The seqs first, then the rows by primary key: one query
+            // joining the two lets the planner scan the whole table
+            // (~1 s at 1 M transfers, measured).
+            let seqs: Vec<i64> = client
+                .query(
+                    "SELECT seq FROM transfers WHERE seq >= $2
+                     UNION SELECT seq FROM transfer_finishes WHERE finished_at_ms >= $1",
+                    &[&since_ms, &first_seq],
+                )?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
             let rows = client.query(
                 &format!(
-                    "WITH touched AS (
-                        SELECT seq FROM transfers WHERE seq >= $2
-                        UNION SELECT seq FROM transfer_finishes WHERE finished_at_ms >= $1)
-                     SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT}
-                     JOIN touched ON touched.seq = t.seq
-                     WHERE t.kind = 'TRANSFER' AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)"
+                    "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT}
+                     WHERE t.seq = ANY($2) AND t.kind = 'TRANSFER'
+                        AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)"
                 ),
-                &[&since_ms, &first_seq],
+                &[&since_ms, &seqs],
             )?;
             let mut found = Vec::with_capacity(rows.len());
             for row in &rows {
