@@ -17,7 +17,7 @@ until grep -q '"serving"' "$log/a.log" 2>/dev/null; do sleep 0.01; done
 t1=$(date +%s.%N)
 echo "a: serving $(echo "$t1 - $t0" | bc) s after start (recovery: $(grep -o '"load_ms":[0-9]*' "$log/a.log"), $(grep -o '"rebuild_ms":[0-9]*' "$log/a.log"))"
 b=$(start b 3200 3201)
-until grep -q 'waiting for the lease' "$log/b.log" 2>/dev/null; do sleep 0.01; done
+until grep -q "kept current" "$log/b.log" 2>/dev/null; do sleep 0.01; done
 kill -9 "$a"
 t2=$(date +%s.%N)
 until grep -q '"serving"' "$log/b.log" 2>/dev/null; do sleep 0.01; done

@@ -42,10 +42,12 @@ enum Address {
 /// signal came first.
 pub async fn wait_for_lease(
     lease: Lease,
+    store: store::pg::PgStore,
+    warm: Warm,
     role: Arc<Role>,
     api: &TcpListener,
     admin: &TcpListener,
-) -> anyhow::Result<Option<(i64, Lease)>> {
+) -> anyhow::Result<Option<Taken>> {
     let poll = lease.lease() / 4;
     let stop = Arc::new(AtomicBool::new(false));
     let (taken_sender, mut taken) = tokio::sync::oneshot::channel();
@@ -53,7 +55,7 @@ pub async fn wait_for_lease(
         let (role, stop) = (role.clone(), stop.clone());
         std::thread::Builder::new()
             .name("kasi-standby".into())
-            .spawn(move || poll_lease(lease, role, stop, poll, taken_sender))?
+            .spawn(move || poll_lease(lease, store, warm, role, stop, poll, taken_sender))?
     };
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -94,15 +96,32 @@ pub async fn wait_for_lease(
     }
 }
 
+/// The lease taken: its fencing number, the lease to keep, and the store
+/// (with its warm copy) to recover from.
+pub type Taken = (i64, Lease, store::pg::PgStore);
+
+/// How a standby keeps its copy of the store warm.
+pub struct Warm {
+    /// The horizon recovery will read with, as of now (`None`: all).
+    pub horizon_ms: Box<dyn Fn() -> Option<i64> + Send>,
+    /// How often the copy is brought up to date.
+    pub every: Duration,
+}
+
+/// A standby keeps what recovery reads loaded and current, so that taking
+/// over reads only what was committed since the last refresh.
 fn poll_lease(
     mut lease: Lease,
+    mut store: store::pg::PgStore,
+    warm: Warm,
     role: Arc<Role>,
     stop: Arc<AtomicBool>,
     poll: Duration,
-    taken: tokio::sync::oneshot::Sender<(i64, Lease)>,
+    taken: tokio::sync::oneshot::Sender<Taken>,
 ) {
     let mut reachable = true;
     let mut holder_seen = String::new();
+    let mut warmed_at: Option<Instant> = None;
     while !stop.load(Ordering::Acquire) {
         match lease.try_take() {
             Ok(Some(fencing)) => {
@@ -112,7 +131,7 @@ fn poll_lease(
                     fencing,
                     "took the lease: recovering, then serving as the active hub"
                 );
-                let _ = taken.send((fencing, lease));
+                let _ = taken.send((fencing, lease, store));
                 return;
             }
             Ok(None) => {
@@ -131,6 +150,21 @@ fn poll_lease(
                         holder_seen = state.holder.clone();
                     }
                     role.set_lease(&state.holder, state.fencing);
+                }
+                if warmed_at.is_none_or(|at| at.elapsed() >= warm.every) {
+                    let started = Instant::now();
+                    match store.warm((warm.horizon_ms)()) {
+                        Ok(()) if warmed_at.is_none() => info!(
+                            transfers = store.warm_transfers().unwrap_or(0),
+                            ms = started.elapsed().as_millis() as u64,
+                            "standby: the store is loaded, and kept current while waiting"
+                        ),
+                        Ok(()) => {}
+                        Err(failure) => {
+                            warn!(error = %failure, "standby: cannot read the store (retrying)")
+                        }
+                    }
+                    warmed_at = Some(Instant::now());
                 }
             }
             Err(failure) => {

@@ -405,7 +405,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(
             %problem,
-            "the history snapshot did not add up: dropped, the whole history was read instead (and audited), and a new snapshot is built"
+            "what recovery read first (the history snapshot, or a standby's warm copy) did not add up: dropped, the whole store was read instead (and audited)"
         );
     }
     info!(
@@ -799,13 +799,25 @@ fn open_store(
                         addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
                         "standby: waiting for the lease"
                     );
+                    let retention_ms = args.transfer_retention.0;
+                    let warm = crate::ha::Warm {
+                        horizon_ms: Box::new(move || {
+                            retention_ms.map(|retention_ms| hub::now_ms() - retention_ms)
+                        }),
+                        every: WARM_EVERY,
+                    };
                     match runtime.block_on(crate::ha::wait_for_lease(
                         lease,
+                        store,
+                        warm,
                         role.clone(),
                         &api,
                         &admin,
                     ))? {
-                        Some(taken) => taken,
+                        Some((fencing, lease, warmed)) => {
+                            store = warmed;
+                            (fencing, lease)
+                        }
                         None => return Ok(None),
                     }
                 }
@@ -831,6 +843,9 @@ fn open_store(
         }
     }
 }
+
+/// How often a standby brings its copy of the store up to date.
+const WARM_EVERY: Duration = Duration::from_secs(2);
 
 async fn bind_listeners(
     api_listen: SocketAddr,

@@ -412,6 +412,26 @@ pub struct PgStore {
     /// fencing check passed: if the connection is lost after that, the
     /// count read after reconnecting says whether the COMMIT happened.
     in_flight: Option<i64>,
+    /// A standby's copy of what recovery reads, kept current by
+    /// [`PgStore::warm`], so that taking over reads only the tail.
+    warm: Option<Warm>,
+    /// Whether the last load came from the warm copy (so that recovery,
+    /// if it does not add up, can ask for a cold load instead).
+    loaded_warm: bool,
+}
+
+/// What a standby keeps loaded (see [`PgStore::warm`]).
+struct Warm {
+    snapshot: Snapshot,
+    /// The horizon the transfers were read with; `None`: all loaded.
+    horizon_ms: Option<i64>,
+    /// The highest transfer seq read.
+    last_seq: i64,
+    /// Transfers read without a finish that may still get one.
+    open_seqs: Vec<i64>,
+    /// The settlement window open when it was read: the summed history's
+    /// window sums belong to it, so a close means reading afresh.
+    open_window: Option<u32>,
 }
 
 impl PgStore {
@@ -429,6 +449,8 @@ impl PgStore {
             statements: Some(statements),
             fencing: None,
             in_flight: None,
+            warm: None,
+            loaded_warm: false,
         })
     }
 
@@ -465,6 +487,8 @@ impl PgStore {
             statements: None,
             fencing: None,
             in_flight: None,
+            warm: None,
+            loaded_warm: false,
         })
     }
 
@@ -614,16 +638,184 @@ impl PgStore {
         Ok(())
     }
 
-    fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
+    /// A standby's warm copy: the first call reads what recovery would
+    /// (`horizon_ms` as [`Store::load_recent`], `None` as [`Store::load`]);
+    /// later calls read only what was committed since (new transfers, the
+    /// finishes of those that were open) and the small tables again. The
+    /// next load with a horizon at or after this one's is then the copy
+    /// brought up to date, and recovery audits it like any load (if it does
+    /// not add up, [`Store::forget_history_snapshot`] asks for a cold one).
+    /// A settlement window closed since the copy was made means a fresh
+    /// read: the copy's summed history counts in the window it was made in.
+    pub fn warm(&mut self, horizon_ms: Option<i64>) -> Result<(), StoreError> {
+        let refreshed = match self.warm.take() {
+            Some(warm) if warm.horizon_ms.is_some() == horizon_ms.is_some() => {
+                self.refresh(warm)?
+            }
+            _ => None,
+        };
+        self.warm = match refreshed {
+            Some(warm) => Some(warm),
+            None => Some(self.read_cold(horizon_ms)?),
+        };
+        Ok(())
+    }
+
+    /// How many transfers the warm copy holds, if there is one.
+    pub fn warm_transfers(&self) -> Option<usize> {
+        self.warm.as_ref().map(|warm| warm.snapshot.transfers.len())
+    }
+
+    fn start_read(&mut self) -> Result<Transaction<'_>, StoreError> {
         // One transaction at REPEATABLE READ: every table as of one
         // instant, so a hub writing meanwhile cannot show us half a commit.
-        let mut transaction = self
+        Ok(self
             .client
             .build_transaction()
             .isolation_level(postgres::IsolationLevel::RepeatableRead)
             .read_only(true)
-            .start()?;
+            .start()?)
+    }
+
+    fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
+        self.loaded_warm = false;
+        let usable = |warm: &Warm| match (warm.horizon_ms, horizon_ms) {
+            (None, None) => true,
+            (Some(made), Some(wanted)) => made <= wanted,
+            _ => false,
+        };
+        if let Some(warm) = self.warm.take().filter(usable) {
+            if let Some(warm) = self.refresh(warm)? {
+                self.loaded_warm = true;
+                return Ok(warm.snapshot);
+            }
+        }
+        Ok(self.read_cold(horizon_ms)?.snapshot)
+    }
+
+    fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
+        let mut transaction = self.start_read()?;
         let mut snapshot = Snapshot::default();
+        let open_window = open_window(&mut transaction)?;
+        read_transfers(&mut transaction, horizon_ms, &mut snapshot)?;
+        read_state(&mut transaction, horizon_ms, &mut snapshot)?;
+        transaction.commit()?;
+        let last_seq = snapshot.transfers.last().map_or(0, |t| t.seq as i64);
+        let mut finished = snapshot.finishes.iter().map(|f| f.seq).peekable();
+        let mut open_seqs = Vec::new();
+        for transfer in &snapshot.transfers {
+            while finished.next_if(|&seq| seq < transfer.seq).is_some() {}
+            let has_finish = finished.next_if_eq(&transfer.seq).is_some();
+            if !has_finish && !transfer.state.is_final() {
+                open_seqs.push(transfer.seq as i64);
+            }
+        }
+        Ok(Warm {
+            snapshot,
+            horizon_ms,
+            last_seq,
+            open_seqs,
+            open_window,
+        })
+    }
+
+    /// The warm copy brought up to date, or `None` if a window closed
+    /// since (read afresh).
+    fn refresh(&mut self, warm: Warm) -> Result<Option<Warm>, StoreError> {
+        let Warm {
+            snapshot: old,
+            horizon_ms,
+            last_seq,
+            open_seqs,
+            open_window: made_in,
+        } = warm;
+        let mut transaction = self.start_read()?;
+        if open_window(&mut transaction)? != made_in {
+            return Ok(None);
+        }
+        let mut snapshot = Snapshot::default();
+        read_state(&mut transaction, horizon_ms, &mut snapshot)?;
+        let (mut transfers, mut finishes) = (old.transfers, old.finishes);
+        // The finishes of transfers that were open.
+        let mut still_open = Vec::with_capacity(open_seqs.len());
+        let mut late = Vec::new();
+        if !open_seqs.is_empty() {
+            let rows = transaction.query(
+                &format!("SELECT {FINISH_COLUMNS} FROM transfer_finishes f WHERE f.seq = ANY($1)"),
+                &[&open_seqs],
+            )?;
+            for row in &rows {
+                late.extend(finish_row(row, 0)?);
+            }
+            late.sort_by_key(|f| f.seq);
+            still_open.extend(
+                open_seqs
+                    .iter()
+                    .filter(|&&seq| late.binary_search_by_key(&(seq as u64), |f| f.seq).is_err()),
+            );
+        }
+        // The transfers committed since.
+        let query = format!(
+            "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}
+             FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
+             WHERE t.seq > $1 ORDER BY t.seq"
+        );
+        let mut newest = last_seq;
+        let mut rows = transaction.query_raw(query.as_str(), [&last_seq])?;
+        let mut new_finishes = Vec::new();
+        while let Some(row) = rows.next()? {
+            let transfer = transfer_row(&row)?;
+            let finish = finish_row(&row, 15)?;
+            newest = transfer.seq as i64;
+            if finish.is_none() && !transfer.state.is_final() {
+                still_open.push(newest);
+            }
+            transfers.push(transfer);
+            new_finishes.extend(finish);
+        }
+        drop(rows);
+        transaction.commit()?;
+        if !late.is_empty() {
+            // In seq order, as a cold load gives them.
+            finishes.extend(late);
+            finishes.sort_by_key(|f| f.seq);
+        }
+        finishes.extend(new_finishes);
+        snapshot.transfers = transfers;
+        snapshot.finishes = finishes;
+        snapshot.archived = old.archived;
+        Ok(Some(Warm {
+            snapshot,
+            horizon_ms,
+            last_seq: newest,
+            open_seqs: still_open,
+            open_window: made_in,
+        }))
+    }
+}
+
+/// The settlement window open now, if any.
+fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
+    Ok(transaction
+        .query_opt(
+            "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
+            &[],
+        )?
+        .map(|row| -> Result<_, StoreError> {
+            Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
+        })
+        .transpose()?
+        .filter(|(_, state)| state == "OPEN")
+        .map(|(id, _)| id))
+}
+
+/// Every table recovery reads except the transfers and their finishes.
+fn read_state(
+    transaction: &mut Transaction<'_>,
+    horizon_ms: Option<i64>,
+    snapshot: &mut Snapshot,
+) -> Result<(), StoreError> {
+    {
         for row in transaction.query(
             "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
             &[],
@@ -655,7 +847,6 @@ impl PgStore {
                 created_at_ms: col(&row, 8)?,
             });
         }
-        read_transfers(&mut transaction, horizon_ms, &mut snapshot)?;
         for row in transaction.query(
             "SELECT participant_id, type, value FROM endpoints ORDER BY participant_id, type COLLATE \"C\"",
             &[],
@@ -725,9 +916,8 @@ impl PgStore {
                 pinned_at_ms: col(&row, 2)?,
             });
         }
-        crate::pg_settlement::load(&mut transaction, &mut snapshot)?;
-        transaction.commit()?;
-        Ok(snapshot)
+        crate::pg_settlement::load(transaction, snapshot)?;
+        Ok(())
     }
 }
 
@@ -756,18 +946,7 @@ fn read_transfers(
 ) -> Result<(), StoreError> {
     let mut archived = HistorySnapshot::empty();
     if horizon_ms.is_some() {
-        let open_window = transaction
-            .query_opt(
-                "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
-                &[],
-            )?
-            .map(|row| -> Result<_, StoreError> {
-                Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
-            })
-            .transpose()?
-            .filter(|(_, state)| state == "OPEN")
-            .map(|(id, _)| id);
-        archived.in_window(open_window);
+        archived.in_window(open_window(transaction)?);
     }
     // Streamed: a long history is never held as rows in memory.
     let query = format!(
@@ -1210,6 +1389,11 @@ impl Store for PgStore {
 
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
         self.read(Some(horizon_ms))
+    }
+
+    fn forget_history_snapshot(&mut self) -> Result<bool, StoreError> {
+        // The warm copy is the shortcut a load may have taken.
+        Ok(std::mem::take(&mut self.loaded_warm))
     }
 
     fn describe(&self) -> String {

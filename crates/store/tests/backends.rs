@@ -73,25 +73,64 @@ fn both_backends_give_back_the_same_history() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    let strategy = (prop::collection::vec(op(), 1..80), 0i64..8_000);
+    let strategy = (
+        prop::collection::vec(op(), 1..80),
+        0i64..8_000,
+        any::<prop::sample::Index>(),
+        0i64..3_000,
+    );
+    let warm_used = std::cell::Cell::new(0u32);
     runner
-        .run(&strategy, |(ops, behind_ms)| {
+        .run(&strategy, |(ops, behind_ms, warm_at, warm_behind_ms)| {
             case.set(case.get() + 1);
             let url = cluster.create_database(&format!("case{}", case.get()));
             let dir = tempfile::tempdir().expect("tempdir");
             let pg = PgStore::open(&url).expect("open the PostgreSQL store");
             let mut harness = Harness::with_pg(dir.path(), Some(pg));
-            for op in ops {
+            // A standby's warm copy, made part way and refreshed at the
+            // end, must give what a cold load gives.
+            let warm_at = warm_at.index(ops.len());
+            let mut warm_horizon_ms = None;
+            for (at, op) in ops.into_iter().enumerate() {
                 // The history snapshot is SQLite's own (history.rs checks it).
                 if !matches!(op, Op::Snapshot { .. }) {
                     harness.run(op);
                 }
+                if at == warm_at || (warm_horizon_ms.is_some() && at % 7 == 0) {
+                    let horizon_ms = *warm_horizon_ms.get_or_insert(harness.now - warm_behind_ms);
+                    harness
+                        .pg
+                        .as_mut()
+                        .unwrap()
+                        .warm(Some(horizon_ms))
+                        .expect("warm");
+                }
             }
+            let warm_horizon_ms = warm_horizon_ms.expect("warmed once");
+            let pg = harness.pg.as_mut().unwrap();
+            let warm = pg.load_recent(warm_horizon_ms).expect("load the warm copy");
+            if pg.forget_history_snapshot().expect("forget") {
+                warm_used.set(warm_used.get() + 1);
+            }
+            assert_eq!(
+                warm,
+                harness
+                    .store
+                    .load_recent(warm_horizon_ms)
+                    .expect("cold load from SQLite"),
+                "the warm copy differs from a cold load"
+            );
             let horizon_ms = harness.now - behind_ms;
             assert_same(&mut harness, &url, horizon_ms, horizon_ms);
             Ok(())
         })
         .unwrap();
+    // Most cases close no window after warming: the copy was used.
+    assert!(
+        warm_used.get() >= 4,
+        "the warm copy was used {} times",
+        warm_used.get()
+    );
 }
 
 /// Rows of every kind the ledger records, including the ones random
