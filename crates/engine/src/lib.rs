@@ -858,7 +858,7 @@ fn commit_until_done(
                         }));
                         tracing::error!(
                             error = %why,
-                            "store commit failed; retrying the same commit until it succeeds, refusing new work meanwhile (free disk space?)"
+                            "store commit failed; retrying the same commit until it succeeds, refusing new work meanwhile (a full disk, a lost database connection: see the error)"
                         );
                     }
                     Some(failed_at) if logged_at.elapsed() >= STILL_FAILING_LOG_EVERY => {

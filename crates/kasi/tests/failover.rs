@@ -195,7 +195,11 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
     );
     let takeover = killed_at.elapsed();
     // It recovered from the copy it kept warm while waiting, which added up.
-    assert!(b.log().contains("the store is loaded, and kept current"), "{}", b.log());
+    assert!(
+        b.log().contains("the store is loaded, and kept current"),
+        "{}",
+        b.log()
+    );
     assert!(!b.log().contains("did not add up"), "{}", b.log());
     eprintln!("takeover: serving {takeover:?} after the active's SIGKILL");
     assert!(takeover < Duration::from_secs(10), "{takeover:?}");

@@ -299,19 +299,13 @@ impl SqliteStore {
                 data_dir.display()
             ))
         })?;
-        let lock_path = data_dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::fatal(format!("cannot open {}: {e}", lock_path.display())))?;
-        lock.try_lock().map_err(|_| {
-            StoreError::fatal(format!(
+        let lock = lock_data_dir(data_dir).map_err(|(lock_path, error)| match error {
+            None => StoreError::fatal(format!(
                 "{} is in use by another kasi process (lock {})",
                 data_dir.display(),
                 lock_path.display()
-            ))
+            )),
+            Some(error) => error,
         })?;
         let path = data_dir.join(DATABASE_FILE);
         let mut connection = Connection::open(&path)?;
@@ -841,19 +835,13 @@ impl SqliteStore {
                 path.display()
             )));
         }
-        let lock_path = data_dir.join(LOCK_FILE);
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| StoreError::fatal(format!("cannot open {}: {e}", lock_path.display())))?;
-        lock.try_lock().map_err(|_| {
-            StoreError::fatal(format!(
+        let lock = lock_data_dir(data_dir).map_err(|(lock_path, error)| match error {
+            None => StoreError::fatal(format!(
                 "sqlite:{} is in use by a running kasi (lock {}): stop the hub first",
                 data_dir.display(),
                 lock_path.display()
-            ))
+            )),
+            Some(error) => error,
         })?;
         let mut store = SqliteStore::open_file_read_only(&path)?;
         store._lock = Some(lock);
@@ -1459,6 +1447,28 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
         found.push((view, condition, finish_kind));
     }
     Ok(found)
+}
+
+/// Takes the data directory's write lock (`kasi.lock`). On failure, the
+/// lock file's path and the error: `None` when another process holds it.
+fn lock_data_dir(data_dir: &Path) -> Result<File, (PathBuf, Option<StoreError>)> {
+    let lock_path = data_dir.join(LOCK_FILE);
+    let lock = match File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+    {
+        Ok(lock) => lock,
+        Err(e) => {
+            let error = StoreError::fatal(format!("cannot open {}: {e}", lock_path.display()));
+            return Err((lock_path, Some(error)));
+        }
+    };
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(_) => Err((lock_path, None)),
+    }
 }
 
 /// The first rowid of `table` whose `column` (an instant that grows with
