@@ -700,7 +700,10 @@ impl PgStore {
         read_transfers(&mut transaction, horizon_ms, &mut snapshot)?;
         read_state(&mut transaction, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
-        let last_seq = snapshot.transfers.last().map_or(0, |t| t.seq as i64);
+        // The highest seq read, whether loaded or summed: the tail starts
+        // after it.
+        let loaded = snapshot.transfers.last().map_or(0, |t| t.seq);
+        let last_seq = loaded.max(snapshot.archived.last_seq) as i64;
         let mut finished = snapshot.finishes.iter().map(|f| f.seq).peekable();
         let mut open_seqs = Vec::new();
         for transfer in &snapshot.transfers {

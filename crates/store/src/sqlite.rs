@@ -901,17 +901,7 @@ impl SqliteStore {
             let rest = records.split_off(records.len().min(chunk));
             sink(std::mem::replace(&mut records, rest))?;
         }
-        let (wire_version, settlement_window) = match version >= 2 {
-            true => ("t.wire_version", "f.settlement_window"),
-            false => ("0", "NULL"),
-        };
-        let mut statement = transaction.prepare(&format!(
-            "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
-                t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
-                {wire_version},
-                f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
-             FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
-        ))?;
+        let mut statement = transaction.prepare(&whole_history_query(version))?;
         let mut rows = statement.query([])?;
         let (mut batch, mut transfers) = (Vec::with_capacity(2 * chunk), 0);
         while let Some(row) = rows.next()? {
@@ -929,7 +919,10 @@ impl SqliteStore {
         }
         drop(rows);
         drop(statement);
-        let settlement_window = settlement_window.trim_start_matches("f.");
+        let settlement_window = match version >= 2 {
+            true => "settlement_window",
+            false => "NULL",
+        };
         let mut stream = |sql: &str, to_record: &dyn Fn(&Row<'_>) -> Result<Record, StoreError>| {
             let mut statement = transaction.prepare(sql)?;
             let mut rows = statement.query([])?;
@@ -1449,6 +1442,22 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     Ok(found)
 }
 
+/// Every transfer with its finish, in seq order (columns as
+/// `sqlite_history::joined` reads them), for a store of `version`.
+fn whole_history_query(version: i64) -> String {
+    let (wire_version, settlement_window) = match version >= 2 {
+        true => ("t.wire_version", "f.settlement_window"),
+        false => ("0", "NULL"),
+    };
+    format!(
+        "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
+            t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
+            {wire_version},
+            f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
+         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+    )
+}
+
 /// Takes the data directory's write lock (`kasi.lock`). On failure, the
 /// lock file's path and the error: `None` when another process holds it.
 fn lock_data_dir(data_dir: &Path) -> Result<File, (PathBuf, Option<StoreError>)> {
@@ -1605,17 +1614,7 @@ fn read_recent_transfers(
     if version >= 2 {
         archived.in_window(sqlite_history::open_window(transaction)?);
     }
-    let (wire_version, settlement_window) = match version >= 2 {
-        true => ("t.wire_version", "f.settlement_window"),
-        false => ("0", "NULL"),
-    };
-    let mut statement = transaction.prepare(&format!(
-        "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
-            t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
-            {wire_version},
-            f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
-         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
-    ))?;
+    let mut statement = transaction.prepare(&whole_history_query(version))?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
         let (transfer, finish) = sqlite_history::joined(row)?;
