@@ -61,6 +61,16 @@ async fn post_quote(
         // read and the ledger, a resend of it is forwarded again: quotes
         // move no money.)
         let stored = match &hub.config.transfer_lookup {
+            Some(lookup) if lookup.is_remote() => {
+                tokio::task::block_in_place(|| lookup.find_quote(parsed.quote_id)).map_err(
+                    |error| {
+                        HubError::new(
+                            ErrorCode::INTERNAL_SERVER_ERROR,
+                            format!("cannot read the store: {error}"),
+                        )
+                    },
+                )?
+            }
             Some(lookup) => lookup.find_quote(parsed.quote_id).map_err(|error| {
                 HubError::new(
                     ErrorCode::INTERNAL_SERVER_ERROR,

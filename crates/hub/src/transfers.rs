@@ -292,7 +292,13 @@ impl Hub {
         // fresh id: not found) reads only index pages that stay cached. A
         // hop to the blocking pool cost more than the lookup (a thread
         // wake-up each way, measured: BENCHMARKS.md, bounded memory).
-        lookup.find_transfer(transfer_id).map_err(|error| {
+        // A database server's round trip is long enough to matter: the
+        // runtime moves this worker's other tasks elsewhere meanwhile.
+        let found = match lookup.is_remote() {
+            true => tokio::task::block_in_place(|| lookup.find_transfer(transfer_id)),
+            false => lookup.find_transfer(transfer_id),
+        };
+        found.map_err(|error| {
             HubError::new(
                 ErrorCode::INTERNAL_SERVER_ERROR,
                 format!("Internal server error - transfer lookup failed: {error}"),

@@ -122,6 +122,13 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
     /// restart. In no particular order. Read by index, not by a scan of
     /// the whole history.
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
+
+    /// Whether a read waits on the network (a database server) rather than
+    /// a local file: the hub then tells its runtime before blocking, so
+    /// that other requests go on meanwhile.
+    fn is_remote(&self) -> bool {
+        false
+    }
 }
 
 /// A transfer as [`StoreReader::transfers_touched_since`] gives it.

@@ -17,8 +17,14 @@ use crate::{stored_view, StoreError, StoreReader, StoredTransfer, Touched};
 /// [`StoreReader`] on PostgreSQL.
 pub struct PgReader {
     url: String,
-    worker: PgWorker,
+    /// Connections, each on its thread, taken in turn: lookups from many
+    /// requests at once run side by side.
+    workers: Vec<PgWorker>,
+    next: std::sync::atomic::AtomicUsize,
 }
+
+/// Connections a reader keeps.
+const READER_CONNECTIONS: usize = 4;
 
 impl std::fmt::Debug for PgReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -43,9 +49,13 @@ impl PgReader {
     /// Connects to the store at `url` (it must exist: open the writable
     /// store first).
     pub fn open(url: &str) -> Result<PgReader, StoreError> {
+        let workers = (0..READER_CONNECTIONS)
+            .map(|_| PgWorker::start(url, "kasi-pg-reader"))
+            .collect::<Result<_, _>>()?;
         Ok(PgReader {
             url: url.to_string(),
-            worker: PgWorker::start(url, "kasi-pg-reader")?,
+            workers,
+            next: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -53,7 +63,8 @@ impl PgReader {
         &self,
         read: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.worker.run(read)
+        let turn = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.workers[turn % self.workers.len()].run(read)
     }
 
     fn view(
@@ -80,6 +91,10 @@ impl PgReader {
 }
 
 impl StoreReader for PgReader {
+    fn is_remote(&self) -> bool {
+        true
+    }
+
     fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
         self.with_client(move |client| {
             let id = transfer_id.to_blob();
