@@ -292,7 +292,7 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
         "a deposed active acknowledged a prepare"
     );
     let status = b
-        .exit_within(Duration::from_secs(10))
+        .wait_for_exit(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("the deposed active did not stop:\n{}", b.log()));
     assert!(!status.success(), "{status:?}");
     assert!(b.log().contains("deposed"), "{}", b.log());

@@ -160,34 +160,24 @@ impl Cluster {
     /// separated by `|`.
     pub fn query(&self, database: &str, sql: &str) -> String {
         let port = self.port.to_string();
-        let output = self
-            .command("psql")
-            .args([
-                "-X",
-                "-A",
-                "-t",
-                "-v",
-                "ON_ERROR_STOP=1",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-U",
-                "postgres",
-                "-d",
-                database,
-                "-c",
-                sql,
-            ])
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run psql: {e}"));
-        assert!(
-            output.status.success(),
-            "psql {sql:?} failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).trim().to_string()
+        let args = [
+            "-X",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-U",
+            "postgres",
+            "-d",
+            database,
+            "-c",
+            sql,
+        ];
+        self.run("psql", &args)
     }
 
     /// Stops the server the hard way (like a lost machine: no checkpoint).
@@ -312,7 +302,8 @@ impl Cluster {
         command
     }
 
-    fn run(&self, program: &str, args: &[&str]) {
+    /// Runs a server tool, which must succeed; its standard output, trimmed.
+    fn run(&self, program: &str, args: &[&str]) -> String {
         let output = self
             .command(program)
             .args(args)
@@ -324,6 +315,7 @@ impl Cluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
 }
 

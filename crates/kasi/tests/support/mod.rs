@@ -1116,21 +1116,6 @@ impl Hub {
         assert!(status.success(), "kill -{signal} failed");
     }
 
-    /// The exit status if the process exits within `within`.
-    pub fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                self.exited = true;
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
