@@ -580,26 +580,36 @@ impl Hub {
 
 /// The operator-facing application: central-ledger's admin routes.
 pub fn admin_app(hub: Arc<Hub>) -> Router {
+    admin_app_with(hub.clone(), admin_api(hub), Router::new())
+}
+
+/// The admin API's routes behind its authentication layer, without the
+/// guard: what the console calls in-process, on behalf of the person
+/// signed in, so that the same rules and audit apply to both.
+pub fn admin_api(hub: Arc<Hub>) -> Router {
     let scrape = Router::new()
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(hub.clone());
     let auth = hub.config.admin_auth.clone();
-    guarded(
-        admin::router(hub.clone())
-            .merge(oracles::router(hub.clone()))
-            .merge(settlement::router(hub.clone()))
-            .merge(stages::router(hub.clone()))
-            .merge(jws_keys::router(hub.clone()))
-            .merge(audit::router(hub.clone()))
-            .merge(pins::router(hub.clone()))
-            .merge(callbacks::router(hub.clone()))
-            .merge(scrape)
-            .layer(axum::middleware::from_fn(move |request, next| {
-                admin_auth::authenticate(auth.clone(), request, next)
-            })),
-        &hub,
-        "admin",
-    )
+    admin::router(hub.clone())
+        .merge(oracles::router(hub.clone()))
+        .merge(settlement::router(hub.clone()))
+        .merge(stages::router(hub.clone()))
+        .merge(jws_keys::router(hub.clone()))
+        .merge(audit::router(hub.clone()))
+        .merge(pins::router(hub.clone()))
+        .merge(callbacks::router(hub.clone()))
+        .merge(scrape)
+        .layer(axum::middleware::from_fn(move |request, next| {
+            admin_auth::authenticate(auth.clone(), request, next)
+        }))
+}
+
+/// The admin address's application: the admin API (from [`admin_api`])
+/// and `beside` it routes that authenticate for themselves (the console),
+/// all under the guard (time limits, FSPIOP-shaped refusals, metrics).
+pub fn admin_app_with(hub: Arc<Hub>, api: Router, beside: Router) -> Router {
+    guarded(api.merge(beside), &hub, "admin")
 }
 
 fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
@@ -669,10 +679,11 @@ async fn guard(
     }
     // As Mojaloop's services (hapi) answer: no answer of a switch is to be
     // reused by a cache between a DFSP and the hub.
-    response.headers_mut().insert(
-        axum::http::header::CACHE_CONTROL,
-        axum::http::HeaderValue::from_static("no-cache"),
-    );
+    // (The console's pages say `no-store` themselves.)
+    response
+        .headers_mut()
+        .entry(axum::http::header::CACHE_CONTROL)
+        .or_insert(axum::http::HeaderValue::from_static("no-cache"));
     metrics.record_request(api, route, response.status(), arrived.elapsed());
     response
 }
@@ -718,11 +729,17 @@ async fn checked(
             .into_response()
         }
     };
-    let is_json = response
+    // The framework's own refusals are plain text or empty; what a handler
+    // answered in JSON (the APIs) or HTML (the console), and the console's
+    // redirects, are meant as they are.
+    let meant = response
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().starts_with(b"application/json"));
-    if is_json || response.status().is_success() {
+        .is_some_and(|value| {
+            value.as_bytes().starts_with(b"application/json")
+                || value.as_bytes().starts_with(b"text/html")
+        });
+    if meant || response.status().is_success() || response.status().is_redirection() {
         return response;
     }
     let (code, description) = match response.status() {

@@ -989,7 +989,15 @@ async fn serve_http(
         header_read_timeout: listening.header_read_timeout,
     };
     let api_app = hub::api_app(hub.clone());
-    let admin_app = hub::admin_app(hub);
+    // The console is served beside the admin API and calls it in-process
+    // as the person signed in (see crates/console).
+    let admin_api = hub::admin_api(hub.clone());
+    let console = console::router(
+        admin_api.clone(),
+        hub.config.admin_auth.clone(),
+        admin_options.tls.is_some(),
+    );
+    let admin_app = hub::admin_app_with(hub, admin_api, console);
     tokio::join!(
         hub::server::serve(api, api_app, wait(stop.clone()), api_options),
         hub::server::serve(admin, admin_app, wait(stop), admin_options),

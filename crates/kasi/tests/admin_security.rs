@@ -5,52 +5,8 @@
 
 mod support;
 
-use std::path::Path;
-
 use serde_json::{json, Value};
-use support::{http, kasi, Hub, Response};
-
-/// `kasi admin-token`'s token and tokens-file line.
-fn admin_token(name: &str, role: &str) -> (String, String) {
-    let output = kasi()
-        .args(["admin-token", "--name", name, "--role", role])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8(output.stdout).unwrap();
-    let token = text
-        .lines()
-        .find_map(|l| l.strip_prefix("token: "))
-        .unwrap()
-        .to_string();
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("line for --admin-tokens: "))
-        .unwrap()
-        .to_string();
-    assert!(
-        !line.contains(&token),
-        "the file line must not hold the token"
-    );
-    (token, line)
-}
-
-struct Tokens {
-    operator: String,
-    viewer: String,
-}
-
-fn tokens_file(dir: &Path) -> (std::path::PathBuf, Tokens) {
-    let (operator, operator_line) = admin_token("alice", "operator");
-    let (viewer, viewer_line) = admin_token("grafana", "viewer");
-    let path = dir.join("admin-tokens");
-    std::fs::write(
-        &path,
-        format!("# kasi admin credentials\n{operator_line}\n\n{viewer_line}  # read only\n"),
-    )
-    .unwrap();
-    (path, Tokens { operator, viewer })
-}
+use support::{admin_token, http, kasi, tokens_file, Hub, Response};
 
 fn call(
     hub: &Hub,

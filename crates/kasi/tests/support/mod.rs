@@ -956,6 +956,50 @@ impl Drop for Blackhole {
 
 // ------------------------------------------------------------- the hub process
 
+/// `kasi admin-token`'s token and tokens-file line.
+pub fn admin_token(name: &str, role: &str) -> (String, String) {
+    let output = kasi()
+        .args(["admin-token", "--name", name, "--role", role])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let token = text
+        .lines()
+        .find_map(|l| l.strip_prefix("token: "))
+        .unwrap()
+        .to_string();
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("line for --admin-tokens: "))
+        .unwrap()
+        .to_string();
+    assert!(
+        !line.contains(&token),
+        "the file line must not hold the token"
+    );
+    (token, line)
+}
+
+/// Bearer tokens of an operator (alice) and a viewer (grafana).
+pub struct Tokens {
+    pub operator: String,
+    pub viewer: String,
+}
+
+/// A tokens file in `dir` with an operator and a viewer.
+pub fn tokens_file(dir: &Path) -> (PathBuf, Tokens) {
+    let (operator, operator_line) = admin_token("alice", "operator");
+    let (viewer, viewer_line) = admin_token("grafana", "viewer");
+    let path = dir.join("admin-tokens");
+    std::fs::write(
+        &path,
+        format!("# kasi admin credentials\n{operator_line}\n\n{viewer_line}  # read only\n"),
+    )
+    .unwrap();
+    (path, Tokens { operator, viewer })
+}
+
 pub fn kasi() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_kasi"));
     command
@@ -984,6 +1028,9 @@ pub struct Hub {
     /// Set when the hub serves TLS: how [`Hub::admin`] and [`Hub::api`]
     /// connect.
     pub tls: Option<TlsClient>,
+    /// Set when the hub's admin API wants credentials: the bearer token
+    /// [`Hub::admin`] (and so `setup`, `onboard`, …) sends.
+    pub admin_bearer: Option<String>,
 }
 
 fn address_after(line: &str, key: &str) -> Option<SocketAddr> {
@@ -1091,6 +1138,7 @@ impl Hub {
             log,
             exited: false,
             tls: None,
+            admin_bearer: None,
         }
     }
 
@@ -1188,6 +1236,9 @@ impl Hub {
 
     pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
         let mut headers = Vec::new();
+        if let Some(token) = &self.admin_bearer {
+            headers.push(("Authorization".to_string(), format!("Bearer {token}")));
+        }
         let bytes = match body {
             Some(body) => {
                 headers.push(("Content-Type".to_string(), "application/json".to_string()));

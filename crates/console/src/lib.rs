@@ -1,0 +1,132 @@
+//! The operator console: the hub as a person sees it, served by kasi
+//! itself under `/console/` on the admin address.
+//!
+//! Every page is rendered on the server from the admin API's own answers,
+//! and every change a person makes is a request to the admin API: the
+//! console holds the admin router and calls it in-process
+//! (`tower::ServiceExt::oneshot`) with the signed-in person's credential,
+//! so the same authentication, the same role rule, the same validation
+//! messages and the same audit event apply as for an operator's script.
+//! What a person sees and what a script sees cannot disagree, because they
+//! are the same answers.
+//!
+//! Sign-in: with admin credentials (`--admin-tokens`) a person signs in
+//! with their bearer token (kept in a server-side session; the browser
+//! holds only a random session id in an `HttpOnly`, `SameSite=Strict`
+//! cookie), or is signed in by the client certificate their browser
+//! presents on an admin address that asks for one. Without credentials
+//! (the admin address open on loopback) everyone is the open operator.
+//! Every form carries the session's CSRF token. A viewer's pages show no
+//! control that changes anything, and the API refuses the change anyway.
+//!
+//! Progressive enhancement only: the pages work without JavaScript; a small
+//! script (`assets/console.js`) refreshes the overview in place.
+
+mod api;
+mod audit;
+mod overview;
+mod page;
+mod participants;
+mod session;
+mod settlement;
+mod transfers;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use hub::admin_auth::AdminAuth;
+
+pub use session::SESSION_COOKIE;
+
+/// What the console's handlers share.
+pub struct Console {
+    /// The admin API, behind its authentication layer: every read and
+    /// every change goes through it.
+    api: Router,
+    auth: Arc<AdminAuth>,
+    sessions: session::Sessions,
+    /// The admin address is served over TLS: cookies are `Secure`.
+    secure_cookies: bool,
+    rates: overview::Rates,
+}
+
+/// The console's routes, to be served beside the admin API (not behind
+/// its bearer-token layer: the console signs people in itself and calls
+/// the API with their credential).
+pub fn router(api: Router, auth: Arc<AdminAuth>, secure_cookies: bool) -> Router {
+    let console = Arc::new(Console {
+        api,
+        auth,
+        sessions: session::Sessions::default(),
+        secure_cookies,
+        rates: overview::Rates::default(),
+    });
+    Router::new()
+        .route("/console", get(page::to_overview))
+        .route("/console/", get(overview::show))
+        .route(
+            "/console/sign-in",
+            get(session::sign_in_page).post(session::sign_in),
+        )
+        .route("/console/sign-out", post(session::sign_out))
+        .route("/console/assets/console.css", get(page::stylesheet))
+        .route("/console/assets/console.js", get(page::script))
+        .route(
+            "/console/participants",
+            get(participants::list).post(participants::onboard),
+        )
+        .route("/console/participants/:name", get(participants::detail))
+        .route(
+            "/console/participants/:name/limits",
+            post(participants::set_limit),
+        )
+        .route(
+            "/console/participants/:name/active",
+            post(participants::set_active),
+        )
+        .route(
+            "/console/participants/:name/endpoints",
+            post(participants::set_endpoint),
+        )
+        .route(
+            "/console/participants/:name/funds",
+            post(participants::funds_preview),
+        )
+        .route(
+            "/console/participants/:name/funds/confirm",
+            post(participants::funds_confirm),
+        )
+        .route("/console/transfers", get(transfers::show))
+        .route("/console/settlement", get(settlement::overview))
+        .route(
+            "/console/settlement/windows/:id/close",
+            post(settlement::close_window),
+        )
+        .route(
+            "/console/settlement/settlements",
+            post(settlement::create_settlement),
+        )
+        .route(
+            "/console/settlement/settlements/:id",
+            get(settlement::detail),
+        )
+        .route(
+            "/console/settlement/settlements/:id/advance",
+            post(settlement::advance),
+        )
+        .route(
+            "/console/settlement/settlements/:id/finalize",
+            post(settlement::finalize),
+        )
+        .route(
+            "/console/settlement/settlements/:id/abort",
+            post(settlement::abort),
+        )
+        .route(
+            "/console/settlement/settlements/:id/report.csv",
+            get(settlement::report),
+        )
+        .route("/console/audit", get(audit::show))
+        .with_state(console)
+}

@@ -1,0 +1,558 @@
+//! The overview: each DFSP's position against its net debit cap and its
+//! liquidity cover, and its traffic (from the hub's own counters, `GET
+//! /stats/dfsps`, and callback health, `GET /callbacks/health`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::Query;
+use axum::response::Response;
+use ledger::Amount;
+use maud::{html, Markup};
+use serde_json::Value;
+
+use crate::api::ApiError;
+use crate::page::{self, Section};
+use crate::session::Visitor;
+
+/// Rows shown unless the person asks for all: the most used first.
+const ROWS_SHOWN: usize = 100;
+/// Reads of the participants' accounts in flight at once: the ledger's
+/// queue refuses (2003) rather than waits, so a big scheme is read in
+/// waves, not all at once.
+const READS_IN_FLIGHT: usize = 32;
+/// Rates are taken over at least this long…
+const MIN_RATE_SPAN: Duration = Duration::from_secs(1);
+/// …and at most this long.
+const MAX_RATE_SPAN: Duration = Duration::from_secs(60);
+/// Headroom under this share of a limit is an alarm (red), as Mojaloop's
+/// default `alarmPercentage` of 10; under twice that a warning (amber).
+const ALARM_PERCENT: f64 = 10.0;
+
+/// One DFSP's counters from `GET /stats/dfsps`.
+#[derive(Clone, Default)]
+struct Counters {
+    prepared: u64,
+    committed: u64,
+    failed: u64,
+    latency_count: u64,
+    latency_sum_s: f64,
+    /// Cumulative counts by upper bound (seconds).
+    buckets: Vec<(f64, u64)>,
+}
+
+struct Sample {
+    at: Instant,
+    dfsps: HashMap<String, Counters>,
+}
+
+/// Recent reads of the counters, so that a page shows rates (the counters
+/// themselves only grow).
+#[derive(Default)]
+pub(crate) struct Rates {
+    samples: Mutex<VecDeque<Sample>>,
+}
+
+impl Rates {
+    /// Keeps this read and gives the one to take rates against: the oldest
+    /// one no older than [`MAX_RATE_SPAN`] and at least [`MIN_RATE_SPAN`]
+    /// before now.
+    fn note(
+        &self,
+        now: Instant,
+        dfsps: &HashMap<String, Counters>,
+    ) -> Option<(f64, HashMap<String, Counters>)> {
+        let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+        while samples
+            .front()
+            .is_some_and(|s| now.duration_since(s.at) > MAX_RATE_SPAN)
+        {
+            samples.pop_front();
+        }
+        let base = samples
+            .iter()
+            .find(|s| now.duration_since(s.at) >= MIN_RATE_SPAN)
+            .map(|s| (now.duration_since(s.at).as_secs_f64(), s.dfsps.clone()));
+        // One read a second is enough to keep.
+        if samples
+            .back()
+            .is_none_or(|s| now.duration_since(s.at) >= MIN_RATE_SPAN)
+        {
+            samples.push_back(Sample {
+                at: now,
+                dfsps: dfsps.clone(),
+            });
+        }
+        base
+    }
+}
+
+fn counters(stats: &Value) -> HashMap<String, Counters> {
+    let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
+    stats
+        .get("dfsps")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|d| {
+                    let name = d.get("name")?.as_str()?.to_string();
+                    let latency = d.get("latency");
+                    let counters = Counters {
+                        prepared: number(d, "prepared"),
+                        committed: number(d, "committed"),
+                        failed: number(d, "rejected") + number(d, "aborted") + number(d, "expired"),
+                        latency_count: latency.map(|l| number(l, "count")).unwrap_or(0),
+                        latency_sum_s: latency
+                            .and_then(|l| l.get("sumSeconds"))
+                            .and_then(Value::as_f64)
+                            .unwrap_or(0.0),
+                        buckets: latency
+                            .and_then(|l| l.get("buckets"))
+                            .and_then(Value::as_array)
+                            .map(|b| {
+                                b.iter()
+                                    .filter_map(|b| {
+                                        Some((b.get("le")?.as_f64()?, b.get("count")?.as_u64()?))
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    };
+                    Some((name, counters))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a DFSP did over the rate span.
+#[derive(Clone, Copy, Default)]
+struct Activity {
+    prepares_per_s: f64,
+    commits_per_s: f64,
+    /// Failed / finished, percent; `None` when nothing finished.
+    error_percent: Option<f64>,
+    mean_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+fn activity(now: &Counters, base: Option<&Counters>, span_s: f64) -> Activity {
+    let zero = Counters::default();
+    let base = base.unwrap_or(&zero);
+    let delta = |a: u64, b: u64| a.saturating_sub(b);
+    let committed = delta(now.committed, base.committed);
+    let failed = delta(now.failed, base.failed);
+    let finished = committed + failed;
+    let latency_count = delta(now.latency_count, base.latency_count);
+    let p99_ms = (latency_count > 0)
+        .then(|| {
+            let wanted = (latency_count as f64 * 0.99).ceil() as u64;
+            now.buckets.iter().find_map(|(le, count)| {
+                let before = base
+                    .buckets
+                    .iter()
+                    .find(|(b, _)| b == le)
+                    .map_or(0, |(_, c)| *c);
+                (delta(*count, before) >= wanted).then_some(le * 1000.0)
+            })
+        })
+        .flatten();
+    Activity {
+        prepares_per_s: delta(now.prepared, base.prepared) as f64 / span_s,
+        commits_per_s: committed as f64 / span_s,
+        error_percent: (finished > 0).then(|| failed as f64 * 100.0 / finished as f64),
+        mean_ms: (latency_count > 0).then(|| {
+            (now.latency_sum_s - base.latency_sum_s).max(0.0) * 1000.0 / latency_count as f64
+        }),
+        p99_ms,
+    }
+}
+
+/// One row: a DFSP in one currency.
+struct Row {
+    name: String,
+    active: bool,
+    currency: String,
+    position: Amount,
+    net_debit_cap: Option<Amount>,
+    /// Funds deposited and not yet used: −(settlement account value).
+    liquidity: Amount,
+}
+
+impl Row {
+    fn used_percent(position: Amount, limit: Option<Amount>) -> Option<f64> {
+        let limit = limit?;
+        let limit = limit.to_string().parse::<f64>().ok()?;
+        let position = position.to_string().parse::<f64>().ok()?;
+        if limit <= 0.0 {
+            return Some(if position > 0.0 { 100.0 } else { 0.0 });
+        }
+        Some((position / limit * 100.0).max(0.0))
+    }
+
+    fn cap_used(&self) -> Option<f64> {
+        Row::used_percent(self.position, self.net_debit_cap)
+    }
+
+    fn liquidity_used(&self) -> Option<f64> {
+        Row::used_percent(self.position, Some(self.liquidity))
+    }
+
+    fn most_used(&self) -> f64 {
+        self.cap_used()
+            .unwrap_or(0.0)
+            .max(self.liquidity_used().unwrap_or(0.0))
+    }
+}
+
+fn amount(value: Option<&Value>) -> Amount {
+    value
+        .map(page::text)
+        .and_then(|t| Amount::parse_lenient(&t).ok())
+        .unwrap_or(Amount::ZERO)
+}
+
+async fn rows(visitor: &Visitor) -> Result<Vec<Row>, ApiError> {
+    let participants = visitor.get("/participants").await?;
+    let limits = visitor.get("/participants/limits").await?;
+    let mut caps: HashMap<(String, String), Amount> = HashMap::new();
+    for limit in limits.as_array().into_iter().flatten() {
+        let name = page::text(&limit["name"]);
+        let currency = page::text(&limit["currency"]);
+        caps.insert((name, currency), amount(limit["limit"].get("value")));
+    }
+    let dfsps: Vec<(String, bool)> = participants
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["accounts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["ledgerAccountType"] == "POSITION"))
+        })
+        .map(|p| (page::text(&p["name"]), p["isActive"] == 1))
+        .collect();
+    let permits = Arc::new(tokio::sync::Semaphore::new(READS_IN_FLIGHT));
+    let mut reads = tokio::task::JoinSet::new();
+    for (index, (name, _)) in dfsps.iter().enumerate() {
+        let visitor = visitor.clone();
+        let permits = permits.clone();
+        let path = format!("/participants/{}/accounts", page::encode(name));
+        reads.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            (index, visitor.get(&path).await)
+        });
+    }
+    let mut accounts: Vec<Value> = vec![Value::Null; dfsps.len()];
+    while let Some(joined) = reads.join_next().await {
+        let (index, read) = joined.map_err(|error| ApiError {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            code: String::new(),
+            description: format!("a read of accounts failed: {error}"),
+        })?;
+        accounts[index] = read?;
+    }
+    let mut rows = Vec::new();
+    for ((name, active), accounts) in dfsps.into_iter().zip(accounts) {
+        let accounts = accounts.as_array().cloned().unwrap_or_default();
+        let by_kind = |kind: &str, currency: &str| {
+            accounts
+                .iter()
+                .find(|a| a["ledgerAccountType"] == kind && a["currency"] == currency)
+                .map(|a| amount(a.get("value")))
+        };
+        for position in accounts
+            .iter()
+            .filter(|a| a["ledgerAccountType"] == "POSITION")
+        {
+            let currency = page::text(&position["currency"]);
+            let settlement = by_kind("SETTLEMENT", &currency).unwrap_or(Amount::ZERO);
+            rows.push(Row {
+                position: amount(position.get("value")),
+                net_debit_cap: caps.get(&(name.clone(), currency.clone())).copied(),
+                liquidity: Amount::ZERO.checked_sub(settlement).unwrap_or(Amount::ZERO),
+                name: name.clone(),
+                active,
+                currency,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct OverviewQuery {
+    all: Option<String>,
+}
+
+pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -> Response {
+    let (rows, stats, callbacks) = tokio::join!(
+        rows(&visitor),
+        visitor.get("/stats/dfsps"),
+        visitor.get("/callbacks/health"),
+    );
+    let (mut rows, stats, callbacks) = match (rows, stats, callbacks) {
+        (Ok(r), Ok(s), Ok(c)) => (r, s, c),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            return page::api_failure(&visitor, Section::Overview, &e)
+        }
+    };
+    let now = counters(&stats);
+    let base = visitor.console.rates.note(Instant::now(), &now);
+    let span_s = base.as_ref().map_or(1.0, |(span, _)| *span);
+    let activity_of = |name: &str| -> Option<Activity> {
+        let (_, base) = base.as_ref()?;
+        Some(activity(now.get(name)?, base.get(name), span_s))
+    };
+    let health: HashMap<String, &Value> = callbacks
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|h| (page::text(&h["participant"]), h))
+        .collect();
+
+    // The whole hub: the sums of every DFSP.
+    let mut total_now = Counters::default();
+    let mut total_base = Counters::default();
+    let mut merged_buckets: BTreeMap<u64, (f64, u64, u64)> = BTreeMap::new();
+    for (name, c) in &now {
+        total_now.prepared += c.prepared;
+        total_now.committed += c.committed;
+        total_now.failed += c.failed;
+        total_now.latency_count += c.latency_count;
+        total_now.latency_sum_s += c.latency_sum_s;
+        let b = base.as_ref().and_then(|(_, b)| b.get(name));
+        if let Some(b) = b {
+            total_base.prepared += b.prepared;
+            total_base.committed += b.committed;
+            total_base.failed += b.failed;
+            total_base.latency_count += b.latency_count;
+            total_base.latency_sum_s += b.latency_sum_s;
+        }
+        for (le, count) in &c.buckets {
+            let before = b
+                .and_then(|b| b.buckets.iter().find(|(x, _)| x == le))
+                .map_or(0, |(_, c)| *c);
+            let entry = merged_buckets
+                .entry((le * 1e6) as u64)
+                .or_insert((*le, 0, 0));
+            entry.1 += count;
+            entry.2 += before;
+        }
+    }
+    total_now.buckets = merged_buckets
+        .values()
+        .map(|(le, c, _)| (*le, *c))
+        .collect();
+    total_base.buckets = merged_buckets
+        .values()
+        .map(|(le, _, b)| (*le, *b))
+        .collect();
+    let hub_activity = base
+        .as_ref()
+        .map(|_| activity(&total_now, Some(&total_base), span_s));
+    let failing = health
+        .values()
+        .filter(|h| !h["failingSince"].is_null())
+        .count();
+    let dead_letters: u64 = health
+        .values()
+        .filter_map(|h| h["deadLetters"].as_u64())
+        .sum();
+
+    rows.sort_by(|a, b| {
+        b.most_used()
+            .total_cmp(&a.most_used())
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    let total_rows = rows.len();
+    let show_all = query.all.is_some();
+    if !show_all {
+        rows.truncate(ROWS_SHOWN);
+    }
+    let dfsp_count = rows
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+
+    let content = html! {
+        h1 { "Overview" }
+        section #live data-refresh-s="5" aria-live="polite" {
+            div.tiles {
+                (tile("Transfers committed", hub_activity.map(|a| format!("{:.1}/s", a.commits_per_s)), "over the last read; refreshes every 5 s"))
+                (tile("Prepares", hub_activity.map(|a| format!("{:.1}/s", a.prepares_per_s)), ""))
+                (tile("Error rate", hub_activity.and_then(|a| a.error_percent).map(|p| format!("{p:.2} %")), "of transfers finished"))
+                (tile("Latency p99", hub_activity.and_then(|a| a.p99_ms).map(ms), "prepare to commit"))
+                (tile("Callbacks failing", Some(failing.to_string()), &format!("DFSPs; {dead_letters} dead letters")))
+                (tile("Since start", Some(page::count(total_now.committed)), &format!("committed; {} failed", page::count(total_now.failed))))
+            }
+            @if base.is_none() {
+                p.hint { "Rates appear from the next refresh (they are taken between two reads)." }
+            }
+            h2 { "Positions against limits" }
+            p.hint {
+                "Position (reserved included) against the net debit cap and against the liquidity cover (funds deposited, the settlement account). "
+                "Amber when less than " (ALARM_PERCENT * 2.0) " % of a limit is left, red under " (ALARM_PERCENT) " %. Most used first."
+            }
+            div.table-wrap {
+                table.positions {
+                    thead { tr {
+                        th scope="col" { "DFSP" }
+                        th scope="col" { "Currency" }
+                        th.num scope="col" { "Position" }
+                        th.num scope="col" { "Net debit cap" }
+                        th scope="col" { "Cap used" }
+                        th.num scope="col" { "Liquidity cover" }
+                        th scope="col" { "Liquidity used" }
+                        th.num scope="col" { "Transfers/s" }
+                        th.num scope="col" { "Errors" }
+                        th.num scope="col" { "Latency mean / p99" }
+                        th scope="col" { "Callbacks" }
+                    } }
+                    tbody {
+                        @for row in &rows {
+                            @let act = activity_of(&row.name);
+                            tr data-dfsp=(row.name) {
+                                th scope="row" {
+                                    a href={ "/console/participants/" (page::encode(&row.name)) } { (row.name) }
+                                    @if !row.active { " " span.badge.off { "inactive" } }
+                                }
+                                td { (row.currency) }
+                                td.num { (page::money(&row.position.to_string(), &row.currency)) }
+                                td.num { @match row.net_debit_cap {
+                                    Some(cap) => (page::money(&cap.to_string(), &row.currency)),
+                                    None => span.muted { "none (0)" },
+                                } }
+                                td { (meter("net debit cap used", row.cap_used())) }
+                                td.num { (page::money(&row.liquidity.to_string(), &row.currency)) }
+                                td { (meter("liquidity cover used", row.liquidity_used())) }
+                                td.num { (act.map(|a| format!("{:.1}", a.commits_per_s)).unwrap_or_else(|| "—".into())) }
+                                td.num { (act.and_then(|a| a.error_percent).map(|p| format!("{p:.1} %")).unwrap_or_else(|| "—".into())) }
+                                td.num { (act.and_then(|a| a.mean_ms).map(ms).unwrap_or_else(|| "—".into())) " / " (act.and_then(|a| a.p99_ms).map(ms).unwrap_or_else(|| "—".into())) }
+                                td { (callback_health(health.get(&row.name).copied())) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if rows.is_empty() {
+                p { "No DFSP yet. " a href="/console/participants#onboard" { "Onboard one" } "." }
+            }
+            @if !show_all && total_rows > rows.len() {
+                p { "Showing the " (rows.len()) " most used of " (total_rows) ". " a href="/console/?all=1" { "Show all" } }
+            } @else {
+                p.hint { (dfsp_count) " DFSPs, " (total_rows) " positions." }
+            }
+        }
+    };
+    page::render(&visitor, Section::Overview, "Overview", content)
+}
+
+fn ms(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0} ms")
+    } else {
+        format!("{value:.1} ms")
+    }
+}
+
+fn tile(label: &str, value: Option<String>, note: &str) -> Markup {
+    html! {
+        div.tile {
+            div.label { (label) }
+            div.value { (value.unwrap_or_else(|| "—".to_string())) }
+            @if !note.is_empty() { div.note { (note) } }
+        }
+    }
+}
+
+/// A bar that the browser colours by itself: green, amber past `low`, red
+/// past `high` (a `<meter>` whose optimum is empty), with the number beside
+/// it for those who do not see colour.
+fn meter(label: &str, percent: Option<f64>) -> Markup {
+    match percent {
+        None => html! { span.muted { "—" } },
+        Some(percent) => {
+            let level = if percent >= 100.0 - ALARM_PERCENT {
+                "alarm"
+            } else if percent >= 100.0 - 2.0 * ALARM_PERCENT {
+                "warn"
+            } else {
+                "ok"
+            };
+            html! {
+                span.usage class=(level) {
+                    meter min="0" max="100" low=(100.0 - 2.0 * ALARM_PERCENT) high=(100.0 - ALARM_PERCENT) optimum="0"
+                        value=(format!("{:.1}", percent.min(100.0))) aria-label=(label) {}
+                    " " span.pct { (format!("{percent:.0} %")) }
+                }
+            }
+        }
+    }
+}
+
+fn callback_health(health: Option<&Value>) -> Markup {
+    let Some(h) = health else {
+        return html! { span.muted { "no callbacks yet" } };
+    };
+    let queued = h["queued"].as_u64().unwrap_or(0) + h["inFlight"].as_u64().unwrap_or(0);
+    let dead = h["deadLetters"].as_u64().unwrap_or(0);
+    html! {
+        @if h["failingSince"].is_null() {
+            span.status.ok { "answering" }
+        } @else {
+            span.status.alarm { "failing since " (page::time(&page::text(&h["failingSince"]))) }
+        }
+        @if queued > 0 { " · " (queued) " waiting" }
+        @if dead > 0 { " · " a href="/console/transfers#dead-letters" { (dead) " dead letters" } }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(prepared: u64, committed: u64, failed: u64, buckets: &[(f64, u64)]) -> Counters {
+        let count = buckets.last().map_or(0, |b| b.1);
+        Counters {
+            prepared,
+            committed,
+            failed,
+            latency_count: count,
+            latency_sum_s: count as f64 * 0.002,
+            buckets: buckets.to_vec(),
+        }
+    }
+
+    #[test]
+    fn rates_are_taken_between_two_reads() {
+        let base = counters(100, 90, 0, &[(0.001, 10), (0.01, 90)]);
+        let now = counters(300, 280, 10, &[(0.001, 20), (0.01, 270), (0.1, 280)]);
+        let a = activity(&now, Some(&base), 2.0);
+        assert_eq!(a.prepares_per_s, 100.0);
+        assert_eq!(a.commits_per_s, 95.0);
+        // 10 failed of 200 finished.
+        assert_eq!(a.error_percent, Some(5.0));
+        // 190 latencies: 10 under 1 ms, 180 under 10 ms, all under 100 ms:
+        // the 99th percentile is in the 100 ms bucket.
+        assert_eq!(a.p99_ms, Some(100.0));
+    }
+
+    #[test]
+    fn limits_turn_amber_then_red() {
+        assert!(meter("x", Some(50.0))
+            .into_string()
+            .contains("class=\"usage ok\""));
+        assert!(meter("x", Some(85.0))
+            .into_string()
+            .contains("class=\"usage warn\""));
+        assert!(meter("x", Some(95.0))
+            .into_string()
+            .contains("class=\"usage alarm\""));
+        assert!(meter("x", Some(250.0))
+            .into_string()
+            .contains("value=\"100.0\""));
+    }
+}

@@ -1,0 +1,343 @@
+//! The page frame, the console's assets and the ways numbers, amounts and
+//! times are shown.
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup, DOCTYPE};
+use serde_json::Value;
+
+use crate::api::ApiError;
+use crate::session::{self, Visitor};
+
+const STYLESHEET: &str = include_str!("../assets/console.css");
+const SCRIPT: &str = include_str!("../assets/console.js");
+
+/// Where a page belongs in the navigation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Section {
+    Overview,
+    Participants,
+    Transfers,
+    Settlement,
+    Audit,
+}
+
+const SECTIONS: [(Section, &str, &str); 5] = [
+    (Section::Overview, "Overview", "/console/"),
+    (
+        Section::Participants,
+        "Participants",
+        "/console/participants",
+    ),
+    (Section::Transfers, "Transfers", "/console/transfers"),
+    (Section::Settlement, "Settlement", "/console/settlement"),
+    (Section::Audit, "Audit", "/console/audit"),
+];
+
+/// A message shown once, on the page after a change.
+#[derive(Clone, Debug)]
+pub(crate) struct Flash {
+    pub ok: bool,
+    pub text: String,
+}
+
+impl Flash {
+    pub fn ok(text: impl Into<String>) -> Flash {
+        Flash {
+            ok: true,
+            text: text.into(),
+        }
+    }
+
+    pub fn error(text: impl Into<String>) -> Flash {
+        Flash {
+            ok: false,
+            text: text.into(),
+        }
+    }
+}
+
+/// A submitted form, in order (a field may repeat: checkboxes).
+pub(crate) struct Fields(pub Vec<(String, String)>);
+
+impl Fields {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// A field's value, trimmed; empty when absent.
+    pub fn text(&self, name: &str) -> &str {
+        self.get(name).unwrap_or("").trim()
+    }
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.0
+            .iter()
+            .filter(move |(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// Headers on every console answer: nothing from elsewhere runs in a
+/// console page, it is never framed, and nothing of it is cached or sent on
+/// as a referrer.
+pub(crate) fn harden(headers: &mut HeaderMap) {
+    let set = |headers: &mut HeaderMap, name, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(headers, header::REFERRER_POLICY, "no-referrer");
+    set(headers, header::X_FRAME_OPTIONS, "DENY");
+    set(headers, header::CACHE_CONTROL, "no-store");
+}
+
+/// A page of the console: header with navigation and the person, the
+/// flash message if any, the content.
+pub(crate) fn render(
+    visitor: &Visitor,
+    section: Section,
+    title: &str,
+    content: Markup,
+) -> Response {
+    render_with(visitor, section, title, content, StatusCode::OK)
+}
+
+pub(crate) fn render_with(
+    visitor: &Visitor,
+    section: Section,
+    title: &str,
+    content: Markup,
+    status: StatusCode,
+) -> Response {
+    let flash = visitor.session.take_flash();
+    let body = html! {
+        header.top {
+            a.brand href="/console/" { "kasi" }
+            nav aria-label="Sections" {
+                @for (s, label, href) in SECTIONS {
+                    @if s == section {
+                        a href=(href) aria-current="page" { (label) }
+                    } @else {
+                        a href=(href) { (label) }
+                    }
+                }
+            }
+            div.person { (session::who(visitor)) }
+        }
+        main {
+            @if let Some(flash) = flash {
+                @if flash.ok {
+                    p.flash.ok role="status" { (flash.text) }
+                } @else {
+                    p.flash.error role="alert" { (flash.text) }
+                }
+            }
+            (content)
+        }
+    };
+    visitor.finish((status, bare(title, body)).into_response())
+}
+
+/// The HTML document around a body.
+pub(crate) fn bare(title: &str, body: Markup) -> axum::response::Html<String> {
+    let document = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · kasi console" }
+                link rel="stylesheet" href="/console/assets/console.css";
+                script src="/console/assets/console.js" defer {}
+            }
+            body { (body) }
+        }
+    };
+    axum::response::Html(document.into_string())
+}
+
+/// The admin API refused a read a page needs: say what it said. A session
+/// whose credential no longer works (a token revoked) signs in again.
+pub(crate) fn api_failure(visitor: &Visitor, section: Section, error: &ApiError) -> Response {
+    if error.status == StatusCode::UNAUTHORIZED {
+        return visitor.redirect("/console/sign-in");
+    }
+    let status = if error.status.is_client_error() {
+        error.status
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    render_with(
+        visitor,
+        section,
+        "Error",
+        html! {
+            h1 { "The admin API refused" }
+            p.flash.error role="alert" { (error.message()) }
+        },
+        status,
+    )
+}
+
+/// A plain page for what happens before a session exists.
+pub(crate) fn plain_error(status: StatusCode, text: &str) -> Response {
+    let mut response = (
+        status,
+        bare(
+            "Error",
+            html! { main.narrow { h1 { "Refused" } p.flash.error role="alert" { (text) } p { a href="/console/" { "Back to the console" } } } },
+        ),
+    )
+        .into_response();
+    harden(response.headers_mut());
+    response
+}
+
+pub(crate) async fn to_overview() -> Response {
+    session::see_other("/console/")
+}
+
+pub(crate) async fn stylesheet() -> Response {
+    asset(STYLESHEET, "text/css; charset=utf-8")
+}
+
+pub(crate) async fn script() -> Response {
+    asset(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+fn asset(text: &'static str, content_type: &'static str) -> Response {
+    let mut response = ([(header::CONTENT_TYPE, content_type)], text).into_response();
+    harden(response.headers_mut());
+    // Small, and it changes with the binary only: a browser may keep it
+    // for a few minutes.
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("max-age=300"),
+    );
+    response
+}
+
+/// Percent-encodes a path segment or query value.
+pub(crate) fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(byte as char)
+            }
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+/// A JSON value as text: a string as itself, a number as written.
+pub(crate) fn text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// An API time (ISO 8601, UTC) as a person reads it, zone shown:
+/// `2026-11-23 20:02:31 UTC`.
+pub(crate) fn time(iso: &str) -> String {
+    if iso.is_empty() {
+        return String::new();
+    }
+    let trimmed = iso.trim_end_matches('Z');
+    let trimmed = trimmed.split('.').next().unwrap_or(trimmed);
+    format!("{} UTC", trimmed.replacen('T', " ", 1))
+}
+
+pub(crate) fn time_cell(value: &Value) -> Markup {
+    let iso = text(value);
+    html! { time datetime=(iso) { (time(&iso)) } }
+}
+
+/// A decimal amount with thousands separators, exactly as given (no
+/// floating point on the way): `-1234567.5` → `-1,234,567.5`.
+pub(crate) fn grouped(amount: &str) -> String {
+    let (sign, digits) = match amount.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", amount),
+    };
+    let (whole, fraction) = match digits.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (digits, None),
+    };
+    let mut out = String::from(sign);
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if let Some(fraction) = fraction {
+        out.push('.');
+        out.push_str(fraction);
+    }
+    out
+}
+
+/// An amount with its currency, for a right-aligned cell.
+pub(crate) fn money(amount: &str, currency: &str) -> Markup {
+    html! { span.money { (grouped(amount)) " " abbr.currency { (currency) } } }
+}
+
+/// A count as a person reads it.
+pub(crate) fn count(n: u64) -> String {
+    grouped(&n.to_string())
+}
+
+/// A small inline script-free form with one button (and the CSRF token).
+pub(crate) fn button_form(visitor: &Visitor, action: &str, label: &str, class: &str) -> Markup {
+    html! {
+        form.inline method="post" action=(action) {
+            input type="hidden" name="csrf" value=(visitor.session.csrf);
+            button type="submit" class=(class) { (label) }
+        }
+    }
+}
+
+pub(crate) fn csrf(visitor: &Visitor) -> Markup {
+    html! { input type="hidden" name="csrf" value=(visitor.session.csrf); }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_are_grouped_exactly() {
+        assert_eq!(grouped("0"), "0");
+        assert_eq!(grouped("999"), "999");
+        assert_eq!(grouped("1000"), "1,000");
+        assert_eq!(grouped("-1234567.5"), "-1,234,567.5");
+        assert_eq!(
+            grouped("123456789012345678.0001"),
+            "123,456,789,012,345,678.0001"
+        );
+    }
+
+    #[test]
+    fn times_show_their_zone() {
+        assert_eq!(time("2026-11-23T20:02:31.123Z"), "2026-11-23 20:02:31 UTC");
+        assert_eq!(time(""), "");
+    }
+
+    #[test]
+    fn encoding_keeps_only_unreserved_characters() {
+        assert_eq!(encode("/console/x?a=b c"), "%2Fconsole%2Fx%3Fa%3Db%20c");
+    }
+}

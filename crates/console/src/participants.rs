@@ -1,0 +1,729 @@
+//! Participants: the list, one DFSP's page, onboarding, limits,
+//! activation, funds in and out (with a confirmation of the effect on
+//! liquidity), endpoints.
+
+use axum::extract::Path;
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use axum::Form;
+use ledger::Amount;
+use maud::{html, Markup};
+use serde_json::{json, Value};
+
+use crate::api::ApiError;
+use crate::page::{self, Fields, Flash, Section};
+use crate::session::Visitor;
+
+/// The callbacks a DFSP registers under one base URL, as Mojaloop's
+/// onboarding collections set them (`{{…}}` is filled in by the hub).
+const STANDARD_ENDPOINTS: &[(&str, &str)] = &[
+    ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
+    (
+        "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+        "/transfers/{{transferId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
+        "/transfers/{{transferId}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
+        "/participants/{{requestId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
+        "/participants/{{requestId}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
+    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
+    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
+];
+
+fn participant_path(name: &str) -> String {
+    format!("/participants/{}", page::encode(name))
+}
+
+fn console_path(name: &str) -> String {
+    format!("/console/participants/{}", page::encode(name))
+}
+
+pub(crate) async fn list(visitor: Visitor) -> Response {
+    let (participants, limits) = tokio::join!(
+        visitor.get("/participants"),
+        visitor.get("/participants/limits")
+    );
+    let (participants, limits) = match (participants, limits) {
+        (Ok(p), Ok(l)) => (p, l),
+        (Err(e), _) | (_, Err(e)) => return page::api_failure(&visitor, Section::Participants, &e),
+    };
+    let cap_of = |name: &str, currency: &str| {
+        limits.as_array().into_iter().flatten().find_map(|l| {
+            (l["name"] == name && l["currency"] == currency)
+                .then(|| page::text(&l["limit"]["value"]))
+        })
+    };
+    let list: Vec<&Value> = participants.as_array().into_iter().flatten().collect();
+    let content = html! {
+        h1 { "Participants" }
+        div.table-wrap {
+            table {
+                thead { tr {
+                    th scope="col" { "Name" }
+                    th scope="col" { "Status" }
+                    th scope="col" { "Currencies" }
+                    th.num scope="col" { "Net debit cap" }
+                    th scope="col" { "Created" }
+                } }
+                tbody {
+                    @for p in &list {
+                        @let name = page::text(&p["name"]);
+                        @let currencies: Vec<String> = currencies(p);
+                        tr {
+                            th scope="row" { a href=(console_path(&name)) { (name) } }
+                            td { (active_badge(p["isActive"] == 1)) }
+                            td { (currencies.join(", ")) }
+                            td.num {
+                                @for currency in &currencies {
+                                    @if let Some(cap) = cap_of(&name, currency) {
+                                        div { (page::money(&cap, currency)) }
+                                    }
+                                }
+                            }
+                            td { (page::time_cell(&p["created"])) }
+                        }
+                    }
+                }
+            }
+        }
+        @if visitor.may_change() {
+            (onboard_form(&visitor))
+        }
+    };
+    page::render(&visitor, Section::Participants, "Participants", content)
+}
+
+fn currencies(participant: &Value) -> Vec<String> {
+    let mut list: Vec<String> = participant["accounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| page::text(&a["currency"]))
+        .collect();
+    list.sort();
+    list.dedup();
+    list
+}
+
+fn active_badge(active: bool) -> Markup {
+    html! {
+        @if active { span.badge.on { "active" } } @else { span.badge.off { "inactive" } }
+    }
+}
+
+fn onboard_form(visitor: &Visitor) -> Markup {
+    html! {
+        section #onboard {
+            h2 { "Onboard a DFSP" }
+            p.hint { "Creates the participant and its accounts, sets its net debit cap, registers its callback endpoints under one base URL and, if given, records its first funds in: the same admin API calls a Mojaloop onboarding collection makes." }
+            form.grid method="post" action="/console/participants" {
+                (page::csrf(visitor))
+                label for="onboard-name" { "Name" }
+                input #onboard-name name="name" required maxlength="32" placeholder="e.g. payerfsp" autocomplete="off";
+                label for="onboard-currency" { "Currency" }
+                input #onboard-currency name="currency" required maxlength="3" placeholder="e.g. USD" autocomplete="off";
+                label for="onboard-cap" { "Net debit cap" }
+                input #onboard-cap name="netDebitCap" required inputmode="decimal" placeholder="e.g. 10000";
+                label for="onboard-base" { "Callback base URL" }
+                input #onboard-base name="callbackBase" type="url" placeholder="https://dfsp.example/fspiop (optional)";
+                label for="onboard-funds" { "Initial funds in" }
+                input #onboard-funds name="fundsIn" inputmode="decimal" placeholder="optional";
+                button type="submit" { "Onboard" }
+            }
+        }
+    }
+}
+
+/// Runs the onboarding steps in order; the first refusal stops it and is
+/// shown with the step it happened at (the steps before it stay done, as
+/// they would for a script).
+pub(crate) async fn onboard(visitor: Visitor, Form(form): Form<Vec<(String, String)>>) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
+    };
+    let name = fields.text("name").to_string();
+    let currency = fields.text("currency").to_ascii_uppercase();
+    match onboarding(&visitor, &fields, &name, &currency).await {
+        Ok(done) => {
+            visitor.session.set_flash(Flash::ok(done));
+            visitor.redirect(&console_path(&name))
+        }
+        Err((step, error)) => {
+            if error.status == StatusCode::UNAUTHORIZED {
+                return visitor.redirect("/console/sign-in");
+            }
+            visitor.session.set_flash(Flash::error(format!(
+                "Onboarding {name}: {step} refused: {}",
+                error.message()
+            )));
+            visitor.redirect("/console/participants#onboard")
+        }
+    }
+}
+
+async fn onboarding(
+    visitor: &Visitor,
+    fields: &Fields,
+    name: &str,
+    currency: &str,
+) -> Result<String, (&'static str, ApiError)> {
+    let path = participant_path(name);
+    visitor
+        .call(
+            Method::POST,
+            "/participants",
+            Some(&json!({ "name": name, "currency": currency })),
+        )
+        .await
+        .map_err(|e| ("creating the participant", e))?;
+    visitor
+        .call(
+            Method::POST,
+            &format!("{path}/initialPositionAndLimits"),
+            Some(&json!({
+                "currency": currency,
+                "limit": { "type": "NET_DEBIT_CAP", "value": fields.text("netDebitCap") },
+                "initialPosition": 0,
+            })),
+        )
+        .await
+        .map_err(|e| ("setting the net debit cap", e))?;
+    let base = fields.text("callbackBase").trim_end_matches('/');
+    let mut done = format!("{name} onboarded in {currency}");
+    if !base.is_empty() {
+        for (kind, suffix) in STANDARD_ENDPOINTS {
+            visitor
+                .call(
+                    Method::POST,
+                    &format!("{path}/endpoints"),
+                    Some(&json!({ "type": kind, "value": format!("{base}{suffix}") })),
+                )
+                .await
+                .map_err(|e| ("registering the endpoints", e))?;
+        }
+        done.push_str(&format!(
+            ", {} endpoints under {base}",
+            STANDARD_ENDPOINTS.len()
+        ));
+    }
+    let funds = fields.text("fundsIn");
+    if !funds.is_empty() {
+        let account = settlement_account(visitor, name, currency)
+            .await
+            .map_err(|e| ("reading the accounts", e))?;
+        visitor
+            .call(
+                Method::POST,
+                &format!("{path}/accounts/{account}"),
+                Some(&json!({
+                    "transferId": new_uuid(),
+                    "externalReference": "console onboarding",
+                    "action": "recordFundsIn",
+                    "reason": "initial liquidity",
+                    "amount": { "amount": funds, "currency": currency },
+                })),
+            )
+            .await
+            .map_err(|e| ("recording the funds in", e))?;
+        done.push_str(&format!(", {funds} {currency} funds in"));
+    }
+    Ok(done)
+}
+
+async fn settlement_account(
+    visitor: &Visitor,
+    name: &str,
+    currency: &str,
+) -> Result<u64, ApiError> {
+    let accounts = visitor
+        .get(&format!("{}/accounts", participant_path(name)))
+        .await?;
+    accounts
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["ledgerAccountType"] == "SETTLEMENT" && a["currency"] == currency)
+        .and_then(|a| a["id"].as_u64())
+        .ok_or_else(|| ApiError {
+            status: StatusCode::NOT_FOUND,
+            code: "3200".to_string(),
+            description: format!("{name} has no {currency} settlement account"),
+        })
+}
+
+/// A version 4 UUID from the OS's randomness: the id of a funds movement,
+/// chosen when the form is shown, so that sending it twice is one movement.
+pub(crate) fn new_uuid() -> String {
+    use std::io::Read as _;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut b))
+        .expect("the OS random source (/dev/urandom) is readable");
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Response {
+    let path = participant_path(&name);
+    let (participant, accounts, limits, endpoints, health, audit) = tokio::join!(
+        visitor.get(&path),
+        visitor.get(&format!("{path}/accounts")),
+        visitor.get(&format!("{path}/limits")),
+        visitor.get(&format!("{path}/endpoints")),
+        visitor.get(&format!(
+            "/callbacks/health?participant={}",
+            page::encode(&name)
+        )),
+        visitor.get(&format!(
+            "/audit-events?participant={}&limit=10",
+            page::encode(&name)
+        )),
+    );
+    let (participant, accounts, limits, endpoints, health, audit) =
+        match (participant, accounts, limits, endpoints, health, audit) {
+            (Ok(p), Ok(a), Ok(l), Ok(e), Ok(h), Ok(au)) => (p, a, l, e, h, au),
+            (Err(e), ..)
+            | (_, Err(e), ..)
+            | (_, _, Err(e), ..)
+            | (_, _, _, Err(e), ..)
+            | (_, _, _, _, Err(e), _)
+            | (.., Err(e)) => return page::api_failure(&visitor, Section::Participants, &e),
+        };
+    let active = participant["isActive"] == 1;
+    let accounts: Vec<&Value> = accounts.as_array().into_iter().flatten().collect();
+    let currencies: Vec<String> = {
+        let mut c: Vec<String> = accounts
+            .iter()
+            .map(|a| page::text(&a["currency"]))
+            .collect();
+        c.sort();
+        c.dedup();
+        c
+    };
+    let may_change = visitor.may_change();
+    let here = console_path(&name);
+    let content = html! {
+        h1 { (name) " " (active_badge(active)) }
+        p.hint { "Created " (page::time_cell(&participant["created"])) }
+        @if may_change {
+            (page::button_form(&visitor, &format!("{here}/active"), if active { "Deactivate" } else { "Activate" }, if active { "danger" } else { "" }))
+        }
+        h2 { "Accounts" }
+        div.table-wrap {
+            table {
+                thead { tr {
+                    th.num scope="col" { "Id" }
+                    th scope="col" { "Type" }
+                    th scope="col" { "Currency" }
+                    th.num scope="col" { "Balance" }
+                    th.num scope="col" { "Held" }
+                    th scope="col" { "Status" }
+                } }
+                tbody {
+                    @for a in &accounts {
+                        @let currency = page::text(&a["currency"]);
+                        tr {
+                            td.num { (page::text(&a["id"])) }
+                            td { (page::text(&a["ledgerAccountType"])) }
+                            td { (currency) }
+                            td.num { (page::money(&page::text(&a["value"]), &currency)) }
+                            td.num { (page::money(&page::text(&a["heldValue"]), &currency)) }
+                            td { (active_badge(a["isActive"] == 1)) }
+                        }
+                    }
+                }
+            }
+        }
+        p.hint { "A settlement account's balance is negative by the funds deposited (Mojaloop's sign): its liquidity cover is minus the balance." }
+        h2 { "Net debit cap" }
+        div.table-wrap {
+            table {
+                thead { tr { th scope="col" { "Currency" } th.num scope="col" { "Net debit cap" } } }
+                tbody {
+                    @for l in limits.as_array().into_iter().flatten() {
+                        @let currency = page::text(&l["currency"]);
+                        tr { td { (currency) } td.num { (page::money(&page::text(&l["limit"]["value"]), &currency)) } }
+                    }
+                }
+            }
+        }
+        @if may_change {
+            form.grid method="post" action={ (here) "/limits" } {
+                (page::csrf(&visitor))
+                label for="limit-currency" { "Currency" }
+                (currency_select("limit-currency", &currencies))
+                label for="limit-value" { "New net debit cap" }
+                input #limit-value name="value" required inputmode="decimal";
+                button type="submit" { "Set net debit cap" }
+            }
+            h2 { "Funds in and out" }
+            form.grid method="post" action={ (here) "/funds" } {
+                (page::csrf(&visitor))
+                label for="funds-action" { "Movement" }
+                select #funds-action name="action" {
+                    option value="in" { "Funds in (deposit)" }
+                    option value="out" { "Funds out (withdrawal)" }
+                }
+                label for="funds-currency" { "Currency" }
+                (currency_select("funds-currency", &currencies))
+                label for="funds-amount" { "Amount" }
+                input #funds-amount name="amount" required inputmode="decimal";
+                label for="funds-reason" { "Reason" }
+                input #funds-reason name="reason" placeholder="e.g. deposit received 2026-11-23";
+                button type="submit" { "Review…" }
+            }
+        }
+        h2 { "Callback endpoints" }
+        div.table-wrap {
+            table {
+                thead { tr { th scope="col" { "Type" } th scope="col" { "URL" } } }
+                tbody {
+                    @for e in endpoints.as_array().into_iter().flatten() {
+                        tr { td { code { (page::text(&e["type"])) } } td { code.url { (page::text(&e["value"])) } } }
+                    }
+                }
+            }
+        }
+        @for h in health.as_array().into_iter().flatten() {
+            p {
+                "Callbacks: "
+                @if h["failingSince"].is_null() { span.status.ok { "answering" } }
+                @else { span.status.alarm { "failing since " (page::time(&page::text(&h["failingSince"]))) } }
+                " · " (page::text(&h["sentOk"])) " delivered, " (page::text(&h["queued"])) " queued, " (page::text(&h["deadLetters"])) " dead letters"
+            }
+        }
+        @if may_change {
+            form.grid method="post" action={ (here) "/endpoints" } {
+                (page::csrf(&visitor))
+                label for="endpoint-type" { "Type" }
+                select #endpoint-type name="type" {
+                    @for kind in hub::endpoints::ENDPOINT_TYPES { option value=(kind) { (kind) } }
+                }
+                label for="endpoint-value" { "URL" }
+                input #endpoint-value name="value" required;
+                button type="submit" { "Set endpoint" }
+            }
+        }
+        h2 { "Recent changes" }
+        (crate::audit::table(&audit))
+        p { a href={ "/console/audit?participant=" (page::encode(&name)) } { "All changes to " (name) } }
+    };
+    page::render(&visitor, Section::Participants, &name, content)
+}
+
+fn currency_select(id: &str, currencies: &[String]) -> Markup {
+    html! {
+        select id=(id) name="currency" {
+            @for c in currencies { option value=(c) { (c) } }
+        }
+    }
+}
+
+/// Sends one change to the API and comes back to the participant's page
+/// with what happened.
+async fn change(
+    visitor: &Visitor,
+    name: &str,
+    method: Method,
+    path: &str,
+    body: Value,
+    done: String,
+) -> Response {
+    match visitor.call(method, path, Some(&body)).await {
+        Ok(_) => visitor.session.set_flash(Flash::ok(done)),
+        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
+            return visitor.redirect("/console/sign-in")
+        }
+        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
+    }
+    visitor.redirect(&console_path(name))
+}
+
+pub(crate) async fn set_limit(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
+    };
+    let currency = fields.text("currency");
+    let value = fields.text("value");
+    change(
+        &visitor,
+        &name,
+        Method::PUT,
+        &format!("{}/limits", participant_path(&name)),
+        json!({ "currency": currency, "limit": { "type": "NET_DEBIT_CAP", "value": value } }),
+        format!("Net debit cap of {name} in {currency} set to {value}"),
+    )
+    .await
+}
+
+pub(crate) async fn set_active(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if let Err(refused) = visitor.checked(form) {
+        return refused;
+    }
+    let current = match visitor.get(&participant_path(&name)).await {
+        Ok(p) => p["isActive"] == 1,
+        Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
+    };
+    let to = !current;
+    change(
+        &visitor,
+        &name,
+        Method::PUT,
+        &participant_path(&name),
+        json!({ "isActive": to }),
+        format!("{name} {}", if to { "activated" } else { "deactivated" }),
+    )
+    .await
+}
+
+pub(crate) async fn set_endpoint(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
+    };
+    let kind = fields.text("type");
+    change(
+        &visitor,
+        &name,
+        Method::POST,
+        &format!("{}/endpoints", participant_path(&name)),
+        json!({ "type": kind, "value": fields.text("value") }),
+        format!("{kind} of {name} set"),
+    )
+    .await
+}
+
+/// What a funds movement would do, read from the accounts now.
+struct FundsEffect {
+    account: u64,
+    liquidity_before: Amount,
+    liquidity_after: Amount,
+    position: Amount,
+    net_debit_cap: Option<Amount>,
+}
+
+async fn funds_effect(
+    visitor: &Visitor,
+    name: &str,
+    currency: &str,
+    incoming: bool,
+    amount: Amount,
+) -> Result<FundsEffect, ApiError> {
+    let path = participant_path(name);
+    let (accounts, limits) = tokio::join!(
+        visitor.get(&format!("{path}/accounts")),
+        visitor.get(&format!("{path}/limits"))
+    );
+    let (accounts, limits) = (accounts?, limits?);
+    let find = |kind: &str| {
+        accounts
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["ledgerAccountType"] == kind && a["currency"] == currency)
+    };
+    let parse = |v: &Value| Amount::parse_lenient(&page::text(v)).unwrap_or(Amount::ZERO);
+    let settlement = find("SETTLEMENT").ok_or_else(|| ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: "3200".to_string(),
+        description: format!("{name} has no {currency} settlement account"),
+    })?;
+    let liquidity_before = Amount::ZERO
+        .checked_sub(parse(&settlement["value"]))
+        .unwrap_or(Amount::ZERO);
+    let liquidity_after = if incoming {
+        liquidity_before.checked_add(amount)
+    } else {
+        liquidity_before.checked_sub(amount)
+    }
+    .unwrap_or(liquidity_before);
+    Ok(FundsEffect {
+        account: settlement["id"].as_u64().unwrap_or(0),
+        liquidity_before,
+        liquidity_after,
+        position: find("POSITION").map_or(Amount::ZERO, |p| parse(&p["value"])),
+        net_debit_cap: limits
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|l| l["currency"] == currency)
+            .map(|l| parse(&l["limit"]["value"])),
+    })
+}
+
+/// Step one of a funds movement: what it will do, and a button to do it.
+pub(crate) async fn funds_preview(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
+    };
+    let incoming = fields.text("action") != "out";
+    let currency = fields.text("currency").to_string();
+    let amount_text = fields.text("amount").to_string();
+    let amount = match Amount::parse_lenient(&amount_text) {
+        Ok(a) if a > Amount::ZERO => a,
+        _ => {
+            visitor.session.set_flash(Flash::error(format!(
+                "'{amount_text}' is not a positive amount"
+            )));
+            return visitor.redirect(&console_path(&name));
+        }
+    };
+    let effect = match funds_effect(&visitor, &name, &currency, incoming, amount).await {
+        Ok(e) => e,
+        Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
+    };
+    let short = effect.liquidity_after < effect.position;
+    let movement = if incoming { "Funds in" } else { "Funds out" };
+    let here = console_path(&name);
+    let content = html! {
+        h1 { "Confirm: " (movement) " for " (name) }
+        dl.effect {
+            dt { "Movement" } dd { (movement) " of " (page::money(&amount.to_string(), &currency)) }
+            dt { "Liquidity cover now" } dd.num { (page::money(&effect.liquidity_before.to_string(), &currency)) }
+            dt { "Liquidity cover after" } dd.num { strong { (page::money(&effect.liquidity_after.to_string(), &currency)) } }
+            dt { "Position (reserved included)" } dd.num { (page::money(&effect.position.to_string(), &currency)) }
+            @if let Some(cap) = effect.net_debit_cap {
+                dt { "Net debit cap" } dd.num { (page::money(&cap.to_string(), &currency)) }
+            }
+        }
+        @if short {
+            p.flash.error role="alert" { "After this the liquidity cover is below the position: the hub will refuse it." }
+        }
+        form method="post" action={ (here) "/funds/confirm" } {
+            (page::csrf(&visitor))
+            input type="hidden" name="action" value=(if incoming { "in" } else { "out" });
+            input type="hidden" name="currency" value=(currency);
+            input type="hidden" name="amount" value=(amount.to_string());
+            input type="hidden" name="reason" value=(fields.text("reason"));
+            input type="hidden" name="account" value=(effect.account);
+            input type="hidden" name="transferId" value=(new_uuid());
+            button type="submit" { "Confirm " (movement) }
+            " "
+            a href=(here) { "Cancel" }
+        }
+    };
+    page::render(&visitor, Section::Participants, "Confirm funds", content)
+}
+
+/// Step two: the movement, through the API (funds out is reserved, then
+/// committed, as central-ledger's two calls).
+pub(crate) async fn funds_confirm(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return refused,
+    };
+    let incoming = fields.text("action") != "out";
+    let currency = fields.text("currency");
+    let amount = fields.text("amount");
+    let transfer_id = fields.text("transferId");
+    let account_path = format!(
+        "{}/accounts/{}",
+        participant_path(&name),
+        page::encode(fields.text("account"))
+    );
+    let body = json!({
+        "transferId": transfer_id,
+        "externalReference": "kasi console",
+        "action": if incoming { "recordFundsIn" } else { "recordFundsOutPrepareReserve" },
+        "reason": fields.text("reason"),
+        "amount": { "amount": amount, "currency": currency },
+    });
+    let mut result = visitor.call(Method::POST, &account_path, Some(&body)).await;
+    if result.is_ok() && !incoming {
+        result = visitor
+            .call(
+                Method::PUT,
+                &format!("{account_path}/transfers/{}", page::encode(transfer_id)),
+                Some(&json!({ "action": "recordFundsOutCommit", "reason": fields.text("reason") })),
+            )
+            .await;
+    }
+    match result {
+        Ok(_) => visitor.session.set_flash(Flash::ok(format!(
+            "{} of {amount} {currency} recorded for {name} (transfer {transfer_id})",
+            if incoming { "Funds in" } else { "Funds out" }
+        ))),
+        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
+            return visitor.redirect("/console/sign-in")
+        }
+        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
+    }
+    visitor.redirect(&console_path(&name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn funds_ids_are_version_4_uuids() {
+        let a = new_uuid();
+        let b = new_uuid();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert!(matches!(&a[19..20], "8" | "9" | "a" | "b"));
+    }
+}

@@ -1,0 +1,385 @@
+//! Who is using the console: sessions, sign-in and sign-out, CSRF.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Form;
+use hub::admin_auth::{Caller, Role};
+use maud::html;
+
+use crate::page::{self, Fields, Flash};
+use crate::Console;
+
+/// The cookie that carries the session id (and nothing else).
+pub const SESSION_COOKIE: &str = "kasi_console";
+/// A session unused this long is forgotten: sign in again.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// However busy, a session lasts no longer than this.
+const MAX_AGE: Duration = Duration::from_secs(12 * 3600);
+/// Sessions kept at most; the least recently used one goes first.
+const MAX_SESSIONS: usize = 1_024;
+
+/// How the console proves to the admin API who a person is.
+#[derive(Clone)]
+pub(crate) enum Credential {
+    /// Their bearer token, sent as `Authorization: Bearer` on each call.
+    Bearer(String),
+    /// Nothing to send: the API is open (loopback without credentials), or
+    /// the person's client certificate, on their own connection, says it.
+    Ambient,
+}
+
+pub(crate) struct Session {
+    pub caller: Caller,
+    pub credential: Credential,
+    /// Every form carries it back; a POST without it changes nothing.
+    pub csrf: String,
+    created: Instant,
+    last_seen: Mutex<Instant>,
+    flash: Mutex<Option<Flash>>,
+}
+
+impl Session {
+    pub fn set_flash(&self, flash: Flash) {
+        *self.flash.lock().unwrap_or_else(|e| e.into_inner()) = Some(flash);
+    }
+
+    pub fn take_flash(&self) -> Option<Flash> {
+        self.flash.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    fn expired(&self, now: Instant) -> bool {
+        let last = *self.last_seen.lock().unwrap_or_else(|e| e.into_inner());
+        now.duration_since(last) > IDLE_TIMEOUT || now.duration_since(self.created) > MAX_AGE
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Sessions {
+    by_id: Mutex<HashMap<String, Arc<Session>>>,
+}
+
+impl Sessions {
+    fn find(&self, id: &str) -> Option<Arc<Session>> {
+        let now = Instant::now();
+        let mut sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        let session = sessions.get(id)?.clone();
+        if session.expired(now) {
+            sessions.remove(id);
+            return None;
+        }
+        *session.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        Some(session)
+    }
+
+    fn open(&self, caller: Caller, credential: Credential) -> (String, Arc<Session>) {
+        let id = random_token();
+        let now = Instant::now();
+        let session = Arc::new(Session {
+            caller,
+            credential,
+            csrf: random_token(),
+            created: now,
+            last_seen: Mutex::new(now),
+            flash: Mutex::new(None),
+        });
+        let mut sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.retain(|_, s| !s.expired(now));
+        if sessions.len() >= MAX_SESSIONS {
+            let oldest = sessions
+                .iter()
+                .min_by_key(|(_, s)| *s.last_seen.lock().unwrap_or_else(|e| e.into_inner()))
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                sessions.remove(&oldest);
+            }
+        }
+        sessions.insert(id.clone(), session.clone());
+        (id, session)
+    }
+
+    pub fn close(&self, id: &str) {
+        self.by_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+    }
+}
+
+/// 32 random bytes from the OS, URL-safe: a session id or a CSRF token.
+fn random_token() -> String {
+    // The admin token generator reads /dev/urandom; a machine without it
+    // cannot run the hub's TLS either.
+    hub::admin_auth::new_token().expect("the OS random source (/dev/urandom) is readable")
+}
+
+/// The person behind a console request, with what is needed to call the
+/// admin API on their behalf.
+#[derive(Clone)]
+pub(crate) struct Visitor {
+    pub console: Arc<Console>,
+    pub session: Arc<Session>,
+    /// A session made for this request (open API, client certificate): its
+    /// cookie goes out with the answer.
+    pub new_cookie: Option<String>,
+    /// The request's connection (peer, client certificate), handed on to
+    /// the API so that a certificate signs the call in as it did the page.
+    pub connection: Option<hub::tls::Connection>,
+    /// Whether the request came over TLS: the cookie is then `Secure`.
+    pub secure: bool,
+}
+
+impl Visitor {
+    pub fn may_change(&self) -> bool {
+        self.session.caller.role == Role::Operator
+    }
+
+    /// The answer, with the session's cookie when it is new, and the
+    /// headers every console answer carries.
+    pub fn finish(&self, mut response: Response) -> Response {
+        if let Some(id) = &self.new_cookie {
+            if let Ok(value) = cookie(id, self.secure).parse() {
+                response.headers_mut().append(header::SET_COOKIE, value);
+            }
+        }
+        page::harden(response.headers_mut());
+        response
+    }
+
+    /// After a change: see the result on a page of its own (a reload does
+    /// not repeat the change).
+    pub fn redirect(&self, to: &str) -> Response {
+        self.finish(see_other(to))
+    }
+
+    /// A POST's form, if it carries this session's CSRF token.
+    pub fn checked(&self, form: Vec<(String, String)>) -> Result<Fields, Response> {
+        let fields = Fields(form);
+        match fields.get("csrf") {
+            Some(token) if same(token.as_bytes(), self.session.csrf.as_bytes()) => Ok(fields),
+            _ => Err(self.finish(page::plain_error(
+                StatusCode::FORBIDDEN,
+                "This form is stale or did not come from the console (no valid CSRF token): reload the page and try again.",
+            ))),
+        }
+    }
+}
+
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn cookie(id: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{SESSION_COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict{secure}")
+}
+
+pub(crate) fn see_other(to: &str) -> Response {
+    (StatusCode::SEE_OTHER, [(header::LOCATION, to.to_string())]).into_response()
+}
+
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, id)| id)
+}
+
+#[axum::async_trait]
+impl FromRequestParts<Arc<Console>> for Visitor {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        console: &Arc<Console>,
+    ) -> Result<Visitor, Response> {
+        let connection = parts.extensions.get::<hub::tls::Connection>().cloned();
+        let secure = console.secure_cookies;
+        let visitor = |session, new_cookie| Visitor {
+            console: console.clone(),
+            session,
+            new_cookie,
+            connection: connection.clone(),
+            secure,
+        };
+        if let Some(session) = session_id(&parts.headers).and_then(|id| console.sessions.find(id)) {
+            return Ok(visitor(session, None));
+        }
+        // No session: one is made without a sign-in when the request itself
+        // says who it is (an open admin API, a client certificate).
+        let certificate = connection
+            .as_ref()
+            .and_then(|c| c.certificate.as_ref())
+            .map(|identity| identity.fingerprint.clone());
+        let ambient = console.auth.is_open() || certificate.is_some();
+        if ambient {
+            if let Some(caller) = console.auth.identify(None, certificate.as_deref()) {
+                let (id, session) = console.sessions.open(caller, Credential::Ambient);
+                return Ok(visitor(session, Some(id)));
+            }
+        }
+        let next = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_else(|| "/console/".to_string());
+        let mut response = see_other(&format!("/console/sign-in?next={}", page::encode(&next)));
+        page::harden(response.headers_mut());
+        Err(response)
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct NextQuery {
+    next: Option<String>,
+}
+
+/// Only a console page is a place to go after signing in.
+fn next_page(next: Option<&str>) -> &str {
+    next.filter(|n| n.starts_with("/console/") && !n.starts_with("//") && !n.contains('\\'))
+        .unwrap_or("/console/")
+}
+
+pub(crate) async fn sign_in_page(
+    State(console): State<Arc<Console>>,
+    axum::extract::Query(query): axum::extract::Query<NextQuery>,
+) -> Response {
+    sign_in_form(&console, next_page(query.next.as_deref()), None)
+}
+
+fn sign_in_form(console: &Console, next: &str, error: Option<&str>) -> Response {
+    let open = console.auth.is_open();
+    let status = if error.is_some() {
+        StatusCode::UNAUTHORIZED
+    } else {
+        StatusCode::OK
+    };
+    let body = html! {
+        main.narrow {
+            h1 { "Sign in to the kasi console" }
+            @if let Some(error) = error {
+                p.flash.error role="alert" { (error) }
+            }
+            @if open {
+                p { "This admin address is open (loopback, no credentials configured): "
+                    a href=(next) { "go to the console" } "." }
+            } @else {
+                form method="post" action="/console/sign-in" {
+                    input type="hidden" name="next" value=(next);
+                    label for="token" { "Admin bearer token" }
+                    input #token type="password" name="token" autocomplete="current-password" required autofocus;
+                    p.hint { "A token made by " code { "kasi admin-token" } ", listed in the hub's "
+                        code { "--admin-tokens" } " file. Operators may change things; viewers only read." }
+                    button type="submit" { "Sign in" }
+                }
+            }
+        }
+    };
+    let mut response = (status, page::bare("Sign in", body)).into_response();
+    page::harden(response.headers_mut());
+    response
+}
+
+pub(crate) async fn sign_in(
+    State(console): State<Arc<Console>>,
+    headers: HeaderMap,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = Fields(form);
+    let next = next_page(fields.get("next")).to_string();
+    if !same_origin(&headers) {
+        return sign_in_form(
+            &console,
+            &next,
+            Some("Sign-in refused: the form was posted from another site."),
+        );
+    }
+    let token = fields.get("token").unwrap_or("").trim();
+    if console.auth.is_open() {
+        return see_other(&next);
+    }
+    match (!token.is_empty())
+        .then(|| console.auth.identify(Some(token), None))
+        .flatten()
+    {
+        Some(caller) => {
+            tracing::info!(actor = %caller.name, role = caller.role.as_str(), "console sign-in");
+            let (id, _) = console
+                .sessions
+                .open(caller, Credential::Bearer(token.to_string()));
+            let mut response = see_other(&next);
+            if let Ok(value) = cookie(&id, console.secure_cookies).parse() {
+                response.headers_mut().append(header::SET_COOKIE, value);
+            }
+            page::harden(response.headers_mut());
+            response
+        }
+        None => {
+            tracing::info!("console sign-in refused: the token is not in the admin tokens file");
+            sign_in_form(
+                &console,
+                &next,
+                Some("That token is not valid for this hub's admin API."),
+            )
+        }
+    }
+}
+
+/// A browser says where a form came from; one from another site is not a
+/// person signing in here. (No `Origin` at all: not a browser's cross-site
+/// post, allowed.)
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return true;
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    origin
+        .split_once("://")
+        .is_some_and(|(_, authority)| authority == host)
+}
+
+pub(crate) async fn sign_out(
+    visitor: Visitor,
+    headers: HeaderMap,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if let Err(refused) = visitor.checked(form) {
+        return refused;
+    }
+    if let Some(id) = session_id(&headers) {
+        visitor.console.sessions.close(id);
+    }
+    let mut response = see_other("/console/sign-in");
+    if let Ok(value) =
+        format!("{SESSION_COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0").parse()
+    {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    page::harden(response.headers_mut());
+    response
+}
+
+/// What the page header shows about the person.
+pub(crate) fn who(visitor: &Visitor) -> maud::Markup {
+    html! {
+        span.who { (visitor.session.caller.name) " · " (visitor.session.caller.role.as_str()) }
+        @if !visitor.console.auth.is_open() {
+            form.inline method="post" action="/console/sign-out" {
+                input type="hidden" name="csrf" value=(visitor.session.csrf);
+                button.link type="submit" { "Sign out" }
+            }
+        }
+    }
+}

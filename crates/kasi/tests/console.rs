@@ -1,0 +1,587 @@
+//! The operator console in a real browser: Debian's chromium, headless,
+//! driven through chromedriver (WebDriver), against the real binary with
+//! real DFSP stubs. Each test saves a screenshot of every page it looks at
+//! under `target/tmp/console-screenshots/<test>/`, for a reviewer.
+//!
+//! Never skipped: without chromium and chromedriver the tests fail with the
+//! command that installs them (`.ci/run` installs them when missing).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use support::{
+    far_future, fulfil_body, new_id, prepare_body, tokens_file, Hub, Stub, FULFILMENT, PAYEE, PAYER,
+};
+
+const INSTALL: &str = "apt-get install -y chromium chromium-driver";
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([
+            PathBuf::from("/usr/bin"),
+            PathBuf::from("/usr/lib/chromium"),
+        ])
+        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A headless chromium behind its chromedriver, killed (with the browser)
+/// when dropped.
+struct Browser {
+    driver: Child,
+    client: Client,
+    admin: String,
+    shots: PathBuf,
+    shot_count: AtomicUsize,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // chromedriver was made the leader of its own process group, so the
+        // browser it started goes with it.
+        unsafe {
+            libc::killpg(self.driver.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    async fn start(test: &str, hub: &Hub) -> Browser {
+        let chromium = find_program(&["chromium", "chromium-browser"])
+            .unwrap_or_else(|| panic!("chromium is not installed: {INSTALL}"));
+        let chromedriver = find_program(&["chromedriver"])
+            .unwrap_or_else(|| panic!("chromedriver is not installed: {INSTALL}"));
+        let port = support::reserve_address().port();
+        let mut driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start chromedriver: {error}"));
+        // It says when it listens: wait for that line, not for a time.
+        let mut out = BufReader::new(driver.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let read = out.read_line(&mut line).unwrap();
+            assert!(read > 0, "chromedriver exited before it listened");
+            if line.contains("started successfully") {
+                break;
+            }
+        }
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let profile = tempfile::tempdir().unwrap();
+        let mut capabilities = serde_json::Map::new();
+        capabilities.insert(
+            "goog:chromeOptions".to_string(),
+            json!({
+                "binary": chromium,
+                "args": [
+                    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                    "--window-size=1366,900", "--lang=en-US",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ],
+            }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap_or_else(|error| panic!("chromedriver would not start chromium: {error}"));
+        let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("console-screenshots")
+            .join(test);
+        let _ = std::fs::remove_dir_all(&shots);
+        std::fs::create_dir_all(&shots).unwrap();
+        Browser {
+            driver,
+            client,
+            admin: format!("http://{}", hub.admin),
+            shots,
+            shot_count: AtomicUsize::new(0),
+            _profile: profile,
+        }
+    }
+
+    async fn goto(&self, path: &str) {
+        self.client
+            .goto(&format!("{}{path}", self.admin))
+            .await
+            .unwrap();
+    }
+
+    async fn path(&self) -> String {
+        let url = self.client.current_url().await.unwrap();
+        match url.query() {
+            Some(query) => format!("{}?{query}", url.path()),
+            None => url.path().to_string(),
+        }
+    }
+
+    /// Saves what the browser shows now as `NN-name.png`.
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a screenshot is a PNG");
+        let n = self.shot_count.fetch_add(1, Ordering::Relaxed) + 1;
+        std::fs::write(self.shots.join(format!("{n:02}-{name}.png")), png).unwrap();
+    }
+
+    async fn fill(&self, css: &str, value: &str) {
+        let field = self.client.find(Locator::Css(css)).await.unwrap();
+        field.clear().await.unwrap();
+        field.send_keys(value).await.unwrap();
+    }
+
+    async fn select(&self, css: &str, value: &str) {
+        let select = self.client.find(Locator::Css(css)).await.unwrap();
+        select.select_by_value(value).await.unwrap();
+    }
+
+    /// Clicks and waits for the page it leads to.
+    async fn click(&self, css: &str) {
+        let element = self
+            .client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|error| panic!("no {css}: {error}"));
+        element.click().await.unwrap();
+        self.client
+            .wait()
+            .for_element(Locator::Css("body"))
+            .await
+            .unwrap();
+    }
+
+    async fn text(&self, css: &str) -> String {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|error| panic!("no {css}: {error}"))
+            .text()
+            .await
+            .unwrap()
+    }
+
+    async fn count(&self, css: &str) -> usize {
+        self.client.find_all(Locator::Css(css)).await.unwrap().len()
+    }
+
+    async fn attribute(&self, css: &str, name: &str) -> Option<String> {
+        self.client
+            .find(Locator::Css(css))
+            .await
+            .unwrap_or_else(|error| panic!("no {css}: {error}"))
+            .attr(name)
+            .await
+            .unwrap()
+    }
+
+    async fn flash(&self) -> String {
+        self.text(".flash").await
+    }
+
+    async fn sign_in(&self, token: &str) {
+        self.goto("/console/").await;
+        assert!(
+            self.path().await.starts_with("/console/sign-in"),
+            "a console page without a session leads to the sign-in: {}",
+            self.path().await
+        );
+        self.fill("#token", token).await;
+        self.click("form button[type=submit]").await;
+    }
+
+    /// The session cookie, for requests made beside the browser.
+    async fn cookie(&self) -> String {
+        let cookie = self
+            .client
+            .get_named_cookie(console::SESSION_COOKIE)
+            .await
+            .unwrap();
+        assert_eq!(cookie.http_only(), Some(true));
+        format!("{}={}", cookie.name(), cookie.value())
+    }
+}
+
+/// A hub with an operator's and a viewer's token, its accounts and the
+/// default settlement model set up through the admin API.
+fn hub_with_tokens(dir: &std::path::Path) -> (Hub, support::Tokens) {
+    let (file, tokens) = tokens_file(dir);
+    let mut hub = Hub::start_with(
+        &dir.join("data"),
+        &["--admin-tokens", file.to_str().unwrap()],
+    );
+    hub.admin_bearer = Some(tokens.operator.clone());
+    hub.setup();
+    (hub, tokens)
+}
+
+fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, amount, far_future());
+    let response = hub.prepare(PAYER, PAYEE, &body);
+    assert_eq!(response.status, 202, "prepare: {response:?}");
+    payee.expect("POST", "/transfers");
+    let response = hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
+    assert_eq!(response.status, 200, "fulfil: {response:?}");
+    payer.expect("PUT", &format!("/transfers/{id}"));
+    id
+}
+
+/// The payer's first usage bar on the overview: its class and its text.
+async fn payer_cap_usage(browser: &Browser) -> (String, String) {
+    browser.goto("/console/").await;
+    let row = format!("tr[data-dfsp='{PAYER}'] .usage");
+    let class = browser.attribute(&row, "class").await.unwrap_or_default();
+    let text = browser.text(&format!("{row} .pct")).await;
+    (class, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settles() {
+    let dir = tempfile::tempdir().unwrap();
+    let (hub, tokens) = hub_with_tokens(dir.path());
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    let browser = Browser::start("operator", &hub).await;
+
+    // Sign in: a wrong token is refused on the form, the right one lands on
+    // the overview as the operator the tokens file names.
+    browser.goto("/console/").await;
+    browser.shot("sign-in").await;
+    browser.fill("#token", "kasi_not-a-token").await;
+    browser.click("form button[type=submit]").await;
+    assert!(browser.flash().await.contains("not valid"));
+    browser.sign_in(&tokens.operator).await;
+    assert_eq!(browser.path().await, "/console/");
+    assert!(browser.text(".who").await.contains("alice · operator"));
+    browser.shot("overview-empty").await;
+
+    // Onboard both DFSPs from the form. A mistake is answered with the
+    // API's own validation message, and nothing is created.
+    browser.goto("/console/participants").await;
+    browser.fill("#onboard-name", "brokenfsp").await;
+    browser.fill("#onboard-currency", "XX1").await;
+    browser.fill("#onboard-cap", "1000").await;
+    browser.click("#onboard button[type=submit]").await;
+    let refused = browser.flash().await;
+    assert!(
+        refused.contains("not an ISO 4217 currency"),
+        "the API's message: {refused}"
+    );
+    assert_eq!(
+        hub.admin("GET", "/participants/brokenfsp", None).status,
+        404,
+        "a refused onboarding creates nothing"
+    );
+    for (stub, funds) in [(&payer, ""), (&payee, "5000")] {
+        browser.goto("/console/participants").await;
+        browser.fill("#onboard-name", &stub.name).await;
+        browser.fill("#onboard-currency", "usd").await;
+        browser.fill("#onboard-cap", "1000").await;
+        browser.fill("#onboard-base", &stub.base_url()).await;
+        browser.fill("#onboard-funds", funds).await;
+        browser.click("#onboard button[type=submit]").await;
+        assert_eq!(
+            browser.path().await,
+            format!("/console/participants/{}", stub.name)
+        );
+        let done = browser.flash().await;
+        assert!(
+            done.contains(&format!("{} onboarded in USD", stub.name)),
+            "{done}"
+        );
+    }
+    browser.shot("participant-onboarded").await;
+    let endpoints = hub
+        .admin_expect(
+            "GET",
+            &format!("/participants/{PAYER}/endpoints"),
+            None,
+            200,
+        )
+        .json();
+    assert!(
+        endpoints
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "FSPIOP_CALLBACK_URL_TRANSFER_POST"
+                && e["value"] == format!("{}/transfers", payer.base_url())),
+        "{endpoints}"
+    );
+    assert_eq!(hub.account_value(PAYEE, "SETTLEMENT"), -5000.0);
+
+    // Fund the payer: a confirmation shows the effect on its liquidity
+    // before anything moves.
+    browser
+        .goto(&format!("/console/participants/{PAYER}"))
+        .await;
+    browser.select("#funds-action", "in").await;
+    browser.fill("#funds-amount", "2000").await;
+    browser.fill("#funds-reason", "deposit 2026-11-23").await;
+    browser
+        .click("form[action$='/funds'] button[type=submit]")
+        .await;
+    let effect = browser.text("dl.effect").await;
+    assert!(effect.contains("Liquidity cover now\n0 USD"), "{effect}");
+    assert!(
+        effect.contains("Liquidity cover after\n2,000 USD"),
+        "{effect}"
+    );
+    assert_eq!(
+        hub.account_value(PAYER, "SETTLEMENT"),
+        0.0,
+        "nothing moves before the confirmation"
+    );
+    browser.shot("funds-in-confirm").await;
+    browser
+        .click("form[action$='/funds/confirm'] button[type=submit]")
+        .await;
+    assert!(browser
+        .flash()
+        .await
+        .contains("Funds in of 2000 USD recorded"));
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -2000.0);
+    browser.shot("participant-funded").await;
+
+    // Positions move with the transfers the test drives: 0 %, then 80 %
+    // of the net debit cap (amber), then 95 % (red).
+    let (class, text) = payer_cap_usage(&browser).await;
+    assert_eq!((class.as_str(), text.as_str()), ("usage ok", "0 %"));
+    let first = transfer(&hub, &payer, &payee, "400");
+    transfer(&hub, &payer, &payee, "400");
+    let (class, text) = payer_cap_usage(&browser).await;
+    assert_eq!((class.as_str(), text.as_str()), ("usage warn", "80 %"));
+    browser.shot("overview-amber").await;
+    transfer(&hub, &payer, &payee, "150");
+    let (class, text) = payer_cap_usage(&browser).await;
+    assert_eq!((class.as_str(), text.as_str()), ("usage alarm", "95 %"));
+    browser.shot("overview-red").await;
+    // One more is over the cap: refused (4200), and counted as a failure.
+    let refused_id = new_id();
+    let response = hub.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&refused_id, PAYER, PAYEE, "100", far_future()),
+    );
+    assert_eq!(response.status, 202);
+    payer.expect("PUT", &format!("/transfers/{refused_id}/error"));
+
+    // Find a transfer by id: its state, parties, amount and timeline.
+    browser.goto("/console/transfers").await;
+    browser.fill("#transfer-id", &first).await;
+    browser.click("form.search button[type=submit]").await;
+    let found = browser.text("section.transfer").await;
+    for expected in ["COMMITTED", PAYER, PAYEE, "400 USD", "PREPARE", "COMMIT"] {
+        assert!(found.contains(expected), "{expected} in {found}");
+    }
+    let failures = browser.text("table.codes").await;
+    assert!(failures.contains("4200"), "{failures}");
+    browser.shot("transfer-found").await;
+
+    // Settle: close the window, create a settlement of it, finalize it in
+    // one action; the positions go back to zero.
+    browser.goto("/console/settlement").await;
+    browser.shot("settlement-open").await;
+    browser
+        .click("tr[data-window='1'] form button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("Window 1 closed"));
+    browser
+        .select("#settlement-model", "DEFAULTDEFERREDNET")
+        .await;
+    browser
+        .click("#create-settlement button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("Settlement 1 created"));
+    let nets = browser.text("table.settlement").await;
+    assert!(
+        nets.contains("950 USD") && nets.contains("-950 USD"),
+        "{nets}"
+    );
+    browser.shot("settlement-created").await;
+    browser.click("form[action$='/finalize'] button").await;
+    assert!(browser.flash().await.contains("Settlement 1 finalized"));
+    assert!(browser.text("h1").await.contains("SETTLED"));
+    browser.shot("settlement-finalized").await;
+    assert_eq!(hub.position(PAYER), 0.0, "the payer's position is reset");
+    let settlement = hub
+        .admin_expect("GET", "/v2/settlements/1", None, 200)
+        .json();
+    assert_eq!(settlement["state"], "SETTLED");
+
+    // The report, downloaded with the session (beside the browser, which
+    // would save it to disk).
+    let cookie = browser.cookie().await;
+    let report = support::http(
+        hub.admin,
+        "GET",
+        "/console/settlement/settlements/1/report.csv",
+        &[("Cookie".to_string(), cookie)],
+        b"",
+    );
+    assert_eq!(report.status, 200);
+    assert!(report
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/csv"));
+    assert!(
+        report.text().starts_with("settlementId,"),
+        "{}",
+        report.text()
+    );
+    assert!(report.text().contains(PAYER));
+
+    // Every change above left the API's audit event, with the operator as
+    // the actor.
+    browser.goto("/console/audit?action=funds.in").await;
+    let audit = browser.text("table.audit").await;
+    assert!(
+        audit.contains("alice") && audit.contains("funds.in"),
+        "{audit}"
+    );
+    browser.shot("audit").await;
+    let events = hub
+        .admin_expect("GET", "/audit-events?actor=alice&limit=1000", None, 200)
+        .json();
+    let actions: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    for action in [
+        "participant.create",
+        "limits.init",
+        "endpoint.set",
+        "funds.in",
+        "settlementWindow.close",
+        "settlement.create",
+        "settlement.finalize",
+    ] {
+        assert!(actions.contains(&action), "{action} in {actions:?}");
+    }
+
+    // After settlement the bar is back at 0 %.
+    let (class, text) = payer_cap_usage(&browser).await;
+    assert_eq!((class.as_str(), text.as_str()), ("usage ok", "0 %"));
+
+    // On a phone's width the page itself does not scroll sideways (wide
+    // tables scroll inside their frame).
+    browser.client.set_window_size(390, 844).await.unwrap();
+    browser.goto("/console/").await;
+    let overflow = browser
+        .client
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(overflow.as_i64().unwrap() <= 0, "overflow {overflow}");
+    browser.shot("overview-phone").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let (hub, tokens) = hub_with_tokens(dir.path());
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1000, 500);
+    let browser = Browser::start("viewer", &hub).await;
+    browser.sign_in(&tokens.viewer).await;
+    assert!(browser.text(".who").await.contains("grafana · viewer"));
+
+    for (page, name) in [
+        ("/console/", "overview"),
+        ("/console/participants", "participants"),
+        (
+            &format!("/console/participants/{PAYER}") as &str,
+            "participant",
+        ),
+        ("/console/settlement", "settlement"),
+        ("/console/transfers", "transfers"),
+        ("/console/audit", "audit"),
+    ] {
+        browser.goto(page).await;
+        assert_eq!(browser.path().await, page);
+        // Reading forms (find a transfer, filter the audit) use GET; no
+        // form on a viewer's page may POST a change.
+        assert_eq!(
+            browser.count("main form[method='post']").await,
+            0,
+            "{page} shows a viewer a control that changes something"
+        );
+        browser.shot(name).await;
+    }
+
+    // A change forged with the viewer's own session and CSRF token is
+    // refused by the admin API, and nothing changes.
+    let cookie = browser.cookie().await;
+    let csrf = browser
+        .attribute("header form input[name=csrf]", "value")
+        .await
+        .unwrap();
+    let forged = support::http(
+        hub.admin,
+        "POST",
+        &format!("/console/participants/{PAYER}/limits"),
+        &[
+            ("Cookie".to_string(), cookie.clone()),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        format!("csrf={csrf}&currency=USD&value=999999").as_bytes(),
+    );
+    assert_eq!(forged.status, 303, "{forged:?}");
+    browser
+        .goto(&format!("/console/participants/{PAYER}"))
+        .await;
+    let refused = browser.flash().await;
+    assert!(refused.contains("Forbidden"), "{refused}");
+    let limits = hub
+        .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
+        .json();
+    assert_eq!(support::number(&limits[0]["limit"]["value"]), 1000.0);
+    let events = hub
+        .admin_expect("GET", "/audit-events?actor=grafana", None, 200)
+        .json();
+    assert_eq!(events, json!([]), "a refused change leaves no audit event");
+
+    // Without the session's CSRF token a POST is refused before anything.
+    let no_token = support::http(
+        hub.admin,
+        "POST",
+        &format!("/console/participants/{PAYER}/active"),
+        &[
+            ("Cookie".to_string(), cookie),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        b"csrf=forged",
+    );
+    assert_eq!(no_token.status, 403);
+
+    // Signing out ends the session.
+    browser.click("header form button[type=submit]").await;
+    assert!(browser.path().await.starts_with("/console/sign-in"));
+    browser.goto("/console/participants").await;
+    assert!(browser.path().await.starts_with("/console/sign-in"));
+    browser.shot("signed-out").await;
+}
