@@ -7,7 +7,7 @@
 //! (`rejected`: 4001, 4200, ...), aborted by the payee or by a wrong
 //! fulfilment (`aborted`), expired (`expired`, by the hub's clock or a
 //! fulfil too late). A request refused before anything was recorded
-//! (malformed, unknown, modified resend) and a resend of a known transfer
+//! (malformed, unknown, already expired, modified resend) and a resend of a known transfer
 //! are not counted: they are not outcomes of a transfer.
 //!
 //! Everything is keyed by the payer, counted since the hub started. The
@@ -93,7 +93,7 @@ impl TransferResult {
 /// The message that ended a transfer in failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FailurePhase {
-    /// `POST /transfers` (liquidity, limits, already expired).
+    /// `POST /transfers` (liquidity, net debit cap).
     Prepare,
     /// `PUT /transfers/{ID}` (wrong fulfilment, too late).
     Fulfil,
