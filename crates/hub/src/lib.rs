@@ -16,6 +16,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod admin_auth;
+pub mod admin_transfers;
 pub mod audit;
 pub mod body;
 pub mod callback_url;
@@ -38,6 +39,7 @@ pub mod settlement;
 pub mod stages;
 pub mod tls;
 pub mod trace;
+pub mod transfer_stats;
 pub mod transfers;
 pub mod watch;
 pub mod wire;
@@ -599,6 +601,8 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(audit::router(hub.clone()))
         .merge(pins::router(hub.clone()))
         .merge(callbacks::router(hub.clone()))
+        .merge(transfer_stats::router(hub.clone()))
+        .merge(admin_transfers::router(hub.clone()))
         .merge(scrape)
         .layer(axum::middleware::from_fn(move |request, next| {
             admin_auth::authenticate(auth.clone(), request, next)

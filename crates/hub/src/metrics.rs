@@ -24,7 +24,11 @@
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
 //! `kasi_runtime_lag_max_seconds`, `kasi_stage_duration_seconds` (by `phase`
-//! and `stage` of a transfer message, see [`crate::stages`]); and the
+//! and `stage` of a transfer message, see [`crate::stages`]),
+//! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
+//! committed, rejected, aborted, expired), `kasi_dfsp_transfer_seconds` (by
+//! `payer`: prepare→commit in the ledger), `kasi_transfer_errors_total` (by
+//! `code`; these three from [`crate::transfer_stats`]); and the
 //! standard `process_resident_memory_bytes` (Linux only: read from
 //! `/proc/self/statm` at scrape time, absent elsewhere).
 
@@ -56,7 +60,7 @@ use crate::stages::{cell_index, cells, Phase, Stage};
 use crate::Hub;
 
 /// Latency buckets, 0.1 ms to 10 s (1-2.5-5 per decade).
-const LATENCY_BUCKETS: [f64; 16] = [
+pub(crate) const LATENCY_BUCKETS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,
 ];
@@ -191,6 +195,10 @@ pub struct Metrics {
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
+    /// Transfer outcomes by payer and failures by code (see
+    /// [`crate::transfer_stats`]), also served as `/stats/dfsps` and
+    /// `/stats/transfer-errors`.
+    pub transfers: Arc<crate::transfer_stats::TransferStats>,
     /// The FSPIOP listener's connection counters (`server::serve` keeps them).
     pub api_connections: Arc<crate::server::ConnectionStats>,
     /// The admin listener's.
@@ -289,6 +297,10 @@ impl Metrics {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
         }));
+        let transfers = Arc::new(crate::transfer_stats::TransferStats::new());
+        registry.register_collector(Box::new(crate::transfer_stats::TransferStatsCollector(
+            transfers.clone(),
+        )));
         registry.register_collector(Box::new(Process));
         registry.register_collector(Box::new(RoleCollector(role)));
         let api_connections = Arc::<crate::server::ConnectionStats>::default();
@@ -311,6 +323,7 @@ impl Metrics {
             position_utilisation,
             position_alarm,
             sources_refused,
+            transfers,
             api_connections,
             admin_connections,
         }

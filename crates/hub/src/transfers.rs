@@ -20,6 +20,7 @@ use store::StoredTransfer;
 
 use crate::notify::Tracking;
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
+use crate::transfer_stats::FailurePhase;
 use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
 use crate::{Hub, HubError};
 
@@ -167,6 +168,12 @@ impl Hub {
             let reply = Reply::unprompted(version);
             let description =
                 "Transfer expired - the transfer reached its expiration before it was fulfilled";
+            self.metrics.transfers.record_failure(
+                view,
+                FailurePhase::Expire,
+                ErrorCode::TRANSFER_EXPIRED,
+                description,
+            );
             for destination in [view.payer, view.payee] {
                 self.send_error(
                     destination,
@@ -280,7 +287,7 @@ impl Hub {
     /// The store's copy of a transfer, for one the ledger no longer holds in
     /// memory; `None` without a retention horizon. Read on the request's
     /// task, never the ledger's thread.
-    async fn stored_transfer(
+    pub(crate) async fn stored_transfer(
         &self,
         transfer_id: TransferId,
     ) -> Result<Option<StoredTransfer>, HubError> {
@@ -487,6 +494,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     };
     match outcome {
         Outcome::Transfer(view) => {
+            hub.metrics.transfers.record_prepared(view.payer);
             let forwarded = forwarded_headers(headers, true);
             hub.call_back(
                 view.payee,
@@ -499,14 +507,23 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 prepared(&view),
             );
         }
-        Outcome::Failed { transfer, error } => hub.send_error(
-            transfer.payer,
-            transfer_id,
-            error.code,
-            &described(&error),
-            caller.reply(),
-            final_state(&transfer),
-        ),
+        Outcome::Failed { transfer, error } => {
+            let description = described(&error);
+            hub.metrics.transfers.record_failure(
+                &transfer,
+                FailurePhase::Prepare,
+                error.code,
+                &description,
+            );
+            hub.send_error(
+                transfer.payer,
+                transfer_id,
+                error.code,
+                &description,
+                caller.reply(),
+                final_state(&transfer),
+            )
+        }
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
             transfer_id,
@@ -586,6 +603,9 @@ async fn fulfil(
     .await?;
     match outcome {
         Outcome::Transfer(view) => {
+            if view.state == TransferState::Committed {
+                hub.metrics.transfers.record_committed(&view);
+            }
             if reserve_only {
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
@@ -641,6 +661,12 @@ async fn fulfil(
         }
         Outcome::Failed { transfer, error } => {
             let description = described(&error);
+            hub.metrics.transfers.record_failure(
+                &transfer,
+                FailurePhase::Fulfil,
+                error.code,
+                &description,
+            );
             hub.send_error(
                 transfer.payer,
                 transfer_id,
@@ -724,6 +750,13 @@ async fn abort(
     .await?;
     match outcome {
         Outcome::Transfer(view) => {
+            // The payee's own code and words.
+            hub.metrics.transfers.record_failure(
+                &view,
+                FailurePhase::Abort,
+                view.reason.unwrap_or(parsed.code),
+                &parsed.description,
+            );
             let forwarded = forwarded_headers(headers, false);
             hub.call_back(
                 view.payer,

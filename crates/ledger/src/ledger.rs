@@ -281,6 +281,9 @@ impl Ledger {
                 transfer_id,
                 caller,
             } => self.get_transfer(*transfer_id, *caller),
+            Command::ReadTransfer { transfer_id } => {
+                self.read_transfer(*transfer_id).map(Outcome::Transfer)
+            }
             Command::Expire => Ok(self.expire()),
             Command::SetEndpoint {
                 name,
@@ -1580,13 +1583,7 @@ impl Ledger {
     }
 
     fn get_transfer(&self, transfer_id: TransferId, caller: FspName) -> Result<Outcome, Rejection> {
-        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
-            Rejection::new(
-                ErrorCode::TRANSFER_ID_NOT_FOUND,
-                format!("transfer {transfer_id} not found"),
-            )
-        })?;
-        let view = self.view(transfer_id, transfer);
+        let view = self.read_transfer(transfer_id)?;
         if caller != view.payer && caller != view.payee {
             return Err(Rejection::new(
                 ErrorCode::GENERIC_CLIENT_ERROR,
@@ -1594,6 +1591,17 @@ impl Ledger {
             ));
         }
         Ok(Outcome::Transfer(view))
+    }
+
+    /// A transfer in memory, without the parties' check.
+    fn read_transfer(&self, transfer_id: TransferId) -> Result<TransferView, Rejection> {
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        Ok(self.view(transfer_id, transfer))
     }
 
     fn expire(&mut self) -> Outcome {

@@ -366,6 +366,11 @@ pub enum Command {
         transfer_id: TransferId,
         caller: FspName,
     },
+    /// The admin API's read of any transfer in memory, FSPIOP transfer or
+    /// funds movement, whoever its parties (the operator is neither).
+    ReadTransfer {
+        transfer_id: TransferId,
+    },
     /// Expires every reserved transfer whose expiration is at or before the
     /// batch's time. The pipeline issues it when the next expiry is due.
     Expire,

@@ -789,6 +789,7 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UpdateOracle { .. }
         | Command::DeleteOracle { .. }
         | Command::ReadOracles
+        | Command::ReadTransfer { .. }
         | Command::RecordQuote { .. }
         | Command::AnswerQuote { .. }
         | Command::CloseSettlementWindow { .. }

@@ -1007,6 +1007,19 @@ fn get_transfer_by_a_third_party_is_3000_and_unknown_is_3208() {
         assert_eq!(view(&result.outcomes[0]).state, TransferState::Reserved);
         assert!(result.records.is_empty());
     }
+    // The operator's read needs no party, changes nothing, and an unknown
+    // id is 3208 as for the parties.
+    let result = hub.batch(&[Command::ReadTransfer {
+        transfer_id: TransferId::new(1),
+    }]);
+    assert_eq!(view(&result.outcomes[0]).payer, payer.name);
+    assert!(result.records.is_empty());
+    hub.assert_rejected(
+        Command::ReadTransfer {
+            transfer_id: TransferId::new(2),
+        },
+        ErrorCode::TRANSFER_ID_NOT_FOUND,
+    );
     assert_eq!(hub.ledger.snapshot(), before);
 }
 

@@ -1,0 +1,196 @@
+//! `GET /transfers/{ID}` on the admin address (a kasi extension): the
+//! operator reads any transfer — an FSPIOP transfer or a funds in/out
+//! movement — whoever its parties, as JSON rather than as a callback.
+//!
+//! The ledger answers from memory (`Command::ReadTransfer`, a read without
+//! the payer/payee check the FSPIOP `GET` has); a transfer past the
+//! retention horizon is read from the store, as the FSPIOP `GET` does.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use ledger::{Command, ErrorCode, Outcome, TransferKind, TransferState, TransferView};
+use serde_json::{json, Map, Value};
+
+use crate::{format_time, Hub, HubError};
+
+pub fn router(hub: Arc<Hub>) -> Router {
+    Router::new()
+        .route("/transfers/:id", get(get_transfer))
+        .with_state(hub)
+}
+
+/// Where the answer was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Memory,
+    Store,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Memory => "memory",
+            Source::Store => "store",
+        }
+    }
+}
+
+/// The kind as the admin API spells it.
+pub fn kind_name(kind: TransferKind) -> &'static str {
+    match kind {
+        TransferKind::Fspiop => "transfer",
+        TransferKind::FundsIn => "fundsIn",
+        TransferKind::FundsOut => "fundsOut",
+    }
+}
+
+/// What happened to a transfer, in order, with ledger instants: its
+/// prepare, then the step that finished it, if any.
+pub fn timeline(view: &TransferView) -> Vec<(&'static str, i64)> {
+    let mut steps = vec![("prepare", view.prepared_at_ms)];
+    let finished_at = view.completed_at_ms;
+    match view.state {
+        TransferState::Reserved => {}
+        TransferState::Committed => {
+            steps.push(("commit", finished_at.unwrap_or(view.prepared_at_ms)))
+        }
+        TransferState::Aborted => steps.push(("abort", finished_at.unwrap_or(view.prepared_at_ms))),
+        TransferState::Rejected => {
+            steps.push(("reject", finished_at.unwrap_or(view.prepared_at_ms)))
+        }
+        // The hub expires a transfer at (or just after) its expiration.
+        TransferState::Expired => steps.push(("expire", finished_at.unwrap_or(view.expiration_ms))),
+    }
+    steps
+}
+
+/// The admin API's JSON for a transfer (see docs/operations.md).
+pub fn transfer_json(view: &TransferView, source: Source) -> Value {
+    let mut body = Map::new();
+    body.insert("transferId".into(), json!(view.transfer_id.to_string()));
+    body.insert("kind".into(), json!(kind_name(view.kind)));
+    body.insert("payerFsp".into(), json!(view.payer.as_str()));
+    body.insert("payeeFsp".into(), json!(view.payee.as_str()));
+    body.insert(
+        "amount".into(),
+        json!({"amount": view.amount.to_string(), "currency": view.currency.to_string()}),
+    );
+    body.insert("transferState".into(), json!(view.state.fspiop()));
+    body.insert("internalState".into(), json!(view.state.as_str()));
+    // A transfer that did not commit always has a reason; the ledger's
+    // rule, but a missing one is shown as absent rather than invented.
+    if view.state != TransferState::Committed {
+        if let Some(code) = view.reason {
+            body.insert("errorCode".into(), json!(code.to_string()));
+            body.insert("errorDescription".into(), json!(code.description()));
+        }
+    }
+    body.insert("expiration".into(), json!(format_time(view.expiration_ms)));
+    body.insert("preparedAt".into(), json!(format_time(view.prepared_at_ms)));
+    if let Some(completed) = view.completed_at_ms.filter(|_| view.state.is_final()) {
+        body.insert("completedAt".into(), json!(format_time(completed)));
+    }
+    body.insert("hasFulfilment".into(), json!(view.fulfilment.is_some()));
+    body.insert("source".into(), json!(source.as_str()));
+    let timeline: Vec<Value> = timeline(view)
+        .into_iter()
+        .map(|(phase, at)| json!({"phase": phase, "at": format_time(at)}))
+        .collect();
+    body.insert("timeline".into(), Value::Array(timeline));
+    Value::Object(body)
+}
+
+async fn get_transfer(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+) -> Result<Response, HubError> {
+    let transfer_id = fspiop::parse_correlation_id(&id)?;
+    let outcome = hub
+        .execute_one(Command::ReadTransfer { transfer_id })
+        .await?;
+    let (view, source) = match outcome {
+        Outcome::Transfer(view) => (view, Source::Memory),
+        // Not in memory: past the retention horizon, the store has it (an
+        // evicted transfer was durable before it left).
+        Outcome::Rejected(error) if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND => {
+            match hub.stored_transfer(transfer_id).await? {
+                Some(stored) => (stored.view, Source::Store),
+                None => {
+                    let error = HubError::new(
+                        ErrorCode::TRANSFER_ID_NOT_FOUND,
+                        format!("Transfer ID not found - transfer {transfer_id} not found"),
+                    );
+                    // 3208 is a 400 on the FSPIOP API (an answer to a
+                    // callback); a read of an unknown resource is a 404.
+                    return Ok((StatusCode::NOT_FOUND, error).into_response());
+                }
+            }
+        }
+        other => return Err(HubError::from_outcome(other)),
+    };
+    Ok(Json(transfer_json(&view, source)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledger::{Amount, Currency, FspName, TransferId};
+
+    fn view(state: TransferState, completed: Option<i64>) -> TransferView {
+        TransferView {
+            transfer_id: TransferId::new(7),
+            kind: TransferKind::Fspiop,
+            payer: FspName::new("payerfsp").unwrap(),
+            payee: FspName::new("payeefsp").unwrap(),
+            amount: Amount::parse_fspiop("10.5").unwrap(),
+            currency: Currency::parse("USD").unwrap(),
+            state,
+            reason: match state {
+                TransferState::Expired => Some(ErrorCode::TRANSFER_EXPIRED),
+                _ => None,
+            },
+            expiration_ms: 1_700_000_010_000,
+            prepared_at_ms: 1_700_000_000_000,
+            completed_at_ms: completed,
+            fulfilment: None,
+            wire_version: 0,
+        }
+    }
+
+    #[test]
+    fn a_reserved_transfer_has_no_completion_nor_error() {
+        let body = transfer_json(&view(TransferState::Reserved, None), Source::Memory);
+        assert_eq!(body["transferState"], "RESERVED");
+        assert_eq!(body["amount"], json!({"amount": "10.5", "currency": "USD"}));
+        assert_eq!(body["source"], "memory");
+        assert_eq!(body["kind"], "transfer");
+        assert_eq!(body["hasFulfilment"], false);
+        for absent in ["completedAt", "errorCode", "errorDescription"] {
+            assert!(body.get(absent).is_none(), "{absent} in {body}");
+        }
+        assert_eq!(body["timeline"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_expired_transfer_is_aborted_with_3303_and_its_expiry_in_the_timeline() {
+        let completed = Some(1_700_000_010_004);
+        let body = transfer_json(&view(TransferState::Expired, completed), Source::Store);
+        assert_eq!(body["transferState"], "ABORTED");
+        assert_eq!(body["internalState"], "EXPIRED_RESERVED");
+        assert_eq!(body["errorCode"], "3303");
+        assert_eq!(body["source"], "store");
+        assert_eq!(body["completedAt"], format_time(1_700_000_010_004));
+        assert_eq!(
+            body["timeline"],
+            json!([
+                {"phase": "prepare", "at": format_time(1_700_000_000_000)},
+                {"phase": "expire", "at": format_time(1_700_000_010_004)},
+            ])
+        );
+    }
+}
