@@ -207,10 +207,7 @@ impl Row {
 }
 
 fn amount(value: Option<&Value>) -> Amount {
-    value
-        .map(page::text)
-        .and_then(|t| Amount::parse_lenient(&t).ok())
-        .unwrap_or(Amount::ZERO)
+    value.and_then(page::signed_amount).unwrap_or(Amount::ZERO)
 }
 
 async fn rows(visitor: &Visitor) -> Result<Vec<Row>, ApiError> {
@@ -483,7 +480,7 @@ fn meter(label: &str, percent: Option<f64>) -> Markup {
                 "ok"
             };
             html! {
-                span.usage class=(level) {
+                span class={ "usage " (level) } {
                     meter min="0" max="100" low=(100.0 - 2.0 * ALARM_PERCENT) high=(100.0 - ALARM_PERCENT) optimum="0"
                         value=(format!("{:.1}", percent.min(100.0))) aria-label=(label) {}
                     " " span.pct { (format!("{percent:.0} %")) }

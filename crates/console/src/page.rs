@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use ledger::Amount;
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 
@@ -82,8 +83,10 @@ impl Fields {
 }
 
 /// Headers on every console answer: nothing from elsewhere runs in a
-/// console page, it is never framed, and nothing of it is cached or sent on
-/// as a referrer.
+/// console page, it is never framed, nothing of it is cached, and its
+/// addresses are not sent to other sites as a referrer (`same-origin`, not
+/// `no-referrer`: with that, browsers send `Origin: null` on the console's
+/// own forms, and the sign-in's origin check could not tell them apart).
 pub(crate) fn harden(headers: &mut HeaderMap) {
     let set = |headers: &mut HeaderMap, name, value: &'static str| {
         headers.insert(name, HeaderValue::from_static(value));
@@ -95,7 +98,7 @@ pub(crate) fn harden(headers: &mut HeaderMap) {
          form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     );
     set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(headers, header::REFERRER_POLICY, "no-referrer");
+    set(headers, header::REFERRER_POLICY, "same-origin");
     set(headers, header::X_FRAME_OPTIONS, "DENY");
     set(headers, header::CACHE_CONTROL, "no-store");
 }
@@ -265,6 +268,13 @@ pub(crate) fn time_cell(value: &Value) -> Markup {
     html! { time datetime=(iso) { (time(&iso)) } }
 }
 
+/// To the millisecond, for the phases of one transfer.
+pub(crate) fn time_cell_ms(value: &Value) -> Markup {
+    let iso = text(value);
+    let shown = format!("{} UTC", iso.trim_end_matches('Z').replacen('T', " ", 1));
+    html! { time datetime=(iso) { (shown) } }
+}
+
 /// A decimal amount with thousands separators, exactly as given (no
 /// floating point on the way): `-1234567.5` → `-1,234,567.5`.
 pub(crate) fn grouped(amount: &str) -> String {
@@ -293,6 +303,17 @@ pub(crate) fn grouped(amount: &str) -> String {
 /// An amount with its currency, for a right-aligned cell.
 pub(crate) fn money(amount: &str, currency: &str) -> Markup {
     html! { span.money { (grouped(amount)) " " abbr.currency { (currency) } } }
+}
+
+/// An account value from the API, exactly: the admin API writes balances
+/// with a sign (a settlement account holding deposits is negative), which
+/// the ledger's lenient parser (for amounts sent in) does not take.
+pub(crate) fn signed_amount(value: &Value) -> Option<Amount> {
+    let text = text(value);
+    match text.strip_prefix('-') {
+        Some(magnitude) => Amount::parse_lenient(magnitude).ok()?.checked_neg(),
+        None => Amount::parse_lenient(&text).ok(),
+    }
 }
 
 /// A count as a person reads it.
@@ -328,6 +349,15 @@ mod tests {
             grouped("123456789012345678.0001"),
             "123,456,789,012,345,678.0001"
         );
+    }
+
+    #[test]
+    fn balances_keep_their_sign() {
+        let parse = |v: Value| signed_amount(&v).map(|a| a.to_string());
+        assert_eq!(parse(serde_json::json!(-2000)), Some("-2000".to_string()));
+        assert_eq!(parse(serde_json::json!("-0.5")), Some("-0.5".to_string()));
+        assert_eq!(parse(serde_json::json!(12.25)), Some("12.25".to_string()));
+        assert_eq!(parse(serde_json::json!("x")), None);
     }
 
     #[test]

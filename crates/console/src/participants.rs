@@ -170,7 +170,7 @@ fn onboard_form(visitor: &Visitor) -> Markup {
 pub(crate) async fn onboard(visitor: Visitor, Form(form): Form<Vec<(String, String)>>) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let name = fields.text("name").to_string();
     let currency = fields.text("currency").to_ascii_uppercase();
@@ -486,7 +486,7 @@ pub(crate) async fn set_limit(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let currency = fields.text("currency");
     let value = fields.text("value");
@@ -507,7 +507,7 @@ pub(crate) async fn set_active(
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
     if let Err(refused) = visitor.checked(form) {
-        return refused;
+        return *refused;
     }
     let current = match visitor.get(&participant_path(&name)).await {
         Ok(p) => p["isActive"] == 1,
@@ -532,7 +532,7 @@ pub(crate) async fn set_endpoint(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let kind = fields.text("type");
     change(
@@ -575,14 +575,14 @@ async fn funds_effect(
             .flatten()
             .find(|a| a["ledgerAccountType"] == kind && a["currency"] == currency)
     };
-    let parse = |v: &Value| Amount::parse_lenient(&page::text(v)).unwrap_or(Amount::ZERO);
+    let parse = |v: &Value| page::signed_amount(v).unwrap_or(Amount::ZERO);
     let settlement = find("SETTLEMENT").ok_or_else(|| ApiError {
         status: StatusCode::NOT_FOUND,
         code: "3200".to_string(),
         description: format!("{name} has no {currency} settlement account"),
     })?;
-    let liquidity_before = Amount::ZERO
-        .checked_sub(parse(&settlement["value"]))
+    let liquidity_before = parse(&settlement["value"])
+        .checked_neg()
         .unwrap_or(Amount::ZERO);
     let liquidity_after = if incoming {
         liquidity_before.checked_add(amount)
@@ -612,7 +612,7 @@ pub(crate) async fn funds_preview(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let incoming = fields.text("action") != "out";
     let currency = fields.text("currency").to_string();
@@ -672,7 +672,7 @@ pub(crate) async fn funds_confirm(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let incoming = fields.text("action") != "out";
     let currency = fields.text("currency");

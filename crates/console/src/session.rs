@@ -158,14 +158,14 @@ impl Visitor {
     }
 
     /// A POST's form, if it carries this session's CSRF token.
-    pub fn checked(&self, form: Vec<(String, String)>) -> Result<Fields, Response> {
+    pub fn checked(&self, form: Vec<(String, String)>) -> Result<Fields, Box<Response>> {
         let fields = Fields(form);
         match fields.get("csrf") {
             Some(token) if same(token.as_bytes(), self.session.csrf.as_bytes()) => Ok(fields),
-            _ => Err(self.finish(page::plain_error(
+            _ => Err(Box::new(self.finish(page::plain_error(
                 StatusCode::FORBIDDEN,
                 "This form is stale or did not come from the console (no valid CSRF token): reload the page and try again.",
-            ))),
+            )))),
         }
     }
 }
@@ -356,7 +356,7 @@ pub(crate) async fn sign_out(
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
     if let Err(refused) = visitor.checked(form) {
-        return refused;
+        return *refused;
     }
     if let Some(id) = session_id(&headers) {
         visitor.console.sessions.close(id);

@@ -39,7 +39,8 @@ fn list_or_empty(read: Result<Value, ApiError>) -> Result<Vec<Value>, ApiError> 
     match read {
         Ok(Value::Array(list)) => Ok(list),
         Ok(_) => Ok(Vec::new()),
-        Err(error) if error.description.contains("not found") => Ok(Vec::new()),
+        // "…not found" for windows, "No settlements found…" for settlements.
+        Err(error) if error.code == "3100" && error.description.contains("found") => Ok(Vec::new()),
         Err(error) => Err(error),
     }
 }
@@ -82,7 +83,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
                         @let id = page::text(&w["settlementWindowId"]);
                         tr data-window=(id) {
                             td.num { (id) }
-                            td { span.status class=(state_class(&page::text(&w["state"]))) { (page::text(&w["state"])) } }
+                            td { span class={ "status " (state_class(&page::text(&w["state"]))) } { (page::text(&w["state"])) } }
                             td { (page::time_cell(&w["createdDate"])) }
                             td { (page::time_cell(&w["changedDate"])) }
                             td { (window_content(w)) }
@@ -153,7 +154,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
                             @let id = page::text(&s["id"]);
                             tr {
                                 td.num { a href=(settlement_path(&id)) { (id) } }
-                                td { span.status class=(state_class(&page::text(&s["state"]))) { (page::text(&s["state"])) } }
+                                td { span class={ "status " (state_class(&page::text(&s["state"]))) } { (page::text(&s["state"])) } }
                                 td { (s["settlementWindows"].as_array().into_iter().flatten().map(|w| page::text(&w["id"])).collect::<Vec<_>>().join(", ")) }
                                 td { (page::time_cell(&s["createdDate"])) }
                                 td { (page::time_cell(&s["changedDate"])) }
@@ -208,7 +209,7 @@ pub(crate) async fn close_window(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let result = visitor
         .call(
@@ -231,7 +232,7 @@ pub(crate) async fn create_settlement(
 ) -> Response {
     let fields = match visitor.checked(form) {
         Ok(fields) => fields,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let windows: Vec<Value> = fields
         .all("window")
@@ -289,7 +290,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
     let here = settlement_path(&id);
     let may_change = visitor.may_change();
     let content = html! {
-        h1 { "Settlement " (id) " " span.status class=(state_class(&state)) { (state) } }
+        h1 { "Settlement " (id) " " span class={ "status " (state_class(&state)) } { (state) } }
         p.hint { "Created " (page::time_cell(&settlement["createdDate"])) "; reason: " (page::text(&settlement["reason"])) }
         p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
         h2 { "Net settlement amounts" }
@@ -349,7 +350,7 @@ pub(crate) async fn advance(
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
     if let Err(refused) = visitor.checked(form) {
-        return refused;
+        return *refused;
     }
     let here = settlement_path(&id);
     let api_path = format!("/v2/settlements/{}", page::encode(&id));
@@ -426,7 +427,7 @@ pub(crate) async fn finalize(
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
     if let Err(refused) = visitor.checked(form) {
-        return refused;
+        return *refused;
     }
     let result = visitor
         .call(
@@ -449,7 +450,7 @@ pub(crate) async fn abort(
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
     if let Err(refused) = visitor.checked(form) {
-        return refused;
+        return *refused;
     }
     let result = visitor
         .call(

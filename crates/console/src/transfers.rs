@@ -76,7 +76,7 @@ fn transfer_detail(t: &Value) -> Markup {
         section.transfer aria-labelledby="transfer-title" {
             h2 #transfer-title { "Transfer " code { (page::text(&t["transferId"])) } }
             dl.effect {
-                dt { "State" } dd { span.status class=(state_class) { (state) }
+                dt { "State" } dd { span class={ "status " (state_class) } { (state) }
                     @if let Some(internal) = t["internalState"].as_str() { @if internal != state { " (" (internal) ")" } } }
                 dt { "Kind" } dd { (page::text(&t["kind"])) }
                 dt { "Payer" } dd { a href={ "/console/participants/" (page::encode(&page::text(&t["payerFsp"]))) } { (page::text(&t["payerFsp"])) } }
@@ -91,7 +91,7 @@ fn transfer_detail(t: &Value) -> Markup {
             h3 { "Timeline" }
             ol.timeline {
                 @for step in t["timeline"].as_array().into_iter().flatten() {
-                    li { span.phase { (page::text(&step["phase"])) } " " (page::time_cell(&step["at"])) }
+                    li { span.phase { (page::text(&step["phase"])) } " " (page::time_cell_ms(&step["at"])) }
                 }
             }
         }

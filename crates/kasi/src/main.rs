@@ -58,7 +58,7 @@ enum Command {
     /// first start, then serves the FSPIOP API to DFSPs (`--api-listen`:
     /// transfers, parties, participants, quotes) and the central-ledger
     /// admin API to the operator (`--admin-listen`: onboarding, funds,
-    /// positions, oracles, `/metrics`). Stops cleanly on SIGINT or SIGTERM:
+    /// positions, oracles, `/metrics`, and the console at `/console/`). Stops cleanly on SIGINT or SIGTERM:
     /// requests in flight are answered, queued work is committed and queued
     /// callbacks are delivered before the store closes.
     Serve(Box<serve::ServeArgs>),

@@ -51,7 +51,8 @@ pub struct ServeArgs {
     api_listen: SocketAddr,
 
     /// Address of the operator-facing admin API (Mojaloop central-ledger's
-    /// port), written like --api-listen.
+    /// port), written like --api-listen. The operator console is served
+    /// there too, at /console/.
     #[arg(long, env = "KASI_ADMIN_LISTEN", default_value = "127.0.0.1:3001", value_parser = parse_listen)]
     admin_listen: SocketAddr,
 

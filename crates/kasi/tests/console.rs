@@ -148,17 +148,22 @@ impl Browser {
         select.select_by_value(value).await.unwrap();
     }
 
-    /// Clicks and waits for the page it leads to.
+    /// Clicks and waits for the page it leads to (a new document: the old
+    /// one is marked before the click).
     async fn click(&self, css: &str) {
         let element = self
             .client
             .find(Locator::Css(css))
             .await
             .unwrap_or_else(|error| panic!("no {css}: {error}"));
+        self.client
+            .execute("document.documentElement.dataset.stale = '1';", vec![])
+            .await
+            .unwrap();
         element.click().await.unwrap();
         self.client
             .wait()
-            .for_element(Locator::Css("body"))
+            .for_element(Locator::Css("html:not([data-stale]) body"))
             .await
             .unwrap();
     }
@@ -236,6 +241,8 @@ fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
     let response = hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
     assert_eq!(response.status, 200, "fulfil: {response:?}");
     payer.expect("PUT", &format!("/transfers/{id}"));
+    // The payee is told of the commit too (Mojaloop's notification).
+    payee.expect("PUT", &format!("/transfers/{id}"));
     id
 }
 
@@ -280,10 +287,10 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         refused.contains("not an ISO 4217 currency"),
         "the API's message: {refused}"
     );
-    assert_eq!(
-        hub.admin("GET", "/participants/brokenfsp", None).status,
-        404,
-        "a refused onboarding creates nothing"
+    let participants = hub.admin_expect("GET", "/participants", None, 200).json();
+    assert!(
+        !participants.to_string().contains("brokenfsp"),
+        "a refused onboarding creates nothing: {participants}"
     );
     for (stub, funds) in [(&payer, ""), (&payee, "5000")] {
         browser.goto("/console/participants").await;
@@ -368,6 +375,11 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     transfer(&hub, &payer, &payee, "150");
     let (class, text) = payer_cap_usage(&browser).await;
     assert_eq!((class.as_str(), text.as_str()), ("usage alarm", "95 %"));
+    let row = browser.text(&format!("tr[data-dfsp='{PAYER}']")).await;
+    assert!(
+        row.contains("950 USD") && row.contains("2,000 USD") && row.contains("48 %"),
+        "position 950 against a liquidity cover of 2,000: {row}"
+    );
     browser.shot("overview-red").await;
     // One more is over the cap: refused (4200), and counted as a failure.
     let refused_id = new_id();
