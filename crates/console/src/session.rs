@@ -383,3 +383,51 @@ pub(crate) fn who(visitor: &Visitor) -> maud::Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_console_pages_are_places_to_go_after_signing_in() {
+        assert_eq!(
+            next_page(Some("/console/participants?x=1")),
+            "/console/participants?x=1"
+        );
+        for elsewhere in [
+            "https://evil.example/",
+            "//evil.example/console/",
+            "/metrics",
+            "/console/\\evil",
+        ] {
+            assert_eq!(next_page(Some(elsewhere)), "/console/", "{elsewhere}");
+        }
+        assert_eq!(next_page(None), "/console/");
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            "a=1; kasi_console=abc; b=2".parse().unwrap(),
+        );
+        assert_eq!(session_id(&headers), Some("abc"));
+        assert!(cookie("abc", true).ends_with("SameSite=Strict; Secure"));
+        assert!(cookie("abc", false).contains("HttpOnly"));
+    }
+
+    #[test]
+    fn a_form_posted_from_another_site_is_not_a_sign_in() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, "127.0.0.1:3001".parse().unwrap());
+        assert!(
+            same_origin(&headers),
+            "no Origin: not a cross-site browser post"
+        );
+        headers.insert(header::ORIGIN, "http://127.0.0.1:3001".parse().unwrap());
+        assert!(same_origin(&headers));
+        headers.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(!same_origin(&headers));
+    }
+}

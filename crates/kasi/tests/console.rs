@@ -381,6 +381,16 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         "position 950 against a liquidity cover of 2,000: {row}"
     );
     browser.shot("overview-red").await;
+    // The page refreshes its live part in place (the console's script,
+    // allowed by the page's own CSP): rates then appear.
+    browser
+        .client
+        .wait()
+        .for_element(Locator::Css("#live[data-refreshed]"))
+        .await
+        .unwrap();
+    let tiles = browser.text(".tiles").await;
+    assert!(tiles.contains("/s"), "rates after a refresh: {tiles}");
     // One more is over the cap: refused (4200), and counted as a failure.
     let refused_id = new_id();
     let response = hub.prepare(
@@ -489,6 +499,89 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     // After settlement the bar is back at 0 %.
     let (class, text) = payer_cap_usage(&browser).await;
     assert_eq!((class.as_str(), text.as_str()), ("usage ok", "0 %"));
+
+    // Funds out: the settlement took the payer's 950 from its deposit, so
+    // the confirmation starts from 1,050. Asking for more than is there is
+    // refused by the API, with its reason, and nothing moves.
+    browser
+        .goto(&format!("/console/participants/{PAYER}"))
+        .await;
+    browser.select("#funds-action", "out").await;
+    browser.fill("#funds-amount", "500").await;
+    browser
+        .click("form[action$='/funds'] button[type=submit]")
+        .await;
+    let effect = browser.text("dl.effect").await;
+    assert!(
+        effect.contains("Liquidity cover now\n1,050 USD"),
+        "{effect}"
+    );
+    assert!(
+        effect.contains("Liquidity cover after\n550 USD"),
+        "{effect}"
+    );
+    browser.shot("funds-out-confirm").await;
+    browser
+        .click("form[action$='/funds/confirm'] button[type=submit]")
+        .await;
+    assert!(browser
+        .flash()
+        .await
+        .contains("Funds out of 500 USD recorded"));
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -550.0);
+    browser.select("#funds-action", "out").await;
+    browser.fill("#funds-amount", "5000").await;
+    browser
+        .click("form[action$='/funds'] button[type=submit]")
+        .await;
+    assert!(browser
+        .text(".flash.error")
+        .await
+        .contains("will refuse it"));
+    browser
+        .click("form[action$='/funds/confirm'] button[type=submit]")
+        .await;
+    let refused = browser.text(".flash.error").await;
+    assert!(refused.contains("error 4"), "the API's refusal: {refused}");
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -550.0);
+
+    // Limits, activation and endpoints from the participant's page.
+    browser.fill("#limit-value", "2000").await;
+    browser
+        .click("form[action$='/limits'] button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("set to 2000"));
+    let limits = hub
+        .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
+        .json();
+    assert_eq!(support::number(&limits[0]["limit"]["value"]), 2000.0);
+    browser.click("form[action$='/active'] button").await;
+    assert!(browser.flash().await.contains("deactivated"));
+    assert!(browser.text("h1").await.contains("inactive"));
+    let participant = hub
+        .admin_expect("GET", &format!("/participants/{PAYER}"), None, 200)
+        .json();
+    assert_eq!(participant["isActive"], 0);
+    browser.click("form[action$='/active'] button").await;
+    assert!(browser.flash().await.contains("activated"));
+    browser
+        .select("#endpoint-type", "FSPIOP_CALLBACK_URL_QUOTES")
+        .await;
+    browser.fill("#endpoint-value", &payer.base_url()).await;
+    browser
+        .click("form[action$='/endpoints'] button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("FSPIOP_CALLBACK_URL_QUOTES"));
+    // A URL the hub will not call is refused with the API's words.
+    browser
+        .select("#endpoint-type", "FSPIOP_CALLBACK_URL_QUOTES")
+        .await;
+    browser.fill("#endpoint-value", "ftp://nowhere").await;
+    browser
+        .click("form[action$='/endpoints'] button[type=submit]")
+        .await;
+    assert!(browser.text(".flash.error").await.contains("3100"));
+    browser.shot("participant-changed").await;
 
     // On a phone's width the page itself does not scroll sideways (wide
     // tables scroll inside their frame).
