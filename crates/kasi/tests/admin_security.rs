@@ -771,7 +771,7 @@ impl Pki {
 }
 
 /// One HTTP/1.1 request over TLS (as `localhost`, trusting `ca`), with a
-/// client certificate if given.
+/// client certificate if given; the status and the JSON body.
 fn tls_http(
     address: std::net::SocketAddr,
     ca: &rcgen::Certificate,
@@ -781,6 +781,20 @@ fn tls_http(
     headers: &[(String, String)],
     body: &[u8],
 ) -> (u16, Value) {
+    let (status, _head, body) = tls_http_raw(address, ca, client, method, path, headers, body);
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+}
+
+/// [`tls_http`], with the answer's head and body as text.
+fn tls_http_raw(
+    address: std::net::SocketAddr,
+    ca: &rcgen::Certificate,
+    client: Option<&Issued>,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> (u16, String, String) {
     use std::io::{Read, Write};
     use std::sync::Arc;
     let mut roots = rustls::RootCertStore::empty();
@@ -826,8 +840,8 @@ fn tls_http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (status, head.to_string(), body.to_string())
 }
 
 #[test]
@@ -960,4 +974,65 @@ fn operators_by_certificate_and_a_pinned_certificate_on_fspiop() {
     );
     assert_eq!(status, 204, "{body}");
     assert_eq!(lookup(&gateway).0, 400);
+
+    // The console: the operator's browser presenting its certificate is
+    // signed in by it (no token), and a change it makes is the API's, as
+    // the certificate's operator; without a certificate, the sign-in page.
+    let console = |client: Option<&Issued>,
+                   method: &str,
+                   path: &str,
+                   headers: &[(String, String)],
+                   body: &[u8]| {
+        tls_http_raw(hub.admin, &pki.ca, client, method, path, headers, body)
+    };
+    let (status, head, _) = console(None, "GET", "/console/participants", &[], b"");
+    assert_eq!(status, 303, "{head}");
+    assert!(head.contains("location: /console/sign-in"), "{head}");
+    let (status, head, page) = console(
+        Some(&operator),
+        "GET",
+        "/console/participants/payerfsp",
+        &[],
+        b"",
+    );
+    assert_eq!(status, 200, "{head}");
+    assert!(page.contains("ci · operator"), "{page}");
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session cookie");
+    assert!(
+        cookie.contains("Secure"),
+        "a TLS admin address makes Secure cookies: {cookie}"
+    );
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token in the page")
+        .to_string();
+    let (status, head, _) = console(
+        Some(&operator),
+        "POST",
+        "/console/participants/payerfsp/active",
+        &[
+            ("Cookie".to_string(), cookie),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        format!("csrf={csrf}").as_bytes(),
+    );
+    assert_eq!(status, 303, "{head}");
+    let (_, participant) = admin(Some(&operator), "GET", "/participants/payerfsp", None);
+    assert_eq!(participant["isActive"], 0, "{participant}");
+    let (_, events) = admin(
+        Some(&operator),
+        "GET",
+        "/audit-events?participant=payerfsp&limit=1",
+        None,
+    );
+    assert_eq!(events[0]["actor"], "ci", "{events}");
 }
