@@ -98,6 +98,10 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, secure_cookies: bool) -> Router
             post(participants::funds_confirm),
         )
         .route("/console/transfers", get(transfers::show))
+        .route(
+            "/console/transfers/dead-letters/resend",
+            post(transfers::resend),
+        )
         .route("/console/settlement", get(settlement::overview))
         .route(
             "/console/settlement/windows/:id/close",

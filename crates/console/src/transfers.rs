@@ -2,11 +2,13 @@
 //! failures by error code, and the callbacks the hub could not deliver.
 
 use axum::extract::Query;
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
+use axum::Form;
 use maud::{html, Markup};
 use serde_json::Value;
 
-use crate::page::{self, Section};
+use crate::page::{self, Flash, Section};
 use crate::session::Visitor;
 
 #[derive(serde::Deserialize)]
@@ -59,7 +61,7 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
         h2 { "Recent failures" }
         (failures(&errors))
         h2 #dead-letters { "Undelivered callbacks (dead letters)" }
-        (dead_letters(&dead))
+        (dead_letters(&visitor, &dead))
     };
     page::render(&visitor, Section::Transfers, "Transfers", content)
 }
@@ -144,14 +146,27 @@ fn failures(errors: &Value) -> Markup {
     }
 }
 
-fn dead_letters(dead: &Value) -> Markup {
+fn dead_letters(visitor: &Visitor, dead: &Value) -> Markup {
     let letters: Vec<&Value> = dead.as_array().into_iter().flatten().collect();
+    let mut dfsps: Vec<String> = letters
+        .iter()
+        .map(|l| page::text(&l["participant"]))
+        .collect();
+    dfsps.sort();
+    dfsps.dedup();
     html! {
         @if letters.is_empty() {
             p { "None: every callback was delivered or is still being tried." }
         } @else {
-            p.hint { (letters.len()) " callbacks were given up after their retries; a DFSP can still GET the transfer. Resend them with "
-                code { "POST /callbacks/dead-letters/resend" } " once the DFSP answers again." }
+            p.hint { (letters.len()) " callbacks were given up after their retries; a DFSP can still GET the transfer. Resend a DFSP's once it answers again ("
+                code { "POST /callbacks/dead-letters/resend" } ")." }
+            @if visitor.may_change() {
+                div.actions {
+                    @for dfsp in &dfsps {
+                        (page::button_form(visitor, &format!("/console/transfers/dead-letters/resend?participant={}", page::encode(dfsp)), &format!("Resend {dfsp}'s"), ""))
+                    }
+                }
+            }
             div.table-wrap {
                 table {
                     thead { tr {
@@ -176,4 +191,36 @@ fn dead_letters(dead: &Value) -> Markup {
             }
         }
     }
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct Participant {
+    participant: String,
+}
+
+/// Sends a DFSP's dead letters again (they are kept again if they fail).
+pub(crate) async fn resend(
+    visitor: Visitor,
+    Query(query): Query<Participant>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    if let Err(refused) = visitor.checked(form) {
+        return *refused;
+    }
+    let path = format!(
+        "/callbacks/dead-letters/resend?participant={}",
+        page::encode(&query.participant)
+    );
+    match visitor.call(Method::POST, &path, None).await {
+        Ok(answer) => visitor.session.set_flash(Flash::ok(format!(
+            "{} dead letters of {} sent again",
+            page::text(&answer["resent"]),
+            query.participant
+        ))),
+        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
+            return visitor.redirect("/console/sign-in")
+        }
+        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
+    }
+    visitor.redirect("/console/transfers#dead-letters")
 }

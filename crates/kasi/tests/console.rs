@@ -690,3 +690,69 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     assert!(browser.path().await.starts_with("/console/sign-in"));
     browser.shot("signed-out").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undelivered_callbacks_show_and_are_resent_from_the_console() {
+    // On loopback without credentials the console is open, as the API is.
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start_with(&dir.path().join("data"), &["--callback-retry-for-s", "1"]);
+    hub.setup();
+    let payer_address = support::reserve_address();
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &format!("http://{payer_address}"), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+    payee.expect("PUT", &format!("/transfers/{id}"));
+    // The payer never answers: after --callback-retry-for-s its commit
+    // notification is a dead letter.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let letters = hub
+            .admin_expect("GET", "/callbacks/dead-letters", None, 200)
+            .json();
+        if !letters.as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let browser = Browser::start("callbacks", &hub).await;
+    browser.goto("/console/").await;
+    assert_eq!(browser.path().await, "/console/", "no sign-in when open");
+    assert!(browser.text(".who").await.contains("loopback · operator"));
+    let row = browser.text(&format!("tr[data-dfsp='{PAYER}']")).await;
+    assert!(
+        row.contains("failing since") && row.contains("1 dead letters"),
+        "{row}"
+    );
+    browser.shot("overview-failing").await;
+    browser
+        .click(&format!("tr[data-dfsp='{PAYER}'] a[href$='#dead-letters']"))
+        .await;
+    let letters = browser
+        .text("#dead-letters + p + div + div.table-wrap")
+        .await;
+    assert!(
+        letters.contains(&id) && letters.contains("PUT"),
+        "{letters}"
+    );
+    browser.shot("dead-letters").await;
+
+    // The payer is back: resend its dead letters from the console.
+    let payer = Stub::start_on(PAYER, payer_address);
+    browser
+        .click(&format!("form[action$='participant={PAYER}'] button"))
+        .await;
+    assert!(browser
+        .flash()
+        .await
+        .contains(&format!("1 dead letters of {PAYER} sent again")));
+    let resent = payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(resent.text(), fulfil, "the payee's fulfil, byte for byte");
+}
