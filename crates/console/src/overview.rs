@@ -284,10 +284,13 @@ pub(crate) struct OverviewQuery {
 }
 
 pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -> Response {
-    let (rows, stats, callbacks) = tokio::join!(
+    let (rows, stats, callbacks, health_of_hub) = tokio::join!(
         rows(&visitor),
         visitor.get("/stats/dfsps"),
         visitor.get("/callbacks/health"),
+        // Answered 503 with the same JSON when the store is unreachable:
+        // read whatever it says.
+        visitor.call_raw(axum::http::Method::GET, "/health", None, "application/json"),
     );
     let (mut rows, stats, callbacks) = match (rows, stats, callbacks) {
         (Ok(r), Ok(s), Ok(c)) => (r, s, c),
@@ -295,6 +298,11 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
             return page::api_failure(&visitor, Section::Overview, &e)
         }
     };
+    let hub_health: Value = health_of_hub
+        .ok()
+        .and_then(|raw| serde_json::from_slice(&raw.body).ok())
+        .unwrap_or(Value::Null);
+    let hub_ok = hub_health["status"] == "OK";
     let now = counters(&stats);
     let base = visitor.console.rates.note(Instant::now(), &now);
     let span_s = base.as_ref().map_or(1.0, |(span, _)| *span);
@@ -377,6 +385,14 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
     let content = html! {
         h1 { "Overview" }
         section #live data-refresh-s="5" aria-live="polite" {
+            @if !hub_ok {
+                p.flash.error role="alert" {
+                    "The hub is not healthy: status " (page::text(&hub_health["status"]))
+                    "; store " (page::text(&hub_health["store"]["kind"]))
+                    @if hub_health["store"]["reachable"] == false { " unreachable" }
+                    ". New transfers are refused until it recovers."
+                }
+            }
             div.tiles {
                 (tile("Transfers committed", hub_activity.map(|a| format!("{:.1}/s", a.commits_per_s)), "over the last read; refreshes every 5 s"))
                 (tile("Prepares", hub_activity.map(|a| format!("{:.1}/s", a.prepares_per_s)), ""))
@@ -384,6 +400,8 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
                 (tile("Latency p99", hub_activity.and_then(|a| a.p99_ms).map(ms), "prepare to commit"))
                 (tile("Callbacks failing", Some(failing.to_string()), &format!("DFSPs; {dead_letters} dead letters")))
                 (tile("Since start", Some(page::count(total_now.committed)), &format!("committed; {} failed", page::count(total_now.failed))))
+                (tile("Hub", Some(if hub_ok { "OK".to_string() } else { page::text(&hub_health["status"]) }),
+                    &format!("{} store, {}; up {}", page::text(&hub_health["store"]["kind"]), page::text(&hub_health["role"]), uptime(hub_health["uptime"].as_f64().unwrap_or(0.0)))))
             }
             @if base.is_none() {
                 p.hint { "Rates appear from the next refresh (they are taken between two reads)." }
@@ -445,6 +463,17 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
         }
     };
     page::render(&visitor, Section::Overview, "Overview", content)
+}
+
+/// Seconds as a person reads a duration: `3 d 4 h`, `5 h 12 min`, `42 s`.
+fn uptime(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7_199 => format!("{} min", s / 60),
+        7_200..=172_799 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
 }
 
 fn ms(value: f64) -> String {
@@ -535,6 +564,14 @@ mod tests {
         // 190 latencies: 10 under 1 ms, 180 under 10 ms, all under 100 ms:
         // the 99th percentile is in the 100 ms bucket.
         assert_eq!(a.p99_ms, Some(100.0));
+    }
+
+    #[test]
+    fn uptimes_read_as_durations() {
+        assert_eq!(uptime(42.5), "42 s");
+        assert_eq!(uptime(600.0), "10 min");
+        assert_eq!(uptime(3.0 * 3600.0 + 120.0), "3 h 2 min");
+        assert_eq!(uptime(3.0 * 86_400.0 + 4.0 * 3600.0), "3 d 4 h");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! activation, funds in and out (with a confirmation of the effect on
 //! liquidity), endpoints.
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use axum::Form;
@@ -68,7 +68,13 @@ fn console_path(name: &str) -> String {
     format!("/console/participants/{}", page::encode(name))
 }
 
-pub(crate) async fn list(visitor: Visitor) -> Response {
+#[derive(serde::Deserialize)]
+pub(crate) struct ListQuery {
+    /// Part of a name (any case).
+    q: Option<String>,
+}
+
+pub(crate) async fn list(visitor: Visitor, Query(query): Query<ListQuery>) -> Response {
     let (participants, limits) = tokio::join!(
         visitor.get("/participants"),
         visitor.get("/participants/limits")
@@ -83,9 +89,32 @@ pub(crate) async fn list(visitor: Visitor) -> Response {
                 .then(|| page::text(&l["limit"]["value"]))
         })
     };
-    let list: Vec<&Value> = participants.as_array().into_iter().flatten().collect();
+    let wanted = query
+        .q
+        .as_deref()
+        .map(str::trim)
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let all = participants.as_array().map_or(0, Vec::len);
+    let list: Vec<&Value> = participants
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            wanted.is_empty()
+                || page::text(&p["name"])
+                    .to_ascii_lowercase()
+                    .contains(&wanted)
+        })
+        .collect();
     let content = html! {
         h1 { "Participants" }
+        form.search method="get" action="/console/participants" role="search" {
+            label for="participant-q" { "Name contains" }
+            input #participant-q name="q" value=(wanted) autocomplete="off";
+            button type="submit" { "Filter" }
+            span.hint { (list.len()) " of " (all) }
+        }
         div.table-wrap {
             table {
                 thead { tr {

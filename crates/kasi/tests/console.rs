@@ -632,6 +632,14 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         browser.shot(name).await;
     }
 
+    // A big scheme's list is filtered by name; the hub's health is shown.
+    browser.goto("/console/participants?q=PAYER").await;
+    assert_eq!(browser.count("main table tbody tr").await, 1);
+    assert!(browser.text("main table tbody").await.contains(PAYER));
+    browser.goto("/console/").await;
+    let tiles = browser.text(".tiles").await;
+    assert!(tiles.contains("Hub\nOK") && tiles.contains("sqlite store, active"), "{tiles}");
+
     // A change forged with the viewer's own session and CSRF token is
     // refused by the admin API, and nothing changes.
     let cookie = browser.cookie().await;
