@@ -111,7 +111,7 @@ impl Visitor {
         if raw.body.is_empty() {
             return Ok(Value::Null);
         }
-        serde_json::from_slice(&raw.body).map_err(|error| ApiError {
+        serde_json::from_slice(&exact_numbers(&raw.body)).map_err(|error| ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: String::new(),
             description: format!("{method} {path_and_query} answered what is not JSON: {error}"),
@@ -127,6 +127,63 @@ impl Visitor {
         let path_and_query = path_and_query.into();
         async move { self.call(Method::GET, &path_and_query, None).await }
     }
+}
+
+/// The API writes amounts as JSON numbers with up to 18 integer and 4
+/// decimal digits; read as `f64` they would lose digits (`serde_json`
+/// without `arbitrary_precision`, which would change every crate's JSON).
+/// So, before parsing, every number with a fraction, an exponent or more
+/// than 15 digits is turned into a string of the same text: shown and
+/// parsed exactly (`page::text`, `page::signed_amount`, `page::float`),
+/// while ids and counts stay numbers.
+pub(crate) fn exact_numbers(json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() + 16);
+    let mut i = 0;
+    let mut in_string = false;
+    while i < json.len() {
+        let byte = json[i];
+        if in_string {
+            out.push(byte);
+            match byte {
+                b'\\' if i + 1 < json.len() => {
+                    out.push(json[i + 1]);
+                    i += 1;
+                }
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if byte == b'"' {
+            in_string = true;
+            out.push(byte);
+            i += 1;
+            continue;
+        }
+        if byte == b'-' || byte.is_ascii_digit() {
+            let start = i;
+            while i < json.len()
+                && matches!(json[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+            {
+                i += 1;
+            }
+            let number = &json[start..i];
+            let digits = number.iter().filter(|b| b.is_ascii_digit()).count();
+            let plain_integer = number.iter().all(|b| b.is_ascii_digit() || *b == b'-');
+            if plain_integer && digits <= 15 {
+                out.extend_from_slice(number);
+            } else {
+                out.push(b'"');
+                out.extend_from_slice(number);
+                out.push(b'"');
+            }
+            continue;
+        }
+        out.push(byte);
+        i += 1;
+    }
+    out
 }
 
 fn refusal(status: StatusCode, body: &[u8]) -> ApiError {
@@ -149,5 +206,30 @@ fn refusal(status: StatusCode, body: &[u8]) -> ApiError {
         status,
         code: text("errorCode"),
         description,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exact(text: &str) -> String {
+        String::from_utf8(exact_numbers(text.as_bytes())).unwrap()
+    }
+
+    #[test]
+    fn amounts_stay_exact_and_ids_stay_numbers() {
+        assert_eq!(
+            exact(r#"{"id":3,"value":-1234567890123.4567,"big":123456789012345678,"n":-2000}"#),
+            r#"{"id":3,"value":"-1234567890123.4567","big":"123456789012345678","n":-2000}"#
+        );
+        // Numbers inside strings (and escaped quotes) are left alone.
+        assert_eq!(
+            exact(r#"{"a":"x\"1.5","b":[1.5e3]}"#),
+            r#"{"a":"x\"1.5","b":["1.5e3"]}"#
+        );
+        let parsed: Value =
+            serde_json::from_slice(&exact_numbers(b"[12345678901234567.5]")).unwrap();
+        assert_eq!(parsed[0], "12345678901234567.5");
     }
 }

@@ -97,6 +97,10 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, secure_cookies: bool) -> Router
             "/console/participants/:name/funds/confirm",
             post(participants::funds_confirm),
         )
+        .route(
+            "/console/participants/:name/funds/abort",
+            post(participants::funds_abort),
+        )
         .route("/console/transfers", get(transfers::show))
         .route(
             "/console/transfers/dead-letters/resend",

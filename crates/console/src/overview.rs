@@ -30,6 +30,10 @@ const MAX_RATE_SPAN: Duration = Duration::from_secs(60);
 /// default `alarmPercentage` of 10; under twice that a warning (amber).
 const ALARM_PERCENT: f64 = 10.0;
 
+/// Overviews rendered: each render's number is on its live section, so
+/// that a refresh in place can be told from the page it replaced.
+static RENDERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// One DFSP's counters from `GET /stats/dfsps`.
 #[derive(Clone, Default)]
 struct Counters {
@@ -55,9 +59,10 @@ pub(crate) struct Rates {
 }
 
 impl Rates {
-    /// Keeps this read and gives the one to take rates against: the oldest
-    /// one no older than [`MAX_RATE_SPAN`] and at least [`MIN_RATE_SPAN`]
-    /// before now.
+    /// Keeps this read and gives the one to take rates against: the newest
+    /// one at least [`MIN_RATE_SPAN`] before now (so a page refreshed every
+    /// 5 s shows the last 5 s, and a stall shows at once), no older than
+    /// [`MAX_RATE_SPAN`].
     fn note(
         &self,
         now: Instant,
@@ -72,6 +77,7 @@ impl Rates {
         }
         let base = samples
             .iter()
+            .rev()
             .find(|s| now.duration_since(s.at) >= MIN_RATE_SPAN)
             .map(|s| (now.duration_since(s.at).as_secs_f64(), s.dfsps.clone()));
         // One read a second is enough to keep.
@@ -105,7 +111,7 @@ fn counters(stats: &Value) -> HashMap<String, Counters> {
                         latency_count: latency.map(|l| number(l, "count")).unwrap_or(0),
                         latency_sum_s: latency
                             .and_then(|l| l.get("sumSeconds"))
-                            .and_then(Value::as_f64)
+                            .and_then(page::float)
                             .unwrap_or(0.0),
                         buckets: latency
                             .and_then(|l| l.get("buckets"))
@@ -113,7 +119,10 @@ fn counters(stats: &Value) -> HashMap<String, Counters> {
                             .map(|b| {
                                 b.iter()
                                     .filter_map(|b| {
-                                        Some((b.get("le")?.as_f64()?, b.get("count")?.as_u64()?))
+                                        Some((
+                                            page::float(b.get("le")?)?,
+                                            b.get("count")?.as_u64()?,
+                                        ))
                                     })
                                     .collect()
                             })
@@ -181,28 +190,28 @@ struct Row {
 }
 
 impl Row {
-    fn used_percent(position: Amount, limit: Option<Amount>) -> Option<f64> {
-        let limit = limit?;
-        let limit = limit.to_string().parse::<f64>().ok()?;
-        let position = position.to_string().parse::<f64>().ok()?;
+    /// How much of a limit the position uses, percent. A limit of zero
+    /// leaves no headroom at all: every prepare is refused, so it is full.
+    fn used_percent(position: Amount, limit: Amount) -> f64 {
+        let limit = limit.to_string().parse::<f64>().unwrap_or(0.0);
+        let position = position.to_string().parse::<f64>().unwrap_or(0.0);
         if limit <= 0.0 {
-            return Some(if position > 0.0 { 100.0 } else { 0.0 });
+            return 100.0;
         }
-        Some((position / limit * 100.0).max(0.0))
+        (position / limit * 100.0).max(0.0)
     }
 
-    fn cap_used(&self) -> Option<f64> {
-        Row::used_percent(self.position, self.net_debit_cap)
+    /// No net debit cap is a cap of 0, as the ledger applies it.
+    fn cap_used(&self) -> f64 {
+        Row::used_percent(self.position, self.net_debit_cap.unwrap_or(Amount::ZERO))
     }
 
-    fn liquidity_used(&self) -> Option<f64> {
-        Row::used_percent(self.position, Some(self.liquidity))
+    fn liquidity_used(&self) -> f64 {
+        Row::used_percent(self.position, self.liquidity)
     }
 
     fn most_used(&self) -> f64 {
-        self.cap_used()
-            .unwrap_or(0.0)
-            .max(self.liquidity_used().unwrap_or(0.0))
+        self.cap_used().max(self.liquidity_used())
     }
 }
 
@@ -210,7 +219,10 @@ fn amount(value: Option<&Value>) -> Amount {
     value.and_then(page::signed_amount).unwrap_or(Amount::ZERO)
 }
 
-async fn rows(visitor: &Visitor) -> Result<Vec<Row>, ApiError> {
+/// The rows, and the DFSPs whose accounts could not be read this time
+/// (a busy ledger refuses rather than queues: 2003), shown as such rather
+/// than failing the page.
+async fn rows(visitor: &Visitor) -> Result<(Vec<Row>, Vec<String>), ApiError> {
     let participants = visitor.get("/participants").await?;
     let limits = visitor.get("/participants/limits").await?;
     let mut caps: HashMap<(String, String), Amount> = HashMap::new();
@@ -248,8 +260,22 @@ async fn rows(visitor: &Visitor) -> Result<Vec<Row>, ApiError> {
             code: String::new(),
             description: format!("a read of accounts failed: {error}"),
         })?;
-        accounts[index] = read?;
+        match read {
+            Ok(read) => accounts[index] = read,
+            Err(error) if error.status == axum::http::StatusCode::UNAUTHORIZED => {
+                return Err(error)
+            }
+            Err(error) => {
+                tracing::debug!(dfsp = %dfsps[index].0, %error, "console: accounts not read");
+            }
+        }
     }
+    let unread: Vec<String> = dfsps
+        .iter()
+        .zip(&accounts)
+        .filter(|(_, a)| a.is_null())
+        .map(|((name, _), _)| name.clone())
+        .collect();
     let mut rows = Vec::new();
     for ((name, active), accounts) in dfsps.into_iter().zip(accounts) {
         let accounts = accounts.as_array().cloned().unwrap_or_default();
@@ -275,7 +301,7 @@ async fn rows(visitor: &Visitor) -> Result<Vec<Row>, ApiError> {
             });
         }
     }
-    Ok(rows)
+    Ok((rows, unread))
 }
 
 #[derive(serde::Deserialize)]
@@ -292,7 +318,7 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
         // read whatever it says.
         visitor.call_raw(axum::http::Method::GET, "/health", None, "application/json"),
     );
-    let (mut rows, stats, callbacks) = match (rows, stats, callbacks) {
+    let ((mut rows, unread), stats, callbacks) = match (rows, stats, callbacks) {
         (Ok(r), Ok(s), Ok(c)) => (r, s, c),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             return page::api_failure(&visitor, Section::Overview, &e)
@@ -384,7 +410,7 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
 
     let content = html! {
         h1 { "Overview" }
-        section #live data-refresh-s="5" aria-live="polite" {
+        section #live data-refresh-s="5" data-rendered=(RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) aria-live="polite" {
             @if !hub_ok {
                 p.flash.error role="alert" {
                     "The hub is not healthy: status " (page::text(&hub_health["status"]))
@@ -394,14 +420,22 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
                 }
             }
             div.tiles {
-                (tile("Transfers committed", hub_activity.map(|a| format!("{:.1}/s", a.commits_per_s)), "over the last read; refreshes every 5 s"))
+                (tile("Transfers committed", hub_activity.map(|a| format!("{:.1}/s", a.commits_per_s)), "since the previous read; refreshes every 5 s"))
                 (tile("Prepares", hub_activity.map(|a| format!("{:.1}/s", a.prepares_per_s)), ""))
                 (tile("Error rate", hub_activity.and_then(|a| a.error_percent).map(|p| format!("{p:.2} %")), "of transfers finished"))
                 (tile("Latency p99", hub_activity.and_then(|a| a.p99_ms).map(ms), "prepare to commit"))
                 (tile("Callbacks failing", Some(failing.to_string()), &format!("DFSPs; {dead_letters} dead letters")))
                 (tile("Since start", Some(page::count(total_now.committed)), &format!("committed; {} failed", page::count(total_now.failed))))
                 (tile("Hub", Some(if hub_ok { "OK".to_string() } else { page::text(&hub_health["status"]) }),
-                    &format!("{} store, {}; up {}", page::text(&hub_health["store"]["kind"]), page::text(&hub_health["role"]), uptime(hub_health["uptime"].as_f64().unwrap_or(0.0)))))
+                    &format!("{} store, {}; up {}", page::text(&hub_health["store"]["kind"]), page::text(&hub_health["role"]), uptime(page::float(&hub_health["uptime"]).unwrap_or(0.0)))))
+            }
+            @if !unread.is_empty() {
+                p.flash.warn role="status" {
+                    "The accounts of " (unread.len()) " DFSPs could not be read this time (the ledger was busy): "
+                    (unread.iter().take(10).cloned().collect::<Vec<_>>().join(", "))
+                    @if unread.len() > 10 { ", …" }
+                    ". They are missing below until the next refresh."
+                }
             }
             @if base.is_none() {
                 p.hint { "Rates appear from the next refresh (they are taken between two reads)." }
@@ -440,9 +474,9 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
                                     Some(cap) => (page::money(&cap.to_string(), &row.currency)),
                                     None => span.muted { "none (0)" },
                                 } }
-                                td { (meter("net debit cap used", row.cap_used())) }
+                                td { (meter("net debit cap used", Some(row.cap_used()))) }
                                 td.num { (page::money(&row.liquidity.to_string(), &row.currency)) }
-                                td { (meter("liquidity cover used", row.liquidity_used())) }
+                                td { (meter("liquidity cover used", Some(row.liquidity_used()))) }
                                 td.num { (act.map(|a| format!("{:.1}", a.commits_per_s)).unwrap_or_else(|| "—".into())) }
                                 td.num { (act.and_then(|a| a.error_percent).map(|p| format!("{p:.1} %")).unwrap_or_else(|| "—".into())) }
                                 td.num { (act.and_then(|a| a.mean_ms).map(ms).unwrap_or_else(|| "—".into())) " / " (act.and_then(|a| a.p99_ms).map(ms).unwrap_or_else(|| "—".into())) }
@@ -477,6 +511,10 @@ fn uptime(seconds: f64) -> String {
 }
 
 fn ms(value: f64) -> String {
+    if !value.is_finite() {
+        // The histogram's last bucket has no upper bound.
+        return "> 10 s".to_string();
+    }
     if value >= 100.0 {
         format!("{value:.0} ms")
     } else {

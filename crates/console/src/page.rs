@@ -309,11 +309,15 @@ pub(crate) fn money(amount: &str, currency: &str) -> Markup {
 /// with a sign (a settlement account holding deposits is negative), which
 /// the ledger's lenient parser (for amounts sent in) does not take.
 pub(crate) fn signed_amount(value: &Value) -> Option<Amount> {
-    let text = text(value);
-    match text.strip_prefix('-') {
-        Some(magnitude) => Amount::parse_lenient(magnitude).ok()?.checked_neg(),
-        None => Amount::parse_lenient(&text).ok(),
-    }
+    Amount::parse_signed(&text(value)).ok()
+}
+
+/// A JSON number that [`crate::api::exact_numbers`] may have turned into a
+/// string, as a float (for rates and durations, never amounts).
+pub(crate) fn float(value: &Value) -> Option<f64> {
+    value
+        .as_f64()
+        .or_else(|| value.as_str().and_then(|text| text.parse().ok()))
 }
 
 /// A count as a person reads it.

@@ -375,7 +375,11 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
         h1 { (name) " " (active_badge(active)) }
         p.hint { "Created " (page::time_cell(&participant["created"])) }
         @if may_change {
-            (page::button_form(&visitor, &format!("{here}/active"), if active { "Deactivate" } else { "Activate" }, if active { "danger" } else { "" }))
+            form.inline method="post" action={ (here) "/active" } {
+                (page::csrf(&visitor))
+                input type="hidden" name="active" value=(if active { "false" } else { "true" });
+                button type="submit" class=(if active { "danger" } else { "" }) { (if active { "Deactivate" } else { "Activate" }) }
+            }
         }
         h2 { "Accounts" }
         div.table-wrap {
@@ -535,14 +539,22 @@ pub(crate) async fn set_active(
     Path(name): Path<String>,
     Form(form): Form<Vec<(String, String)>>,
 ) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
-    let current = match visitor.get(&participant_path(&name)).await {
-        Ok(p) => p["isActive"] == 1,
-        Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return *refused,
     };
-    let to = !current;
+    // The state the person asked for, not a flip of whatever it is now: a
+    // form sent twice, or by two people, must not undo itself.
+    let to = match fields.text("active") {
+        "true" => true,
+        "false" => false,
+        other => {
+            visitor
+                .session
+                .set_flash(Flash::error(format!("'{other}' is not true or false")));
+            return visitor.redirect(&console_path(&name));
+        }
+    };
     change(
         &visitor,
         &name,
@@ -659,7 +671,11 @@ pub(crate) async fn funds_preview(
         Ok(e) => e,
         Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
     };
-    let short = effect.liquidity_after < effect.position;
+    // The ledger refuses a withdrawal that would leave the cover below zero;
+    // one that leaves it below the position is taken, but then every
+    // prepare of this DFSP is refused (4001) until funds come in.
+    let refused = !incoming && effect.liquidity_after.is_negative();
+    let below_position = !refused && effect.liquidity_after < effect.position;
     let movement = if incoming { "Funds in" } else { "Funds out" };
     let here = console_path(&name);
     let content = html! {
@@ -673,8 +689,11 @@ pub(crate) async fn funds_preview(
                 dt { "Net debit cap" } dd.num { (page::money(&cap.to_string(), &currency)) }
             }
         }
-        @if short {
-            p.flash.error role="alert" { "After this the liquidity cover is below the position: the hub will refuse it." }
+        @if refused {
+            p.flash.error role="alert" { "This is more than the liquidity cover: the hub will refuse it." }
+        }
+        @if below_position {
+            p.flash.warn role="alert" { "After this the liquidity cover is below the position: the hub takes it, but refuses every prepare of " (name) " (4001) until its cover exceeds its position again." }
         }
         form method="post" action={ (here) "/funds/confirm" } {
             (page::csrf(&visitor))
@@ -719,16 +738,25 @@ pub(crate) async fn funds_confirm(
         "reason": fields.text("reason"),
         "amount": { "amount": amount, "currency": currency },
     });
-    let mut result = visitor.call(Method::POST, &account_path, Some(&body)).await;
-    if result.is_ok() && !incoming {
-        result = visitor
-            .call(
-                Method::PUT,
-                &format!("{account_path}/transfers/{}", page::encode(transfer_id)),
-                Some(&json!({ "action": "recordFundsOutCommit", "reason": fields.text("reason") })),
-            )
-            .await;
-    }
+    let reserved = visitor.call(Method::POST, &account_path, Some(&body)).await;
+    let result = match reserved {
+        Ok(_) if !incoming => {
+            let committed = visitor
+                .call(
+                    Method::PUT,
+                    &format!("{account_path}/transfers/{}", page::encode(transfer_id)),
+                    Some(&json!({ "action": "recordFundsOutCommit", "reason": fields.text("reason") })),
+                )
+                .await;
+            if let Err(error) = &committed {
+                if error.status != StatusCode::UNAUTHORIZED {
+                    return pending_withdrawal(&visitor, &name, &fields, error);
+                }
+            }
+            committed
+        }
+        other => other,
+    };
     match result {
         Ok(_) => visitor.session.set_flash(Flash::ok(format!(
             "{} of {amount} {currency} recorded for {name} (transfer {transfer_id})",
@@ -740,6 +768,78 @@ pub(crate) async fn funds_confirm(
         Err(error) => visitor.session.set_flash(Flash::error(error.message())),
     }
     visitor.redirect(&console_path(&name))
+}
+
+/// A withdrawal reserved whose commit was refused (or not answered): the
+/// amount stays held until it is committed or aborted, so say so and offer
+/// both (the same transfer id: a repeated reserve is a duplicate).
+fn pending_withdrawal(
+    visitor: &Visitor,
+    name: &str,
+    fields: &Fields,
+    error: &ApiError,
+) -> Response {
+    let here = console_path(name);
+    let transfer_id = fields.text("transferId");
+    let content = html! {
+        h1 { "Funds out for " (name) ": reserved, not committed" }
+        p.flash.error role="alert" {
+            "The withdrawal " code { (transfer_id) } " of " (page::money(fields.text("amount"), fields.text("currency")))
+            " is reserved, but committing it was refused: " (error.message())
+            ". The amount stays held (out of " (name) "'s liquidity cover) until it is committed or aborted."
+        }
+        div.actions {
+            form.inline method="post" action={ (here) "/funds/confirm" } {
+                (page::csrf(visitor))
+                @for key in ["action", "currency", "amount", "reason", "account", "transferId"] {
+                    input type="hidden" name=(key) value=(fields.text(key));
+                }
+                button type="submit" { "Commit it again" }
+            }
+            form.inline method="post" action={ (here) "/funds/abort" } {
+                (page::csrf(visitor))
+                input type="hidden" name="account" value=(fields.text("account"));
+                input type="hidden" name="transferId" value=(transfer_id);
+                button.danger type="submit" { "Abort it (release the funds)" }
+            }
+        }
+    };
+    page::render_with(
+        visitor,
+        Section::Participants,
+        "Funds out pending",
+        content,
+        StatusCode::CONFLICT,
+    )
+}
+
+/// Releases a withdrawal reserved and not committed (central-ledger's
+/// `recordFundsOutAbort`).
+pub(crate) async fn funds_abort(
+    visitor: Visitor,
+    Path(name): Path<String>,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let fields = match visitor.checked(form) {
+        Ok(fields) => fields,
+        Err(refused) => return *refused,
+    };
+    let transfer_id = fields.text("transferId");
+    let path = format!(
+        "{}/accounts/{}/transfers/{}",
+        participant_path(&name),
+        page::encode(fields.text("account")),
+        page::encode(transfer_id)
+    );
+    change(
+        &visitor,
+        &name,
+        Method::PUT,
+        &path,
+        json!({ "action": "recordFundsOutAbort", "reason": "aborted from the console" }),
+        format!("Funds out {transfer_id} aborted: the funds are released"),
+    )
+    .await
 }
 
 #[cfg(test)]

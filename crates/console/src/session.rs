@@ -65,7 +65,9 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    fn find(&self, id: &str) -> Option<Arc<Session>> {
+    /// The session, if it is still valid; `touch` counts this request as
+    /// the person's activity (a page's own refresh does not).
+    fn find(&self, id: &str, touch: bool) -> Option<Arc<Session>> {
         let now = Instant::now();
         let mut sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
         let session = sessions.get(id)?.clone();
@@ -73,7 +75,9 @@ impl Sessions {
             sessions.remove(id);
             return None;
         }
-        *session.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        if touch {
+            *session.last_seen.lock().unwrap_or_else(|e| e.into_inner()) = now;
+        }
         Some(session)
     }
 
@@ -211,7 +215,10 @@ impl FromRequestParts<Arc<Console>> for Visitor {
             connection: connection.clone(),
             secure,
         };
-        if let Some(session) = session_id(&parts.headers).and_then(|id| console.sessions.find(id)) {
+        let activity = !parts.headers.contains_key("x-console-refresh");
+        if let Some(session) =
+            session_id(&parts.headers).and_then(|id| console.sessions.find(id, activity))
+        {
             return Ok(visitor(session, None));
         }
         // No session: one is made without a sign-in when the request itself
@@ -403,6 +410,29 @@ mod tests {
             assert_eq!(next_page(Some(elsewhere)), "/console/", "{elsewhere}");
         }
         assert_eq!(next_page(None), "/console/");
+    }
+
+    #[test]
+    fn sessions_end_when_idle_and_a_refresh_is_not_activity() {
+        let sessions = Sessions::default();
+        let caller = Caller {
+            name: "alice".to_string(),
+            role: Role::Viewer,
+        };
+        let (id, session) = sessions.open(caller, Credential::Ambient);
+        let seen = *session.last_seen.lock().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(sessions.find(&id, false).is_some());
+        assert_eq!(*session.last_seen.lock().unwrap(), seen, "a refresh");
+        assert!(sessions.find(&id, true).is_some());
+        assert!(
+            *session.last_seen.lock().unwrap() > seen,
+            "a person's request"
+        );
+        let later = Instant::now() + IDLE_TIMEOUT + Duration::from_secs(1);
+        assert!(session.expired(later));
+        sessions.close(&id);
+        assert!(sessions.find(&id, true).is_none());
     }
 
     #[test]

@@ -382,15 +382,53 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     );
     browser.shot("overview-red").await;
     // The page refreshes its live part in place (the console's script,
-    // allowed by the page's own CSP): rates then appear.
+    // allowed by the page's own CSP): a later render replaces this one.
+    let rendered = browser.attribute("#live", "data-rendered").await;
     browser
         .client
         .wait()
         .for_element(Locator::Css("#live[data-refreshed]"))
         .await
         .unwrap();
-    let tiles = browser.text(".tiles").await;
-    assert!(tiles.contains("/s"), "rates after a refresh: {tiles}");
+    let refreshed = browser.attribute("#live", "data-rendered").await;
+    assert!(
+        refreshed.is_some() && refreshed != rendered,
+        "refreshed in place: {rendered:?} -> {refreshed:?}"
+    );
+    assert_eq!(browser.count("#stale-note").await, 0);
+
+    // A withdrawal that leaves the cover under the position is accepted by
+    // the hub, but stops the DFSP's prepares: the confirmation says which.
+    browser
+        .goto(&format!("/console/participants/{PAYER}"))
+        .await;
+    browser.select("#funds-action", "out").await;
+    browser.fill("#funds-amount", "1500").await;
+    browser
+        .click("form[action$='/funds'] button[type=submit]")
+        .await;
+    assert!(browser
+        .text(".flash.warn")
+        .await
+        .contains("refuses every prepare"));
+    assert_eq!(
+        browser.count(".flash.error").await,
+        0,
+        "the hub would take it"
+    );
+    browser
+        .goto(&format!("/console/participants/{PAYER}"))
+        .await;
+    browser.select("#funds-action", "in").await;
+    browser.fill("#funds-amount", "1").await;
+    browser
+        .click("form[action$='/funds'] button[type=submit]")
+        .await;
+    assert_eq!(
+        browser.count(".flash").await,
+        0,
+        "a deposit is never refused"
+    );
     // One more is over the cap: refused (4200), and counted as a failure.
     let refused_id = new_id();
     let response = hub.prepare(
@@ -601,10 +639,59 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
+    // Everything an operator could act on exists: a settlement of a closed
+    // window, and a dead letter (the payer never answers its callbacks).
     let dir = tempfile::tempdir().unwrap();
-    let (hub, tokens) = hub_with_tokens(dir.path());
-    let payer = Stub::start(PAYER);
-    hub.onboard(PAYER, &payer.base_url(), 1000, 500);
+    let (file, tokens) = tokens_file(dir.path());
+    let mut hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--admin-tokens",
+            file.to_str().unwrap(),
+            "--callback-retry-for-s",
+            "1",
+        ],
+    );
+    hub.admin_bearer = Some(tokens.operator.clone());
+    hub.setup();
+    let payee = Stub::start(PAYEE);
+    hub.onboard(
+        PAYER,
+        &format!("http://{}", support::reserve_address()),
+        1000,
+        500,
+    );
+    hub.onboard(PAYEE, &payee.base_url(), 1000, 500);
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+    payee.expect("PUT", &format!("/transfers/{id}"));
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    hub.admin_expect(
+        "POST",
+        "/v2/settlements",
+        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+        200,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hub
+        .admin_expect("GET", "/callbacks/dead-letters", None, 200)
+        .json()
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let browser = Browser::start("viewer", &hub).await;
     browser.sign_in(&tokens.viewer).await;
     assert!(browser.text(".who").await.contains("grafana · viewer"));
@@ -617,11 +704,13 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
             "participant",
         ),
         ("/console/settlement", "settlement"),
+        ("/console/settlement/settlements/1", "settlement-detail"),
         ("/console/transfers", "transfers"),
         ("/console/audit", "audit"),
     ] {
         browser.goto(page).await;
         assert_eq!(browser.path().await, page);
+        assert_eq!(browser.count(".flash.error").await, 0, "{page}");
         // Reading forms (find a transfer, filter the audit) use GET; no
         // form on a viewer's page may POST a change.
         assert_eq!(
@@ -632,13 +721,22 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         browser.shot(name).await;
     }
 
+    browser.goto("/console/transfers").await;
+    assert!(
+        browser.text("main").await.contains(&id),
+        "the viewer sees the dead letter"
+    );
+
     // A big scheme's list is filtered by name; the hub's health is shown.
     browser.goto("/console/participants?q=PAYER").await;
     assert_eq!(browser.count("main table tbody tr").await, 1);
     assert!(browser.text("main table tbody").await.contains(PAYER));
     browser.goto("/console/").await;
     let tiles = browser.text(".tiles").await;
-    assert!(tiles.contains("Hub\nOK") && tiles.contains("sqlite store, active"), "{tiles}");
+    assert!(
+        tiles.contains("Hub\nOK") && tiles.contains("sqlite store, active"),
+        "{tiles}"
+    );
 
     // A change forged with the viewer's own session and CSRF token is
     // refused by the admin API, and nothing changes.
