@@ -5,14 +5,13 @@
 use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use axum::Form;
 use ledger::Amount;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
 use crate::api::ApiError;
 use crate::page::{self, Fields, Flash, Section};
-use crate::session::Visitor;
+use crate::session::{Posted, Visitor};
 
 /// The callbacks a DFSP registers under one base URL, as Mojaloop's
 /// onboarding collections set them (`{{…}}` is filled in by the hub).
@@ -196,11 +195,7 @@ fn onboard_form(visitor: &Visitor) -> Markup {
 /// Runs the onboarding steps in order; the first refusal stops it and is
 /// shown with the step it happened at (the steps before it stay done, as
 /// they would for a script).
-pub(crate) async fn onboard(visitor: Visitor, Form(form): Form<Vec<(String, String)>>) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
+pub(crate) async fn onboard(Posted { visitor, fields }: Posted) -> Response {
     let name = fields.text("name").to_string();
     let currency = fields.text("currency").to_ascii_uppercase();
     match onboarding(&visitor, &fields, &name, &currency).await {
@@ -513,14 +508,9 @@ async fn change(
 }
 
 pub(crate) async fn set_limit(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let currency = fields.text("currency");
     let value = fields.text("value");
     change(
@@ -535,14 +525,9 @@ pub(crate) async fn set_limit(
 }
 
 pub(crate) async fn set_active(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     // The state the person asked for, not a flip of whatever it is now: a
     // form sent twice, or by two people, must not undo itself.
     let to = match fields.text("active") {
@@ -567,14 +552,9 @@ pub(crate) async fn set_active(
 }
 
 pub(crate) async fn set_endpoint(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let kind = fields.text("type");
     change(
         &visitor,
@@ -647,14 +627,9 @@ async fn funds_effect(
 
 /// Step one of a funds movement: what it will do, and a button to do it.
 pub(crate) async fn funds_preview(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let incoming = fields.text("action") != "out";
     let currency = fields.text("currency").to_string();
     let amount_text = fields.text("amount").to_string();
@@ -714,14 +689,9 @@ pub(crate) async fn funds_preview(
 /// Step two: the movement, through the API (funds out is reserved, then
 /// committed, as central-ledger's two calls).
 pub(crate) async fn funds_confirm(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let incoming = fields.text("action") != "out";
     let currency = fields.text("currency");
     let amount = fields.text("amount");
@@ -816,14 +786,9 @@ fn pending_withdrawal(
 /// Releases a withdrawal reserved and not committed (central-ledger's
 /// `recordFundsOutAbort`).
 pub(crate) async fn funds_abort(
-    visitor: Visitor,
     Path(name): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let transfer_id = fields.text("transferId");
     let path = format!(
         "{}/accounts/{}/transfers/{}",

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{FromRequestParts, State};
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -160,16 +160,35 @@ impl Visitor {
     pub fn redirect(&self, to: &str) -> Response {
         self.finish(see_other(to))
     }
+}
 
-    /// A POST's form, if it carries this session's CSRF token.
-    pub fn checked(&self, form: Vec<(String, String)>) -> Result<Fields, Box<Response>> {
+/// A console form POST: the visitor, and the form's fields once its CSRF
+/// token is the session's (a form without it changes nothing: 403).
+pub(crate) struct Posted {
+    pub visitor: Visitor,
+    pub fields: Fields,
+}
+
+#[axum::async_trait]
+impl FromRequest<Arc<Console>> for Posted {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, console: &Arc<Console>) -> Result<Posted, Response> {
+        let (mut parts, body) = request.into_parts();
+        let visitor = Visitor::from_request_parts(&mut parts, console).await?;
+        let Form(form) =
+            Form::<Vec<(String, String)>>::from_request(Request::from_parts(parts, body), console)
+                .await
+                .map_err(IntoResponse::into_response)?;
         let fields = Fields(form);
         match fields.get("csrf") {
-            Some(token) if same(token.as_bytes(), self.session.csrf.as_bytes()) => Ok(fields),
-            _ => Err(Box::new(self.finish(page::plain_error(
+            Some(token) if same(token.as_bytes(), visitor.session.csrf.as_bytes()) => {
+                Ok(Posted { visitor, fields })
+            }
+            _ => Err(visitor.finish(page::plain_error(
                 StatusCode::FORBIDDEN,
                 "This form is stale or did not come from the console (no valid CSRF token): reload the page and try again.",
-            )))),
+            ))),
         }
     }
 }
@@ -357,14 +376,7 @@ fn same_origin(headers: &HeaderMap) -> bool {
         .is_some_and(|(_, authority)| authority == host)
 }
 
-pub(crate) async fn sign_out(
-    visitor: Visitor,
-    headers: HeaderMap,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
+pub(crate) async fn sign_out(headers: HeaderMap, Posted { visitor, .. }: Posted) -> Response {
     if let Some(id) = session_id(&headers) {
         visitor.console.sessions.close(id);
     }

@@ -7,13 +7,12 @@ use std::collections::HashMap;
 use axum::extract::Path;
 use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Form;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
 use crate::api::ApiError;
 use crate::page::{self, Flash, Section};
-use crate::session::Visitor;
+use crate::session::{Posted, Visitor};
 
 /// Every window or settlement since this instant (the API wants a filter).
 const SINCE_EVER: &str = "fromDateTime=2000-01-01T00:00:00.000Z";
@@ -203,14 +202,9 @@ fn after(visitor: &Visitor, result: Result<Value, ApiError>, done: String, to: &
 }
 
 pub(crate) async fn close_window(
-    visitor: Visitor,
     Path(id): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, fields }: Posted,
 ) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
     let result = visitor
         .call(
             Method::POST,
@@ -226,14 +220,7 @@ pub(crate) async fn close_window(
     )
 }
 
-pub(crate) async fn create_settlement(
-    visitor: Visitor,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    let fields = match visitor.checked(form) {
-        Ok(fields) => fields,
-        Err(refused) => return *refused,
-    };
+pub(crate) async fn create_settlement(Posted { visitor, fields }: Posted) -> Response {
     let windows: Vec<Value> = fields
         .all("window")
         .filter_map(|id| id.trim().parse::<u64>().ok())
@@ -344,14 +331,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
     )
 }
 
-pub(crate) async fn advance(
-    visitor: Visitor,
-    Path(id): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
+pub(crate) async fn advance(Path(id): Path<String>, Posted { visitor, .. }: Posted) -> Response {
     let here = settlement_path(&id);
     let api_path = format!("/v2/settlements/{}", page::encode(&id));
     let settlement = match visitor.get(&api_path).await {
@@ -421,14 +401,7 @@ pub(crate) async fn advance(
     )
 }
 
-pub(crate) async fn finalize(
-    visitor: Visitor,
-    Path(id): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
+pub(crate) async fn finalize(Path(id): Path<String>, Posted { visitor, .. }: Posted) -> Response {
     let result = visitor
         .call(
             Method::POST,
@@ -444,14 +417,7 @@ pub(crate) async fn finalize(
     )
 }
 
-pub(crate) async fn abort(
-    visitor: Visitor,
-    Path(id): Path<String>,
-    Form(form): Form<Vec<(String, String)>>,
-) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
+pub(crate) async fn abort(Path(id): Path<String>, Posted { visitor, .. }: Posted) -> Response {
     let result = visitor
         .call(
             Method::PUT,

@@ -4,12 +4,11 @@
 use axum::extract::Query;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use axum::Form;
 use maud::{html, Markup};
 use serde_json::Value;
 
 use crate::page::{self, Flash, Section};
-use crate::session::Visitor;
+use crate::session::{Posted, Visitor};
 
 #[derive(serde::Deserialize)]
 pub(crate) struct Find {
@@ -200,13 +199,9 @@ pub(crate) struct Participant {
 
 /// Sends a DFSP's dead letters again (they are kept again if they fail).
 pub(crate) async fn resend(
-    visitor: Visitor,
     Query(query): Query<Participant>,
-    Form(form): Form<Vec<(String, String)>>,
+    Posted { visitor, .. }: Posted,
 ) -> Response {
-    if let Err(refused) = visitor.checked(form) {
-        return *refused;
-    }
     let path = format!(
         "/callbacks/dead-letters/resend?participant={}",
         page::encode(&query.participant)

@@ -192,6 +192,15 @@ impl Browser {
             .unwrap()
     }
 
+    /// The payer's funds form, filled and sent: the confirmation page.
+    async fn review_funds(&self, action: &str, amount: &str) {
+        self.goto(&format!("/console/participants/{PAYER}")).await;
+        self.select("#funds-action", action).await;
+        self.fill("#funds-amount", amount).await;
+        self.click("form[action$='/funds'] button[type=submit]")
+            .await;
+    }
+
     async fn flash(&self) -> String {
         self.text(".flash").await
     }
@@ -253,6 +262,44 @@ async fn payer_cap_usage(browser: &Browser) -> (String, String) {
     let class = browser.attribute(&row, "class").await.unwrap_or_default();
     let text = browser.text(&format!("{row} .pct")).await;
     (class, text)
+}
+
+/// The payer (whose callbacks go to `payer_address`, where nothing answers
+/// yet) pays the payee 10; once the hub gives up on telling the payer of
+/// the commit (`--callback-retry-for-s`), that notification is a dead
+/// letter. The transfer's id and the fulfil the payer should have had.
+async fn a_dead_letter(
+    hub: &Hub,
+    payee: &Stub,
+    payer_address: std::net::SocketAddr,
+    net_debit_cap: u64,
+) -> (String, String) {
+    hub.onboard(
+        PAYER,
+        &format!("http://{payer_address}"),
+        net_debit_cap,
+        500,
+    );
+    hub.onboard(PAYEE, &payee.base_url(), net_debit_cap, 500);
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+    payee.expect("PUT", &format!("/transfers/{id}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hub
+        .admin_expect("GET", "/callbacks/dead-letters", None, 200)
+        .json()
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "no dead letter");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    (id, fulfil)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -399,14 +446,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
 
     // A withdrawal that leaves the cover under the position is accepted by
     // the hub, but stops the DFSP's prepares: the confirmation says which.
-    browser
-        .goto(&format!("/console/participants/{PAYER}"))
-        .await;
-    browser.select("#funds-action", "out").await;
-    browser.fill("#funds-amount", "1500").await;
-    browser
-        .click("form[action$='/funds'] button[type=submit]")
-        .await;
+    browser.review_funds("out", "1500").await;
     assert!(browser
         .text(".flash.warn")
         .await
@@ -416,14 +456,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         0,
         "the hub would take it"
     );
-    browser
-        .goto(&format!("/console/participants/{PAYER}"))
-        .await;
-    browser.select("#funds-action", "in").await;
-    browser.fill("#funds-amount", "1").await;
-    browser
-        .click("form[action$='/funds'] button[type=submit]")
-        .await;
+    browser.review_funds("in", "1").await;
     assert_eq!(
         browser.count(".flash").await,
         0,
@@ -541,14 +574,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     // Funds out: the settlement took the payer's 950 from its deposit, so
     // the confirmation starts from 1,050. Asking for more than is there is
     // refused by the API, with its reason, and nothing moves.
-    browser
-        .goto(&format!("/console/participants/{PAYER}"))
-        .await;
-    browser.select("#funds-action", "out").await;
-    browser.fill("#funds-amount", "500").await;
-    browser
-        .click("form[action$='/funds'] button[type=submit]")
-        .await;
+    browser.review_funds("out", "500").await;
     let effect = browser.text("dl.effect").await;
     assert!(
         effect.contains("Liquidity cover now\n1,050 USD"),
@@ -567,11 +593,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         .await
         .contains("Funds out of 500 USD recorded"));
     assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -550.0);
-    browser.select("#funds-action", "out").await;
-    browser.fill("#funds-amount", "5000").await;
-    browser
-        .click("form[action$='/funds'] button[type=submit]")
-        .await;
+    browser.review_funds("out", "5000").await;
     assert!(browser
         .text(".flash.error")
         .await
@@ -655,20 +677,7 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     hub.admin_bearer = Some(tokens.operator.clone());
     hub.setup();
     let payee = Stub::start(PAYEE);
-    hub.onboard(
-        PAYER,
-        &format!("http://{}", support::reserve_address()),
-        1000,
-        500,
-    );
-    hub.onboard(PAYEE, &payee.base_url(), 1000, 500);
-    let id = new_id();
-    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
-    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
-    payee.expect("POST", "/transfers");
-    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
-    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
-    payee.expect("PUT", &format!("/transfers/{id}"));
+    let (id, _) = a_dead_letter(&hub, &payee, support::reserve_address(), 1000).await;
     hub.admin_expect(
         "POST",
         "/v2/settlementWindows/1",
@@ -681,17 +690,6 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
         200,
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while hub
-        .admin_expect("GET", "/callbacks/dead-letters", None, 200)
-        .json()
-        .as_array()
-        .unwrap()
-        .is_empty()
-    {
-        assert!(std::time::Instant::now() < deadline, "no dead letter");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
     let browser = Browser::start("viewer", &hub).await;
     browser.sign_in(&tokens.viewer).await;
     assert!(browser.text(".who").await.contains("grafana · viewer"));
@@ -805,28 +803,7 @@ async fn undelivered_callbacks_show_and_are_resent_from_the_console() {
     hub.setup();
     let payer_address = support::reserve_address();
     let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &format!("http://{payer_address}"), 10_000, 5_000);
-    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
-    let id = new_id();
-    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
-    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
-    payee.expect("POST", "/transfers");
-    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
-    assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
-    payee.expect("PUT", &format!("/transfers/{id}"));
-    // The payer never answers: after --callback-retry-for-s its commit
-    // notification is a dead letter.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let letters = hub
-            .admin_expect("GET", "/callbacks/dead-letters", None, 200)
-            .json();
-        if !letters.as_array().unwrap().is_empty() {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no dead letter");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    let (id, fulfil) = a_dead_letter(&hub, &payee, payer_address, 10_000).await;
 
     let browser = Browser::start("callbacks", &hub).await;
     browser.goto("/console/").await;
