@@ -1023,7 +1023,7 @@ fn operators_by_certificate_and_a_pinned_certificate_on_fspiop() {
                 "application/x-www-form-urlencoded".to_string(),
             ),
         ],
-        format!("csrf={csrf}").as_bytes(),
+        format!("csrf={csrf}&active=false").as_bytes(),
     );
     assert_eq!(status, 303, "{head}");
     let (_, participant) = admin(Some(&operator), "GET", "/participants/payerfsp", None);

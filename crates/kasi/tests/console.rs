@@ -129,8 +129,24 @@ impl Browser {
         }
     }
 
-    /// Saves what the browser shows now as `NN-name.png`.
+    /// Saves what the browser shows now as `NN-name.png`, after checking
+    /// the page is usable by keyboard and screen reader: every field has a
+    /// label, every button a name.
     async fn shot(&self, name: &str) {
+        let unlabelled = self
+            .client
+            .execute(
+                "return [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+                     .filter(e => e.labels.length === 0 && !e.getAttribute('aria-label'))
+                     .map(e => e.outerHTML)
+                   .concat([...document.querySelectorAll('button, a')]
+                     .filter(e => !e.textContent.trim() && !e.getAttribute('aria-label'))
+                     .map(e => e.outerHTML));",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(unlabelled, json!([]), "{name}: fields without a label");
         let png = self.client.screenshot().await.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a screenshot is a PNG");
         let n = self.shot_count.fetch_add(1, Ordering::Relaxed) + 1;
