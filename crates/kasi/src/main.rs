@@ -1,23 +1,14 @@
 //! The `kasi` command: the hub (`serve`), its audit and its benchmarks.
 
-// The bench report is one large `json!` literal.
-#![recursion_limit = "256"]
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
 mod audit;
-mod bench_ledger;
-mod bench_load;
-mod bench_report;
-mod bench_transfers;
 mod config;
-mod dfsp;
 mod ha;
 mod migrate;
-mod null_hub;
 mod serve;
 mod sim;
 
@@ -140,7 +131,7 @@ enum Command {
     /// waterfalls, timeline.svg); `kasi bench compare` lays reports side by
     /// side. Exits with status 1 if any flow failed or the positions do not
     /// net to zero.
-    Bench(Box<BenchArgs>),
+    Bench(Box<bench::BenchArgs>),
     /// Simulated DFSPs for people to watch: `kasi sim --dfsps payerfsp,payeefsp --onboard`.
     ///
     /// One process plays every DFSP of --dfsps against a hub (one callback
@@ -184,43 +175,6 @@ struct AdminTokenArgs {
 }
 
 #[derive(Args)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
-struct BenchArgs {
-    #[command(subcommand)]
-    command: Option<BenchCommand>,
-
-    #[command(flatten)]
-    run: bench_transfers::BenchTransfersArgs,
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Drive the ledger and its store in-process with synthetic DFSPs.
-    ///
-    /// Three phases on a fresh temporary store: prepares only, fulfils of
-    /// those, then whole two-phase transfers; each reports its rate and the
-    /// submit-to-durable latency. Then the store is reopened and the time to
-    /// recover it is measured. By default this runs once with fsync (the
-    /// real guarantee) and once without, for reference.
-    Ledger(bench_ledger::BenchLedgerArgs),
-    /// Lay saved reports side by side: per leg and end to end, mean, p99
-    /// and max for each run with the delta and the ratio against the first;
-    /// throughput likewise; the hub's stages if the reports have them.
-    Compare(CompareArgs),
-    /// The same as `kasi bench` without a subcommand (kept for scripts).
-    #[command(hide = true)]
-    Transfers(Box<bench_transfers::BenchTransfersArgs>),
-}
-
-#[derive(Args)]
-struct CompareArgs {
-    /// Reports: report.json files or the folders holding them; the first
-    /// is the baseline of the deltas and ratios.
-    #[arg(required = true, num_args = 2.., value_name = "REPORT")]
-    reports: Vec<PathBuf>,
-}
-
-#[derive(Args)]
 struct AuditArgs {
     /// Directory holding the hub's store.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
@@ -254,15 +208,6 @@ struct DataDirArgs {
     /// Directory holding the hub's store.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
-}
-
-fn compare(paths: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let mut reports = Vec::with_capacity(paths.len());
-    for path in paths {
-        reports.push((path.display().to_string(), bench_report::load_report(path)?));
-    }
-    print!("{}", bench_report::compare(&reports));
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints a new token and its tokens-file line; the token is shown once.
@@ -359,17 +304,10 @@ fn main() -> ExitCode {
         },
         Command::Backup(args) => audit::backup(&args.data_dir, &args.to),
         Command::MigrateStore(args) => migrate::run(args),
-        Command::NullHub => null_hub::run_process(),
+        Command::NullHub => bench::null_hub::run_process(),
         Command::AdminToken(args) => admin_token(&args),
         Command::Sim(args) => sim::run(*args),
-        Command::Bench(bench) => match bench.command {
-            None => bench_transfers::run(bench.run),
-            Some(command) => match command {
-                BenchCommand::Ledger(args) => bench_ledger::run(args),
-                BenchCommand::Transfers(args) => bench_transfers::run(*args),
-                BenchCommand::Compare(args) => compare(&args.reports),
-            },
-        },
+        Command::Bench(args) => bench::run(*args),
     };
     match result {
         Ok(code) => code,
@@ -380,12 +318,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--store`'s value, parsed here rather than by clap, whose refusal would
-/// print the value as given: a password in it included.
+/// `--store`'s value (`store::StoreLocation::from_flag`, shared with
+/// `kasi bench ledger`), as an error to print.
 pub fn store_location(text: Option<&str>) -> anyhow::Result<Option<store::StoreLocation>> {
-    text.map(|text| {
-        text.parse::<store::StoreLocation>()
-            .map_err(|error| anyhow::anyhow!("--store: {error}"))
-    })
-    .transpose()
+    store::StoreLocation::from_flag(text).map_err(anyhow::Error::msg)
 }

@@ -7,7 +7,7 @@
 //! makes a whole discovery + quote + transfer when asked on the control
 //! endpoint `POST /_sim/send`, which `kasi sim send` calls. Every message
 //! seen or sent is printed as one line. The wire shapes, the onboarding and
-//! the ILP condition are `kasi bench`'s ([`crate::dfsp`]).
+//! the ILP condition are `kasi bench`'s ([`bench::dfsp`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::dfsp::{
+use bench::dfsp::{
     self, describe_error_body, error_body, error_of, fspiop_request, fulfil_body,
     participants_batch_body, party_put_body_named, quote_post_body, quote_put_body, send, Api,
     HttpClient, CONDITION,

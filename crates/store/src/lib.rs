@@ -282,6 +282,19 @@ pub enum StoreLocation {
     Postgres(String),
 }
 
+impl StoreLocation {
+    /// `--store`'s value, if given, parsed by the commands rather than by
+    /// clap, whose refusal would print the value as given: a password in it
+    /// included. The error names the flag (`--store: …`).
+    pub fn from_flag(text: Option<&str>) -> Result<Option<StoreLocation>, String> {
+        text.map(|text| {
+            text.parse::<StoreLocation>()
+                .map_err(|error| format!("--store: {error}"))
+        })
+        .transpose()
+    }
+}
+
 impl std::str::FromStr for StoreLocation {
     type Err = String;
 

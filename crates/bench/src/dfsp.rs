@@ -18,17 +18,17 @@ use serde_json::{json, Value};
 
 /// Net debit cap and initial liquidity of every DFSP: nothing the run can
 /// exhaust.
-pub(crate) const LARGE_AMOUNT: &str = "1000000000000000";
+pub const LARGE_AMOUNT: &str = "1000000000000000";
 /// A fixed ILP condition and the fulfilment that satisfies it
 /// (SHA-256(fulfilment) = condition).
-pub(crate) const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
-pub(crate) const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
+pub const CONDITION: &str = "GRzLaTP7DJ9t4P-a_BA0WA9wzzlsugf00-Tn6kESAfM";
+pub const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
 /// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
-pub(crate) const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
+pub const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
 
 /// The discovery callbacks of a DFSP, under `http://{callback server}/{DFSP}`
 /// (registered for every flow but `transfer`).
-pub(crate) const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
+pub const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
     (
         "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
         "/participants/{{partyIdType}}/{{partyIdentifier}}",
@@ -67,7 +67,7 @@ pub(crate) const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
 /// The FSPIOP resources the driver speaks, with the versions a DFSP of
 /// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Api {
+pub enum Api {
     Transfers,
     Quotes,
     Parties,
@@ -102,7 +102,7 @@ impl Api {
 }
 
 /// Batch `POST /participants`: `identifiers` registered to `fsp`.
-pub(crate) fn participants_batch_body(
+pub fn participants_batch_body(
     request_id: &str,
     fsp: &str,
     identifiers: &[String],
@@ -117,7 +117,7 @@ pub(crate) fn participants_batch_body(
 
 /// Why the answer to a batch registration (`PUT /participants/{requestId}`)
 /// is not "all `expected` parties registered"; `None` when it is.
-pub(crate) fn batch_answer_problem(body: &[u8], expected: usize) -> Option<String> {
+pub fn batch_answer_problem(body: &[u8], expected: usize) -> Option<String> {
     let answer: Value = match serde_json::from_slice(body) {
         Ok(answer) => answer,
         Err(error) => return Some(format!("not JSON: {error}")),
@@ -142,12 +142,12 @@ pub(crate) fn batch_answer_problem(body: &[u8], expected: usize) -> Option<Strin
 }
 
 /// The payee's `PUT /parties/MSISDN/{ID}` body.
-pub(crate) fn party_put_body(identifier: &str, fsp: &str) -> String {
+pub fn party_put_body(identifier: &str, fsp: &str) -> String {
     party_put_body_named(identifier, fsp, &format!("Bench party {identifier}"))
 }
 
 /// The payee's `PUT /parties/MSISDN/{ID}` body, the party called `name`.
-pub(crate) fn party_put_body_named(identifier: &str, fsp: &str, name: &str) -> String {
+pub fn party_put_body_named(identifier: &str, fsp: &str, name: &str) -> String {
     json!({
         "party": {
             "partyIdInfo": { "partyIdType": "MSISDN", "partyIdentifier": identifier, "fspId": fsp },
@@ -159,7 +159,7 @@ pub(crate) fn party_put_body_named(identifier: &str, fsp: &str, name: &str) -> S
 
 /// The payee's `PUT /transfers/{ID}`: committed with the fulfilment of
 /// [`CONDITION`].
-pub(crate) fn fulfil_body(completed_ms: i64) -> String {
+pub fn fulfil_body(completed_ms: i64) -> String {
     format!(
         r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED"}}"#,
         fspiop::format_date_time(completed_ms)
@@ -167,14 +167,14 @@ pub(crate) fn fulfil_body(completed_ms: i64) -> String {
 }
 
 /// An FSPIOP error body.
-pub(crate) fn error_body(code: &str, description: &str) -> String {
+pub fn error_body(code: &str, description: &str) -> String {
     json!({ "errorInformation": { "errorCode": code, "errorDescription": description } })
         .to_string()
 }
 
 /// A `POST /quotes` body: `payer_party` of `payer_fsp` sends `amount` to
 /// `payee_party` of `payee_fsp`.
-pub(crate) fn quote_post_body(
+pub fn quote_post_body(
     quote_id: &str,
     transaction_id: &str,
     (payer_fsp, payer_party): (&str, &str),
@@ -195,18 +195,18 @@ pub(crate) fn quote_post_body(
 
 /// The payee's `PUT /quotes/{ID}` body: no fees, so the transfer amount is
 /// the amount asked; the condition is the one every transfer uses.
-pub(crate) fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
+pub fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> String {
     format!(
         r#"{{"transferAmount":{{"currency":"{currency}","amount":"{amount}"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
         fspiop::format_date_time(expiration_ms)
     )
 }
 
-pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// Sends a request and reads the whole answer; a transport failure is
 /// `(key, description)`.
-pub(crate) async fn send(
+pub async fn send(
     client: &HttpClient,
     request: Request<Full<Bytes>>,
 ) -> Result<(StatusCode, Bytes), (String, String)> {
@@ -224,7 +224,7 @@ pub(crate) async fn send(
     Ok((status, body))
 }
 
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -237,7 +237,7 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
 
 /// An FSPIOP request with the headers a DFSP sends: Accept on requests
 /// (`GET`, `POST`), not on callbacks (`PUT`); FSPIOP-Destination when given.
-pub(crate) fn fspiop_request(
+pub fn fspiop_request(
     method: Method,
     url: &str,
     api: Api,
@@ -267,20 +267,20 @@ pub(crate) fn fspiop_request(
 }
 
 #[derive(Deserialize)]
-pub(crate) struct ErrorBody {
+pub struct ErrorBody {
     #[serde(rename = "errorInformation")]
     error_information: ErrorInformation,
 }
 
 #[derive(Deserialize)]
-pub(crate) struct ErrorInformation {
+pub struct ErrorInformation {
     #[serde(rename = "errorCode")]
     error_code: String,
     #[serde(rename = "errorDescription", default)]
     error_description: String,
 }
 
-pub(crate) fn describe_error_body(body: &[u8]) -> String {
+pub fn describe_error_body(body: &[u8]) -> String {
     match serde_json::from_slice::<ErrorBody>(body) {
         Ok(error) => format!(
             "{} {}",
@@ -291,7 +291,7 @@ pub(crate) fn describe_error_body(body: &[u8]) -> String {
 }
 
 /// An error callback's (code, description), as a stage's failure.
-pub(crate) fn error_of(body: &[u8]) -> (String, String) {
+pub fn error_of(body: &[u8]) -> (String, String) {
     match serde_json::from_slice::<ErrorBody>(body) {
         Ok(error) => (
             error.error_information.error_code,
@@ -302,7 +302,7 @@ pub(crate) fn error_of(body: &[u8]) -> (String, String) {
 }
 
 /// Admin API requests as a Mojaloop golden-path collection makes them.
-pub(crate) async fn admin_request(
+pub async fn admin_request(
     client: &HttpClient,
     method: Method,
     url: &str,
@@ -346,7 +346,7 @@ pub(crate) async fn admin_request(
 
 /// Expects a 2xx answer; with `tolerate_existing`, also an error saying the
 /// thing exists already (a second run against the same hub).
-pub(crate) async fn admin_call(
+pub async fn admin_call(
     client: &HttpClient,
     method: Method,
     url: &str,
@@ -372,7 +372,7 @@ pub(crate) async fn admin_call(
 
 /// The hub's accounts and the deferred net settlement model for `currency`
 /// (an existing one is fine: a second run against the same hub).
-pub(crate) async fn onboard_hub(
+pub async fn onboard_hub(
     client: &HttpClient,
     admin: &str,
     hub_name: &str,
@@ -410,7 +410,7 @@ pub(crate) async fn onboard_hub(
 }
 
 /// How [`onboard_dfsp`] onboards one DFSP.
-pub(crate) struct Onboarding<'a> {
+pub struct Onboarding<'a> {
     pub admin: &'a str,
     pub name: &'a str,
     pub currency: &'a str,
@@ -428,10 +428,7 @@ pub(crate) struct Onboarding<'a> {
 /// Onboards a DFSP as a Mojaloop golden-path collection does: participant,
 /// net debit cap, callback endpoints, funds in (a net debit cap and
 /// liquidity the run cannot exhaust). Returns whether it was new.
-pub(crate) async fn onboard_dfsp(
-    client: &HttpClient,
-    how: &Onboarding<'_>,
-) -> anyhow::Result<bool> {
+pub async fn onboard_dfsp(client: &HttpClient, how: &Onboarding<'_>) -> anyhow::Result<bool> {
     let Onboarding {
         admin,
         name,
@@ -534,4 +531,183 @@ pub(crate) async fn onboard_dfsp(
     )
     .await?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{party_identifier, IdGen, PartyRef};
+    use crate::run::CURRENCY;
+
+    #[test]
+    fn the_condition_matches_the_fulfilment() {
+        let fulfilment = ledger::Fulfilment::from_base64url(FULFILMENT).expect("32 bytes");
+        let condition = ledger::Condition::from_base64url(CONDITION).expect("32 bytes");
+        assert!(fulfilment.condition() == condition);
+        assert!(ILP_PACKET
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+    }
+
+    #[test]
+    fn the_batch_registration_is_valid_fspiop_and_its_answer_is_checked() {
+        let ids = IdGen::new(11);
+        let request_id = ids.format(1);
+        let identifiers: Vec<String> = (0..3)
+            .map(|index| party_identifier(77, PartyRef { dfsp: 2, index }))
+            .collect();
+        let body = participants_batch_body(&request_id, "b1d2", &identifiers, CURRENCY);
+        let parsed = fspiop::parse_participants_batch(body.as_bytes()).expect("valid");
+        assert_eq!(parsed.request_id.to_string(), request_id);
+        assert_eq!(parsed.parties.len(), 3);
+        for (party, id) in parsed.parties.iter().zip(&identifiers) {
+            assert_eq!(party.key.id_type, "MSISDN");
+            assert_eq!(&party.key.identifier, id);
+            assert_eq!(
+                party.fsp.map(|fsp| fsp.to_string()).as_deref(),
+                Some("b1d2")
+            );
+        }
+        assert_eq!(
+            parsed.currency.map(|c| c.to_string()).as_deref(),
+            Some(CURRENCY)
+        );
+
+        // The answers the hub writes (fspiop's own body builder).
+        let key = |id: &String| fspiop::PartyKey {
+            id_type: "MSISDN".into(),
+            identifier: id.clone(),
+            sub_id: None,
+        };
+        let all_ok: Vec<_> = identifiers.iter().map(|id| (key(id), None)).collect();
+        let answer = fspiop::participants_batch_put_body(&all_ok, parsed.currency);
+        assert_eq!(batch_answer_problem(&answer, 3), None);
+        let problem = batch_answer_problem(&answer, 4).expect("one missing");
+        assert!(problem.contains("3 parties answered"), "{problem}");
+        let mut one_refused = all_ok.clone();
+        one_refused[1].1 = Some((
+            ledger::ErrorCode(3003),
+            "Add Party information error".to_string(),
+        ));
+        let answer = fspiop::participants_batch_put_body(&one_refused, parsed.currency);
+        let problem = batch_answer_problem(&answer, 3).expect("one refused");
+        assert!(problem.starts_with("1 of 3 parties refused"), "{problem}");
+        assert!(problem.contains("3003"), "{problem}");
+        assert!(batch_answer_problem(b"nope", 1).is_some());
+        assert!(batch_answer_problem(b"{}", 1).is_some());
+    }
+
+    #[test]
+    fn the_payees_party_answer_is_valid_fspiop() {
+        let id = party_identifier(12, PartyRef { dfsp: 1, index: 5 });
+        let body = party_put_body(&id, "b1d1");
+        let info = fspiop::check_party_put(body.as_bytes()).expect("valid");
+        assert_eq!(info.key.id_type, "MSISDN");
+        assert_eq!(info.key.identifier, id);
+        assert_eq!(info.fsp.map(|fsp| fsp.to_string()).as_deref(), Some("b1d1"));
+    }
+
+    #[test]
+    fn requests_carry_the_headers_of_their_resource() {
+        let header = |request: &Request<Full<Bytes>>, name: &str| {
+            request
+                .headers()
+                .get(name)
+                .map(|value| value.to_str().unwrap().to_string())
+        };
+        let cases = [
+            (
+                Api::Parties,
+                Method::GET,
+                None,
+                fspiop::Resource::Parties,
+                "1.0",
+            ),
+            (
+                Api::Parties,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Parties,
+                "1.0",
+            ),
+            (
+                Api::Quotes,
+                Method::POST,
+                Some("b1d1"),
+                fspiop::Resource::Quotes,
+                "1.1",
+            ),
+            (
+                Api::Quotes,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Quotes,
+                "1.1",
+            ),
+            (
+                Api::Participants,
+                Method::POST,
+                None,
+                fspiop::Resource::Participants,
+                "1.0",
+            ),
+            (
+                Api::Transfers,
+                Method::POST,
+                Some("b1d1"),
+                fspiop::Resource::Transfers,
+                "1.1",
+            ),
+            (
+                Api::Transfers,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::Transfers,
+                "1.1",
+            ),
+        ];
+        for (api, method, destination, resource, version) in cases {
+            let request = fspiop_request(
+                method.clone(),
+                "http://hub/x",
+                api,
+                "b1d9",
+                destination,
+                String::new(),
+            )
+            .expect("a request");
+            let content_type = header(&request, "content-type").expect("Content-Type");
+            assert!(
+                content_type.ends_with(&format!("version={version}")),
+                "{content_type}"
+            );
+            let checked = fspiop::check_content_type(resource, Some(&content_type))
+                .unwrap_or_else(|e| panic!("{api:?} {method}: {}", e.description));
+            assert_eq!(checked.to_string(), version);
+            match header(&request, "accept") {
+                Some(accept) => {
+                    assert_ne!(method, Method::PUT, "{api:?}: a callback has no Accept");
+                    fspiop::negotiate_accept(resource, Some(&accept))
+                        .unwrap_or_else(|e| panic!("{api:?} {method}: {}", e.description));
+                }
+                None => assert_eq!(method, Method::PUT, "{api:?} {method} needs Accept"),
+            }
+            fspiop::check_date(header(&request, "date").as_deref()).expect("a valid Date");
+            assert_eq!(header(&request, "fspiop-source").as_deref(), Some("b1d9"));
+            assert_eq!(
+                header(&request, "fspiop-destination").as_deref(),
+                destination
+            );
+        }
+    }
+
+    #[test]
+    fn error_bodies_are_described() {
+        let body = br#"{"errorInformation":{"errorCode":"3100","errorDescription":"Generic validation error - x"}}"#;
+        assert_eq!(
+            describe_error_body(body),
+            "3100 Generic validation error - x"
+        );
+        assert_eq!(describe_error_body(b"oops"), "oops");
+    }
 }

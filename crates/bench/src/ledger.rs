@@ -506,7 +506,9 @@ struct BenchStore {
 
 impl BenchStore {
     fn new(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<BenchStore> {
-        let (location, temporary) = match crate::store_location(args.store.as_deref())? {
+        let (location, temporary) = match store::StoreLocation::from_flag(args.store.as_deref())
+            .map_err(anyhow::Error::msg)?
+        {
             Some(store::StoreLocation::Sqlite(dir)) => {
                 let (dir, temporary) = new_data_dir(Some(&dir))?;
                 (store::StoreLocation::Sqlite(dir), temporary)

@@ -106,7 +106,9 @@ pub fn run_process() -> anyhow::Result<std::process::ExitCode> {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .context("cannot listen for SIGTERM")?;
         let hub = start().await?;
-        tracing::info!(api = %hub.api, admin = %hub.admin, "serving");
+        // The target it had in the kasi binary: log filters and the line
+        // the harness reads stay the same.
+        tracing::info!(target: "kasi::null_hub", api = %hub.api, admin = %hub.admin, "serving");
         tokio::select! {
             _ = terminate.recv() => {}
             _ = tokio::signal::ctrl_c() => {}

@@ -1,0 +1,558 @@
+//! What one iteration of each `--flow` does: the legs it times, the
+//! requests a payer sends and the callbacks it waits for.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::ValueEnum;
+use http::{Method, Request, StatusCode};
+use http_body_util::Full;
+use tokio::sync::oneshot;
+
+use crate::dfsp::{
+    describe_error_body, fspiop_request, quote_post_body, send, Api, CONDITION, ILP_PACKET,
+};
+use crate::ids::{now_ms, PartyRef};
+use crate::run::{Shared, CURRENCY};
+use crate::waiters::{Completion, Failure, Pending, Waiter, Waiters};
+
+/// A stage (lookup, quote, transfer) not ended this long after its request
+/// counts as timed out.
+pub(crate) const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The legs timed, in the order they happen.
+pub(crate) const LEGS: [&str; 8] = [
+    "lookup",
+    "quote",
+    "prepare",
+    "forward",
+    "fulfil",
+    "notify",
+    "transaction_request",
+    "e2e",
+];
+/// `GET /parties/...` sent → the payer receives the payee's `PUT /parties/...`.
+pub(crate) const LOOKUP: usize = 0;
+/// `POST /quotes` sent → the payer receives the payee's `PUT /quotes/{ID}`.
+pub(crate) const QUOTE: usize = 1;
+/// `POST /transfers` sent → its 202 received.
+pub(crate) const PREPARE: usize = 2;
+/// `POST /transfers` sent → the payee receives the forwarded `POST`.
+pub(crate) const FORWARD: usize = 3;
+/// The payee's `PUT /transfers/{ID}` sent → its 200 received.
+pub(crate) const FULFIL: usize = 4;
+/// The payee's `PUT` sent → the payer receives the commit notification.
+pub(crate) const NOTIFY: usize = 5;
+/// The payee's `POST /transactionRequests` sent → the payee receives the
+/// payer's `PUT /transactionRequests/{ID}`.
+pub(crate) const TRANSACTION_REQUEST: usize = 6;
+/// The flow's first request sent → the payer receives its last callback.
+pub(crate) const E2E: usize = 7;
+
+/// What one iteration of a virtual user does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Flow {
+    /// `POST /transfers` → commit notification.
+    Transfer,
+    /// `GET /parties/MSISDN/{ID}` → `PUT /parties/MSISDN/{ID}`.
+    Lookup,
+    /// `POST /quotes` → `PUT /quotes/{ID}`.
+    Quote,
+    /// Quote, then transfer (the payer knows the payee's DFSP).
+    #[value(name = "quote+transfer")]
+    QuoteTransfer,
+    /// Lookup, then quote, then transfer.
+    #[value(name = "discovery+quote+transfer")]
+    DiscoveryQuoteTransfer,
+    /// `POST /transactionRequests` (payee → payer) → `PUT
+    /// /transactionRequests/{ID}`.
+    #[value(name = "transaction-request")]
+    TransactionRequest,
+}
+
+impl Flow {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Flow::Transfer => "transfer",
+            Flow::Lookup => "lookup",
+            Flow::Quote => "quote",
+            Flow::QuoteTransfer => "quote+transfer",
+            Flow::DiscoveryQuoteTransfer => "discovery+quote+transfer",
+            Flow::TransactionRequest => "transaction-request",
+        }
+    }
+
+    pub(crate) fn looks_up(self) -> bool {
+        matches!(self, Flow::Lookup | Flow::DiscoveryQuoteTransfer)
+    }
+
+    pub(crate) fn quotes(self) -> bool {
+        matches!(
+            self,
+            Flow::Quote | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+        )
+    }
+
+    pub(crate) fn transfers(self) -> bool {
+        matches!(
+            self,
+            Flow::Transfer | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+        )
+    }
+
+    pub(crate) fn requests_to_pay(self) -> bool {
+        self == Flow::TransactionRequest
+    }
+
+    /// Requests of different resources one flow makes in turn.
+    pub(crate) fn stage_count(self) -> usize {
+        usize::from(self.looks_up())
+            + usize::from(self.quotes())
+            + usize::from(self.transfers())
+            + usize::from(self.requests_to_pay())
+    }
+
+    /// Needs the discovery endpoints and registered parties.
+    pub(crate) fn discovers(self) -> bool {
+        self != Flow::Transfer
+    }
+
+    /// The legs this flow times, in the order they happen.
+    pub(crate) fn legs(self) -> Vec<usize> {
+        let mut legs = Vec::new();
+        if self.looks_up() {
+            legs.push(LOOKUP);
+        }
+        if self.quotes() {
+            legs.push(QUOTE);
+        }
+        if self.transfers() {
+            legs.extend([PREPARE, FORWARD, FULFIL, NOTIFY]);
+        }
+        if self.requests_to_pay() {
+            legs.push(TRANSACTION_REQUEST);
+        }
+        legs.push(E2E);
+        legs
+    }
+
+    /// What the throughput counts.
+    pub(crate) fn unit(self) -> &'static str {
+        match self {
+            Flow::Transfer => "transfers",
+            Flow::Lookup => "lookups",
+            Flow::Quote => "quotes",
+            Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer => "flows",
+            Flow::TransactionRequest => "transaction requests",
+        }
+    }
+}
+
+/// A `POST /transactionRequests` body: `payee_party` of `payee_fsp` asks
+/// `payer_party` of `payer_fsp` to pay `amount`.
+pub(crate) fn transaction_request_body(
+    request_id: &str,
+    (payee_fsp, payee_party): (&str, &str),
+    (payer_fsp, payer_party): (&str, &str),
+    amount: &str,
+) -> String {
+    format!(
+        concat!(
+            r#"{{"transactionRequestId":"{}","#,
+            r#""payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}}}},"#,
+            r#""payer":{{"partyIdType":"MSISDN","partyIdentifier":"{}","fspId":"{}"}},"#,
+            r#""amount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}}}}"#
+        ),
+        request_id, payee_party, payee_fsp, payer_party, payer_fsp, CURRENCY, amount
+    )
+}
+
+/// A `POST /transfers` body.
+pub(crate) fn prepare_body(transfer_id: &str, payer: &str, payee: &str, amount: &str) -> String {
+    format!(
+        concat!(
+            r#"{{"transferId":"{}","payerFsp":"{}","payeeFsp":"{}","#,
+            r#""amount":{{"amount":"{}","currency":"{}"}},"#,
+            r#""ilpPacket":"{}","condition":"{}","expiration":"{}"}}"#
+        ),
+        transfer_id,
+        payer,
+        payee,
+        amount,
+        CURRENCY,
+        ILP_PACKET,
+        CONDITION,
+        fspiop::format_date_time(now_ms() + 60_000),
+    )
+}
+
+/// One iteration of a virtual user (or one arrival of the open loop): its
+/// flow, from its first request to its last callback; records how it
+/// ended. Its end-to-end latency counts from `started`: now for a virtual
+/// user, the scheduled start for an arrival.
+pub(crate) async fn iteration(
+    shared: &Shared,
+    started: Instant,
+    payer_party: PartyRef,
+    payee: u32,
+) {
+    let measured = shared.measured(started);
+    {
+        let mut stats = shared.stats();
+        stats.started += 1;
+        stats.started_in_window += u64::from(measured);
+    }
+    let outcome = run_flow(shared, payer_party, payee, measured).await;
+    let window = shared.window();
+    shared
+        .stats()
+        .flow_ended(started, measured, window, outcome);
+}
+
+/// The stages of the flow in turn; the instant the payer received the last
+/// stage's callback, or the stage that failed and how.
+pub(crate) async fn run_flow(
+    shared: &Shared,
+    payer_party: PartyRef,
+    payee: u32,
+    measured: bool,
+) -> Result<Instant, (&'static str, Failure)> {
+    let flow = shared.flow;
+    let payer = payer_party.dfsp;
+    let transaction = shared.ids.next();
+    let amount = (1 + transaction % 100).to_string();
+    let payee_party = flow.discovers().then(|| shared.next_party_of(payee));
+    let mut ended = None;
+    if let (true, Some(party)) = (flow.looks_up(), payee_party) {
+        ended = Some(
+            lookup(shared, payer, party, measured)
+                .await
+                .map_err(|failure| ("lookup", failure))?,
+        );
+    }
+    if let (true, Some(party)) = (flow.quotes(), payee_party) {
+        ended = Some(
+            quote(shared, payer_party, party, transaction, &amount, measured)
+                .await
+                .map_err(|failure| ("quote", failure))?,
+        );
+    }
+    if let (true, Some(party)) = (flow.requests_to_pay(), payee_party) {
+        ended = Some(
+            transaction_request(shared, party, payer_party, &amount, measured)
+                .await
+                .map_err(|failure| ("transaction request", failure))?,
+        );
+    }
+    if flow.transfers() {
+        ended = Some(
+            transfer(shared, payer, payee, transaction, &amount, measured)
+                .await
+                .map_err(|failure| ("transfer", failure))?,
+        );
+    }
+    Ok(ended.expect("every flow has a stage"))
+}
+
+/// Sends a stage's request and waits for its end: the payer's callback
+/// (`outcome`), an error, or the deadline. `forget` removes the stage's
+/// waiter and says whether it was still there (if not, a handler took it
+/// and sent the outcome); `on_accepted` runs when the request is accepted
+/// (202).
+pub(crate) async fn await_stage(
+    shared: &Shared,
+    request: Result<Request<Full<Bytes>>, String>,
+    deadline: tokio::time::Instant,
+    mut outcome: oneshot::Receiver<Completion>,
+    forget: impl Fn() -> bool,
+    on_accepted: impl FnOnce(),
+) -> Result<Instant, Failure> {
+    let answered = match request {
+        Ok(request) => tokio::time::timeout_at(deadline, send(&shared.client, request)).await,
+        Err(error) => Ok(Err(("request".into(), error))),
+    };
+    let result = match answered {
+        Err(_) => None,
+        Ok(Err((key, description))) => Some(Completion::Failed(key, description)),
+        Ok(Ok((status, _))) if status == StatusCode::ACCEPTED => {
+            on_accepted();
+            match tokio::time::timeout_at(deadline, &mut outcome).await {
+                Ok(Ok(completion)) => return completion.into_result(),
+                Ok(Err(_)) => Some(Completion::Failed(
+                    "lost".into(),
+                    "the stage was dropped without an outcome".into(),
+                )),
+                Err(_) => None,
+            }
+        }
+        Ok(Ok((status, body))) => Some(Completion::Failed(
+            format!("HTTP {}", status.as_u16()),
+            describe_error_body(&body),
+        )),
+    };
+    // Whoever removes the waiter decides the outcome: a handler that got
+    // there first has sent it.
+    match result {
+        Some(completion) => {
+            forget();
+            completion.into_result()
+        }
+        None if forget() => Err(Failure::Timeout),
+        None => match outcome.try_recv() {
+            Ok(completion) => completion.into_result(),
+            Err(_) => Err(Failure::Timeout),
+        },
+    }
+}
+
+/// `GET /parties/MSISDN/{ID}` from `payer`, until the payer receives the
+/// holder's `PUT /parties/MSISDN/{ID}`.
+pub(crate) async fn lookup(
+    shared: &Shared,
+    payer: u32,
+    party: PartyRef,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let request = fspiop_request(
+        Method::GET,
+        &format!("{}/parties/MSISDN/{}", shared.api, shared.party_id(party)),
+        Api::Parties,
+        &shared.names[payer as usize],
+        None,
+        String::new(),
+    );
+    let (done, outcome) = oneshot::channel();
+    let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
+    let key = (payer, party);
+    let sent = Instant::now();
+    shared.lookups.insert(
+        key,
+        Waiter {
+            ticket,
+            payer,
+            payee: party.dfsp,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    let ended = await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.lookups.take(&key, ticket).is_some(),
+        || {},
+    )
+    .await?;
+    if measured {
+        shared
+            .stats()
+            .record(LOOKUP, ended.saturating_duration_since(sent));
+    }
+    Ok(ended)
+}
+
+/// `POST /quotes` from `payer_party`'s DFSP to `payee_party`'s, until the
+/// payer receives the payee's `PUT /quotes/{ID}`. The transaction id is
+/// `transaction`'s, as the transfer's will be.
+pub(crate) async fn quote(
+    shared: &Shared,
+    payer_party: PartyRef,
+    payee_party: PartyRef,
+    transaction: u64,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let (payer, payee) = (payer_party.dfsp, payee_party.dfsp);
+    let counter = shared.ids.next();
+    let payer_name = &shared.names[payer as usize];
+    let payee_name = &shared.names[payee as usize];
+    let body = quote_post_body(
+        &shared.ids.format(counter),
+        &shared.ids.format(transaction),
+        (payer_name, &shared.party_id(payer_party)),
+        (payee_name, &shared.party_id(payee_party)),
+        (amount, CURRENCY),
+    );
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/quotes", shared.api),
+        Api::Quotes,
+        payer_name,
+        Some(payee_name),
+        body,
+    );
+    let asked = Asked {
+        waiters: &shared.quotes,
+        counter,
+        asker: payer,
+        answerer: payee,
+        leg: QUOTE,
+    };
+    ask(shared, request, asked, measured).await
+}
+
+/// `POST /transactionRequests` from `payee_party`'s DFSP to
+/// `payer_party`'s, until the payee receives the payer's
+/// `PUT /transactionRequests/{ID}`.
+pub(crate) async fn transaction_request(
+    shared: &Shared,
+    payee_party: PartyRef,
+    payer_party: PartyRef,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let (payee, payer) = (payee_party.dfsp, payer_party.dfsp);
+    let counter = shared.ids.next();
+    let payee_name = &shared.names[payee as usize];
+    let payer_name = &shared.names[payer as usize];
+    let body = transaction_request_body(
+        &shared.ids.format(counter),
+        (payee_name, &shared.party_id(payee_party)),
+        (payer_name, &shared.party_id(payer_party)),
+        amount,
+    );
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/transactionRequests", shared.api),
+        Api::TransactionRequests,
+        payee_name,
+        Some(payer_name),
+        body,
+    );
+    let asked = Asked {
+        waiters: &shared.transaction_requests,
+        counter,
+        asker: payee,
+        answerer: payer,
+        leg: TRANSACTION_REQUEST,
+    };
+    ask(shared, request, asked, measured).await
+}
+
+/// A request one DFSP makes of another, answered by a `PUT` to the asker.
+pub(crate) struct Asked<'s> {
+    /// Where the answer's handler finds the asker, by `counter` (the
+    /// request id's).
+    pub(crate) waiters: &'s Waiters<u64>,
+    pub(crate) counter: u64,
+    pub(crate) asker: u32,
+    pub(crate) answerer: u32,
+    /// The leg that times it.
+    pub(crate) leg: usize,
+}
+
+/// Sends `request` and waits for its answer; records the leg if measured.
+pub(crate) async fn ask(
+    shared: &Shared,
+    request: Result<Request<Full<Bytes>>, String>,
+    asked: Asked<'_>,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let Asked {
+        waiters,
+        counter,
+        asker,
+        answerer,
+        leg,
+    } = asked;
+    let (done, outcome) = oneshot::channel();
+    let ticket = shared.tickets.fetch_add(1, Ordering::Relaxed);
+    let sent = Instant::now();
+    waiters.insert(
+        counter,
+        Waiter {
+            ticket,
+            payer: asker,
+            payee: answerer,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    let ended = await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || waiters.take(&counter, ticket).is_some(),
+        || {},
+    )
+    .await?;
+    if measured {
+        shared
+            .stats()
+            .record(leg, ended.saturating_duration_since(sent));
+    }
+    Ok(ended)
+}
+
+/// `POST /transfers` (id: `counter`'s) until the payer's commit notification.
+pub(crate) async fn transfer(
+    shared: &Shared,
+    payer: u32,
+    payee: u32,
+    counter: u64,
+    amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let payer_name = &shared.names[payer as usize];
+    let payee_name = &shared.names[payee as usize];
+    let body = prepare_body(&shared.ids.format(counter), payer_name, payee_name, amount);
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/transfers", shared.api),
+        Api::Transfers,
+        payer_name,
+        Some(payee_name),
+        body,
+    );
+    let (done, outcome) = oneshot::channel();
+    let sent = Instant::now();
+    shared.pending().insert(
+        counter,
+        Pending {
+            payer,
+            payee,
+            post_sent: sent,
+            fulfil_sent: None,
+            measured,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.pending().remove(&counter).is_some(),
+        || {
+            if measured {
+                shared.stats().record(PREPARE, sent.elapsed());
+            }
+        },
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dfsp::FULFILMENT;
+    use crate::ids::IdGen;
+
+    #[test]
+    fn a_prepare_body_is_valid_fspiop() {
+        let ids = IdGen::new(3);
+        let id = ids.format(9);
+        let body = prepare_body(&id, "b1d0", "b1d1", "10");
+        let parsed = fspiop::parse_transfer_prepare(body.as_bytes()).expect("valid");
+        assert_eq!(parsed.transfer_id.to_string(), id);
+        let fulfil = format!(
+            r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED"}}"#,
+            fspiop::format_date_time(now_ms())
+        );
+        fspiop::parse_transfer_fulfil(fulfil.as_bytes()).expect("valid");
+    }
+}

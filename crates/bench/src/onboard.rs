@@ -1,0 +1,286 @@
+//! The DFSPs in the hub: onboarding and party registration before the
+//! load, the positions check after it (admin API and FSPIOP only).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use http::{Method, StatusCode};
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use crate::dfsp::{
+    self, admin_call, batch_answer_problem, describe_error_body, fspiop_request,
+    participants_batch_body, send, Api,
+};
+use crate::ids::PartyRef;
+use crate::run::{Shared, CURRENCY};
+
+/// How long the run waits for the hub to settle positions that do not net
+/// to zero yet (a transfer the driver gave up on may still be committing).
+pub(crate) const POSITIONS_SETTLE: Duration = Duration::from_secs(2);
+/// How long a DFSP waits for the answer to its batch party registration.
+pub(crate) const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub(crate) async fn onboard(
+    shared: &Arc<Shared>,
+    admin: &str,
+    hub_name: &str,
+    callback_addr: SocketAddr,
+) -> anyhow::Result<()> {
+    dfsp::onboard_hub(&shared.client, admin, hub_name, CURRENCY).await?;
+
+    // A few DFSPs at a time: each step waits for the hub's durable commit.
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = tokio::task::JoinSet::new();
+    for name in shared.names.clone() {
+        let shared = shared.clone();
+        let admin = admin.to_string();
+        let permits = permits.clone();
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            onboard_dfsp(&shared, &admin, &name, callback_addr).await
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("onboarding panicked")??;
+    }
+    Ok(())
+}
+
+pub(crate) async fn onboard_dfsp(
+    shared: &Shared,
+    admin: &str,
+    name: &str,
+    callback_addr: SocketAddr,
+) -> anyhow::Result<()> {
+    let funds_id = shared.ids.format(shared.ids.next());
+    dfsp::onboard_dfsp(
+        &shared.client,
+        &dfsp::Onboarding {
+            admin,
+            name,
+            currency: CURRENCY,
+            callback_addr,
+            discovers: shared.flow.discovers(),
+            funds_id: &funds_id,
+            existing_ok: false,
+        },
+    )
+    .await?;
+    if shared.flow.discovers() {
+        register_parties(shared, name).await?;
+    }
+    Ok(())
+}
+
+/// `name` registers its `--parties` MSISDNs with one batch
+/// `POST /participants` and waits for `PUT /participants/{requestId}`,
+/// which must register every one.
+pub(crate) async fn register_parties(shared: &Shared, name: &str) -> anyhow::Result<()> {
+    let dfsp = shared.dfsp(name).context("not one of our DFSPs")?;
+    let identifiers: Vec<String> = (0..shared.parties)
+        .map(|index| shared.party_id(PartyRef { dfsp, index }))
+        .collect();
+    let counter = shared.ids.next();
+    let request_id = shared.ids.format(counter);
+    let url = format!("{}/participants", shared.api);
+    let request = fspiop_request(
+        Method::POST,
+        &url,
+        Api::Participants,
+        name,
+        None,
+        participants_batch_body(&request_id, name, &identifiers, CURRENCY),
+    )
+    .map_err(|error| anyhow::anyhow!("POST {url}: {error}"))?;
+    let (done, answer) = oneshot::channel();
+    shared.registrations().insert(counter, done);
+    let sent = tokio::time::timeout(REGISTRATION_TIMEOUT, send(&shared.client, request))
+        .await
+        .with_context(|| {
+            format!(
+                "POST {url} ({name}): no answer within {} s",
+                REGISTRATION_TIMEOUT.as_secs()
+            )
+        })
+        .and_then(|sent| {
+            sent.map_err(|(_, description)| anyhow::anyhow!("POST {url} ({name}): {description}"))
+        });
+    let (status, body) = match sent {
+        Ok(answer) => answer,
+        Err(error) => {
+            shared.registrations().remove(&counter);
+            return Err(error);
+        }
+    };
+    if status != StatusCode::ACCEPTED {
+        shared.registrations().remove(&counter);
+        bail!(
+            "POST {url} ({name}): {} {}",
+            status.as_u16(),
+            describe_error_body(&body)
+        );
+    }
+    let answer = match tokio::time::timeout(REGISTRATION_TIMEOUT, answer).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => bail!("the registration of {name}'s parties was dropped"),
+        Err(_) => {
+            shared.registrations().remove(&counter);
+            bail!(
+                "{name} got no PUT /participants/{request_id} within {} s of registering its parties",
+                REGISTRATION_TIMEOUT.as_secs()
+            )
+        }
+    };
+    match answer {
+        Ok(body) => match batch_answer_problem(&body, identifiers.len()) {
+            None => Ok(()),
+            Some(problem) => bail!("registering {name}'s parties: {problem}"),
+        },
+        Err(error) => {
+            bail!("registering {name}'s parties: PUT /participants/{request_id}/error: {error}")
+        }
+    }
+}
+
+/// Whether the run's DFSPs' positions net to zero once every transfer has
+/// ended: every transfer moves its amount from the payer's position to the
+/// payee's, so anything else is money created, lost, or still reserved.
+#[derive(Debug, Default)]
+pub(crate) struct PositionCheck {
+    /// The sum of the DFSPs' `CURRENCY` positions, exact.
+    pub(crate) sum: Option<ledger::Amount>,
+    pub(crate) net_zero: bool,
+    /// Why the positions could not be read.
+    pub(crate) problem: Option<String>,
+    /// No ledger to check (the null hub): neither net zero nor not.
+    pub(crate) not_applicable: bool,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct PositionRow {
+    #[serde(default)]
+    pub(crate) currency: Option<String>,
+    /// Exact: a JSON number (or string) as the hub wrote it.
+    pub(crate) value: Box<serde_json::value::RawValue>,
+}
+
+/// A position's `value` as an exact decimal: a JSON number or string,
+/// possibly negative; no floats.
+pub(crate) fn parse_position_value(raw: &str) -> Result<ledger::Amount, String> {
+    let text = raw.trim();
+    let text = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    ledger::Amount::parse_signed(text).map_err(|error| format!("position {raw:?}: {error}"))
+}
+
+/// The exact sum of `values` (JSON position values).
+pub(crate) fn sum_positions<'a>(
+    values: impl IntoIterator<Item = &'a str>,
+) -> Result<ledger::Amount, String> {
+    values
+        .into_iter()
+        .try_fold(ledger::Amount::ZERO, |sum, raw| {
+            sum.checked_add(parse_position_value(raw)?)
+                .ok_or_else(|| "the positions' sum overflows".to_string())
+        })
+}
+
+/// Reads `GET /participants/{name}/positions` of every DFSP of the run.
+pub(crate) async fn read_positions(
+    shared: &Arc<Shared>,
+    admin: &str,
+) -> Result<ledger::Amount, String> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(16));
+    let mut tasks = tokio::task::JoinSet::new();
+    for name in shared.names.clone() {
+        let (shared, permits) = (shared.clone(), permits.clone());
+        let url = format!("{admin}/participants/{name}/positions");
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
+            let body = admin_call(&shared.client, Method::GET, &url, None, false)
+                .await
+                .map_err(|error| format!("{error:#}"))?;
+            let rows: Vec<PositionRow> =
+                serde_json::from_slice(&body).map_err(|error| format!("GET {url}: {error}"))?;
+            let values: Vec<String> = rows
+                .iter()
+                .filter(|row| row.currency.as_deref().is_none_or(|c| c == CURRENCY))
+                .map(|row| row.value.get().to_string())
+                .collect();
+            if values.is_empty() {
+                return Err(format!("GET {url}: no {CURRENCY} position"));
+            }
+            sum_positions(values.iter().map(String::as_str))
+        });
+    }
+    let mut sum = ledger::Amount::ZERO;
+    while let Some(joined) = tasks.join_next().await {
+        let position = joined.map_err(|error| error.to_string())??;
+        sum = sum
+            .checked_add(position)
+            .ok_or_else(|| "the positions' sum overflows".to_string())?;
+    }
+    Ok(sum)
+}
+
+/// Reads the positions, again for up to [`POSITIONS_SETTLE`] while they do
+/// not net to zero (a transfer the driver timed out may still be settling
+/// in the hub).
+pub(crate) async fn check_positions(shared: &Arc<Shared>, admin: &str) -> PositionCheck {
+    let deadline = Instant::now() + POSITIONS_SETTLE;
+    loop {
+        let check = match read_positions(shared, admin).await {
+            Ok(sum) => PositionCheck {
+                sum: Some(sum),
+                net_zero: sum == ledger::Amount::ZERO,
+                problem: None,
+                not_applicable: false,
+            },
+            Err(problem) => PositionCheck {
+                sum: None,
+                net_zero: false,
+                problem: Some(problem),
+                not_applicable: false,
+            },
+        };
+        if check.net_zero || check.problem.is_some() || Instant::now() >= deadline {
+            return check;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_sum_exactly() {
+        assert_eq!(
+            sum_positions(["1922", "-565", "-1357"]),
+            Ok(ledger::Amount::ZERO)
+        );
+        // 0.1 + 0.2 - 0.3 is not zero in floating point; it is here.
+        assert_eq!(
+            sum_positions(["0.1", "0.2", "-0.3", "\"0\""]),
+            Ok(ledger::Amount::ZERO)
+        );
+        assert_eq!(
+            sum_positions(["10.5", "-3.25"]).map(|sum| sum.to_string()),
+            Ok("7.25".to_string())
+        );
+        assert_eq!(
+            sum_positions(["999999999999999999.9999", "-999999999999999999.9998"])
+                .map(|sum| sum.to_string()),
+            Ok("0.0001".to_string())
+        );
+        assert!(sum_positions(["1e3"]).is_err());
+        assert!(sum_positions(["null"]).is_err());
+        assert_eq!(sum_positions([]), Ok(ledger::Amount::ZERO));
+    }
+}

@@ -1,0 +1,471 @@
+//! One `kasi bench` run: the null-hub baseline, the hub under test, the
+//! run's shared state and its driver, and what it prints and saves.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context as _};
+use bytes::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::oneshot;
+
+use crate::callbacks::callbacks;
+use crate::dfsp::HttpClient;
+use crate::flows::Flow;
+use crate::ids::{parse_party_identifier, party_identifier, run_seed, splitmix64, IdGen, PartyRef};
+use crate::load::{Load, Plan};
+use crate::loops::{run_plan, search_breakpoint};
+use crate::monitor::{reset_hub_stages, HubGauges};
+use crate::onboard::{check_positions, onboard, PositionCheck};
+use crate::stats::{Stats, Window};
+use crate::summary::Report;
+use crate::target::{start_null_hub, EmbeddedHub, HubProcess};
+use crate::waiters::{Completion, Pending, Waiters};
+use crate::{shape_of, BenchTransfersArgs, Shape};
+
+pub(crate) const CURRENCY: &str = "USD";
+
+/// The null hub's throughput, measured in this run for the ratio.
+pub(crate) struct Baseline {
+    pub(crate) throughput_per_s: f64,
+    /// The null hub's CPU per flow, when it ran as a child process.
+    pub(crate) us_per_flow: Option<f64>,
+    pub(crate) note: String,
+}
+
+pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
+    let shape = shape_of(&args).map_err(anyhow::Error::msg)?;
+    let started_at = SystemTime::now();
+    let chatty = !args.json && !args.quiet;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kasi-bench")
+        .build()
+        .context("cannot start the async runtime")?;
+
+    let baseline = if args.null_hub || args.null_hub_baseline == 0.0 {
+        None
+    } else {
+        let users = match &shape {
+            Shape::Plan(plan) if plan.load == Load::Closed => plan.max_target().ceil(),
+            _ => 64.0,
+        };
+        let plan = Plan::constant(Load::Closed, users, 1.0, args.null_hub_baseline);
+        if chatty {
+            eprintln!(
+                "measuring the null hub first ({} s, {users} users): the harness's own ceiling...",
+                args.null_hub_baseline
+            );
+        }
+        let (api, admin, mut process) = start_null_hub(&runtime, args.null_hub_in_process)?;
+        let baseline_args = BenchTransfersArgs {
+            null_hub: true,
+            quiet: true,
+            json: true,
+            callback_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            // The baseline runs for its own duration.
+            count: None,
+            ..args.clone()
+        };
+        let pid = process.as_ref().map(|process| process.child.id());
+        let report = runtime.block_on(drive(&baseline_args, &Shape::Plan(plan), &api, &admin, pid));
+        if let Some(process) = process.as_mut() {
+            process.stop()?;
+        }
+        let report = report?;
+        if report.failed() > 0 {
+            bail!(
+                "the null-hub baseline failed {} flows: the harness cannot run here",
+                report.failed()
+            );
+        }
+        let throughput_per_s = report.throughput();
+        let null_hub_us_per_flow = report
+            .run
+            .cpu
+            .and_then(|cpu| cpu.hub_s)
+            .map(|hub_s| hub_s * 1e6 / (report.run.stats.completed_in_window.max(1) as f64));
+        if chatty {
+            eprintln!("null hub: {throughput_per_s:.0} {}/s", args.flow.unit());
+        }
+        Some(Baseline {
+            throughput_per_s,
+            us_per_flow: null_hub_us_per_flow,
+            note: format!(
+                "closed loop, same flow, {users} users, {} s, measured just before, null hub {}",
+                args.null_hub_baseline,
+                if args.null_hub_in_process {
+                    "in this process"
+                } else {
+                    "in its own process"
+                }
+            ),
+        })
+    };
+
+    let mut embedded = None;
+    let (api, admin, target) = match (&args.api, &args.admin) {
+        _ if args.null_hub => {
+            if chatty {
+                eprintln!("starting the null hub (no hub work: the harness's own ceiling)...");
+            }
+            let (api, admin, process) = start_null_hub(&runtime, args.null_hub_in_process)?;
+            embedded = process;
+            (api, admin, "null-hub")
+        }
+        (Some(api), Some(admin)) => (
+            api.trim_end_matches('/').to_string(),
+            admin.trim_end_matches('/').to_string(),
+            "external",
+        ),
+        _ => {
+            if chatty {
+                eprintln!("starting an embedded hub...");
+            }
+            let hub = EmbeddedHub::start(HubProcess::Kasi {
+                hub_name: &args.hub_name,
+                trace_sample_every: args.trace_sample_every,
+            })?;
+            let urls = (
+                format!("http://{}", hub.api),
+                format!("http://{}", hub.admin),
+            );
+            embedded = Some(hub);
+            (urls.0, urls.1, "embedded")
+        }
+    };
+
+    let hub_pid = embedded.as_ref().map(|hub| hub.child.id());
+    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin, hub_pid));
+    // The callback server keeps answering (on the runtime's threads) while
+    // the hub delivers what it still has queued and stops.
+    let mut hub_problem = None;
+    let mut hub_warnings = 0;
+    if let Some(mut hub) = embedded.take() {
+        match hub.stop() {
+            Ok(status) if status.success() => {}
+            Ok(status) => hub_problem = Some(format!("the embedded hub exited with {status}")),
+            Err(error) => hub_problem = Some(format!("{error:#}")),
+        }
+        hub_warnings = hub.warnings.load(Ordering::Relaxed);
+    }
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    let mut report = outcome?;
+    report.target = target;
+    report.api = api;
+    report.hub_warnings = (target == "embedded").then_some(hub_warnings);
+    report.hub_problem = hub_problem;
+    report.baseline = baseline;
+    report.started_at = started_at;
+
+    let json = report.to_json(&args);
+    if args.json {
+        println!("{json}");
+    } else {
+        report.print(&args);
+        // The hub's stage table and waterfalls are long: they go into the
+        // report folder's report.md, and to the terminal only when there is
+        // no folder to read them in.
+        let sections = crate::report::hub_sections(&json);
+        if args.no_report && !sections.trim().is_empty() {
+            println!("\n{}", sections.trim_end());
+        }
+    }
+    if !args.no_report {
+        let dir = match &args.out {
+            Some(dir) => dir.clone(),
+            None => std::path::PathBuf::from("kasi-bench").join(format!(
+                "{}-{}",
+                fspiop::format_date_time(millis_since_epoch(started_at))
+                    .replace([':', '.'], "")
+                    .trim_end_matches('Z'),
+                args.flow.name().replace('+', "-")
+            )),
+        };
+        crate::report::write_folder(&dir, &json)?;
+        if !args.json {
+            println!(
+                "  report: {} (report.md: the hub's stage table and sampled waterfalls)",
+                dir.display()
+            );
+        }
+    }
+    Ok(
+        if report.failed() == 0
+            && report.hub_problem.is_none()
+            && (report.positions.net_zero || report.positions.not_applicable)
+        {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
+}
+
+pub(crate) fn millis_since_epoch(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as i64)
+}
+
+pub(crate) struct Shared {
+    pub(crate) client: HttpClient,
+    pub(crate) api: String,
+    /// The hub's admin address (its `/metrics`, when it has one).
+    pub(crate) admin: String,
+    /// The latest scrape of the hub's gauges, for the monitor's next point.
+    pub(crate) hub_gauges: Mutex<Option<HubGauges>>,
+    pub(crate) flow: Flow,
+    pub(crate) ids: IdGen,
+    pub(crate) names: Vec<String>,
+    /// DFSP name → index into `names`.
+    pub(crate) index_of: HashMap<String, u32>,
+    /// Parties per DFSP.
+    pub(crate) parties: u32,
+    /// This run's tag in the party identifiers.
+    pub(crate) party_tag: u32,
+    /// Per payee DFSP: the lookups' round robin over its parties.
+    pub(crate) next_party: Vec<AtomicU64>,
+    pub(crate) pending: Mutex<HashMap<u64, Pending>>,
+    /// Lookups by (payer, party looked up).
+    pub(crate) lookups: Waiters<(u32, PartyRef)>,
+    /// Quotes by the quote id's counter.
+    pub(crate) quotes: Waiters<u64>,
+    /// Transaction requests by the request id's counter; the waiter's
+    /// `payer` is the DFSP that asked (the payee) and waits for the answer.
+    pub(crate) transaction_requests: Waiters<u64>,
+    /// Batch registrations waiting for `PUT /participants/{requestId}`, by
+    /// the request id's counter: the answer's body, or the error.
+    pub(crate) registrations: Mutex<HashMap<u64, oneshot::Sender<Result<Bytes, String>>>>,
+    pub(crate) tickets: AtomicU64,
+    pub(crate) stats: Mutex<Stats>,
+    pub(crate) window: Mutex<Option<Window>>,
+    /// The hub's process, when it is a child of this one (its CPU time is
+    /// then measured over the window).
+    pub(crate) hub_pid: Option<u32>,
+    /// `--count`: flows still to start in the window.
+    pub(crate) budget: Option<AtomicU64>,
+    /// No more flows start (the count is reached).
+    pub(crate) stop: std::sync::atomic::AtomicBool,
+    /// Payees' answers (fulfils, `PUT /parties`, `PUT /quotes`) sent and not
+    /// yet answered.
+    pub(crate) answers_in_flight: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn stats(&self) -> MutexGuard<'_, Stats> {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn registrations(
+        &self,
+    ) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<Result<Bytes, String>>>> {
+        self.registrations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn window(&self) -> Option<Window> {
+        *self.window.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a flow due at `at` may start: always in the warm-up; in the
+    /// window, while `--count` allows.
+    pub(crate) fn admit(&self, at: Instant) -> bool {
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(budget) = &self.budget else {
+            return true;
+        };
+        if !self.measured(at) {
+            return true;
+        }
+        let taken = budget.fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+            left.checked_sub(1)
+        });
+        match taken {
+            Ok(1) => {
+                self.stop.store(true, Ordering::Release);
+                true
+            }
+            Ok(_) => true,
+            Err(_) => {
+                self.stop.store(true, Ordering::Release);
+                false
+            }
+        }
+    }
+
+    pub(crate) fn measured(&self, at: Instant) -> bool {
+        self.window().is_some_and(|w| w.contains(at))
+    }
+
+    pub(crate) fn dfsp(&self, name: &str) -> Option<u32> {
+        self.index_of.get(name).copied()
+    }
+
+    pub(crate) fn party_id(&self, party: PartyRef) -> String {
+        party_identifier(self.party_tag, party)
+    }
+
+    /// A party identifier of this run, of one of its DFSPs (registered or
+    /// not: the hub's 3204 for a party nobody holds must still reach the
+    /// lookup that asked).
+    pub(crate) fn party(&self, identifier: &str) -> Option<PartyRef> {
+        parse_party_identifier(self.party_tag, identifier)
+            .filter(|party| party.dfsp < self.names.len() as u32)
+    }
+
+    /// The next party of `payee` to look up.
+    pub(crate) fn next_party_of(&self, payee: u32) -> PartyRef {
+        let n = self.next_party[payee as usize].fetch_add(1, Ordering::Relaxed);
+        PartyRef {
+            dfsp: payee,
+            index: (n % u64::from(self.parties)) as u32,
+        }
+    }
+
+    /// Ends a pending transfer as failed; its payer records the error.
+    pub(crate) fn fail(&self, counter: u64, key: String, description: String) -> bool {
+        let removed = self.pending().remove(&counter);
+        match removed {
+            Some(pending) => {
+                let _ = pending.done.send(Completion::Failed(key, description));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+pub(crate) async fn drive(
+    args: &BenchTransfersArgs,
+    shape: &Shape,
+    api: &str,
+    admin: &str,
+    hub_pid: Option<u32>,
+) -> anyhow::Result<Report> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    let client: HttpClient = Client::builder(TokioExecutor::new())
+        // Below the time a hub keeps an idle keep-alive connection open
+        // (kasi's --header-timeout-ms, 10 s; Node's keepAliveTimeout, 5 s,
+        // for Mojaloop's services), so the pool never reuses a connection
+        // the hub is closing (with 20 s, the likely cause of POSTs reset now
+        // and then: "transport" errors, 2 in 720,000 transfers at 2,000/s).
+        .pool_idle_timeout(Duration::from_secs(4))
+        .pool_timer(TokioTimer::new())
+        .build(connector);
+    let seed = run_seed();
+    // Short, and different for each run against one hub.
+    let prefix = format!("b{}{:03x}d", std::process::id(), (seed >> 40) & 0xfff);
+    let names: Vec<String> = (0..args.dfsps).map(|i| format!("{prefix}{i}")).collect();
+    let index_of = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (name.clone(), i as u32))
+        .collect();
+    let shared = Arc::new(Shared {
+        client,
+        api: api.to_string(),
+        admin: admin.to_string(),
+        hub_gauges: Mutex::new(None),
+        flow: args.flow,
+        ids: IdGen::new(seed),
+        index_of,
+        parties: args.parties,
+        party_tag: (splitmix64(seed ^ 0x5eed) % 1_000_000) as u32,
+        next_party: (0..args.dfsps).map(|_| AtomicU64::new(0)).collect(),
+        names,
+        pending: Mutex::new(HashMap::new()),
+        lookups: Waiters::new(),
+        quotes: Waiters::new(),
+        transaction_requests: Waiters::new(),
+        registrations: Mutex::new(HashMap::new()),
+        tickets: AtomicU64::new(0),
+        stats: Mutex::new(Stats::new()),
+        window: Mutex::new(None),
+        hub_pid,
+        budget: args.count.map(AtomicU64::new),
+        stop: std::sync::atomic::AtomicBool::new(false),
+        answers_in_flight: AtomicU64::new(0),
+    });
+
+    let listener = tokio::net::TcpListener::bind(args.callback_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (--callback-listen)",
+                args.callback_listen
+            )
+        })?;
+    let mut callback_addr = listener.local_addr()?;
+    if callback_addr.ip().is_unspecified() {
+        callback_addr.set_ip([127, 0, 0, 1].into());
+    }
+    let app = callbacks(shared.clone());
+    tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).tcp_nodelay(true).await {
+            eprintln!("kasi: the callback server stopped: {error}");
+        }
+    });
+
+    if !args.json && !args.quiet {
+        let parties = if args.flow.discovers() {
+            format!(", {} parties each", args.parties)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "onboarding {} DFSPs ({}0..{parties}) through {admin}, callbacks at http://{callback_addr}",
+            args.dfsps, prefix
+        );
+    }
+    let onboarding = Instant::now();
+    onboard(&shared, admin, &args.hub_name, callback_addr).await?;
+    let onboarding = onboarding.elapsed();
+
+    // Whether the hub keeps per-stage statistics (kasi's; other hubs answer
+    // 404); each run clears and reads them over its own window.
+    let hub_admin = reset_hub_stages(&shared, admin).await.then_some(admin);
+    let (run, breakpoint) = match shape {
+        Shape::Plan(plan) => (run_plan(&shared, args, plan, 0.0, hub_admin).await?, None),
+        Shape::Breakpoint(search) => {
+            let (run, result) = search_breakpoint(&shared, args, search, hub_admin).await?;
+            (run, Some(result))
+        }
+    };
+    let positions = if args.null_hub {
+        PositionCheck {
+            not_applicable: true,
+            ..PositionCheck::default()
+        }
+    } else {
+        check_positions(&shared, admin).await
+    };
+    let (hub_stages, waterfalls) = run.hub_view.clone().unwrap_or_default();
+
+    Ok(Report {
+        run,
+        onboarding,
+        positions,
+        target: "",
+        api: String::new(),
+        hub_warnings: None,
+        hub_problem: None,
+        baseline: None,
+        started_at: SystemTime::now(),
+        hub_stages,
+        waterfalls,
+        breakpoint,
+    })
+}
