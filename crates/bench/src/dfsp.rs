@@ -26,44 +26,6 @@ pub const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
 /// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
 pub const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
 
-/// The discovery callbacks of a DFSP, under `http://{callback server}/{DFSP}`
-/// (registered for every flow but `transfer`).
-pub const DISCOVERY_ENDPOINTS: &[(&str, &str)] = &[
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
-        "/participants/{{requestId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
-        "/participants/{{requestId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    // Bare base URLs: the hub appends `/quotes[/{ID}[/error]]` and the like.
-    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
-    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
-    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
-    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
-];
-
 /// The FSPIOP resources the driver speaks, with the versions a DFSP of
 /// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -462,39 +424,23 @@ pub async fn onboard_dfsp(client: &HttpClient, how: &Onboarding<'_>) -> anyhow::
         existing_ok,
     )
     .await?;
-    let base = format!("http://{callback_addr}/{name}/transfers");
-    for (kind, value) in [
-        ("FSPIOP_CALLBACK_URL_TRANSFER_POST", base.clone()),
-        (
-            "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
-            format!("{base}/{{{{transferId}}}}"),
-        ),
-        (
-            "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
-            format!("{base}/{{{{transferId}}}}/error"),
-        ),
-    ] {
+    // Under `http://{callback server}/{DFSP}`: the transfer callbacks, and
+    // for every flow but `transfer` the discovery ones.
+    let root = format!("http://{callback_addr}/{name}");
+    let discovery: &[(&str, &str)] = if discovers {
+        fspiop::DISCOVERY_CALLBACKS
+    } else {
+        &[]
+    };
+    for (kind, path) in fspiop::TRANSFER_CALLBACKS.iter().chain(discovery) {
         admin_call(
             client,
             Method::POST,
             &format!("{participant}/endpoints"),
-            Some(json!({ "type": kind, "value": value })),
+            Some(json!({ "type": kind, "value": format!("{root}{path}") })),
             false,
         )
         .await?;
-    }
-    if discovers {
-        let root = format!("http://{callback_addr}/{name}");
-        for (kind, path) in DISCOVERY_ENDPOINTS {
-            admin_call(
-                client,
-                Method::POST,
-                &format!("{participant}/endpoints"),
-                Some(json!({ "type": kind, "value": format!("{root}{path}") })),
-                false,
-            )
-            .await?;
-        }
     }
     if !new {
         return Ok(false);

@@ -13,52 +13,6 @@ use crate::api::ApiError;
 use crate::page::{self, Fields, Flash, Section};
 use crate::session::{Posted, Visitor};
 
-/// The callbacks a DFSP registers under one base URL, as Mojaloop's
-/// onboarding collections set them (`{{…}}` is filled in by the hub).
-const STANDARD_ENDPOINTS: &[(&str, &str)] = &[
-    ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
-    (
-        "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
-        "/transfers/{{transferId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
-        "/transfers/{{transferId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
-        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
-        "/participants/{{requestId}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT_ERROR",
-        "/participants/{{requestId}}/error",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_GET",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}",
-    ),
-    (
-        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
-        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
-    ),
-    ("FSPIOP_CALLBACK_URL_QUOTES", ""),
-    ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
-    ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
-    ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
-];
-
 fn participant_path(name: &str) -> String {
     format!("/participants/{}", page::encode(name))
 }
@@ -246,7 +200,12 @@ async fn onboarding(
     let base = fields.text("callbackBase").trim_end_matches('/');
     let mut done = format!("{name} onboarded in {currency}");
     if !base.is_empty() {
-        for (kind, suffix) in STANDARD_ENDPOINTS {
+        // The callbacks under one base URL, as Mojaloop's onboarding
+        // collections register them.
+        let standard = fspiop::TRANSFER_CALLBACKS
+            .iter()
+            .chain(fspiop::DISCOVERY_CALLBACKS);
+        for (kind, suffix) in standard.clone() {
             visitor
                 .call(
                     Method::POST,
@@ -256,10 +215,7 @@ async fn onboarding(
                 .await
                 .map_err(|e| ("registering the endpoints", e))?;
         }
-        done.push_str(&format!(
-            ", {} endpoints under {base}",
-            STANDARD_ENDPOINTS.len()
-        ));
+        done.push_str(&format!(", {} endpoints under {base}", standard.count()));
     }
     let funds = fields.text("fundsIn");
     if !funds.is_empty() {
