@@ -116,6 +116,31 @@ impl Hub {
         );
     }
 
+    /// A transfer whose refusal is its final state (a prepare over a limit,
+    /// a wrong or late fulfil): counted as a failure, and the payer told.
+    /// The description sent.
+    fn send_failure(
+        &self,
+        transfer: &TransferView,
+        error: &ledger::Rejection,
+        phase: FailurePhase,
+        reply: Reply,
+    ) -> String {
+        let description = described(error);
+        self.metrics
+            .transfers
+            .record_failure(transfer, phase, error.code, &description);
+        self.send_error(
+            transfer.payer,
+            transfer.transfer_id,
+            error.code,
+            &description,
+            reply,
+            final_state(transfer),
+        );
+        description
+    }
+
     /// Tells `destination` the transfer's current state with a `PUT`, as
     /// central-ledger answers a `GET` or a resend: RESERVED or COMMITTED as
     /// they are, and a transfer that did not commit as ABORTED with the
@@ -508,21 +533,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             );
         }
         Outcome::Failed { transfer, error } => {
-            let description = described(&error);
-            hub.metrics.transfers.record_failure(
-                &transfer,
-                FailurePhase::Prepare,
-                error.code,
-                &description,
-            );
-            hub.send_error(
-                transfer.payer,
-                transfer_id,
-                error.code,
-                &description,
-                caller.reply(),
-                final_state(&transfer),
-            )
+            hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
         }
         Outcome::Rejected(error) => hub.send_error(
             caller.source,
@@ -660,21 +671,8 @@ async fn fulfil(
             }
         }
         Outcome::Failed { transfer, error } => {
-            let description = described(&error);
-            hub.metrics.transfers.record_failure(
-                &transfer,
-                FailurePhase::Fulfil,
-                error.code,
-                &description,
-            );
-            hub.send_error(
-                transfer.payer,
-                transfer_id,
-                error.code,
-                &description,
-                caller.reply(),
-                final_state(&transfer),
-            );
+            let description =
+                hub.send_failure(&transfer, &error, FailurePhase::Fulfil, caller.reply());
             if reserve_only {
                 let cause = format!("{}: {}", error.code, description);
                 let patch = fspiop::transfer_patch_body_with_extensions(
