@@ -974,6 +974,14 @@ async fn serve_http(
         tls = tls.is_some(),
         "serving"
     );
+    info!(
+        url = %format!(
+            "{}://{}/console/",
+            if tls.is_some() { "https" } else { "http" },
+            admin.local_addr()?
+        ),
+        "operator console"
+    );
     let wait = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
