@@ -27,6 +27,7 @@ mod audit;
 mod overview;
 mod page;
 mod participants;
+mod scheme;
 mod session;
 mod settlement;
 mod transfers;
@@ -45,6 +46,9 @@ pub struct Console {
     /// every change goes through it.
     api: Router,
     auth: Arc<AdminAuth>,
+    /// The hub participant's name (`--hub-name`): its accounts are the
+    /// scheme's.
+    hub_name: String,
     sessions: session::Sessions,
     /// The admin address is served over TLS: cookies are `Secure`.
     secure_cookies: bool,
@@ -54,10 +58,11 @@ pub struct Console {
 /// The console's routes, to be served beside the admin API (not behind
 /// its bearer-token layer: the console signs people in itself and calls
 /// the API with their credential).
-pub fn router(api: Router, auth: Arc<AdminAuth>, secure_cookies: bool) -> Router {
+pub fn router(api: Router, auth: Arc<AdminAuth>, hub_name: &str, secure_cookies: bool) -> Router {
     let console = Arc::new(Console {
         api,
         auth,
+        hub_name: hub_name.to_string(),
         sessions: session::Sessions::default(),
         secure_cookies,
         rates: overview::Rates::default(),
@@ -136,5 +141,12 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, secure_cookies: bool) -> Router
             get(settlement::report),
         )
         .route("/console/audit", get(audit::show))
+        .route("/console/scheme", get(scheme::show))
+        .route("/console/scheme/currencies", post(scheme::add_currency))
+        .route(
+            "/console/scheme/settlement-models",
+            post(scheme::create_model),
+        )
+        .route("/console/scheme/oracles", post(scheme::create_oracle))
         .with_state(console)
 }

@@ -21,9 +21,10 @@ pub(crate) enum Section {
     Transfers,
     Settlement,
     Audit,
+    Scheme,
 }
 
-const SECTIONS: [(Section, &str, &str); 5] = [
+const SECTIONS: [(Section, &str, &str); 6] = [
     (Section::Overview, "Overview", "/console/"),
     (
         Section::Participants,
@@ -33,6 +34,7 @@ const SECTIONS: [(Section, &str, &str); 5] = [
     (Section::Transfers, "Transfers", "/console/transfers"),
     (Section::Settlement, "Settlement", "/console/settlement"),
     (Section::Audit, "Audit", "/console/audit"),
+    (Section::Scheme, "Scheme", "/console/scheme"),
 ];
 
 /// A message shown once, on the page after a change.

@@ -1004,6 +1004,7 @@ async fn serve_http(
     let console = console::router(
         admin_api.clone(),
         hub.config.admin_auth.clone(),
+        hub.config.hub_name.as_str(),
         admin_options.tls.is_some(),
     );
     let admin_app = hub::admin_app_with(hub, admin_api, console);

@@ -721,6 +721,7 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ("/console/settlement/settlements/1", "settlement-detail"),
         ("/console/transfers", "transfers"),
         ("/console/audit", "audit"),
+        ("/console/scheme", "scheme"),
     ] {
         browser.goto(page).await;
         assert_eq!(browser.path().await, page);
@@ -854,4 +855,85 @@ async fn undelivered_callbacks_show_and_are_resent_from_the_console() {
         .contains(&format!("1 dead letters of {PAYER} sent again")));
     let resent = payer.expect("PUT", &format!("/transfers/{id}"));
     assert_eq!(resent.text(), fulfil, "the payee's fulfil, byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_hub_is_set_up_from_the_console() {
+    // Nothing set up through the API: the console alone takes the hub to
+    // its first DFSP.
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    let browser = Browser::start("scheme", &hub).await;
+    browser.goto("/console/scheme").await;
+    assert!(browser
+        .text(".flash.warn")
+        .await
+        .contains("no accounts yet"));
+    browser.shot("scheme-fresh").await;
+
+    browser.fill("#hub-currency-code", "usd").await;
+    browser.click("#hub-currency button[type=submit]").await;
+    assert!(browser
+        .flash()
+        .await
+        .contains("The hub's USD accounts are created"));
+    assert_eq!(browser.count("table.hub-accounts tbody tr").await, 2);
+    let hub_accounts = hub
+        .admin_expect("GET", "/participants/Hub", None, 200)
+        .json();
+    let kinds: Vec<&str> = hub_accounts["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a["ledgerAccountType"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"],
+        "{hub_accounts}"
+    );
+
+    browser.fill("#model-name", "DEFERREDNET").await;
+    browser.click("#new-model button[type=submit]").await;
+    assert!(browser
+        .flash()
+        .await
+        .contains("Settlement model DEFERREDNET created"));
+    // A model the API refuses is refused with its words, and not listed.
+    browser.fill("#model-name", "BROKEN").await;
+    browser.fill("#model-currency", "ZZZ").await;
+    browser.click("#new-model button[type=submit]").await;
+    assert_eq!(browser.count(".flash.error").await, 1);
+    let models = hub
+        .admin_expect("GET", "/settlementModels", None, 200)
+        .json();
+    let names: Vec<&str> = models
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, ["DEFERREDNET"], "{models}");
+    assert_eq!(models[0]["autoPositionReset"], true, "{models}");
+    assert_eq!(models[0]["settlementGranularity"], "NET", "{models}");
+
+    browser.select("#oracle-type", "EMAIL").await;
+    browser
+        .fill("#oracle-endpoint", "http://127.0.0.1:9/oracle")
+        .await;
+    browser.click("#new-oracle button[type=submit]").await;
+    assert!(browser.flash().await.contains("Oracle for EMAIL added"));
+    let oracles = hub.admin_expect("GET", "/oracles", None, 200).json();
+    assert_eq!(oracles[0]["oracleIdType"], "EMAIL", "{oracles}");
+    browser.shot("scheme-set-up").await;
+
+    // Now a DFSP can be onboarded, and settled with the model made here.
+    let payer = Stub::start(PAYER);
+    browser.goto("/console/participants").await;
+    browser.fill("#onboard-name", PAYER).await;
+    browser.fill("#onboard-currency", "USD").await;
+    browser.fill("#onboard-cap", "1000").await;
+    browser.fill("#onboard-base", &payer.base_url()).await;
+    browser.click("#onboard button[type=submit]").await;
+    assert!(browser.flash().await.contains("payerfsp onboarded in USD"));
 }
