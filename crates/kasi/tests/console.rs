@@ -416,6 +416,15 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         "nothing moves before the confirmation"
     );
     browser.shot("funds-in-confirm").await;
+    let confirmation = browser
+        .client
+        .execute(
+            "return [...document.querySelectorAll(\"form[action$='/funds/confirm'] input\")]
+                 .map(i => encodeURIComponent(i.name) + '=' + encodeURIComponent(i.value)).join('&');",
+            vec![],
+        )
+        .await
+        .unwrap();
     browser
         .click("form[action$='/funds/confirm'] button[type=submit]")
         .await;
@@ -424,6 +433,27 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         .await
         .contains("Funds in of 2000 USD recorded"));
     assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), -2000.0);
+    // The same confirmation sent again (a double click, a resend) is the
+    // same movement: its id was chosen with the page.
+    let again = support::http(
+        hub.admin,
+        "POST",
+        &format!("/console/participants/{PAYER}/funds/confirm"),
+        &[
+            ("Cookie".to_string(), browser.cookie().await),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        confirmation.as_str().unwrap().as_bytes(),
+    );
+    assert_eq!(again.status, 303, "{again:?}");
+    assert_eq!(
+        hub.account_value(PAYER, "SETTLEMENT"),
+        -2000.0,
+        "one movement, not two"
+    );
     browser.shot("participant-funded").await;
 
     // Positions move with the transfers the test drives: 0 %, then 80 %
