@@ -143,4 +143,29 @@ fn the_tutorial_runs_as_written() {
     assert_eq!(hub.position(PAYER), 100.0);
     assert_eq!(hub.position(PAYEE), -100.0);
     assert!(stdout.contains("payerfsp: [{"), "{stdout}");
+
+    // What the tutorial says the console shows: both positions on the
+    // overview, and the transfer found by its id.
+    let overview = support::http(hub.admin, "GET", "/console/", &[], b"");
+    assert_eq!(overview.status, 200, "{overview:?}");
+    let page = overview.text();
+    for expected in [
+        "data-dfsp=\"payerfsp\"",
+        "data-dfsp=\"payeefsp\"",
+        "100 <abbr",
+    ] {
+        assert!(
+            page.contains(expected),
+            "{expected} in the overview: {page}"
+        );
+    }
+    let found = support::http(
+        hub.admin,
+        "GET",
+        &format!("/console/transfers?id={transfer_id}"),
+        &[],
+        b"",
+    );
+    assert_eq!(found.status, 200);
+    assert!(found.text().contains("COMMITTED"), "{}", found.text());
 }
