@@ -474,9 +474,9 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
                                     Some(cap) => (page::money(&cap.to_string(), &row.currency)),
                                     None => span.muted { "none (0)" },
                                 } }
-                                td { (meter("net debit cap used", Some(row.cap_used()))) }
+                                td { (meter("net debit cap used", row.cap_used())) }
                                 td.num { (page::money(&row.liquidity.to_string(), &row.currency)) }
-                                td { (meter("liquidity cover used", Some(row.liquidity_used()))) }
+                                td { (meter("liquidity cover used", row.liquidity_used())) }
                                 td.num { (act.map(|a| format!("{:.1}", a.commits_per_s)).unwrap_or_else(|| "—".into())) }
                                 td.num { (act.and_then(|a| a.error_percent).map(|p| format!("{p:.1} %")).unwrap_or_else(|| "—".into())) }
                                 td.num { (act.and_then(|a| a.mean_ms).map(ms).unwrap_or_else(|| "—".into())) " / " (act.and_then(|a| a.p99_ms).map(ms).unwrap_or_else(|| "—".into())) }
@@ -535,24 +535,19 @@ fn tile(label: &str, value: Option<String>, note: &str) -> Markup {
 /// A bar that the browser colours by itself: green, amber past `low`, red
 /// past `high` (a `<meter>` whose optimum is empty), with the number beside
 /// it for those who do not see colour.
-fn meter(label: &str, percent: Option<f64>) -> Markup {
-    match percent {
-        None => html! { span.muted { "—" } },
-        Some(percent) => {
-            let level = if percent >= 100.0 - ALARM_PERCENT {
-                "alarm"
-            } else if percent >= 100.0 - 2.0 * ALARM_PERCENT {
-                "warn"
-            } else {
-                "ok"
-            };
-            html! {
-                span class={ "usage " (level) } {
-                    meter min="0" max="100" low=(100.0 - 2.0 * ALARM_PERCENT) high=(100.0 - ALARM_PERCENT) optimum="0"
-                        value=(format!("{:.1}", percent.min(100.0))) aria-label=(label) {}
-                    " " span.pct { (format!("{percent:.0} %")) }
-                }
-            }
+fn meter(label: &str, percent: f64) -> Markup {
+    let level = if percent >= 100.0 - ALARM_PERCENT {
+        "alarm"
+    } else if percent >= 100.0 - 2.0 * ALARM_PERCENT {
+        "warn"
+    } else {
+        "ok"
+    };
+    html! {
+        span class={ "usage " (level) } {
+            meter min="0" max="100" low=(100.0 - 2.0 * ALARM_PERCENT) high=(100.0 - ALARM_PERCENT) optimum="0"
+                value=(format!("{:.1}", percent.min(100.0))) aria-label=(label) {}
+            " " span.pct { (format!("{percent:.0} %")) }
         }
     }
 }
@@ -614,17 +609,15 @@ mod tests {
 
     #[test]
     fn limits_turn_amber_then_red() {
-        assert!(meter("x", Some(50.0))
+        assert!(meter("x", 50.0)
             .into_string()
             .contains("class=\"usage ok\""));
-        assert!(meter("x", Some(85.0))
+        assert!(meter("x", 85.0)
             .into_string()
             .contains("class=\"usage warn\""));
-        assert!(meter("x", Some(95.0))
+        assert!(meter("x", 95.0)
             .into_string()
             .contains("class=\"usage alarm\""));
-        assert!(meter("x", Some(250.0))
-            .into_string()
-            .contains("value=\"100.0\""));
+        assert!(meter("x", 250.0).into_string().contains("value=\"100.0\""));
     }
 }

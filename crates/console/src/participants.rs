@@ -453,14 +453,8 @@ async fn change(
     body: Value,
     done: String,
 ) -> Response {
-    match visitor.call(method, path, Some(&body)).await {
-        Ok(_) => visitor.session.set_flash(Flash::ok(done)),
-        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
-            return visitor.redirect("/console/sign-in")
-        }
-        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
-    }
-    visitor.redirect(&console_path(name))
+    let result = visitor.call(method, path, Some(&body)).await;
+    visitor.after_change(result, |_| done, &console_path(name))
 }
 
 pub(crate) async fn set_limit(
@@ -683,17 +677,13 @@ pub(crate) async fn funds_confirm(
         }
         other => other,
     };
-    match result {
-        Ok(_) => visitor.session.set_flash(Flash::ok(format!(
+    let done = |_: &Value| {
+        format!(
             "{} of {amount} {currency} recorded for {name} (transfer {transfer_id})",
             if incoming { "Funds in" } else { "Funds out" }
-        ))),
-        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
-            return visitor.redirect("/console/sign-in")
-        }
-        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
-    }
-    visitor.redirect(&console_path(&name))
+        )
+    };
+    visitor.after_change(result, done, &console_path(&name))
 }
 
 /// A withdrawal reserved whose commit was refused (or not answered): the

@@ -2,13 +2,12 @@
 //! the hub's accounts per currency, the settlement models, and the oracles
 //! account lookup asks (ALS's `/oracles`).
 
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use axum::response::Response;
 use maud::html;
 use serde_json::{json, Value};
 
-use crate::api::ApiError;
-use crate::page::{self, Flash, Section};
+use crate::page::{self, Section};
 use crate::session::{Posted, Visitor};
 
 const HERE: &str = "/console/scheme";
@@ -159,18 +158,6 @@ fn yes_no(value: &Value) -> &'static str {
     }
 }
 
-/// After a change: back to the page, with what happened.
-fn after(visitor: &Visitor, result: Result<Value, ApiError>, done: String) -> Response {
-    match result {
-        Ok(_) => visitor.session.set_flash(Flash::ok(done)),
-        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
-            return visitor.redirect("/console/sign-in")
-        }
-        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
-    }
-    visitor.redirect(HERE)
-}
-
 /// The hub's two accounts in a currency, as the golden-path collection's
 /// hub set-up creates them; the first refusal stops it.
 pub(crate) async fn add_currency(Posted { visitor, fields }: Posted) -> Response {
@@ -192,10 +179,10 @@ pub(crate) async fn add_currency(Posted { visitor, fields }: Posted) -> Response
             break;
         }
     }
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("The hub's {currency} accounts are created"),
+        |_| format!("The hub's {currency} accounts are created"),
+        HERE,
     )
 }
 
@@ -216,10 +203,10 @@ pub(crate) async fn create_model(Posted { visitor, fields }: Posted) -> Response
     let result = visitor
         .call(Method::POST, "/settlementModels", Some(&model))
         .await;
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("Settlement model {} created", fields.text("name")),
+        |_| format!("Settlement model {} created", fields.text("name")),
+        HERE,
     )
 }
 
@@ -234,9 +221,9 @@ pub(crate) async fn create_oracle(Posted { visitor, fields }: Posted) -> Respons
         oracle["currency"] = json!(currency);
     }
     let result = visitor.call(Method::POST, "/oracles", Some(&oracle)).await;
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("Oracle for {} added", fields.text("oracleIdType")),
+        |_| format!("Oracle for {} added", fields.text("oracleIdType")),
+        HERE,
     )
 }

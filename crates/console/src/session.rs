@@ -155,6 +155,25 @@ impl Visitor {
         response
     }
 
+    /// After a change made through the API: `done` (of its answer) or the
+    /// API's refusal as the next page's message, on the page `to`; a
+    /// credential that stopped working signs in again.
+    pub fn after_change(
+        &self,
+        result: Result<serde_json::Value, crate::api::ApiError>,
+        done: impl FnOnce(&serde_json::Value) -> String,
+        to: &str,
+    ) -> Response {
+        match result {
+            Ok(answer) => self.session.set_flash(page::Flash::ok(done(&answer))),
+            Err(error) if error.status == StatusCode::UNAUTHORIZED => {
+                return self.redirect("/console/sign-in")
+            }
+            Err(error) => self.session.set_flash(page::Flash::error(error.message())),
+        }
+        self.redirect(to)
+    }
+
     /// After a change: see the result on a page of its own (a reload does
     /// not repeat the change).
     pub fn redirect(&self, to: &str) -> Response {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use axum::extract::Path;
-use axum::http::{header, Method, StatusCode};
+use axum::http::{header, Method};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
 use serde_json::{json, Value};
@@ -189,18 +189,6 @@ fn window_content(window: &Value) -> Markup {
     }
 }
 
-/// After a settlement change: back to a page, with what happened.
-fn after(visitor: &Visitor, result: Result<Value, ApiError>, done: String, to: &str) -> Response {
-    match result {
-        Ok(_) => visitor.session.set_flash(Flash::ok(done)),
-        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
-            return visitor.redirect("/console/sign-in")
-        }
-        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
-    }
-    visitor.redirect(to)
-}
-
 pub(crate) async fn close_window(
     Path(id): Path<String>,
     Posted { visitor, fields }: Posted,
@@ -212,10 +200,9 @@ pub(crate) async fn close_window(
             Some(&json!({ "state": "CLOSED", "reason": fields.text("reason") })),
         )
         .await;
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("Window {id} closed; a new window is open"),
+        |_| format!("Window {id} closed; a new window is open"),
         "/console/settlement",
     )
 }
@@ -245,7 +232,7 @@ pub(crate) async fn create_settlement(Posted { visitor, fields }: Posted) -> Res
                 .set_flash(Flash::ok(format!("Settlement {id} created")));
             visitor.redirect(&settlement_path(&id))
         }
-        Err(error) => after(&visitor, Err(error), String::new(), "/console/settlement"),
+        Err(error) => visitor.after_change(Err(error), |_| String::new(), "/console/settlement"),
     }
 }
 
@@ -390,13 +377,14 @@ pub(crate) async fn advance(Path(id): Path<String>, Posted { visitor, .. }: Post
         visitor.session.set_flash(Flash::error(refused.join("; ")));
         return visitor.redirect(&here);
     }
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!(
-            "Settlement {id}: accounts advanced to {}",
-            next_states.join(", ")
-        ),
+        |_| {
+            format!(
+                "Settlement {id}: accounts advanced to {}",
+                next_states.join(", ")
+            )
+        },
         &here,
     )
 }
@@ -409,10 +397,9 @@ pub(crate) async fn finalize(Path(id): Path<String>, Posted { visitor, .. }: Pos
             Some(&json!({ "reason": "finalized from the console" })),
         )
         .await;
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("Settlement {id} finalized"),
+        |_| format!("Settlement {id} finalized"),
         &settlement_path(&id),
     )
 }
@@ -425,10 +412,9 @@ pub(crate) async fn abort(Path(id): Path<String>, Posted { visitor, .. }: Posted
             Some(&json!({ "state": "ABORTED", "reason": "aborted from the console" })),
         )
         .await;
-    after(
-        &visitor,
+    visitor.after_change(
         result,
-        format!("Settlement {id} aborted"),
+        |_| format!("Settlement {id} aborted"),
         &settlement_path(&id),
     )
 }

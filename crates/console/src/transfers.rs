@@ -2,12 +2,12 @@
 //! failures by error code, and the callbacks the hub could not deliver.
 
 use axum::extract::Query;
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use axum::response::Response;
 use maud::{html, Markup};
 use serde_json::Value;
 
-use crate::page::{self, Flash, Section};
+use crate::page::{self, Section};
 use crate::session::{Posted, Visitor};
 
 #[derive(serde::Deserialize)]
@@ -206,16 +206,13 @@ pub(crate) async fn resend(
         "/callbacks/dead-letters/resend?participant={}",
         page::encode(&query.participant)
     );
-    match visitor.call(Method::POST, &path, None).await {
-        Ok(answer) => visitor.session.set_flash(Flash::ok(format!(
+    let result = visitor.call(Method::POST, &path, None).await;
+    let done = |answer: &Value| {
+        format!(
             "{} dead letters of {} sent again",
             page::text(&answer["resent"]),
             query.participant
-        ))),
-        Err(error) if error.status == StatusCode::UNAUTHORIZED => {
-            return visitor.redirect("/console/sign-in")
-        }
-        Err(error) => visitor.session.set_flash(Flash::error(error.message())),
-    }
-    visitor.redirect("/console/transfers#dead-letters")
+        )
+    };
+    visitor.after_change(result, done, "/console/transfers#dead-letters")
 }

@@ -244,6 +244,15 @@ impl Browser {
     }
 }
 
+/// Each item's `key`, of a JSON list.
+fn strings<'a>(list: &'a serde_json::Value, key: &str) -> Vec<&'a str> {
+    list.as_array()
+        .expect("a JSON list")
+        .iter()
+        .filter_map(|item| item[key].as_str())
+        .collect()
+}
+
 /// A hub with an operator's and a viewer's token, its accounts and the
 /// default settlement model set up through the admin API.
 fn hub_with_tokens(dir: &std::path::Path) -> (Hub, support::Tokens) {
@@ -595,12 +604,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     let events = hub
         .admin_expect("GET", "/audit-events?actor=alice&limit=1000", None, 200)
         .json();
-    let actions: Vec<&str> = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|e| e["action"].as_str())
-        .collect();
+    let actions = strings(&events, "action");
     for action in [
         "participant.create",
         "limits.init",
@@ -911,12 +915,7 @@ async fn a_fresh_hub_is_set_up_from_the_console() {
     let hub_accounts = hub
         .admin_expect("GET", "/participants/Hub", None, 200)
         .json();
-    let kinds: Vec<&str> = hub_accounts["accounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a["ledgerAccountType"].as_str())
-        .collect();
+    let kinds = strings(&hub_accounts["accounts"], "ledgerAccountType");
     assert_eq!(
         kinds,
         ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"],
@@ -937,12 +936,7 @@ async fn a_fresh_hub_is_set_up_from_the_console() {
     let models = hub
         .admin_expect("GET", "/settlementModels", None, 200)
         .json();
-    let names: Vec<&str> = models
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["name"].as_str())
-        .collect();
+    let names = strings(&models, "name");
     assert_eq!(names, ["DEFERREDNET"], "{models}");
     assert_eq!(models[0]["autoPositionReset"], true, "{models}");
     assert_eq!(models[0]["settlementGranularity"], "NET", "{models}");
