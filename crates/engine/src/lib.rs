@@ -109,6 +109,34 @@ impl std::fmt::Display for EngineError {
 
 impl std::error::Error for EngineError {}
 
+/// How many threads carry the pipeline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PipelineThreads {
+    /// The ledger thread applies the next batch while the store thread
+    /// commits the last (and whatever queued behind it): apply and commit
+    /// overlap, at the price of a hand-off between the two threads for
+    /// every batch. For machines with cores to spare.
+    #[default]
+    Two,
+    /// One thread applies a batch and commits it; whatever arrives during
+    /// the commit becomes the next batch. Apply is ~1 µs a command against
+    /// a commit's fsync of ~1 ms, so the overlap buys little, while the
+    /// hand-off (a wake and a context switch per batch on each side) costs
+    /// CPU a small machine's HTTP workers need.
+    One,
+}
+
+impl PipelineThreads {
+    /// One thread on machines of up to four cores, where a core spent
+    /// waking the store thread is a core the HTTP workers lack.
+    pub fn for_cores(cores: usize) -> PipelineThreads {
+        match cores {
+            0..=4 => PipelineThreads::One,
+            _ => PipelineThreads::Two,
+        }
+    }
+}
+
 pub struct EngineConfig {
     /// Most commands the ledger applies as one batch.
     pub max_batch_commands: usize,
@@ -119,6 +147,7 @@ pub struct EngineConfig {
     pub max_batches_per_commit: usize,
     pub clock: Clock,
     pub on_expired: Option<ExpiredSink>,
+    pub threads: PipelineThreads,
 }
 
 impl Default for EngineConfig {
@@ -129,6 +158,7 @@ impl Default for EngineConfig {
             max_batches_per_commit: 64,
             clock: system_clock(),
             on_expired: None,
+            threads: PipelineThreads::default(),
         }
     }
 }
@@ -511,14 +541,10 @@ struct StoreJob {
 }
 
 impl Engine {
-    /// Starts the ledger and store threads on a recovered ledger.
+    /// Starts the pipeline's threads on a recovered ledger.
     pub fn start(ledger: Ledger, store: Box<dyn Store>, config: EngineConfig) -> Engine {
         let max_batch_commands = config.max_batch_commands.max(1);
         let (sender, receiver) = mpsc::sync_channel(config.queue_capacity.max(1));
-        // A few batches may wait for the store while it commits; more than
-        // that and the ledger thread waits too, so the queue pushes back.
-        let (store_sender, store_receiver) =
-            mpsc::sync_channel(config.max_batches_per_commit.max(1) * 2);
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
             failure: Mutex::new(None),
@@ -529,10 +555,30 @@ impl Engine {
             transfers_evicted: AtomicU64::new(0),
             quotes_in_memory: AtomicU64::new(ledger.quote_count() as u64),
         });
+        let committer = Committer {
+            store,
+            shared: shared.clone(),
+            on_expired: config.on_expired,
+        };
+        let (to_store, store_thread) = match config.threads {
+            PipelineThreads::One => (ToStore::Inline(committer), None),
+            PipelineThreads::Two => {
+                // A few batches may wait for the store while it commits;
+                // more than that and the ledger thread waits too, so the
+                // queue pushes back.
+                let max_batches_per_commit = config.max_batches_per_commit.max(1);
+                let (store_sender, store_receiver) = mpsc::sync_channel(max_batches_per_commit * 2);
+                let store_thread = std::thread::Builder::new()
+                    .name("kasi-store".into())
+                    .spawn(move || store_loop(committer, store_receiver, max_batches_per_commit))
+                    .expect("spawning the store thread");
+                (ToStore::Thread(store_sender), Some(store_thread))
+            }
+        };
         let ledger_loop = LedgerLoop {
             ledger,
             receiver,
-            to_store: store_sender,
+            to_store,
             shared: shared.clone(),
             clock: config.clock,
             max_batch_commands,
@@ -541,21 +587,6 @@ impl Engine {
             .name("kasi-ledger".into())
             .spawn(move || ledger_loop.run())
             .expect("spawning the ledger thread");
-        let store_shared = shared.clone();
-        let max_batches_per_commit = config.max_batches_per_commit.max(1);
-        let on_expired = config.on_expired;
-        let store_thread = std::thread::Builder::new()
-            .name("kasi-store".into())
-            .spawn(move || {
-                store_loop(
-                    store,
-                    store_receiver,
-                    store_shared,
-                    max_batches_per_commit,
-                    on_expired,
-                )
-            })
-            .expect("spawning the store thread");
         Engine {
             handle: EngineHandle {
                 sender,
@@ -563,7 +594,7 @@ impl Engine {
                 max_batch_commands,
             },
             ledger_thread: Some(ledger_thread),
-            store_thread: Some(store_thread),
+            store_thread,
         }
     }
 
@@ -600,10 +631,18 @@ impl Drop for Engine {
     }
 }
 
+/// Where the ledger thread hands an applied batch.
+enum ToStore {
+    /// To the store thread, which commits it with whatever else waits.
+    Thread(SyncSender<StoreJob>),
+    /// Committed by the ledger thread itself before its next batch.
+    Inline(Committer),
+}
+
 struct LedgerLoop {
     ledger: Ledger,
     receiver: Receiver<Message>,
-    to_store: SyncSender<StoreJob>,
+    to_store: ToStore,
     shared: Arc<Shared>,
     clock: Clock,
     max_batch_commands: usize,
@@ -764,11 +803,16 @@ impl LedgerLoop {
             apply_started_at,
             applied_at,
         };
-        if let Err(mpsc::SendError(job)) = self.to_store.send(job) {
-            // The store thread is gone: it failed and said why.
-            let failure = self.shared.failure().unwrap_or(EngineError::Stopped);
-            for (reply, _) in job.replies {
-                reply.err(failure.clone());
+        match &mut self.to_store {
+            ToStore::Inline(committer) => committer.commit(vec![job]),
+            ToStore::Thread(sender) => {
+                if let Err(mpsc::SendError(job)) = sender.send(job) {
+                    // The store thread is gone: it failed and said why.
+                    let failure = self.shared.failure().unwrap_or(EngineError::Stopped);
+                    for (reply, _) in job.replies {
+                        reply.err(failure.clone());
+                    }
+                }
             }
         }
     }
@@ -879,27 +923,25 @@ fn commit_until_done(
     }
 }
 
-fn store_loop(
-    mut store: Box<dyn Store>,
-    receiver: Receiver<StoreJob>,
+/// Commits applied batches and releases their outcomes: on the store
+/// thread, or inline on the ledger thread.
+struct Committer {
+    store: Box<dyn Store>,
     shared: Arc<Shared>,
-    max_batches_per_commit: usize,
-    mut on_expired: Option<ExpiredSink>,
-) {
-    while let Ok(first) = receiver.recv() {
-        let mut jobs = vec![first];
-        while jobs.len() < max_batches_per_commit {
-            match receiver.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
+    on_expired: Option<ExpiredSink>,
+}
+
+impl Committer {
+    /// Commits `jobs` in one transaction, then answers each of their
+    /// submissions, in order (or tells them why never).
+    fn commit(&mut self, jobs: Vec<StoreJob>) {
+        let shared = &*self.shared;
         let result = match shared.failure() {
             Some(failure) => Err(failure),
             None => {
                 let batches: Vec<&[Record]> =
                     jobs.iter().map(|job| job.records.as_slice()).collect();
-                commit_until_done(&mut *store, &batches, &shared)
+                commit_until_done(&mut *self.store, &batches, shared)
             }
         };
         for job in jobs {
@@ -917,7 +959,8 @@ fn store_loop(
                     for (reply, outcomes) in job.replies {
                         reply.ok(outcomes, timing);
                     }
-                    if let (Some(sink), false) = (on_expired.as_mut(), job.expired.is_empty()) {
+                    if let (Some(sink), false) = (self.on_expired.as_mut(), job.expired.is_empty())
+                    {
                         sink(job.expired);
                     }
                 }
@@ -928,5 +971,22 @@ fn store_loop(
                 }
             }
         }
+    }
+}
+
+fn store_loop(
+    mut committer: Committer,
+    receiver: Receiver<StoreJob>,
+    max_batches_per_commit: usize,
+) {
+    while let Ok(first) = receiver.recv() {
+        let mut jobs = vec![first];
+        while jobs.len() < max_batches_per_commit {
+            match receiver.try_recv() {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        committer.commit(jobs);
     }
 }

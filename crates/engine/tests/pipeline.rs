@@ -5,7 +5,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::{recover, system_clock, Engine, EngineConfig, EngineError, StoreHealth};
+use engine::{
+    recover, system_clock, Engine, EngineConfig, EngineError, PipelineThreads, StoreHealth,
+};
 use ledger::*;
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::{Store, StoreError};
@@ -173,16 +175,51 @@ fn open(dir: &std::path::Path) -> SqliteStore {
     SqliteStore::open(dir, SqliteOptions::default()).unwrap()
 }
 
+/// The default configuration on `threads` pipeline threads: every test
+/// below runs on one thread and on two (see [`both`]).
+fn config(threads: PipelineThreads) -> EngineConfig {
+    EngineConfig {
+        threads,
+        ..EngineConfig::default()
+    }
+}
+
+/// A `#[test]` for each pipeline shape of a test taking `PipelineThreads`.
+macro_rules! both {
+    ($($test:ident),* $(,)?) => {$(
+        mod $test {
+            #[test]
+            fn one_thread() {
+                super::$test(engine::PipelineThreads::One)
+            }
+            #[test]
+            fn two_threads() {
+                super::$test(engine::PipelineThreads::Two)
+            }
+        }
+    )*};
+}
+
+both!(
+    acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory,
+    a_reserved_transfer_expires_at_its_expiration_instant_without_any_request,
+    concurrent_submissions_are_batched_and_each_gets_its_own_outcomes,
+    shutdown_commits_and_answers_everything_queued_before_it,
+    a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it,
+    an_oversized_submission_is_refused_whole,
+    a_timed_reply_gets_its_batch_instants_in_pipeline_order,
+    a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns,
+);
+
 fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
     let mut store = open(dir);
     let (ledger, _) = recover(&mut store, Limits::default()).unwrap();
     Engine::start(ledger, Box::new(store), config)
 }
 
-#[test]
-fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory() {
+fn acknowledged_outcomes_survive_a_restart_and_recovery_equals_memory(threads: PipelineThreads) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = start(dir.path(), EngineConfig::default());
+    let engine = start(dir.path(), config(threads));
     let handle = engine.handle();
     let outcomes = handle.execute(onboarding()).unwrap();
     assert!(
@@ -279,15 +316,16 @@ fn a_second_writer_is_refused_while_the_first_holds_the_directory() {
         .contains("in use by another kasi process"));
 }
 
-#[test]
-fn a_reserved_transfer_expires_at_its_expiration_instant_without_any_request() {
+fn a_reserved_transfer_expires_at_its_expiration_instant_without_any_request(
+    threads: PipelineThreads,
+) {
     let dir = tempfile::tempdir().unwrap();
     let (sender, expired) = mpsc::channel();
     let config = EngineConfig {
         on_expired: Some(Box::new(move |views| {
             let _ = sender.send((views, (system_clock())()));
         })),
-        ..EngineConfig::default()
+        ..config(threads)
     };
     let engine = start(dir.path(), config);
     let handle = engine.handle();
@@ -338,10 +376,9 @@ fn a_reserved_transfer_expires_at_its_expiration_instant_without_any_request() {
     );
 }
 
-#[test]
-fn concurrent_submissions_are_batched_and_each_gets_its_own_outcomes() {
+fn concurrent_submissions_are_batched_and_each_gets_its_own_outcomes(threads: PipelineThreads) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = start(dir.path(), EngineConfig::default());
+    let engine = start(dir.path(), config(threads));
     let handle = engine.handle();
     handle.execute(onboarding()).unwrap();
     let (sender, receiver) = mpsc::channel();
@@ -387,10 +424,9 @@ fn concurrent_submissions_are_batched_and_each_gets_its_own_outcomes() {
     assert_eq!(reserved.len(), 100, "exactly the cap's worth is reserved");
 }
 
-#[test]
-fn shutdown_commits_and_answers_everything_queued_before_it() {
+fn shutdown_commits_and_answers_everything_queued_before_it(threads: PipelineThreads) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = start(dir.path(), EngineConfig::default());
+    let engine = start(dir.path(), config(threads));
     let handle = engine.handle();
     handle.execute(onboarding()).unwrap();
     let (sender, receiver) = mpsc::channel();
@@ -437,12 +473,13 @@ impl Store for FailingStore {
     }
 }
 
-#[test]
-fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it() {
+fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it(
+    threads: PipelineThreads,
+) {
     let engine = Engine::start(
         Ledger::new(Limits::default()),
         Box::new(FailingStore { healthy: 1 }),
-        EngineConfig::default(),
+        config(threads),
     );
     let handle = engine.handle();
     assert!(handle.execute(onboarding()).is_ok());
@@ -462,12 +499,11 @@ fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it() {
     ));
 }
 
-#[test]
-fn an_oversized_submission_is_refused_whole() {
+fn an_oversized_submission_is_refused_whole(threads: PipelineThreads) {
     let config = EngineConfig {
         max_batch_commands: 4,
         clock: Arc::new(|| 1_000),
-        ..EngineConfig::default()
+        ..config(threads)
     };
     let engine = Engine::start(
         Ledger::new(Limits::default()),
@@ -487,10 +523,9 @@ fn an_oversized_submission_is_refused_whole() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
-#[test]
-fn a_timed_reply_gets_its_batch_instants_in_pipeline_order() {
+fn a_timed_reply_gets_its_batch_instants_in_pipeline_order(threads: PipelineThreads) {
     let dir = tempfile::tempdir().unwrap();
-    let engine = start(dir.path(), EngineConfig::default());
+    let engine = start(dir.path(), config(threads));
     let handle = engine.handle();
     handle.execute(onboarding()).unwrap();
     let (sender, receiver) = mpsc::channel();
@@ -564,8 +599,9 @@ impl Store for FullDiskStore {
     }
 }
 
-#[test]
-fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns() {
+fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns(
+    threads: PipelineThreads,
+) {
     let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
     let engine = Engine::start(
@@ -574,7 +610,7 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
             full: full.clone(),
             committed: committed.clone(),
         }),
-        EngineConfig::default(),
+        config(threads),
     );
     let handle = engine.handle();
     handle.execute(onboarding()).unwrap();
@@ -633,5 +669,109 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
         vec![TransferId::new(1), TransferId::new(3)],
         "the held prepare committed exactly once; the refused one never"
     );
+    engine.shutdown().unwrap();
+}
+
+/// A store whose commits wait for the test: each says it has begun, then
+/// holds until the test lets it finish, and records how many records of
+/// transfers it took.
+struct GatedStore {
+    began: mpsc::Sender<()>,
+    proceed: mpsc::Receiver<()>,
+    transfers_per_commit: Arc<std::sync::Mutex<Vec<usize>>>,
+}
+
+impl Store for GatedStore {
+    fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        let _ = self.began.send(());
+        let _ = self.proceed.recv();
+        let transfers = batches
+            .iter()
+            .flat_map(|batch| batch.iter())
+            .filter(|record| matches!(record, Record::Transfer(_)))
+            .count();
+        self.transfers_per_commit.lock().unwrap().push(transfers);
+        Ok(())
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::default())
+    }
+
+    fn describe(&self) -> String {
+        "gated test store".into()
+    }
+}
+
+#[test]
+fn on_one_thread_what_arrives_during_a_commit_is_the_next_batch_and_waits_for_it() {
+    let (began, commit_began) = mpsc::channel();
+    let (let_finish, proceed) = mpsc::channel();
+    let transfers_per_commit = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(GatedStore {
+            began,
+            proceed,
+            transfers_per_commit: transfers_per_commit.clone(),
+        }),
+        config(PipelineThreads::One),
+    );
+    let handle = engine.handle();
+    let onboarded = {
+        let handle = handle.clone();
+        std::thread::spawn(move || handle.execute(onboarding()))
+    };
+    commit_began.recv().unwrap();
+    let_finish.send(()).unwrap();
+    onboarded.join().unwrap().unwrap();
+    let batches_before = handle.stats().ledger_batches;
+
+    // The first prepare's commit holds the pipeline's only thread ...
+    let (sender, answers) = mpsc::channel();
+    let submit = |id: u128| {
+        let sender = sender.clone();
+        handle.submit(
+            vec![prepare(id, far_future())],
+            Box::new(move |result| sender.send((id, result)).unwrap()),
+        )
+    };
+    submit(1);
+    commit_began.recv().unwrap();
+    // ... so these 20 wait in the queue, applied by nobody, answered to
+    // nobody, until it is done.
+    for id in 2..=21 {
+        submit(id);
+    }
+    assert!(
+        answers.recv_timeout(Duration::from_millis(50)).is_err(),
+        "nothing is answered before its commit"
+    );
+    let_finish.send(()).unwrap();
+    let (first, result) = answers.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(first, 1);
+    assert!(result.is_ok(), "{result:?}");
+    commit_began.recv().unwrap();
+    assert!(
+        answers.recv_timeout(Duration::from_millis(50)).is_err(),
+        "the second batch is answered only after its own commit"
+    );
+    let_finish.send(()).unwrap();
+    let mut answered: Vec<u128> = (2..=21)
+        .map(|_| {
+            let (id, result) = answers.recv_timeout(Duration::from_secs(10)).unwrap();
+            assert!(result.is_ok(), "{result:?}");
+            id
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, (2..=21).collect::<Vec<_>>());
+    assert_eq!(
+        handle.stats().ledger_batches - batches_before,
+        2,
+        "one batch for the first prepare, one for the 20 that waited"
+    );
+    assert_eq!(transfers_per_commit.lock().unwrap()[1..], [1, 20]);
+    drop(let_finish);
     engine.shutdown().unwrap();
 }
