@@ -5,8 +5,8 @@
 # more than the differences being measured.
 #
 # A variant is NAME=BINARY[,VAR=VALUE...]: the binary runs `bench` with the
-# environment given (the embedded `kasi serve` inherits it). NAME=null runs
-# the null hub with BINARY.
+# environment given (the embedded `kasi serve` inherits it). A NAME that
+# begins with "null" runs the null hub of BINARY instead.
 #
 #   ops/bench-ab.sh ROUNDS VARIANT... [-- BENCH FLAGS]
 #   ops/bench-ab.sh 5 one=/tmp/kasi,KASI_PIPELINE_THREADS=1 \
@@ -46,7 +46,7 @@ for round in $(seq 1 "$rounds"); do
             IFS=, read -r -a env_args <<<"$settings"
         fi
         extra=()
-        [[ $name == null ]] && extra=(--null-hub)
+        [[ $name == null* ]] && extra=(--null-hub)
         result="$out/$name-$round.json"
         if ! env "${env_args[@]}" "$binary" bench "${flags[@]}" "${extra[@]}" \
             --no-report --quiet --json >"$result" 2>"$out/$name-$round.err"; then

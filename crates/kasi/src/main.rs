@@ -12,6 +12,13 @@ mod migrate;
 mod serve;
 mod sim;
 
+/// glibc's allocator was ~9 % of the hub's CPU under transfer load
+/// (malloc, free and their consolidation, from every HTTP message's header
+/// maps and buffers); mimalloc's per-thread free lists make the same
+/// allocations cheaper without changing a line that allocates.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// kasi: a fast FSPIOP (Mojaloop) payments interoperability hub in one binary.
 ///
 /// DFSPs find each other's customers, agree terms and move money with
