@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::{Args, ValueEnum};
-use engine::{Engine, EngineConfig, EngineError, EngineHandle, StatsSnapshot};
+use engine::{Engine, EngineConfig, EngineError, EngineHandle, PipelineThreads, StatsSnapshot};
 use hdrhistogram::Histogram;
 use ledger::{
     AccountId, AccountKind, Amount, Command, Currency, FspName, Fulfil, Fulfilment, Funds,
@@ -55,6 +55,12 @@ pub struct BenchLedgerArgs {
     /// `--fsync off` runs its commits with synchronous_commit off).
     #[arg(long, value_name = "STORE", conflicts_with_all = ["data_dir", "history"])]
     store: Option<String>,
+
+    /// Threads carrying the pipeline (as `kasi serve --pipeline-threads`):
+    /// 2, the ledger thread applying while the store thread commits; 1,
+    /// one thread doing both in turn.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pipeline_threads: u8,
 
     /// Print the summary as one JSON object on standard output.
     #[arg(long)]
@@ -567,6 +573,7 @@ fn run_once(args: &BenchLedgerArgs, fsync: bool) -> anyhow::Result<Report> {
     let store = bench_store.open()?;
     let config = EngineConfig {
         max_batch_commands: args.max_batch,
+        threads: PipelineThreads::from_count(args.pipeline_threads).unwrap_or_default(),
         ..EngineConfig::default()
     };
     let engine = Engine::start(Ledger::new(Limits::default()), store, config);

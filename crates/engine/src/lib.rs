@@ -127,6 +127,15 @@ pub enum PipelineThreads {
 }
 
 impl PipelineThreads {
+    /// From a thread count as operators give it (`--pipeline-threads 1|2`).
+    pub fn from_count(threads: u8) -> Option<PipelineThreads> {
+        match threads {
+            1 => Some(PipelineThreads::One),
+            2 => Some(PipelineThreads::Two),
+            _ => None,
+        }
+    }
+
     /// One thread on machines of up to four cores, where a core spent
     /// waking the store thread is a core the HTTP workers lack.
     pub fn for_cores(cores: usize) -> PipelineThreads {

@@ -75,7 +75,8 @@ pub struct ServeArgs {
     trace_sample_every: u64,
 
     /// Threads serving HTTP (both listeners and the callbacks). Default:
-    /// one per CPU. The ledger and the store have a thread each besides.
+    /// one per CPU. The ledger pipeline has one or two threads besides
+    /// (--pipeline-threads).
     #[arg(long, env = "KASI_HTTP_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     http_threads: Option<u16>,
 
@@ -464,13 +465,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Expired transfers come from the store thread once durable; a task turns
     // them into 3303 callbacks.
     let (expired_sender, mut expired) = tokio::sync::mpsc::unbounded_channel();
-    let threads = match args.pipeline_threads {
-        Some(1) => PipelineThreads::One,
-        Some(_) => PipelineThreads::Two,
-        None => PipelineThreads::for_cores(
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-        ),
-    };
+    let threads = args
+        .pipeline_threads
+        .and_then(PipelineThreads::from_count)
+        .unwrap_or_else(|| {
+            PipelineThreads::for_cores(
+                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+            )
+        });
     let config = EngineConfig {
         on_expired: Some(Box::new(move |views| {
             let _ = expired_sender.send(views);
