@@ -14,6 +14,11 @@
 //! batch's outcomes may depend on the batch before it, and batches commit in
 //! order, so nothing is released that a crash could take back.
 //!
+//! On small machines one thread does both ([`PipelineThreads::One`]): it
+//! applies a batch, commits it, and takes whatever queued during the commit
+//! as the next batch. The rules above hold alike; only the overlap of apply
+//! and commit is given up, for one hand-off fewer per batch.
+//!
 //! If a commit fails with a transient error (a full disk), nothing of it is
 //! visible and memory is ahead of the disk by exactly the batches in hand:
 //! the store thread tries the same commit again, with backoff, until it
@@ -34,7 +39,9 @@ use ledger::{Command, Ledger, Limits, Outcome, Record, TransferView};
 use store::{Store, StoreError};
 
 /// Called once with a submission's outcomes, after they are durable (or with
-/// the reason they never will be). Runs on the store thread: keep it short.
+/// the reason they never will be). Runs on the thread that committed (the
+/// store thread, or the ledger thread of a one-thread pipeline): keep it
+/// short.
 pub type Reply = Box<dyn FnOnce(Result<Vec<Outcome>, EngineError>) + Send>;
 
 /// Like [`Reply`], but with the instants of the batch that decided the
@@ -133,6 +140,14 @@ impl PipelineThreads {
             1 => Some(PipelineThreads::One),
             2 => Some(PipelineThreads::Two),
             _ => None,
+        }
+    }
+
+    /// How many threads: the inverse of [`from_count`](Self::from_count).
+    pub fn count(self) -> u8 {
+        match self {
+            PipelineThreads::One => 1,
+            PipelineThreads::Two => 2,
         }
     }
 

@@ -775,3 +775,16 @@ fn on_one_thread_what_arrives_during_a_commit_is_the_next_batch_and_waits_for_it
     drop(let_finish);
     engine.shutdown().unwrap();
 }
+
+#[test]
+fn the_pipeline_shape_follows_the_thread_count_and_the_machine() {
+    for count in [1, 2] {
+        assert_eq!(PipelineThreads::from_count(count).unwrap().count(), count);
+    }
+    assert_eq!(PipelineThreads::from_count(0), None);
+    assert_eq!(PipelineThreads::from_count(3), None);
+    assert_eq!(PipelineThreads::for_cores(2), PipelineThreads::One);
+    assert_eq!(PipelineThreads::for_cores(4), PipelineThreads::One);
+    assert_eq!(PipelineThreads::for_cores(5), PipelineThreads::Two);
+    assert_eq!(PipelineThreads::for_cores(64), PipelineThreads::Two);
+}

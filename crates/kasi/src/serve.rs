@@ -462,8 +462,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    // Expired transfers come from the store thread once durable; a task turns
-    // them into 3303 callbacks.
+    // Expired transfers come from the committing thread once durable; a task
+    // turns them into 3303 callbacks.
     let (expired_sender, mut expired) = tokio::sync::mpsc::unbounded_channel();
     let threads = args
         .pipeline_threads
@@ -480,6 +480,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         threads,
         ..EngineConfig::default()
     };
+    info!(
+        threads = threads.count(),
+        "ledger pipeline (--pipeline-threads)"
+    );
     let engine = Engine::start(ledger, store, config);
     if existing_hub.is_none() {
         match engine
