@@ -842,6 +842,7 @@ impl Driver<'_> {
             max_commit_nanos: after.max_commit_nanos,
             max_apply_nanos: after.max_apply_nanos,
             store_errors: after.store_errors - stats_before.store_errors,
+            store_lookups: after.store_lookups - stats_before.store_lookups,
             store_healthy: after.store_healthy,
             transfers_in_memory: after.transfers_in_memory,
             transfers_evicted: after.transfers_evicted - stats_before.transfers_evicted,

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ledger::{Command, Ledger, Limits, Outcome, Record, TransferView};
+use ledger::{Command, Ledger, Limits, Outcome, Record, StoreLookup, StoredPrepare, TransferView};
 use store::{Store, StoreError};
 
 /// Called once with a submission's outcomes, after they are durable (or with
@@ -201,6 +201,9 @@ pub struct Stats {
     /// Commit attempts that failed (each retry of a transient failure
     /// counts).
     pub store_errors: AtomicU64,
+    /// Prepare ids the pipeline looked up in the store
+    /// ([`Command::PrepareWithLookup`]).
+    pub store_lookups: AtomicU64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -215,6 +218,7 @@ pub struct StatsSnapshot {
     pub max_commit_nanos: u64,
     pub max_apply_nanos: u64,
     pub store_errors: u64,
+    pub store_lookups: u64,
     /// The store takes commits (see [`EngineHandle::store_health`]); only
     /// [`EngineHandle::stats`] knows, [`Stats::snapshot`] says `true`.
     pub store_healthy: bool,
@@ -238,6 +242,7 @@ impl Stats {
             max_commit_nanos: self.max_commit_nanos.load(Ordering::Relaxed),
             max_apply_nanos: self.max_apply_nanos.load(Ordering::Relaxed),
             store_errors: self.store_errors.load(Ordering::Relaxed),
+            store_lookups: self.store_lookups.load(Ordering::Relaxed),
             store_healthy: true,
             transfers_in_memory: 0,
             transfers_evicted: 0,
@@ -332,6 +337,7 @@ pub struct EngineHandle {
     sender: SyncSender<Message>,
     shared: Arc<Shared>,
     max_batch_commands: usize,
+    looks_up_prepares: bool,
 }
 
 impl EngineHandle {
@@ -450,6 +456,14 @@ impl EngineHandle {
             (None, Some(fault)) => StoreHealth::Faulted(fault),
             (None, None) => StoreHealth::Healthy,
         }
+    }
+
+    /// Whether the pipeline looks prepares' ids up in the store itself
+    /// ([`Command::PrepareWithLookup`]): a one-thread pipeline on a store
+    /// that reads on its writer's connection. Otherwise the hub checks
+    /// first and sends [`Command::PrepareChecked`].
+    pub fn looks_up_prepares(&self) -> bool {
+        self.looks_up_prepares
     }
 
     /// How many finished transfers have left memory: a store read that
@@ -579,6 +593,7 @@ impl Engine {
             transfers_evicted: AtomicU64::new(0),
             quotes_in_memory: AtomicU64::new(ledger.quote_count() as u64),
         });
+        let looks_up_prepares = config.threads == PipelineThreads::One && store.finds_transfers();
         let committer = Committer {
             store,
             shared: shared.clone(),
@@ -616,6 +631,7 @@ impl Engine {
                 sender,
                 shared,
                 max_batch_commands,
+                looks_up_prepares,
             },
             ledger_thread: Some(ledger_thread),
             store_thread,
@@ -771,6 +787,72 @@ impl LedgerLoop {
         }
     }
 
+    /// Answers [`Command::PrepareWithLookup`] for the ids the ledger does
+    /// not hold, in one read of the store. Only a one-thread pipeline can:
+    /// every batch before this one is committed and every eviction so far
+    /// is of a durable transfer, so what the store does not have was never
+    /// seen (the ledger, on this same thread, holds whatever is newer).
+    fn look_up(&mut self, commands: &mut [Command]) {
+        let ToStore::Inline(committer) = &mut self.to_store else {
+            return;
+        };
+        let ledger = &self.ledger;
+        let pending = |command: &Command| match command {
+            Command::PrepareWithLookup {
+                prepare,
+                lookup: StoreLookup::Pending,
+            } if !ledger.holds_transfer(prepare.transfer_id) => Some(prepare.transfer_id),
+            _ => None,
+        };
+        let transfer_ids: Vec<_> = commands.iter().filter_map(pending).collect();
+        if transfer_ids.is_empty() {
+            return;
+        }
+        let answers: Vec<StoreLookup> = match committer.store.find_transfers(&transfer_ids) {
+            Ok(found) if found.len() == transfer_ids.len() => found
+                .into_iter()
+                .map(|stored| match stored {
+                    None => StoreLookup::Absent,
+                    Some(stored) => StoreLookup::Found(Box::new(StoredPrepare {
+                        view: stored.view,
+                        request_hash: stored.request_hash,
+                    })),
+                })
+                .collect(),
+            Ok(found) => {
+                let why = format!(
+                    "the store answered {} of {} lookups",
+                    found.len(),
+                    transfer_ids.len()
+                );
+                vec![StoreLookup::Failed(why.into()); transfer_ids.len()]
+            }
+            Err(error) => {
+                tracing::error!(
+                    store = %committer.store.describe(),
+                    %error,
+                    prepares = transfer_ids.len(),
+                    "looking prepares up in the store failed; they are refused (2001)"
+                );
+                let why: Box<str> = error.to_string().into();
+                vec![StoreLookup::Failed(why); transfer_ids.len()]
+            }
+        };
+        self.shared
+            .stats
+            .store_lookups
+            .fetch_add(transfer_ids.len() as u64, Ordering::Relaxed);
+        let mut answers = answers.into_iter();
+        for command in commands.iter_mut() {
+            if pending(command).is_none() {
+                continue;
+            }
+            if let Command::PrepareWithLookup { lookup, .. } = command {
+                *lookup = answers.next().expect("an answer per pending prepare");
+            }
+        }
+    }
+
     fn apply(&mut self, commands: &mut Vec<Command>, replies: &mut Vec<(Replier, usize)>) {
         if let Some(failure) = self.shared.failure() {
             commands.clear();
@@ -791,6 +873,7 @@ impl LedgerLoop {
             commands.insert(0, Command::Expire);
         }
         let apply_started_at = Instant::now();
+        self.look_up(commands);
         let result = self.ledger.apply_batch(now_ms, commands);
         let applied_at = Instant::now();
         let stats = &self.shared.stats;

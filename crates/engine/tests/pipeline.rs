@@ -788,3 +788,101 @@ fn the_pipeline_shape_follows_the_thread_count_and_the_machine() {
     assert_eq!(PipelineThreads::for_cores(5), PipelineThreads::Two);
     assert_eq!(PipelineThreads::for_cores(64), PipelineThreads::Two);
 }
+
+/// With a retention horizon a one-thread pipeline answers the hub's
+/// `PrepareWithLookup` from the store on its own thread: a resend of a
+/// transfer that left memory is a duplicate, a changed one is refused, a
+/// fresh id is new, and nothing moves twice. The two-thread shape does not
+/// offer it (the store thread owns the connection): the hub checks first
+/// there, and a prepare nobody looked up is refused, never taken as new.
+#[test]
+fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
+    let limits = Limits {
+        transfer_retention_ms: Some(60_000),
+        // Crowded at once: finished transfers leave as soon as durable.
+        max_finished_in_memory: 0,
+        ..Limits::default()
+    };
+    let with_lookup = |command: Command| match command {
+        Command::Prepare(prepare) => Command::PrepareWithLookup {
+            prepare,
+            lookup: StoreLookup::Pending,
+        },
+        other => panic!("{other:?}"),
+    };
+    for threads in [PipelineThreads::One, PipelineThreads::Two] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path());
+        let (ledger, _) = recover(&mut store, limits).unwrap();
+        let engine = Engine::start(ledger, Box::new(store), config(threads));
+        let handle = engine.handle();
+        assert_eq!(handle.looks_up_prepares(), threads == PipelineThreads::One);
+        handle.execute(onboarding()).unwrap();
+        let outcome = handle.execute(vec![with_lookup(prepare(1, far_future()))]);
+        if threads == PipelineThreads::Two {
+            assert_eq!(
+                outcome.unwrap()[0].error_code(),
+                Some(ErrorCode::INTERNAL_SERVER_ERROR),
+                "nobody looked it up"
+            );
+            assert_eq!(handle.stats().store_lookups, 0);
+            continue;
+        }
+        let reserved = outcome.unwrap();
+        assert!(
+            matches!(&reserved[0], Outcome::Transfer(v) if v.state == TransferState::Reserved),
+            "{reserved:?}"
+        );
+        let committed = match &handle.execute(vec![fulfil(1)]).unwrap()[0] {
+            Outcome::Transfer(view) if view.state == TransferState::Committed => *view,
+            other => panic!("{other:?}"),
+        };
+        // Eviction is the ledger thread's own business, after the commit.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while handle.transfer_memory().1 < 1 {
+            assert!(Instant::now() < deadline, "transfer 1 never left memory");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+
+        let resent = handle
+            .execute(vec![with_lookup(prepare(1, far_future()))])
+            .unwrap();
+        assert_eq!(resent, [Outcome::Duplicate(committed)]);
+        let mut modified = with_lookup(prepare(1, far_future()));
+        if let Command::PrepareWithLookup { prepare, .. } = &mut modified {
+            prepare.request_hash = RequestHash([0xee; 32]);
+        }
+        let refused = handle.execute(vec![modified]).unwrap();
+        assert_eq!(refused[0].error_code(), Some(ErrorCode::MODIFIED_REQUEST));
+        // A fresh id twice in one submission: new, then a duplicate.
+        let fresh = handle
+            .execute(vec![
+                with_lookup(prepare(2, far_future())),
+                with_lookup(prepare(2, far_future())),
+            ])
+            .unwrap();
+        assert!(matches!(&fresh[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));
+        assert!(matches!(&fresh[1], Outcome::Duplicate(_)), "{fresh:?}");
+        assert_eq!(
+            handle.stats().store_lookups,
+            5,
+            "1 twice (before and after it left memory), 1 modified, 2 twice in one batch"
+        );
+        let live = engine.shutdown().unwrap();
+
+        let mut store = open(dir.path());
+        let (recovered, _) = recover(&mut store, Limits::default()).unwrap();
+        assert!(recovered.snapshot().audit().is_empty());
+        let payer_position = |ledger: &Ledger| {
+            let accounts = ledger.snapshot().accounts;
+            accounts.into_iter().find(|a| a.id == AccountId(3)).unwrap()
+        };
+        let payer = payer_position(&live);
+        assert_eq!(payer, payer_position(&recovered));
+        assert_eq!(
+            (payer.value, payer.reserved),
+            (Amount::from_whole(10), Amount::from_whole(10)),
+            "one transfer committed once, one reserved once"
+        );
+    }
+}

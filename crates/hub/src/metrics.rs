@@ -14,7 +14,7 @@
 //! `kasi_ledger_batches_total`, `kasi_ledger_commands_total`,
 //! `kasi_ledger_apply_seconds_total`, `kasi_ledger_apply_max_seconds`,
 //! `kasi_store_commits_total`, `kasi_store_records_total`,
-//! `kasi_store_errors_total`, `kasi_store_healthy`, `kasi_role_active`
+//! `kasi_store_errors_total`, `kasi_store_lookups_total`, `kasi_store_healthy`, `kasi_role_active`
 //! (by `store`), `kasi_store_reachable`, `kasi_lease_fencing`,
 //! `kasi_store_commit_seconds_total`, `kasi_store_commit_max_seconds`,
 //! `kasi_callbacks_{sent_ok,http_error,failed,retried,dropped}_total`,
@@ -664,6 +664,12 @@ impl Collector for Pipeline {
         )?;
         counter(
             enc,
+            "kasi_store_lookups",
+            "Prepares whose id the ledger thread looked up in the store (ids not in memory, with a retention horizon)",
+            e.store_lookups,
+        )?;
+        counter(
+            enc,
             "kasi_store_commits",
             "Store transactions committed",
             e.store_commits,
@@ -829,6 +835,7 @@ mod tests {
                 max_commit_nanos: 1_500_000_000,
                 max_apply_nanos: 250_000_000,
                 store_errors: 4,
+                store_lookups: 9,
                 store_healthy: false,
                 transfers_in_memory: 7,
                 transfers_evicted: 5,
@@ -879,6 +886,7 @@ mod tests {
             "kasi_store_commit_seconds_total 2.0",
             "kasi_store_commit_max_seconds 1.5",
             "kasi_store_errors_total 4",
+            "kasi_store_lookups_total 9",
             "kasi_store_healthy 0.0",
             "kasi_callbacks_sent_ok_total{destination=\"payeefsp\"} 7",
             "kasi_callbacks_http_error_total{destination=\"payerfsp\"} 3",

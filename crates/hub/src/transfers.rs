@@ -14,7 +14,7 @@ use axum::Router;
 use fspiop::{Resource, WireState};
 use ledger::{
     Abort, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection, RequestHash,
-    TransferId, TransferKind, TransferState, TransferView,
+    StoreLookup, TransferId, TransferKind, TransferState, TransferView,
 };
 use store::StoredTransfer;
 
@@ -489,16 +489,30 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         );
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    // With a retention horizon the ledger may have let this id go: the
-    // store is asked first (see ledger's `retention.rs` for why this order
-    // and the eviction count make a reused id impossible).
-    let (outcome, timing) = match hub.config.transfer_lookup.is_some() {
-        false => {
+    // With a retention horizon the ledger may have let this id go, so the
+    // store is asked: by the ledger's own thread just before it applies the
+    // prepare, where it can (a one-thread pipeline: no eviction count
+    // needed, and the writer's page cache is warm); otherwise here, first
+    // (see ledger's `retention.rs` for why this order and the eviction
+    // count make a reused id impossible).
+    let (outcome, timing) = match (
+        hub.config.transfer_lookup.is_some(),
+        hub.engine.looks_up_prepares(),
+    ) {
+        (false, _) => {
             let (outcome, submitted, batch) =
                 hub.execute_one_timed(Command::Prepare(prepare)).await?;
             (outcome, Some((submitted, batch)))
         }
-        true => {
+        (true, true) => {
+            let command = Command::PrepareWithLookup {
+                prepare,
+                lookup: StoreLookup::Pending,
+            };
+            let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
+            (outcome, Some((submitted, batch)))
+        }
+        (true, false) => {
             let evictions_seen = hub.engine.evictions_seen();
             let stored = hub.stored_transfer(transfer_id).await?;
             match stored

@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::*;
 
-const RETENTION: &[&str] = &["--transfer-retention", "1s"];
+/// The two ways a prepare's id is checked against the store: by the ledger
+/// thread just before it applies the prepare (one pipeline thread), or by
+/// the hub first, with the eviction count (two).
+const RETENTION_ONE_THREAD: &[&str] = &["--transfer-retention", "1s", "--pipeline-threads", "1"];
+const RETENTION_TWO_THREADS: &[&str] = &["--transfer-retention", "1s", "--pipeline-threads", "2"];
+const LOOKUPS: &str = "kasi_store_lookups_total";
 
 fn metric(hub: &Hub, name: &str) -> f64 {
     let response = hub.admin("GET", "/metrics", None);
@@ -49,7 +54,7 @@ const EVICTED: &str = "kasi_ledger_transfers_evicted_total";
 fn transfers_past_the_horizon_leave_memory_and_are_still_answered_and_recognised() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut hub = Hub::start_with(&data, RETENTION);
+    let mut hub = Hub::start_with(&data, RETENTION_ONE_THREAD);
     hub.setup();
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
@@ -116,20 +121,31 @@ fn transfers_past_the_horizon_leave_memory_and_are_still_answered_and_recognised
         payee.assert_quiet(QUIET_WAIT);
         payer.assert_nothing_pending();
     };
+    let lookups_before = metric(&hub, LOOKUPS);
     check(&hub);
+    // The two resent prepares were looked up by the ledger thread.
+    assert_eq!(metric(&hub, LOOKUPS), lookups_before + 2.0);
 
     // A restart loads only what is within the horizon (the store audits
-    // the rest in a streaming pass), and answers the same.
+    // the rest in a streaming pass), and answers the same, now with the
+    // hub's own check before the ledger.
     // (A clean stop: it saves the exact callback delivery watermark, so the
     // restart re-sends nothing and the callbacks below are the answers.)
     assert!(hub.terminate().success());
-    hub = Hub::start_with(&data, RETENTION);
+    hub = Hub::start_with(&data, RETENTION_TWO_THREADS);
     assert_eq!(
         metric(&hub, IN_MEMORY),
         deposits,
         "the old transfer is not loaded"
     );
     check(&hub);
+    assert_eq!(metric(&hub, LOOKUPS), 0.0, "two threads: the hub checks");
+    // And again on one thread: the ledger never held this transfer since
+    // the restart (it was not loaded, not evicted), so only the store knows.
+    assert!(hub.terminate().success());
+    hub = Hub::start_with(&data, RETENTION_ONE_THREAD);
+    check(&hub);
+    assert_eq!(metric(&hub, LOOKUPS), 2.0);
 
     // New transfers still go through, and leave too.
     let next = new_id();

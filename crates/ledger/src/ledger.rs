@@ -154,6 +154,25 @@ fn overflow() -> Rejection {
     )
 }
 
+/// What a request that creates a transfer knows of its id beyond memory
+/// (see `retention.rs`).
+#[derive(Clone, Copy)]
+enum NewId<'a> {
+    /// Nothing: funds movements, and prepares with no retention horizon.
+    Unchecked,
+    /// The hub's store check, with the eviction count read before it.
+    Checked(u64),
+    /// The pipeline's store lookup.
+    LookedUp(&'a StoreLookup),
+}
+
+fn modified_prepare(transfer_id: TransferId) -> Rejection {
+    Rejection::new(
+        ErrorCode::MODIFIED_REQUEST,
+        format!("transfer {transfer_id} was received before with a different body"),
+    )
+}
+
 fn validation(description: impl Into<String>) -> Rejection {
     Rejection::new(ErrorCode::GENERIC_VALIDATION_ERROR, description)
 }
@@ -266,11 +285,14 @@ impl Ledger {
                 currency,
                 net_debit_cap,
             } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, false),
-            Command::Prepare(prepare) => self.prepare(prepare, None),
+            Command::Prepare(prepare) => self.prepare(prepare, NewId::Unchecked),
             Command::PrepareChecked {
                 prepare,
                 evictions_seen,
-            } => self.prepare(prepare, Some(*evictions_seen)),
+            } => self.prepare(prepare, NewId::Checked(*evictions_seen)),
+            Command::PrepareWithLookup { prepare, lookup } => {
+                self.prepare(prepare, NewId::LookedUp(lookup))
+            }
             Command::Fulfil(fulfil) => self.fulfil(fulfil),
             Command::Abort(abort) => self.abort(abort),
             Command::FundsIn(funds) => self.funds_in(funds),
@@ -1119,14 +1141,44 @@ impl Ledger {
         self.view(transfer_id, &self.transfers[&transfer_id])
     }
 
+    /// Whether a transfer with this id is in memory (one that left it is in
+    /// the store only).
+    pub fn holds_transfer(&self, transfer_id: TransferId) -> bool {
+        self.transfers.get(&transfer_id).is_some()
+    }
+
     /// Duplicate rule for a request that creates a transfer (FSPIOP §3.2.5.1).
     fn check_new_transfer(
         &self,
         transfer_id: TransferId,
         request_hash: RequestHash,
-        evictions_seen: Option<u64>,
+        new_id: NewId,
     ) -> Result<Option<Outcome>, Rejection> {
         let Some(existing) = self.transfers.get(&transfer_id) else {
+            let evictions_seen = match new_id {
+                NewId::Unchecked => None,
+                NewId::Checked(evictions_seen) => Some(evictions_seen),
+                // Read on this thread after every eviction so far.
+                NewId::LookedUp(StoreLookup::Absent) => Some(self.transfers_evicted()),
+                NewId::LookedUp(StoreLookup::Found(stored)) => {
+                    return match stored.request_hash == request_hash {
+                        true => Ok(Some(Outcome::Duplicate(stored.view))),
+                        false => Err(modified_prepare(transfer_id)),
+                    };
+                }
+                NewId::LookedUp(StoreLookup::Failed(why)) => {
+                    return Err(Rejection::new(
+                        ErrorCode::INTERNAL_SERVER_ERROR,
+                        format!("transfer lookup failed: {why}"),
+                    ));
+                }
+                NewId::LookedUp(StoreLookup::Pending) => {
+                    return Err(Rejection::new(
+                        ErrorCode::INTERNAL_SERVER_ERROR,
+                        format!("transfer {transfer_id} was not looked up in the store"),
+                    ));
+                }
+            };
             self.check_not_evicted(transfer_id, evictions_seen)?;
             if self.transfers.len() >= self.limits.max_transfers {
                 return Err(Rejection::new(
@@ -1142,10 +1194,7 @@ impl Ledger {
         if existing.request_hash == request_hash {
             return Ok(Some(Outcome::Duplicate(self.view(transfer_id, existing))));
         }
-        Err(Rejection::new(
-            ErrorCode::MODIFIED_REQUEST,
-            format!("transfer {transfer_id} was received before with a different body"),
-        ))
+        Err(modified_prepare(transfer_id))
     }
 
     /// Duplicate rule for a request that finishes a transfer: a resend of the
@@ -1213,14 +1262,10 @@ impl Ledger {
         Ok(account)
     }
 
-    fn prepare(
-        &mut self,
-        prepare: &Prepare,
-        evictions_seen: Option<u64>,
-    ) -> Result<Outcome, Rejection> {
+    fn prepare(&mut self, prepare: &Prepare, new_id: NewId) -> Result<Outcome, Rejection> {
         let transfer_id = prepare.transfer_id;
         if let Some(duplicate) =
-            self.check_new_transfer(transfer_id, prepare.request_hash, evictions_seen)?
+            self.check_new_transfer(transfer_id, prepare.request_hash, new_id)?
         {
             return Ok(duplicate);
         }
@@ -1669,7 +1714,7 @@ impl Ledger {
 
     fn funds_in(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
         if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, None)?
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, NewId::Unchecked)?
         {
             return Ok(duplicate);
         }
@@ -1699,7 +1744,7 @@ impl Ledger {
 
     fn funds_out_reserve(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
         if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, None)?
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, NewId::Unchecked)?
         {
             return Ok(duplicate);
         }

@@ -184,6 +184,29 @@ pub struct Prepare {
     pub wire_version: u8,
 }
 
+/// What the store said about a prepare's id ([`Command::PrepareWithLookup`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreLookup {
+    /// Not looked up: refused unless the ledger holds the id.
+    Pending,
+    /// The store has no transfer with this id.
+    Absent,
+    /// The store has one (a finished transfer that left memory): the
+    /// duplicate rule applies to it as to one in memory.
+    Found(Box<StoredPrepare>),
+    /// The lookup failed: why.
+    Failed(Box<str>),
+}
+
+/// A transfer the store holds, as the duplicate rule for a prepare needs
+/// it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredPrepare {
+    pub view: TransferView,
+    /// The hash of the prepare that created it.
+    pub request_hash: RequestHash,
+}
+
 /// FSPIOP `PUT /transfers/{id}` from the payee.
 #[derive(Clone, Debug)]
 pub struct Fulfil {
@@ -241,6 +264,18 @@ pub enum Command {
     PrepareChecked {
         prepare: Prepare,
         evictions_seen: u64,
+    },
+    /// A prepare whose id the pipeline looks up in the store, on the
+    /// ledger's own thread, just before the batch holding it is applied:
+    /// every batch before it is committed and every eviction so far is in
+    /// the store, so the answer needs no eviction count. The hub sends it
+    /// with [`StoreLookup::Pending`]; the pipeline fills in the answer for
+    /// every id the ledger does not hold (one it holds needs none: memory
+    /// decides). Needed, like [`Command::PrepareChecked`], once finished
+    /// transfers leave memory.
+    PrepareWithLookup {
+        prepare: Prepare,
+        lookup: StoreLookup,
     },
     /// Creates the hub participant (once, at first start).
     CreateHub {

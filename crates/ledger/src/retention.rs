@@ -23,6 +23,16 @@
 //! refused with 2003 (resend), which needs it to wait for the whole grace
 //! period between the hub's check and the ledger.
 //!
+//! A one-thread pipeline checks more cheaply:
+//! [`Command::PrepareWithLookup`](crate::Command::PrepareWithLookup). The
+//! ledger's own thread looks the id up in the store just before it applies
+//! the batch, on the store's writer connection, for every id the ledger
+//! does not hold. Every batch before is committed and every eviction so
+//! far was of a durable transfer, so the store has whatever the ledger let
+//! go, and the ledger holds whatever is newer: no eviction count is
+//! needed, and the ledger refuses a prepare whose id was neither held nor
+//! looked up.
+//!
 //! Funds movements (admin) are few and never leave memory.
 
 use std::collections::{HashMap, VecDeque};

@@ -806,7 +806,8 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UnpinCertificate { .. }
         | Command::ReadCertificatePins
         | Command::NoteExternalChange { .. }
-        | Command::PrepareChecked { .. } => {
+        | Command::PrepareChecked { .. }
+        | Command::PrepareWithLookup { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

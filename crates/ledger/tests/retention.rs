@@ -35,6 +35,24 @@ fn checked(command: Command, evictions_seen: u64) -> Command {
     }
 }
 
+fn looked_up(command: Command, lookup: StoreLookup) -> Command {
+    match command {
+        Command::Prepare(prepare) => Command::PrepareWithLookup { prepare, lookup },
+        other => other,
+    }
+}
+
+/// `prepare(id, …)` with another request hash: the same id, another body.
+fn rehashed(command: Command, request_hash: RequestHash) -> Command {
+    match command {
+        Command::Prepare(prepare) => Command::Prepare(Prepare {
+            request_hash,
+            ..prepare
+        }),
+        other => other,
+    }
+}
+
 fn evict_all(hub: &mut Hub) -> usize {
     let durable = hub.ledger.batches_applied();
     hub.ledger.evict(hub.now, durable, usize::MAX)
@@ -117,6 +135,85 @@ fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused(
         );
     }
     view(&hub.one(checked(prepare(5, payer, payee, 1, hub.now + TTL), 2)));
+    hub.ledger.check_balances().expect("balances");
+}
+
+/// The pipeline's own lookup (`Command::PrepareWithLookup`): memory
+/// decides for an id it holds, the store's answer for one it does not, a
+/// missing or failed answer refuses the prepare, and nothing ever moves
+/// twice.
+#[test]
+fn a_prepare_looked_up_by_the_pipeline_follows_memory_then_the_store() {
+    let (mut hub, payer, payee) = two();
+    let first = prepare(1, payer, payee, 100, hub.now + TTL);
+    view(&hub.one(looked_up(first.clone(), StoreLookup::Absent)));
+    let committed = view(&hub.one(fulfil(1, payee.name)));
+    let balances = (hub.balance(payer.position), hub.balance(payee.position));
+
+    // In memory: memory decides, whatever the lookup said (or did not).
+    for lookup in [StoreLookup::Pending, StoreLookup::Absent] {
+        let resent = hub.assert_duplicate(looked_up(first.clone(), lookup.clone()));
+        assert_eq!(resent.state, TransferState::Committed);
+        hub.assert_rejected(
+            looked_up(rehashed(first.clone(), hash(99)), lookup),
+            ErrorCode::MODIFIED_REQUEST,
+        );
+    }
+
+    hub.advance(RETENTION);
+    assert_eq!(evict_all(&mut hub), 1);
+    assert!(!hub.ledger.holds_transfer(TransferId::new(1)));
+    let stored = || {
+        StoreLookup::Found(Box::new(StoredPrepare {
+            view: committed,
+            request_hash: hash(1),
+        }))
+    };
+    // Found in the store: the duplicate rule against its copy.
+    let resent = hub.assert_duplicate(looked_up(first.clone(), stored()));
+    assert_eq!(resent, committed);
+    hub.assert_rejected(
+        looked_up(rehashed(first.clone(), hash(99)), stored()),
+        ErrorCode::MODIFIED_REQUEST,
+    );
+    // Not looked up, or the lookup failed: refused, never taken as new.
+    hub.assert_rejected(
+        looked_up(first.clone(), StoreLookup::Pending),
+        ErrorCode::INTERNAL_SERVER_ERROR,
+    );
+    let refused = hub.assert_rejected(
+        looked_up(first.clone(), StoreLookup::Failed("disk I/O error".into())),
+        ErrorCode::INTERNAL_SERVER_ERROR,
+    );
+    assert!(
+        refused.description.contains("disk I/O error"),
+        "{refused:?}"
+    );
+    // An answer that contradicts the ledger's own memory of evictions is
+    // not trusted: the id is still remembered as evicted.
+    hub.assert_rejected(
+        looked_up(first.clone(), StoreLookup::Absent),
+        ErrorCode::MODIFIED_REQUEST,
+    );
+    assert_eq!(
+        (hub.balance(payer.position), hub.balance(payee.position)),
+        balances,
+        "nothing moved twice"
+    );
+
+    // Within one batch the second of two prepares with one id meets the
+    // first in memory, though both were looked up before the batch.
+    let second = prepare(2, payer, payee, 5, hub.now + TTL);
+    let outcomes = hub.apply(&[
+        looked_up(second.clone(), StoreLookup::Absent),
+        looked_up(second, StoreLookup::Absent),
+    ]);
+    view(&outcomes[0]);
+    assert!(
+        matches!(outcomes[1], Outcome::Duplicate(_)),
+        "{:?}",
+        outcomes[1]
+    );
     hub.ledger.check_balances().expect("balances");
 }
 

@@ -188,6 +188,25 @@ pub trait Store: Send {
     /// Reads every row, for recovery and audit.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
 
+    /// Whether [`Store::find_transfers`] is offered.
+    fn finds_transfers(&self) -> bool {
+        false
+    }
+
+    /// The transfers with these ids in what is committed, one answer per
+    /// id in order, read on the writer's own connection: for a pipeline
+    /// that applies and commits on one thread, between two commits.
+    fn find_transfers(
+        &mut self,
+        transfer_ids: &[ledger::TransferId],
+    ) -> Result<Vec<Option<StoredTransfer>>, StoreError> {
+        let _ = transfer_ids;
+        Err(StoreError::fatal(format!(
+            "{} does not look transfers up on its writer",
+            self.describe()
+        )))
+    }
+
     /// Reads what recovery needs with a retention horizon: every row, but
     /// FSPIOP transfers finished before `horizon_ms` only as the sums in
     /// [`Snapshot::archived`]. A backend may load everything instead.

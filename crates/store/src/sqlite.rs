@@ -1699,7 +1699,16 @@ impl TransferLookup {
     /// where blocking is allowed.
     pub fn find(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let mut statement = connection.prepare_cached(
+        find_transfer(&connection, transfer_id)
+    }
+}
+
+/// The transfer with this id, if `connection` sees it.
+fn find_transfer(
+    connection: &Connection,
+    transfer_id: TransferId,
+) -> Result<Option<StoredTransfer>, StoreError> {
+    let mut statement = connection.prepare_cached(
             "SELECT t.kind, t.amount, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
                 t.wire_version, pd.name, pc.name, ad.currency,
                 f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment
@@ -1711,55 +1720,74 @@ impl TransferLookup {
              LEFT JOIN transfer_finishes f ON f.seq = t.seq
              WHERE t.transfer_id = ?1",
         )?;
-        let mut rows = statement.query(params![transfer_id.to_blob().as_slice()])?;
-        let Some(row) = rows.next()? else {
-            return Ok(None);
-        };
-        let mut state = parse(row, 5, "transfer state", TransferState::parse)?;
-        let mut reason = row.get::<_, Option<u16>>(6)?.map(ErrorCode);
-        let prepared_at_ms: i64 = row.get(3)?;
-        let (finish, completed_at_ms, fulfilment) = match row.get_ref(11)? {
-            ValueRef::Null => (None, state.is_final().then_some(prepared_at_ms), None),
-            _ => {
-                state = parse(row, 12, "transfer state", TransferState::parse)?;
-                reason = row.get::<_, Option<u16>>(13)?.map(ErrorCode);
-                let kind = parse(row, 11, "finish kind", FinishKind::parse)?;
-                let fulfilment = match row.get_ref(16)? {
-                    ValueRef::Null => None,
-                    _ => Some(Fulfilment::from_preimage(blob(row, 16)?)),
-                };
-                (
-                    Some((kind, RequestHash(blob(row, 15)?))),
-                    Some(row.get::<_, i64>(14)?),
-                    fulfilment,
-                )
-            }
-        };
-        Ok(Some(StoredTransfer {
-            view: ledger::TransferView {
-                transfer_id,
-                kind: parse(row, 0, "transfer kind", TransferKind::parse)?,
-                payer: parse(row, 8, "participant name", FspName::new)?,
-                payee: parse(row, 9, "participant name", FspName::new)?,
-                amount: parse(row, 1, "amount", |t| Amount::parse_signed(t).ok())?,
-                currency: parse(row, 10, "currency", Currency::parse)?,
-                state,
-                reason,
-                expiration_ms: row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
-                prepared_at_ms,
-                completed_at_ms,
+    let mut rows = statement.query(params![transfer_id.to_blob().as_slice()])?;
+    let Some(row) = rows.next()? else {
+        return Ok(None);
+    };
+    let mut state = parse(row, 5, "transfer state", TransferState::parse)?;
+    let mut reason = row.get::<_, Option<u16>>(6)?.map(ErrorCode);
+    let prepared_at_ms: i64 = row.get(3)?;
+    let (finish, completed_at_ms, fulfilment) = match row.get_ref(11)? {
+        ValueRef::Null => (None, state.is_final().then_some(prepared_at_ms), None),
+        _ => {
+            state = parse(row, 12, "transfer state", TransferState::parse)?;
+            reason = row.get::<_, Option<u16>>(13)?.map(ErrorCode);
+            let kind = parse(row, 11, "finish kind", FinishKind::parse)?;
+            let fulfilment = match row.get_ref(16)? {
+                ValueRef::Null => None,
+                _ => Some(Fulfilment::from_preimage(blob(row, 16)?)),
+            };
+            (
+                Some((kind, RequestHash(blob(row, 15)?))),
+                Some(row.get::<_, i64>(14)?),
                 fulfilment,
-                wire_version: row.get(7)?,
-            },
-            request_hash: RequestHash(blob(row, 4)?),
-            finish,
-        }))
-    }
+            )
+        }
+    };
+    Ok(Some(StoredTransfer {
+        view: ledger::TransferView {
+            transfer_id,
+            kind: parse(row, 0, "transfer kind", TransferKind::parse)?,
+            payer: parse(row, 8, "participant name", FspName::new)?,
+            payee: parse(row, 9, "participant name", FspName::new)?,
+            amount: parse(row, 1, "amount", |t| Amount::parse_signed(t).ok())?,
+            currency: parse(row, 10, "currency", Currency::parse)?,
+            state,
+            reason,
+            expiration_ms: row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
+            prepared_at_ms,
+            completed_at_ms,
+            fulfilment,
+            wire_version: row.get(7)?,
+        },
+        request_hash: RequestHash(blob(row, 4)?),
+        finish,
+    }))
 }
 
 impl Store for SqliteStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
+    }
+
+    fn finds_transfers(&self) -> bool {
+        true
+    }
+
+    fn find_transfers(
+        &mut self,
+        transfer_ids: &[TransferId],
+    ) -> Result<Vec<Option<StoredTransfer>>, StoreError> {
+        // One read transaction for them all, on the writer's connection:
+        // nobody else writes, so its page cache is still valid after its
+        // own commits, and a fresh id's index probe reads no page from disk.
+        let transaction = self.connection.transaction()?;
+        let found = transfer_ids
+            .iter()
+            .map(|&transfer_id| find_transfer(&transaction, transfer_id))
+            .collect();
+        transaction.commit()?;
+        found
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {
