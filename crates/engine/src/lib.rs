@@ -1,4 +1,4 @@
-//! The ledger pipeline: two threads between the API and the disk.
+//! The ledger pipeline: one or two threads between the API and the disk.
 //!
 //! ```text
 //! submitters ──queue──► ledger thread ──records──► store thread ──► replies
@@ -17,12 +17,16 @@
 //! On small machines one thread does both ([`PipelineThreads::One`]): it
 //! applies a batch, commits it, and takes whatever queued during the commit
 //! as the next batch. The rules above hold alike; only the overlap of apply
-//! and commit is given up, for one hand-off fewer per batch.
+//! and commit is given up, for one hand-off fewer per batch. Because every
+//! batch before the one in hand is then committed, that thread can also
+//! answer [`Command::PrepareWithLookup`] from the store itself, just before
+//! it applies (see [`EngineHandle::looks_up_prepares`]).
 //!
 //! If a commit fails with a transient error (a full disk), nothing of it is
 //! visible and memory is ahead of the disk by exactly the batches in hand:
-//! the store thread tries the same commit again, with backoff, until it
-//! succeeds, and meanwhile new submissions are refused with
+//! whichever thread commits tries the same commit again, with backoff, until
+//! it succeeds (or, once a shutdown is asked, for a last few seconds), and
+//! meanwhile new submissions are refused with
 //! [`EngineError::StoreUnavailable`] (the queue would only grow). Any other
 //! commit failure is fatal: the pipeline stops taking work and answers every
 //! pending and later submission with [`EngineError::StoreFailed`];
@@ -49,16 +53,17 @@ pub type Reply = Box<dyn FnOnce(Result<Vec<Outcome>, EngineError>) + Send>;
 pub type TimedReply = Box<dyn FnOnce(Result<(Vec<Outcome>, BatchTiming), EngineError>) + Send>;
 
 /// When the batch holding a submission went through the pipeline: taken once
-/// per batch (the ledger thread) and once per commit (the store thread), never
-/// per command.
+/// per batch and once per commit, never per command. On a one-thread
+/// pipeline the store lookups of [`Command::PrepareWithLookup`] fall between
+/// `apply_started_at` and `applied_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchTiming {
     /// The ledger thread began applying the batch (its queue wait ended).
     pub apply_started_at: Instant,
     /// The ledger thread finished applying it.
     pub applied_at: Instant,
-    /// The store thread began the commit holding it (after the commit
-    /// before, and with whatever other batches had queued meanwhile).
+    /// The commit holding it began (after the commit before, and with
+    /// whatever other batches had queued meanwhile).
     pub commit_started_at: Instant,
     /// The store committed it (and the replies began to be called).
     pub durable_at: Instant,
@@ -621,6 +626,7 @@ impl Engine {
             shared: shared.clone(),
             clock: config.clock,
             max_batch_commands,
+            lookup_failures: FailureLog::default(),
         };
         let ledger_thread = std::thread::Builder::new()
             .name("kasi-ledger".into())
@@ -655,8 +661,11 @@ impl Engine {
 
     fn stop(&mut self) -> Option<Ledger> {
         let ledger_thread = self.ledger_thread.take()?;
-        let _ = self.handle.sender.send(Message::Stop);
+        // Said before the Stop is queued: with the queue full and a commit
+        // retrying a transient failure, the send waits until the retrying
+        // gives up, which it does only once it sees this.
         self.handle.shared.stopped.store(true, Ordering::Release);
+        let _ = self.handle.sender.send(Message::Stop);
         let ledger = ledger_thread.join().ok();
         if let Some(store_thread) = self.store_thread.take() {
             let _ = store_thread.join();
@@ -686,6 +695,31 @@ struct LedgerLoop {
     shared: Arc<Shared>,
     clock: Clock,
     max_batch_commands: usize,
+    lookup_failures: FailureLog,
+}
+
+/// Says a repeated failure once, then at most every
+/// [`STILL_FAILING_LOG_EVERY`] with how often it happened meanwhile: a
+/// store that cannot be read fails every batch.
+#[derive(Default)]
+struct FailureLog {
+    logged_at: Option<Instant>,
+    unlogged: u64,
+}
+
+impl FailureLog {
+    /// Whether to log this failure now, and how many went unlogged before it.
+    fn should_log(&mut self) -> Option<u64> {
+        let due = self
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= STILL_FAILING_LOG_EVERY);
+        if !due {
+            self.unlogged += 1;
+            return None;
+        }
+        self.logged_at = Some(Instant::now());
+        Some(std::mem::take(&mut self.unlogged))
+    }
 }
 
 impl LedgerLoop {
@@ -700,11 +734,16 @@ impl LedgerLoop {
             let now_ms = (self.clock)();
             let next_expiry_ms = self.ledger.next_expiry_ms();
             let expiry_due = next_expiry_ms.is_some_and(|at_ms| at_ms <= now_ms);
-            // An eviction that is due waits for the store (a few ms).
-            let next_eviction_ms = self
-                .ledger
-                .next_eviction_ms()
-                .map(|at_ms| at_ms.max(now_ms + 10));
+            // An eviction that is due waits for the store (a few ms); after
+            // a fatal store failure nothing becomes durable again, so none
+            // is waited for.
+            let next_eviction_ms = match self.shared.failure() {
+                Some(_) => None,
+                None => self
+                    .ledger
+                    .next_eviction_ms()
+                    .map(|at_ms| at_ms.max(now_ms + 10)),
+            };
             let next_expiry_ms = next_expiry_ms.into_iter().chain(next_eviction_ms).min();
             if !expiry_due {
                 let message = match next_expiry_ms {
@@ -779,6 +818,13 @@ impl LedgerLoop {
                 commands: mut submitted,
                 reply,
             } => {
+                // Only this thread may say what the store holds: an answer
+                // filled in by whoever submitted would skip the check.
+                for command in &mut submitted {
+                    if let Command::PrepareWithLookup { lookup, .. } = command {
+                        *lookup = StoreLookup::Pending;
+                    }
+                }
                 replies.push((reply, submitted.len()));
                 commands.append(&mut submitted);
                 false
@@ -808,36 +854,51 @@ impl LedgerLoop {
         if transfer_ids.is_empty() {
             return;
         }
+        // A row that cannot be read refuses its own prepare; the read as a
+        // whole failing refuses them all.
+        let mut failed: Option<(String, usize)> = None;
+        let mut fail = |error: String, prepares: usize| {
+            let (_, count) = failed.get_or_insert((error, 0));
+            *count += prepares;
+            StoreLookup::Failed
+        };
         let answers: Vec<StoreLookup> = match committer.store.find_transfers(&transfer_ids) {
             Ok(found) if found.len() == transfer_ids.len() => found
                 .into_iter()
                 .map(|stored| match stored {
-                    None => StoreLookup::Absent,
-                    Some(stored) => StoreLookup::Found(Box::new(StoredPrepare {
+                    Ok(None) => StoreLookup::Absent,
+                    Ok(Some(stored)) => StoreLookup::Found(Box::new(StoredPrepare {
                         view: stored.view,
                         request_hash: stored.request_hash,
                     })),
+                    Err(error) => fail(error.to_string(), 1),
                 })
                 .collect(),
             Ok(found) => {
-                let why = format!(
+                let error = format!(
                     "the store answered {} of {} lookups",
                     found.len(),
                     transfer_ids.len()
                 );
-                vec![StoreLookup::Failed(why.into()); transfer_ids.len()]
+                fail(error, transfer_ids.len());
+                vec![StoreLookup::Failed; transfer_ids.len()]
             }
             Err(error) => {
+                fail(error.to_string(), transfer_ids.len());
+                vec![StoreLookup::Failed; transfer_ids.len()]
+            }
+        };
+        if let Some((error, prepares)) = failed {
+            if let Some(failures_unlogged) = self.lookup_failures.should_log() {
                 tracing::error!(
                     store = %committer.store.describe(),
                     %error,
-                    prepares = transfer_ids.len(),
+                    prepares,
+                    failures_unlogged,
                     "looking prepares up in the store failed; they are refused (2001)"
                 );
-                let why: Box<str> = error.to_string().into();
-                vec![StoreLookup::Failed(why); transfer_ids.len()]
             }
-        };
+        }
         self.shared
             .stats
             .store_lookups

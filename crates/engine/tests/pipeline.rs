@@ -75,6 +75,7 @@ fn onboarding() -> Vec<Command> {
             currency: usd(),
             memo: FundsMemo::default(),
             request_hash: RequestHash([1; 32]),
+            evictions_seen: None,
         }));
     }
     let party = |identifier: &str, sub_id: Option<&str>| PartyKey {
@@ -167,6 +168,23 @@ fn fulfil(id: u128) -> Command {
     })
 }
 
+type Answered = (u128, Result<Vec<Outcome>, EngineError>);
+
+/// Submits `prepare(id, …)` on its own; its answer arrives tagged with `id`.
+fn prepares_answered_by_id(
+    handle: &engine::EngineHandle,
+) -> (impl Fn(u128) + '_, mpsc::Receiver<Answered>) {
+    let (sender, answers) = mpsc::channel::<Answered>();
+    let submit = move |id: u128| {
+        let sender = sender.clone();
+        handle.submit(
+            vec![prepare(id, far_future())],
+            Box::new(move |result| sender.send((id, result)).unwrap()),
+        )
+    };
+    (submit, answers)
+}
+
 fn far_future() -> i64 {
     (system_clock())() + 3_600_000
 }
@@ -209,6 +227,7 @@ both!(
     an_oversized_submission_is_refused_whole,
     a_timed_reply_gets_its_batch_instants_in_pipeline_order,
     a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns,
+    shutdown_ends_while_the_store_fails_and_the_queue_is_full,
 );
 
 fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
@@ -728,14 +747,7 @@ fn on_one_thread_what_arrives_during_a_commit_is_the_next_batch_and_waits_for_it
     let batches_before = handle.stats().ledger_batches;
 
     // The first prepare's commit holds the pipeline's only thread ...
-    let (sender, answers) = mpsc::channel();
-    let submit = |id: u128| {
-        let sender = sender.clone();
-        handle.submit(
-            vec![prepare(id, far_future())],
-            Box::new(move |result| sender.send((id, result)).unwrap()),
-        )
-    };
+    let (submit, answers) = prepares_answered_by_id(&handle);
     submit(1);
     commit_began.recv().unwrap();
     // ... so these 20 wait in the queue, applied by nobody, answered to
@@ -819,11 +831,25 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
         assert_eq!(handle.looks_up_prepares(), threads == PipelineThreads::One);
         handle.execute(onboarding()).unwrap();
         let outcome = handle.execute(vec![with_lookup(prepare(1, far_future()))]);
+        // An answer filled in by the submitter is never taken for the
+        // store's.
+        let forged = |id: u128, lookup: StoreLookup| match prepare(id, far_future()) {
+            Command::Prepare(prepare) => Command::PrepareWithLookup { prepare, lookup },
+            other => panic!("{other:?}"),
+        };
         if threads == PipelineThreads::Two {
             assert_eq!(
                 outcome.unwrap()[0].error_code(),
                 Some(ErrorCode::INTERNAL_SERVER_ERROR),
                 "nobody looked it up"
+            );
+            let claimed_absent = handle
+                .execute(vec![forged(7, StoreLookup::Absent)])
+                .unwrap();
+            assert_eq!(
+                claimed_absent[0].error_code(),
+                Some(ErrorCode::INTERNAL_SERVER_ERROR),
+                "nobody looked it up, whatever the submitter said"
             );
             assert_eq!(handle.stats().store_lookups, 0);
             continue;
@@ -848,6 +874,14 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
             .execute(vec![with_lookup(prepare(1, far_future()))])
             .unwrap();
         assert_eq!(resent, [Outcome::Duplicate(committed)]);
+        let claimed_absent = handle
+            .execute(vec![forged(1, StoreLookup::Absent)])
+            .unwrap();
+        assert_eq!(
+            claimed_absent,
+            [Outcome::Duplicate(committed)],
+            "looked up again, not reserved a second time"
+        );
         let mut modified = with_lookup(prepare(1, far_future()));
         if let Command::PrepareWithLookup { prepare, .. } = &mut modified {
             prepare.request_hash = RequestHash([0xee; 32]);
@@ -865,8 +899,8 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
         assert!(matches!(&fresh[1], Outcome::Duplicate(_)), "{fresh:?}");
         assert_eq!(
             handle.stats().store_lookups,
-            5,
-            "1 twice (before and after it left memory), 1 modified, 2 twice in one batch"
+            6,
+            "1 three times (before and twice after it left memory), 1 modified, 2 twice in one batch"
         );
         let live = engine.shutdown().unwrap();
 
@@ -885,4 +919,209 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
             "one transfer committed once, one reserved once"
         );
     }
+}
+
+/// A store that commits whatever it is given and knows no transfer, where
+/// the row of transfer 2 is damaged and a read that asks for transfer 9
+/// fails as a whole (an I/O error).
+struct LookupFailingStore;
+
+impl Store for LookupFailingStore {
+    fn commit(&mut self, _: &[&[Record]]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::default())
+    }
+
+    fn finds_transfers(&self) -> bool {
+        true
+    }
+
+    fn find_transfers(
+        &mut self,
+        transfer_ids: &[TransferId],
+    ) -> Result<store::FoundTransfers, StoreError> {
+        if transfer_ids.contains(&TransferId::new(9)) {
+            return Err(StoreError::fatal("disk I/O error"));
+        }
+        Ok(transfer_ids
+            .iter()
+            .map(|&id| match id == TransferId::new(2) {
+                true => Err(StoreError::fatal(
+                    "participant name is stored as Null, not text",
+                )),
+                false => Ok(None),
+            })
+            .collect())
+    }
+
+    fn describe(&self) -> String {
+        "lookup-failing test store".into()
+    }
+}
+
+/// A failed lookup refuses the prepares that needed it (2001, nothing
+/// reserved) and nothing else: a damaged row only its own prepare, a read
+/// failing as a whole those of its batch; an expiry and a plain prepare in
+/// the same batch go through, and the pipeline takes work afterwards.
+#[test]
+fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
+    let clock_ms = Arc::new(std::sync::atomic::AtomicI64::new(1_000));
+    let clock = {
+        let clock_ms = clock_ms.clone();
+        Arc::new(move || clock_ms.load(std::sync::atomic::Ordering::SeqCst))
+    };
+    let engine = Engine::start(
+        Ledger::new(Limits {
+            transfer_retention_ms: Some(60_000),
+            ..Limits::default()
+        }),
+        Box::new(LookupFailingStore),
+        EngineConfig {
+            clock,
+            ..config(PipelineThreads::One)
+        },
+    );
+    let handle = engine.handle();
+    assert!(handle.looks_up_prepares());
+    handle.execute(onboarding()).unwrap();
+    let reserved = handle.execute(vec![prepare(1, 2_000)]).unwrap();
+    assert!(matches!(&reserved[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));
+
+    // Transfer 1 is due: the next batch starts with its expiry.
+    clock_ms.store(2_500, std::sync::atomic::Ordering::SeqCst);
+    let with_lookup = |id| match prepare(id, 10_000) {
+        Command::Prepare(prepare) => Command::PrepareWithLookup {
+            prepare,
+            lookup: StoreLookup::Pending,
+        },
+        other => panic!("{other:?}"),
+    };
+    let reserved = |outcome: &Outcome| matches!(outcome, Outcome::Transfer(v) if v.state == TransferState::Reserved);
+    let outcomes = handle
+        .execute(vec![with_lookup(2), with_lookup(5), prepare(3, 10_000)])
+        .unwrap();
+    assert_eq!(
+        outcomes[0].error_code(),
+        Some(ErrorCode::INTERNAL_SERVER_ERROR),
+        "{outcomes:?}"
+    );
+    assert!(reserved(&outcomes[1]), "{outcomes:?}");
+    assert!(reserved(&outcomes[2]), "{outcomes:?}");
+    assert_eq!(handle.stats().store_lookups, 2);
+    let outcomes = handle
+        .execute(vec![with_lookup(6), with_lookup(9)])
+        .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.error_code() == Some(ErrorCode::INTERNAL_SERVER_ERROR)),
+        "{outcomes:?}"
+    );
+    assert_eq!(handle.stats().store_lookups, 4);
+    let read = |id| {
+        handle.execute(vec![Command::ReadTransfer {
+            transfer_id: TransferId::new(id),
+        }])
+    };
+    assert!(
+        matches!(&read(1).unwrap()[0], Outcome::Transfer(v) if v.state == TransferState::Expired),
+        "the expiry in the same batch went through"
+    );
+    for never_created in [2, 6, 9] {
+        assert!(read(never_created).unwrap()[0].error_code().is_some());
+    }
+    let later = handle.execute(vec![prepare(4, 10_000)]).unwrap();
+    assert!(matches!(&later[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));
+    engine.shutdown().unwrap();
+}
+
+/// A store that commits the first `healthy` batches, then holds the next
+/// commit until the test lets it go and fails it, and every later one,
+/// with a transient error (a database connection that will not come back).
+struct StuckStore {
+    healthy: usize,
+    held: bool,
+    began: mpsc::Sender<()>,
+    proceed: mpsc::Receiver<()>,
+}
+
+impl Store for StuckStore {
+    fn commit(&mut self, _: &[&[Record]]) -> Result<(), StoreError> {
+        if self.healthy > 0 {
+            self.healthy -= 1;
+            return Ok(());
+        }
+        if !self.held {
+            self.held = true;
+            let _ = self.began.send(());
+            let _ = self.proceed.recv();
+        }
+        Err(StoreError::transient(
+            "server closed the connection unexpectedly",
+        ))
+    }
+
+    fn load(&mut self) -> Result<Snapshot, StoreError> {
+        Ok(Snapshot::default())
+    }
+
+    fn describe(&self) -> String {
+        "stuck test store".into()
+    }
+}
+
+/// A shutdown while a commit retries a transient failure and the queue is
+/// full still ends: the retrying gives up once the stop is said, and
+/// everything queued is answered with why, never acknowledged.
+fn shutdown_ends_while_the_store_fails_and_the_queue_is_full(threads: PipelineThreads) {
+    let (began, commit_began) = mpsc::channel();
+    let (let_fail, proceed) = mpsc::channel();
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(StuckStore {
+            healthy: 1,
+            held: false,
+            began,
+            proceed,
+        }),
+        EngineConfig {
+            queue_capacity: 1,
+            ..config(threads)
+        },
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (submit, answers) = prepares_answered_by_id(&handle);
+    submit(1);
+    commit_began.recv().unwrap();
+    // The pipeline is busy with 1; 2 fills the queue's only place.
+    submit(2);
+    let_fail.send(()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
+        assert!(Instant::now() < deadline, "the fault is never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (stopped, shut_down) = mpsc::channel();
+    std::thread::spawn(move || stopped.send(engine.shutdown()).unwrap());
+    let result = shut_down
+        .recv_timeout(Duration::from_secs(60))
+        .expect("shutdown ended");
+    assert!(
+        matches!(result, Err(EngineError::StoreFailed(_))),
+        "{:?}",
+        result.err()
+    );
+    let mut answered: Vec<u128> = (0..2)
+        .map(|_| {
+            let (id, result) = answers.recv_timeout(Duration::from_secs(5)).unwrap();
+            assert!(result.is_err(), "{id}: {result:?}");
+            id
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, [1, 2], "{threads:?}");
 }

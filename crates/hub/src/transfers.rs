@@ -330,10 +330,12 @@ impl Hub {
             true => tokio::task::block_in_place(|| lookup.find_transfer(transfer_id)),
             false => lookup.find_transfer(transfer_id),
         };
+        // The store's own words are for the log, not for a DFSP.
         found.map_err(|error| {
+            tracing::error!(%transfer_id, %error, "looking a transfer up in the store failed (2001)");
             HubError::new(
                 ErrorCode::INTERNAL_SERVER_ERROR,
-                format!("Internal server error - transfer lookup failed: {error}"),
+                "Internal server error - the hub could not read its store; retry later",
             )
         })
     }

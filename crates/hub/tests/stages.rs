@@ -109,6 +109,7 @@ fn onboarding(stub: SocketAddr) -> Vec<Command> {
             currency: usd(),
             memo: FundsMemo::default(),
             request_hash: RequestHash([settlement as u8; 32]),
+            evictions_seen: None,
         }));
     }
     commands

@@ -116,6 +116,30 @@ fn transfers_past_the_horizon_leave_memory_and_are_still_answered_and_recognised
             "{state:?}"
         );
 
+        // A deposit cannot take the id either (one transfer table, as in
+        // central-ledger): refused, the balance unchanged.
+        let settlement = hub.account_id(PAYER, "SETTLEMENT");
+        let accounts = format!("/participants/{PAYER}/accounts");
+        let balances_before = hub.admin("GET", &accounts, None).json();
+        let deposit = hub.admin(
+            "POST",
+            &format!("{accounts}/{settlement}"),
+            Some(&json!({
+                "transferId": id,
+                "externalReference": "ref",
+                "action": "recordFundsIn",
+                "reason": "an id already used",
+                "amount": {"amount": "7", "currency": "USD"}
+            })),
+        );
+        assert_eq!(deposit.status, 400, "{deposit:?}");
+        assert_eq!(
+            deposit.json()["errorInformation"]["errorCode"],
+            json!("3106"),
+            "{deposit:?}"
+        );
+        assert_eq!(hub.admin("GET", &accounts, None).json(), balances_before);
+
         assert_eq!(hub.position(PAYER), 100.0, "no money moved twice");
         assert_eq!(hub.position(PAYEE), -100.0);
         payee.assert_quiet(QUIET_WAIT);

@@ -166,6 +166,15 @@ enum NewId<'a> {
     LookedUp(&'a StoreLookup),
 }
 
+impl Funds {
+    fn new_id(&self) -> NewId<'static> {
+        match self.evictions_seen {
+            Some(evictions_seen) => NewId::Checked(evictions_seen),
+            None => NewId::Unchecked,
+        }
+    }
+}
+
 fn modified_prepare(transfer_id: TransferId) -> Rejection {
     Rejection::new(
         ErrorCode::MODIFIED_REQUEST,
@@ -1166,10 +1175,10 @@ impl Ledger {
                         false => Err(modified_prepare(transfer_id)),
                     };
                 }
-                NewId::LookedUp(StoreLookup::Failed(why)) => {
+                NewId::LookedUp(StoreLookup::Failed) => {
                     return Err(Rejection::new(
                         ErrorCode::INTERNAL_SERVER_ERROR,
-                        format!("transfer lookup failed: {why}"),
+                        "Internal server error - the hub could not read its store; retry later",
                     ));
                 }
                 NewId::LookedUp(StoreLookup::Pending) => {
@@ -1714,7 +1723,7 @@ impl Ledger {
 
     fn funds_in(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
         if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, NewId::Unchecked)?
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, funds.new_id())?
         {
             return Ok(duplicate);
         }
@@ -1744,7 +1753,7 @@ impl Ledger {
 
     fn funds_out_reserve(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
         if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, NewId::Unchecked)?
+            self.check_new_transfer(funds.transfer_id, funds.request_hash, funds.new_id())?
         {
             return Ok(duplicate);
         }

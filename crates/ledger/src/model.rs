@@ -194,8 +194,9 @@ pub enum StoreLookup {
     /// The store has one (a finished transfer that left memory): the
     /// duplicate rule applies to it as to one in memory.
     Found(Box<StoredPrepare>),
-    /// The lookup failed: why.
-    Failed(Box<str>),
+    /// The lookup failed (the pipeline logs why; a DFSP is told only to
+    /// retry).
+    Failed,
 }
 
 /// A transfer the store holds, as the duplicate rule for a prepare needs
@@ -240,6 +241,12 @@ pub struct Funds {
     pub currency: Currency,
     pub memo: FundsMemo,
     pub request_hash: RequestHash,
+    /// With a retention horizon, an FSPIOP transfer that left memory keeps
+    /// its id in the store only: the hub looks the id up there first and
+    /// passes the eviction count it read before, as for a prepare
+    /// ([`Command::PrepareChecked`]). `None`: not looked up (no horizon),
+    /// memory and the grace period's list are all that is checked.
+    pub evictions_seen: Option<u64>,
 }
 
 /// Operator's `recordFundsOutCommit` / `recordFundsOutAbort`.

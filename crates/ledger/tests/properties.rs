@@ -288,6 +288,7 @@ impl Gen {
                 amount,
                 currency,
             )),
+            evictions_seen: None,
         }
     }
 
@@ -1257,6 +1258,7 @@ fn setup(scenario: &Scenario, gen: &mut Gen) -> Vec<Command> {
                     currency,
                     memo: FundsMemo::default(),
                     request_hash: hash(1),
+                    evictions_seen: None,
                 }));
             }
             if let Some(cap) = spec.caps[c] {

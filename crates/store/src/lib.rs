@@ -178,6 +178,9 @@ pub(crate) fn stored_view(
     }
 }
 
+/// [`Store::find_transfers`]'s answer: one per id asked, in order.
+pub type FoundTransfers = Vec<Result<Option<StoredTransfer>, StoreError>>;
+
 /// Durable storage for the ledger's records.
 pub trait Store: Send {
     /// Makes the records of `batches` durable, in order, as one transaction:
@@ -195,11 +198,13 @@ pub trait Store: Send {
 
     /// The transfers with these ids in what is committed, one answer per
     /// id in order, read on the writer's own connection: for a pipeline
-    /// that applies and commits on one thread, between two commits.
+    /// that applies and commits on one thread, between two commits. An id
+    /// whose row cannot be read is an error of its own (the others are
+    /// still answered); the outer error is the read as a whole failing.
     fn find_transfers(
         &mut self,
         transfer_ids: &[ledger::TransferId],
-    ) -> Result<Vec<Option<StoredTransfer>>, StoreError> {
+    ) -> Result<FoundTransfers, StoreError> {
         let _ = transfer_ids;
         Err(StoreError::fatal(format!(
             "{} does not look transfers up on its writer",

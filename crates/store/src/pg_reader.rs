@@ -33,12 +33,15 @@ impl std::fmt::Debug for PgReader {
 }
 
 /// A transfer with its finish and the names and currency its view needs.
+/// Outer joins: a transfer whose account or participant row is missing is
+/// an error, never "not found" (which would let its id be used again) nor
+/// silently left out.
 const VIEW_SELECT: &str = "pd.name, pc.name, ad.currency
      FROM transfers t
-     JOIN accounts ad ON ad.id = t.debit_account_id
-     JOIN participants pd ON pd.id = ad.participant_id
-     JOIN accounts ac ON ac.id = t.credit_account_id
-     JOIN participants pc ON pc.id = ac.participant_id
+     LEFT JOIN accounts ad ON ad.id = t.debit_account_id
+     LEFT JOIN participants pd ON pd.id = ad.participant_id
+     LEFT JOIN accounts ac ON ac.id = t.credit_account_id
+     LEFT JOIN participants pc ON pc.id = ac.participant_id
      LEFT JOIN transfer_finishes f ON f.seq = t.seq";
 
 /// Where the names and currency are in a row of [`VIEW_SELECT`]: after the

@@ -1369,6 +1369,8 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     // from the first one; finishes are read by their time.
     // (Collected first, then read one by one: a single query joining
     // the two lets SQLite's planner pick a scan of the whole table.)
+    // Outer joins, as in `find_transfer`: a damaged row is an error, not
+    // left out of what a restart notifies again.
     let first_seq = first_rowid_since(connection, "transfers", "prepared_at_ms", since_ms)?;
     let mut seqs = std::collections::BTreeSet::new();
     let mut statement = connection.prepare_cached("SELECT seq FROM transfers WHERE seq >= ?1")?;
@@ -1389,10 +1391,10 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
                 t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
                 f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
          FROM transfers t
-         JOIN accounts a ON a.id = t.debit_account_id
-         JOIN participants pa ON pa.id = a.participant_id
-         JOIN accounts b ON b.id = t.credit_account_id
-         JOIN participants pb ON pb.id = b.participant_id
+         LEFT JOIN accounts a ON a.id = t.debit_account_id
+         LEFT JOIN participants pa ON pa.id = a.participant_id
+         LEFT JOIN accounts b ON b.id = t.credit_account_id
+         LEFT JOIN participants pb ON pb.id = b.participant_id
          LEFT JOIN transfer_finishes f ON f.seq = t.seq
          WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
             AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
@@ -1703,7 +1705,9 @@ impl TransferLookup {
     }
 }
 
-/// The transfer with this id, if `connection` sees it.
+/// The transfer with this id, if `connection` sees it. Outer joins: a
+/// transfer whose account or participant row is missing is an error, never
+/// "not found" (which would let its id be used again).
 fn find_transfer(
     connection: &Connection,
     transfer_id: TransferId,
@@ -1713,10 +1717,10 @@ fn find_transfer(
                 t.wire_version, pd.name, pc.name, ad.currency,
                 f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment
              FROM transfers t
-             JOIN accounts ad ON ad.id = t.debit_account_id
-             JOIN participants pd ON pd.id = ad.participant_id
-             JOIN accounts ac ON ac.id = t.credit_account_id
-             JOIN participants pc ON pc.id = ac.participant_id
+             LEFT JOIN accounts ad ON ad.id = t.debit_account_id
+             LEFT JOIN participants pd ON pd.id = ad.participant_id
+             LEFT JOIN accounts ac ON ac.id = t.credit_account_id
+             LEFT JOIN participants pc ON pc.id = ac.participant_id
              LEFT JOIN transfer_finishes f ON f.seq = t.seq
              WHERE t.transfer_id = ?1",
         )?;
@@ -1777,7 +1781,7 @@ impl Store for SqliteStore {
     fn find_transfers(
         &mut self,
         transfer_ids: &[TransferId],
-    ) -> Result<Vec<Option<StoredTransfer>>, StoreError> {
+    ) -> Result<crate::FoundTransfers, StoreError> {
         // One read transaction for them all, on the writer's connection:
         // nobody else writes, so its page cache is still valid after its
         // own commits, and a fresh id's index probe reads no page from disk.
@@ -1787,7 +1791,7 @@ impl Store for SqliteStore {
             .map(|&transfer_id| find_transfer(&transaction, transfer_id))
             .collect();
         transaction.commit()?;
-        found
+        Ok(found)
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {

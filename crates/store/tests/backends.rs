@@ -59,6 +59,44 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
     );
 }
 
+/// A transfer whose participant row is gone is an error to the PostgreSQL
+/// reader, as to SQLite's, never "not found": that answer would let its id
+/// be used again.
+#[test]
+fn a_transfer_whose_participant_is_missing_is_an_error_to_the_reader() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("damaged");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pg = PgStore::open(&url).expect("open");
+    let mut harness = Harness::with_pg(dir.path(), Some(pg));
+    harness.run(Op::Prepare {
+        payer: 0,
+        amount: 5,
+        ttl_ms: 60_000,
+    });
+    let (transfer_id, _) = harness.reserved[0];
+    let reader = PgReader::open(&url).expect("open a PostgreSQL reader");
+    assert!(reader.find_transfer(transfer_id).expect("find").is_some());
+    let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    let deleted = raw
+        .execute("DELETE FROM participants WHERE name = 'dfspb'", &[])
+        .expect("damage");
+    assert_eq!(deleted, 1);
+    let found = reader.find_transfer(transfer_id);
+    assert!(found.is_err(), "{found:?}");
+    let touched = reader.transfers_touched_since(0);
+    assert!(
+        touched.is_err(),
+        "not left out of what a restart notifies again"
+    );
+    assert_eq!(
+        reader
+            .find_transfer(TransferId::new(u128::MAX))
+            .expect("find"),
+        None
+    );
+}
+
 /// Whatever the ledger did, batch by batch, both stores give back the
 /// same thing, and what PostgreSQL gives back passes the audit. One
 /// cluster for all cases, a database for each.

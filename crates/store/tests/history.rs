@@ -63,7 +63,65 @@ proptest! {
         expected.sort();
         touched.sort();
         prop_assert_eq!(touched, expected);
+
+        // The pipeline's lookup on the writer's connection reads what a
+        // reader reads, in the order asked, unknown ids included.
+        let mut ids: Vec<TransferId> = all.transfers.iter().map(|t| t.transfer_id).collect();
+        ids.insert(ids.len() / 2, TransferId::new(u128::MAX - 1));
+        let reader = harness.lookup();
+        let from_reader: Vec<_> = ids
+            .iter()
+            .map(|&id| reader.find(id).expect("find"))
+            .collect();
+        let from_writer: Vec<_> = harness
+            .store
+            .find_transfers(&ids)
+            .expect("a read on the writer")
+            .into_iter()
+            .map(|found| found.expect("find on the writer"))
+            .collect();
+        prop_assert_eq!(from_writer, from_reader);
     }
+}
+
+/// A transfer whose participant row is gone is an error to whoever looks
+/// it up, never "not found": that answer would let its id be used again.
+#[test]
+fn a_transfer_whose_participant_is_missing_is_an_error_not_unknown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = Harness::new(dir.path());
+    harness.run(Op::Prepare {
+        payer: 0,
+        amount: 5,
+        ttl_ms: 60_000,
+    });
+    let (transfer_id, _) = harness.reserved[0];
+    let found = harness.store.find_transfers(&[transfer_id]).expect("read");
+    assert!(matches!(found.as_slice(), [Ok(Some(_))]), "{found:?}");
+    let raw = rusqlite::Connection::open(dir.path().join("kasi.db")).expect("raw");
+    let deleted = raw
+        .execute("DELETE FROM participants WHERE name = 'dfspb'", [])
+        .expect("damage");
+    assert_eq!(deleted, 1);
+    drop(raw);
+    // The damaged row is an error of its own: the id asked beside it is
+    // still answered.
+    let unknown = TransferId::new(u128::MAX);
+    let from_writer = harness
+        .store
+        .find_transfers(&[transfer_id, unknown])
+        .expect("the read as a whole");
+    assert!(
+        matches!(from_writer.as_slice(), [Err(_), Ok(None)]),
+        "{from_writer:?}"
+    );
+    let from_reader = harness.lookup().find(transfer_id);
+    assert!(from_reader.is_err(), "{from_reader:?}");
+    let touched = harness.lookup().transfers_touched_since(0);
+    assert!(
+        touched.is_err(),
+        "not left out of what a restart notifies again"
+    );
 }
 
 /// A snapshot survives reopening, and one that does not add up is caught by

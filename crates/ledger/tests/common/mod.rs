@@ -338,6 +338,7 @@ pub fn funds(id: TransferId, dfsp: Dfsp, amount: Amount, request_hash: RequestHa
             reason: "test".into(),
         },
         request_hash,
+        evictions_seen: None,
     }
 }
 
