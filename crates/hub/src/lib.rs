@@ -17,6 +17,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 pub mod admin;
 pub mod admin_auth;
 pub mod admin_transfers;
+pub mod answers;
 pub mod audit;
 pub mod body;
 pub mod callback_url;
@@ -31,6 +32,7 @@ pub mod parties;
 pub mod pins;
 pub mod quotes;
 pub mod refusals;
+pub mod refused;
 pub mod requests;
 pub mod role;
 pub mod routing;
@@ -101,6 +103,11 @@ pub struct HubConfig {
     pub transfer_lookup: Option<Arc<dyn store::StoreReader>>,
     /// Active or standby, and the store's kind and lease (see [`role`]).
     pub role: Arc<role::Role>,
+    /// How long a routed request waits for its answer (see [`answers`]).
+    pub answer_window: Duration,
+    /// Routed requests awaiting an answer at most; beyond, new ones are
+    /// refused (2003).
+    pub pending_answers_max: usize,
 }
 
 impl HubConfig {
@@ -125,6 +132,8 @@ impl HubConfig {
             callback_allow: Vec::new(),
             transfer_lookup: None,
             role: Arc::new(role::Role::embedded()),
+            answer_window: answers::DEFAULT_ANSWER_WINDOW,
+            pending_answers_max: answers::DEFAULT_CAPACITY,
         }
     }
 }
@@ -135,6 +144,8 @@ pub struct Hub {
     pub engine: EngineHandle,
     pub endpoints: Endpoints,
     pub parties: Parties,
+    /// Routed requests awaiting their answers: who asked whom about what.
+    pub answers: answers::Answers,
     /// External oracles, asked when the built-in registry has no holder.
     pub oracles: Oracles,
     /// Client certificates pinned to participants (see [`pins`]).
@@ -146,9 +157,10 @@ pub struct Hub {
     pub stages: Arc<stages::StageTimer>,
     /// The DFSPs' JWS public keys, when a keys directory is configured.
     pub jws_keys: Option<Arc<jws_keys::JwsKeys>>,
+    /// Refusals by class and participant: counters, the last hour, and
+    /// the rate of their warnings (see [`refused`]).
+    pub refusals: refused::Refusals,
     started: Instant,
-    /// When the next refused-source warning may be logged (ms since epoch).
-    refusal_log_next_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Hub {
@@ -182,19 +194,22 @@ impl Hub {
             })?)),
             None => None,
         };
+        let pending_answers =
+            answers::Answers::new(config.answer_window, config.pending_answers_max);
         let mut hub = Hub {
             jws_keys,
             config,
             engine,
             endpoints: Endpoints::default(),
             parties: Parties::default(),
+            answers: pending_answers,
             oracles,
             pins: pins::Pins::default(),
             dispatcher,
             metrics,
             stages,
+            refusals: refused::Refusals::default(),
             started: Instant::now(),
-            refusal_log_next_ms: std::sync::atomic::AtomicU64::new(0),
         };
         match hub
             .execute_one(Command::ReadParticipants { name: None })
@@ -329,6 +344,24 @@ impl Hub {
     pub fn now_ms(&self) -> i64 {
         now_ms()
     }
+}
+
+/// `text` as one log value: control characters (CR, LF, NUL, ESC, …) are
+/// written as `\u{..}` escapes, so a value that came from a request can
+/// never start a forged log line or drive a terminal.
+pub fn log_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 pub fn now_ms() -> i64 {
@@ -545,38 +578,13 @@ impl Hub {
         }
     }
 
-    /// Counts and (at most once a second) logs a refused FSPIOP-Source.
+    /// Counts and (rate-limited) logs a refused FSPIOP-Source.
     fn note_refused_source(&self, claimed: &str, identity: &str, reason: &str) {
-        // Only DFSPs the hub knows are labels, so that a stream of made-up
-        // names cannot grow the metrics without bound.
-        let known = FspName::new(claimed)
-            .filter(|fsp| *fsp == self.config.hub_name || self.endpoints.contains(*fsp));
-        let total =
-            self.metrics
-                .record_source_refused(if known.is_some() { claimed } else { "unknown" });
-        let now = now_ms() as u64;
-        let next = self
-            .refusal_log_next_ms
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if now >= next
-            && self
-                .refusal_log_next_ms
-                .compare_exchange(
-                    next,
-                    now + 1_000,
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                )
-                .is_ok()
-        {
-            tracing::warn!(
-                claimed,
-                identity,
-                reason,
-                refused_total = total,
-                "FSPIOP request refused: the caller is not who FSPIOP-Source says"
-            );
-        }
+        // The older, narrower counter stays for existing dashboards.
+        self.metrics
+            .record_source_refused(&self.participant_label(claimed));
+        let detail = format!("{reason} (client identity: '{identity}')");
+        self.refuse(refused::Class::Identity, claimed, &detail);
     }
 }
 
@@ -602,6 +610,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(pins::router(hub.clone()))
         .merge(callbacks::router(hub.clone()))
         .merge(transfer_stats::router(hub.clone()))
+        .merge(refused::router(hub.clone()))
         .merge(admin_transfers::router(hub.clone()))
         .merge(scrape)
         .layer(axum::middleware::from_fn(move |request, next| {

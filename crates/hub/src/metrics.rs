@@ -23,7 +23,8 @@
 //! `kasi_callback_latency_seconds`
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
-//! `kasi_runtime_lag_max_seconds`, `kasi_stage_duration_seconds` (by `phase`
+//! `kasi_runtime_lag_max_seconds`, `kasi_refusals_total` (by `class` and
+//! `participant`, see [`crate::refused`]), `kasi_stage_duration_seconds` (by `phase`
 //! and `stage` of a transfer message, see [`crate::stages`]),
 //! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
 //! committed, rejected, aborted, expired), `kasi_dfsp_transfer_seconds` (by
@@ -195,6 +196,7 @@ pub struct Metrics {
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
+    refusals: Family<Vec<(String, String)>, Counter>,
     /// Transfer outcomes by payer and failures by code (see
     /// [`crate::transfer_stats`]), also served as `/stats/dfsps` and
     /// `/stats/transfer-errors`.
@@ -293,6 +295,12 @@ impl Metrics {
             "FSPIOP requests refused because the caller is not the FSP its FSPIOP-Source names, by the FSP claimed",
             sources_refused.clone(),
         );
+        let refusals = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_refusals",
+            "Requests refused, by class (identity, hub_source, not_party, jws, unsolicited_answer, path_syntax, duplicate_header, stale_date, admin_*) and by the participant claimed (a known DFSP, or unknown)",
+            refusals.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -323,6 +331,7 @@ impl Metrics {
             position_utilisation,
             position_alarm,
             sources_refused,
+            refusals,
             transfers,
             api_connections,
             admin_connections,
@@ -335,6 +344,18 @@ impl Metrics {
         let label = participant;
         self.sources_refused
             .get_or_create(&vec![("participant".to_string(), label.to_string())])
+            .inc()
+            + 1
+    }
+
+    /// Counts a refusal of `class` under `participant` (a bounded label);
+    /// the total for the pair.
+    pub fn record_refusal(&self, class: &str, participant: &str) -> u64 {
+        self.refusals
+            .get_or_create(&vec![
+                ("class".to_string(), class.to_string()),
+                ("participant".to_string(), participant.to_string()),
+            ])
             .inc()
             + 1
     }

@@ -1,0 +1,432 @@
+//! Only the DFSP that was asked may answer, only to the DFSP that asked,
+//! and only while the question is pending.
+//!
+//! Mojaloop's routing services forward a `PUT` answer to whatever
+//! `FSPIOP-Destination` it names. On a scheme where every DFSP holds a
+//! valid certificate that lets a third DFSP answer someone else's lookup —
+//! `PUT /parties/MSISDN/{the payee's number}` naming itself as the holder —
+//! and receive the payment meant for the payee. kasi remembers every
+//! request it routes that expects an answer: its key (the resource and
+//! id, or the party), who asked (the requester), who was asked (the
+//! addressee: the holder a lookup went to, or the FSPIOP-Destination),
+//! and until when. An answer is forwarded only from an addressee to a
+//! requester of a pending question; anything else is refused, counted and
+//! logged ([`crate::refused`]), and nothing is forwarded.
+//!
+//! A genuine answer may come twice (the addressee resends; the requester
+//! asks again): an answered question stays for [`ANSWERED_GRACE`] more, and
+//! a repeated request renews it.
+//!
+//! Memory is bounded: at most `capacity` questions are pending; when full,
+//! a new request is refused (2003, nothing forwarded) rather than an old
+//! question forgotten, so a flood of questions cannot make a genuine
+//! answer unroutable. Questions leave at expiry (swept as new ones
+//! arrive, oldest first) or [`ANSWERED_GRACE`] after their answer.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fspiop::Resource;
+use ledger::FspName;
+
+/// How long a question waits for its answer, by default.
+pub const DEFAULT_ANSWER_WINDOW: Duration = Duration::from_secs(60);
+/// Questions pending at most, by default.
+pub const DEFAULT_CAPACITY: usize = 1_000_000;
+/// How long an answered question still accepts a repeat of its answer.
+pub const ANSWERED_GRACE: Duration = Duration::from_secs(10);
+
+/// Independent locks, so that HTTP workers rarely wait on one another.
+const SHARDS: usize = 16;
+/// Questions one requester may have pending with one addressee for one
+/// key: a requester asking again renews its question; distinct requesters
+/// each get theirs.
+const ASKERS_PER_KEY: usize = 64;
+
+/// What a question is about: the resource and its id (a quote id, a
+/// transaction request id, ...; for a party, `{Type}/{ID}[/{SubId}]`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub resource: Resource,
+    pub id: String,
+}
+
+impl Key {
+    pub fn new(resource: Resource, id: impl Into<String>) -> Key {
+        Key {
+            resource,
+            id: id.into(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Question {
+    requester: FspName,
+    addressee: FspName,
+    expires_at: Instant,
+    /// When it was asked, or asked again: an answer without a named
+    /// destination goes to the latest requester.
+    asked_at: Instant,
+}
+
+#[derive(Default)]
+struct Shard {
+    questions: HashMap<Key, Vec<Question>>,
+    /// Keys in the order of their questions' expiry checks: the front is
+    /// swept once its instant has passed (a renewed or answered question
+    /// is checked again then, not moved).
+    sweep: VecDeque<(Instant, Key)>,
+    len: usize,
+}
+
+impl Shard {
+    /// Drops every question that expired by `now`, oldest check first.
+    fn sweep(&mut self, now: Instant) {
+        while let Some((at, _)) = self.sweep.front() {
+            if *at > now {
+                break;
+            }
+            let (_, key) = self.sweep.pop_front().expect("front exists");
+            self.expire(&key, now);
+        }
+    }
+
+    fn expire(&mut self, key: &Key, now: Instant) {
+        if let Some(questions) = self.questions.get_mut(key) {
+            let before = questions.len();
+            questions.retain(|question| question.expires_at > now);
+            self.len -= before - questions.len();
+            if questions.is_empty() {
+                self.questions.remove(key);
+            }
+        }
+    }
+}
+
+/// Why a request was not remembered.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AskError {
+    /// `capacity` questions are pending.
+    Full,
+}
+
+/// Why an answer was refused. Deliberately one answer for every reason
+/// on the wire (see [`Refusal::description`]), so that a DFSP cannot probe
+/// whether someone else's question is pending.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No question with this key is pending.
+    NothingPending,
+    /// Questions are pending, but none was put to the answer's source.
+    NotTheAddressee,
+    /// The source was asked, but not by the named destination.
+    NotTheRequester,
+}
+
+impl Refusal {
+    /// Why, for the log and the counter (never for the DFSP).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::NothingPending => "nothing pending",
+            Refusal::NotTheAddressee => "the source was not asked",
+            Refusal::NotTheRequester => "the destination did not ask the source",
+        }
+    }
+}
+
+/// The questions the hub routed and awaits answers to.
+pub struct Answers {
+    shards: Vec<Mutex<Shard>>,
+    window: Duration,
+    /// Per shard: the whole capacity spread evenly.
+    shard_capacity: usize,
+}
+
+impl Answers {
+    pub fn new(window: Duration, capacity: usize) -> Answers {
+        Answers {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            window,
+            shard_capacity: capacity.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    /// How long a question waits for its answer.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        &self.shards[(hasher.finish() as usize) % SHARDS]
+    }
+
+    /// Questions pending now (expired ones not yet swept included).
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(|e| e.into_inner()).len)
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Remembers that `requester` asked `addressee` about `key`, at `now`.
+    /// Asking again renews the question.
+    pub fn ask(
+        &self,
+        key: &Key,
+        requester: FspName,
+        addressee: FspName,
+        now: Instant,
+    ) -> Result<(), AskError> {
+        let expires_at = now + self.window;
+        let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let shard: &mut Shard = &mut guard;
+        shard.sweep(now);
+        if let Some(questions) = shard.questions.get_mut(key) {
+            if let Some(question) = questions
+                .iter_mut()
+                .find(|q| q.requester == requester && q.addressee == addressee)
+            {
+                question.expires_at = expires_at;
+                question.asked_at = now;
+                shard.sweep.push_back((expires_at, key.clone()));
+                return Ok(());
+            }
+            if questions.len() >= ASKERS_PER_KEY {
+                return Err(AskError::Full);
+            }
+        }
+        if shard.len >= self.shard_capacity {
+            return Err(AskError::Full);
+        }
+        shard.questions.entry(key.clone()).or_default().push(Question {
+            requester,
+            addressee,
+            expires_at,
+            asked_at: now,
+        });
+        shard.len += 1;
+        shard.sweep.push_back((expires_at, key.clone()));
+        Ok(())
+    }
+
+    /// Forgets a question asked but never sent (the addressee could not
+    /// be reached).
+    pub fn withdraw(&self, key: &Key, requester: FspName, addressee: FspName) {
+        let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let shard: &mut Shard = &mut guard;
+        if let Some(questions) = shard.questions.get_mut(key) {
+            let before = questions.len();
+            questions.retain(|q| !(q.requester == requester && q.addressee == addressee));
+            let removed = before - questions.len();
+            if questions.is_empty() {
+                shard.questions.remove(key);
+            }
+            shard.len -= removed;
+        }
+    }
+
+    /// Whether `source` may answer `key`, and to whom: `destination` when
+    /// named (it must have asked `source`), else the latest requester that
+    /// asked `source`. An accepted answer leaves its question pending for
+    /// [`ANSWERED_GRACE`] more at most, so a repeat is forwarded too.
+    pub fn answer(
+        &self,
+        key: &Key,
+        source: FspName,
+        destination: Option<FspName>,
+        now: Instant,
+    ) -> Result<FspName, Refusal> {
+        let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let shard: &mut Shard = &mut guard;
+        let questions = shard
+            .questions
+            .get_mut(key)
+            .ok_or(Refusal::NothingPending)?;
+        let mut asked_source = false;
+        let mut chosen: Option<&mut Question> = None;
+        for question in questions.iter_mut() {
+            if question.expires_at <= now || question.addressee != source {
+                continue;
+            }
+            asked_source = true;
+            let fits = match destination {
+                Some(destination) => question.requester == destination,
+                None => chosen
+                    .as_ref()
+                    .is_none_or(|best| question.asked_at >= best.asked_at),
+            };
+            if fits {
+                chosen = Some(question);
+            }
+        }
+        let Some(question) = chosen else {
+            return Err(if asked_source {
+                Refusal::NotTheRequester
+            } else if questions.iter().any(|q| q.expires_at > now) {
+                Refusal::NotTheAddressee
+            } else {
+                Refusal::NothingPending
+            });
+        };
+        let requester = question.requester;
+        let until = now + ANSWERED_GRACE;
+        if question.expires_at > until {
+            question.expires_at = until;
+            shard.sweep.push_back((until, key.clone()));
+        }
+        Ok(requester)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fsp(name: &str) -> FspName {
+        FspName::new(name).unwrap()
+    }
+
+    fn party(id: &str) -> Key {
+        Key::new(Resource::Parties, format!("MSISDN/{id}"))
+    }
+
+    #[test]
+    fn only_the_addressee_answers_only_the_requester() {
+        let answers = Answers::new(Duration::from_secs(60), 100);
+        let now = Instant::now();
+        let key = party("123");
+        answers.ask(&key, fsp("payer"), fsp("payee"), now).unwrap();
+        // A third DFSP answering, to the requester or to itself: refused.
+        assert_eq!(
+            answers.answer(&key, fsp("mallory"), Some(fsp("payer")), now),
+            Err(Refusal::NotTheAddressee)
+        );
+        assert_eq!(
+            answers.answer(&key, fsp("mallory"), None, now),
+            Err(Refusal::NotTheAddressee)
+        );
+        // The addressee answering someone who did not ask: refused.
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), Some(fsp("mallory")), now),
+            Err(Refusal::NotTheRequester)
+        );
+        // Another key: nothing pending.
+        assert_eq!(
+            answers.answer(&party("124"), fsp("payee"), Some(fsp("payer")), now),
+            Err(Refusal::NothingPending)
+        );
+        // The genuine answer, with and without its destination.
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), Some(fsp("payer")), now),
+            Ok(fsp("payer"))
+        );
+        assert_eq!(answers.answer(&key, fsp("payee"), None, now), Ok(fsp("payer")));
+    }
+
+    #[test]
+    fn an_answered_question_accepts_repeats_for_a_grace_then_leaves() {
+        let answers = Answers::new(Duration::from_secs(60), 100);
+        let now = Instant::now();
+        let key = Key::new(Resource::Quotes, "q1");
+        answers.ask(&key, fsp("payer"), fsp("payee"), now).unwrap();
+        let answer = |at| answers.answer(&key, fsp("payee"), Some(fsp("payer")), at);
+        assert_eq!(answer(now), Ok(fsp("payer")));
+        assert_eq!(answer(now + ANSWERED_GRACE / 2), Ok(fsp("payer")));
+        assert_eq!(
+            answer(now + ANSWERED_GRACE + Duration::from_millis(1)),
+            Err(Refusal::NothingPending)
+        );
+        // Asking again opens it again.
+        let later = now + Duration::from_secs(30);
+        answers.ask(&key, fsp("payer"), fsp("payee"), later).unwrap();
+        assert_eq!(answer(later), Ok(fsp("payer")));
+    }
+
+    #[test]
+    fn questions_expire_and_leave_memory() {
+        let answers = Answers::new(Duration::from_secs(60), 10_000);
+        let now = Instant::now();
+        for i in 0..50 {
+            answers
+                .ask(&party(&i.to_string()), fsp("payer"), fsp("payee"), now)
+                .unwrap();
+        }
+        assert_eq!(answers.len(), 50);
+        let late = now + Duration::from_secs(61);
+        assert_eq!(
+            answers.answer(&party("1"), fsp("payee"), Some(fsp("payer")), late),
+            Err(Refusal::NothingPending)
+        );
+        // Each shard sweeps what expired when it is next asked: 400 new
+        // questions touch every shard.
+        for i in 0..400 {
+            answers
+                .ask(&party(&format!("new{i}")), fsp("payer"), fsp("payee"), late)
+                .unwrap();
+        }
+        assert_eq!(answers.len(), 400);
+        assert_eq!(
+            answers.answer(&party("new1"), fsp("payee"), None, late),
+            Ok(fsp("payer"))
+        );
+    }
+
+    #[test]
+    fn a_full_table_refuses_new_questions_and_keeps_the_old() {
+        let answers = Answers::new(Duration::from_secs(60), SHARDS * 2);
+        let now = Instant::now();
+        let mut refused = 0;
+        let mut asked = Vec::new();
+        for i in 0..SHARDS * 10 {
+            let key = party(&i.to_string());
+            match answers.ask(&key, fsp("payer"), fsp("payee"), now) {
+                Ok(()) => asked.push(key),
+                Err(AskError::Full) => refused += 1,
+            }
+        }
+        assert!(answers.len() <= SHARDS * 2);
+        assert_eq!(asked.len() + refused, SHARDS * 10);
+        assert!(refused >= SHARDS * 8);
+        for key in &asked {
+            assert_eq!(
+                answers.answer(key, fsp("payee"), Some(fsp("payer")), now),
+                Ok(fsp("payer"))
+            );
+        }
+    }
+
+    #[test]
+    fn two_requesters_of_one_party_each_get_theirs() {
+        let answers = Answers::new(Duration::from_secs(60), 100);
+        let now = Instant::now();
+        let key = party("777");
+        answers.ask(&key, fsp("a"), fsp("payee"), now).unwrap();
+        answers
+            .ask(&key, fsp("b"), fsp("payee"), now + Duration::from_secs(1))
+            .unwrap();
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), Some(fsp("a")), now),
+            Ok(fsp("a"))
+        );
+        // Without a destination: the latest requester.
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), None, now + Duration::from_secs(2)),
+            Ok(fsp("b"))
+        );
+        answers.withdraw(&key, fsp("a"), fsp("payee"));
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), Some(fsp("a")), now),
+            Err(Refusal::NotTheRequester)
+        );
+    }
+}

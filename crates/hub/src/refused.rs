@@ -1,0 +1,386 @@
+//! Every refusal leaves a trace: a counter by class and participant, a
+//! warning that a burst cannot turn into a flood, and a per-DFSP tally of
+//! the last hour (the console's overview, `GET /stats/refusals`).
+//!
+//! A scheme's DFSPs hold valid credentials, so a refusal of a
+//! well-authenticated request is the first sign of a participant probing
+//! the hub. Operators need to see it without reading 10,000 lines: the
+//! warning for one (class, participant) is written at most once per
+//! [`LOG_INTERVAL`], and the next one says how many were not written.
+//!
+//! Label sets are bounded: `class` is a closed enum, and `participant` is
+//! a DFSP the hub knows (or the hub's own name), else `unknown` — a stream
+//! of made-up names cannot grow the metrics or these tables.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::Hub;
+
+/// At most one warning per (class, participant) in this time.
+pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The tally's window: the console shows refusals of the last hour.
+const WINDOW_MINUTES: usize = 60;
+
+/// What kind of refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// FSPIOP-Source is not who the connection proved to be.
+    Identity,
+    /// FSPIOP-Source (or a client certificate) names the hub itself.
+    HubSource,
+    /// The caller is not the payer or payee a transfer message needs, or a
+    /// header and the body disagree on who that is.
+    NotParty,
+    /// A JWS signature that is missing, malformed or does not verify.
+    Jws,
+    /// An answer nobody asked this DFSP for: from someone other than the
+    /// addressee, to someone other than the requester, or for nothing
+    /// pending.
+    UnsolicitedAnswer,
+    /// A path value that would be URL syntax in a callback (`/`, `?`, `#`,
+    /// dot segments, control characters).
+    PathSyntax,
+    /// More than one FSPIOP-Source or identity header.
+    DuplicateHeader,
+    /// A `Date` further from the hub's clock than `--max-clock-skew-s`.
+    StaleDate,
+    /// Admin API without a valid credential (401).
+    AdminUnauthenticated,
+    /// Admin API write by a role that may not write (403).
+    AdminForbidden,
+    /// An admin change the hub refused as invalid.
+    AdminInvalid,
+    /// An admin write from another site or host (open loopback admin API).
+    AdminCrossSite,
+}
+
+impl Class {
+    pub const ALL: [Class; 12] = [
+        Class::Identity,
+        Class::HubSource,
+        Class::NotParty,
+        Class::Jws,
+        Class::UnsolicitedAnswer,
+        Class::PathSyntax,
+        Class::DuplicateHeader,
+        Class::StaleDate,
+        Class::AdminUnauthenticated,
+        Class::AdminForbidden,
+        Class::AdminInvalid,
+        Class::AdminCrossSite,
+    ];
+
+    /// The `class` label and JSON key.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Identity => "identity",
+            Class::HubSource => "hub_source",
+            Class::NotParty => "not_party",
+            Class::Jws => "jws",
+            Class::UnsolicitedAnswer => "unsolicited_answer",
+            Class::PathSyntax => "path_syntax",
+            Class::DuplicateHeader => "duplicate_header",
+            Class::StaleDate => "stale_date",
+            Class::AdminUnauthenticated => "admin_unauthenticated",
+            Class::AdminForbidden => "admin_forbidden",
+            Class::AdminInvalid => "admin_invalid",
+            Class::AdminCrossSite => "admin_cross_site",
+        }
+    }
+
+    /// The warning's words.
+    fn message(self) -> &'static str {
+        match self {
+            Class::Identity => "FSPIOP request refused: the caller is not who FSPIOP-Source says",
+            Class::HubSource => "FSPIOP request refused: it claims to come from the hub itself",
+            Class::NotParty => "FSPIOP request refused: the caller is not the party this message needs",
+            Class::Jws => "FSPIOP request refused: its JWS signature does not hold",
+            Class::UnsolicitedAnswer => {
+                "FSPIOP answer refused: no request pending from its destination to its source"
+            }
+            Class::PathSyntax => "FSPIOP request refused: a path value is URL syntax",
+            Class::DuplicateHeader => "request refused: an identity header appears more than once",
+            Class::StaleDate => "FSPIOP request refused: its Date is too far from the hub's clock",
+            Class::AdminUnauthenticated => "admin request refused: no valid credential",
+            Class::AdminForbidden => "admin request refused: the caller's role may not do this",
+            Class::AdminInvalid => "admin change refused",
+            Class::AdminCrossSite => "admin request refused: cross-site or foreign Host",
+        }
+    }
+}
+
+/// One (class, participant)'s warning gate.
+struct Gate {
+    /// When the next warning may be written.
+    next_at: Instant,
+    /// Refusals not written since the last warning.
+    suppressed: u64,
+}
+
+/// Per-minute counts of the last [`WINDOW_MINUTES`] minutes.
+struct Tally {
+    /// The minute (since the tally's origin) of `counts[minute % 60]`.
+    minutes: [u64; WINDOW_MINUTES],
+    counts: [u64; WINDOW_MINUTES],
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            minutes: [u64::MAX; WINDOW_MINUTES],
+            counts: [0; WINDOW_MINUTES],
+        }
+    }
+
+    fn add(&mut self, minute: u64) {
+        let slot = (minute % WINDOW_MINUTES as u64) as usize;
+        if self.minutes[slot] != minute {
+            self.minutes[slot] = minute;
+            self.counts[slot] = 0;
+        }
+        self.counts[slot] += 1;
+    }
+
+    fn sum_since(&self, now_minute: u64) -> u64 {
+        let oldest = now_minute.saturating_sub(WINDOW_MINUTES as u64 - 1);
+        self.minutes
+            .iter()
+            .zip(self.counts)
+            .filter(|(minute, _)| **minute != u64::MAX && **minute >= oldest && **minute <= now_minute)
+            .map(|(_, count)| count)
+            .sum()
+    }
+}
+
+/// The hub's record of refusals.
+pub struct Refusals {
+    origin: Instant,
+    gates: Mutex<HashMap<(Class, String), Gate>>,
+    tallies: Mutex<HashMap<(String, Class), Tally>>,
+    log_interval: Duration,
+}
+
+impl Default for Refusals {
+    fn default() -> Refusals {
+        Refusals::with_log_interval(LOG_INTERVAL)
+    }
+}
+
+/// What one participant was refused in the last hour, by class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecentRefusals {
+    pub participant: String,
+    pub total: u64,
+    pub by_class: Vec<(Class, u64)>,
+}
+
+impl Refusals {
+    pub fn with_log_interval(log_interval: Duration) -> Refusals {
+        Refusals {
+            origin: Instant::now(),
+            gates: Mutex::default(),
+            tallies: Mutex::default(),
+            log_interval,
+        }
+    }
+
+    fn minute(&self, at: Instant) -> u64 {
+        at.duration_since(self.origin).as_secs() / 60
+    }
+
+    /// Tallies a refusal of `participant` (already a bounded label) and
+    /// says whether to write a warning now, with the count of those not
+    /// written since the last one.
+    pub fn note(&self, class: Class, participant: &str, at: Instant) -> Option<u64> {
+        let minute = self.minute(at);
+        {
+            let mut tallies = self.tallies.lock().unwrap_or_else(|e| e.into_inner());
+            match tallies.get_mut(&(participant.to_string(), class)) {
+                Some(tally) => tally.add(minute),
+                None => {
+                    let mut tally = Tally::new();
+                    tally.add(minute);
+                    tallies.insert((participant.to_string(), class), tally);
+                }
+            }
+        }
+        let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        let gate = gates
+            .entry((class, participant.to_string()))
+            .or_insert(Gate {
+                next_at: at,
+                suppressed: 0,
+            });
+        if at >= gate.next_at {
+            let suppressed = gate.suppressed;
+            gate.suppressed = 0;
+            gate.next_at = at + self.log_interval;
+            Some(suppressed)
+        } else {
+            gate.suppressed += 1;
+            None
+        }
+    }
+
+    /// Refusals of the last hour per participant, most first.
+    pub fn last_hour(&self, now: Instant) -> Vec<RecentRefusals> {
+        let minute = self.minute(now);
+        let tallies = self.tallies.lock().unwrap_or_else(|e| e.into_inner());
+        let mut by_participant: HashMap<&str, Vec<(Class, u64)>> = HashMap::new();
+        for ((participant, class), tally) in tallies.iter() {
+            let count = tally.sum_since(minute);
+            if count > 0 {
+                by_participant
+                    .entry(participant.as_str())
+                    .or_default()
+                    .push((*class, count));
+            }
+        }
+        let mut recent: Vec<RecentRefusals> = by_participant
+            .into_iter()
+            .map(|(participant, mut by_class)| {
+                by_class.sort();
+                RecentRefusals {
+                    participant: participant.to_string(),
+                    total: by_class.iter().map(|(_, count)| count).sum(),
+                    by_class,
+                }
+            })
+            .collect();
+        recent.sort_by(|a, b| {
+            b.total
+                .cmp(&a.total)
+                .then_with(|| a.participant.cmp(&b.participant))
+        });
+        recent
+    }
+}
+
+impl Hub {
+    /// The label a claimed participant name is counted under: a DFSP the
+    /// hub knows, the hub's own name, or `unknown`.
+    pub(crate) fn participant_label(&self, claimed: &str) -> String {
+        match ledger::FspName::new(claimed.trim()) {
+            Some(fsp) if fsp == self.config.hub_name || self.endpoints.contains(fsp) => {
+                fsp.to_string()
+            }
+            _ => "unknown".to_string(),
+        }
+    }
+
+    /// Records a refusal: `kasi_refusals_total{class, participant}`, the
+    /// last hour's tally, and a warning at most every [`LOG_INTERVAL`] per
+    /// (class, participant). `claimed` is the participant the request
+    /// claimed to be (FSPIOP-Source, or for the admin API the caller's
+    /// name); `detail` says what was refused (it is escaped by the log).
+    pub fn refuse(&self, class: Class, claimed: &str, detail: &str) {
+        let participant = self.participant_label(claimed);
+        let total = self.metrics.record_refusal(class.as_str(), &participant);
+        if let Some(suppressed) = self.refusals.note(class, &participant, Instant::now()) {
+            tracing::warn!(
+                class = class.as_str(),
+                participant = %participant,
+                claimed = %crate::log_safe(claimed),
+                detail = %crate::log_safe(detail),
+                refused_total = total,
+                suppressed_since_last_warning = suppressed,
+                "{}",
+                class.message()
+            );
+        }
+    }
+}
+
+pub fn router(hub: std::sync::Arc<Hub>) -> Router {
+    Router::new()
+        .route("/stats/refusals", get(get_refusals))
+        .with_state(hub)
+}
+
+/// `GET /stats/refusals`: refusals of the last hour per participant.
+async fn get_refusals(State(hub): State<std::sync::Arc<Hub>>) -> Response {
+    let recent = hub.refusals.last_hour(Instant::now());
+    let participants: Vec<_> = recent
+        .iter()
+        .map(|entry| {
+            let by_class: serde_json::Map<String, serde_json::Value> = entry
+                .by_class
+                .iter()
+                .map(|(class, count)| (class.as_str().to_string(), json!(count)))
+                .collect();
+            json!({
+                "participant": entry.participant,
+                "refusals": entry.total,
+                "byClass": by_class,
+            })
+        })
+        .collect();
+    Json(json!({
+        "windowSeconds": WINDOW_MINUTES * 60,
+        "participants": participants,
+    }))
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_writes_one_warning_per_interval_and_counts_the_rest() {
+        let refusals = Refusals::with_log_interval(Duration::from_secs(10));
+        let start = Instant::now();
+        let mut written = Vec::new();
+        for i in 0..10_000u64 {
+            // 10,000 refusals over 25 s.
+            let at = start + Duration::from_micros(i * 2_500);
+            if let Some(suppressed) = refusals.note(Class::UnsolicitedAnswer, "mallory", at) {
+                written.push(suppressed);
+            }
+        }
+        assert_eq!(written.len(), 3, "{written:?}");
+        assert_eq!(written[0], 0);
+        assert_eq!(written.iter().sum::<u64>() + written.len() as u64, 10_000 - {
+            // Those after the last warning are still waiting to be told.
+            let gates = refusals.gates.lock().unwrap();
+            gates[&(Class::UnsolicitedAnswer, "mallory".to_string())].suppressed
+        });
+        // Another participant and another class have gates of their own.
+        assert_eq!(refusals.note(Class::UnsolicitedAnswer, "eve", start), Some(0));
+        assert_eq!(refusals.note(Class::Identity, "mallory", start), Some(0));
+    }
+
+    #[test]
+    fn the_tally_forgets_what_is_older_than_an_hour() {
+        let refusals = Refusals::default();
+        let start = refusals.origin;
+        refusals.note(Class::Jws, "a", start);
+        refusals.note(Class::Jws, "a", start + Duration::from_secs(30 * 60));
+        refusals.note(Class::Identity, "a", start + Duration::from_secs(30 * 60));
+        refusals.note(Class::Jws, "b", start + Duration::from_secs(59 * 60));
+        let at = |minutes: u64| start + Duration::from_secs(minutes * 60);
+        let recent = refusals.last_hour(at(59));
+        assert_eq!(recent.len(), 2);
+        assert_eq!(recent[0].participant, "a");
+        assert_eq!(recent[0].total, 3);
+        assert_eq!(recent[0].by_class, vec![(Class::Identity, 1), (Class::Jws, 2)]);
+        // An hour after the first, it has left the window.
+        let recent = refusals.last_hour(at(60));
+        assert_eq!(recent[0].total, 2, "{recent:?}");
+        // 90 minutes on, only b's remains.
+        let recent = refusals.last_hour(at(90));
+        assert_eq!(recent.len(), 1);
+        assert_eq!(recent[0].participant, "b");
+        // Far later, nothing.
+        assert!(refusals.last_hour(at(600)).is_empty());
+    }
+}
