@@ -208,12 +208,16 @@ impl Answers {
         if shard.len >= self.shard_capacity {
             return Err(AskError::Full);
         }
-        shard.questions.entry(key.clone()).or_default().push(Question {
-            requester,
-            addressee,
-            expires_at,
-            asked_at: now,
-        });
+        shard
+            .questions
+            .entry(key.clone())
+            .or_default()
+            .push(Question {
+                requester,
+                addressee,
+                expires_at,
+                asked_at: now,
+            });
         shard.len += 1;
         shard.sweep.push_back((expires_at, key.clone()));
         Ok(())
@@ -288,6 +292,76 @@ impl Answers {
     }
 }
 
+/// 2003 Service currently unavailable: the table of pending questions is
+/// full.
+const SERVICE_UNAVAILABLE: ledger::ErrorCode = ledger::ErrorCode(2003);
+
+impl crate::Hub {
+    /// Remembers, before the request is passed on (so that the fastest
+    /// answer finds it), that `requester` asked `addressee` about `key`;
+    /// 2003 when too many questions are pending (nothing is passed on).
+    pub(crate) fn await_answer(
+        &self,
+        key: &Key,
+        requester: FspName,
+        addressee: FspName,
+    ) -> Result<(), crate::HubError> {
+        match self.answers.ask(key, requester, addressee, Instant::now()) {
+            Ok(()) => Ok(()),
+            Err(AskError::Full) => {
+                tracing::warn!(
+                    resource = %key.resource,
+                    requester = %requester,
+                    "too many requests await answers; a new one was refused (2003)"
+                );
+                Err(crate::HubError::new(
+                    SERVICE_UNAVAILABLE,
+                    "Service currently unavailable - too many requests are awaiting answers; retry later",
+                ))
+            }
+        }
+    }
+
+    /// Where `source`'s answer about `key` may go: `destination` if named
+    /// and it asked `source`, else the latest requester that asked
+    /// `source`. Anything else is refused with 3100 — one description
+    /// for every reason, so a DFSP cannot probe what others are asking —
+    /// counted and logged as an unsolicited answer.
+    pub(crate) fn answer_route(
+        &self,
+        key: &Key,
+        source: FspName,
+        destination: Option<FspName>,
+    ) -> Result<FspName, crate::HubError> {
+        self.answers
+            .answer(key, source, destination, Instant::now())
+            .map_err(|refusal| {
+                let to = destination.map_or_else(|| "any requester".to_string(), |d| format!("'{d}'"));
+                self.refuse(
+                    crate::refused::Class::UnsolicitedAnswer,
+                    source.as_str(),
+                    &format!(
+                        "{} {} to {to}: {}",
+                        key.resource,
+                        key.id,
+                        refusal.reason()
+                    ),
+                );
+                let awaited = match destination {
+                    Some(destination) => format!("from '{destination}' "),
+                    None => String::new(),
+                };
+                crate::HubError::new(
+                    ledger::ErrorCode::GENERIC_VALIDATION_ERROR,
+                    format!(
+                        "Generic validation error - no {} request {} {awaited}is awaiting an answer from '{source}'",
+                        key.resource, key.id
+                    ),
+                )
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,7 +404,10 @@ mod tests {
             answers.answer(&key, fsp("payee"), Some(fsp("payer")), now),
             Ok(fsp("payer"))
         );
-        assert_eq!(answers.answer(&key, fsp("payee"), None, now), Ok(fsp("payer")));
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), None, now),
+            Ok(fsp("payer"))
+        );
     }
 
     #[test]
@@ -348,7 +425,9 @@ mod tests {
         );
         // Asking again opens it again.
         let later = now + Duration::from_secs(30);
-        answers.ask(&key, fsp("payer"), fsp("payee"), later).unwrap();
+        answers
+            .ask(&key, fsp("payer"), fsp("payee"), later)
+            .unwrap();
         assert_eq!(answer(later), Ok(fsp("payer")));
     }
 

@@ -7,8 +7,7 @@
 //! configured for its type, if any (see [`crate::oracles`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
@@ -19,26 +18,19 @@ use axum::Router;
 use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
+use crate::answers;
 use crate::oracles::Resolution;
 use crate::wire::{
     check_headers, forwarded_headers as forwarded, hub_headers, Caller, Reply, Shape,
 };
 use crate::{Hub, HubError};
 
-/// Who holds which party: the read side of the built-in oracle; and who
-/// is waiting for which party's answer.
+/// Who holds which party: the read side of the built-in oracle. (Who is
+/// waiting for which party's answer is in [`crate::answers`].)
 #[derive(Default)]
 pub struct Parties {
     by_key: RwLock<HashMap<PartyKey, (FspName, Option<Currency>)>>,
-    pending: Mutex<HashMap<PartyKey, (FspName, Instant)>>,
 }
-
-/// How long the requester of a forwarded lookup is remembered, to route a
-/// `PUT /parties` that names no FSPIOP-Destination back to it.
-const PENDING_LOOKUP_TTL: Duration = Duration::from_secs(60);
-/// Lookups remembered at most; beyond, the oldest answers need their
-/// FSPIOP-Destination (as FSPIOP asks anyway).
-const PENDING_LOOKUP_CAPACITY: usize = 100_000;
 
 impl Parties {
     pub fn load(views: Vec<PartyView>) -> Parties {
@@ -72,27 +64,6 @@ impl Parties {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
-    }
-
-    /// Remembers that `requester` asked about `key` (the last asker wins).
-    fn await_answer(&self, key: &PartyKey, requester: FspName) {
-        let now = Instant::now();
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.len() >= PENDING_LOOKUP_CAPACITY && !pending.contains_key(key) {
-            pending.retain(|_, (_, at)| now.duration_since(*at) < PENDING_LOOKUP_TTL);
-            if pending.len() >= PENDING_LOOKUP_CAPACITY {
-                return;
-            }
-        }
-        pending.insert(key.clone(), (requester, now));
-    }
-
-    /// Who asked about `key` within the last [`PENDING_LOOKUP_TTL`]; an
-    /// answer takes the entry, so each lookup routes one answer.
-    fn requester_of(&self, key: &PartyKey) -> Option<FspName> {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let (requester, at) = pending.remove(key)?;
-        (at.elapsed() < PENDING_LOOKUP_TTL).then_some(requester)
     }
 }
 
@@ -507,7 +478,7 @@ async fn route_get_party(
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
         Holder::Found(holder) => {
-            forward_get_party(hub, &key, &headers, &caller, holder);
+            forward_get_party(hub, &key, &headers, &caller, holder)?;
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         Holder::Unknown { oracle: None } => (
@@ -537,21 +508,29 @@ async fn route_get_party(
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
-/// Forwards the requester's `GET /parties/...` to `holder`, or tells the
-/// requester (3201) that `holder` has no endpoint for it.
+/// The key under which a lookup of `key` awaits its answer.
+fn answer_key(key: &PartyKey) -> answers::Key {
+    answers::Key::new(Resource::Parties, key.to_string())
+}
+
+/// Forwards the requester's `GET /parties/...` to `holder`, which alone
+/// may answer it (see [`crate::answers`]), or tells the requester (3201)
+/// that `holder` has no endpoint for it.
 fn forward_get_party(
     hub: &Hub,
     key: &PartyKey,
     headers: &HeaderMap,
     caller: &crate::wire::Caller,
     holder: FspName,
-) {
+) -> Result<(), HubError> {
     let mut forward = forwarded(headers, true);
     if let Ok(value) = HeaderValue::from_str(holder.as_str()) {
         forward.insert(HeaderName::from_static("fspiop-destination"), value);
     }
     let endpoint = endpoint_type("PARTIES", "GET", key);
-    if hub.send_callback(
+    let question = answer_key(key);
+    hub.await_answer(&question, caller.source, holder)?;
+    if !hub.send_callback(
         holder,
         &endpoint,
         &variables(key),
@@ -560,8 +539,7 @@ fn forward_get_party(
         Bytes::new(),
         None,
     ) {
-        hub.parties.await_answer(key, caller.source);
-    } else {
+        hub.answers.withdraw(&question, caller.source, holder);
         hub.send_party_error(
             LookupApi::Parties,
             caller.source,
@@ -571,6 +549,7 @@ fn forward_get_party(
             caller.reply(),
         );
     }
+    Ok(())
 }
 
 /// The payee FSP's `PUT /parties/...` (or `.../error`), forwarded as its
@@ -593,6 +572,11 @@ async fn put_party_error(
     route_party_answer(&hub, key, headers, body, true)
 }
 
+/// Forwards an answer about a party only from the FSP the lookup went to,
+/// only to an FSP that asked it (the named FSPIOP-Destination, or without
+/// one the latest requester, as ALS routes it), only while the lookup is
+/// pending; a `PUT` must name its sender as the party's `fspId`. Anything
+/// else is refused (400, 3100) and nothing is forwarded.
 fn route_party_answer(
     hub: &Hub,
     key: PartyKey,
@@ -604,7 +588,22 @@ fn route_party_answer(
     if error {
         fspiop::parse_error_information(&body)?;
     } else {
-        fspiop::check_party_put(&body)?;
+        let answer = fspiop::check_party_put(&body)?;
+        // The payer pays whoever the answer names: only the holder itself.
+        if let Some(fsp) = answer.fsp.filter(|fsp| *fsp != caller.source) {
+            hub.refuse(
+                crate::refused::Class::UnsolicitedAnswer,
+                caller.source.as_str(),
+                &format!("party {key} answered with fspId '{fsp}'"),
+            );
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!(
+                    "Generic validation error - party.partyIdInfo.fspId '{fsp}' is not the FSPIOP-Source '{}': an FSP answers only for parties it holds",
+                    caller.source
+                ),
+            ));
+        }
     }
     // FSPIOP-Destination is optional here (ALS's schema): without it the
     // answer goes to whoever asked about the party.
@@ -616,18 +615,7 @@ fn route_party_answer(
         )?,
         false,
     )?;
-    let waiting = hub.parties.requester_of(&key);
-    let Some(destination) = named.or(waiting) else {
-        hub.send_party_error(
-            LookupApi::Parties,
-            caller.source,
-            &key,
-            ErrorCode(3201),
-            &format!("Destination FSP Error - no FSPIOP-Destination, and no lookup of party {key} is waiting for an answer"),
-            caller.reply(),
-        );
-        return Ok(StatusCode::OK.into_response());
-    };
+    let destination = hub.answer_route(&answer_key(&key), caller.source, named)?;
     let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
     if !hub.send_callback(
         destination,

@@ -105,8 +105,13 @@ async fn post_quote(
         match outcome {
             Outcome::Done => {}
             // Seen before with the same body: resend the answer if there is
-            // one; a quote still waiting for its answer is left alone.
+            // one; a quote still waiting for its answer is not sent again,
+            // but its payee may still answer it (after a restart too).
             Outcome::QuoteDuplicate(view) => {
+                if view.answer.is_none() && view.payer == caller.source {
+                    let question = crate::answers::Key::new(Resource::Quotes, quote_id.as_str());
+                    hub.await_answer(&question, view.payer, view.payee)?;
+                }
                 if let Some(answer) = view.answer {
                     let target = if answer.is_error {
                         Target::Error(&quote_id)
@@ -133,7 +138,7 @@ async fn post_quote(
         }
     }
     let forwarded = forwarded_headers(&headers, true);
-    QUOTES.route(
+    QUOTES.ask(
         &hub,
         Route {
             caller,
@@ -144,7 +149,7 @@ async fn post_quote(
             headers: forwarded,
             body,
         },
-    );
+    )?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 
@@ -227,6 +232,9 @@ async fn route_answer(
         true => fspiop::parse_error_information(&body)?.request_hash,
         false => fspiop::parse_quote_put(&body)?.request_hash,
     };
+    // Only the payee asked, only to the payer that asked, only while
+    // pending; in persistent mode the ledger then checks the stored quote.
+    QUOTES.check_answer(hub, &caller, &quote_id, destination)?;
     if !record_answer(
         hub,
         &caller,
@@ -270,7 +278,7 @@ async fn get_quote(
     let destination = required_destination(&headers)?;
     let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
     let forwarded = forwarded_headers(&headers, true);
-    QUOTES.route(
+    QUOTES.ask(
         &hub,
         Route {
             caller,
@@ -281,7 +289,7 @@ async fn get_quote(
             headers: forwarded,
             body: Bytes::new(),
         },
-    );
+    )?;
     Ok(StatusCode::ACCEPTED.into_response())
 }
 

@@ -134,7 +134,7 @@ impl Routed {
         let caller = check_headers(headers, self.service.resource, Shape::Post)?;
         let destination = required_destination(headers)?;
         let id = check(&body)?.to_string();
-        self.service.route(
+        self.service.ask(
             hub,
             Route {
                 caller,
@@ -145,11 +145,12 @@ impl Routed {
                 headers: forwarded_headers(headers, true),
                 body,
             },
-        );
+        )?;
         Ok(StatusCode::ACCEPTED.into_response())
     }
 
-    /// `PUT /{ID}` or `PUT /{ID}/error`, from the DFSP that was asked.
+    /// `PUT /{ID}` or `PUT /{ID}/error`, from the DFSP that was asked, to
+    /// the DFSP that asked, while the request is pending.
     fn answer(
         &self,
         hub: &Hub,
@@ -169,7 +170,7 @@ impl Routed {
             true => Target::Error(&id),
             false => Target::Item(&id),
         };
-        self.service.route(
+        self.service.answer(
             hub,
             Route {
                 caller,
@@ -180,7 +181,7 @@ impl Routed {
                 headers: forwarded_headers(headers, false),
                 body,
             },
-        );
+        )?;
         Ok(StatusCode::OK.into_response())
     }
 
@@ -201,7 +202,7 @@ impl Routed {
             }
             None => Target::Item(&id),
         };
-        self.service.route(
+        self.service.ask(
             hub,
             Route {
                 caller,
@@ -212,7 +213,7 @@ impl Routed {
                 headers: forwarded_headers(headers, true),
                 body: Bytes::new(),
             },
-        );
+        )?;
         Ok(StatusCode::ACCEPTED.into_response())
     }
 }

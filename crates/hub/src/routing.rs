@@ -112,8 +112,9 @@ impl Service {
     }
 
     /// Passes a checked request on to its destination; if it cannot be,
-    /// tells the sender with a 3201 error callback from the hub.
-    pub(crate) fn route(&self, hub: &Hub, route: Route<'_>) {
+    /// tells the sender with a 3201 error callback from the hub (and says
+    /// false).
+    pub(crate) fn route(&self, hub: &Hub, route: Route<'_>) -> bool {
         let Route {
             caller,
             destination,
@@ -124,13 +125,49 @@ impl Service {
             body,
         } = route;
         if self.send(hub, destination, target, method, headers, body) {
-            return;
+            return true;
         }
         let endpoint_type = self.endpoint_type;
         tracing::debug!(%destination, source = %caller.source, id, "no {endpoint_type} endpoint for the destination; answering 3201");
         let description =
             format!("Destination FSP Error - '{destination}' has no {endpoint_type} endpoint");
         self.send_error(hub, &caller, id, DESTINATION_FSP_ERROR, &description);
+        false
+    }
+
+    /// Passes on a request that expects an answer, remembering first who
+    /// asked whom (see [`crate::answers`]); a question that could not be
+    /// passed on is forgotten again.
+    pub(crate) fn ask(&self, hub: &Hub, route: Route<'_>) -> Result<(), HubError> {
+        let question = crate::answers::Key::new(self.resource, route.id);
+        let (requester, addressee) = (route.caller.source, route.destination);
+        hub.await_answer(&question, requester, addressee)?;
+        if !self.route(hub, route) {
+            hub.answers.withdraw(&question, requester, addressee);
+        }
+        Ok(())
+    }
+
+    /// Passes on an answer (`PUT /{resource}/{ID}[/error]`) only from a
+    /// DFSP that was asked, to a DFSP that asked it, while pending;
+    /// otherwise 3100 and nothing is passed on (see [`crate::answers`]).
+    pub(crate) fn answer(&self, hub: &Hub, route: Route<'_>) -> Result<(), HubError> {
+        self.check_answer(hub, &route.caller, route.id, route.destination)?;
+        self.route(hub, route);
+        Ok(())
+    }
+
+    /// Whether `caller` may answer request `id` to `destination` now.
+    pub(crate) fn check_answer(
+        &self,
+        hub: &Hub,
+        caller: &Caller,
+        id: &str,
+        destination: FspName,
+    ) -> Result<(), HubError> {
+        let question = crate::answers::Key::new(self.resource, id);
+        hub.answer_route(&question, caller.source, Some(destination))
+            .map(drop)
     }
 }
 

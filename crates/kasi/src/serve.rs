@@ -67,6 +67,20 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_QUOTES_PERSISTENT")]
     quotes_persistent: bool,
 
+    /// Seconds a routed request (a party lookup, a quote, a transaction
+    /// request, an authorization, a bulk quote) waits for its answer. Only
+    /// the DFSP that was asked may answer, only to the DFSP that asked,
+    /// and only within this time; a later or anyone else's answer is
+    /// refused (400, 3100) and not forwarded.
+    #[arg(long, env = "KASI_ANSWER_WINDOW_S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    answer_window_s: u64,
+
+    /// Routed requests awaiting an answer at most (about 150 bytes each);
+    /// one more is refused with 503 (2003) until answers or expiry make
+    /// room.
+    #[arg(long, env = "KASI_PENDING_ANSWERS_MAX", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(16..=100_000_000))]
+    pending_answers_max: u64,
+
     /// Trace one transfer in this many stage by stage, its prepare and its
     /// fulfil (chosen by transfer id), for `GET /stats/traces` on the admin
     /// address; 0 traces none. Per-stage totals (`/stats/stages`) are kept
@@ -630,6 +644,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.admin_listen
         );
         hub_config.quotes_persistent = args.quotes_persistent;
+        hub_config.answer_window = Duration::from_secs(args.answer_window_s);
+        hub_config.pending_answers_max = args.pending_answers_max as usize;
         hub_config.trace_sample_every = args.trace_sample_every;
         if jws_verify.is_on() {
             info!(resources = %jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");

@@ -580,12 +580,19 @@ fn a_party_answer_without_destination_goes_to_the_fsp_that_asked() {
     let forwarded = s.payer.expect("PUT", party);
     assert_eq!(forwarded.text(), answer);
 
-    // A second answer has nobody waiting for it: the payee is told 3201.
+    // The payee's answer repeated soon after is forwarded again.
     let response = s.hub.api("PUT", party, &headers, answer.as_bytes());
-    assert_eq!(response.status, 200);
-    let error = s.payee.expect("PUT", &format!("{party}/error"));
-    assert_eq!(error.json()["errorInformation"]["errorCode"], "3201");
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_eq!(s.payer.expect("PUT", party).text(), answer);
+
+    // An answer from an FSP the lookup did not go to is refused at once,
+    // and nobody hears of it.
+    let forged = answer.replace(PAYEE, PAYER);
+    let headers = resource_headers("parties", "2.0", PAYER, None, false);
+    let response = s.hub.api("PUT", party, &headers, forged.as_bytes());
+    assert_error_response(&response, 400, "3100");
     s.payer.assert_quiet(QUIET_WAIT);
+    s.payee.assert_quiet(QUIET_WAIT);
 }
 
 // --------------------------------------------------------------- health

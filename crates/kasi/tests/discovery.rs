@@ -793,26 +793,19 @@ fn persistent_quotes_apply_the_duplicate_rules_across_a_restart() {
     );
     d.payee.assert_quiet(QUIET_WAIT);
 
-    // Only the payee may answer.
+    // Only the payee may answer: anyone else is refused at once, and the
+    // payer hears nothing.
     let answer = quote_put_body();
     let wrong = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), false);
-    assert_eq!(
-        d.hub
-            .api(
-                "PUT",
-                &format!("/quotes/{quote_id}"),
-                &wrong,
-                answer.as_bytes()
-            )
-            .status,
-        200
+    let refused = d.hub.api(
+        "PUT",
+        &format!("/quotes/{quote_id}"),
+        &wrong,
+        answer.as_bytes(),
     );
-    let error = d.payer.expect("PUT", &format!("/quotes/{quote_id}/error"));
-    assert_eq!(
-        error.json()["errorInformation"]["errorCode"],
-        "3100",
-        "{error:?}"
-    );
+    assert_error_response(&refused, 400, "3100");
+    d.payer.assert_quiet(QUIET_WAIT);
+    d.payee.assert_quiet(QUIET_WAIT);
 
     let put_headers = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), false);
     assert_eq!(
@@ -843,25 +836,17 @@ fn persistent_quotes_apply_the_duplicate_rules_across_a_restart() {
     assert_eq!(resent.header("fspiop-source"), Some("Hub"));
     d.payee.assert_quiet(QUIET_WAIT);
 
-    // An answer for a quote the hub never saw: 3205 to the payee.
+    // An answer for a quote the hub never saw is refused at once.
     let unknown = new_id();
-    assert_eq!(
-        d.hub
-            .api(
-                "PUT",
-                &format!("/quotes/{unknown}"),
-                &put_headers,
-                answer.as_bytes()
-            )
-            .status,
-        200
+    let refused = d.hub.api(
+        "PUT",
+        &format!("/quotes/{unknown}"),
+        &put_headers,
+        answer.as_bytes(),
     );
-    let error = d.payee.expect("PUT", &format!("/quotes/{unknown}/error"));
-    assert_eq!(
-        error.json()["errorInformation"]["errorCode"],
-        "3205",
-        "{error:?}"
-    );
+    assert_error_response(&refused, 400, "3100");
+    d.payer.assert_quiet(QUIET_WAIT);
+    d.payee.assert_quiet(QUIET_WAIT);
 }
 
 /// `--quotes-persistent` with a short retention horizon: a recorded quote
