@@ -73,7 +73,7 @@ struct Question {
     asked_at: Instant,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Shard {
     questions: HashMap<Key, Vec<Question>>,
     /// Keys in the order of their questions' expiry checks: the front is
@@ -139,6 +139,7 @@ impl Refusal {
 }
 
 /// The questions the hub routed and awaits answers to.
+#[derive(Debug)]
 pub struct Answers {
     shards: Vec<Mutex<Shard>>,
     window: Duration,
@@ -153,6 +154,11 @@ impl Answers {
             window,
             shard_capacity: capacity.div_ceil(SHARDS).max(1),
         }
+    }
+
+    /// Questions that may be pending at once.
+    pub fn capacity(&self) -> usize {
+        self.shard_capacity * SHARDS
     }
 
     /// How long a question waits for its answer.
@@ -317,7 +323,8 @@ impl crate::Hub {
                 Err(crate::HubError::new(
                     SERVICE_UNAVAILABLE,
                     "Service currently unavailable - too many requests are awaiting answers; retry later",
-                ))
+                )
+                .retry_after(1))
             }
         }
     }

@@ -145,7 +145,7 @@ pub struct Hub {
     pub endpoints: Endpoints,
     pub parties: Parties,
     /// Routed requests awaiting their answers: who asked whom about what.
-    pub answers: answers::Answers,
+    pub answers: Arc<answers::Answers>,
     /// External oracles, asked when the built-in registry has no holder.
     pub oracles: Oracles,
     /// Client certificates pinned to participants (see [`pins`]).
@@ -172,14 +172,20 @@ impl Hub {
         dispatcher: Dispatcher,
     ) -> Result<Hub, HubError> {
         let oracles = Oracles::new(&config);
+        let pending_answers = Arc::new(answers::Answers::new(
+            config.answer_window,
+            config.pending_answers_max,
+        ));
         let metrics = {
             let engine = engine.clone();
             let dispatcher = dispatcher.clone();
-            Arc::new(metrics::Metrics::new(
+            let mut metrics = metrics::Metrics::new(
                 move || engine.stats(),
                 move || dispatcher.stats(),
                 config.role.clone(),
-            ))
+            );
+            metrics.register_pending_answers(pending_answers.clone());
+            Arc::new(metrics)
         };
         let stages = Arc::new(stages::StageTimer::new(
             config.trace_sample_every,
@@ -194,8 +200,6 @@ impl Hub {
             })?)),
             None => None,
         };
-        let pending_answers =
-            answers::Answers::new(config.answer_window, config.pending_answers_max);
         let mut hub = Hub {
             jws_keys,
             config,
@@ -381,6 +385,9 @@ pub fn format_time(ms: i64) -> String {
 pub struct HubError {
     pub code: ErrorCode,
     pub description: String,
+    /// Seconds after which a retry may succeed: the answer is then 503
+    /// with `Retry-After` (a temporary refusal, not a fault).
+    pub retry_after_s: Option<u32>,
 }
 
 impl HubError {
@@ -388,6 +395,7 @@ impl HubError {
         HubError {
             code,
             description: description.into(),
+            retry_after_s: None,
         }
     }
 
@@ -412,7 +420,16 @@ impl HubError {
         }
     }
 
+    /// The same error, to be retried after `seconds` (503, `Retry-After`).
+    pub fn retry_after(mut self, seconds: u32) -> HubError {
+        self.retry_after_s = Some(seconds);
+        self
+    }
+
     pub fn status(&self) -> StatusCode {
+        if self.retry_after_s.is_some() {
+            return StatusCode::SERVICE_UNAVAILABLE;
+        }
         StatusCode::from_u16(fspiop::http_status_for(self.code))
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
@@ -450,6 +467,7 @@ impl From<fspiop::FspiopError> for HubError {
         HubError {
             code: error.code,
             description: error.description,
+            retry_after_s: None,
         }
     }
 }
@@ -457,12 +475,19 @@ impl From<fspiop::FspiopError> for HubError {
 impl IntoResponse for HubError {
     fn into_response(self) -> Response {
         let body = fspiop::answer_body(self.code, &self.description);
-        (
+        let mut response = (
             self.status(),
             [(axum::http::header::CONTENT_TYPE, "application/json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(seconds),
+            );
+        }
+        response
     }
 }
 

@@ -23,7 +23,8 @@
 //! `kasi_callback_latency_seconds`
 //! (`_sum`/`_count`), `kasi_callback_latency_max_seconds`,
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
-//! `kasi_runtime_lag_max_seconds`, `kasi_refusals_total` (by `class` and
+//! `kasi_runtime_lag_max_seconds`, `kasi_pending_answers` (and its
+//! `_capacity`), `kasi_refusals_total` (by `class` and
 //! `participant`, see [`crate::refused`]), `kasi_stage_duration_seconds` (by `phase`
 //! and `stage` of a transfer message, see [`crate::stages`]),
 //! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
@@ -348,6 +349,12 @@ impl Metrics {
             + 1
     }
 
+    /// Exposes how many routed requests await their answers.
+    pub fn register_pending_answers(&mut self, answers: Arc<crate::answers::Answers>) {
+        self.registry
+            .register_collector(Box::new(PendingAnswers(answers)));
+    }
+
     /// Counts a refusal of `class` under `participant` (a bounded label);
     /// the total for the pair.
     pub fn record_refusal(&self, class: &str, participant: &str) -> u64 {
@@ -576,6 +583,27 @@ fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) 
 fn counter_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
     let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     ConstCounter::new(value).encode(metric)
+}
+
+/// `kasi_pending_answers` and `kasi_pending_answers_capacity`.
+#[derive(Debug)]
+struct PendingAnswers(Arc<crate::answers::Answers>);
+
+impl Collector for PendingAnswers {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        gauge_f64(
+            &mut encoder,
+            "kasi_pending_answers",
+            "Routed requests (lookups, quotes, transaction requests, authorizations, bulk quotes) awaiting their answer",
+            self.0.len() as f64,
+        )?;
+        gauge_f64(
+            &mut encoder,
+            "kasi_pending_answers_capacity",
+            "Routed requests that may await answers at once; beyond, new ones are refused (2003)",
+            self.0.capacity() as f64,
+        )
+    }
 }
 
 /// `kasi_role_active`, `kasi_store_reachable`, `kasi_lease_fencing`.

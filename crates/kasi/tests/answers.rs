@@ -606,3 +606,45 @@ fn a_flood_of_forged_answers_reaches_nobody_and_writes_a_handful_of_lines() {
     assert!((1..=20).contains(&lines), "{lines} warning lines");
     assert!(s.hub.log().contains("suppressed_since_last_warning"));
 }
+
+#[test]
+fn a_full_table_of_pending_questions_refuses_new_ones_and_forwards_nothing() {
+    let s = Scheme::new(&["--pending-answers-max", "16"]);
+    let quotes = &ROUTED[0];
+    let headers = quotes.headers(PAYER, PAYEE, true);
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for _ in 0..40 {
+        let id = new_id();
+        let (_, path, body) = (quotes.ask)(&id);
+        let response = s.hub.api("POST", &path, &headers, body.as_bytes());
+        match response.status {
+            202 => accepted.push(id),
+            _ => {
+                assert_error_response(&response, 503, "2003");
+                assert_eq!(response.header("retry-after"), Some("1"), "{response:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused >= 40 - 16, "{refused} refused");
+    // Exactly the accepted ones reached the payee.
+    for _ in &accepted {
+        s.payee.expect("POST", "/quotes");
+    }
+    s.assert_all_quiet();
+    let metrics = s.hub.admin("GET", "/metrics", None).text();
+    let pending: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("kasi_pending_answers "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no kasi_pending_answers in {metrics}"));
+    assert_eq!(pending, accepted.len() as f64);
+    // Their answers still go through.
+    let answer = (quotes.put)();
+    for id in &accepted {
+        let item = format!("/quotes/{id}");
+        let response = quotes.put(&s.hub, PAYEE, PAYER, &item, &answer);
+        assert_eq!(response.status, 200, "{response:?}");
+        s.payer.expect("PUT", &item);
+    }
+}
