@@ -142,7 +142,12 @@ impl axum::extract::FromRequestParts<Arc<Hub>> for PartyPath {
                     hub.refuse(
                         crate::refused::Class::PathSyntax,
                         &claimed,
-                        &format!("{} {}: {}", parts.method, parts.uri.path(), error.description),
+                        &format!(
+                            "{} {} (decoded ID {id:?}, SubId {sub_id:?}): {}",
+                            parts.method,
+                            parts.uri.path(),
+                            error.description
+                        ),
                     );
                 }
                 error.into_response()
