@@ -90,17 +90,43 @@ fn check_path_text(text: &str, name: &str, max: usize) -> Result<(), FspiopError
             format_args!("must be 1 to {max} characters"),
         ));
     }
+    if is_url_syntax(text) {
+        return Err(FspiopError::malformed(
+            format_args!("path parameter {name}"),
+            URL_SYNTAX_RULE,
+        ));
+    }
     Ok(())
 }
 
+const URL_SYNTAX_RULE: &str =
+    "must not contain '/', '?', '#' or control characters, nor be '.' or '..'";
+
+/// Whether a decoded path value would act as URL syntax if it were put
+/// back into a URL: a `/`, `?` or `#` (a new segment, a query, a
+/// fragment), a dot segment (`.`/`..`, which URL parsers resolve even when
+/// percent-encoded, so no encoding makes them safe), or a control
+/// character (CR/LF and NUL split log lines and headers). The router
+/// percent-decodes `%2F`, `%3F`, `%23`, `%0D%0A`, so they arrive here
+/// decoded. FSPIOP gives `PartyIdentifier` no pattern; no real identifier
+/// (MSISDN, e-mail, IBAN, alias) needs any of these.
+pub fn is_url_syntax(text: &str) -> bool {
+    text == "."
+        || text == ".."
+        || text
+            .chars()
+            .any(|c| matches!(c, '/' | '?' | '#') || c.is_control())
+}
+
 /// The path parameter `{ID}` of a party (`PartyIdentifier`): 1-128
-/// characters (after percent-decoding), else 3101 naming `path parameter ID`.
+/// characters (after percent-decoding), and no URL syntax (see
+/// [`is_url_syntax`]), else 3101 naming `path parameter ID`.
 pub fn check_party_identifier(text: &str) -> Result<(), FspiopError> {
     check_path_text(text, "ID", PARTY_IDENTIFIER_MAX_CHARS)
 }
 
-/// The path parameter `{SubId}` (`PartySubIdOrType`): 1-128 characters,
-/// else 3101 naming `path parameter SubId`.
+/// The path parameter `{SubId}` (`PartySubIdOrType`): 1-128 characters
+/// and no URL syntax, else 3101 naming `path parameter SubId`.
 pub fn check_party_sub_id(text: &str) -> Result<(), FspiopError> {
     check_path_text(text, "SubId", PARTY_SUB_ID_MAX_CHARS)
 }
@@ -336,6 +362,32 @@ mod tests {
             let error = parse_party_id_type(bad).unwrap_err();
             assert_eq!(error.code, ErrorCode::MALFORMED_SYNTAX, "{bad}");
             assert!(error.description.contains("path parameter Type"));
+        }
+    }
+
+    #[test]
+    fn path_values_that_would_be_url_syntax_are_refused() {
+        // What the router hands over after decoding `..%2F`, `%2F`, `%3F`,
+        // `%23`, `%0D%0A`, `%00`, `%1B`, `%7F`.
+        for bad in [
+            "../x", "..", ".", "a/b", "/", "a?b=1", "a#frag", "a\r\nb", "a\0", "\u{1b}[31m",
+            "a\u{7f}", "a\u{85}", "\t",
+        ] {
+            assert!(is_url_syntax(bad), "{bad:?}");
+            let error = check_party_identifier(bad).unwrap_err();
+            assert_error(&error, 3101, "path parameter ID");
+            assert!(error.description.contains("must not contain"), "{error:?}");
+            let error = check_party_sub_id(bad).unwrap_err();
+            assert_error(&error, 3101, "path parameter SubId");
+        }
+        // Data that merely looks special is allowed: FSPIOP gives
+        // PartyIdentifier no pattern.
+        for good in [
+            "+16135551212", "bob@example.org", "bob the builder", "a.b", "...", ".x", "x..",
+            "50%", "a&b=c;d", "é",
+        ] {
+            assert!(!is_url_syntax(good), "{good:?}");
+            assert!(check_party_identifier(good).is_ok(), "{good:?}");
         }
     }
 

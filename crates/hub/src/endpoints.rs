@@ -147,7 +147,65 @@ impl Endpoints {
     }
 }
 
-/// Replaces `{{transferId}}`-style placeholders; unknown ones stay as they are.
+/// Whether `byte` may stand as itself in a path segment: RFC 3986's
+/// unreserved characters and the sub-delimiters and `:`/`@` a segment
+/// allows (`+` and `@` are common in party ids), except `;`, which some
+/// servers cut a segment at (path parameters).
+fn is_segment_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric()
+        || matches!(
+            byte,
+            b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
+                | b',' | b'=' | b':' | b'@'
+        )
+}
+
+/// Appends `value` as exactly one path segment: every other byte (`/`,
+/// `?`, `#`, `%`, space, controls, non-ASCII) percent-encoded, so a value
+/// that came from a request is data in the URL, never its syntax. (Dot
+/// segments cannot be made safe this way, as URL parsers also resolve
+/// `%2E%2E`: the values that reach here were refused at the door if they
+/// were `.` or `..`.)
+pub fn push_path_segment(out: &mut String, value: &str) {
+    if value.bytes().all(is_segment_byte) {
+        out.push_str(value);
+        return;
+    }
+    for byte in value.bytes() {
+        if is_segment_byte(byte) {
+            out.push(byte as char);
+        } else {
+            push_percent(out, byte);
+        }
+    }
+}
+
+/// Appends a query string as the sender wrote it, except that a byte a
+/// query may not hold raw (controls, space, `#`, non-ASCII, ...) is
+/// percent-encoded: the router only ever passes on a query hyper accepted,
+/// and this keeps it so whatever reached it.
+pub fn push_query(out: &mut String, query: &str) {
+    let is_query_byte =
+        |byte: u8| is_segment_byte(byte) || matches!(byte, b'/' | b'?' | b'%' | b';');
+    for byte in query.bytes() {
+        if is_query_byte(byte) {
+            out.push(byte as char);
+        } else {
+            push_percent(out, byte);
+        }
+    }
+}
+
+fn push_percent(out: &mut String, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.push('%');
+    out.push(HEX[usize::from(byte >> 4)] as char);
+    out.push(HEX[usize::from(byte & 15)] as char);
+}
+
+/// Replaces `{{transferId}}`-style placeholders, each value percent-encoded
+/// as one path segment (templates are only allowed in the path, see
+/// [`crate::callback_url`]); unknown ones stay as they are.
 pub fn expand(template: &str, variables: &[(&str, &str)]) -> String {
     let mut out = String::with_capacity(template.len() + 40);
     let mut rest = template;
@@ -158,7 +216,7 @@ pub fn expand(template: &str, variables: &[(&str, &str)]) -> String {
             Some(end) => {
                 let name = &after[..end];
                 match variables.iter().find(|(key, _)| *key == name) {
-                    Some((_, value)) => out.push_str(value),
+                    Some((_, value)) => push_path_segment(&mut out, value),
                     None => {
                         out.push_str("{{");
                         out.push_str(name);
@@ -201,6 +259,42 @@ mod tests {
             expand("http://dfsp/{{unknown}}/a{{", &[]),
             "http://dfsp/{{unknown}}/a{{"
         );
+    }
+
+    #[test]
+    fn values_are_one_path_segment_each() {
+        let parties = "http://dfsp/parties/{{partyIdType}}/{{partyIdentifier}}";
+        let url = |id: &str| expand(parties, &[("partyIdType", "MSISDN"), ("partyIdentifier", id)]);
+        assert_eq!(url("123"), "http://dfsp/parties/MSISDN/123");
+        assert_eq!(url("../../admin"), "http://dfsp/parties/MSISDN/..%2F..%2Fadmin");
+        assert_eq!(url("a?b=1#c"), "http://dfsp/parties/MSISDN/a%3Fb=1%23c");
+        assert_eq!(url("a\r\nHost: x\0"), "http://dfsp/parties/MSISDN/a%0D%0AHost:%20x%00");
+        assert_eq!(url("50%"), "http://dfsp/parties/MSISDN/50%25");
+        assert_eq!(url("a;jsessionid=1"), "http://dfsp/parties/MSISDN/a%3Bjsessionid=1");
+        assert_eq!(url("é\u{7f}"), "http://dfsp/parties/MSISDN/%C3%A9%7F");
+        // What party ids are made of stays readable.
+        assert_eq!(url("+1613@x.org"), "http://dfsp/parties/MSISDN/+1613@x.org");
+        // Whatever the value, the URL parses with the path the template
+        // meant: two segments after /parties, no query, no fragment.
+        for id in ["../x", "a/b", "?x", "#x", "\r\n", "%2F", " ", "\u{1b}"] {
+            let parsed: axum::http::Uri = url(id).parse().unwrap();
+            let segments: Vec<_> = parsed.path().split('/').collect();
+            assert_eq!(segments.len(), 4, "{id:?}: {parsed}");
+            assert_eq!(segments[..3], ["", "parties", "MSISDN"], "{id:?}");
+            assert!(parsed.query().is_none(), "{id:?}");
+        }
+    }
+
+    #[test]
+    fn queries_keep_their_syntax_and_lose_what_is_not_query() {
+        let query = |text: &str| {
+            let mut out = String::new();
+            push_query(&mut out, text);
+            out
+        };
+        let sent = "authenticationType=OTP&retriesLeft=1&amount=10.5&currency=USD&x=%20a/b?c";
+        assert_eq!(query(sent), sent);
+        assert_eq!(query("a=1\r\nb#c d"), "a=1%0D%0Ab%23c%20d");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod audit;
 pub mod body;
 pub mod callback_url;
 pub mod callbacks;
+pub mod door;
 pub mod endpoints;
 pub mod jws;
 pub mod jws_keys;
@@ -108,6 +109,10 @@ pub struct HubConfig {
     /// Routed requests awaiting an answer at most; beyond, new ones are
     /// refused (2003).
     pub pending_answers_max: usize,
+    /// Refuse an FSPIOP request whose `Date` is further than this from the
+    /// hub's clock, either way (see [`door`]); `None` (the default, as in
+    /// Mojaloop): any well-formed Date.
+    pub max_clock_skew: Option<Duration>,
 }
 
 impl HubConfig {
@@ -134,6 +139,7 @@ impl HubConfig {
             role: Arc::new(role::Role::embedded()),
             answer_window: answers::DEFAULT_ANSWER_WINDOW,
             pending_answers_max: answers::DEFAULT_CAPACITY,
+            max_clock_skew: None,
         }
     }
 }
@@ -498,8 +504,9 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
-    // Layers run outside in: the caller's identity, then its signature,
-    // then whether it is a participant at all.
+    // Layers run outside in: repeated headers and stale dates (see
+    // [`door`]), the caller's identity, then its signature, then whether it
+    // is a participant at all.
     let directory = hub.clone();
     let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
         known_source(directory.clone(), request, next)
@@ -519,6 +526,12 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
     } else {
         fspiop
     };
+    // Outermost: every layer above reads a header's first value, so one
+    // sent twice is refused before any of them runs.
+    let door = hub.clone();
+    let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
+        door::check(door.clone(), request, next)
+    }));
     guarded(fspiop, &hub, "fspiop")
 }
 

@@ -83,28 +83,46 @@ pub fn routes() -> Router<Arc<Hub>> {
 }
 
 /// The party a path names: `{Type}/{ID}` with an optional `/{SubId}`,
-/// checked (3101 naming the parameter at fault).
+/// checked (3101 naming the parameter at fault). An id that would be URL
+/// syntax in a callback (`..%2F`, `%3F`, `%0D%0A`, ...) is also counted as
+/// a refusal: no DFSP has a reason to send one.
 struct PartyPath(PartyKey);
 
 #[axum::async_trait]
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PartyPath {
+impl axum::extract::FromRequestParts<Arc<Hub>> for PartyPath {
     type Rejection = Response;
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        state: &S,
+        hub: &Arc<Hub>,
     ) -> Result<PartyPath, Response> {
-        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+        let Path(params) = Path::<HashMap<String, String>>::from_request_parts(parts, hub)
             .await
             .map_err(IntoResponse::into_response)?;
         let param = |name: &str| params.get(name).map(String::as_str);
-        party_key(
-            param("id_type").unwrap_or(""),
-            param("id").unwrap_or(""),
-            param("sub_id"),
-        )
-        .map(PartyPath)
-        .map_err(IntoResponse::into_response)
+        let (id, sub_id) = (param("id").unwrap_or(""), param("sub_id"));
+        party_key(param("id_type").unwrap_or(""), id, sub_id)
+            .map(PartyPath)
+            .map_err(|error| {
+                if fspiop::is_url_syntax(id) || sub_id.is_some_and(fspiop::is_url_syntax) {
+                    let claimed = parts
+                        .headers
+                        .get("fspiop-source")
+                        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
+                        .unwrap_or_default();
+                    hub.refuse(
+                        crate::refused::Class::PathSyntax,
+                        &claimed,
+                        &format!(
+                            "{} {} (decoded ID {id:?}, SubId {sub_id:?}): {}",
+                            parts.method,
+                            parts.uri.path(),
+                            error.description
+                        ),
+                    );
+                }
+                error.into_response()
+            })
     }
 }
 

@@ -47,15 +47,28 @@ pub(crate) enum Target<'a> {
 impl Service {
     /// The URL of `target` under `base` (one trailing `/` of the base is
     /// dropped, so `http://dfsp/` and `http://dfsp` give the same URLs).
+    ///
+    /// The id is percent-encoded as one segment and the query keeps only
+    /// query syntax (see [`crate::endpoints::push_path_segment`]): ids are
+    /// checked correlation ids already, this keeps it so if one ever is not.
     pub(crate) fn url(&self, base: &str, target: Target<'_>) -> String {
+        use crate::endpoints::{push_path_segment, push_query};
         let base = base.strip_suffix('/').unwrap_or(base);
-        let resource = self.resource.as_str();
-        match target {
-            Target::Collection => format!("{base}/{resource}"),
-            Target::Item(id) | Target::Query(id, "") => format!("{base}/{resource}/{id}"),
-            Target::Query(id, query) => format!("{base}/{resource}/{id}?{query}"),
-            Target::Error(id) => format!("{base}/{resource}/{id}/error"),
+        let mut url = format!("{base}/{}", self.resource.as_str());
+        let (id, query, suffix) = match target {
+            Target::Collection => return url,
+            Target::Item(id) => (id, "", ""),
+            Target::Query(id, query) => (id, query, ""),
+            Target::Error(id) => (id, "", "/error"),
+        };
+        url.push('/');
+        push_path_segment(&mut url, id);
+        url.push_str(suffix);
+        if !query.is_empty() {
+            url.push('?');
+            push_query(&mut url, query);
         }
+        url
     }
 
     /// Queues `method` to `target` under `participant`'s base URL; false
@@ -223,6 +236,10 @@ mod tests {
         assert_eq!(
             requests.url("http://payer", Target::Collection),
             "http://payer/transactionRequests"
+        );
+        assert_eq!(
+            authorizations.url("http://payer", Target::Query("../x", "a=1\r\n#")),
+            "http://payer/authorizations/..%2Fx?a=1%0D%0A%23"
         );
         let bulk = Service {
             resource: Resource::BulkQuotes,

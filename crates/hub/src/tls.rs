@@ -381,7 +381,15 @@ pub fn identities(
         });
     };
     if let Some(proxy) = &policy.proxy {
-        let vouched = headers.get(&proxy.header);
+        let mut values = headers.get_all(&proxy.header).iter();
+        let vouched = values.next();
+        // The door refuses this first (counted as a repeated header); kept
+        // here so no caller of this function can believe one of two names.
+        if values.next().is_some() {
+            return Err(Refusal {
+                reason: "the identity header appears more than once",
+            });
+        }
         let trusted = proxy
             .trusted
             .iter()

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 mod audit;
 mod config;
 mod ha;
+mod log_line;
 mod migrate;
 mod serve;
 mod sim;
@@ -287,7 +288,7 @@ fn main() -> ExitCode {
             tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_ansi(ansi)
-                .with_writer(std::io::stderr)
+                .with_writer(log_line::OneLine::new(std::io::stderr, ansi))
                 .init();
         }
         LogFormat::Json => {

@@ -188,7 +188,8 @@ pub struct ServeArgs {
     trusted_proxy: Vec<hub::tls::Cidr>,
 
     /// The header in which a trusted gateway names the client's FSP id
-    /// (e.g. X-Client-Id); FSPIOP-Source must then be that id.
+    /// (e.g. X-Client-Id); FSPIOP-Source must then be that id. A request
+    /// carrying the header twice is refused (400, 3101).
     #[arg(
         long,
         env = "KASI_CLIENT_IDENTITY_HEADER",
@@ -196,6 +197,13 @@ pub struct ServeArgs {
         requires = "trusted_proxy"
     )]
     client_identity_header: Option<String>,
+
+    /// Refuse an FSPIOP request whose Date header is more than this many
+    /// seconds from the hub's clock, ahead or behind (400, 3100): a
+    /// captured request cannot be replayed later. Off by default, as in
+    /// Mojaloop; DFSPs' clocks must then be kept in time (NTP).
+    #[arg(long, env = "KASI_MAX_CLOCK_SKEW_S", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_clock_skew_s: Option<u64>,
 
     /// Trust anchors (PEM bundle, e.g. the scheme CA) for the servers of
     /// `https://` callback endpoints and oracles. Without it, the system's
@@ -656,6 +664,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.transfer_lookup = transfer_lookup.clone();
         hub_config.role = role.clone();
         hub_config.callback_allow = args.callback_allow.clone();
+        hub_config.max_clock_skew = args.max_clock_skew_s.map(Duration::from_secs);
         hub_config.identity = hub::tls::IdentityPolicy {
             client_certificates: args.tls_client_ca.is_some(),
             proxy: match &args.client_identity_header {

@@ -1042,6 +1042,12 @@ fn address_after(line: &str, key: &str) -> Option<SocketAddr> {
         .ok()
 }
 
+/// The address in `"key":"…"` of a JSON log line.
+fn json_address(line: &str, key: &str) -> Option<SocketAddr> {
+    let rest = line.split(&format!("\"{key}\":\"")).nth(1)?;
+    rest.split('"').next()?.parse().ok()
+}
+
 impl Hub {
     pub fn start(data_dir: &Path) -> Hub {
         Hub::start_with(data_dir, &[])
@@ -1069,13 +1075,16 @@ impl Hub {
         command
     }
 
-    /// Runs `command` (a `kasi serve`) and waits until it serves.
+    /// Runs `command` (a `kasi serve`, either log format) and waits until
+    /// it serves.
     pub fn spawn(command: Command, data_dir: &Path) -> Hub {
         Hub::spawn_until(command, data_dir, |line| {
             if !line.contains("serving") {
                 return None;
             }
-            Some((address_after(line, "api=")?, address_after(line, "admin=")?))
+            let text = || Some((address_after(line, "api=")?, address_after(line, "admin=")?));
+            let json = || Some((json_address(line, "api")?, json_address(line, "admin")?));
+            text().or_else(json)
         })
     }
 
