@@ -19,6 +19,7 @@ use axum::Router;
 use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
+use crate::notify::Origin;
 use crate::oracles::Resolution;
 use crate::wire::{
     check_headers, forwarded_headers as forwarded, hub_headers, Caller, Reply, Shape,
@@ -247,6 +248,7 @@ impl Hub {
         let headers = hub_headers(self, api.resource(), destination, reply);
         let endpoint = endpoint_type(api.endpoint_base(), "PUT_ERROR", key);
         if !self.send_callback(
+            Origin::Hub,
             destination,
             &endpoint,
             &variables(key),
@@ -291,6 +293,7 @@ fn send_participant_put(hub: &Hub, caller: &Caller, key: &PartyKey, body: Bytes)
     let headers = hub_headers(hub, Resource::Participants, caller.source, caller.reply());
     let endpoint = endpoint_type("PARTICIPANT", "PUT", key);
     if !hub.send_callback(
+        Origin::Hub,
         caller.source,
         &endpoint,
         &variables(key),
@@ -477,6 +480,7 @@ async fn register_batch(
     let request_id = request.request_id.to_string();
     let vars = [("requestId", request_id.as_str())];
     if !hub.send_callback(
+        Origin::Hub,
         caller.source,
         "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
         &vars,
@@ -552,6 +556,7 @@ fn forward_get_party(
     }
     let endpoint = endpoint_type("PARTIES", "GET", key);
     if hub.send_callback(
+        Origin::Forwarded,
         holder,
         &endpoint,
         &variables(key),
@@ -630,6 +635,7 @@ fn route_party_answer(
     };
     let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
     if !hub.send_callback(
+        Origin::Forwarded,
         destination,
         &endpoint,
         &variables(&key),
