@@ -299,8 +299,9 @@ pub(crate) async fn verify_signature(
         }
     }
     let refuse = |why: String| {
-        tracing::debug!(source = %source, %why, "FSPIOP-Signature refused");
-        HubError::new(INVALID_SIGNATURE, format!("Invalid signature - {why}")).into_response()
+        let description = format!("Invalid signature - {why}");
+        hub.refuse(crate::refused::Class::Jws, &source, &description);
+        HubError::new(INVALID_SIGNATURE, description).into_response()
     };
     let Some(key) = hub.jws_keys.as_ref().and_then(|keys| keys.get(&source)) else {
         return refuse(format!("no JWS public key for {source}"));

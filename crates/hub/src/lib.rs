@@ -245,11 +245,13 @@ impl Hub {
 
     /// Queues a callback to `destination`'s `endpoint_type` endpoint, with
     /// the URL template's `{{name}}`s filled from `variables`; `probe`, if
-    /// any, times the delivery (see [`stages`]). False (and nothing queued)
+    /// any, times the delivery (see [`stages`]). `origin` says who wrote
+    /// the message (the hub signs only its own). False (and nothing queued)
     /// when the DFSP registered no such endpoint.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_callback(
         &self,
+        origin: notify::Origin,
         destination: FspName,
         endpoint_type: &str,
         variables: &[(&str, &str)],
@@ -259,6 +261,7 @@ impl Hub {
         probe: Option<stages::CallbackProbe>,
     ) -> bool {
         self.send_callback_tracked(
+            origin,
             destination,
             endpoint_type,
             variables,
@@ -275,6 +278,7 @@ impl Hub {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_callback_tracked(
         &self,
+        origin: notify::Origin,
         destination: FspName,
         endpoint_type: &str,
         variables: &[(&str, &str)],
@@ -291,6 +295,7 @@ impl Hub {
         self.dispatcher.send_tracked(
             notify::Callback {
                 destination,
+                origin,
                 method,
                 url,
                 headers,
@@ -526,6 +531,12 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
     } else {
         fspiop
     };
+    // Whatever the identity policy: the hub is a participant, so without
+    // this `known_source` would let a DFSP speak as the hub.
+    let reserved = hub.clone();
+    let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
+        refuse_hub_source(reserved.clone(), request, next)
+    }));
     // Outermost: every layer above reads a header's first value, so one
     // sent twice is refused before any of them runs.
     let door = hub.clone();
@@ -533,6 +544,48 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         door::check(door.clone(), request, next)
     }));
     guarded(fspiop, &hub, "fspiop")
+}
+
+/// Refuses a request whose FSPIOP-Source (any of them) is the hub's own
+/// name: only the hub originates messages as the hub, and a DFSP that
+/// could send as the hub could make its messages look like the scheme's
+/// (a forged 'from the hub' error or state callback, a lookup answered as
+/// the hub). 400 with 3100, before anything is read or changed.
+async fn refuse_hub_source(
+    hub: Arc<Hub>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let hub_name = hub.config.hub_name.as_str().as_bytes();
+    let claims_hub = request
+        .headers()
+        .get_all("fspiop-source")
+        .iter()
+        .any(|value| value.as_bytes().trim_ascii() == hub_name);
+    if !claims_hub {
+        return next.run(request).await;
+    }
+    let route = format!("{} {}", request.method(), request.uri().path());
+    hub.refuse(
+        refused::Class::HubSource,
+        hub.config.hub_name.as_str(),
+        &format!("FSPIOP-Source is the hub's name on {route}"),
+    );
+    hub_name_reserved(&hub).into_response()
+}
+
+/// 400 (3100): FSPIOP-Source, or the client's identity, is the hub's name.
+fn hub_name_reserved(hub: &Hub) -> Response {
+    let mut response = HubError::new(
+        ErrorCode::GENERIC_VALIDATION_ERROR,
+        format!(
+            "Generic validation error - '{}' is the hub's own name, reserved for messages the hub originates",
+            hub.config.hub_name
+        ),
+    )
+    .into_response();
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response
 }
 
 /// Refuses, at once, a request from an FSPIOP-Source that is not a
@@ -586,9 +639,25 @@ async fn bind_source(
     };
     let connection = request.extensions().get::<tls::Connection>();
     let certificate = connection.and_then(|c| c.certificate.as_deref());
-    let refusal = match tls::identities(&hub.config.identity, connection, request.headers()) {
-        Ok(names) if pins::may_act_as(&names, certificate, &hub.pins, &source) => {
+    let hub_name = hub.config.hub_name.as_str();
+    let refusal = match tls::identities(
+        &hub.config.identity,
+        connection,
+        request.headers(),
+        hub_name,
+    ) {
+        Ok(names) if pins::may_act_as(&names, certificate, &hub.pins, &source, hub_name) => {
             return next.run(request).await
+        }
+        Err(refusal) if refusal.names_hub => {
+            // A DFSP holding a certificate (or a gateway vouching for a
+            // name) that is the hub's: refused whatever it claims.
+            hub.refuse(
+                refused::Class::HubSource,
+                &source,
+                &format!("the client's identity names the hub ({})", refusal.reason),
+            );
+            return hub_name_reserved(&hub);
         }
         Ok(names) => {
             hub.note_refused_source(
@@ -596,9 +665,7 @@ async fn bind_source(
                 &names.join(","),
                 "FSPIOP-Source is not the client's identity",
             );
-            tls::Refusal {
-                reason: "FSPIOP-Source is not the client's identity",
-            }
+            tls::Refusal::new("FSPIOP-Source is not the client's identity")
         }
         Err(refusal) => {
             hub.note_refused_source(&source, "", refusal.reason);

@@ -152,11 +152,20 @@ enum JournalOp {
     Flush(std::sync::mpsc::Sender<()>),
 }
 
+/// Who wrote a callback's message: the hub signs only its own (see
+/// [`CallbackOrigin`]), decided where the callback is built.
+pub use store::delivery::CallbackOrigin as Origin;
+
 /// One callback to deliver.
 #[derive(Clone)]
 pub struct Callback {
     /// The DFSP the callback is for: the key of its queue and its statistics.
     pub destination: String,
+    /// Set by the code that built the message, never inferred from its
+    /// headers: a [`Origin::Hub`] callback loses any inherited
+    /// FSPIOP-Signature and is signed by the hub (with a signer); a
+    /// [`Origin::Forwarded`] one is sent with its own signature, or none.
+    pub origin: Origin,
     pub method: Method,
     /// Absolute `http://` or `https://` URL.
     pub url: String,
@@ -173,6 +182,7 @@ impl fmt::Debug for Callback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Callback")
             .field("destination", &self.destination)
+            .field("origin", &self.origin)
             .field("method", &self.method)
             .field("url", &self.url)
             .field("headers", &self.headers.len())
@@ -202,17 +212,18 @@ pub struct DispatcherConfig {
     /// TLS of `https://` callbacks (roots, and the hub's client certificate
     /// for DFSPs that require mutual TLS); `None`: the system's roots.
     pub tls: Option<Arc<rustls::ClientConfig>>,
-    /// Signs the callbacks the hub originates (FSPIOP-Source = the hub);
-    /// none: nothing is signed, and nothing costs.
+    /// Signs the callbacks the hub originates ([`Origin::Hub`]); none:
+    /// nothing is signed, and nothing costs.
     pub signer: Option<CallbackSigner>,
     /// How long a tracked callback of a finished transfer (or a re-sent
     /// dead letter) is retried before it becomes a dead letter.
     pub final_retry_for: Duration,
 }
 
-/// The hub's FSPIOP-Signature on the callbacks it originates: those whose
-/// FSPIOP-Source is `source` (Mojaloop's `FSPIOP_SOURCE_TO_SIGN`).
-/// Forwarded DFSP messages keep their own bytes and signature.
+/// The hub's FSPIOP-Signature on the callbacks it originates
+/// ([`Origin::Hub`]; Mojaloop decides by FSPIOP-Source, `FSPIOP_SOURCE_TO_SIGN`,
+/// which a DFSP's forwarded message could claim). Forwarded DFSP messages
+/// keep their own bytes and signature.
 #[derive(Clone, Debug)]
 pub struct CallbackSigner {
     pub key: Arc<crate::jws::SigningKey>,
@@ -325,6 +336,7 @@ struct Job {
     /// before the first attempt (on the runtime, never on the caller's
     /// thread, which may be the store's).
     sign: bool,
+    origin: Origin,
     tracking: Option<Tracking>,
     /// Wall-clock deadline of a tracked callback's retries.
     retry_until_ms: i64,
@@ -524,6 +536,7 @@ impl Dispatcher {
                     let letter = dead_letter_of(
                         inner,
                         &destination.name,
+                        callback.origin,
                         &callback.method,
                         &callback.url,
                         &callback.headers,
@@ -548,6 +561,7 @@ impl Dispatcher {
             }
         };
         let Callback {
+            origin,
             method,
             mut headers,
             body,
@@ -555,17 +569,17 @@ impl Dispatcher {
         } = callback;
         strip_connection_headers(&mut headers);
         set_fspiop_target(&mut headers, &method, &uri);
-        let sign = match &inner.config.signer {
-            Some(signer)
-                if headers
-                    .get("fspiop-source")
-                    .is_some_and(|source| source.as_bytes() == signer.source.as_bytes()) =>
-            {
-                // A hub-originated callback carries only the hub's signature.
+        let sign = match origin {
+            // A hub-originated callback carries only the hub's signature
+            // (the body it repeats may be a DFSP's, signed for another
+            // message).
+            Origin::Hub => {
                 headers.remove("fspiop-signature");
-                !body.is_empty()
+                inner.config.signer.is_some() && !body.is_empty()
             }
-            _ => false,
+            // A DFSP's message keeps its own signature, or none: never the
+            // hub's, whatever its headers claim.
+            Origin::Forwarded => false,
         };
         let retry_until_ms = match &tracking {
             Some(Tracking {
@@ -583,6 +597,7 @@ impl Dispatcher {
             body,
             probe,
             sign,
+            origin,
             tracking,
             retry_until_ms,
         };
@@ -628,6 +643,7 @@ impl Dispatcher {
                         let letter = dead_letter_of(
                             inner,
                             &destination.name,
+                            job.origin,
                             &job.method,
                             &job.uri.to_string(),
                             &job.headers,
@@ -782,6 +798,7 @@ impl Dispatcher {
             }
             let callback = Callback {
                 destination: letter.destination.clone(),
+                origin: letter.origin,
                 method: Method::from_bytes(letter.method.as_bytes()).unwrap_or(Method::PUT),
                 url: letter.url.clone(),
                 headers,
@@ -942,6 +959,7 @@ fn run_journal(
 fn dead_letter_of(
     inner: &Inner,
     destination: &str,
+    origin: Origin,
     method: &Method,
     url: &str,
     headers: &HeaderMap,
@@ -959,9 +977,11 @@ fn dead_letter_of(
         transfer_id: tracking.transfer_id.clone(),
         method: method.to_string(),
         url: url.to_owned(),
+        // The hub's own signature is made again at the re-send; a DFSP's
+        // is kept, as it cannot be.
         headers: headers
             .iter()
-            .filter(|(name, _)| name.as_str() != "fspiop-signature")
+            .filter(|(name, _)| origin == Origin::Forwarded || name.as_str() != "fspiop-signature")
             .filter_map(|(name, value)| {
                 value
                     .to_str()
@@ -973,6 +993,7 @@ fn dead_letter_of(
         failed_at_ms: crate::now_ms(),
         attempts,
         reason,
+        origin,
     })
 }
 
@@ -1125,6 +1146,7 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 let letter = dead_letter_of(
                     &inner,
                     &destination.name,
+                    job.origin,
                     &job.method,
                     &job.uri.to_string(),
                     &job.headers,
@@ -1659,6 +1681,7 @@ mod tests {
         );
         Callback {
             destination: destination.to_owned(),
+            origin: Origin::Forwarded,
             method: Method::PUT,
             url,
             headers,
@@ -1842,6 +1865,7 @@ mod tests {
         });
         let body: &'static [u8] = b"{\"transferState\":\"COMMITTED\"}";
         let mut own = callback("payeefsp", server.url("/base/transfers/1"), body);
+        own.origin = Origin::Hub;
         own.headers
             .insert("fspiop-source", HeaderValue::from_static("Hub"));
         own.headers
@@ -1860,8 +1884,23 @@ mod tests {
         forwarded
             .headers
             .insert("fspiop-signature", HeaderValue::from_static("the payer's"));
+        // Forwarded messages whose headers claim the hub: the header is
+        // not what decides.
+        let mut posing = callback("payeefsp", server.url("/transfers/2"), body);
+        posing
+            .headers
+            .insert("fspiop-source", HeaderValue::from_static("Hub"));
+        posing
+            .headers
+            .insert("fspiop-signature", HeaderValue::from_static("the DFSP's"));
+        let mut posing_unsigned = callback("payeefsp", server.url("/transfers/3"), body);
+        posing_unsigned
+            .headers
+            .insert("fspiop-source", HeaderValue::from_static("Hub"));
         dispatcher.send(own);
         dispatcher.send(forwarded);
+        dispatcher.send(posing);
+        dispatcher.send(posing_unsigned);
 
         let got = server.next(Duration::from_secs(2)).await;
         let signature = got.header("fspiop-signature").unwrap().to_string();
@@ -1877,7 +1916,46 @@ mod tests {
         let got = server.next(Duration::from_secs(2)).await;
         assert_eq!(got.header("fspiop-signature"), Some("the payer's"));
         assert_eq!(got.body, body);
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.header("fspiop-signature"), Some("the DFSP's"));
+        let got = server.next(Duration::from_secs(2)).await;
+        assert_eq!(got.header("fspiop-signature"), None);
         dispatcher.shutdown(Duration::from_secs(2)).await;
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_a_forwarded_signature_and_drops_the_hubs() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _entered = runtime.enter();
+        let dispatcher = Dispatcher::new(fast_config());
+        let mut headers = HeaderMap::new();
+        headers.insert("fspiop-signature", HeaderValue::from_static("signed"));
+        let letter = |origin| {
+            dead_letter_of(
+                &dispatcher.inner,
+                "payeefsp",
+                origin,
+                &Method::PUT,
+                "http://p/transfers/1",
+                &headers,
+                &Bytes::from_static(b"{}"),
+                &Tracking::default(),
+                1,
+                "503".into(),
+            )
+        };
+        let forwarded = letter(Origin::Forwarded);
+        assert_eq!(forwarded.origin, Origin::Forwarded);
+        assert_eq!(
+            forwarded.headers,
+            vec![("fspiop-signature".to_string(), "signed".to_string())]
+        );
+        let own = letter(Origin::Hub);
+        assert_eq!(own.origin, Origin::Hub);
+        assert!(own.headers.is_empty());
     }
 
     #[tokio::test]

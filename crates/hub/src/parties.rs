@@ -19,6 +19,7 @@ use fspiop::Resource;
 use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
 
 use crate::answers;
+use crate::notify::Origin;
 use crate::oracles::Resolution;
 use crate::wire::{
     check_headers, forwarded_headers as forwarded, hub_headers, Caller, Reply, Shape,
@@ -236,6 +237,7 @@ impl Hub {
         let headers = hub_headers(self, api.resource(), destination, reply);
         let endpoint = endpoint_type(api.endpoint_base(), "PUT_ERROR", key);
         if !self.send_callback(
+            Origin::Hub,
             destination,
             &endpoint,
             &variables(key),
@@ -280,6 +282,7 @@ fn send_participant_put(hub: &Hub, caller: &Caller, key: &PartyKey, body: Bytes)
     let headers = hub_headers(hub, Resource::Participants, caller.source, caller.reply());
     let endpoint = endpoint_type("PARTICIPANT", "PUT", key);
     if !hub.send_callback(
+        Origin::Hub,
         caller.source,
         &endpoint,
         &variables(key),
@@ -466,6 +469,7 @@ async fn register_batch(
     let request_id = request.request_id.to_string();
     let vars = [("requestId", request_id.as_str())];
     if !hub.send_callback(
+        Origin::Hub,
         caller.source,
         "FSPIOP_CALLBACK_URL_PARTICIPANT_BATCH_PUT",
         &vars,
@@ -549,6 +553,7 @@ fn forward_get_party(
     let question = answer_key(key);
     hub.await_answer(&question, caller.source, holder)?;
     if !hub.send_callback(
+        Origin::Forwarded,
         holder,
         &endpoint,
         &variables(key),
@@ -636,6 +641,7 @@ fn route_party_answer(
     let destination = hub.answer_route(&answer_key(&key), caller.source, named)?;
     let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
     if !hub.send_callback(
+        Origin::Forwarded,
         destination,
         &endpoint,
         &variables(&key),

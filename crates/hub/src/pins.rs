@@ -56,13 +56,19 @@ impl Pins {
 }
 
 /// Whether a client may send as `source`: one of the names its identity
-/// gave, or a certificate pinned to `source`.
+/// gave, or a certificate pinned to `source`. Never as the hub (`hub`: its
+/// name), whatever the names or a pin say: a pin to the hub's name (one
+/// kept from before such pins were refused) lends nobody the hub's voice.
 pub fn may_act_as(
     names: &[String],
     certificate: Option<&crate::tls::ClientIdentity>,
     pins: &Pins,
     source: &str,
+    hub: &str,
 ) -> bool {
+    if source == hub {
+        return false;
+    }
     names.iter().any(|name| name == source)
         || certificate
             .and_then(|identity| pins.holder(&identity.fingerprint))
@@ -176,6 +182,11 @@ async fn pin(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let name = fsp_name(&name)?;
+    if name == hub.config.hub_name {
+        return Err(invalid(format!(
+            "'{name}' is the hub: no client certificate may act as the hub"
+        )));
+    }
     let body: Value = serde_json::from_slice(&body).map_err(|error| {
         HubError::new(
             ErrorCode::MALFORMED_SYNTAX,
@@ -254,42 +265,82 @@ mod tests {
             &gateway.names,
             Some(&gateway),
             &pins,
-            "payerfsp"
+            "payerfsp",
+            "Hub"
         ));
         assert!(may_act_as(
             &gateway.names,
             Some(&gateway),
             &pins,
-            "shared-gateway"
+            "shared-gateway",
+            "Hub"
         ));
         pins.replace(&[view]);
         assert!(may_act_as(
             &gateway.names,
             Some(&gateway),
             &pins,
-            "payerfsp"
+            "payerfsp",
+            "Hub"
         ));
         assert!(may_act_as(
             &gateway.names,
             Some(&gateway),
             &pins,
-            "shared-gateway"
+            "shared-gateway",
+            "Hub"
         ));
         assert!(!may_act_as(
             &gateway.names,
             Some(&gateway),
             &pins,
-            "payeefsp"
+            "payeefsp",
+            "Hub"
         ));
-        assert!(!may_act_as(&other.names, Some(&other), &pins, "payerfsp"));
+        assert!(!may_act_as(
+            &other.names,
+            Some(&other),
+            &pins,
+            "payerfsp",
+            "Hub"
+        ));
         // A gateway's header identity (no certificate) is not helped by pins.
-        assert!(!may_act_as(&["x".to_string()], None, &pins, "payerfsp"));
+        assert!(!may_act_as(
+            &["x".to_string()],
+            None,
+            &pins,
+            "payerfsp",
+            "Hub"
+        ));
         pins.replace(&[]);
         assert!(!may_act_as(
             &gateway.names,
             Some(&gateway),
             &pins,
-            "payerfsp"
+            "payerfsp",
+            "Hub"
+        ));
+        // A pin to the hub's name (or a certificate named after it) never
+        // lends the hub's voice.
+        let (named_hub, _) = certificate("Hub");
+        pins.replace(&[PinView {
+            fingerprint: pem_fingerprint(&pem).unwrap(),
+            fsp: FspName::new("Hub").unwrap(),
+            pinned_at_ms: 1,
+        }]);
+        assert!(!may_act_as(
+            &gateway.names,
+            Some(&gateway),
+            &pins,
+            "Hub",
+            "Hub"
+        ));
+        assert!(!may_act_as(
+            &named_hub.names,
+            Some(&named_hub),
+            &pins,
+            "Hub",
+            "Hub"
         ));
     }
 

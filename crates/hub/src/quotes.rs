@@ -119,8 +119,11 @@ async fn post_quote(
                         Target::Item(&quote_id)
                     };
                     let headers = QUOTES.hub_headers(&hub, caller.source, caller.reply());
+                    // The known answer again, from the hub (the payee's
+                    // signature was over its own message, not this one).
                     QUOTES.send(
                         &hub,
+                        crate::notify::Origin::Hub,
                         caller.source,
                         target,
                         Method::PUT,

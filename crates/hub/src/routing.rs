@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, Method};
 use fspiop::Resource;
 use ledger::{ErrorCode, FspName};
 
-use crate::notify::Callback;
+use crate::notify::{Callback, Origin};
 use crate::wire::{Caller, Reply};
 use crate::{Hub, HubError};
 
@@ -71,11 +71,14 @@ impl Service {
         url
     }
 
-    /// Queues `method` to `target` under `participant`'s base URL; false
-    /// (and nothing sent) when the participant has no such endpoint.
+    /// Queues `method` to `target` under `participant`'s base URL, a
+    /// message of `origin`; false (and nothing sent) when the participant
+    /// has no such endpoint.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
         &self,
         hub: &Hub,
+        origin: Origin,
         participant: FspName,
         target: Target<'_>,
         method: Method,
@@ -87,6 +90,7 @@ impl Service {
         };
         hub.dispatcher.send(Callback {
             destination: participant.to_string(),
+            origin,
             method,
             url: self.url(&base, target),
             headers,
@@ -113,6 +117,7 @@ impl Service {
         let headers = self.hub_headers(hub, caller.source, caller.reply());
         if !self.send(
             hub,
+            Origin::Hub,
             caller.source,
             Target::Error(id),
             Method::PUT,
@@ -137,7 +142,16 @@ impl Service {
             headers,
             body,
         } = route;
-        if self.send(hub, destination, target, method, headers, body) {
+        // The sender's request, passed on as it came.
+        if self.send(
+            hub,
+            Origin::Forwarded,
+            destination,
+            target,
+            method,
+            headers,
+            body,
+        ) {
             return true;
         }
         let endpoint_type = self.endpoint_type;

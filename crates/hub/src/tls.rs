@@ -355,6 +355,17 @@ impl IdentityPolicy {
 #[derive(Debug)]
 pub struct Refusal {
     pub reason: &'static str,
+    /// The identity is the hub's own name: no DFSP may hold it.
+    pub names_hub: bool,
+}
+
+impl Refusal {
+    pub(crate) fn new(reason: &'static str) -> Refusal {
+        Refusal {
+            reason,
+            names_hub: false,
+        }
+    }
 }
 
 impl IntoResponse for Refusal {
@@ -370,15 +381,34 @@ impl IntoResponse for Refusal {
 }
 
 /// The identities a request may act as, or why it has none.
+///
+/// An identity that names the hub (`hub`: its name) is refused: the hub's
+/// name is the hub's alone, and a certificate or a gateway's word that
+/// carries it (issued by mistake, or to a DFSP that should not have it)
+/// must not let a DFSP act as the hub, or as anyone else.
 pub fn identities(
+    policy: &IdentityPolicy,
+    connection: Option<&Connection>,
+    headers: &axum::http::HeaderMap,
+    hub: &str,
+) -> Result<Vec<String>, Refusal> {
+    let names = claimed_identities(policy, connection, headers)?;
+    if names.iter().any(|name| name == hub) {
+        return Err(Refusal {
+            reason: "the client's identity is the hub's name",
+            names_hub: true,
+        });
+    }
+    Ok(names)
+}
+
+fn claimed_identities(
     policy: &IdentityPolicy,
     connection: Option<&Connection>,
     headers: &axum::http::HeaderMap,
 ) -> Result<Vec<String>, Refusal> {
     let Some(connection) = connection else {
-        return Err(Refusal {
-            reason: "no connection information",
-        });
+        return Err(Refusal::new("no connection information"));
     };
     if let Some(proxy) = &policy.proxy {
         let mut values = headers.get_all(&proxy.header).iter();
@@ -386,9 +416,7 @@ pub fn identities(
         // The door refuses this first (counted as a repeated header); kept
         // here so no caller of this function can believe one of two names.
         if values.next().is_some() {
-            return Err(Refusal {
-                reason: "the identity header appears more than once",
-            });
+            return Err(Refusal::new("the identity header appears more than once"));
         }
         let trusted = proxy
             .trusted
@@ -399,14 +427,12 @@ pub fn identities(
                 return value
                     .to_str()
                     .map(|v| vec![v.trim().to_string()])
-                    .map_err(|_| Refusal {
-                        reason: "the gateway's identity header is not text",
-                    })
+                    .map_err(|_| Refusal::new("the gateway's identity header is not text"))
             }
             (Some(_), false) => {
-                return Err(Refusal {
-                    reason: "an identity header from an address that is not a trusted proxy",
-                })
+                return Err(Refusal::new(
+                    "an identity header from an address that is not a trusted proxy",
+                ))
             }
             (None, _) => {}
         }
@@ -416,9 +442,7 @@ pub fn identities(
             return Ok(certificate.names.clone());
         }
     }
-    Err(Refusal {
-        reason: "the client is not authenticated",
-    })
+    Err(Refusal::new("the client is not authenticated"))
 }
 
 #[cfg(test)]

@@ -18,11 +18,11 @@ use ledger::{
 };
 use store::StoredTransfer;
 
-use crate::notify::Tracking;
+use crate::notify::{Origin, Tracking};
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::transfer_stats::FailurePhase;
 use crate::wire::{check_headers, forwarded_headers, Reply, Shape};
-use crate::{Hub, HubError};
+use crate::{refused, Hub, HubError};
 
 const TRANSFER_POST: &str = "FSPIOP_CALLBACK_URL_TRANSFER_POST";
 const TRANSFER_PUT: &str = "FSPIOP_CALLBACK_URL_TRANSFER_PUT";
@@ -68,6 +68,7 @@ impl Hub {
     #[allow(clippy::too_many_arguments)]
     fn call_back(
         &self,
+        origin: Origin,
         destination: FspName,
         endpoint_type: &str,
         transfer_id: TransferId,
@@ -79,6 +80,7 @@ impl Hub {
     ) {
         let id = transfer_id.to_string();
         if !self.send_callback_tracked(
+            origin,
             destination,
             endpoint_type,
             &[("transferId", id.as_str())],
@@ -105,6 +107,7 @@ impl Hub {
         let body = fspiop::error_body(code, description);
         let headers = hub_headers(self, destination, reply);
         self.call_back(
+            Origin::Hub,
             destination,
             TRANSFER_ERROR,
             transfer_id,
@@ -113,6 +116,33 @@ impl Hub {
             Bytes::from(body),
             None,
             tracking,
+        );
+    }
+
+    /// A refused message, told to its sender; one from a DFSP that is not
+    /// the party the message needs (a third DFSP reaching for another's
+    /// transfer) is also counted as such.
+    fn send_rejection(
+        &self,
+        caller: &crate::wire::Caller,
+        transfer_id: TransferId,
+        error: &Rejection,
+    ) {
+        let description = described(error);
+        if error.not_party {
+            self.refuse(
+                refused::Class::NotParty,
+                caller.source.as_str(),
+                &description,
+            );
+        }
+        self.send_error(
+            caller.source,
+            transfer_id,
+            error.code,
+            &description,
+            caller.reply(),
+            None,
         );
     }
 
@@ -173,6 +203,7 @@ impl Hub {
         );
         let headers = hub_headers(self, destination, reply);
         self.call_back(
+            Origin::Hub,
             destination,
             TRANSFER_PUT,
             view.transfer_id,
@@ -249,6 +280,9 @@ impl Hub {
             };
             match (view.state, finish) {
                 (TransferState::Reserved, None) if view.expiration_ms > now_ms => {
+                    // The payer's message, rebuilt: it stays the payer's
+                    // (FSPIOP-Source the payer), so the hub does not sign
+                    // it, and its own signature is lost with its bytes.
                     let body = rebuilt_prepare(view, condition);
                     let mut headers = hub_headers(self, view.payee, reply);
                     if let Ok(payer) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
@@ -260,6 +294,7 @@ impl Hub {
                         headers.insert("accept", accept);
                     }
                     self.call_back(
+                        Origin::Forwarded,
                         view.payee,
                         TRANSFER_POST,
                         view.transfer_id,
@@ -378,10 +413,10 @@ fn stored_finish_outcome(
         );
     }
     if view.payee != caller {
-        return refused(
+        return Outcome::Rejected(Rejection::not_party(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!("'{caller}' is not the payee of transfer {id}"),
-        );
+        ));
     }
     match stored.finish {
         Some((finished_by, hash)) if finished_by == kind && hash == request_hash => {
@@ -458,13 +493,40 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let mut prepare = parsed.to_prepare();
     prepare.wire_version = caller.version.packed();
     if prepare.payer != caller.source {
+        let description = format!(
+            "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
+            caller.source, prepare.payer
+        );
+        hub.refuse(
+            refused::Class::NotParty,
+            caller.source.as_str(),
+            &description,
+        );
         return Err(HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!(
-                "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
-                caller.source, prepare.payer
-            ),
+            description,
         ));
+    }
+    // The header routes, the body commits: were they to disagree, the
+    // payer's signed body would name one payee while the message went to
+    // another. Refused before anything is reserved. (A prepare without
+    // FSPIOP-Destination is routed by payeeFsp, as Mojaloop allows.)
+    if let Some(destination) = caller.destination {
+        if destination != prepare.payee {
+            let description = format!(
+                "Generic validation error - FSPIOP-Destination '{destination}' does not match payeeFsp '{}'",
+                prepare.payee
+            );
+            hub.refuse(
+                refused::Class::NotParty,
+                caller.source.as_str(),
+                &description,
+            );
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                description,
+            ));
+        }
     }
     let transfer_id = prepare.transfer_id;
     // A payee the hub knows but cannot reach would hold the payer's funds
@@ -538,6 +600,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             hub.metrics.transfers.record_prepared(view.payer);
             let forwarded = forwarded_headers(headers, true);
             hub.call_back(
+                Origin::Forwarded,
                 view.payee,
                 TRANSFER_POST,
                 transfer_id,
@@ -551,14 +614,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         Outcome::Failed { transfer, error } => {
             hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
         }
-        Outcome::Rejected(error) => hub.send_error(
-            caller.source,
-            transfer_id,
-            error.code,
-            &described(&error),
-            caller.reply(),
-            None,
-        ),
+        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
         Outcome::Duplicate(view) if view.state.is_final() => {
@@ -650,6 +706,7 @@ async fn fulfil(
                 );
                 let headers = hub_headers(&hub, view.payee, caller.reply());
                 hub.call_back(
+                    Origin::Hub,
                     view.payee,
                     TRANSFER_PUT,
                     transfer_id,
@@ -662,6 +719,7 @@ async fn fulfil(
             } else {
                 let forwarded = forwarded_headers(headers, false);
                 hub.call_back(
+                    Origin::Forwarded,
                     view.payer,
                     TRANSFER_PUT,
                     transfer_id,
@@ -675,6 +733,7 @@ async fn fulfil(
                 // same body, but from the hub, not the payee's own headers.
                 let confirmation = hub_headers(&hub, view.payee, caller.reply());
                 hub.call_back(
+                    Origin::Hub,
                     view.payee,
                     TRANSFER_PUT,
                     transfer_id,
@@ -698,6 +757,7 @@ async fn fulfil(
                 );
                 let headers = hub_headers(&hub, transfer.payee, caller.reply());
                 hub.call_back(
+                    Origin::Hub,
                     transfer.payee,
                     TRANSFER_PUT,
                     transfer_id,
@@ -718,14 +778,7 @@ async fn fulfil(
                 );
             }
         }
-        Outcome::Rejected(error) => hub.send_error(
-            caller.source,
-            transfer_id,
-            error.code,
-            &described(&error),
-            caller.reply(),
-            None,
-        ),
+        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         Outcome::Duplicate(view) => {
             hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
@@ -773,6 +826,7 @@ async fn abort(
             );
             let forwarded = forwarded_headers(headers, false);
             hub.call_back(
+                Origin::Forwarded,
                 view.payer,
                 TRANSFER_ERROR,
                 transfer_id,
@@ -783,14 +837,7 @@ async fn abort(
                 final_state(&view),
             );
         }
-        Outcome::Rejected(error) => hub.send_error(
-            caller.source,
-            transfer_id,
-            error.code,
-            &described(&error),
-            caller.reply(),
-            None,
-        ),
+        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         Outcome::Duplicate(view) => {
             hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
@@ -822,7 +869,7 @@ async fn get_transfer(
             let view = stored.view;
             outcome = match caller.source == view.payer || caller.source == view.payee {
                 true => Outcome::Transfer(view),
-                false => Outcome::Rejected(Rejection::new(
+                false => Outcome::Rejected(Rejection::not_party(
                     ErrorCode::GENERIC_CLIENT_ERROR,
                     format!(
                         "'{}' is neither the payer nor the payee of transfer {transfer_id}",
@@ -834,14 +881,7 @@ async fn get_transfer(
     }
     match outcome {
         Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
-        Outcome::Rejected(error) => hub.send_error(
-            caller.source,
-            transfer_id,
-            error.code,
-            &described(&error),
-            caller.reply(),
-            None,
-        ),
+        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         other => return Err(HubError::from_outcome(other)),
     }
     Ok(StatusCode::ACCEPTED.into_response())

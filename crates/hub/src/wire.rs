@@ -12,6 +12,8 @@ use crate::{Hub, HubError};
 /// What the headers of a request said.
 pub struct Caller {
     pub source: FspName,
+    /// FSPIOP-Destination, when the request named one.
+    pub destination: Option<FspName>,
     /// The version to answer in: the highest the request's Accept allows,
     /// or, on a callback without Accept, the version of its own body.
     pub version: fspiop::Version,
@@ -81,6 +83,7 @@ pub fn check_headers(
     .check(resource, shape != Shape::Put)?;
     Ok(Caller {
         source: checked.source,
+        destination: checked.destination,
         version: checked.accept_version.unwrap_or(checked.content_version),
         content_version: checked.content_version,
         trace: headers

@@ -50,6 +50,7 @@ fn dead_letter() -> DeadLetterRow {
         failed_at_ms: 1_700_000_000_000,
         attempts: 5,
         reason: "503 Service Unavailable".into(),
+        origin: store::delivery::CallbackOrigin::Hub,
     }
 }
 

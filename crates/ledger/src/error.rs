@@ -66,6 +66,10 @@ impl fmt::Display for ErrorCode {
 pub struct Rejection {
     pub code: ErrorCode,
     pub description: String,
+    /// The caller is not the party the command needs (not the payee of a
+    /// fulfil or abort, neither payer nor payee of a read): a DFSP reaching
+    /// for another's transfer, which the hub counts as such.
+    pub not_party: bool,
 }
 
 impl Rejection {
@@ -73,6 +77,15 @@ impl Rejection {
         Rejection {
             code,
             description: description.into(),
+            not_party: false,
+        }
+    }
+
+    /// A refusal because the caller is not a party the command needs.
+    pub fn not_party(code: ErrorCode, description: impl Into<String>) -> Rejection {
+        Rejection {
+            not_party: true,
+            ..Rejection::new(code, description)
         }
     }
 }

@@ -1537,9 +1537,10 @@ impl Ledger {
             .participant(self.account(transfer.credit).participant)
             .name;
         if payee != caller {
-            return Err(validation(format!(
-                "'{caller}' is not the payee of transfer {transfer_id}"
-            )));
+            return Err(Rejection::not_party(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("'{caller}' is not the payee of transfer {transfer_id}"),
+            ));
         }
         Ok(transfer)
     }
@@ -1639,7 +1640,7 @@ impl Ledger {
     fn get_transfer(&self, transfer_id: TransferId, caller: FspName) -> Result<Outcome, Rejection> {
         let view = self.read_transfer(transfer_id)?;
         if caller != view.payer && caller != view.payee {
-            return Err(Rejection::new(
+            return Err(Rejection::not_party(
                 ErrorCode::GENERIC_CLIENT_ERROR,
                 format!("'{caller}' is neither the payer nor the payee of transfer {transfer_id}"),
             ));

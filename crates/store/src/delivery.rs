@@ -35,9 +35,48 @@ CREATE TABLE IF NOT EXISTS dead_letters (
     body         BLOB    NOT NULL,
     failed_at_ms INTEGER NOT NULL,
     attempts     INTEGER NOT NULL,
-    reason       TEXT    NOT NULL
+    reason       TEXT    NOT NULL,
+    origin       TEXT               -- 'hub', 'forwarded'; NULL: written before origins were kept
 ) STRICT;
 ";
+
+/// Adds `origin` to a `dead_letters` created before it existed (its rows
+/// keep NULL, read as [`CallbackOrigin::Forwarded`]).
+const ADD_ORIGIN: &str = "ALTER TABLE dead_letters ADD COLUMN origin TEXT";
+
+/// Who wrote a callback's message, which decides whether the hub signs it
+/// (FSPIOP JWS): set by the code path that built the callback, never read
+/// from its headers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallbackOrigin {
+    /// Built by the hub (a state, an error, a notification): its
+    /// FSPIOP-Source is the hub, any inherited signature is dropped and the
+    /// hub signs it.
+    Hub,
+    /// A DFSP's message passed on: its bytes and its own FSPIOP-Signature
+    /// (or none) travel as they came; the hub never signs it.
+    Forwarded,
+}
+
+impl CallbackOrigin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallbackOrigin::Hub => "hub",
+            CallbackOrigin::Forwarded => "forwarded",
+        }
+    }
+
+    /// The stored value; a row without one (kept before origins were
+    /// stored, its headers then saved without any signature) is taken as
+    /// forwarded: the hub signs only what it knows it built, so an old
+    /// dead letter is re-sent unsigned rather than under the hub's name.
+    pub fn parse(stored: Option<&str>) -> CallbackOrigin {
+        match stored {
+            Some("hub") => CallbackOrigin::Hub,
+            _ => CallbackOrigin::Forwarded,
+        }
+    }
+}
 
 /// One dead letter as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +91,9 @@ pub struct DeadLetterRow {
     pub failed_at_ms: i64,
     pub attempts: u32,
     pub reason: String,
+    /// Whether the hub signs it when re-sent; `headers` keep a forwarded
+    /// message's own FSPIOP-Signature, never a hub one (re-signed).
+    pub origin: CallbackOrigin,
 }
 
 /// Where the dispatcher keeps its state: `callbacks.db` beside a SQLite
@@ -99,6 +141,12 @@ impl DeliveryDb {
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.execute_batch(SCHEMA)?;
+        let has_origin = connection
+            .prepare("SELECT 1 FROM pragma_table_info('dead_letters') WHERE name = 'origin'")?
+            .exists([])?;
+        if !has_origin {
+            connection.execute_batch(ADD_ORIGIN)?;
+        }
         Ok(DeliveryDb { connection })
     }
 }
@@ -117,7 +165,7 @@ impl Delivery for DeliveryDb {
 
     fn dead_letters(&mut self) -> Result<Vec<DeadLetterRow>, StoreError> {
         let mut statement = self.connection.prepare(
-            "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason
+            "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason, origin
              FROM dead_letters ORDER BY id",
         )?;
         let mut rows = statement.query([])?;
@@ -135,6 +183,7 @@ impl Delivery for DeliveryDb {
                 failed_at_ms: row.get(7)?,
                 attempts: row.get(8)?,
                 reason: row.get(9)?,
+                origin: CallbackOrigin::parse(row.get::<_, Option<String>>(10)?.as_deref()),
             });
         }
         Ok(letters)
@@ -158,8 +207,8 @@ impl Delivery for DeliveryDb {
             let headers = format_headers(&letter.headers);
             transaction.execute(
                 "INSERT OR REPLACE INTO dead_letters
-                    (id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    (id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason, origin)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 params![
                     letter.id as i64,
                     letter.destination,
@@ -171,6 +220,7 @@ impl Delivery for DeliveryDb {
                     letter.failed_at_ms,
                     letter.attempts,
                     letter.reason,
+                    letter.origin.as_str(),
                 ],
             )?;
         }
@@ -204,7 +254,49 @@ mod tests {
             failed_at_ms: 5,
             attempts: 3,
             reason: "503".into(),
+            origin: if id % 2 == 0 {
+                CallbackOrigin::Hub
+            } else {
+                CallbackOrigin::Forwarded
+            },
         }
+    }
+
+    #[test]
+    fn dead_letters_kept_before_origins_were_stored_are_read_as_forwarded() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // callbacks.db as an earlier kasi created it: no origin column.
+            let connection = Connection::open(dir.path().join(DELIVERY_FILE)).unwrap();
+            connection
+                .execute_batch(
+                    "CREATE TABLE dead_letters (
+                        id INTEGER PRIMARY KEY, destination TEXT NOT NULL, transfer_id TEXT,
+                        method TEXT NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
+                        body BLOB NOT NULL, failed_at_ms INTEGER NOT NULL,
+                        attempts INTEGER NOT NULL, reason TEXT NOT NULL
+                    ) STRICT;
+                    INSERT INTO dead_letters VALUES
+                        (4, 'payeefsp', 'abc', 'PUT', 'http://x/transfers/abc',
+                         'fspiop-source: Hub
+', X'7B7D', 5, 3, '503');",
+                )
+                .unwrap();
+        }
+        let mut db = DeliveryDb::open(dir.path()).unwrap();
+        let old = db.dead_letters().unwrap();
+        assert_eq!(old.len(), 1);
+        // Its FSPIOP-Source says the hub; the origin is not read from it.
+        assert_eq!(old[0].origin, CallbackOrigin::Forwarded);
+        // New rows keep theirs, beside the old one.
+        db.apply(None, &[letter(2)], &[]).unwrap();
+        drop(db);
+        let mut db = DeliveryDb::open(dir.path()).unwrap();
+        let letters = db.dead_letters().unwrap();
+        // Ordered by id: the new row (2) before the old one (4).
+        assert_eq!(letters[0], letter(2));
+        assert_eq!(letters[0].origin, CallbackOrigin::Hub);
+        assert_eq!(letters[1].origin, CallbackOrigin::Forwarded);
     }
 
     #[test]

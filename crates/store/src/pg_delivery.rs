@@ -3,7 +3,7 @@
 //! ledger's rows, so that a standby taking over knows what is owed. Writes
 //! are fenced like commits: a deposed active cannot move the watermark.
 
-use crate::delivery::{DeadLetterRow, Delivery};
+use crate::delivery::{CallbackOrigin, DeadLetterRow, Delivery};
 use crate::pg::describe_error;
 use crate::pg_worker::PgWorker;
 use crate::StoreError;
@@ -54,7 +54,7 @@ impl Delivery for PgDelivery {
 fn read_dead_letters(client: &mut postgres::Client) -> Result<Vec<DeadLetterRow>, StoreError> {
     {
         let rows = client.query(
-            "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason
+            "SELECT id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason, origin
              FROM dead_letters ORDER BY id",
             &[],
         )?;
@@ -72,6 +72,7 @@ fn read_dead_letters(client: &mut postgres::Client) -> Result<Vec<DeadLetterRow>
                     failed_at_ms: row.get(7),
                     attempts: u32::try_from(row.get::<_, i64>(8)).unwrap_or(u32::MAX),
                     reason: row.get(9),
+                    origin: CallbackOrigin::parse(row.get::<_, Option<String>>(10).as_deref()),
                 })
             })
             .collect()
@@ -108,12 +109,12 @@ fn write(
         for letter in keep {
             transaction.execute(
                 "INSERT INTO dead_letters
-                    (id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                    (id, destination, transfer_id, method, url, headers, body, failed_at_ms, attempts, reason, origin)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                  ON CONFLICT (id) DO UPDATE SET destination = excluded.destination,
                     transfer_id = excluded.transfer_id, method = excluded.method, url = excluded.url,
                     headers = excluded.headers, body = excluded.body, failed_at_ms = excluded.failed_at_ms,
-                    attempts = excluded.attempts, reason = excluded.reason",
+                    attempts = excluded.attempts, reason = excluded.reason, origin = excluded.origin",
                 &[
                     &(letter.id as i64),
                     &letter.destination,
@@ -125,6 +126,7 @@ fn write(
                     &letter.failed_at_ms,
                     &i64::from(letter.attempts),
                     &letter.reason,
+                    &letter.origin.as_str(),
                 ],
             )?;
         }

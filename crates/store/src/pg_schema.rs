@@ -7,7 +7,7 @@
 
 /// The migrations, in order: the schema version after migration `n` is
 /// `n + 1`. Never edit one that has shipped: add the next.
-pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1];
+pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
 
 /// The version this kasi writes: a database at a higher one is refused.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -18,6 +18,11 @@ pub(crate) const MIGRATION_LOCK: i64 = 0x6b61_7369_0001;
 
 /// What `kasi_meta.kind` says in a kasi store.
 pub(crate) const STORE_KIND: &str = "kasi hub store";
+
+/// Who wrote a dead letter's message ('hub', 'forwarded'), which decides
+/// whether the hub signs it when re-sent; NULL in rows kept before (read as
+/// forwarded: see `delivery::CallbackOrigin::parse`).
+const MIGRATION_2: &str = "ALTER TABLE dead_letters ADD COLUMN origin TEXT;";
 
 const MIGRATION_1: &str = "
 CREATE TABLE kasi_meta (
