@@ -566,6 +566,9 @@ async fn refuse_hub_source(
         return next.run(request).await;
     }
     let route = format!("{} {}", request.method(), request.uri().path());
+    // The older, narrower counter of refused sources, for its dashboards.
+    hub.metrics
+        .record_source_refused(&hub.participant_label(hub.config.hub_name.as_str()));
     hub.refuse(
         refused::Class::HubSource,
         hub.config.hub_name.as_str(),
@@ -579,7 +582,7 @@ fn hub_name_reserved(hub: &Hub) -> Response {
     let mut response = HubError::new(
         ErrorCode::GENERIC_VALIDATION_ERROR,
         format!(
-            "Generic validation error - '{}' is the hub's own name, reserved for messages the hub originates",
+            "Generic validation error - Invalid fspiop-source header: '{}' is the hub's own name, reserved for messages the hub originates",
             hub.config.hub_name
         ),
     )
@@ -652,6 +655,8 @@ async fn bind_source(
         Err(refusal) if refusal.names_hub => {
             // A DFSP holding a certificate (or a gateway vouching for a
             // name) that is the hub's: refused whatever it claims.
+            hub.metrics
+                .record_source_refused(&hub.participant_label(&source));
             hub.refuse(
                 refused::Class::HubSource,
                 &source,
