@@ -208,12 +208,16 @@ impl Answers {
         if shard.len >= self.shard_capacity {
             return Err(AskError::Full);
         }
-        shard.questions.entry(key.clone()).or_default().push(Question {
-            requester,
-            addressee,
-            expires_at,
-            asked_at: now,
-        });
+        shard
+            .questions
+            .entry(key.clone())
+            .or_default()
+            .push(Question {
+                requester,
+                addressee,
+                expires_at,
+                asked_at: now,
+            });
         shard.len += 1;
         shard.sweep.push_back((expires_at, key.clone()));
         Ok(())
@@ -330,7 +334,10 @@ mod tests {
             answers.answer(&key, fsp("payee"), Some(fsp("payer")), now),
             Ok(fsp("payer"))
         );
-        assert_eq!(answers.answer(&key, fsp("payee"), None, now), Ok(fsp("payer")));
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), None, now),
+            Ok(fsp("payer"))
+        );
     }
 
     #[test]
@@ -348,7 +355,9 @@ mod tests {
         );
         // Asking again opens it again.
         let later = now + Duration::from_secs(30);
-        answers.ask(&key, fsp("payer"), fsp("payee"), later).unwrap();
+        answers
+            .ask(&key, fsp("payer"), fsp("payee"), later)
+            .unwrap();
         assert_eq!(answer(later), Ok(fsp("payer")));
     }
 

@@ -102,7 +102,9 @@ impl Class {
         match self {
             Class::Identity => "FSPIOP request refused: the caller is not who FSPIOP-Source says",
             Class::HubSource => "FSPIOP request refused: it claims to come from the hub itself",
-            Class::NotParty => "FSPIOP request refused: the caller is not the party this message needs",
+            Class::NotParty => {
+                "FSPIOP request refused: the caller is not the party this message needs"
+            }
             Class::Jws => "FSPIOP request refused: its JWS signature does not hold",
             Class::UnsolicitedAnswer => {
                 "FSPIOP answer refused: no request pending from its destination to its source"
@@ -155,7 +157,9 @@ impl Tally {
         self.minutes
             .iter()
             .zip(self.counts)
-            .filter(|(minute, _)| **minute != u64::MAX && **minute >= oldest && **minute <= now_minute)
+            .filter(|(minute, _)| {
+                **minute != u64::MAX && **minute >= oldest && **minute <= now_minute
+            })
             .map(|(_, count)| count)
             .sum()
     }
@@ -349,13 +353,19 @@ mod tests {
         }
         assert_eq!(written.len(), 3, "{written:?}");
         assert_eq!(written[0], 0);
-        assert_eq!(written.iter().sum::<u64>() + written.len() as u64, 10_000 - {
-            // Those after the last warning are still waiting to be told.
-            let gates = refusals.gates.lock().unwrap();
-            gates[&(Class::UnsolicitedAnswer, "mallory".to_string())].suppressed
-        });
+        assert_eq!(
+            written.iter().sum::<u64>() + written.len() as u64,
+            10_000 - {
+                // Those after the last warning are still waiting to be told.
+                let gates = refusals.gates.lock().unwrap();
+                gates[&(Class::UnsolicitedAnswer, "mallory".to_string())].suppressed
+            }
+        );
         // Another participant and another class have gates of their own.
-        assert_eq!(refusals.note(Class::UnsolicitedAnswer, "eve", start), Some(0));
+        assert_eq!(
+            refusals.note(Class::UnsolicitedAnswer, "eve", start),
+            Some(0)
+        );
         assert_eq!(refusals.note(Class::Identity, "mallory", start), Some(0));
     }
 
@@ -372,7 +382,10 @@ mod tests {
         assert_eq!(recent.len(), 2);
         assert_eq!(recent[0].participant, "a");
         assert_eq!(recent[0].total, 3);
-        assert_eq!(recent[0].by_class, vec![(Class::Identity, 1), (Class::Jws, 2)]);
+        assert_eq!(
+            recent[0].by_class,
+            vec![(Class::Identity, 1), (Class::Jws, 2)]
+        );
         // An hour after the first, it has left the window.
         let recent = refusals.last_hour(at(60));
         assert_eq!(recent[0].total, 2, "{recent:?}");
