@@ -746,9 +746,18 @@ fn certificates_are_pinned_durably_with_audit_events() {
     assert_eq!(events.len(), 2, "{events:#?}");
     assert_eq!(events[1]["before"], json!([]));
     assert_eq!(events[1]["after"], json!([by_hex]));
+    // The second unpin was refused: its event says so, newest first.
     let unpinned = audit_events(&hub, "?action=certificate.unpin");
-    assert_eq!(unpinned.len(), 1);
-    assert_eq!(unpinned[0]["after"], json!([format!("sha256:{der_hex}")]));
+    assert_eq!(unpinned.len(), 2, "{unpinned:#?}");
+    assert!(
+        unpinned[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("REFUSED 3200"),
+        "{unpinned:#?}"
+    );
+    assert_eq!(unpinned[0]["before"], unpinned[0]["after"]);
+    assert_eq!(unpinned[1]["after"], json!([format!("sha256:{der_hex}")]));
 }
 
 /// PEM files of a scheme CA, a server certificate for `localhost` and
