@@ -362,7 +362,7 @@ fn is_loopback_host(host: &str) -> bool {
     }
 }
 
-fn header_text<'a>(headers: &'a HeaderMap, name: header::HeaderName) -> Option<&'a str> {
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers
         .get(name)
         .map(|value| value.to_str().unwrap_or("\u{fffd}").trim())
