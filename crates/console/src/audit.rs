@@ -35,7 +35,13 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<Vec<(String, Stri
     let events = visitor.get(&path).await;
     let content = html! {
         h1 { "Audit" }
-        p.hint { "Every change made through the admin API, by whom, with the target before and after. The newest 10,000 are searchable here; older ones stay in the store." }
+        p.hint {
+            "Every change made through the admin API, by whom, with the target before and after, and every refused attempt: "
+            "a change the hub refused (" code { "REFUSED" } " and its error code, the target unchanged), a request without a valid credential ("
+            code { "UNAUTHENTICATED" } ") or beyond its role (" code { "FORBIDDEN" } "), a browser's cross-site request. "
+            "Refused credentials are coalesced: one event a minute per address or credential, with the count of attempts. "
+            "The newest 10,000 are searchable here; older ones stay in the store."
+        }
         form.filters method="get" action="/console/audit" {
             @for (name, label, hint) in FILTERS {
                 label for={ "audit-" (name) } { (label) }
@@ -77,12 +83,14 @@ pub(crate) fn table(events: &Value) -> Markup {
                     } }
                     tbody {
                         @for e in &events {
-                            tr {
+                            @let outcome = page::text(&e["outcome"]);
+                            @let refused = outcome.starts_with("REFUSED") || outcome == "UNAUTHENTICATED" || outcome == "FORBIDDEN";
+                            tr.refused[refused] {
                                 td { (page::time_cell(&e["time"])) }
                                 td { (page::text(&e["actor"])) " " span.muted { "(" (page::text(&e["role"])) ")" } }
                                 td { code { (page::text(&e["action"])) } }
                                 td { (page::text(&e["target"])) }
-                                td { (page::text(&e["outcome"])) }
+                                td { @if refused { span.status.alarm { (outcome) } } @else { (outcome) } }
                                 td {
                                     details {
                                         summary { "before / after" }

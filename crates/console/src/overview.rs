@@ -1,6 +1,7 @@
 //! The overview: each DFSP's position against its net debit cap and its
 //! liquidity cover, and its traffic (from the hub's own counters, `GET
-//! /stats/dfsps`, and callback health, `GET /callbacks/health`).
+//! /stats/dfsps`, and callback health, `GET /callbacks/health`), and the
+//! refusals of the last hour per DFSP (`GET /stats/refusals`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -310,13 +311,14 @@ pub(crate) struct OverviewQuery {
 }
 
 pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -> Response {
-    let (rows, stats, callbacks, health_of_hub) = tokio::join!(
+    let (rows, stats, callbacks, health_of_hub, refusals) = tokio::join!(
         rows(&visitor),
         visitor.get("/stats/dfsps"),
         visitor.get("/callbacks/health"),
         // Answered 503 with the same JSON when the store is unreachable:
         // read whatever it says.
         visitor.call_raw(axum::http::Method::GET, "/health", None, "application/json"),
+        visitor.get("/stats/refusals"),
     );
     let ((mut rows, unread), stats, callbacks) = match (rows, stats, callbacks) {
         (Ok(r), Ok(s), Ok(c)) => (r, s, c),
@@ -489,6 +491,7 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
             @if rows.is_empty() {
                 p { "No DFSP yet. " a href="/console/participants#onboard" { "Onboard one" } "." }
             }
+            (refusals_section(refusals.as_ref().ok()))
             @if !show_all && total_rows > rows.len() {
                 p { "Showing the " (rows.len()) " most used of " (total_rows) ". " a href="/console/?all=1" { "Show all" } }
             } @else {
@@ -497,6 +500,54 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
         }
     };
     page::render(&visitor, Section::Overview, "Overview", content)
+}
+
+/// Refusals of the last hour per DFSP (`GET /stats/refusals`): a DFSP
+/// probing the hub, or a neighbour's misconfiguration, shows here first.
+/// Requests that named no known DFSP are counted as `unknown`.
+fn refusals_section(refusals: Option<&Value>) -> Markup {
+    let participants: Vec<&Value> = refusals
+        .and_then(|r| r["participants"].as_array())
+        .into_iter()
+        .flatten()
+        .collect();
+    html! {
+        h2 #refusals { "Refusals in the last hour" }
+        p.hint {
+            "Requests the hub refused, by the DFSP they claimed to come from (FSPIOP) or were about (admin API), and why. "
+            "Each class is also counted in " code { "kasi_refusals_total" } " and logged as a warning."
+        }
+        @if refusals.is_none() {
+            p.muted { "The refusals could not be read this time." }
+        } @else if participants.is_empty() {
+            p { "None." }
+        } @else {
+            div.table-wrap {
+                table.refusals {
+                    thead { tr {
+                        th scope="col" { "DFSP" }
+                        th.num scope="col" { "Refusals" }
+                        th scope="col" { "By class" }
+                    } }
+                    tbody {
+                        @for entry in &participants {
+                            @let name = page::text(&entry["participant"]);
+                            tr data-refusals=(name) {
+                                th scope="row" { (name) }
+                                td.num { (entry["refusals"].as_u64().unwrap_or(0)) }
+                                td {
+                                    @for (class, count) in entry["byClass"].as_object().into_iter().flatten() {
+                                        span.badge data-class=(class) { (class) " " (count.as_u64().unwrap_or(0)) }
+                                        " "
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Seconds as a person reads a duration: `3 d 4 h`, `5 h 12 min`, `42 s`.
@@ -597,6 +648,25 @@ mod tests {
         // 190 latencies: 10 under 1 ms, 180 under 10 ms, all under 100 ms:
         // the 99th percentile is in the 100 ms bucket.
         assert_eq!(a.p99_ms, Some(100.0));
+    }
+
+    #[test]
+    fn refusals_are_shown_per_dfsp_and_class() {
+        let refusals = serde_json::json!({"windowSeconds": 3600, "participants": [
+            {"participant": "payerfsp", "refusals": 3, "byClass": {"admin_invalid": 1, "identity": 2}},
+            {"participant": "unknown", "refusals": 1, "byClass": {"admin_unauthenticated": 1}},
+        ]});
+        let html = refusals_section(Some(&refusals)).into_string();
+        assert!(html.contains("data-refusals=\"payerfsp\""), "{html}");
+        assert!(html.contains("identity 2"), "{html}");
+        assert!(html.contains("admin_unauthenticated 1"), "{html}");
+        let none = serde_json::json!({"windowSeconds": 3600, "participants": []});
+        assert!(refusals_section(Some(&none))
+            .into_string()
+            .contains("None."));
+        assert!(refusals_section(None)
+            .into_string()
+            .contains("could not be read"));
     }
 
     #[test]

@@ -22,12 +22,20 @@
 //! With no file, the admin API is open only on a loopback address (as
 //! before authentication existed); elsewhere kasi refuses to start unless
 //! told `--admin-insecure`. `/health` is always open.
+//!
+//! Open on loopback, the address is reachable by every web page the
+//! operator's browser shows: a page can post a form to it (a "simple"
+//! cross-site request needs no CORS permission), and a page whose DNS name
+//! is re-pointed at 127.0.0.1 (DNS rebinding) can read and write it as its
+//! own origin. [`cross_site`] refuses both: writes must be JSON (a type no
+//! page can send cross-site without a preflight kasi never grants), an
+//! `Origin` must be the admin address's own, and `Host` must name loopback.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
-use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use ledger::ErrorCode;
 use sha2::{Digest, Sha256};
@@ -251,6 +259,13 @@ impl AdminAuth {
         self.open_as.is_some()
     }
 
+    /// Open because the address is loopback (no `--admin-tokens`): the
+    /// only case where a browser on the operator's machine is the
+    /// credential, so where [`cross_site`] applies.
+    pub fn is_open_on_loopback(&self) -> bool {
+        self.open_as.as_deref() == Some("loopback")
+    }
+
     pub fn has_certificates(&self) -> bool {
         self.entries()
             .iter()
@@ -307,7 +322,131 @@ pub fn decide(
     }
 }
 
-fn refusal(status: StatusCode, description: &str) -> Response {
+/// A `Host` or `Origin` authority: its host (lowercase, IPv6 without
+/// brackets) and its port, if given.
+fn authority(text: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        match after {
+            "" => (host, None),
+            _ => (host, Some(after.strip_prefix(':')?)),
+        }
+    } else {
+        match text.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (text, None),
+        }
+    };
+    let port = match port {
+        Some(port) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            Some(port.parse().ok()?)
+        }
+        Some(_) => return None,
+        None => None,
+    };
+    (!host.is_empty()).then(|| (host.to_ascii_lowercase(), port))
+}
+
+/// `localhost` or a loopback literal (127.0.0.0/8, ::1, and 127.x as an
+/// IPv4-mapped IPv6 address): names no other site can be reached by.
+fn is_loopback_host(host: &str) -> bool {
+    if host == "localhost" {
+        return true;
+    }
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V4(ip)) => ip.is_loopback(),
+        Ok(IpAddr::V6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|ip| ip.is_loopback())
+        }
+        Err(_) => false,
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers
+        .get(name)
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").trim())
+}
+
+/// Whether an open loopback admin address must refuse this request as
+/// cross-site or rebound; `Err` says why, in words for the answer.
+///
+/// - `Host`, when present (a request made in-process, by the console, has
+///   none), must be `localhost` or a loopback literal, with any port (a
+///   tunnel or port mapping may front the address): a rebound DNS name is
+///   refused, on reads too, since rebinding lets a page read the answer.
+/// - `Origin`, when present, must be `http(s)://` a loopback host with the
+///   port the request was sent to (`Host`'s): the admin address's own
+///   origin. `null` and every other site are refused.
+/// - On the API (`api_route`: not the console, whose forms post
+///   form-encoded to its own routes and carry a CSRF token), a write
+///   (POST, PUT, PATCH, DELETE) with a body or a `Content-Type` must be
+///   `application/json`: the form encodings and `text/plain` are what a
+///   page of another site can send without asking.
+pub fn cross_site(method: &Method, headers: &HeaderMap, api_route: bool) -> Result<(), String> {
+    let host = match header_text(headers, header::HOST) {
+        None => None,
+        Some(text) => match authority(text) {
+            Some((name, port)) if is_loopback_host(&name) => Some((name, port)),
+            _ => {
+                return Err(format!(
+                    "Host '{text}' is not this admin address, localhost or a loopback address \
+                     (a DNS name re-pointed at the hub is refused)"
+                ))
+            }
+        },
+    };
+    if let Some(origin) = header_text(headers, header::ORIGIN) {
+        let own = origin
+            .split_once("://")
+            .and_then(|(scheme, rest)| {
+                let default = match scheme.to_ascii_lowercase().as_str() {
+                    "http" => 80,
+                    "https" => 443,
+                    _ => return None,
+                };
+                let (name, port) = authority(rest)?;
+                Some((name, port.unwrap_or(default), default))
+            })
+            .zip(host.as_ref())
+            .is_some_and(|((name, port, default), (_, host_port))| {
+                is_loopback_host(&name) && port == host_port.unwrap_or(default)
+            });
+        if !own {
+            return Err(format!(
+                "Origin '{origin}' is not this admin address's own: a page of another site may not \
+                 use the admin API"
+            ));
+        }
+    }
+    let write = matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    if api_route && write {
+        let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+            || header_text(headers, header::CONTENT_LENGTH).is_some_and(|length| length != "0");
+        let content_type = header_text(headers, header::CONTENT_TYPE);
+        let json = content_type.is_some_and(|value| {
+            value
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+        if (has_body || content_type.is_some()) && !json {
+            return Err(format!(
+                "a write to the admin API must be application/json, not '{}'",
+                content_type.unwrap_or("no Content-Type")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The admin API's refusal: `status` with central-ledger's error body.
+pub fn refusal(status: StatusCode, description: &str) -> Response {
     let mut response = HubError::new(
         ErrorCode::GENERIC_CLIENT_ERROR,
         format!("Generic client error - {description}"),
@@ -323,10 +462,76 @@ fn refusal(status: StatusCode, description: &str) -> Response {
     response
 }
 
-/// The admin API's gate: 401 without valid credentials, 403 for a write by
-/// a viewer; otherwise the request runs with its [`Caller`] set.
+/// What the gate refused, for the hub to count and audit (see
+/// [`authenticate`]'s `on_refusal`).
+#[derive(Debug)]
+pub struct GateRefusal<'a> {
+    /// 401 (no valid credential) or 403 (the role may not).
+    pub status: StatusCode,
+    /// Who was refused, for a 403.
+    pub caller: Option<&'a Caller>,
+    pub method: &'a Method,
+    pub path: &'a str,
+    /// The peer's address; `None` in-process (the console).
+    pub remote: Option<IpAddr>,
+    /// A bearer token or client certificate was presented (and did not
+    /// match, for a 401).
+    pub with_credential: bool,
+}
+
+/// Told of every refusal of the gate; it must not block (the hub counts,
+/// and hands audit events to a task).
+pub type OnRefusal = Arc<dyn Fn(&GateRefusal<'_>) + Send + Sync>;
+
+tokio::task_local! {
+    /// Set by whoever already counted and audited the refusal of the admin
+    /// request this task serves (the hub's audited changes), so that the
+    /// gate does not count it a second time as an invalid request.
+    pub static REFUSAL_NOTED: std::cell::Cell<bool>;
+}
+
+/// Says that the current admin request's refusal has been counted and
+/// audited.
+pub fn note_refusal_recorded() {
+    let _ = REFUSAL_NOTED.try_with(|noted| noted.set(true));
+}
+
+/// What the gate saw of a write the API refused, after it ran (a body it
+/// could not read, an unknown participant): for the hub to count and audit
+/// unless the handler did.
+#[derive(Debug)]
+pub struct RefusedWrite<'a> {
+    pub caller: &'a Caller,
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub status: StatusCode,
+    /// The answer's body (central-ledger's error shape).
+    pub body: &'a [u8],
+}
+
+/// Told of every write refused by a handler that did not note it itself.
+pub type OnRefusedWrite = Arc<dyn Fn(&RefusedWrite<'_>) + Send + Sync>;
+
+/// Largest refusal body read back for its code.
+const REFUSAL_BODY_MAX: usize = 64 * 1024;
+
+/// The admin API's gate with no one to tell of refusals (tests).
 pub async fn authenticate(
     auth: Arc<AdminAuth>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    authenticate_reporting(auth, None, None, request, next).await
+}
+
+/// The admin API's gate: 401 without valid credentials, 403 for a write by
+/// a viewer, each told to `on_refusal`; otherwise the request runs with its
+/// [`Caller`] set, and a write it refuses (4xx) that no handler noted
+/// ([`note_refusal_recorded`]) is told to `on_refused_write`.
+pub async fn authenticate_reporting(
+    auth: Arc<AdminAuth>,
+    on_refusal: Option<OnRefusal>,
+    on_refused_write: Option<OnRefusedWrite>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
@@ -351,26 +556,34 @@ pub async fn authenticate(
         .get::<crate::tls::Connection>()
         .and_then(|connection| connection.certificate.as_ref())
         .map(|identity| identity.fingerprint.clone());
+    let remote = request
+        .extensions()
+        .get::<crate::tls::Connection>()
+        .map(|connection| connection.peer.ip());
+    // Each refusal is told to the hub, which counts it and writes a
+    // rate-limited warning and a coalesced audit event: a line per attempt
+    // here would let anyone flood the log.
+    let tell = |status: StatusCode, caller: Option<&Caller>| {
+        if let Some(on_refusal) = &on_refusal {
+            on_refusal(&GateRefusal {
+                status,
+                caller,
+                method: request.method(),
+                path: request.uri().path(),
+                remote,
+                with_credential: bearer.is_some() || certificate.is_some(),
+            });
+        }
+    };
     let Some(caller) = auth.identify(bearer.as_deref(), certificate.as_deref()) else {
-        tracing::info!(
-            method = %request.method(),
-            path = %request.uri().path(),
-            with_token = bearer.is_some(),
-            "admin request refused: no valid credentials"
-        );
+        tell(StatusCode::UNAUTHORIZED, None);
         return refusal(
             StatusCode::UNAUTHORIZED,
             "Unauthorized: a valid admin bearer token or client certificate is required",
         );
     };
     if !caller.role.may(request.method()) {
-        tracing::info!(
-            actor = %caller.name,
-            role = caller.role.as_str(),
-            method = %request.method(),
-            path = %request.uri().path(),
-            "admin request refused: the role does not allow it"
-        );
+        tell(StatusCode::FORBIDDEN, Some(&caller));
         return refusal(
             StatusCode::FORBIDDEN,
             &format!(
@@ -379,7 +592,44 @@ pub async fn authenticate(
             ),
         );
     }
-    CALLER.scope(caller, next.run(request)).await
+    let write = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
+    let Some(on_refused_write) = on_refused_write.filter(|_| write) else {
+        return CALLER.scope(caller, next.run(request)).await;
+    };
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let who = caller.clone();
+    let response = REFUSAL_NOTED
+        .scope(
+            std::cell::Cell::new(false),
+            CALLER.scope(caller, async move {
+                let response = next.run(request).await;
+                (response, REFUSAL_NOTED.with(std::cell::Cell::get))
+            }),
+        )
+        .await;
+    let (response, noted) = response;
+    let status = response.status();
+    if noted || !status.is_client_error() {
+        return response;
+    }
+    // Read the refusal back for its code (a few hundred bytes of JSON),
+    // and answer it as it was.
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, REFUSAL_BODY_MAX)
+        .await
+        .unwrap_or_default();
+    on_refused_write(&RefusedWrite {
+        caller: &who,
+        method: &method,
+        path: &path,
+        status,
+        body: &bytes,
+    });
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// The admin address's TLS when operators may present client
@@ -575,6 +825,179 @@ mod tests {
             "a name is not a pin"
         );
         assert!(response.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn a_rebound_host_is_refused_on_every_method_and_loopback_names_pass() {
+        for host in [
+            "127.0.0.1:3001",
+            "127.0.0.1",
+            "127.8.9.10:3001",
+            "localhost:3001",
+            "LocalHost",
+            "[::1]:3001",
+            "[::1]",
+            "[::ffff:127.0.0.1]:3001",
+        ] {
+            assert_eq!(
+                cross_site(&Method::GET, &headers(&[("host", host)]), true),
+                Ok(()),
+                "{host}"
+            );
+        }
+        for host in [
+            "evil.example:3001",
+            "evil.example",
+            "localhost.evil.example:3001",
+            "10.0.0.1:3001",
+            "0.0.0.0:3001",
+            "[::2]:3001",
+            "localhost:x",
+            "",
+        ] {
+            for method in [Method::GET, Method::POST] {
+                let refused = cross_site(&method, &headers(&[("host", host)]), false).unwrap_err();
+                assert!(refused.contains("Host"), "{host}: {refused}");
+            }
+        }
+        // In-process (the console's own calls): no Host at all.
+        assert_eq!(cross_site(&Method::GET, &HeaderMap::new(), true), Ok(()));
+    }
+
+    #[test]
+    fn only_the_admin_address_own_origin_passes() {
+        let with = |host: &str, origin: &str| {
+            cross_site(
+                &Method::POST,
+                &headers(&[
+                    ("host", host),
+                    ("origin", origin),
+                    ("content-type", "application/json"),
+                ]),
+                true,
+            )
+        };
+        for (host, origin) in [
+            ("127.0.0.1:3001", "http://127.0.0.1:3001"),
+            ("127.0.0.1:3001", "https://127.0.0.1:3001"),
+            ("127.0.0.1:3001", "http://localhost:3001"),
+            ("localhost:3001", "http://[::1]:3001"),
+            ("localhost", "http://localhost"),
+            ("localhost:443", "https://localhost"),
+            // A tunnel's port, as the browser sees it.
+            ("localhost:8001", "http://localhost:8001"),
+        ] {
+            assert_eq!(with(host, origin), Ok(()), "{host} {origin}");
+        }
+        for (host, origin) in [
+            ("127.0.0.1:3001", "https://evil.example"),
+            ("127.0.0.1:3001", "http://evil.example:3001"),
+            ("127.0.0.1:3001", "http://localhost:8080"),
+            ("127.0.0.1:3001", "http://127.0.0.1"),
+            ("127.0.0.1:3001", "null"),
+            ("127.0.0.1:3001", "file://"),
+            ("127.0.0.1:3001", "ftp://127.0.0.1:3001"),
+            ("localhost", "https://localhost:3001"),
+        ] {
+            let refused = with(host, origin).unwrap_err();
+            assert!(refused.contains("Origin"), "{host} {origin}: {refused}");
+        }
+        // An Origin without a Host cannot be checked against it.
+        let lone = headers(&[("origin", "http://127.0.0.1:3001")]);
+        assert!(cross_site(&Method::GET, &lone, true).is_err());
+    }
+
+    #[test]
+    fn api_writes_with_a_body_must_be_json() {
+        let host = ("host", "127.0.0.1:3001");
+        let write = |method: Method, pairs: &[(&str, &str)], api: bool| {
+            let mut all = vec![host];
+            all.extend_from_slice(pairs);
+            cross_site(&method, &headers(&all), api)
+        };
+        for content_type in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=UTF-8",
+        ] {
+            let pairs = [("content-type", content_type), ("content-length", "2")];
+            for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+                assert_eq!(write(method, &pairs, true), Ok(()), "{content_type}");
+            }
+        }
+        for pairs in [
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("content-length", "9"),
+            ][..],
+            &[
+                ("content-type", "multipart/form-data; boundary=x"),
+                ("content-length", "9"),
+            ],
+            &[
+                ("content-type", "text/plain;charset=UTF-8"),
+                ("content-length", "9"),
+            ],
+            &[
+                ("content-type", "application/json-seq"),
+                ("content-length", "9"),
+            ],
+            &[("content-length", "9")],
+            &[("transfer-encoding", "chunked")],
+            // An empty form is still a form.
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("content-length", "0"),
+            ],
+        ] {
+            let refused = write(Method::POST, pairs, true).unwrap_err();
+            assert!(refused.contains("application/json"), "{pairs:?}: {refused}");
+        }
+        // A bodyless write (curl -X DELETE), reads, and the console's own
+        // form posts (its routes check their CSRF token) pass.
+        assert_eq!(write(Method::DELETE, &[], true), Ok(()));
+        assert_eq!(
+            write(Method::POST, &[("content-length", "0")], true),
+            Ok(())
+        );
+        assert_eq!(
+            write(Method::GET, &[("content-type", "text/plain")], true),
+            Ok(())
+        );
+        assert_eq!(
+            write(
+                Method::POST,
+                &[
+                    ("content-type", "application/x-www-form-urlencoded"),
+                    ("content-length", "9")
+                ],
+                false
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn only_an_open_loopback_address_guards_against_browsers() {
+        assert!(decide(addr("127.0.0.1:3001"), None, false)
+            .unwrap()
+            .is_open_on_loopback());
+        assert!(!decide(addr("0.0.0.0:3001"), None, true)
+            .unwrap()
+            .is_open_on_loopback());
+        let file = format!("alice operator {}\n", token_hash("secret"));
+        assert!(!AdminAuth::parse(&file).unwrap().is_open_on_loopback());
     }
 
     #[test]

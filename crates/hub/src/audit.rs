@@ -150,7 +150,15 @@ impl Hub {
         let outcome = outcomes
             .next()
             .ok_or_else(|| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "no outcome"))?;
-        if let Some(code) = outcome.error_code() {
+        let refused = match &outcome {
+            Outcome::SettlementUpdated { results, .. }
+                if !results.is_empty() && results.iter().all(|r| r.error.is_some()) =>
+            {
+                Some("every account change refused".to_string())
+            }
+            other => other.error_code().map(|code| code.to_string()),
+        };
+        if let Some(code) = refused {
             tracing::info!(
                 actor = %caller.name,
                 role = caller.role.as_str(),
@@ -159,6 +167,17 @@ impl Hub {
                 code = %code,
                 "admin change refused"
             );
+            // The ledger recorded its event (outcome REFUSED); count it,
+            // once: the admin gate leaves a noted refusal alone.
+            self.refuse(
+                crate::refused::Class::AdminInvalid,
+                &change.target,
+                &format!(
+                    "{} of {} by '{}' refused: {code}",
+                    change.action, change.target, caller.name
+                ),
+            );
+            crate::admin_auth::note_refusal_recorded();
             return Ok(outcome);
         }
         if let Some(Outcome::AuditEvents(events)) = outcomes.next() {

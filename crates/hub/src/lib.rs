@@ -16,6 +16,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome};
 
 pub mod admin;
 pub mod admin_auth;
+pub mod admin_refusals;
 pub mod admin_transfers;
 pub mod answers;
 pub mod audit;
@@ -166,6 +167,9 @@ pub struct Hub {
     /// Refusals by class and participant: counters, the last hour, and
     /// the rate of their warnings (see [`refused`]).
     pub refusals: refused::Refusals,
+    /// Audit events of refused admin attempts, coalesced (see
+    /// [`admin_refusals`]).
+    pub admin_refusal_events: admin_refusals::Coalescer,
     started: Instant,
 }
 
@@ -219,6 +223,7 @@ impl Hub {
             metrics,
             stages,
             refusals: refused::Refusals::default(),
+            admin_refusal_events: admin_refusals::Coalescer::default(),
             started: Instant::now(),
         };
         match hub
@@ -711,6 +716,14 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .route("/metrics", axum::routing::get(metrics::scrape))
         .with_state(hub.clone());
     let auth = hub.config.admin_auth.clone();
+    let gate = hub.clone();
+    let on_refusal: admin_auth::OnRefusal =
+        Arc::new(move |refusal: &admin_auth::GateRefusal<'_>| gate.admin_gate_refused(refusal));
+    let invalid = hub.clone();
+    let on_refused_write: admin_auth::OnRefusedWrite =
+        Arc::new(move |refused: &admin_auth::RefusedWrite<'_>| {
+            invalid.admin_write_refused(refused)
+        });
     admin::router(hub.clone())
         .merge(oracles::router(hub.clone()))
         .merge(settlement::router(hub.clone()))
@@ -724,7 +737,13 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(admin_transfers::router(hub.clone()))
         .merge(scrape)
         .layer(axum::middleware::from_fn(move |request, next| {
-            admin_auth::authenticate(auth.clone(), request, next)
+            admin_auth::authenticate_reporting(
+                auth.clone(),
+                Some(on_refusal.clone()),
+                Some(on_refused_write.clone()),
+                request,
+                next,
+            )
         }))
 }
 
@@ -732,7 +751,20 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
 /// and `beside` it routes that authenticate for themselves (the console),
 /// all under the guard (time limits, FSPIOP-shaped refusals, metrics).
 pub fn admin_app_with(hub: Arc<Hub>, api: Router, beside: Router) -> Router {
-    guarded(api.merge(beside), &hub, "admin")
+    let app = api.merge(beside);
+    // Open on loopback, the operator's browser is the credential: refuse
+    // what other sites' pages can make it send (see
+    // `admin_auth::cross_site`). In-process calls (the console's) do not
+    // pass here.
+    let app = if hub.config.admin_auth.is_open_on_loopback() {
+        let same_site = hub.clone();
+        app.layer(axum::middleware::from_fn(move |request, next| {
+            admin_refusals::same_site(same_site.clone(), request, next)
+        }))
+    } else {
+        app
+    };
+    guarded(app, &hub, "admin")
 }
 
 fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {

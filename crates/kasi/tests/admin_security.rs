@@ -398,7 +398,8 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
         ]}]})),
         200,
     );
-    // An update whose every account is refused changes nothing: no event.
+    // An update whose every account is refused changes nothing: its event
+    // says so.
     let refused = hub.admin_expect(
         "PUT",
         &format!("/v2/settlements/{first_id}"),
@@ -430,7 +431,7 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
         Some(json!({"reason": "bank file"})),
         200,
     );
-    // Refused changes are no events.
+    // Refused changes change nothing; their events say why.
     let refused = hub.admin(
         "PUT",
         "/participants/nobody",
@@ -475,10 +476,15 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
             assert!(event["time"].as_str().unwrap().ends_with('Z'), "{event}");
             assert!(!event["after"].is_null(), "{event}");
         }
+        let refused = find(events, "participant.activate", "nobody");
         assert!(
-            !events.iter().any(|e| e["target"] == "nobody"),
-            "a refused change was recorded"
+            refused["outcome"]
+                .as_str()
+                .unwrap()
+                .starts_with("REFUSED 3"),
+            "{refused}"
         );
+        assert_eq!(refused["before"], refused["after"], "{refused}");
         // Before and after show what changed.
         let limits = find(events, "limits.set", PAYER);
         let cap = |side: &str| {
@@ -524,7 +530,18 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
     check(&before_restart);
 
     let updates = audit_events(&hub, "?action=settlement.update");
-    assert_eq!(updates.len(), 1, "{updates:#?}");
+    assert_eq!(updates.len(), 2, "{updates:#?}");
+    assert!(
+        updates[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("REFUSED"),
+        "the newest, every account refused: {updates:#?}"
+    );
+    assert!(!updates[1]["outcome"]
+        .as_str()
+        .unwrap()
+        .starts_with("REFUSED"));
 
     // Filters.
     let payer_events = audit_events(&hub, &format!("?participant={PAYER}"));
@@ -729,9 +746,18 @@ fn certificates_are_pinned_durably_with_audit_events() {
     assert_eq!(events.len(), 2, "{events:#?}");
     assert_eq!(events[1]["before"], json!([]));
     assert_eq!(events[1]["after"], json!([by_hex]));
+    // The second unpin was refused: its event says so, newest first.
     let unpinned = audit_events(&hub, "?action=certificate.unpin");
-    assert_eq!(unpinned.len(), 1);
-    assert_eq!(unpinned[0]["after"], json!([format!("sha256:{der_hex}")]));
+    assert_eq!(unpinned.len(), 2, "{unpinned:#?}");
+    assert!(
+        unpinned[0]["outcome"]
+            .as_str()
+            .unwrap()
+            .starts_with("REFUSED 3200"),
+        "{unpinned:#?}"
+    );
+    assert_eq!(unpinned[0]["before"], unpinned[0]["after"]);
+    assert_eq!(unpinned[1]["after"], json!([format!("sha256:{der_hex}")]));
 }
 
 /// PEM files of a scheme CA, a server certificate for `localhost` and

@@ -817,10 +817,45 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
         .json();
     assert_eq!(support::number(&limits[0]["limit"]["value"]), 1000.0);
-    let events = hub
-        .admin_expect("GET", "/audit-events?actor=grafana", None, 200)
-        .json();
-    assert_eq!(events, json!([]), "a refused change leaves no audit event");
+    // The attempt is in the audit trail as refused (written beside the
+    // answer, so awaited), and counted against the DFSP it was about: the
+    // overview, which the viewer reads too, shows it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let events = loop {
+        let events = hub
+            .admin_expect("GET", "/audit-events?actor=grafana", None, 200)
+            .json();
+        if !events.as_array().unwrap().is_empty() || std::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(events[0]["outcome"], "FORBIDDEN", "{events:#?}");
+    assert_eq!(
+        events[0]["after"]["request"],
+        format!("PUT /participants/{PAYER}/limits")
+    );
+    let row = format!("tr[data-refusals='{PAYER}']");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        browser.goto("/console/").await;
+        if browser.count(&row).await > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the overview never showed {PAYER}'s refusal: {}",
+            browser.text("main").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let refusals = browser.text(&row).await;
+    assert!(refusals.contains("admin_forbidden 1"), "{refusals}");
+    browser.shot("overview-refusals").await;
+    browser.goto("/console/audit").await;
+    assert!(browser.text("main table").await.contains("FORBIDDEN"));
 
     // Without the session's CSRF token a POST is refused before anything.
     let no_token = support::http(

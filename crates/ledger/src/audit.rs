@@ -3,7 +3,10 @@
 //!
 //! An [`Command::Audited`] change is applied like any other; if it changed
 //! something, its event is a record of the same batch, so the store writes
-//! both in one transaction: no change is durable without its event. The
+//! both in one transaction: no change is durable without its event. A
+//! change the ledger refused is an event too (outcome `REFUSED <code>`,
+//! the target unchanged before and after), and so is a request the hub
+//! refused before the ledger ([`Command::NoteRefused`]). The
 //! HTTP side says who and what; the ledger gives the id and the time (the
 //! batch's) and shows the target before and after through the tag's view.
 
@@ -32,6 +35,38 @@ fn outcome_label(outcome: &Outcome) -> String {
     }
 }
 
+/// Longest refusal description an event keeps (the answer had it whole).
+const REFUSAL_DESCRIPTION_MAX: usize = 200;
+
+/// Why a change changed nothing, as its event names it (`REFUSED`, the
+/// code, the ledger's words); `None` for an outcome that is no refusal (a
+/// duplicate: the change it repeats has its event already).
+fn refusal_label(outcome: &Outcome) -> Option<String> {
+    let (code, description) = match outcome {
+        Outcome::Rejected(rejection)
+        | Outcome::Failed {
+            error: rejection, ..
+        } => (
+            format!(" {}", rejection.code),
+            rejection.description.as_str(),
+        ),
+        Outcome::SettlementUpdated { results, .. }
+            if !results.is_empty() && results.iter().all(|r| r.error.is_some()) =>
+        {
+            (
+                String::new(),
+                results[0].error.as_deref().unwrap_or_default(),
+            )
+        }
+        _ => return None,
+    };
+    let mut cut = description.len().min(REFUSAL_DESCRIPTION_MAX);
+    while !description.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(format!("REFUSED{code}: {}", &description[..cut]))
+}
+
 /// Whether an outcome is a change (a refusal or a duplicate changes
 /// nothing, nor does a settlement update whose every account was refused).
 fn changed(outcome: &Outcome) -> bool {
@@ -56,6 +91,13 @@ impl Ledger {
             Command::NoteExternalChange { before, after } => {
                 (Outcome::Done, Some(before.clone()), after.clone())
             }
+            // Refused before the ledger (authentication, the role, the
+            // request itself): nothing to show before, what was tried
+            // after.
+            Command::NoteRefused { outcome, detail } => {
+                self.record_audit_event(tag, "null".to_string(), detail.clone(), outcome.clone());
+                return Outcome::Done;
+            }
             _ => {
                 let before = tag
                     .view
@@ -63,6 +105,13 @@ impl Ledger {
                     .map(|view| render(&tag.target, &self.apply(view)));
                 let outcome = self.apply(command);
                 if !changed(&outcome) {
+                    // A refused change changed nothing, but an operator
+                    // must see that it was tried: its event shows the
+                    // target as it stays, and why.
+                    if let Some(label) = refusal_label(&outcome) {
+                        let unchanged = before.unwrap_or_else(|| "null".to_string());
+                        self.record_audit_event(tag, unchanged.clone(), unchanged, label);
+                    }
                     return outcome;
                 }
                 let after = match tag.view.as_deref() {
@@ -72,6 +121,24 @@ impl Ledger {
                 (outcome, before, after)
             }
         };
+        let label = outcome_label(&outcome);
+        self.record_audit_event(
+            tag,
+            before.unwrap_or_else(|| "null".to_string()),
+            after,
+            label,
+        );
+        outcome
+    }
+
+    /// An event among this batch's records, so durable with the batch.
+    fn record_audit_event(
+        &mut self,
+        tag: &AuditTag,
+        before: String,
+        after: String,
+        outcome: String,
+    ) {
         self.last_audit_id += 1;
         let event = AuditEventRow {
             id: self.last_audit_id,
@@ -80,16 +147,15 @@ impl Ledger {
             role: tag.role.clone(),
             action: tag.action.clone(),
             target: tag.target.clone(),
-            before: before.unwrap_or_else(|| "null".to_string()),
+            before,
             after,
-            outcome: outcome_label(&outcome),
+            outcome,
         };
         self.push_record(Record::AuditEvent(event.clone()));
         if self.audit_events.len() == AUDIT_EVENTS_IN_MEMORY {
             self.audit_events.pop_front();
         }
         self.audit_events.push_back(event);
-        outcome
     }
 
     pub(crate) fn read_audit_events(&self, query: &AuditQuery) -> Outcome {

@@ -396,7 +396,7 @@ impl Ledger {
                 self.unpin_certificate(*name, *fingerprint)
             }
             Command::ReadCertificatePins => Ok(self.read_pins()),
-            Command::NoteExternalChange { .. } => Ok(Outcome::Done),
+            Command::NoteExternalChange { .. } | Command::NoteRefused { .. } => Ok(Outcome::Done),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties
                     .iter()

@@ -485,6 +485,15 @@ pub enum Command {
         before: String,
         after: String,
     },
+    /// An admin request refused before it reached the ledger (no valid
+    /// credential, a role that may not write, a body the hub could not
+    /// read), submitted inside [`Command::Audited`] only to record its
+    /// event: `outcome` (e.g. `UNAUTHENTICATED`) and `detail`, the event's
+    /// `after` JSON. Alone, it changes nothing.
+    NoteRefused {
+        outcome: String,
+        detail: String,
+    },
 }
 
 /// Renders what an audit event shows of the changed resource: the outcome
@@ -534,7 +543,10 @@ pub struct AuditEventRow {
     /// JSON text of the target before and after (`null` if none).
     pub before: String,
     pub after: String,
-    /// What the change answered (e.g. `DONE`, `COMMITTED`, `CREATED`).
+    /// What the change answered (e.g. `DONE`, `COMMITTED`, `CREATED`), or
+    /// why nothing changed: `REFUSED <code>: <description>` for a change
+    /// the ledger refused, `UNAUTHENTICATED`, `FORBIDDEN` or `REFUSED …`
+    /// for a request refused before it (see [`Command::NoteRefused`]).
     pub outcome: String,
 }
 

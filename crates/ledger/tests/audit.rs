@@ -1,6 +1,7 @@
-//! Audit events of admin changes and pinned certificates: an event only
-//! for a change, in the change's own batch, with the target before and
-//! after; both survive a restore.
+//! Audit events of admin changes and pinned certificates: an event for a
+//! change, in the change's own batch, with the target before and after; a
+//! refused change's event shows it unchanged and why; both survive a
+//! restore.
 
 use ledger::*;
 
@@ -78,7 +79,7 @@ fn events(records: &[Record]) -> Vec<AuditEventRow> {
 }
 
 #[test]
-fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
+fn a_change_has_its_event_in_its_batch_and_a_refusal_says_so() {
     let mut ledger = hub();
     let create = audited(
         Command::CreateParticipant {
@@ -126,12 +127,50 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
         "nobody",
     );
     let result = ledger.apply_batch(20, &[cap, refused]);
-    assert!(result.outcomes[1].error_code().is_some());
+    let code = result.outcomes[1].error_code().expect("refused");
     let capped = events(&result.records);
-    assert_eq!(capped.len(), 1, "a refused change is no event");
+    assert_eq!(capped.len(), 2, "a refused change is an event too");
     assert_eq!(capped[0].id, 2);
     assert_eq!(capped[0].before, "payerfsp:active=true:caps=[]");
     assert_eq!(capped[0].after, "payerfsp:active=true:caps=[\"500\"]");
+    // It shows the target as it stays, and why it stayed.
+    assert_eq!(capped[1].id, 3);
+    assert_eq!(capped[1].target, "nobody");
+    assert_eq!(
+        (capped[1].before.as_str(), capped[1].after.as_str()),
+        ("null", "null")
+    );
+    assert!(
+        capped[1].outcome.starts_with(&format!("REFUSED {code}: ")),
+        "{}",
+        capped[1].outcome
+    );
+    // A refusal before the ledger is noted as it was given, changing nothing.
+    let noted = Command::Audited {
+        command: Box::new(Command::NoteRefused {
+            outcome: "UNAUTHENTICATED".into(),
+            detail: "{\"attempts\":3}".into(),
+        }),
+        tag: Box::new(AuditTag {
+            actor: "unknown".into(),
+            role: "none".into(),
+            action: "admin.authenticate".into(),
+            target: "remote/127.0.0.1".into(),
+            view: None,
+            render: AuditRender(render),
+        }),
+    };
+    let result = ledger.apply_batch(25, &[noted]);
+    assert_eq!(result.outcomes[0], Outcome::Done);
+    let noted = events(&result.records);
+    assert_eq!(noted.len(), 1);
+    assert_eq!(noted[0].id, 4);
+    assert_eq!(noted[0].outcome, "UNAUTHENTICATED");
+    assert_eq!(
+        (noted[0].before.as_str(), noted[0].after.as_str()),
+        ("null", "{\"attempts\":3}")
+    );
+    assert_eq!(result.records.len(), 1, "nothing but the event");
 
     // Newest first, filtered, limited.
     let read = |ledger: &mut Ledger, query: AuditQuery| match ledger
@@ -146,12 +185,12 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
         limit: 10,
         ..AuditQuery::default()
     };
-    assert_eq!(read(&mut ledger, all.clone()), [2, 1]);
+    assert_eq!(read(&mut ledger, all.clone()), [4, 3, 2, 1]);
     let first = AuditQuery {
         limit: 1,
         ..all.clone()
     };
-    assert_eq!(read(&mut ledger, first), [2]);
+    assert_eq!(read(&mut ledger, first), [4]);
     let creates = AuditQuery {
         action: Some("participant.create".into()),
         ..all.clone()
@@ -161,7 +200,7 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
         from_ms: Some(15),
         ..all.clone()
     };
-    assert_eq!(read(&mut ledger, late), [2]);
+    assert_eq!(read(&mut ledger, late), [4, 3, 2]);
     let someone = AuditQuery {
         actor: Some("bob".into()),
         ..all.clone()
@@ -170,7 +209,7 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
 
     // A restore keeps the events and goes on numbering after them.
     let mut restored = Ledger::restore(ledger.snapshot(), Limits::default()).unwrap();
-    assert_eq!(read(&mut restored, all), [2, 1]);
+    assert_eq!(read(&mut restored, all), [4, 3, 2, 1]);
     let again = audited(
         Command::SetParticipantActive {
             name: name("payerfsp"),
@@ -180,7 +219,7 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_has_none() {
         "payerfsp",
     );
     let result = restored.apply_batch(40, &[again]);
-    assert_eq!(events(&result.records)[0].id, 3);
+    assert_eq!(events(&result.records)[0].id, 5);
 }
 
 #[test]

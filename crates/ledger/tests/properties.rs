@@ -807,6 +807,7 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UnpinCertificate { .. }
         | Command::ReadCertificatePins
         | Command::NoteExternalChange { .. }
+        | Command::NoteRefused { .. }
         | Command::PrepareChecked { .. }
         | Command::PrepareWithLookup { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
