@@ -130,10 +130,13 @@ fn bulk_quote_body(id: &str) -> String {
     )
 }
 
+/// A request: method, path, headers, body.
+type Attempt = (&'static str, String, Vec<(String, String)>, String);
+
 /// One request per FSPIOP route family, each claiming to come from the
 /// hub and otherwise well formed and routable (to the payer or the payee,
 /// who would receive it were it let through): method, path, headers, body.
-fn as_hub_requests() -> Vec<(&'static str, String, Vec<(String, String)>, String)> {
+fn as_hub_requests() -> Vec<Attempt> {
     let transfer = new_id();
     let quote = new_id();
     let msisdn = "255700000001";

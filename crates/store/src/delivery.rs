@@ -254,7 +254,7 @@ mod tests {
             failed_at_ms: 5,
             attempts: 3,
             reason: "503".into(),
-            origin: if id % 2 == 0 {
+            origin: if id.is_multiple_of(2) {
                 CallbackOrigin::Hub
             } else {
                 CallbackOrigin::Forwarded
