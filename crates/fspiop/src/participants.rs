@@ -7,7 +7,7 @@
 use crate::error::push_error_information;
 use crate::json::{self, JsonArr, JsonObj, JsonStr};
 use crate::party::{party_id_info, push_party_id_info, ParsedPartyIdInfo, PartyIdInfoRaw};
-use crate::schema::{correlation_id_field, optional_currency, Item};
+use crate::schema::{correlation_id_field, optional_currency, Child, Item};
 use crate::transfers::{check_extension_list, fsp_id, parse_object, ExtensionListRaw, FieldPath};
 use crate::FspiopError;
 use ledger::{Currency, ErrorCode, FspName, PartyKey, TransferId};
@@ -102,7 +102,30 @@ pub fn parse_participants_batch(body: &[u8]) -> Result<ParsedParticipantsBatch, 
     let parties = items
         .iter()
         .enumerate()
-        .map(|(index, item)| party_id_info(item, Item(list_path, index)))
+        .map(|(index, item)| {
+            let parsed = party_id_info(item, Item(list_path, index))?;
+            // A registered id becomes a path value of every lookup's
+            // callback: the same rule as `/participants/{Type}/{ID}`.
+            let item_path = Item(list_path, index);
+            if crate::party::is_url_syntax(&parsed.key.identifier) {
+                return Err(FspiopError::malformed(
+                    Child(item_path, "partyIdentifier"),
+                    crate::party::URL_SYNTAX_RULE,
+                ));
+            }
+            if parsed
+                .key
+                .sub_id
+                .as_deref()
+                .is_some_and(crate::party::is_url_syntax)
+            {
+                return Err(FspiopError::malformed(
+                    Child(item_path, "partySubIdOrType"),
+                    crate::party::URL_SYNTAX_RULE,
+                ));
+            }
+            Ok(parsed)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let currency = optional_currency(&raw.currency, FieldPath::new("currency"))?;
     Ok(ParsedParticipantsBatch {
@@ -306,6 +329,18 @@ mod tests {
                 json!([{"partyIdType": "MSISDN", "partyIdentifier": "x".repeat(129)}]),
                 3100,
                 "partyList[0].partyIdentifier",
+            ),
+            (
+                "partyList",
+                json!([{"partyIdType": "MSISDN", "partyIdentifier": "1"}, {"partyIdType": "MSISDN", "partyIdentifier": "../admin"}]),
+                3101,
+                "partyList[1].partyIdentifier",
+            ),
+            (
+                "partyList",
+                json!([{"partyIdType": "MSISDN", "partyIdentifier": "1", "partySubIdOrType": "a\r\nb"}]),
+                3101,
+                "partyList[0].partySubIdOrType",
             ),
             (
                 "partyList",

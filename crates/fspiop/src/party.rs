@@ -99,7 +99,7 @@ fn check_path_text(text: &str, name: &str, max: usize) -> Result<(), FspiopError
     Ok(())
 }
 
-const URL_SYNTAX_RULE: &str =
+pub(crate) const URL_SYNTAX_RULE: &str =
     "must not contain '/', '?', '#' or control characters, nor be '.' or '..'";
 
 /// Whether a decoded path value would act as URL syntax if it were put

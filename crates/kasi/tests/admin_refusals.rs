@@ -97,38 +97,6 @@ fn assert_refused(answer: &Answer, status: u16, words: &str) {
     );
 }
 
-/// The sum of `kasi_refusals_total` lines of `class` (and `participant`,
-/// if given).
-fn refusals(metrics: &str, class: &str, participant: Option<&str>) -> u64 {
-    metrics
-        .lines()
-        .filter(|line| line.starts_with("kasi_refusals_total{"))
-        .filter(|line| line.contains(&format!("class=\"{class}\"")))
-        .filter(|line| participant.is_none_or(|p| line.contains(&format!("participant=\"{p}\""))))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|value| value as u64)
-        .sum()
-}
-
-/// Polls `/metrics` until `class` (and `participant`) reaches `at_least`.
-fn await_refusals(hub: &Hub, class: &str, participant: Option<&str>, at_least: u64) -> u64 {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let metrics = hub.admin("GET", "/metrics", None);
-        assert_eq!(metrics.status, 200, "{metrics:?}");
-        let count = refusals(&metrics.text(), class, participant);
-        if count >= at_least {
-            return count;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kasi_refusals_total{{class={class}, participant={participant:?}}} is {count}, not {at_least}:\n{}",
-            metrics.text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn audit_events(hub: &Hub, query: &str) -> Vec<Value> {
     let answer = hub.admin("GET", &format!("/audit-events{query}"), None);
     assert_eq!(answer.status, 200, "{answer:?}");
@@ -285,8 +253,8 @@ fn an_open_loopback_admin_api_refuses_cross_site_writes_and_rebound_hosts() {
 
     // Each refusal was counted; the limit ones under the DFSP they were
     // about.
-    await_refusals(&hub, "admin_cross_site", None, 4 * 2 + 4 + 1 + 4 * 2);
-    await_refusals(&hub, "admin_cross_site", Some("payerfsp"), 4 + 1 + 2);
+    hub.await_refusals("admin_cross_site", None, 4 * 2 + 4 + 1 + 4 * 2);
+    hub.await_refusals("admin_cross_site", Some("payerfsp"), 4 + 1 + 2);
     let event = await_event(&hub, "?action=admin.crossSite", |_| true);
     assert_eq!(event["outcome"], "REFUSED CROSS-SITE", "{event}");
     assert!(event["after"]["attempts"].as_u64().unwrap() >= 1, "{event}");
@@ -387,7 +355,7 @@ fn admin_refusals_are_counted_and_audited_and_floods_coalesced() {
         b"",
     );
     assert_eq!(answer.status, 401, "{answer:?}");
-    await_refusals(&hub, "admin_unauthenticated", Some("unknown"), 1);
+    hub.await_refusals("admin_unauthenticated", Some("unknown"), 1);
     let unauthenticated = await_event(&hub, "?action=admin.authenticate", |_| true);
     assert_eq!(
         unauthenticated["outcome"], "UNAUTHENTICATED",
@@ -408,7 +376,7 @@ fn admin_refusals_are_counted_and_audited_and_floods_coalesced() {
         br#"{"currency":"USD","limit":{"type":"NET_DEBIT_CAP","value":1}}"#,
     );
     assert_eq!(answer.status, 403, "{answer:?}");
-    await_refusals(&hub, "admin_forbidden", Some("payerfsp"), 1);
+    hub.await_refusals("admin_forbidden", Some("payerfsp"), 1);
     let forbidden = await_event(&hub, "?action=admin.authorize", |_| true);
     assert_eq!(forbidden["outcome"], "FORBIDDEN", "{forbidden}");
     assert_eq!(
@@ -464,8 +432,8 @@ fn admin_refusals_are_counted_and_audited_and_floods_coalesced() {
         malformed["after"]["request"],
         "PUT /participants/payerfsp/limits"
     );
-    await_refusals(&hub, "admin_invalid", Some("payerfsp"), 1);
-    await_refusals(&hub, "admin_invalid", Some("unknown"), 1);
+    hub.await_refusals("admin_invalid", Some("payerfsp"), 1);
+    hub.await_refusals("admin_invalid", Some("unknown"), 1);
     assert_eq!(
         net_debit_cap(&hub, "payerfsp"),
         json!(10000),
@@ -499,7 +467,7 @@ fn admin_refusals_are_counted_and_audited_and_floods_coalesced() {
         );
         assert_eq!(answer.status, 401, "{answer:?}");
     }
-    await_refusals(&hub, "admin_unauthenticated", None, BURST + 1);
+    hub.await_refusals("admin_unauthenticated", None, BURST + 1);
     let elapsed = started.elapsed();
     let events = audit_events(&hub, "?action=admin.authenticate&limit=1000");
     // The first attempt's event; the burst's own, at most one a minute

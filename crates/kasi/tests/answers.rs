@@ -114,36 +114,6 @@ fn party_put(
     )
 }
 
-/// The sum of `kasi_refusals_total{class=…}` for `participant`.
-fn refusals(hub: &Hub, class: &str, participant: &str) -> f64 {
-    let text = hub.admin("GET", "/metrics", None).text();
-    let class = format!("class=\"{class}\"");
-    let participant = format!("participant=\"{participant}\"");
-    text.lines()
-        .filter(|line| line.starts_with("kasi_refusals_total{"))
-        .filter(|line| line.contains(&class) && line.contains(&participant))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Waits until the counter reaches `at_least` (metrics are read as they
-/// are scraped; on a loaded machine a refusal may be counted a moment
-/// after its answer was written).
-fn wait_for_refusals(hub: &Hub, class: &str, participant: &str, at_least: f64) {
-    let deadline = Instant::now() + CALLBACK_WAIT;
-    loop {
-        let now = refusals(hub, class, participant);
-        if now >= at_least {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kasi_refusals_total{{class={class},participant={participant}}} is {now}, expected at least {at_least}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_third_dfsp_cannot_answer_a_lookup_it_was_not_asked() {
     let s = Scheme::new(&[]);
@@ -179,8 +149,8 @@ fn a_third_dfsp_cannot_answer_a_lookup_it_was_not_asked() {
     let response = party_put(&s.hub, PAYEE, Some(MALLORY), &party, &party_answer(PAYEE));
     assert_error_response(&response, 400, "3100");
     s.assert_all_quiet();
-    wait_for_refusals(&s.hub, "unsolicited_answer", MALLORY, 5.0);
-    wait_for_refusals(&s.hub, "unsolicited_answer", PAYEE, 2.0);
+    s.hub.await_refusals("unsolicited_answer", Some(MALLORY), 5);
+    s.hub.await_refusals("unsolicited_answer", Some(PAYEE), 2);
 
     // The genuine answer still reaches the payer, byte for byte.
     let genuine = party_answer(PAYEE);
@@ -405,7 +375,7 @@ impl Routed {
 #[test]
 fn quote_request_authorization_and_bulk_quote_answers_only_from_the_one_asked() {
     let s = Scheme::new(&[]);
-    let mut expected_mallory = 0.0;
+    let mut expected_mallory = 0;
     for routed in &ROUTED {
         // Nothing pending: refused.
         let id = new_id();
@@ -417,12 +387,13 @@ fn quote_request_authorization_and_bulk_quote_answers_only_from_the_one_asked() 
             &(routed.put)(),
         );
         assert_error_response(&response, 400, "3100");
-        expected_mallory += 1.0;
+        expected_mallory += 1;
 
         routed.ask(&s, &id);
         routed.attack_and_answer(&s, &id);
-        expected_mallory += 2.0;
-        wait_for_refusals(&s.hub, "unsolicited_answer", MALLORY, expected_mallory);
+        expected_mallory += 2;
+        s.hub
+            .await_refusals("unsolicited_answer", Some(MALLORY), expected_mallory);
     }
     // The quote's GET is a question too: only its addressee answers it.
     let quotes = &ROUTED[0];
@@ -587,7 +558,8 @@ fn a_flood_of_forged_answers_reaches_nobody_and_writes_a_handful_of_lines() {
             .collect::<Vec<_>>()
     );
     s.assert_all_quiet();
-    wait_for_refusals(&s.hub, "unsolicited_answer", MALLORY, FORGED as f64);
+    s.hub
+        .await_refusals("unsolicited_answer", Some(MALLORY), FORGED as u64);
     lookups.sort();
     eprintln!(
         "{} legitimate lookups during the flood: median {:?}, max {:?}",

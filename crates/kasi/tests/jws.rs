@@ -8,8 +8,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -17,64 +17,9 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use support::*;
 
-fn run(program: &str, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
-
-/// A fresh RSA-2048 key in `dir`: (private key file, public key file).
-fn rsa_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let private = dir.join(format!("{name}.key"));
-    let public = dir.join(format!("{name}.pub"));
-    run(
-        "openssl",
-        &[
-            "genpkey",
-            "-algorithm",
-            "RSA",
-            "-pkeyopt",
-            "rsa_keygen_bits:2048",
-            "-out",
-            private.to_str().unwrap(),
-        ],
-        b"",
-    );
-    run(
-        "openssl",
-        &[
-            "pkey",
-            "-in",
-            private.to_str().unwrap(),
-            "-pubout",
-            "-out",
-            public.to_str().unwrap(),
-        ],
-        b"",
-    );
-    (private, public)
-}
-
-fn b64url(bytes: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(bytes)
-}
-
 /// RS256 over `input` with `openssl dgst`.
 fn openssl_sign(key: &Path, input: &[u8]) -> Vec<u8> {
-    run(
+    run_program(
         "openssl",
         &["dgst", "-sha256", "-sign", key.to_str().unwrap()],
         input,
@@ -101,7 +46,7 @@ fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
 
 /// `body` as Mojaloop's SDK signs it (sorted keys, compact), made by Python.
 fn sorted_json(body: &str) -> Vec<u8> {
-    run(
+    run_program(
         "python3",
         &[
             "-c",

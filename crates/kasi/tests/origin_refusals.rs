@@ -11,9 +11,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -36,34 +35,6 @@ fn all_endpoints() -> Vec<(&'static str, &'static str)> {
 }
 
 // ------------------------------------------------------------------ metrics
-
-/// `kasi_refusals_total` of `class`, summed over participants (0 if absent).
-fn refusals(hub: &Hub, class: &str) -> u64 {
-    let metrics = hub.admin("GET", "/metrics", None).text();
-    let prefix = format!("kasi_refusals_total{{class=\"{class}\",");
-    metrics
-        .lines()
-        .filter(|line| line.starts_with(&prefix))
-        .filter_map(|line| line.rsplit(' ').next())
-        .map(|value| value.trim().parse::<f64>().unwrap() as u64)
-        .sum()
-}
-
-/// Waits (bounded) until `kasi_refusals_total{class}` reaches `at_least`.
-fn await_refusals(hub: &Hub, class: &str, at_least: u64) {
-    let deadline = Instant::now() + CALLBACK_WAIT;
-    loop {
-        let now = refusals(hub, class);
-        if now >= at_least {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kasi_refusals_total{{class=\"{class}\"}} stayed at {now}, expected at least {at_least}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// 400 with 3100, saying the hub's name is reserved.
 fn assert_hub_name_refused(response: &Response, what: &str) {
@@ -249,7 +220,7 @@ fn hub_as_fspiop_source_is_refused_on_every_route_without_tls() {
         202,
     );
     let position = hub.position(PAYER);
-    let before = refusals(&hub, "hub_source");
+    let before = hub.refusals("hub_source", None);
 
     let attempts = as_hub_requests();
     for (method, path, headers, body) in &attempts {
@@ -261,7 +232,7 @@ fn hub_as_fspiop_source_is_refused_on_every_route_without_tls() {
     let response = hub.api("GET", &format!("/transfers/{}", new_id()), &padded, b"");
     assert_hub_name_refused(&response, "GET /transfers with ' Hub '");
 
-    await_refusals(&hub, "hub_source", before + attempts.len() as u64 + 1);
+    hub.await_refusals("hub_source", None, before + attempts.len() as u64 + 1);
     payer.assert_quiet(QUIET_WAIT);
     payee.assert_quiet(QUIET_WAIT);
     assert_eq!(hub.position(PAYER), position);
@@ -312,7 +283,7 @@ fn a_client_certificate_naming_the_hub_is_refused_as_an_identity() {
     // Only the hub's name, in a DNS SAN.
     let as_hub_san = pki.client(Some(&pki.issue("Some Bank", &[HUB_NAME], false)));
     let position = hub.position(PAYER);
-    let before = refusals(&hub, "hub_source");
+    let before = hub.refusals("hub_source", None);
 
     let send =
         |client: &TlsClient, method: &str, path: &str, headers: &[(String, String)], body: &str| {
@@ -375,7 +346,7 @@ fn a_client_certificate_naming_the_hub_is_refused_as_an_identity() {
     );
     assert_error_response(&pin, 400, "3100");
 
-    await_refusals(&hub, "hub_source", before + refused);
+    hub.await_refusals("hub_source", None, before + refused);
     payer.assert_quiet(QUIET_WAIT);
     payee.assert_quiet(QUIET_WAIT);
     assert_eq!(hub.position(PAYER), position);
@@ -408,7 +379,7 @@ fn a_prepare_whose_destination_is_not_its_payee_is_refused_and_reserves_nothing(
         hub.onboard(&stub.name, &stub.base_url(), 10_000, 5_000);
     }
     let position = hub.position(PAYER);
-    let before = refusals(&hub, "not_party");
+    let before = hub.refusals("not_party", None);
 
     // The header sends it to one DFSP, the body names another.
     let body = prepare_body(&new_id(), PAYER, PAYEE, "10", far_future());
@@ -425,7 +396,7 @@ fn a_prepare_whose_destination_is_not_its_payee_is_refused_and_reserves_nothing(
     let body = prepare_body(&new_id(), "otherfsp", PAYEE, "10", far_future());
     let response = hub.prepare(PAYER, PAYEE, &body);
     assert_error_response(&response, 400, "3100");
-    await_refusals(&hub, "not_party", before + 2);
+    hub.await_refusals("not_party", None, before + 2);
     assert_eq!(hub.position(PAYER), position);
     assert_eq!(hub.position("otherfsp"), 0.0);
     for stub in [&payer, &payee, &other] {
@@ -462,61 +433,12 @@ fn a_prepare_whose_destination_is_not_its_payee_is_refused_and_reserves_nothing(
     other.expect_error(&id, "3100");
     assert_eq!(hub.get_transfer(&id, "otherfsp", PAYER).status, 202);
     other.expect_error(&id, "3000");
-    await_refusals(&hub, "not_party", before + 5);
+    hub.await_refusals("not_party", None, before + 5);
     payer.assert_quiet(QUIET_WAIT);
     assert_eq!(hub.position(PAYER), position + 10.0);
 }
 
 // ---------------------------------------------------------------- signatures
-
-fn run(program: &str, args: &[&str], stdin: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output.stdout
-}
-
-/// A fresh RSA-2048 key in `dir`: (private key file, public key file).
-fn rsa_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let private = dir.join(format!("{name}.key"));
-    let public = dir.join(format!("{name}.pub"));
-    let genpkey = [
-        "genpkey",
-        "-algorithm",
-        "RSA",
-        "-pkeyopt",
-        "rsa_keygen_bits:2048",
-        "-out",
-        private.to_str().unwrap(),
-    ];
-    run("openssl", &genpkey, b"");
-    let pubout = [
-        "pkey",
-        "-in",
-        private.to_str().unwrap(),
-        "-pubout",
-        "-out",
-        public.to_str().unwrap(),
-    ];
-    run("openssl", &pubout, b"");
-    (private, public)
-}
-
-fn b64url(bytes: &[u8]) -> String {
-    URL_SAFE_NO_PAD.encode(bytes)
-}
 
 /// Whether `openssl dgst` accepts `signature` of `input` under `public`.
 fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
@@ -555,7 +477,7 @@ fn signed(
     }
     let protected = b64url(Value::Object(protected).to_string().as_bytes());
     let input = format!("{protected}.{}", b64url(payload));
-    let signature = run(
+    let signature = run_program(
         "openssl",
         &["dgst", "-sha256", "-sign", key.to_str().unwrap()],
         input.as_bytes(),
@@ -621,7 +543,7 @@ fn the_hub_never_signs_a_forwarded_message_and_always_signs_its_own() {
     let (payer, payee) = hub.payer_and_payee(DISCOVERY_ENDPOINTS);
     // A DFSP without a quotes endpoint, for the hub's own error callback.
     hub.onboard("bare", &payer.base_url(), 10_000, 0);
-    let before = refusals(&hub, "hub_source");
+    let before = hub.refusals("hub_source", None);
 
     // --- quotes: the payer asks, the payee answers (a) unsigned, (b)
     // signed by itself; neither gains the hub's signature.
@@ -717,7 +639,7 @@ fn the_hub_never_signs_a_forwarded_message_and_always_signs_its_own() {
             &hub_public,
         );
     }
-    await_refusals(&hub, "hub_source", before + 4);
+    hub.await_refusals("hub_source", None, before + 4);
 
     // --- the hub's own error callback is signed, and openssl agrees.
     let quote = new_id();

@@ -9,7 +9,6 @@
 mod support;
 
 use std::net::IpAddr;
-use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
@@ -115,35 +114,6 @@ impl Scheme {
     }
 }
 
-/// `kasi_refusals_total` summed over participants for `class`.
-fn refusals(hub: &Hub, class: &str) -> f64 {
-    let response = hub.admin("GET", "/metrics", None);
-    assert_eq!(response.status, 200, "{response:?}");
-    let label = format!("class=\"{class}\"");
-    response
-        .text()
-        .lines()
-        .filter(|line| line.starts_with("kasi_refusals_total{") && line.contains(&label))
-        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
-/// Waits (with a deadline) until `class` counted at least `at_least`.
-fn await_refusals(hub: &Hub, class: &str, at_least: f64) {
-    let deadline = Instant::now() + CALLBACK_WAIT;
-    loop {
-        let counted = refusals(hub, class);
-        if counted >= at_least {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kasi_refusals_total{{class=\"{class}\"}} is {counted}, expected at least {at_least}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn assert_malformed(response: &Response, naming: &str, why: &str) {
     assert_eq!(response.status, 400, "{why}: {response:?}");
     let error = response.json();
@@ -176,8 +146,8 @@ const URL_SYNTAX_IDS: &[&str] = &[
 #[test]
 fn party_ids_that_would_be_url_syntax_are_refused_at_the_door() {
     let scheme = Scheme::new(&[]);
-    let before = refusals(&scheme.hub, "path_syntax");
-    let mut refused = 0.0;
+    let before = scheme.hub.refusals("path_syntax", None);
+    let mut refused = 0;
     for id in URL_SYNTAX_IDS {
         let why = format!("GET /parties/MSISDN/{id}");
         assert_malformed(
@@ -194,10 +164,12 @@ fn party_ids_that_would_be_url_syntax_are_refused_at_the_door() {
         let why = format!("GET /parties/MSISDN/{ALICE}/{id}");
         let sub_id = scheme.lookup(&format!("MSISDN/{ALICE}/{id}"));
         assert_malformed(&sub_id, "path parameter SubId", &why);
-        refused += 4.0;
+        refused += 4;
     }
     scheme.assert_nothing_delivered();
-    await_refusals(&scheme.hub, "path_syntax", before + refused);
+    scheme
+        .hub
+        .await_refusals("path_syntax", None, before + refused);
     // Nothing was registered: the holder of ALICE is still the payee, and
     // a lookup still arrives there.
     scheme.lookup_arrives();
@@ -255,13 +227,13 @@ fn party_ids_with_special_characters_reach_the_holder_correctly_encoded() {
 #[test]
 fn a_repeated_fspiop_source_or_destination_is_refused_on_every_route() {
     let scheme = Scheme::new(&[]);
-    let before = refusals(&scheme.hub, "duplicate_header");
+    let before = scheme.hub.refusals("duplicate_header", None);
     let twice = |headers: Vec<(String, String)>, name: &str, second: &str| {
         let mut headers = headers;
         headers.push((name.to_string(), second.to_string()));
         headers
     };
-    let mut refused = 0.0;
+    let mut refused = 0;
     for (name, second) in [
         ("FSPIOP-Source", PAYEE),
         ("FSPIOP-Source", PAYER),
@@ -292,10 +264,12 @@ fn a_repeated_fspiop_source_or_destination_is_refused_on_every_route() {
         );
         let response = scheme.hub.api("POST", "/quotes", &headers, b"{}");
         assert_malformed(&response, &naming, &why);
-        refused += 4.0;
+        refused += 4;
     }
     scheme.assert_nothing_delivered();
-    await_refusals(&scheme.hub, "duplicate_header", before + refused);
+    scheme
+        .hub
+        .await_refusals("duplicate_header", None, before + refused);
     assert_eq!(
         scheme.hub.position(PAYER),
         0.0,
@@ -336,7 +310,7 @@ fn a_repeated_identity_header_is_refused_in_trusted_proxy_mode() {
             body.as_bytes(),
         )
     };
-    let before = refusals(&hub, "duplicate_header");
+    let before = hub.refusals("duplicate_header", None);
     for identities in [[PAYER, PAYER], [PAYER, PAYEE], [PAYEE, PAYER]] {
         let why = format!("X-Client-Identity {identities:?}");
         assert_malformed(
@@ -346,7 +320,7 @@ fn a_repeated_identity_header_is_refused_in_trusted_proxy_mode() {
         );
     }
     payee.assert_quiet(QUIET_WAIT);
-    await_refusals(&hub, "duplicate_header", before + 3.0);
+    hub.await_refusals("duplicate_header", None, before + 3);
     assert_eq!(hub.position(PAYER), 0.0, "nothing reserved");
 
     // One header, as a gateway that overwrites it sends it.
@@ -368,7 +342,7 @@ fn a_date_far_from_the_hubs_clock_is_refused_only_when_the_scheme_asks() {
     };
 
     let strict = Scheme::new(&["--max-clock-skew-s", "60"]);
-    let before = refusals(&strict.hub, "stale_date");
+    let before = strict.hub.refusals("stale_date", None);
     for (offset, direction) in [(-hour_ms, "behind"), (hour_ms, "ahead of")] {
         let response = strict.lookup_with(&format!("MSISDN/{ALICE}"), dated(offset));
         assert_eq!(response.status, 400, "{direction}: {response:?}");
@@ -382,14 +356,14 @@ fn a_date_far_from_the_hubs_clock_is_refused_only_when_the_scheme_asks() {
             .as_str()
             .unwrap_or_default();
         assert!(
-            description.contains(&format!("header Date is"))
+            description.contains("header Date is")
                 && description.contains(direction)
                 && description.contains("at most 60 s"),
             "{description}"
         );
     }
     strict.assert_nothing_delivered();
-    await_refusals(&strict.hub, "stale_date", before + 2.0);
+    strict.hub.await_refusals("stale_date", None, before + 2);
     // Within the allowed skew, it is routed.
     let response = strict.lookup_with(&format!("MSISDN/{ALICE}"), dated(-20_000));
     assert_eq!(response.status, 202, "{response:?}");
@@ -405,7 +379,7 @@ fn a_date_far_from_the_hubs_clock_is_refused_only_when_the_scheme_asks() {
     lenient
         .payee
         .expect("GET", &format!("/parties/MSISDN/{ALICE}"));
-    assert_eq!(refusals(&lenient.hub, "stale_date"), 0.0);
+    assert_eq!(lenient.hub.refusals("stale_date", None), 0);
 }
 
 /// CR/LF (and NUL, ESC) sent through path values, JSON values and headers

@@ -1734,3 +1734,111 @@ pub fn try_api(
     let headers = fspiop_headers(source, destination, method == "POST");
     std::panic::catch_unwind(|| http(address, method, path, &headers, body.as_bytes()).status).ok()
 }
+
+// --------------------------------------------------------------- refusals
+
+/// The sum of the `kasi_refusals_total` lines of `class` (and of
+/// `participant`, if given) in a `/metrics` text.
+pub fn refusals_in(metrics: &str, class: &str, participant: Option<&str>) -> u64 {
+    let class = format!("class=\"{class}\"");
+    let participant = participant.map(|p| format!("participant=\"{p}\""));
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("kasi_refusals_total{") && line.contains(&class))
+        .filter(|line| participant.as_ref().is_none_or(|p| line.contains(p)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|value| value as u64)
+        .sum()
+}
+
+impl Hub {
+    /// Polls `/metrics` until `kasi_refusals_total` of `class` (and of
+    /// `participant`, if given) reaches `at_least`; the count. A refusal
+    /// may be counted a moment after its answer was written, so it is
+    /// waited for, never read once.
+    pub fn await_refusals(&self, class: &str, participant: Option<&str>, at_least: u64) -> u64 {
+        let deadline = Instant::now() + CALLBACK_WAIT;
+        loop {
+            let metrics = self.admin("GET", "/metrics", None);
+            assert_eq!(metrics.status, 200, "{metrics:?}");
+            let count = refusals_in(&metrics.text(), class, participant);
+            if count >= at_least {
+                return count;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kasi_refusals_total{{class={class}, participant={participant:?}}} is {count}, expected at least {at_least}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `kasi_refusals_total` of `class` (and `participant`) now.
+    pub fn refusals(&self, class: &str, participant: Option<&str>) -> u64 {
+        refusals_in(
+            &self.admin("GET", "/metrics", None).text(),
+            class,
+            participant,
+        )
+    }
+}
+
+// --------------------------------------------------------------- openssl, an independent party
+
+/// Runs `program` with `args`, feeding it `stdin`; its standard output
+/// (it must succeed).
+pub fn run_program(program: &str, args: &[&str], stdin: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// A fresh RSA-2048 key in `dir`: (private key file, public key file).
+pub fn rsa_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    run_program(
+        "openssl",
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+            private.to_str().unwrap(),
+        ],
+        b"",
+    );
+    run_program(
+        "openssl",
+        &[
+            "pkey",
+            "-in",
+            private.to_str().unwrap(),
+            "-pubout",
+            "-out",
+            public.to_str().unwrap(),
+        ],
+        b"",
+    );
+    (private, public)
+}
+
+pub fn b64url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
