@@ -93,8 +93,8 @@ pub use participants::{
 };
 pub use party::{
     check_party_identifier, check_party_put, check_party_sub_id, is_url_syntax,
-    parse_party_id_type, parse_party_key, ParsedPartyIdInfo, PartyIdType, PARTY_IDENTIFIER_MAX_CHARS,
-    PARTY_SUB_ID_MAX_CHARS,
+    parse_party_id_type, parse_party_key, ParsedPartyIdInfo, PartyIdType,
+    PARTY_IDENTIFIER_MAX_CHARS, PARTY_SUB_ID_MAX_CHARS,
 };
 pub use quotes::{parse_quote_post, parse_quote_put, AmountType, ParsedQuotePost, ParsedQuotePut};
 pub use schema::Money;

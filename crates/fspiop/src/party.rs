@@ -370,8 +370,19 @@ mod tests {
         // What the router hands over after decoding `..%2F`, `%2F`, `%3F`,
         // `%23`, `%0D%0A`, `%00`, `%1B`, `%7F`.
         for bad in [
-            "../x", "..", ".", "a/b", "/", "a?b=1", "a#frag", "a\r\nb", "a\0", "\u{1b}[31m",
-            "a\u{7f}", "a\u{85}", "\t",
+            "../x",
+            "..",
+            ".",
+            "a/b",
+            "/",
+            "a?b=1",
+            "a#frag",
+            "a\r\nb",
+            "a\0",
+            "\u{1b}[31m",
+            "a\u{7f}",
+            "a\u{85}",
+            "\t",
         ] {
             assert!(is_url_syntax(bad), "{bad:?}");
             let error = check_party_identifier(bad).unwrap_err();
@@ -383,8 +394,16 @@ mod tests {
         // Data that merely looks special is allowed: FSPIOP gives
         // PartyIdentifier no pattern.
         for good in [
-            "+16135551212", "bob@example.org", "bob the builder", "a.b", "...", ".x", "x..",
-            "50%", "a&b=c;d", "é",
+            "+16135551212",
+            "bob@example.org",
+            "bob the builder",
+            "a.b",
+            "...",
+            ".x",
+            "x..",
+            "50%",
+            "a&b=c;d",
+            "é",
         ] {
             assert!(!is_url_syntax(good), "{good:?}");
             assert!(check_party_identifier(good).is_ok(), "{good:?}");

@@ -43,7 +43,12 @@ fn refusal(hub: &Hub, headers: &HeaderMap, now: SystemTime) -> Option<Response> 
             .map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
             .unwrap_or_default()
     };
-    let identity_header = hub.config.identity.proxy.as_ref().map(|proxy| &proxy.header);
+    let identity_header = hub
+        .config
+        .identity
+        .proxy
+        .as_ref()
+        .map(|proxy| &proxy.header);
     let repeated = SINGLE_VALUED
         .iter()
         .map(|name| name.to_string())

@@ -155,8 +155,21 @@ fn is_segment_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric()
         || matches!(
             byte,
-            b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+'
-                | b',' | b'=' | b':' | b'@'
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b'='
+                | b':'
+                | b'@'
         )
 }
 
@@ -264,13 +277,27 @@ mod tests {
     #[test]
     fn values_are_one_path_segment_each() {
         let parties = "http://dfsp/parties/{{partyIdType}}/{{partyIdentifier}}";
-        let url = |id: &str| expand(parties, &[("partyIdType", "MSISDN"), ("partyIdentifier", id)]);
+        let url = |id: &str| {
+            expand(
+                parties,
+                &[("partyIdType", "MSISDN"), ("partyIdentifier", id)],
+            )
+        };
         assert_eq!(url("123"), "http://dfsp/parties/MSISDN/123");
-        assert_eq!(url("../../admin"), "http://dfsp/parties/MSISDN/..%2F..%2Fadmin");
+        assert_eq!(
+            url("../../admin"),
+            "http://dfsp/parties/MSISDN/..%2F..%2Fadmin"
+        );
         assert_eq!(url("a?b=1#c"), "http://dfsp/parties/MSISDN/a%3Fb=1%23c");
-        assert_eq!(url("a\r\nHost: x\0"), "http://dfsp/parties/MSISDN/a%0D%0AHost:%20x%00");
+        assert_eq!(
+            url("a\r\nHost: x\0"),
+            "http://dfsp/parties/MSISDN/a%0D%0AHost:%20x%00"
+        );
         assert_eq!(url("50%"), "http://dfsp/parties/MSISDN/50%25");
-        assert_eq!(url("a;jsessionid=1"), "http://dfsp/parties/MSISDN/a%3Bjsessionid=1");
+        assert_eq!(
+            url("a;jsessionid=1"),
+            "http://dfsp/parties/MSISDN/a%3Bjsessionid=1"
+        );
         assert_eq!(url("é\u{7f}"), "http://dfsp/parties/MSISDN/%C3%A9%7F");
         // What party ids are made of stays readable.
         assert_eq!(url("+1613@x.org"), "http://dfsp/parties/MSISDN/+1613@x.org");

@@ -106,7 +106,10 @@ fn find_control(text: &[u8], from: usize, colours: bool) -> Option<usize> {
         match text[at] {
             0x1B if colours && is_colour(&text[at..]) => {}
             0x00..=0x1F | 0x7F => return Some(at),
-            0xC2 if text.get(at + 1).is_some_and(|next| (0x80..=0x9F).contains(next)) => {
+            0xC2 if text
+                .get(at + 1)
+                .is_some_and(|next| (0x80..=0x9F).contains(next)) =>
+            {
                 return Some(at)
             }
             _ => {}

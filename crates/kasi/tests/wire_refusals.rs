@@ -55,11 +55,16 @@ impl Scheme {
 
     /// `POST /participants/{path}` from `source`, registering to itself.
     fn register(&self, source: &str, path: &str) -> Response {
-        self.register_with(path, resource_headers("participants", "1.0", source, None, true))
+        self.register_with(
+            path,
+            resource_headers("participants", "1.0", source, None, true),
+        )
     }
 
     fn register_with(&self, path: &str, headers: Vec<(String, String)>) -> Response {
-        let source = header_value(&headers, "FSPIOP-Source").unwrap_or(PAYEE).to_string();
+        let source = header_value(&headers, "FSPIOP-Source")
+            .unwrap_or(PAYEE)
+            .to_string();
         let body = format!(r#"{{"fspId":"{source}","currency":"USD"}}"#);
         self.hub.api(
             "POST",
@@ -98,7 +103,9 @@ impl Scheme {
     fn lookup_arrives(&self) {
         let response = self.lookup(&format!("MSISDN/{ALICE}"));
         assert_eq!(response.status, 202, "{response:?}");
-        let received = self.payee.expect("GET", &format!("/parties/MSISDN/{ALICE}"));
+        let received = self
+            .payee
+            .expect("GET", &format!("/parties/MSISDN/{ALICE}"));
         assert_eq!(received.header("fspiop-source"), Some(PAYER));
     }
 
@@ -173,7 +180,11 @@ fn party_ids_that_would_be_url_syntax_are_refused_at_the_door() {
     let mut refused = 0.0;
     for id in URL_SYNTAX_IDS {
         let why = format!("GET /parties/MSISDN/{id}");
-        assert_malformed(&scheme.lookup(&format!("MSISDN/{id}")), "path parameter ID", &why);
+        assert_malformed(
+            &scheme.lookup(&format!("MSISDN/{id}")),
+            "path parameter ID",
+            &why,
+        );
         let why = format!("PUT /parties/MSISDN/{id}");
         let answer = scheme.answer(&format!("MSISDN/{id}"), "MSISDN", ALICE);
         assert_malformed(&answer, "path parameter ID", &why);
@@ -285,7 +296,11 @@ fn a_repeated_fspiop_source_or_destination_is_refused_on_every_route() {
     }
     scheme.assert_nothing_delivered();
     await_refusals(&scheme.hub, "duplicate_header", before + refused);
-    assert_eq!(scheme.hub.position(PAYER), 0.0, "no prepare reserved anything");
+    assert_eq!(
+        scheme.hub.position(PAYER),
+        0.0,
+        "no prepare reserved anything"
+    );
     scheme.lookup_arrives();
 }
 
@@ -312,7 +327,14 @@ fn a_repeated_identity_header_is_refused_in_trusted_proxy_mode() {
         for identity in identities {
             headers.push(("X-Client-Identity".into(), identity.to_string()));
         }
-        http_from(trusted, hub.api, "POST", "/transfers", &headers, body.as_bytes())
+        http_from(
+            trusted,
+            hub.api,
+            "POST",
+            "/transfers",
+            &headers,
+            body.as_bytes(),
+        )
     };
     let before = refusals(&hub, "duplicate_header");
     for identities in [[PAYER, PAYER], [PAYER, PAYEE], [PAYEE, PAYER]] {
@@ -351,12 +373,16 @@ fn a_date_far_from_the_hubs_clock_is_refused_only_when_the_scheme_asks() {
         let response = strict.lookup_with(&format!("MSISDN/{ALICE}"), dated(offset));
         assert_eq!(response.status, 400, "{direction}: {response:?}");
         let error = response.json();
-        assert_eq!(error["errorInformation"]["errorCode"], json!("3100"), "{error}");
+        assert_eq!(
+            error["errorInformation"]["errorCode"],
+            json!("3100"),
+            "{error}"
+        );
         let description = error["errorInformation"]["errorDescription"]
             .as_str()
             .unwrap_or_default();
         assert!(
-            description.contains(&format!("header Date is"))
+            description.contains("header Date is")
                 && description.contains(direction)
                 && description.contains("at most 60 s"),
             "{description}"
@@ -420,7 +446,12 @@ fn no_request_value_forges_a_log_line_in_either_format() {
         // carrying what can (obs-text).
         let mut headers = resource_headers("parties", "1.0", "payer\u{85}FAKE", None, true);
         headers.push(("FSPIOP-Source".into(), PAYER.into()));
-        assert_eq!(scheme.lookup_with(&format!("MSISDN/{ALICE}"), headers).status, 400);
+        assert_eq!(
+            scheme
+                .lookup_with(&format!("MSISDN/{ALICE}"), headers)
+                .status,
+            400
+        );
         scheme.assert_nothing_delivered();
 
         // The injected values reached the log (a refusal's detail names
