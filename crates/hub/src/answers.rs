@@ -73,12 +73,24 @@ struct Question {
     asked_at: Instant,
 }
 
+/// The questions about one key, and when they are next checked for
+/// expiry.
+#[derive(Debug)]
+struct Slot {
+    questions: Vec<Question>,
+    /// The instant of this key's one live entry in the sweep queue; other
+    /// entries of the key there are stale and skipped.
+    sweep_at: Instant,
+}
+
 #[derive(Debug, Default)]
 struct Shard {
-    questions: HashMap<Key, Vec<Question>>,
-    /// Keys in the order of their questions' expiry checks: the front is
-    /// swept once its instant has passed (a renewed or answered question
-    /// is checked again then, not moved).
+    questions: HashMap<Key, Slot>,
+    /// Keys in the order of their expiry checks: the front is swept once
+    /// its instant has passed. A key has one live entry at a time (its
+    /// `sweep_at`), so asking the same question again and again does not
+    /// grow the queue: a renewed question is found still pending at its
+    /// check and checked again at its new expiry.
     sweep: VecDeque<(Instant, Key)>,
     len: usize,
 }
@@ -90,18 +102,24 @@ impl Shard {
             if *at > now {
                 break;
             }
-            let (_, key) = self.sweep.pop_front().expect("front exists");
-            self.expire(&key, now);
-        }
-    }
-
-    fn expire(&mut self, key: &Key, now: Instant) {
-        if let Some(questions) = self.questions.get_mut(key) {
-            let before = questions.len();
-            questions.retain(|question| question.expires_at > now);
-            self.len -= before - questions.len();
-            if questions.is_empty() {
-                self.questions.remove(key);
+            let (at, key) = self.sweep.pop_front().expect("front exists");
+            let Some(slot) = self.questions.get_mut(&key) else {
+                continue;
+            };
+            if slot.sweep_at != at {
+                continue;
+            }
+            let before = slot.questions.len();
+            slot.questions.retain(|question| question.expires_at > now);
+            self.len -= before - slot.questions.len();
+            match slot.questions.iter().map(|q| q.expires_at).min() {
+                Some(next) => {
+                    slot.sweep_at = next;
+                    self.sweep.push_back((next, key));
+                }
+                None => {
+                    self.questions.remove(&key);
+                }
             }
         }
     }
@@ -197,33 +215,43 @@ impl Answers {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
         shard.sweep(now);
-        if let Some(questions) = shard.questions.get_mut(key) {
-            if let Some(question) = questions
+        if let Some(slot) = shard.questions.get_mut(key) {
+            if let Some(question) = slot
+                .questions
                 .iter_mut()
                 .find(|q| q.requester == requester && q.addressee == addressee)
             {
                 question.expires_at = expires_at;
                 question.asked_at = now;
-                shard.sweep.push_back((expires_at, key.clone()));
                 return Ok(());
             }
-            if questions.len() >= ASKERS_PER_KEY {
+            if slot.questions.len() >= ASKERS_PER_KEY || shard.len >= self.shard_capacity {
                 return Err(AskError::Full);
             }
-        }
-        if shard.len >= self.shard_capacity {
-            return Err(AskError::Full);
-        }
-        shard
-            .questions
-            .entry(key.clone())
-            .or_default()
-            .push(Question {
+            slot.questions.push(Question {
                 requester,
                 addressee,
                 expires_at,
                 asked_at: now,
             });
+            shard.len += 1;
+            return Ok(());
+        }
+        if shard.len >= self.shard_capacity {
+            return Err(AskError::Full);
+        }
+        shard.questions.insert(
+            key.clone(),
+            Slot {
+                questions: vec![Question {
+                    requester,
+                    addressee,
+                    expires_at,
+                    asked_at: now,
+                }],
+                sweep_at: expires_at,
+            },
+        );
         shard.len += 1;
         shard.sweep.push_back((expires_at, key.clone()));
         Ok(())
@@ -234,11 +262,12 @@ impl Answers {
     pub fn withdraw(&self, key: &Key, requester: FspName, addressee: FspName) {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
-        if let Some(questions) = shard.questions.get_mut(key) {
-            let before = questions.len();
-            questions.retain(|q| !(q.requester == requester && q.addressee == addressee));
-            let removed = before - questions.len();
-            if questions.is_empty() {
+        if let Some(slot) = shard.questions.get_mut(key) {
+            let before = slot.questions.len();
+            slot.questions
+                .retain(|q| !(q.requester == requester && q.addressee == addressee));
+            let removed = before - slot.questions.len();
+            if slot.questions.is_empty() {
                 shard.questions.remove(key);
             }
             shard.len -= removed;
@@ -258,10 +287,11 @@ impl Answers {
     ) -> Result<FspName, Refusal> {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
-        let questions = shard
+        let slot = shard
             .questions
             .get_mut(key)
             .ok_or(Refusal::NothingPending)?;
+        let questions = &mut slot.questions;
         let mut asked_source = false;
         let mut chosen: Option<&mut Question> = None;
         for question in questions.iter_mut() {
@@ -292,7 +322,12 @@ impl Answers {
         let until = now + ANSWERED_GRACE;
         if question.expires_at > until {
             question.expires_at = until;
-            shard.sweep.push_back((until, key.clone()));
+            // Checked sooner, so that an answered question leaves (and
+            // frees its room) soon after its grace.
+            if until < slot.sweep_at {
+                slot.sweep_at = until;
+                shard.sweep.push_back((until, key.clone()));
+            }
         }
         Ok(requester)
     }
@@ -465,6 +500,42 @@ mod tests {
             answers.answer(&party("new1"), fsp("payee"), None, late),
             Ok(fsp("payer"))
         );
+    }
+
+    #[test]
+    fn asking_again_and_again_does_not_grow_the_sweep_queue_nor_leak() {
+        let answers = Answers::new(Duration::from_secs(60), 10_000);
+        let start = Instant::now();
+        let key = party("555");
+        for i in 0..10_000u64 {
+            let at = start + Duration::from_millis(i * 10);
+            answers.ask(&key, fsp("payer"), fsp("payee"), at).unwrap();
+            // The addressee's answer (and its repeats) too.
+            let _ = answers.answer(&key, fsp("payee"), None, at);
+        }
+        let queued = |answers: &Answers| -> usize {
+            answers
+                .shards
+                .iter()
+                .map(|shard| shard.lock().unwrap().sweep.len())
+                .sum()
+        };
+        assert!(queued(&answers) <= 3, "{}", queued(&answers));
+        assert_eq!(answers.len(), 1);
+        // Last asked at +99.99 s and answered then: accepted until the
+        // grace ends, and gone from memory once a sweep passes that.
+        let last = start + Duration::from_millis(99_990);
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), None, last + ANSWERED_GRACE / 2),
+            Ok(fsp("payer"))
+        );
+        let later = last + Duration::from_secs(61);
+        for i in 0..400 {
+            answers
+                .ask(&party(&format!("other{i}")), fsp("a"), fsp("b"), later)
+                .unwrap();
+        }
+        assert_eq!(answers.len(), 400, "the renewed question was swept");
     }
 
     #[test]
