@@ -23,9 +23,10 @@
 //! answer unroutable. Questions leave at expiry (swept as new ones
 //! arrive, oldest first) or [`ANSWERED_GRACE`] after their answer.
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
+use std::cmp::{Ordering, Reverse};
+use std::collections::hash_map::RandomState;
+use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,8 @@ const SHARDS: usize = 16;
 /// key: a requester asking again renews its question; distinct requesters
 /// each get theirs.
 const ASKERS_PER_KEY: usize = 64;
+/// One requester may hold at most this share (1/n) of each shard.
+const REQUESTER_SHARE_DIVISOR: usize = 4;
 
 /// What a question is about: the resource and its id (a quote id, a
 /// transaction request id, ...; for a party, `{Type}/{ID}[/{SubId}]`).
@@ -83,45 +86,109 @@ struct Slot {
     sweep_at: Instant,
 }
 
+/// A key's expiry check, due at its instant (ordered by instant alone).
+#[derive(Debug)]
+struct Due(Instant, Key);
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Due) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl Eq for Due {}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Due) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Due {
+    fn cmp(&self, other: &Due) -> Ordering {
+        self.0.cmp(&other.0)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Shard {
     questions: HashMap<Key, Slot>,
-    /// Keys in the order of their expiry checks: the front is swept once
-    /// its instant has passed. A key has one live entry at a time (its
-    /// `sweep_at`), so asking the same question again and again does not
-    /// grow the queue: a renewed question is found still pending at its
-    /// check and checked again at its new expiry.
-    sweep: VecDeque<(Instant, Key)>,
+    /// Keys' expiry checks, earliest first (a window's and an answered
+    /// question's grace end interleave, so the order is kept by a heap, not
+    /// by arrival). A key has one live entry at a time (its `sweep_at`):
+    /// asking the same question again does not add one — a renewed
+    /// question is found pending at its check and checked again at its new
+    /// expiry. Entries of withdrawn questions are stale and skipped, and
+    /// compacted away once they outnumber the live ones.
+    due: BinaryHeap<Reverse<Due>>,
     len: usize,
+    /// Questions pending per requester, for the fair-share bound.
+    by_requester: HashMap<FspName, usize>,
 }
 
 impl Shard {
-    /// Drops every question that expired by `now`, oldest check first.
+    /// Drops every question that expired by `now`, earliest check first.
     fn sweep(&mut self, now: Instant) {
-        while let Some((at, _)) = self.sweep.front() {
+        while let Some(Reverse(Due(at, _))) = self.due.peek() {
             if *at > now {
                 break;
             }
-            let (at, key) = self.sweep.pop_front().expect("front exists");
+            let Reverse(Due(at, key)) = self.due.pop().expect("peeked");
             let Some(slot) = self.questions.get_mut(&key) else {
                 continue;
             };
             if slot.sweep_at != at {
                 continue;
             }
-            let before = slot.questions.len();
-            slot.questions.retain(|question| question.expires_at > now);
-            self.len -= before - slot.questions.len();
+            let mut removed = Vec::new();
+            slot.questions.retain(|question| {
+                let live = question.expires_at > now;
+                if !live {
+                    removed.push(question.requester);
+                }
+                live
+            });
             match slot.questions.iter().map(|q| q.expires_at).min() {
                 Some(next) => {
                     slot.sweep_at = next;
-                    self.sweep.push_back((next, key));
+                    self.due.push(Reverse(Due(next, key)));
                 }
                 None => {
                     self.questions.remove(&key);
                 }
             }
+            for requester in removed {
+                self.forget(requester);
+            }
         }
+        if self.due.len() > 2 * self.len + 64 {
+            let questions = &self.questions;
+            self.due.retain(|Reverse(Due(at, key))| {
+                questions.get(key).is_some_and(|slot| slot.sweep_at == *at)
+            });
+        }
+    }
+
+    /// Counts a question of `requester` as gone.
+    fn forget(&mut self, requester: FspName) {
+        self.len -= 1;
+        if let Some(count) = self.by_requester.get_mut(&requester) {
+            *count -= 1;
+            if *count == 0 {
+                self.by_requester.remove(&requester);
+            }
+        }
+    }
+
+    /// Whether `requester` may add a question, and counts it if so.
+    fn admit(&mut self, requester: FspName, capacity: usize, share: usize) -> bool {
+        let held = self.by_requester.get(&requester).copied().unwrap_or(0);
+        if self.len >= capacity || held >= share {
+            return false;
+        }
+        self.len += 1;
+        *self.by_requester.entry(requester).or_insert(0) += 1;
+        true
     }
 }
 
@@ -163,6 +230,13 @@ pub struct Answers {
     window: Duration,
     /// Per shard: the whole capacity spread evenly.
     shard_capacity: usize,
+    /// Per shard, what one requester may hold: a quarter, so that one
+    /// DFSP asking and never being answered cannot fill the table for
+    /// everyone.
+    requester_share: usize,
+    /// Keyed per process, so that nobody can choose ids that all land in
+    /// one shard and fill it.
+    hasher: RandomState,
 }
 
 impl Answers {
@@ -171,6 +245,8 @@ impl Answers {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             window,
             shard_capacity: capacity.div_ceil(SHARDS).max(1),
+            requester_share: (capacity.div_ceil(SHARDS) / REQUESTER_SHARE_DIVISOR).max(1),
+            hasher: RandomState::new(),
         }
     }
 
@@ -185,9 +261,7 @@ impl Answers {
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        let mut hasher = DefaultHasher::new();
-        key.hash(&mut hasher);
-        &self.shards[(hasher.finish() as usize) % SHARDS]
+        &self.shards[(self.hasher.hash_one(key) as usize) % SHARDS]
     }
 
     /// Questions pending now (expired ones not yet swept included).
@@ -225,19 +299,22 @@ impl Answers {
                 question.asked_at = now;
                 return Ok(());
             }
-            if slot.questions.len() >= ASKERS_PER_KEY || shard.len >= self.shard_capacity {
+            if slot.questions.len() >= ASKERS_PER_KEY
+                || !shard.admit(requester, self.shard_capacity, self.requester_share)
+            {
                 return Err(AskError::Full);
             }
+            // `admit` counted it; the slot is looked up again after it.
+            let slot = shard.questions.get_mut(key).expect("looked up above");
             slot.questions.push(Question {
                 requester,
                 addressee,
                 expires_at,
                 asked_at: now,
             });
-            shard.len += 1;
             return Ok(());
         }
-        if shard.len >= self.shard_capacity {
+        if !shard.admit(requester, self.shard_capacity, self.requester_share) {
             return Err(AskError::Full);
         }
         shard.questions.insert(
@@ -252,8 +329,7 @@ impl Answers {
                 sweep_at: expires_at,
             },
         );
-        shard.len += 1;
-        shard.sweep.push_back((expires_at, key.clone()));
+        shard.due.push(Reverse(Due(expires_at, key.clone())));
         Ok(())
     }
 
@@ -262,15 +338,18 @@ impl Answers {
     pub fn withdraw(&self, key: &Key, requester: FspName, addressee: FspName) {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
-        if let Some(slot) = shard.questions.get_mut(key) {
-            let before = slot.questions.len();
-            slot.questions
-                .retain(|q| !(q.requester == requester && q.addressee == addressee));
-            let removed = before - slot.questions.len();
-            if slot.questions.is_empty() {
-                shard.questions.remove(key);
-            }
-            shard.len -= removed;
+        let Some(slot) = shard.questions.get_mut(key) else {
+            return;
+        };
+        let before = slot.questions.len();
+        slot.questions
+            .retain(|q| !(q.requester == requester && q.addressee == addressee));
+        let removed = before - slot.questions.len();
+        if slot.questions.is_empty() {
+            shard.questions.remove(key);
+        }
+        for _ in 0..removed {
+            shard.forget(requester);
         }
     }
 
@@ -326,7 +405,7 @@ impl Answers {
             // frees its room) soon after its grace.
             if until < slot.sweep_at {
                 slot.sweep_at = until;
-                shard.sweep.push_back((until, key.clone()));
+                shard.due.push(Reverse(Due(until, key.clone())));
             }
         }
         Ok(requester)
@@ -350,10 +429,10 @@ impl crate::Hub {
         match self.answers.ask(key, requester, addressee, Instant::now()) {
             Ok(()) => Ok(()),
             Err(AskError::Full) => {
-                tracing::warn!(
-                    resource = %key.resource,
-                    requester = %requester,
-                    "too many requests await answers; a new one was refused (2003)"
+                self.refuse(
+                    crate::refused::Class::Busy,
+                    requester.as_str(),
+                    &format!("{} {} to '{addressee}'", key.resource, key.id),
                 );
                 Err(crate::HubError::new(
                     SERVICE_UNAVAILABLE,
@@ -517,7 +596,7 @@ mod tests {
             answers
                 .shards
                 .iter()
-                .map(|shard| shard.lock().unwrap().sweep.len())
+                .map(|shard| shard.lock().unwrap().due.len())
                 .sum()
         };
         assert!(queued(&answers) <= 3, "{}", queued(&answers));
@@ -536,6 +615,83 @@ mod tests {
                 .unwrap();
         }
         assert_eq!(answers.len(), 400, "the renewed question was swept");
+    }
+
+    #[test]
+    fn one_requester_holds_at_most_a_quarter_and_others_still_ask() {
+        let answers = Answers::new(Duration::from_secs(60), SHARDS * 8);
+        let now = Instant::now();
+        let mut held = 0;
+        for i in 0..1_000 {
+            if answers
+                .ask(
+                    &party(&format!("m{i}")),
+                    fsp("mallory"),
+                    fsp("mallory"),
+                    now,
+                )
+                .is_ok()
+            {
+                held += 1;
+            }
+        }
+        assert!(held <= SHARDS * 2, "{held}");
+        // An honest requester still gets a question into every shard.
+        for shard in 0..SHARDS {
+            let key = (0..)
+                .map(|i| party(&format!("h{i}")))
+                .find(|key| (answers.hasher.hash_one(key) as usize) % SHARDS == shard)
+                .unwrap();
+            answers.ask(&key, fsp("payer"), fsp("payee"), now).unwrap();
+        }
+    }
+
+    #[test]
+    fn withdrawn_questions_leave_no_trail() {
+        let answers = Answers::new(Duration::from_secs(60), 1_000);
+        let now = Instant::now();
+        for i in 0..10_000 {
+            let key = Key::new(Resource::Quotes, format!("q{i}"));
+            answers
+                .ask(&key, fsp("mallory"), fsp("nosuchfsp"), now)
+                .unwrap();
+            answers.withdraw(&key, fsp("mallory"), fsp("nosuchfsp"));
+        }
+        assert_eq!(answers.len(), 0);
+        let queued: usize = answers
+            .shards
+            .iter()
+            .map(|shard| shard.lock().unwrap().due.len())
+            .sum();
+        assert!(queued <= SHARDS * 66, "{queued}");
+    }
+
+    #[test]
+    fn an_answered_question_leaves_at_its_grace_even_behind_later_ones() {
+        let answers = Answers::new(Duration::from_secs(60), 10_000);
+        let start = Instant::now();
+        // Questions asked later than the answered one, still pending.
+        for i in 0..400 {
+            answers
+                .ask(&party(&format!("p{i}")), fsp("a"), fsp("b"), start)
+                .unwrap();
+        }
+        let key = party("answered");
+        let later = start + Duration::from_secs(1);
+        answers
+            .ask(&key, fsp("payer"), fsp("payee"), later)
+            .unwrap();
+        answers.answer(&key, fsp("payee"), None, later).unwrap();
+        assert_eq!(answers.len(), 401);
+        // Past its grace (long before the others' window ends), the next
+        // questions in every shard sweep it away.
+        let after = later + ANSWERED_GRACE + Duration::from_secs(1);
+        for i in 0..400 {
+            answers
+                .ask(&party(&format!("n{i}")), fsp("a"), fsp("b"), after)
+                .unwrap();
+        }
+        assert_eq!(answers.len(), 800);
     }
 
     #[test]

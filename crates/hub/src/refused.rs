@@ -61,10 +61,13 @@ pub enum Class {
     AdminInvalid,
     /// An admin write from another site or host (open loopback admin API).
     AdminCrossSite,
+    /// A request that expects an answer, refused because too many await
+    /// answers (the table is full, or the requester holds its share).
+    Busy,
 }
 
 impl Class {
-    pub const ALL: [Class; 12] = [
+    pub const ALL: [Class; 13] = [
         Class::Identity,
         Class::HubSource,
         Class::NotParty,
@@ -77,6 +80,7 @@ impl Class {
         Class::AdminForbidden,
         Class::AdminInvalid,
         Class::AdminCrossSite,
+        Class::Busy,
     ];
 
     /// The `class` label and JSON key.
@@ -94,6 +98,7 @@ impl Class {
             Class::AdminForbidden => "admin_forbidden",
             Class::AdminInvalid => "admin_invalid",
             Class::AdminCrossSite => "admin_cross_site",
+            Class::Busy => "busy",
         }
     }
 
@@ -116,6 +121,7 @@ impl Class {
             Class::AdminForbidden => "admin request refused: the caller's role may not do this",
             Class::AdminInvalid => "admin change refused",
             Class::AdminCrossSite => "admin request refused: cross-site or foreign Host",
+            Class::Busy => "request refused (2003): too many requests await answers",
         }
     }
 }

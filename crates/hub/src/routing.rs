@@ -166,6 +166,16 @@ impl Service {
     /// asked whom (see [`crate::answers`]); a question that could not be
     /// passed on is forgotten again.
     pub(crate) fn ask(&self, hub: &Hub, route: Route<'_>) -> Result<(), HubError> {
+        // A destination that cannot be reached is told at once (3201):
+        // nothing to wait for.
+        if hub
+            .endpoints
+            .url(route.destination, self.endpoint_type, &[])
+            .is_none()
+        {
+            self.route(hub, route);
+            return Ok(());
+        }
         let question = crate::answers::Key::new(self.resource, route.id);
         let (requester, addressee) = (route.caller.source, route.destination);
         hub.await_answer(&question, requester, addressee)?;

@@ -599,6 +599,7 @@ fn a_full_table_of_pending_questions_refuses_new_ones_and_forwards_nothing() {
         }
     }
     assert!(refused >= 40 - 16, "{refused} refused");
+    s.hub.await_refusals("busy", Some(PAYER), refused as u64);
     // Exactly the accepted ones reached the payee.
     for _ in &accepted {
         s.payee.expect("POST", "/quotes");
