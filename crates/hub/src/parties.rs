@@ -207,8 +207,13 @@ impl Hub {
         currency: Option<Currency>,
         source: FspName,
     ) -> Holder {
-        if let Some(fsp) = self.parties.holder(key) {
-            return Holder::Found(fsp);
+        // A type an external oracle serves is the oracle's alone: an entry
+        // of the built-in registry (made before the oracle was configured)
+        // must not override it.
+        if self.oracles.pick(&key.id_type, currency).is_none() {
+            if let Some(fsp) = self.parties.holder(key) {
+                return Holder::Found(fsp);
+            }
         }
         let hub_name = self.config.hub_name;
         let known = |fsp: FspName| fsp != hub_name && self.endpoints.contains(fsp);
@@ -304,7 +309,20 @@ async fn register_party(
     let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Post)?;
     let request = fspiop::parse_participant_post(&body)?;
-    let outcome = if request.fsp != caller.source {
+    let outcome = if let Some(oracle) = hub.oracles.pick(&key.id_type, None) {
+        hub.refuse(
+            crate::refused::Class::OracleServed,
+            caller.source.as_str(),
+            &format!("party {key} registered in the built-in registry"),
+        );
+        Outcome::Rejected(ledger::Rejection::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "party type {} is served by external oracle {}: register the party there",
+                key.id_type, oracle.id
+            ),
+        ))
+    } else if request.fsp != caller.source {
         Outcome::Rejected(ledger::Rejection::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!(
@@ -430,6 +448,19 @@ async fn register_batch(
     let mut pending = Vec::new();
     for item in &request.parties {
         let key = item.key.clone();
+        if let Some(oracle) = hub.oracles.pick(&key.id_type, None) {
+            hub.refuse(
+                crate::refused::Class::OracleServed,
+                caller.source.as_str(),
+                &format!("party {key} registered in the built-in registry"),
+            );
+            let reason = format!(
+                "party type {} is served by external oracle {}: register the party there",
+                key.id_type, oracle.id
+            );
+            results.push((key, Some((ErrorCode::GENERIC_VALIDATION_ERROR, reason))));
+            continue;
+        }
         let fsp = item.fsp.unwrap_or(caller.source);
         if fsp != caller.source {
             let reason = format!("fspId '{fsp}' is not the FSPIOP-Source '{}'", caller.source);

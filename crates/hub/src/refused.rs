@@ -64,10 +64,13 @@ pub enum Class {
     /// A request that expects an answer, refused because too many await
     /// answers (the table is full, or the requester holds its share).
     Busy,
+    /// A party registered in the built-in registry although an external
+    /// oracle serves its type (it would override the oracle's holder).
+    OracleServed,
 }
 
 impl Class {
-    pub const ALL: [Class; 13] = [
+    pub const ALL: [Class; 14] = [
         Class::Identity,
         Class::HubSource,
         Class::NotParty,
@@ -81,6 +84,7 @@ impl Class {
         Class::AdminInvalid,
         Class::AdminCrossSite,
         Class::Busy,
+        Class::OracleServed,
     ];
 
     /// The `class` label and JSON key.
@@ -99,6 +103,7 @@ impl Class {
             Class::AdminInvalid => "admin_invalid",
             Class::AdminCrossSite => "admin_cross_site",
             Class::Busy => "busy",
+            Class::OracleServed => "oracle_served",
         }
     }
 
@@ -122,6 +127,7 @@ impl Class {
             Class::AdminInvalid => "admin change refused",
             Class::AdminCrossSite => "admin request refused: cross-site or foreign Host",
             Class::Busy => "request refused (2003): too many requests await answers",
+            Class::OracleServed => "party registration refused: an external oracle serves its type",
         }
     }
 }

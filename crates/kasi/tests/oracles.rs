@@ -350,19 +350,30 @@ fn a_party_the_registry_does_not_hold_is_routed_by_the_oracle_and_cached() {
     setup.lookup("MSISDN/404");
     setup.expect_error("parties", "MSISDN/404", "3204");
 
-    // A party in the built-in registry never goes to the oracle.
+    // A type an external oracle serves is the oracle's alone: registering
+    // one of its parties in the built-in registry (here the payer claiming
+    // a number the oracle gives the payee, to redirect its payments) is
+    // refused, and the lookup still goes where the oracle says.
     let calls = oracle.calls();
     let response = setup.hub.api(
         "POST",
         "/participants/MSISDN/777",
-        &resource_headers("participants", "1.0", PAYEE, None, true),
-        format!(r#"{{"fspId":"{PAYEE}","currency":"USD"}}"#).as_bytes(),
+        &resource_headers("participants", "1.0", PAYER, None, true),
+        format!(r#"{{"fspId":"{PAYER}","currency":"USD"}}"#).as_bytes(),
     );
     assert_eq!(response.status, 202, "{response:?}");
-    setup.payee.expect("PUT", "/participants/MSISDN/777");
+    let info = setup.expect_error("participants", "MSISDN/777", "3100");
+    assert!(
+        info["errorDescription"]
+            .as_str()
+            .is_some_and(|text| text.contains("external oracle")),
+        "{info}"
+    );
+    setup.hub.await_refusals("oracle_served", Some(PAYER), 1);
     setup.lookup("MSISDN/777");
     setup.expect_forwarded("MSISDN/777");
-    assert_eq!(oracle.calls(), calls);
+    assert_eq!(oracle.calls(), calls + 1);
+    let calls = oracle.calls();
 
     // Other types have no oracle: 3204 as before, nothing asked.
     setup.lookup("EMAIL/a@b.org");
