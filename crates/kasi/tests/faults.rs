@@ -120,8 +120,10 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
         reason.contains("cannot commit") && reason.contains("retrying"),
         "{reason}"
     );
+    // /health turns before the line is written: wait for it, never read
+    // the log once.
     assert!(
-        hub.log().contains("store commit failed; retrying"),
+        hub.wait_for_log("store commit failed; retrying", CALLBACK_WAIT),
         "the failure is logged when it happens:\n{}",
         hub.log()
     );
