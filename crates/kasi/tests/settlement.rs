@@ -644,6 +644,27 @@ fn two_models_on_one_window_keep_it_pending_until_both_settle() {
         })),
         201,
     );
+    // As central-ledger answers: a model without a currency says null.
+    let models = s
+        .hub
+        .admin_expect("GET", "/settlementModels", None, 200)
+        .json();
+    let currency_of = |name: &str| {
+        let model = models
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|model| model["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {models}"));
+        model
+            .as_object()
+            .unwrap()
+            .get("currency")
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} has no currency key: {model}"))
+    };
+    assert_eq!(currency_of("DEFAULTNET"), Value::Null);
+    assert_eq!(currency_of("DEFERREDNETUSD"), json!("USD"));
     for name in ["testfsp1", "testfsp2"] {
         s.hub.admin_expect(
             "POST",
