@@ -328,6 +328,17 @@ impl Hub {
     }
 }
 
+/// A prepare refused because its headers and body name different parties
+/// (400, 3100), counted and logged as `not_party`.
+fn not_the_party(hub: &Hub, caller: &crate::wire::Caller, description: String) -> HubError {
+    hub.refuse(
+        refused::Class::NotParty,
+        caller.source.as_str(),
+        &description,
+    );
+    HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, description)
+}
+
 /// A `POST /transfers` body from the stored fields (no `ilpPacket`: it is
 /// not stored).
 fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8> {
@@ -493,18 +504,13 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let mut prepare = parsed.to_prepare();
     prepare.wire_version = caller.version.packed();
     if prepare.payer != caller.source {
-        let description = format!(
-            "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
-            caller.source, prepare.payer
-        );
-        hub.refuse(
-            refused::Class::NotParty,
-            caller.source.as_str(),
-            &description,
-        );
-        return Err(HubError::new(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            description,
+        return Err(not_the_party(
+            &hub,
+            &caller,
+            format!(
+                "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
+                caller.source, prepare.payer
+            ),
         ));
     }
     // The header routes, the body commits: were they to disagree, the
@@ -513,18 +519,13 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     // FSPIOP-Destination is routed by payeeFsp, as Mojaloop allows.)
     if let Some(destination) = caller.destination {
         if destination != prepare.payee {
-            let description = format!(
-                "Generic validation error - FSPIOP-Destination '{destination}' does not match payeeFsp '{}'",
-                prepare.payee
-            );
-            hub.refuse(
-                refused::Class::NotParty,
-                caller.source.as_str(),
-                &description,
-            );
-            return Err(HubError::new(
-                ErrorCode::GENERIC_VALIDATION_ERROR,
-                description,
+            return Err(not_the_party(
+                &hub,
+                &caller,
+                format!(
+                    "Generic validation error - FSPIOP-Destination '{destination}' does not match payeeFsp '{}'",
+                    prepare.payee
+                ),
             ));
         }
     }

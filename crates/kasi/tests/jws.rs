@@ -9,7 +9,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -24,24 +23,6 @@ fn openssl_sign(key: &Path, input: &[u8]) -> Vec<u8> {
         &["dgst", "-sha256", "-sign", key.to_str().unwrap()],
         input,
     )
-}
-
-/// Whether `openssl dgst` accepts `signature` of `input` under `public`.
-fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let input_file = dir.path().join("input");
-    let signature_file = dir.path().join("sig");
-    std::fs::write(&input_file, input).unwrap();
-    std::fs::write(&signature_file, signature).unwrap();
-    let output = Command::new("openssl")
-        .args(["dgst", "-sha256", "-verify"])
-        .arg(public)
-        .arg("-signature")
-        .arg(&signature_file)
-        .arg(&input_file)
-        .output()
-        .unwrap();
-    output.status.success() && String::from_utf8_lossy(&output.stdout).contains("Verified OK")
 }
 
 /// `body` as Mojaloop's SDK signs it (sorted keys, compact), made by Python.

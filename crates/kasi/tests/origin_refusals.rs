@@ -12,7 +12,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -439,24 +438,6 @@ fn a_prepare_whose_destination_is_not_its_payee_is_refused_and_reserves_nothing(
 }
 
 // ---------------------------------------------------------------- signatures
-
-/// Whether `openssl dgst` accepts `signature` of `input` under `public`.
-fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let input_file = dir.path().join("input");
-    let signature_file = dir.path().join("sig");
-    std::fs::write(&input_file, input).unwrap();
-    std::fs::write(&signature_file, signature).unwrap();
-    let output = Command::new("openssl")
-        .args(["dgst", "-sha256", "-verify"])
-        .arg(public)
-        .arg("-signature")
-        .arg(&signature_file)
-        .arg(&input_file)
-        .output()
-        .unwrap();
-    output.status.success() && String::from_utf8_lossy(&output.stdout).contains("Verified OK")
-}
 
 /// `headers` signed (RS256, by openssl) with `key` over `payload`.
 fn signed(

@@ -1842,3 +1842,21 @@ pub fn b64url(bytes: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
+
+/// Whether `openssl dgst` accepts `signature` of `input` under `public`.
+pub fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let input_file = dir.path().join("input");
+    let signature_file = dir.path().join("sig");
+    std::fs::write(&input_file, input).unwrap();
+    std::fs::write(&signature_file, signature).unwrap();
+    let output = Command::new("openssl")
+        .args(["dgst", "-sha256", "-verify"])
+        .arg(public)
+        .arg("-signature")
+        .arg(&signature_file)
+        .arg(&input_file)
+        .output()
+        .unwrap();
+    output.status.success() && String::from_utf8_lossy(&output.stdout).contains("Verified OK")
+}
