@@ -1697,6 +1697,10 @@ mod tests {
             .unwrap_or_else(|| panic!("no stats for {destination}"))
     }
 
+    /// How long a test waits for a callback that must come: long enough for
+    /// a loaded 2-core machine; a callback that comes costs nothing of it.
+    const ARRIVAL_WAIT: Duration = Duration::from_secs(10);
+
     fn fast_config() -> DispatcherConfig {
         DispatcherConfig {
             connect_timeout: Duration::from_millis(500),
@@ -1743,7 +1747,7 @@ mod tests {
         dispatcher.send(second);
         dispatcher.send(third);
 
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.method, "PUT");
         assert_eq!(got.target, "/transfers/0a1b/error?x=1");
         assert_eq!(got.body, body);
@@ -1766,13 +1770,13 @@ mod tests {
             .collect();
         assert_eq!(multi, ["a", "b"]);
 
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(
             (got.method.as_str(), got.target.as_str()),
             ("PATCH", "/quotes/7")
         );
         assert!(got.body.is_empty());
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(
             (got.method.as_str(), got.target.as_str()),
             ("POST", "/parties/MSISDN/1")
@@ -1796,7 +1800,13 @@ mod tests {
         let mut healthy = stub(Behaviour::Answer(200)).await;
         let mut hanging = stub(Behaviour::Hang).await;
         let refused = closed_port_url().await;
-        let dispatcher = Dispatcher::new(fast_config());
+        // A hanging callback times out after 20 s: anything queued behind
+        // one would take at least that long, far beyond a loaded machine's
+        // slowness.
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            request_timeout: Duration::from_secs(20),
+            ..fast_config()
+        });
 
         let started = std::time::Instant::now();
         for i in 0..200 {
@@ -1813,12 +1823,12 @@ mod tests {
             ));
         }
         for _ in 0..200 {
-            healthy.next(Duration::from_secs(1)).await;
+            healthy.next(ARRIVAL_WAIT).await;
         }
         let elapsed = started.elapsed();
         assert!(
-            elapsed < Duration::from_secs(1),
-            "healthy callbacks took {elapsed:?}"
+            elapsed < Duration::from_secs(10),
+            "healthy callbacks took {elapsed:?}: they waited behind hanging ones"
         );
 
         // The hanging endpoint holds all its workers, and no more.
@@ -1830,8 +1840,8 @@ mod tests {
 
         dispatcher.shutdown(Duration::from_millis(200)).await;
         assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "the 2 s request timeout never had to elapse"
+            started.elapsed() < Duration::from_secs(20),
+            "the 20 s request timeout never had to elapse"
         );
         let ok = stats_of(&dispatcher, "healthy");
         assert_eq!(
@@ -1902,7 +1912,7 @@ mod tests {
         dispatcher.send(posing);
         dispatcher.send(posing_unsigned);
 
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         let signature = got.header("fspiop-signature").unwrap().to_string();
         assert_ne!(signature, "inherited");
         let covered = crate::jws::Covered {
@@ -1913,12 +1923,12 @@ mod tests {
             date: Some("Tue, 01 Jul 2025 10:00:00 GMT"),
         };
         crate::jws::verify(&key.public_key(), &signature, &covered, body).unwrap();
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.header("fspiop-signature"), Some("the payer's"));
         assert_eq!(got.body, body);
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.header("fspiop-signature"), Some("the DFSP's"));
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.header("fspiop-signature"), None);
         dispatcher.shutdown(Duration::from_secs(2)).await;
     }
@@ -1967,7 +1977,7 @@ mod tests {
             server.url("/transfers/1"),
             b"{\"a\":1}",
         ));
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.body, b"{\"a\":1}");
         dispatcher.shutdown(Duration::from_secs(2)).await;
         let stats = stats_of(&dispatcher, "payeefsp");
@@ -2042,8 +2052,8 @@ mod tests {
             None,
             tracked(event, 60_000),
         );
-        server.next(Duration::from_secs(2)).await;
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
+        server.next(ARRIVAL_WAIT).await;
         let failing = stats_of(&dispatcher, "payeefsp");
         assert!(failing.failing_since_ms > 0, "{failing:?}");
         assert_eq!(
@@ -2052,7 +2062,7 @@ mod tests {
             "an unanswered callback holds the watermark"
         );
         STATUS.store(200, Ordering::SeqCst);
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
         dispatcher.shutdown(Duration::from_secs(2)).await;
         let stats = stats_of(&dispatcher, "payeefsp");
         assert_eq!(
@@ -2082,7 +2092,7 @@ mod tests {
             None,
             tracked(event, 100),
         );
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
         let letter = loop {
             if let Some(letter) = dispatcher.dead_letters(Some("payerfsp")).pop() {
                 break letter;
@@ -2106,7 +2116,7 @@ mod tests {
         STATUS.store(200, Ordering::SeqCst);
         assert_eq!(dispatcher.resend(Some("payeefsp")), 0);
         assert_eq!(dispatcher.resend(None), 1);
-        let got = server.next(Duration::from_secs(2)).await;
+        let got = server.next(ARRIVAL_WAIT).await;
         assert_eq!(got.body, b"{\"x\":1}");
         dispatcher.shutdown(Duration::from_secs(2)).await;
         assert!(dispatcher.dead_letters(None).is_empty());
@@ -2143,7 +2153,7 @@ mod tests {
         });
         dispatcher.send(callback("slow", server.url("/1"), b"{}"));
         // The worker has taken the first one: the queue is empty again.
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
         for _ in 0..8 {
             dispatcher.send(callback("slow", server.url("/2"), b"{}"));
         }
@@ -2201,7 +2211,7 @@ mod tests {
         for _ in 0..3 {
             dispatcher.send(callback("slow", server.url("/1"), b"{}"));
         }
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
         let started = std::time::Instant::now();
         dispatcher.shutdown(Duration::from_millis(100)).await;
         let elapsed = started.elapsed();
@@ -2241,7 +2251,7 @@ mod tests {
         std::thread::spawn(move || sender.send(callback("payeefsp", url, b"{}")))
             .join()
             .unwrap();
-        server.next(Duration::from_secs(2)).await;
+        server.next(ARRIVAL_WAIT).await;
         dispatcher.shutdown(Duration::from_secs(2)).await;
         assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 1);
     }

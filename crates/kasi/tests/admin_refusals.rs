@@ -478,7 +478,7 @@ fn admin_refusals_are_counted_and_audited_and_floods_coalesced() {
         events.len(),
         BURST + 1
     );
-    let log = hub.log();
+    let log = hub.await_log("admin request refused: no valid credential");
     let warnings = log
         .lines()
         .filter(|line| line.contains("admin request refused: no valid credential"))

@@ -561,7 +561,7 @@ fn every_admin_change_is_an_audit_event_that_survives_a_restart() {
     let bad = hub.admin("GET", "/audit-events?who=me", None);
     assert_eq!(bad.status, 400, "{bad:?}");
     // The log carries one line per event.
-    assert!(hub.log().contains("audit event"), "{}", hub.log());
+    hub.await_log("audit event");
 
     // A crash loses none of them.
     hub.kill();

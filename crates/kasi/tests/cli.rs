@@ -642,6 +642,28 @@ fn the_example_config_names_every_serve_setting_and_every_key_is_known() {
         "deploy/kasi.conf and `kasi serve --help` disagree"
     );
 
+    // `false` is shown only for switches: uncommenting `callback-allow =
+    // false` once started a hub that refused every callback (a list whose
+    // one entry is the host "false").
+    let takes_a_value: std::collections::BTreeSet<String> = help
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("--"))
+        .filter(|rest| {
+            rest.split_whitespace()
+                .nth(1)
+                .is_some_and(|word| word.starts_with('<'))
+        })
+        .map(|rest| rest.split_whitespace().next().unwrap().to_string())
+        .collect();
+    for line in example.lines().filter_map(|line| line.strip_prefix("# ")) {
+        if let Some((key, "false")) = line.split_once(" = ") {
+            assert!(
+                !takes_a_value.contains(key),
+                "deploy/kasi.conf shows `{key} = false`, but --{key} takes a value"
+            );
+        }
+    }
+
     // Every key, uncommented, is a setting kasi knows.
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("kasi.conf");

@@ -50,28 +50,24 @@ fn a_dfsp_that_was_down_gets_its_callbacks_when_it_is_back() {
     assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
     // The hub tries, fails, and says so.
     // (Failing from the first failure; retried once its backoff has passed.)
-    let failing = eventually(Duration::from_secs(5), "payee failing and retried", || {
+    let failing = eventually(CALLBACK_WAIT, "payee failing and retried", || {
         let health = health_of(&hub, PAYEE);
         (health["failingSince"].is_string() && health["retried"].as_u64() >= Some(1))
             .then_some(health)
     });
     assert_eq!(failing["sentOk"], 0, "{failing}");
-    let metrics = hub.admin_expect("GET", "/metrics", None, 200).text();
-    assert!(
-        metrics.contains("kasi_callbacks_failing_since_seconds{destination=\"payeefsp\"} 1"),
-        "{metrics}"
-    );
+    hub.await_metric_line("kasi_callbacks_failing_since_seconds{destination=\"payeefsp\"} 1");
 
     let payee = Stub::start_on(PAYEE, payee_address);
     let forwarded = payee.expect("POST", "/transfers");
     assert_eq!(forwarded.text(), body, "the prepare as the payer sent it");
-    let healthy = eventually(Duration::from_secs(2), "payee healthy", || {
+    let healthy = eventually(CALLBACK_WAIT, "payee healthy", || {
         let health = health_of(&hub, PAYEE);
         health["failingSince"].is_null().then_some(health)
     });
     assert_eq!(healthy["deadLetters"], 0, "{healthy}");
     // The operator's log has the outage's start and end, once each.
-    eventually(Duration::from_secs(5), "the outage in the log", || {
+    eventually(CALLBACK_WAIT, "the outage in the log", || {
         let log = hub.log();
         (log.contains("callbacks to this DFSP are failing")
             && log.contains("callbacks to this DFSP are answered again"))
@@ -219,11 +215,7 @@ fn dead_letters_are_listed_kept_across_a_restart_and_resent() {
         )
         .json();
     assert_eq!(others, serde_json::json!([]));
-    let metrics = hub.admin_expect("GET", "/metrics", None, 200).text();
-    assert!(
-        metrics.contains("kasi_callbacks_dead_letters{destination=\"payerfsp\"} 1"),
-        "{metrics}"
-    );
+    hub.await_metric_line("kasi_callbacks_dead_letters{destination=\"payerfsp\"} 1");
 
     // Kept durably.
     hub.terminate();
@@ -241,7 +233,7 @@ fn dead_letters_are_listed_kept_across_a_restart_and_resent() {
     assert_eq!(answer.json()["resent"], 1);
     let resent = payer.expect("PUT", &format!("/transfers/{id}"));
     assert_eq!(resent.text(), fulfil, "the payee's fulfil, byte for byte");
-    eventually(Duration::from_secs(2), "the dead letter forgotten", || {
+    eventually(CALLBACK_WAIT, "the dead letter forgotten", || {
         list(&hub).as_array().unwrap().is_empty().then_some(())
     });
 }

@@ -310,7 +310,9 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
         .wait_for_exit(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("the deposed active did not stop:\n{}", b.log()));
     assert!(!status.success(), "{status:?}");
-    assert!(b.log().contains("deposed"), "{}", b.log());
+    // The process has exited, but its last lines may still be on their way
+    // through the pipe.
+    b.await_log("deposed");
     let stored = stored_states(&url);
     assert!(
         !stored.contains_key(&late),
@@ -380,8 +382,9 @@ fn the_active_rides_out_a_database_restart_within_its_lease() {
         Some(202),
         "a prepare was acknowledged without a database"
     );
-    // Readiness says so by the next lease renewal (every 2 s here).
-    let deadline = Instant::now() + Duration::from_secs(4);
+    // Readiness says so by the next lease renewal (every 2 s here; the
+    // rest is slack for a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(10);
     while http(hub.admin, "GET", "/health/ready", &[], b"").status != 503 {
         assert!(Instant::now() < deadline, "still ready without a database");
         std::thread::sleep(Duration::from_millis(50));
@@ -408,7 +411,7 @@ fn the_active_rides_out_a_database_restart_within_its_lease() {
     let stored = stored_states(&url);
     assert_eq!(stored.get(&before).map(String::as_str), Some("COMMITTED"));
     assert_eq!(stored.get(&after).map(String::as_str), Some("COMMITTED"));
-    let deadline = Instant::now() + Duration::from_secs(4);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while http(hub.admin, "GET", "/health/ready", &[], b"").status != 200 {
         assert!(Instant::now() < deadline, "not ready again:\n{}", hub.log());
         std::thread::sleep(Duration::from_millis(50));

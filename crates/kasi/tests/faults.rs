@@ -177,7 +177,7 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     }
     assert_eq!(metric(&hub, "kasi_store_healthy"), 1.0);
     assert_eq!(hub.admin("GET", "/health/ready", None).status, 200);
-    assert!(hub.log().contains("store commits again"));
+    hub.await_log("store commits again");
     let response = hub.prepare(
         PAYER,
         PAYEE,

@@ -582,19 +582,10 @@ fn windows_close_on_schedule_and_positions_near_the_cap_raise_an_alarm() {
     );
     payer.expect("PUT", &format!("/transfers/{id}"));
 
-    let metrics = || hub.admin("GET", "/metrics", None).text();
-    let alarm = format!("kasi_position_alarm{{participant=\"{PAYER}\",currency=\"USD\"}} 1");
-    assert!(
-        eventually(std::time::Duration::from_secs(5), || metrics()
-            .contains(&alarm)),
-        "{}",
-        metrics()
-    );
-    assert!(
-        hub.log().contains("position reached the alarm share"),
-        "{}",
-        hub.log()
-    );
+    hub.await_metric_line(&format!(
+        "kasi_position_alarm{{participant=\"{PAYER}\",currency=\"USD\"}} 1"
+    ));
+    hub.await_log("position reached the alarm share");
 
     let closed = || {
         hub.admin("GET", "/v2/settlementWindows?state=CLOSED", None)
@@ -606,7 +597,7 @@ fn windows_close_on_schedule_and_positions_near_the_cap_raise_an_alarm() {
         "no window closed at {close_at}: {}",
         hub.log()
     );
-    assert!(metrics().contains("kasi_settlement_windows_closed_total{trigger=\"schedule\"} 1"));
+    hub.await_metric_line("kasi_settlement_windows_closed_total{trigger=\"schedule\"} 1");
     let open = hub
         .admin("GET", "/v2/settlementWindows?state=OPEN", None)
         .json();

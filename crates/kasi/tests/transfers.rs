@@ -239,7 +239,7 @@ fn a_reserved_transfer_expires_at_its_expiration_with_3303_to_both_sides() {
     assert_eq!(s.hub.position(PAYEE), 0.0);
     // The operator's log names it (written before the callbacks were sent;
     // the log is read on another thread, hence the bounded wait).
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + CALLBACK_WAIT;
     while !s
         .hub
         .log()
@@ -605,10 +605,13 @@ fn a_dead_dfsp_endpoint_does_not_delay_callbacks_to_others() {
     let mut pending: HashSet<String> = to_healthy.keys().cloned().collect();
     while !pending.is_empty() {
         let waited = last_ack.elapsed();
-        let left = Duration::from_secs(2).saturating_sub(waited);
+        // Below the 5 s a callback to the dead DFSP hangs before it times
+        // out, so a forward queued behind one would miss it; the rest is
+        // slack for a loaded machine.
+        let left = Duration::from_secs(4).saturating_sub(waited);
         let received = healthy.next_within(left).unwrap_or_else(|| {
             panic!(
-                "{} of 20 forwards to the healthy DFSP still missing 2 s after the last prepare \
+                "{} of 20 forwards to the healthy DFSP still missing 4 s after the last prepare \
                  (the dead DFSP has {} connections hanging)",
                 pending.len(),
                 dead.accepted()
@@ -626,7 +629,7 @@ fn a_dead_dfsp_endpoint_does_not_delay_callbacks_to_others() {
         );
         let delay = received.at.duration_since(to_healthy[&id]);
         assert!(
-            delay < Duration::from_secs(2),
+            delay < Duration::from_secs(4),
             "a forward to the healthy DFSP took {delay:?}"
         );
     }

@@ -1164,6 +1164,44 @@ impl Hub {
         self.log().contains(needle)
     }
 
+    /// Waits until the log has a line containing `needle`, failing the
+    /// test (with the log) if none comes within [`CALLBACK_WAIT`]; the log
+    /// then. A line is read from the hub's stderr by a thread a moment
+    /// after it is written, so a log is waited for, never read once.
+    pub fn await_log(&self, needle: &str) -> String {
+        assert!(
+            self.wait_for_log(needle, CALLBACK_WAIT),
+            "no log line with {needle:?} within {CALLBACK_WAIT:?}:\n{}",
+            self.log()
+        );
+        self.log()
+    }
+
+    /// Polls `/metrics` until `check` finds what it needs in the text;
+    /// what it found. Counters and gauges may move a moment after the
+    /// answer that caused them, so they are waited for, never read once.
+    pub fn await_metrics<T>(&self, what: &str, mut check: impl FnMut(&str) -> Option<T>) -> T {
+        let deadline = Instant::now() + CALLBACK_WAIT;
+        loop {
+            let metrics = self.admin("GET", "/metrics", None);
+            assert_eq!(metrics.status, 200, "{metrics:?}");
+            let text = metrics.text();
+            if let Some(found) = check(&text) {
+                return found;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/metrics never showed {what} within {CALLBACK_WAIT:?}:\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `/metrics` has a line containing `line`.
+    pub fn await_metric_line(&self, line: &str) {
+        self.await_metrics(line, |text| text.contains(line).then_some(()));
+    }
+
     /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
