@@ -2207,7 +2207,12 @@ mod tests {
     #[tokio::test]
     async fn shutdown_gives_up_at_its_deadline() {
         let mut server = stub(Behaviour::Hang).await;
-        let dispatcher = Dispatcher::new(fast_config());
+        // The hanging request would time out after 20 s: shutdown's 100 ms
+        // deadline, not that, must end it.
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            request_timeout: Duration::from_secs(20),
+            ..fast_config()
+        });
         for _ in 0..3 {
             dispatcher.send(callback("slow", server.url("/1"), b"{}"));
         }
@@ -2216,7 +2221,7 @@ mod tests {
         dispatcher.shutdown(Duration::from_millis(100)).await;
         let elapsed = started.elapsed();
         assert!(
-            elapsed >= Duration::from_millis(100) && elapsed < Duration::from_millis(500),
+            elapsed >= Duration::from_millis(100) && elapsed < Duration::from_secs(5),
             "{elapsed:?}"
         );
         let stats = stats_of(&dispatcher, "slow");

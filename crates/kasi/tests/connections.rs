@@ -60,8 +60,10 @@ fn a_connection_over_the_cap_is_answered_at_once_and_the_next_after_a_close_is_s
         refused.text().contains("too many open connections"),
         "{refused:?}"
     );
+    // Over the cap a connection would otherwise wait in the backlog for
+    // ever; seconds of slack for a loaded machine.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(5),
         "answered at once"
     );
     assert_eq!(
@@ -108,7 +110,9 @@ fn slow_heads_are_cut_and_short_bodies_answered_without_waiting_for_the_request_
     hub.onboard(PAYER, "http://127.0.0.1:9", 10_000, 5_000);
     hub.onboard(PAYEE, "http://127.0.0.1:9", 10_000, 5_000);
 
-    // A head that never ends: the connection is closed.
+    // A head that never ends: the connection is closed (after the 300 ms
+    // header timeout; the bound below leaves a loaded machine slack and
+    // stays far under the 30 s request timeout).
     let mut slow = TcpStream::connect(hub.api).unwrap();
     slow.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let started = Instant::now();
@@ -117,7 +121,7 @@ fn slow_heads_are_cut_and_short_bodies_answered_without_waiting_for_the_request_
     let mut rest = Vec::new();
     let _ = slow.read_to_end(&mut rest);
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(8),
         "a slow head must be cut, not held: {:?}",
         started.elapsed()
     );
@@ -140,7 +144,7 @@ fn slow_heads_are_cut_and_short_bodies_answered_without_waiting_for_the_request_
     short.write_all(body.as_bytes()).unwrap();
     let response = read_response(&mut short).expect("an answer");
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(8),
         "answered after the body timeout, not the request timeout: {:?}",
         started.elapsed()
     );

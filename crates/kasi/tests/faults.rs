@@ -147,7 +147,9 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
         refused.text().contains("cannot record changes"),
         "{refused:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // At once, not held until the request times out (slack for a loaded
+    // machine).
+    assert!(started.elapsed() < Duration::from_secs(10));
 
     // Room again: the held prepare is answered, and the hub serves.
     let acknowledged_before: Vec<String> = answers
