@@ -275,7 +275,11 @@ static ADMIN_TOKEN: OnceLock<(String, String)> = OnceLock::new();
 pub fn read_admin_token_file(path: &Path) -> anyhow::Result<String> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--admin-token-file {}: cannot read it", path.display()))?;
-    let lines = || text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+    let lines = || {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    };
     let token = lines()
         .find_map(|line| line.strip_prefix("token:"))
         .or_else(|| lines().next())

@@ -190,12 +190,13 @@ fn settlement_offers<'a>(models: &[&'a Value], windows: &'a [Value]) -> Offers<'
     };
     for model in models.iter().copied() {
         let name = page::text(&model["name"]);
-        let deferred_net =
-            same(&model["settlementGranularity"], "NET") && same(&model["settlementDelay"], "DEFERRED");
+        let deferred_net = same(&model["settlementGranularity"], "NET")
+            && same(&model["settlementDelay"], "DEFERRED");
         if !deferred_net {
-            offers
-                .not_offered
-                .push((name, "gross or immediate: it settles each transfer as it commits"));
+            offers.not_offered.push((
+                name,
+                "gross or immediate: it settles each transfer as it commits",
+            ));
             continue;
         }
         let settles = |content: &Value| {
@@ -205,7 +206,10 @@ fn settlement_offers<'a>(models: &[&'a Value], windows: &'a [Value]) -> Offers<'
                 None => !named.contains(&currency),
             };
             currency_matches
-                && same(&content["ledgerAccountType"], &page::text(&model["ledgerAccountType"]))
+                && same(
+                    &content["ledgerAccountType"],
+                    &page::text(&model["ledgerAccountType"]),
+                )
                 && (same(&content["state"], "CLOSED") || same(&content["state"], "ABORTED"))
         };
         let applicable: Vec<&Value> = settleable
@@ -214,9 +218,10 @@ fn settlement_offers<'a>(models: &[&'a Value], windows: &'a [Value]) -> Offers<'
             .filter(|w| w["content"].as_array().into_iter().flatten().any(settles))
             .collect();
         if applicable.is_empty() {
-            offers
-                .not_offered
-                .push((name, "no closed window holds content of its currency waiting for a settlement"));
+            offers.not_offered.push((
+                name,
+                "no closed window holds content of its currency waiting for a settlement",
+            ));
         } else {
             offers.offered.push(Offer {
                 model,
@@ -421,7 +426,10 @@ fn net_amounts(settlement: &Value, owners: &HashMap<u64, String>) -> Markup {
 /// What a net amount means for its participant: positive, it sent more
 /// than it received and pays; negative, it is paid.
 fn net_meaning(amount: &str) -> &'static str {
-    let zero = amount.trim_start_matches('-').chars().all(|c| c == '0' || c == '.');
+    let zero = amount
+        .trim_start_matches('-')
+        .chars()
+        .all(|c| c == '0' || c == '.');
     if zero {
         "nothing to settle"
     } else if amount.starts_with('-') {
@@ -713,7 +721,10 @@ mod tests {
             .offered
             .iter()
             .map(|offer| {
-                let ids = offer.windows.iter().map(|w| w["settlementWindowId"].as_u64().unwrap());
+                let ids = offer
+                    .windows
+                    .iter()
+                    .map(|w| w["settlementWindowId"].as_u64().unwrap());
                 (page::text(&offer.model["name"]), ids.collect())
             })
             .collect()
@@ -731,12 +742,19 @@ mod tests {
             window(4, "OPEN", &[]),
             window(3, "CLOSED", &[("USD", "CLOSED"), ("EUR", "CLOSED")]),
             // Its USD is settled already; its EUR waits.
-            window(2, "PENDING_SETTLEMENT", &[("USD", "PENDING_SETTLEMENT"), ("EUR", "CLOSED")]),
+            window(
+                2,
+                "PENDING_SETTLEMENT",
+                &[("USD", "PENDING_SETTLEMENT"), ("EUR", "CLOSED")],
+            ),
             window(1, "SETTLED", &[("USD", "SETTLED")]),
         ];
         assert_eq!(
             offered(&models, &windows),
-            [("DEFAULT".to_string(), vec![3]), ("EURONLY".to_string(), vec![3, 2])]
+            [
+                ("DEFAULT".to_string(), vec![3]),
+                ("EURONLY".to_string(), vec![3, 2])
+            ]
         );
         let models: Vec<&Value> = models.iter().collect();
         let not_offered: Vec<String> = settlement_offers(&models, &windows)
@@ -749,9 +767,15 @@ mod tests {
 
     #[test]
     fn a_default_model_does_not_take_a_currency_another_model_names() {
-        let models = [model("DEFAULT", "NET", None), model("USDONLY", "NET", Some("usd"))];
+        let models = [
+            model("DEFAULT", "NET", None),
+            model("USDONLY", "NET", Some("usd")),
+        ];
         let windows = [window(1, "CLOSED", &[("USD", "CLOSED")])];
-        assert_eq!(offered(&models, &windows), [("USDONLY".to_string(), vec![1])]);
+        assert_eq!(
+            offered(&models, &windows),
+            [("USDONLY".to_string(), vec![1])]
+        );
     }
 
     #[test]

@@ -266,22 +266,43 @@ fn differences(path: &str, before: &Value, after: &Value, out: &mut Vec<String>)
                 Value::Null => format!("{path}[{i}]"),
                 id => format!("{path}[id={}]", short(id)),
             };
-            let old_keyed: Vec<(String, &Value)> =
-                old.iter().enumerate().map(|(i, v)| (key(i, v), v)).collect();
-            let new_keyed: Vec<(String, &Value)> =
-                new.iter().enumerate().map(|(i, v)| (key(i, v), v)).collect();
+            let old_keyed: Vec<(String, &Value)> = old
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (key(i, v), v))
+                .collect();
+            let new_keyed: Vec<(String, &Value)> = new
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (key(i, v), v))
+                .collect();
             let none = Value::Null;
             for (k, b) in &old_keyed {
-                let a = new_keyed.iter().find(|(n, _)| n == k).map_or(&none, |(_, v)| *v);
+                let a = new_keyed
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or(&none, |(_, v)| *v);
                 differences(k, b, a, out);
             }
-            for (k, a) in new_keyed.iter().filter(|(n, _)| !old_keyed.iter().any(|(o, _)| o == n)) {
+            for (k, a) in new_keyed
+                .iter()
+                .filter(|(n, _)| !old_keyed.iter().any(|(o, _)| o == n))
+            {
                 differences(k, &none, a, out);
             }
         }
-        (Value::Null, Value::Object(new)) => out.push(format!("{}: {}", named("created"), fields(new))),
-        (Value::Object(old), Value::Null) => out.push(format!("{}: {}", named("removed"), fields(old))),
-        _ => out.push(format!("{}: {} -> {}", if path.is_empty() { "value" } else { path }, shown(before), shown(after))),
+        (Value::Null, Value::Object(new)) => {
+            out.push(format!("{}: {}", named("created"), fields(new)))
+        }
+        (Value::Object(old), Value::Null) => {
+            out.push(format!("{}: {}", named("removed"), fields(old)))
+        }
+        _ => out.push(format!(
+            "{}: {} -> {}",
+            if path.is_empty() { "value" } else { path },
+            shown(before),
+            shown(after)
+        )),
     }
 }
 

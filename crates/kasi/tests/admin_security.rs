@@ -1103,8 +1103,14 @@ fn each_change_is_logged_in_a_short_line_that_names_it() {
     );
     for line in &lines {
         assert!(line.len() < 600, "{} bytes: {line}", line.len());
-        assert!(line.contains("actor=") && line.contains("outcome="), "{line}");
-        assert!(!line.contains("before=") && !line.contains("after="), "{line}");
+        assert!(
+            line.contains("actor=") && line.contains("outcome="),
+            "{line}"
+        );
+        assert!(
+            !line.contains("before=") && !line.contains("after="),
+            "{line}"
+        );
     }
     let line_of = |action: &str, words: &str| {
         assert!(

@@ -450,7 +450,13 @@ fn a_run_against_a_hub_that_requires_an_admin_token_takes_a_token_file() {
     let admin = format!("http://{}", hub.admin);
     let mut args = vec!["--api", &api, "--admin", &admin];
     args.extend(["--duration", "1", "--warmup", "0", "--dfsps", "2"]);
-    args.extend(["--concurrency", "4", "--null-hub-baseline", "0", "--no-report"]);
+    args.extend([
+        "--concurrency",
+        "4",
+        "--null-hub-baseline",
+        "0",
+        "--no-report",
+    ]);
 
     let without = support::kasi()
         .arg("bench")

@@ -299,6 +299,14 @@ fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
     id
 }
 
+/// A settlement's page: the reason it was created with, and all its facts.
+async fn settlement_facts(browser: &Browser) -> (String, String) {
+    (
+        browser.text("dd.creation-reason").await,
+        browser.text("dl.facts").await,
+    )
+}
+
 /// The payer's first usage bar on the overview: its class and its text.
 async fn payer_cap_usage(browser: &Browser) -> (String, String) {
     browser.goto("/console/").await;
@@ -507,7 +515,10 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     // is the summary alone, and it names the red position.
     assert_eq!(browser.attribute("#live", "aria-live").await, None);
     assert_eq!(
-        browser.attribute("#live-summary", "aria-live").await.as_deref(),
+        browser
+            .attribute("#live-summary", "aria-live")
+            .await
+            .as_deref(),
         Some("polite")
     );
     let summary = browser.text("#live-summary").await;
@@ -632,13 +643,18 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     let model_form = "#create-settlement form[data-model='DEFAULTDEFERREDNET']";
     assert_eq!(
         browser
-            .count(&format!("{model_form} input[name=window][value='1']:checked"))
+            .count(&format!(
+                "{model_form} input[name=window][value='1']:checked"
+            ))
             .await,
         1
     );
     browser.shot("settlement-closed").await;
     browser
-        .fill(&format!("{model_form} input[name=reason]"), "month end 2026-11")
+        .fill(
+            &format!("{model_form} input[name=reason]"),
+            "month end 2026-11",
+        )
         .await;
     browser
         .click(&format!("{model_form} button[type=submit]"))
@@ -649,8 +665,9 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         nets.contains("950 USD") && nets.contains("-950 USD"),
         "{nets}"
     );
-    assert_eq!(browser.text("dd.creation-reason").await, "month end 2026-11");
-    assert!(browser.text("dl.facts").await.contains("DEFAULTDEFERREDNET"));
+    let (reason, facts) = settlement_facts(&browser).await;
+    assert_eq!(reason, "month end 2026-11");
+    assert!(facts.contains("DEFAULTDEFERREDNET"), "{facts}");
     browser.shot("settlement-created").await;
     // Finalize asks first, showing what each participant pays or is paid;
     // nothing moves before the confirmation.
@@ -676,7 +693,10 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     let pending = hub
         .admin_expect("GET", "/v2/settlements/1", None, 200)
         .json();
-    assert_eq!(pending["state"], "PENDING_SETTLEMENT", "not before confirming");
+    assert_eq!(
+        pending["state"], "PENDING_SETTLEMENT",
+        "not before confirming"
+    );
     browser.shot("settlement-finalize-confirm").await;
     browser
         .click("form[action$='/finalize/confirm'] button[type=submit]")
@@ -684,11 +704,9 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     assert!(browser.flash().await.contains("Settlement 1 finalized"));
     assert!(browser.text("h1").await.contains("SETTLED"));
     // The creation's reason stays, beside the finalize's.
-    assert_eq!(browser.text("dd.creation-reason").await, "month end 2026-11");
-    assert!(browser
-        .text("dl.facts")
-        .await
-        .contains("finalized from the console"));
+    let (reason, facts) = settlement_facts(&browser).await;
+    assert_eq!(reason, "month end 2026-11");
+    assert!(facts.contains("finalized from the console"), "{facts}");
     browser.shot("settlement-finalized").await;
     assert_eq!(hub.position(PAYER), 0.0, "the payer's position is reset");
     let settlement = hub
@@ -919,7 +937,11 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     browser.client.perform_actions(key(Key::Tab)).await.unwrap();
     let focused = browser.client.active_element().await.unwrap();
     assert_eq!(focused.text().await.unwrap(), "Skip to main content");
-    browser.client.perform_actions(key(Key::Enter)).await.unwrap();
+    browser
+        .client
+        .perform_actions(key(Key::Enter))
+        .await
+        .unwrap();
     let focused = browser.client.active_element().await.unwrap();
     assert_eq!(focused.attr("id").await.unwrap().as_deref(), Some("main"));
     browser.shot("skip-link-used").await;

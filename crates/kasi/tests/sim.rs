@@ -245,7 +245,10 @@ fn sim_onboards_a_hub_that_requires_an_admin_token() {
     // A token the hub does not know.
     let unknown_file = dir.path().join("unknown.token");
     std::fs::write(&unknown_file, "kasi_not-a-token\n").unwrap();
-    let stderr = refused(&["--admin-token-file", unknown_file.to_str().unwrap()], None);
+    let stderr = refused(
+        &["--admin-token-file", unknown_file.to_str().unwrap()],
+        None,
+    );
     assert!(
         stderr.contains("401 unauthorized: the hub does not accept the token"),
         "{stderr}"
