@@ -5,6 +5,8 @@
 //! FSPIOP errors.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context as _};
@@ -263,7 +265,66 @@ pub fn error_of(body: &[u8]) -> (String, String) {
     }
 }
 
-/// Admin API requests as a Mojaloop golden-path collection makes them.
+/// The admin bearer token of `--admin-token-file`, and the admin API it
+/// is for: a process talks to one hub's admin API, and the token goes
+/// there only (never to a null hub measured beside it).
+static ADMIN_TOKEN: OnceLock<(String, String)> = OnceLock::new();
+
+/// Reads `--admin-token-file`: the token alone, or what `kasi admin-token`
+/// prints (its `token: …` line is taken, the tokens-file line ignored).
+pub fn read_admin_token_file(path: &Path) -> anyhow::Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--admin-token-file {}: cannot read it", path.display()))?;
+    let lines = || {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    };
+    let token = lines()
+        .find_map(|line| line.strip_prefix("token:"))
+        .or_else(|| lines().next())
+        .map(str::trim)
+        .unwrap_or_default();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        bail!(
+            "--admin-token-file {}: expected one admin bearer token (as `kasi admin-token` prints it)",
+            path.display()
+        );
+    }
+    Ok(token.to_string())
+}
+
+/// Sends `token` as `Authorization: Bearer` with every admin request to
+/// `admin` (a base URL) from now on; once per process.
+pub fn present_admin_token(admin: &str, token: String) {
+    let _ = ADMIN_TOKEN.set((admin.trim_end_matches('/').to_string(), token));
+}
+
+/// The token for a request to `url`, if one was given for its admin API.
+fn admin_token_for(url: &str) -> Option<&'static str> {
+    let (admin, token) = ADMIN_TOKEN.get()?;
+    let rest = url.strip_prefix(admin.as_str())?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(token.as_str())
+}
+
+/// What a 401 or 403 of the admin API means for the person running this.
+fn admin_refusal(status: StatusCode, url: &str) -> Option<&'static str> {
+    match status {
+        StatusCode::UNAUTHORIZED if admin_token_for(url).is_none() => {
+            Some("unauthorized: the hub needs an admin token (--admin-token-file)")
+        }
+        StatusCode::UNAUTHORIZED => {
+            Some("unauthorized: the hub does not accept the token of --admin-token-file")
+        }
+        StatusCode::FORBIDDEN => {
+            Some("forbidden: the token of --admin-token-file is a viewer's; onboarding needs an operator's")
+        }
+        _ => None,
+    }
+}
+
+/// Admin API requests as a Mojaloop golden-path collection makes them,
+/// with the bearer token of [`present_admin_token`].
 pub async fn admin_request(
     client: &HttpClient,
     method: Method,
@@ -271,10 +332,13 @@ pub async fn admin_request(
     body: Option<Value>,
 ) -> anyhow::Result<(StatusCode, Bytes)> {
     let request = || {
-        let builder = Request::builder()
+        let mut builder = Request::builder()
             .method(method.clone())
             .uri(url)
             .header(http::header::ACCEPT, "application/json");
+        if let Some(token) = admin_token_for(url) {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
         match &body {
             Some(body) => builder
                 .header(http::header::CONTENT_TYPE, "application/json")
@@ -299,8 +363,14 @@ pub async fn admin_request(
         match answer {
             Err((key, _)) if key == "transport" && attempt < attempts => continue,
             answer => {
-                return answer
-                    .map_err(|(_, description)| anyhow::anyhow!("{method} {url}: {description}"))
+                return answer.map_err(|(key, description)| {
+                    let hint = if key == "transport" {
+                        " (is the hub running there?)"
+                    } else {
+                        ""
+                    };
+                    anyhow::anyhow!("{method} {url}: {description}{hint}")
+                })
             }
         }
     }
@@ -323,6 +393,8 @@ pub async fn admin_call(
     };
     if status.is_success() || (tolerate_existing && status.is_client_error() && exists()) {
         Ok(answer)
+    } else if let Some(refusal) = admin_refusal(status, url) {
+        bail!("{method} {url}: {} {refusal}", status.as_u16())
     } else {
         bail!(
             "{method} {url}: {} {}",

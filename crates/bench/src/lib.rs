@@ -164,6 +164,14 @@ pub struct BenchTransfersArgs {
     #[arg(long, value_name = "URL", requires = "api")]
     pub(crate) admin: Option<String>,
 
+    /// A file holding the admin bearer token for --admin, when that hub
+    /// requires one (`serve --admin-tokens`): the token alone, or what
+    /// `kasi admin-token` prints. Sent as `Authorization: Bearer` with
+    /// every admin request (an operator's: onboarding changes the hub).
+    /// Not used without --admin (an embedded hub needs none).
+    #[arg(long, env = "KASI_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    pub(crate) admin_token_file: Option<std::path::PathBuf>,
+
     /// The embedded hub traces one transfer in this many through its stages
     /// for the report's waterfalls (its `serve --trace-sample-every`).
     #[arg(long, value_name = "N", conflicts_with_all = ["api", "admin", "null_hub"], hide_short_help = true)]

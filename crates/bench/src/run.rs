@@ -41,6 +41,9 @@ pub(crate) struct Baseline {
 
 pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     let shape = shape_of(&args).map_err(anyhow::Error::msg)?;
+    if let (Some(path), Some(admin)) = (&args.admin_token_file, &args.admin) {
+        crate::dfsp::present_admin_token(admin, crate::dfsp::read_admin_token_file(path)?);
+    }
     let started_at = SystemTime::now();
     let chatty = !args.json && !args.quiet;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -1,6 +1,7 @@
 // kasi console: progressive enhancement only. Every page works without
 // this script; with it, a section marked data-refresh-s refreshes in place
-// (the overview's live figures), without losing the scroll position.
+// (the overview's live figures), without losing the scroll position, and
+// a screen reader hears only the one-line summary, when it changes.
 // Refreshes say so (X-Console-Refresh), so that a page left open does not
 // keep its session alive; when a refresh fails (signed out, hub down) the
 // page says since when its figures are old instead of freezing silently.
@@ -34,6 +35,14 @@
       const fresh = page.getElementById(live.id);
       if (!fresh) return stale("the answer was not the overview.");
       live.replaceChildren(...fresh.childNodes);
+      // The summary line is the page's only live region: rewritten (and so
+      // announced) only when its words change, never on a plain refresh.
+      const summaryId = live.getAttribute("data-summary");
+      const summary = summaryId && document.getElementById(summaryId);
+      const freshSummary = summaryId && page.getElementById(summaryId);
+      if (summary && freshSummary && summary.textContent !== freshSummary.textContent) {
+        summary.textContent = freshSummary.textContent;
+      }
       live.setAttribute("data-rendered", fresh.getAttribute("data-rendered") || "");
       lastGood = new Date();
       const note = document.getElementById("stale-note");

@@ -130,6 +130,10 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, hub_name: &str, secure_cookies:
         )
         .route(
             "/console/settlement/settlements/:id/finalize",
+            post(settlement::finalize_review),
+        )
+        .route(
+            "/console/settlement/settlements/:id/finalize/confirm",
             post(settlement::finalize),
         )
         .route(

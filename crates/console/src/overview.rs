@@ -394,6 +394,7 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
         .filter_map(|h| h["deadLetters"].as_u64())
         .sum();
 
+    let summary = live_summary(hub_ok, &rows, failing, dead_letters);
     rows.sort_by(|a, b| {
         b.most_used()
             .total_cmp(&a.most_used())
@@ -412,7 +413,11 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -
 
     let content = html! {
         h1 { "Overview" }
-        section #live data-refresh-s="5" data-rendered=(RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) aria-live="polite" {
+        // The one thing a screen reader announces as the page refreshes:
+        // this short line, and only when its words change (the script
+        // rewrites it then; the table below is replaced silently).
+        p #live-summary role="status" aria-live="polite" aria-atomic="true" { (summary) }
+        section #live data-refresh-s="5" data-summary="live-summary" data-rendered=(RENDERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) aria-label="Live figures" {
             @if !hub_ok {
                 p.flash.error role="alert" {
                     "The hub is not healthy: status " (page::text(&hub_health["status"]))
@@ -586,14 +591,58 @@ fn tile(label: &str, value: Option<String>, note: &str) -> Markup {
 /// A bar that the browser colours by itself: green, amber past `low`, red
 /// past `high` (a `<meter>` whose optimum is empty), with the number beside
 /// it for those who do not see colour.
-fn meter(label: &str, percent: f64) -> Markup {
-    let level = if percent >= 100.0 - ALARM_PERCENT {
+/// How close a usage is to its limit: `ok`, `warn` (amber) or `alarm`.
+fn usage_level(percent: f64) -> &'static str {
+    if percent >= 100.0 - ALARM_PERCENT {
         "alarm"
     } else if percent >= 100.0 - 2.0 * ALARM_PERCENT {
         "warn"
     } else {
         "ok"
+    }
+}
+
+/// The overview in one sentence, of states rather than rates, so that it
+/// changes (and is announced) only when something a person should hear
+/// about changes: the hub's health, positions near a limit, failing
+/// callbacks.
+fn live_summary(hub_ok: bool, rows: &[Row], failing: usize, dead_letters: u64) -> String {
+    let near = |level: &str| {
+        rows.iter()
+            .filter(|r| usage_level(r.most_used()) == level)
+            .count()
     };
+    let (red, amber) = (near("alarm"), near("warn"));
+    let positions = match (red, amber) {
+        (0, 0) => "no position near a limit".to_string(),
+        (red, 0) => format!("{} red (near a limit)", of(red, "position", "positions")),
+        (0, amber) => format!("{} amber", of(amber, "position", "positions")),
+        (red, amber) => format!(
+            "{} red (near a limit), {amber} amber",
+            of(red, "position", "positions")
+        ),
+    };
+    let callbacks = match (failing, dead_letters) {
+        (0, 0) => "callbacks delivered".to_string(),
+        (failing, dead) => format!(
+            "callbacks failing to {}, {}",
+            of(failing, "DFSP", "DFSPs"),
+            of(dead as usize, "dead letter", "dead letters")
+        ),
+    };
+    format!(
+        "Hub {}; {positions}; {callbacks}.",
+        if hub_ok { "OK" } else { "not healthy" },
+    )
+}
+
+/// `1 position`, `2 positions`.
+fn of(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn meter(label: &str, percent: f64) -> Markup {
+    let level = usage_level(percent);
     html! {
         span class={ "usage " (level) } {
             meter min="0" max="100" low=(100.0 - 2.0 * ALARM_PERCENT) high=(100.0 - ALARM_PERCENT) optimum="0"

@@ -124,7 +124,7 @@ pub(crate) fn render_with(
     status: StatusCode,
 ) -> Response {
     let flash = visitor.session.take_flash();
-    let body = html! {
+    let header = html! {
         header.top {
             a.brand href="/console/" { "kasi" }
             nav aria-label="Sections" {
@@ -138,22 +138,46 @@ pub(crate) fn render_with(
             }
             div.person { (session::who(visitor)) }
         }
-        main {
-            @if let Some(flash) = flash {
-                @if flash.ok {
-                    p.flash.ok role="status" { (flash.text) }
-                } @else {
-                    p.flash.error role="alert" { (flash.text) }
-                }
-            }
-            (content)
-        }
     };
-    visitor.finish((status, bare(title, body)).into_response())
+    let main = html! {
+        @if let Some(flash) = flash {
+            @if flash.ok {
+                p.flash.ok role="status" { (flash.text) }
+            } @else {
+                p.flash.error role="alert" { (flash.text) }
+            }
+        }
+        (content)
+    };
+    visitor.finish((status, bare(title, header, Width::Full, main)).into_response())
 }
 
-/// The HTML document around a body.
-pub(crate) fn bare(title: &str, body: Markup) -> axum::response::Html<String> {
+/// How wide a page's main content runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Width {
+    Full,
+    /// A short form alone (sign-in, a refusal).
+    Narrow,
+}
+
+/// The id of every page's `<main>`, which the skip link targets.
+pub(crate) const MAIN_ID: &str = "main";
+
+/// The HTML document: the skip link first (the first thing a keyboard
+/// reaches, so a person need not tab through the navigation on every
+/// page), then `before_main` (the header), then the main content.
+pub(crate) fn bare(
+    title: &str,
+    before_main: Markup,
+    width: Width,
+    main: Markup,
+) -> axum::response::Html<String> {
+    let body = html! {
+        a.skip-link href={ "#" (MAIN_ID) } { "Skip to main content" }
+        (before_main)
+        // Focusable by the skip link (tabindex -1: not in the tab order).
+        main id=(MAIN_ID) tabindex="-1" class=[(width == Width::Narrow).then_some("narrow")] { (main) }
+    };
     let document = html! {
         (DOCTYPE)
         html lang="en" {
@@ -199,7 +223,9 @@ pub(crate) fn plain_error(status: StatusCode, text: &str) -> Response {
         status,
         bare(
             "Error",
-            html! { main.narrow { h1 { "Refused" } p.flash.error role="alert" { (text) } p { a href="/console/" { "Back to the console" } } } },
+            html! {},
+            Width::Narrow,
+            html! { h1 { "Refused" } p.flash.error role="alert" { (text) } p { a href="/console/" { "Back to the console" } } },
         ),
     )
         .into_response();

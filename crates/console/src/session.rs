@@ -308,8 +308,7 @@ fn sign_in_form(console: &Console, next: &str, error: Option<&str>) -> Response 
     } else {
         StatusCode::OK
     };
-    let body = html! {
-        main.narrow {
+    let main = html! {
             h1 { "Sign in to the kasi console" }
             @if let Some(error) = error {
                 p.flash.error role="alert" { (error) }
@@ -327,9 +326,12 @@ fn sign_in_form(console: &Console, next: &str, error: Option<&str>) -> Response 
                     button type="submit" { "Sign in" }
                 }
             }
-        }
     };
-    let mut response = (status, page::bare("Sign in", body)).into_response();
+    let mut response = (
+        status,
+        page::bare("Sign in", html! {}, page::Width::Narrow, main),
+    )
+        .into_response();
     page::harden(response.headers_mut());
     response
 }

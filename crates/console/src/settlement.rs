@@ -62,8 +62,13 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
             }
         };
     settlements.sort_by_key(|s| std::cmp::Reverse(s["id"].as_u64().unwrap_or(0)));
+    // The API lists the most recently changed window first, so a window
+    // just settled would push the open one down: the open one stays on top.
+    let mut windows = windows;
+    windows.sort_by_key(|w| w["state"] != "OPEN");
     let may_change = visitor.may_change();
-    let closed: Vec<&Value> = windows.iter().filter(|w| w["state"] == "CLOSED").collect();
+    let models: Vec<&Value> = models.as_array().into_iter().flatten().collect();
+    let offers = settlement_offers(&models, &windows);
     let content = html! {
         h1 { "Settlement" }
         h2 { "Settlement windows" }
@@ -105,35 +110,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
             }
         }
         @if may_change {
-            section #create-settlement {
-                h2 { "Create a settlement" }
-                @if closed.is_empty() {
-                    p { "No closed window waits for a settlement: close the open window first." }
-                } @else {
-                    form.grid method="post" action="/console/settlement/settlements" {
-                        (page::csrf(&visitor))
-                        fieldset {
-                            legend { "Windows" }
-                            @for w in &closed {
-                                @let id = page::text(&w["settlementWindowId"]);
-                                label.check {
-                                    input type="checkbox" name="window" value=(id) checked;
-                                    " Window " (id) " (closed " (page::time(&page::text(&w["changedDate"]))) ")"
-                                }
-                            }
-                        }
-                        label for="settlement-model" { "Settlement model" }
-                        select #settlement-model name="model" {
-                            @for m in models.as_array().into_iter().flatten() {
-                                option value=(page::text(&m["name"])) { (page::text(&m["name"])) " (" (page::text(&m["settlementGranularity"])) " " (page::text(&m["settlementInterchange"])) ")" }
-                            }
-                        }
-                        label for="settlement-reason" { "Reason" }
-                        input #settlement-reason name="reason" value="settlement from the console" required;
-                        button type="submit" { "Create settlement" }
-                    }
-                }
-            }
+            (create_settlement_forms(&visitor, &offers))
         }
         h2 { "Settlements" }
         @if settlements.is_empty() {
@@ -165,6 +142,146 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
         }
     };
     page::render(&visitor, Section::Settlement, "Settlement", content)
+}
+
+/// A settlement model and the windows it can settle now.
+struct Offer<'a> {
+    model: &'a Value,
+    windows: Vec<&'a Value>,
+}
+
+/// What the create-settlement section offers: each deferred net model with
+/// the windows it applies to (none: not offered, and said why).
+struct Offers<'a> {
+    offered: Vec<Offer<'a>>,
+    /// Models not offered, each with the reason.
+    not_offered: Vec<(String, &'static str)>,
+}
+
+fn same(value: &Value, text: &str) -> bool {
+    value.as_str().is_some_and(|v| v.eq_ignore_ascii_case(text))
+}
+
+/// Which models apply to which windows, by the ledger's own rule for a
+/// settlement's windows (`create_settlement` in crates/ledger/src/
+/// settlement.rs, which refuses any other with "Inapplicable windows"): a
+/// deferred net model applies to a closed (or aborted, or partly settled)
+/// window holding content not yet settled of the model's ledger account
+/// type and currency — a model without a currency takes the currencies no
+/// other model names. Computed from the API's answers only, so the form
+/// never offers what the API would refuse.
+fn settlement_offers<'a>(models: &[&'a Value], windows: &'a [Value]) -> Offers<'a> {
+    let named: Vec<String> = models
+        .iter()
+        .filter_map(|m| m["currency"].as_str())
+        .map(str::to_ascii_uppercase)
+        .collect();
+    let settleable: Vec<&Value> = windows
+        .iter()
+        .filter(|w| {
+            ["CLOSED", "ABORTED", "PENDING_SETTLEMENT"]
+                .iter()
+                .any(|state| same(&w["state"], state))
+        })
+        .collect();
+    let mut offers = Offers {
+        offered: Vec::new(),
+        not_offered: Vec::new(),
+    };
+    for model in models.iter().copied() {
+        let name = page::text(&model["name"]);
+        let deferred_net = same(&model["settlementGranularity"], "NET")
+            && same(&model["settlementDelay"], "DEFERRED");
+        if !deferred_net {
+            offers.not_offered.push((
+                name,
+                "gross or immediate: it settles each transfer as it commits",
+            ));
+            continue;
+        }
+        let settles = |content: &Value| {
+            let currency = page::text(&content["currencyId"]).to_ascii_uppercase();
+            let currency_matches = match model["currency"].as_str() {
+                Some(own) => own.eq_ignore_ascii_case(&currency),
+                None => !named.contains(&currency),
+            };
+            currency_matches
+                && same(
+                    &content["ledgerAccountType"],
+                    &page::text(&model["ledgerAccountType"]),
+                )
+                && (same(&content["state"], "CLOSED") || same(&content["state"], "ABORTED"))
+        };
+        let applicable: Vec<&Value> = settleable
+            .iter()
+            .copied()
+            .filter(|w| w["content"].as_array().into_iter().flatten().any(settles))
+            .collect();
+        if applicable.is_empty() {
+            offers.not_offered.push((
+                name,
+                "no closed window holds content of its currency waiting for a settlement",
+            ));
+        } else {
+            offers.offered.push(Offer {
+                model,
+                windows: applicable,
+            });
+        }
+    }
+    offers
+}
+
+/// One form per model that applies, its windows ticked: a person cannot
+/// pick a model for windows it does not settle.
+fn create_settlement_forms(visitor: &Visitor, offers: &Offers) -> Markup {
+    html! {
+        section #create-settlement {
+            h2 { "Create a settlement" }
+            @if offers.offered.is_empty() {
+                p { "No closed window waits for a settlement: close the open window first." }
+            }
+            @for (n, offer) in offers.offered.iter().enumerate() {
+                @let name = page::text(&offer.model["name"]);
+                form.grid method="post" action="/console/settlement/settlements" data-model=(name) {
+                    (page::csrf(visitor))
+                    input type="hidden" name="model" value=(name);
+                    fieldset {
+                        legend {
+                            "With " strong { (name) } " ("
+                            (page::text(&offer.model["settlementGranularity"])) " "
+                            (page::text(&offer.model["settlementInterchange"])) ", "
+                            @match offer.model["currency"].as_str() {
+                                Some(currency) => { (currency) }
+                                None => { "every currency no other model names" }
+                            }
+                            "): the windows it settles"
+                        }
+                        @for w in &offer.windows {
+                            @let id = page::text(&w["settlementWindowId"]);
+                            label.check {
+                                input type="checkbox" name="window" value=(id) checked;
+                                " Window " (id) " (" (page::text(&w["state"])) " " (page::time(&page::text(&w["changedDate"]))) ")"
+                            }
+                        }
+                    }
+                    label for={ "settlement-reason-" (n) } { "Reason" }
+                    input id={ "settlement-reason-" (n) } name="reason" value="settlement from the console" required;
+                    button type="submit" { "Create a settlement with " (name) }
+                }
+            }
+            @if !offers.not_offered.is_empty() {
+                p.hint {
+                    "Not offered: "
+                    @for (i, (name, why)) in offers.not_offered.iter().enumerate() {
+                        @if i > 0 { "; " }
+                        (name) " (" (why) ")"
+                    }
+                    "."
+                }
+            }
+        }
+    }
 }
 
 fn state_class(state: &str) -> &'static str {
@@ -250,40 +367,52 @@ async fn account_owners(visitor: &Visitor) -> Result<HashMap<u64, String>, ApiEr
     Ok(owners)
 }
 
-pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response {
-    let (settlement, owners) = tokio::join!(
-        visitor.get(&format!("/v2/settlements/{}", page::encode(&id))),
-        account_owners(&visitor)
-    );
-    let (settlement, owners) = match (settlement, owners) {
-        (Ok(s), Ok(o)) => (s, o),
-        (Err(e), _) | (_, Err(e)) => return page::api_failure(&visitor, Section::Settlement, &e),
-    };
-    let state = page::text(&settlement["state"]);
-    let finished = matches!(state.as_str(), "SETTLED" | "ABORTED");
-    let here = settlement_path(&id);
-    let may_change = visitor.may_change();
-    let content = html! {
-        h1 { "Settlement " (id) " " span class={ "status " (state_class(&state)) } { (state) } }
-        p.hint { "Created " (page::time_cell(&settlement["createdDate"])) "; reason: " (page::text(&settlement["reason"])) }
-        p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
-        h2 { "Net settlement amounts" }
+/// The settlement as it was created: its creation's audit event's
+/// `after` (the model and the reason). The API's `reason` is the last
+/// change's (a finalize or an abort overwrites it, as in
+/// central-settlement), and its single read does not name the model; the
+/// event was written in the same batch as the settlement, so at its
+/// `createdDate` to the millisecond. `None` when that event is no longer
+/// among those the hub keeps in memory.
+async fn as_created(visitor: &Visitor, settlement: &Value) -> Option<Value> {
+    let created = page::encode(settlement["createdDate"].as_str()?);
+    let events = visitor
+        .get(&format!(
+            "/audit-events?action=settlement.create&from={created}&to={created}&limit=1000"
+        ))
+        .await
+        .ok()?;
+    events
+        .as_array()?
+        .iter()
+        .map(|e| &e["after"])
+        .find(|after| after["id"] == settlement["id"])
+        .cloned()
+}
+
+/// The settlement's net amounts, one row per account, named by owner.
+fn net_amounts(settlement: &Value, owners: &HashMap<u64, String>) -> Markup {
+    html! {
         div.table-wrap {
             table.settlement {
                 thead { tr {
                     th scope="col" { "Participant" }
                     th.num scope="col" { "Account" }
                     th.num scope="col" { "Net amount" }
+                    th scope="col" { "Meaning" }
                     th scope="col" { "State" }
                 } }
                 tbody {
                     @for p in settlement["participants"].as_array().into_iter().flatten() {
                         @for a in p["accounts"].as_array().into_iter().flatten() {
                             @let account = a["id"].as_u64().unwrap_or(0);
-                            tr {
-                                td { (owners.get(&account).cloned().unwrap_or_else(|| format!("participant {}", page::text(&p["id"])))) }
+                            @let amount = page::text(&a["netSettlementAmount"]["amount"]);
+                            @let owner = owners.get(&account).cloned().unwrap_or_else(|| format!("participant {}", page::text(&p["id"])));
+                            tr data-participant=(owner) {
+                                td { (owner) }
                                 td.num { (account) }
-                                td.num { (page::money(&page::text(&a["netSettlementAmount"]["amount"]), &page::text(&a["netSettlementAmount"]["currency"]))) }
+                                td.num { (page::money(&amount, &page::text(&a["netSettlementAmount"]["currency"]))) }
+                                td { (net_meaning(&amount)) }
                                 td { (page::text(&a["state"])) }
                             }
                         }
@@ -291,6 +420,74 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
                 }
             }
         }
+    }
+}
+
+/// What a net amount means for its participant: positive, it sent more
+/// than it received and pays; negative, it is paid.
+fn net_meaning(amount: &str) -> &'static str {
+    let zero = amount
+        .trim_start_matches('-')
+        .chars()
+        .all(|c| c == '0' || c == '.');
+    if zero {
+        "nothing to settle"
+    } else if amount.starts_with('-') {
+        "is paid"
+    } else {
+        "pays"
+    }
+}
+
+async fn settlement_and_owners(
+    visitor: &Visitor,
+    id: &str,
+) -> Result<(Value, HashMap<u64, String>), ApiError> {
+    let (settlement, owners) = tokio::join!(
+        visitor.get(&format!("/v2/settlements/{}", page::encode(id))),
+        account_owners(visitor)
+    );
+    Ok((settlement?, owners?))
+}
+
+pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response {
+    let (settlement, owners) = match settlement_and_owners(&visitor, &id).await {
+        Ok(read) => read,
+        Err(e) => return page::api_failure(&visitor, Section::Settlement, &e),
+    };
+    let as_created = as_created(&visitor, &settlement).await;
+    let created_with = as_created
+        .as_ref()
+        .and_then(|c| c["reason"].as_str())
+        .map(str::to_string);
+    let model = as_created.as_ref().and_then(|c| c["model"].as_str());
+    let last_reason = page::text(&settlement["reason"]);
+    let state = page::text(&settlement["state"]);
+    let finished = matches!(state.as_str(), "SETTLED" | "ABORTED");
+    let here = settlement_path(&id);
+    let may_change = visitor.may_change();
+    let content = html! {
+        h1 { "Settlement " (id) " " span class={ "status " (state_class(&state)) } { (state) } }
+        dl.facts {
+            dt { "Created" } dd { (page::time_cell(&settlement["createdDate"])) }
+            @if let Some(model) = model {
+                dt { "Model" } dd { (model) }
+            }
+            @match &created_with {
+                Some(reason) => {
+                    dt { "Reason (at creation)" } dd.creation-reason { (reason) }
+                    @if *reason != last_reason {
+                        dt { "Reason of the last change" } dd { (last_reason) " (" (page::time_cell(&settlement["changedDate"])) ")" }
+                    }
+                }
+                None => {
+                    dt { "Reason of the last change" } dd { (last_reason) }
+                }
+            }
+        }
+        p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
+        h2 { "Net settlement amounts" }
+        (net_amounts(&settlement, &owners))
         p.hint { "A positive net amount is owed by the participant (it sent more than it received); a negative one is owed to it." }
         h2 { "Windows" }
         ul {
@@ -304,10 +501,10 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
                 @if let Some(next) = next_stage(&state) {
                     (page::button_form(&visitor, &format!("{here}/advance"), &format!("Advance every account to {next}"), ""))
                 }
-                (page::button_form(&visitor, &format!("{here}/finalize"), "Finalize (every stage, at once)", "primary"))
+                (page::button_form(&visitor, &format!("{here}/finalize"), "Finalize (every stage, at once)…", "primary"))
                 (page::button_form(&visitor, &format!("{here}/abort"), "Abort", "danger"))
             }
-            p.hint { "Finalize records, reserves and commits the settlement transfers and marks the accounts SETTLED in one action; with the model's automatic position reset, positions go back by the net amounts." }
+            p.hint { "Finalize records, reserves and commits the settlement transfers and marks the accounts SETTLED in one action; with the model's automatic position reset, positions go back by the net amounts. It asks for confirmation first." }
         }
     };
     page::render(
@@ -389,6 +586,41 @@ pub(crate) async fn advance(Path(id): Path<String>, Posted { visitor, .. }: Post
     )
 }
 
+/// Step one of Finalize: what it will do, the net amounts each participant
+/// pays or is paid, and the button that does it. Nothing changes yet.
+pub(crate) async fn finalize_review(
+    Path(id): Path<String>,
+    Posted { visitor, .. }: Posted,
+) -> Response {
+    let (settlement, owners) = match settlement_and_owners(&visitor, &id).await {
+        Ok(read) => read,
+        Err(e) => return page::api_failure(&visitor, Section::Settlement, &e),
+    };
+    let here = settlement_path(&id);
+    let content = html! {
+        h1 #confirm-title { "Confirm: finalize settlement " (id) }
+        p {
+            "Finalizing records, reserves and commits the settlement transfers of every account below and marks them SETTLED, "
+            "in one action that cannot be undone. Each participant's settlement account moves by its net amount; "
+            "with the model's automatic position reset, its position goes back by the same amount."
+        }
+        (net_amounts(&settlement, &owners))
+        form method="post" action={ (here) "/finalize/confirm" } aria-labelledby="confirm-title" {
+            (page::csrf(&visitor))
+            button.primary type="submit" { "Finalize settlement " (id) }
+            " "
+            a href=(here) { "Cancel" }
+        }
+    };
+    page::render(
+        &visitor,
+        Section::Settlement,
+        &format!("Finalize settlement {id}"),
+        content,
+    )
+}
+
+/// Step two: the finalize, through the API.
 pub(crate) async fn finalize(Path(id): Path<String>, Posted { visitor, .. }: Posted) -> Response {
     let result = visitor
         .call(
@@ -455,5 +687,102 @@ pub(crate) async fn report(visitor: Visitor, Path(id): Path<String>) -> Response
             page::api_failure(&visitor, Section::Settlement, &error)
         }
         Err(error) => page::api_failure(&visitor, Section::Settlement, &error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(name: &str, granularity: &str, currency: Option<&str>) -> Value {
+        json!({
+            "name": name,
+            "settlementGranularity": granularity,
+            "settlementInterchange": "MULTILATERAL",
+            "settlementDelay": if granularity == "NET" { "DEFERRED" } else { "IMMEDIATE" },
+            "ledgerAccountType": "POSITION",
+            "currency": currency,
+        })
+    }
+
+    fn window(id: u32, state: &str, content: &[(&str, &str)]) -> Value {
+        let content: Vec<Value> = content
+            .iter()
+            .map(|(currency, state)| {
+                json!({"ledgerAccountType": "POSITION", "currencyId": currency, "state": state})
+            })
+            .collect();
+        json!({"settlementWindowId": id, "state": state, "content": content})
+    }
+
+    fn offered(models: &[Value], windows: &[Value]) -> Vec<(String, Vec<u64>)> {
+        let models: Vec<&Value> = models.iter().collect();
+        settlement_offers(&models, windows)
+            .offered
+            .iter()
+            .map(|offer| {
+                let ids = offer
+                    .windows
+                    .iter()
+                    .map(|w| w["settlementWindowId"].as_u64().unwrap());
+                (page::text(&offer.model["name"]), ids.collect())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_model_is_offered_with_the_windows_holding_its_currency_unsettled() {
+        let models = [
+            model("DEFAULT", "NET", None),
+            model("EURONLY", "NET", Some("EUR")),
+            model("KESONLY", "NET", Some("KES")),
+            model("GROSS", "GROSS", None),
+        ];
+        let windows = [
+            window(4, "OPEN", &[]),
+            window(3, "CLOSED", &[("USD", "CLOSED"), ("EUR", "CLOSED")]),
+            // Its USD is settled already; its EUR waits.
+            window(
+                2,
+                "PENDING_SETTLEMENT",
+                &[("USD", "PENDING_SETTLEMENT"), ("EUR", "CLOSED")],
+            ),
+            window(1, "SETTLED", &[("USD", "SETTLED")]),
+        ];
+        assert_eq!(
+            offered(&models, &windows),
+            [
+                ("DEFAULT".to_string(), vec![3]),
+                ("EURONLY".to_string(), vec![3, 2])
+            ]
+        );
+        let models: Vec<&Value> = models.iter().collect();
+        let not_offered: Vec<String> = settlement_offers(&models, &windows)
+            .not_offered
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(not_offered, ["KESONLY", "GROSS"]);
+    }
+
+    #[test]
+    fn a_default_model_does_not_take_a_currency_another_model_names() {
+        let models = [
+            model("DEFAULT", "NET", None),
+            model("USDONLY", "NET", Some("usd")),
+        ];
+        let windows = [window(1, "CLOSED", &[("USD", "CLOSED")])];
+        assert_eq!(
+            offered(&models, &windows),
+            [("USDONLY".to_string(), vec![1])]
+        );
+    }
+
+    #[test]
+    fn a_net_amount_says_who_pays() {
+        assert_eq!(net_meaning("950"), "pays");
+        assert_eq!(net_meaning("-950.5"), "is paid");
+        assert_eq!(net_meaning("0"), "nothing to settle");
+        assert_eq!(net_meaning("-0.00"), "nothing to settle");
     }
 }

@@ -116,7 +116,8 @@ impl Change {
 impl Hub {
     /// Runs an admin change tagged with its caller, and logs its event (or
     /// its refusal). The event itself is the ledger's, durable with the
-    /// change; the log line repeats it.
+    /// change; the log line names it and says what changed
+    /// ([`change_summary`]).
     pub async fn execute_audited(
         &self,
         change: Change,
@@ -185,6 +186,10 @@ impl Hub {
                 .first()
                 .filter(|e| e.action == change.action && e.target == change.target)
             {
+                // The change in a few words, not the target's whole state
+                // twice (a participant's is kilobytes): the event itself,
+                // with its before and after, is in the store and
+                // `GET /audit-events`.
                 tracing::info!(
                     id = event.id,
                     time = %format_time(event.at_ms),
@@ -192,14 +197,147 @@ impl Hub {
                     role = %event.role,
                     action = %event.action,
                     target = %event.target,
-                    before = %event.before,
-                    after = %event.after,
+                    change = %change_summary(&event.before, &event.after),
                     outcome = %event.outcome,
                     "audit event"
                 );
             }
         }
         Ok(outcome)
+    }
+}
+
+/// Differences a log line lists before it counts the rest.
+const CHANGES_LOGGED: usize = 8;
+/// A value in a log line is cut after this many characters.
+const VALUE_CHARS: usize = 80;
+
+/// What an audit event changed, for its log line, bounded whatever the
+/// target's size: the fields whose values differ between `before` and
+/// `after` (`accounts[id=3].value: 0 -> -2000`,
+/// `endpoints.FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> "http://…"`), a
+/// thing created or removed as its top-level fields (`created: name=…`),
+/// at most [`CHANGES_LOGGED`], each value cut at [`VALUE_CHARS`].
+pub fn change_summary(before: &str, after: &str) -> String {
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or_else(|_| json!(text));
+    let mut changes = Vec::new();
+    differences("", &parse(before), &parse(after), &mut changes);
+    if changes.is_empty() {
+        return "nothing".to_string();
+    }
+    let more = changes.len().saturating_sub(CHANGES_LOGGED);
+    changes.truncate(CHANGES_LOGGED);
+    let mut summary = changes.join("; ");
+    if more > 0 {
+        summary.push_str(&format!("; and {more} more"));
+    }
+    summary
+}
+
+fn differences(path: &str, before: &Value, after: &Value, out: &mut Vec<String>) {
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let named = |what: &str| {
+        if path.is_empty() {
+            what.to_string()
+        } else {
+            format!("{path} {what}")
+        }
+    };
+    match (before, after) {
+        _ if before == after => {}
+        (Value::Object(old), Value::Object(new)) => {
+            let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+            for key in keys {
+                let none = Value::Null;
+                let (b, a) = (old.get(key).unwrap_or(&none), new.get(key).unwrap_or(&none));
+                differences(&at(key), b, a, out);
+            }
+        }
+        (Value::Array(old), Value::Array(new)) => {
+            // Elements with an id are matched by it (an account, an
+            // oracle), others by position.
+            let key = |i: usize, v: &Value| match &v["id"] {
+                Value::Null => format!("{path}[{i}]"),
+                id => format!("{path}[id={}]", short(id)),
+            };
+            let old_keyed: Vec<(String, &Value)> = old
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (key(i, v), v))
+                .collect();
+            let new_keyed: Vec<(String, &Value)> = new
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (key(i, v), v))
+                .collect();
+            let none = Value::Null;
+            for (k, b) in &old_keyed {
+                let a = new_keyed
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map_or(&none, |(_, v)| *v);
+                differences(k, b, a, out);
+            }
+            for (k, a) in new_keyed
+                .iter()
+                .filter(|(n, _)| !old_keyed.iter().any(|(o, _)| o == n))
+            {
+                differences(k, &none, a, out);
+            }
+        }
+        (Value::Null, Value::Object(new)) => {
+            out.push(format!("{}: {}", named("created"), fields(new)))
+        }
+        (Value::Object(old), Value::Null) => {
+            out.push(format!("{}: {}", named("removed"), fields(old)))
+        }
+        _ => out.push(format!(
+            "{}: {} -> {}",
+            if path.is_empty() { "value" } else { path },
+            shown(before),
+            shown(after)
+        )),
+    }
+}
+
+/// An object's top-level fields, nested ones counted: `name=payerfsp
+/// isActive=true accounts=2`.
+fn fields(object: &serde_json::Map<String, Value>) -> String {
+    object
+        .iter()
+        .map(|(key, value)| match value {
+            Value::Array(items) => format!("{key}={}", items.len()),
+            Value::Object(map) => format!("{key}={{{} fields}}", map.len()),
+            other => format!("{key}={}", short(other)),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Null => "(none)".to_string(),
+        other => short(other),
+    }
+}
+
+/// A value as JSON, cut at [`VALUE_CHARS`] characters.
+fn short(value: &Value) -> String {
+    let text = match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if text.chars().count() <= VALUE_CHARS {
+        text
+    } else {
+        let cut: String = text.chars().take(VALUE_CHARS).collect();
+        format!("{cut}…")
     }
 }
 
@@ -396,5 +534,67 @@ async fn list_events(
             Ok(axum::Json(events.iter().map(event_json).collect::<Vec<_>>()).into_response())
         }
         other => Err(HubError::from_outcome(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn participant(value: &str, endpoints: Value) -> String {
+        json!({
+            "name": "payerfsp",
+            "isActive": true,
+            "accounts": [
+                {"id": 1, "type": "POSITION", "currency": "USD", "value": 0, "netDebitCap": 1000},
+                {"id": 2, "type": "SETTLEMENT", "currency": "USD", "value": value, "netDebitCap": null},
+            ],
+            "endpoints": endpoints,
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn a_change_is_named_by_what_differs() {
+        let before = participant("0", json!({}));
+        let after = participant("-2000", json!({}));
+        assert_eq!(
+            change_summary(&before, &after),
+            "accounts[id=2].value: 0 -> -2000"
+        );
+        let url = "http://127.0.0.1:4000/payerfsp/transfers";
+        let after_endpoint = participant("0", json!({ "FSPIOP_CALLBACK_URL_TRANSFER_POST": url }));
+        assert_eq!(
+            change_summary(&before, &after_endpoint),
+            format!("endpoints.FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> {url}")
+        );
+        assert_eq!(change_summary(&before, &before), "nothing");
+    }
+
+    #[test]
+    fn a_creation_is_its_top_level_fields() {
+        let created = change_summary("null", &participant("0", json!({})));
+        assert_eq!(
+            created,
+            "created: accounts=2 endpoints={0 fields} isActive=true name=payerfsp"
+        );
+        let oracle = json!([{"id": 3, "type": "EMAIL", "endpoint": "http://oracle"}]).to_string();
+        assert_eq!(
+            change_summary("[]", &oracle),
+            "[id=3] created: endpoint=http://oracle id=3 type=EMAIL"
+        );
+    }
+
+    #[test]
+    fn a_summary_is_bounded_whatever_the_target() {
+        let many = |value: &str| {
+            let accounts: Vec<Value> = (0..1000)
+                .map(|id| json!({"id": id, "state": value, "note": "x".repeat(500)}))
+                .collect();
+            json!({ "accounts": accounts }).to_string()
+        };
+        let summary = change_summary(&many("PENDING"), &many(&"S".repeat(500)));
+        assert!(summary.ends_with("; and 992 more"), "{summary}");
+        assert!(summary.len() < 2_000, "{} bytes", summary.len());
     }
 }

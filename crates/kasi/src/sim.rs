@@ -85,6 +85,13 @@ pub struct SimArgs {
     )]
     hub_admin: String,
 
+    /// A file holding an operator's admin bearer token, for a hub that
+    /// requires one (`serve --admin-tokens`): the token alone, or what
+    /// `kasi admin-token` prints. Sent as `Authorization: Bearer` with the
+    /// --onboard requests.
+    #[arg(long, env = "KASI_ADMIN_TOKEN_FILE", value_name = "PATH")]
+    admin_token_file: Option<std::path::PathBuf>,
+
     /// The hub participant's name (its accounts are created with --onboard).
     #[arg(long, default_value = "Hub")]
     hub_name: String,
@@ -110,8 +117,11 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 0, value_name = "MS")]
     delay_ms: u64,
 
-    /// The share of prepares the payee refuses (error 5104, payee rejected
-    /// the transaction) instead of committing them: 0 to 100.
+    /// The share of prepares the payee refuses instead of committing them,
+    /// 0 to 100: with FSPIOP error 5104 "Payee rejected transaction" (the
+    /// payee declined; 5101 and 5103 are the quote rejections, 5105 the
+    /// payee FSP's own refusal, which the sim answers to a condition it
+    /// did not quote).
     #[arg(long, default_value_t = 0, value_name = "PERCENT",
           value_parser = clap::value_parser!(u8).range(0..=100))]
     reject_percent: u8,
@@ -359,6 +369,9 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
     names.dedup();
     let api = args.hub_api.trim_end_matches('/').to_string();
     let admin = args.hub_admin.trim_end_matches('/').to_string();
+    if let Some(path) = &args.admin_token_file {
+        dfsp::present_admin_token(&admin, dfsp::read_admin_token_file(path)?);
+    }
     let mut parties = HashMap::new();
     for name in &names {
         for index in 1..=args.parties {
@@ -415,7 +428,7 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
 async fn onboard(sim: &Sim, args: &SimArgs, admin: &str, local: SocketAddr) -> anyhow::Result<()> {
     dfsp::onboard_hub(&sim.client, admin, &args.hub_name, &args.currency)
         .await
-        .with_context(|| format!("onboarding through {admin} (is the hub running? --hub-admin)"))?;
+        .with_context(|| format!("onboarding through --hub-admin {admin}"))?;
     for name in &sim.names {
         let funds_id = sim.uuid();
         let new = dfsp::onboard_dfsp(

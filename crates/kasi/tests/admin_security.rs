@@ -1062,3 +1062,78 @@ fn operators_by_certificate_and_a_pinned_certificate_on_fspiop() {
     );
     assert_eq!(events[0]["actor"], "ci", "{events}");
 }
+
+/// Onboarding one DFSP (participant, net debit cap, three endpoints, funds
+/// in) logs one line per change that names the change — not the
+/// participant's whole state before and after, which made each line
+/// kilobytes long; the before and after stay in the audit trail.
+#[test]
+fn each_change_is_logged_in_a_short_line_that_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let base = "http://127.0.0.1:9/payerfsp";
+    hub.onboard("payerfsp", base, 1000, 5000);
+    // The funds in is the last change; its line may follow its answer.
+    assert!(
+        hub.wait_for_log("action=funds.in", std::time::Duration::from_secs(20)),
+        "{}",
+        hub.log()
+    );
+    let log = hub.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("audit event") && l.contains("target=payerfsp"))
+        .collect();
+    let actions: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l.split("action=").nth(1)?.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "participant.create",
+            "limits.init",
+            "endpoint.set",
+            "endpoint.set",
+            "endpoint.set",
+            "funds.in"
+        ],
+        "{log}"
+    );
+    for line in &lines {
+        assert!(line.len() < 600, "{} bytes: {line}", line.len());
+        assert!(
+            line.contains("actor=") && line.contains("outcome="),
+            "{line}"
+        );
+        assert!(
+            !line.contains("before=") && !line.contains("after="),
+            "{line}"
+        );
+    }
+    let line_of = |action: &str, words: &str| {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("action={action} ")) && l.contains(words)),
+            "no {action} line saying {words:?}:\n{}",
+            lines.join("\n")
+        );
+    };
+    line_of("participant.create", "created: ");
+    line_of("participant.create", "name=payerfsp");
+    line_of(
+        "endpoint.set",
+        &format!("FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> {base}/transfers"),
+    );
+    line_of("limits.init", "netDebitCap: (none) -> 1000");
+    line_of("funds.in", "value: 0 -> -5000");
+    // The whole before and after are in the audit trail.
+    let events = hub
+        .admin_expect("GET", "/audit-events?action=funds.in", None, 200)
+        .json();
+    assert_eq!(events[0]["target"], "payerfsp", "{events}");
+    assert!(events[0]["before"]["accounts"].is_array(), "{events}");
+    assert!(events[0]["after"]["endpoints"].is_object(), "{events}");
+}

@@ -2,6 +2,8 @@
 //! binary; the JSON summary must show a clean run whose DFSP positions net
 //! to zero, and the report folder must hold files that parse.
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -431,4 +433,47 @@ fn settlement_windows_can_be_closed_while_transfers_flow() {
     let closes = &report["settlement_window_closes"];
     assert!(closes["count"].as_u64().unwrap() >= 2, "{report}");
     assert!(closes["max_ms"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+/// Against a running hub whose admin API needs credentials: refused with
+/// the reason (not "is the hub running?") without a token, clean with an
+/// operator's token file.
+#[test]
+fn a_run_against_a_hub_that_requires_an_admin_token_takes_a_token_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tokens_path, tokens) = support::tokens_file(dir.path());
+    let hub = support::Hub::start_with(
+        &dir.path().join("data"),
+        &["--admin-tokens", tokens_path.to_str().unwrap()],
+    );
+    let api = format!("http://{}", hub.api);
+    let admin = format!("http://{}", hub.admin);
+    let mut args = vec!["--api", &api, "--admin", &admin];
+    args.extend(["--duration", "1", "--warmup", "0", "--dfsps", "2"]);
+    args.extend([
+        "--concurrency",
+        "4",
+        "--null-hub-baseline",
+        "0",
+        "--no-report",
+    ]);
+
+    let without = support::kasi()
+        .arg("bench")
+        .args(&args)
+        .args(["--json", "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(without.status.code(), Some(2), "{without:?}");
+    let stderr = String::from_utf8_lossy(&without.stderr);
+    assert!(
+        stderr.contains("401 unauthorized: the hub needs an admin token (--admin-token-file)"),
+        "{stderr}"
+    );
+
+    let token_file = dir.path().join("operator.token");
+    std::fs::write(&token_file, format!("token: {}\n", tokens.operator)).unwrap();
+    args.extend(["--admin-token-file", token_file.to_str().unwrap()]);
+    let report = run(&args);
+    assert_clean(&report);
 }

@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use fantoccini::actions::{InputSource as _, KeyAction, KeyActions};
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use support::{
@@ -217,6 +219,23 @@ impl Browser {
             .await;
     }
 
+    /// The page's first focusable element is the skip link, and it leads
+    /// to the page's `<main>`.
+    async fn assert_skip_link_first(&self, page: &str) {
+        let first = self
+            .client
+            .execute(
+                "const first = [...document.querySelectorAll(
+                     'a[href], button, input:not([type=hidden]), select, textarea, [tabindex]:not([tabindex=\"-1\"])')][0];
+                 const target = document.querySelector(first.getAttribute('href') || 'none');
+                 return [first.textContent, target && target.tagName];",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert_eq!(first, json!(["Skip to main content", "MAIN"]), "{page}");
+    }
+
     async fn flash(&self) -> String {
         self.text(".flash").await
     }
@@ -280,6 +299,14 @@ fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
     id
 }
 
+/// A settlement's page: the reason it was created with, and all its facts.
+async fn settlement_facts(browser: &Browser) -> (String, String) {
+    (
+        browser.text("dd.creation-reason").await,
+        browser.text("dl.facts").await,
+    )
+}
+
 /// The payer's first usage bar on the overview: its class and its text.
 async fn payer_cap_usage(browser: &Browser) -> (String, String) {
     browser.goto("/console/").await;
@@ -338,6 +365,7 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     // Sign in: a wrong token is refused on the form, the right one lands on
     // the overview as the operator the tokens file names.
     browser.goto("/console/").await;
+    browser.assert_skip_link_first("sign-in").await;
     browser.shot("sign-in").await;
     browser.fill("#token", "kasi_not-a-token").await;
     browser.click("form button[type=submit]").await;
@@ -483,6 +511,29 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         "position 950 against a liquidity cover of 2,000: {row}"
     );
     browser.shot("overview-red").await;
+    // A screen reader hears one short line, not the table: the live region
+    // is the summary alone, and it names the red position.
+    assert_eq!(browser.attribute("#live", "aria-live").await, None);
+    assert_eq!(
+        browser
+            .attribute("#live-summary", "aria-live")
+            .await
+            .as_deref(),
+        Some("polite")
+    );
+    let summary = browser.text("#live-summary").await;
+    assert!(
+        summary.contains("1 position red") && summary.starts_with("Hub OK"),
+        "{summary}"
+    );
+    browser
+        .client
+        .execute(
+            "document.getElementById('live-summary').dataset.before = 'refresh';",
+            vec![],
+        )
+        .await
+        .unwrap();
     // The page refreshes its live part in place (the console's script,
     // allowed by the page's own CSP): a later render replaces this one.
     let rendered = browser.attribute("#live", "data-rendered").await;
@@ -498,6 +549,16 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         "refreshed in place: {rendered:?} -> {refreshed:?}"
     );
     assert_eq!(browser.count("#stale-note").await, 0);
+    // Nothing changed that the summary says: the same line, untouched (not
+    // replaced, so not announced again).
+    assert_eq!(
+        browser
+            .attribute("#live-summary", "data-before")
+            .await
+            .as_deref(),
+        Some("refresh")
+    );
+    assert_eq!(browser.text("#live-summary").await, summary);
 
     // A withdrawal that leaves the cover under the position is accepted by
     // the hub, but stops the DFSP's prepares: the confirmation says which.
@@ -540,18 +601,63 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     browser.shot("transfer-found").await;
 
     // Settle: close the window, create a settlement of it, finalize it in
-    // one action; the positions go back to zero.
+    // one action; the positions go back to zero. A model for EUR exists
+    // too: nothing of the windows is in EUR, so it is not offered.
+    hub.admin_expect(
+        "POST",
+        "/settlementModels",
+        Some(json!({
+            "name": "DEFERREDNETEUR",
+            "settlementGranularity": "NET",
+            "settlementInterchange": "MULTILATERAL",
+            "settlementDelay": "DEFERRED",
+            "requireLiquidityCheck": true,
+            "ledgerAccountType": "POSITION",
+            "autoPositionReset": true,
+            "currency": "EUR"
+        })),
+        201,
+    );
     browser.goto("/console/settlement").await;
+    assert_eq!(
+        browser.count("#create-settlement form").await,
+        0,
+        "nothing to settle while the only window is open"
+    );
     browser.shot("settlement-open").await;
     browser
         .click("tr[data-window='1'] form button[type=submit]")
         .await;
     assert!(browser.flash().await.contains("Window 1 closed"));
+    let offered = browser
+        .client
+        .execute(
+            "return [...document.querySelectorAll('#create-settlement form')].map(f => f.dataset.model);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(offered, json!(["DEFAULTDEFERREDNET"]));
+    let not_offered = browser.text("#create-settlement .hint").await;
+    assert!(not_offered.contains("DEFERREDNETEUR"), "{not_offered}");
+    let model_form = "#create-settlement form[data-model='DEFAULTDEFERREDNET']";
+    assert_eq!(
+        browser
+            .count(&format!(
+                "{model_form} input[name=window][value='1']:checked"
+            ))
+            .await,
+        1
+    );
+    browser.shot("settlement-closed").await;
     browser
-        .select("#settlement-model", "DEFAULTDEFERREDNET")
+        .fill(
+            &format!("{model_form} input[name=reason]"),
+            "month end 2026-11",
+        )
         .await;
     browser
-        .click("#create-settlement button[type=submit]")
+        .click(&format!("{model_form} button[type=submit]"))
         .await;
     assert!(browser.flash().await.contains("Settlement 1 created"));
     let nets = browser.text("table.settlement").await;
@@ -559,16 +665,66 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
         nets.contains("950 USD") && nets.contains("-950 USD"),
         "{nets}"
     );
+    let (reason, facts) = settlement_facts(&browser).await;
+    assert_eq!(reason, "month end 2026-11");
+    assert!(facts.contains("DEFAULTDEFERREDNET"), "{facts}");
     browser.shot("settlement-created").await;
+    // Finalize asks first, showing what each participant pays or is paid;
+    // nothing moves before the confirmation.
     browser.click("form[action$='/finalize'] button").await;
+    assert!(browser
+        .text("h1")
+        .await
+        .contains("Confirm: finalize settlement 1"));
+    let payer_net = browser
+        .text(&format!("table.settlement tr[data-participant='{PAYER}']"))
+        .await;
+    assert!(
+        payer_net.contains("950 USD") && payer_net.contains("pays"),
+        "{payer_net}"
+    );
+    let payee_net = browser
+        .text(&format!("table.settlement tr[data-participant='{PAYEE}']"))
+        .await;
+    assert!(
+        payee_net.contains("-950 USD") && payee_net.contains("is paid"),
+        "{payee_net}"
+    );
+    let pending = hub
+        .admin_expect("GET", "/v2/settlements/1", None, 200)
+        .json();
+    assert_eq!(
+        pending["state"], "PENDING_SETTLEMENT",
+        "not before confirming"
+    );
+    browser.shot("settlement-finalize-confirm").await;
+    browser
+        .click("form[action$='/finalize/confirm'] button[type=submit]")
+        .await;
     assert!(browser.flash().await.contains("Settlement 1 finalized"));
     assert!(browser.text("h1").await.contains("SETTLED"));
+    // The creation's reason stays, beside the finalize's.
+    let (reason, facts) = settlement_facts(&browser).await;
+    assert_eq!(reason, "month end 2026-11");
+    assert!(facts.contains("finalized from the console"), "{facts}");
     browser.shot("settlement-finalized").await;
     assert_eq!(hub.position(PAYER), 0.0, "the payer's position is reset");
     let settlement = hub
         .admin_expect("GET", "/v2/settlements/1", None, 200)
         .json();
     assert_eq!(settlement["state"], "SETTLED");
+    // The open window stays first in the list, above the one just settled
+    // (which the API lists first: it changed last); nothing is left to
+    // settle.
+    browser.goto("/console/settlement").await;
+    assert_eq!(
+        browser
+            .attribute("table.windows tbody tr", "data-window")
+            .await
+            .as_deref(),
+        Some("2")
+    );
+    assert_eq!(browser.count("#create-settlement form").await, 0);
 
     // The report, downloaded with the session (beside the browser, which
     // would save it to disk).
@@ -760,6 +916,7 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         browser.goto(page).await;
         assert_eq!(browser.path().await, page);
         assert_eq!(browser.count(".flash.error").await, 0, "{page}");
+        browser.assert_skip_link_first(page).await;
         // Reading forms (find a transfer, filter the audit) use GET; no
         // form on a viewer's page may POST a change.
         assert_eq!(
@@ -769,6 +926,25 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         );
         browser.shot(name).await;
     }
+
+    // By keyboard: the first Tab reaches the skip link, Enter takes the
+    // focus past the navigation to the page's main content.
+    let key = |key: Key| {
+        KeyActions::new("keyboard".to_string())
+            .then(KeyAction::Down { value: key.into() })
+            .then(KeyAction::Up { value: key.into() })
+    };
+    browser.client.perform_actions(key(Key::Tab)).await.unwrap();
+    let focused = browser.client.active_element().await.unwrap();
+    assert_eq!(focused.text().await.unwrap(), "Skip to main content");
+    browser
+        .client
+        .perform_actions(key(Key::Enter))
+        .await
+        .unwrap();
+    let focused = browser.client.active_element().await.unwrap();
+    assert_eq!(focused.attr("id").await.unwrap().as_deref(), Some("main"));
+    browser.shot("skip-link-used").await;
 
     browser.goto("/console/transfers").await;
     assert!(

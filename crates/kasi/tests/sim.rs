@@ -200,3 +200,78 @@ fn sim_onboards_sends_and_commits_then_rejects() {
     assert_eq!(position(&hub, "payerfsp"), payer_before + 10.0);
     assert_eq!(position(&hub, "payeefsp"), payee_before - 10.0);
 }
+
+/// `kasi sim --onboard` against a hub whose admin API needs credentials:
+/// without a token it says so (not "is the hub running?"), with a viewer's
+/// it says the token may not change the hub, and with an operator's token
+/// file — given as a flag or through `KASI_ADMIN_TOKEN_FILE` — it onboards.
+#[test]
+fn sim_onboards_a_hub_that_requires_an_admin_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tokens_path, tokens) = tokens_file(dir.path());
+    let mut hub = Hub::start_with(
+        &dir.path().join("data"),
+        &["--admin-tokens", tokens_path.to_str().unwrap()],
+    );
+    let refused = |extra: &[&str], env: Option<&std::path::Path>| {
+        let mut command = kasi();
+        command
+            .args(["sim", "--hub-api"])
+            .arg(format!("http://{}", hub.api))
+            .arg("--hub-admin")
+            .arg(format!("http://{}", hub.admin))
+            .args(["--dfsps", "payerfsp,payeefsp", "--onboard"])
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra);
+        if let Some(file) = env {
+            command.env("KASI_ADMIN_TOKEN_FILE", file);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused(&[], None);
+    assert!(
+        stderr.contains("401 unauthorized: the hub needs an admin token (--admin-token-file)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("is the hub running"), "{stderr}");
+    // A viewer's token, in the environment variable, as `kasi admin-token`
+    // printed it.
+    let viewer_file = dir.path().join("viewer.token");
+    std::fs::write(&viewer_file, format!("token: {}\n", tokens.viewer)).unwrap();
+    let stderr = refused(&[], Some(&viewer_file));
+    assert!(stderr.contains("403 forbidden"), "{stderr}");
+    // A token the hub does not know.
+    let unknown_file = dir.path().join("unknown.token");
+    std::fs::write(&unknown_file, "kasi_not-a-token\n").unwrap();
+    let stderr = refused(
+        &["--admin-token-file", unknown_file.to_str().unwrap()],
+        None,
+    );
+    assert!(
+        stderr.contains("401 unauthorized: the hub does not accept the token"),
+        "{stderr}"
+    );
+
+    let operator_file = dir.path().join("operator.token");
+    std::fs::write(&operator_file, format!("{}\n", tokens.operator)).unwrap();
+    let sim = Sim::start(
+        &hub,
+        &["--admin-token-file", operator_file.to_str().unwrap()],
+    );
+    assert!(sim.seen.iter().any(|l| l.contains("payerfsp: onboarded")));
+    hub.admin_bearer = Some(tokens.operator.clone());
+    assert_eq!(position(&hub, "payerfsp"), 0.0);
+    let events = hub
+        .admin_expect("GET", "/audit-events?action=participant.create", None, 200)
+        .json();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["actor"] == "alice" && e["target"] == "payeefsp"),
+        "the sim's changes are the operator's: {events}"
+    );
+}

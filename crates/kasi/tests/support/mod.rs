@@ -1013,7 +1013,8 @@ pub fn kasi() -> Command {
         .env_remove("KASI_SHUTDOWN_GRACE_S")
         .env_remove("KASI_STORE")
         .env_remove("KASI_LEASE_MS")
-        .env_remove("KASI_INSTANCE_NAME");
+        .env_remove("KASI_INSTANCE_NAME")
+        .env_remove("KASI_ADMIN_TOKEN_FILE");
     command
 }
 
