@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use axum::response::IntoResponse as _;
 use serde_json::{json, Value};
 
 // ------------------------------------------------------------------ constants
@@ -688,7 +689,17 @@ impl fmt::Debug for Received {
     }
 }
 
-/// A DFSP's callback server: records every request and answers 200.
+/// What a stub answers every request with: a status and a JSON body
+/// (empty: none).
+#[derive(Clone)]
+struct Answer {
+    sender: mpsc::Sender<Received>,
+    status: u16,
+    body: &'static str,
+}
+
+/// A DFSP's callback server: records every request and answers 200 (or
+/// what [`Stub::start_answering`] says).
 pub struct Stub {
     pub name: String,
     address: SocketAddr,
@@ -699,9 +710,9 @@ pub struct Stub {
 }
 
 async fn record(
-    axum::extract::State(sender): axum::extract::State<mpsc::Sender<Received>>,
+    axum::extract::State(answer): axum::extract::State<Answer>,
     request: axum::extract::Request,
-) -> axum::http::StatusCode {
+) -> axum::response::Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
@@ -716,7 +727,7 @@ async fn record(
             )
         })
         .collect();
-    let _ = sender.send(Received {
+    let _ = answer.sender.send(Received {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().map(str::to_string),
@@ -725,7 +736,16 @@ async fn record(
         at_ms: now_ms(),
         at: Instant::now(),
     });
-    axum::http::StatusCode::OK
+    let status = axum::http::StatusCode::from_u16(answer.status).unwrap();
+    if answer.body.is_empty() {
+        return status.into_response();
+    }
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        answer.body,
+    )
+        .into_response()
 }
 
 impl Stub {
@@ -736,11 +756,32 @@ impl Stub {
     /// A stub on a given address (e.g. one a DFSP registered while it was
     /// down: see [`reserve_address`]).
     pub fn start_on(name: &str, address: SocketAddr) -> Stub {
+        Stub::start_answering_on(name, address, 200, "")
+    }
+
+    /// A stub that records every request and answers each with `status`
+    /// and the JSON `body` (none when empty): a DFSP refusing (4xx) or
+    /// failing (5xx) what it is sent.
+    pub fn start_answering(name: &str, status: u16, body: &'static str) -> Stub {
+        Stub::start_answering_on(name, "127.0.0.1:0".parse().unwrap(), status, body)
+    }
+
+    fn start_answering_on(
+        name: &str,
+        address: SocketAddr,
+        status: u16,
+        body: &'static str,
+    ) -> Stub {
         let listener = std::net::TcpListener::bind(address).unwrap();
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
         let (sender, requests) = mpsc::channel();
-        let app = axum::Router::new().fallback(record).with_state(sender);
+        let answer = Answer {
+            sender,
+            status,
+            body,
+        };
+        let app = axum::Router::new().fallback(record).with_state(answer);
         let task = runtime().spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let _ = axum::serve(listener, app).await;
@@ -762,7 +803,12 @@ impl Stub {
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
         let (sender, requests) = mpsc::channel();
-        let app = axum::Router::new().fallback(record).with_state(sender);
+        let answer = Answer {
+            sender,
+            status: 200,
+            body: "",
+        };
+        let app = axum::Router::new().fallback(record).with_state(answer);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let task = runtime().spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
