@@ -199,7 +199,8 @@ pub struct ParsedAuthorizationPut {
     /// `responseType`, as sent: FSPIOP lists `ENTERED`, `REJECTED` and
     /// `RESEND`, but transaction-requests-service's schema takes any
     /// string and passes it on (the Testing Toolkit's golden path checks
-    /// that an unknown one is answered 200), so the payer FSP judges it.
+    /// that an unknown one is answered 200): the payee FSP that asked
+    /// judges it.
     pub response_type: String,
     /// `authenticationInfo.authentication`, when given.
     pub authentication: Option<&'static str>,
