@@ -29,6 +29,11 @@
 //!   or final state, see [`Tracking`]) is retried until its deadline, then
 //!   kept as a dead letter of its destination ([`Dispatcher::dead_letters`],
 //!   re-sent with [`Dispatcher::resend`]).
+//! - A DFSP's request passed on to the DFSP it asks (a quote, a lookup, …)
+//!   is sent with [`Dispatcher::send_asking`]: if it is given up or
+//!   refused (a final non-2xx), its [`OnUndelivered`] is told, with a
+//!   refusal's status and body, so that the hub can tell the requester
+//!   instead of leaving it waiting.
 //! - Delivery survives a crash through a watermark (see [`Tracking::event_ms`]
 //!   and [`DeliveryJournal`]): a ledger instant before which every tracked
 //!   callback has been answered or kept as a dead letter, saved about once a

@@ -689,26 +689,17 @@ fn route_party_answer(
     // answer goes to whoever asked about the party.
     let named = named_destination(&headers)?;
     let destination = hub.answer_route(&answer_key(&key), caller.source, named)?;
-    let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
-    if !hub.send_callback(
-        Origin::Forwarded,
+    let operation = if error { "PUT_ERROR" } else { "PUT" };
+    forward_answer(
+        hub,
+        LookupApi::Parties,
+        &caller,
         destination,
-        &endpoint,
-        &variables(&key),
-        Method::PUT,
-        forwarded(&headers, false),
+        &key,
+        operation,
+        &headers,
         body,
-        None,
-    ) {
-        hub.send_party_error(
-            LookupApi::Parties,
-            caller.source,
-            &key,
-            DESTINATION_FSP_ERROR,
-            &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),
-            caller.reply(),
-        );
-    }
+    );
     Ok(StatusCode::OK.into_response())
 }
 
@@ -759,27 +750,53 @@ async fn put_participant_error(
     };
     let question = answers::Key::new(Resource::Participants, key.to_string());
     let destination = hub.answer_route(&question, caller.source, Some(named))?;
-    let endpoint = endpoint_type("PARTICIPANT", "PUT_ERROR", &key);
+    forward_answer(
+        &hub,
+        LookupApi::Participants,
+        &caller,
+        destination,
+        &key,
+        "PUT_ERROR",
+        &headers,
+        body,
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Forwards a DFSP's answer about `key` (`PUT`, as its bytes and FSPIOP
+/// headers) to `destination`'s `{api}[_SUB_ID]_{operation}` endpoint, or
+/// tells the sender (3201) that there is none.
+#[allow(clippy::too_many_arguments)]
+fn forward_answer(
+    hub: &Hub,
+    api: LookupApi,
+    caller: &Caller,
+    destination: FspName,
+    key: &PartyKey,
+    operation: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) {
+    let endpoint = endpoint_type(api.endpoint_base(), operation, key);
     if !hub.send_callback(
         Origin::Forwarded,
         destination,
         &endpoint,
-        &variables(&key),
+        &variables(key),
         Method::PUT,
-        forwarded(&headers, false),
+        forwarded(headers, false),
         body,
         None,
     ) {
         hub.send_party_error(
-            LookupApi::Participants,
+            api,
             caller.source,
-            &key,
+            key,
             DESTINATION_FSP_ERROR,
             &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),
             caller.reply(),
         );
     }
-    Ok(StatusCode::OK.into_response())
 }
 
 #[cfg(test)]

@@ -619,52 +619,6 @@ fn health_has_mojaloops_shape_on_both_addresses() {
 
 // ----------------------------------------------------------- currencies
 
-/// `name` in `currency`: its accounts, a net debit cap of 1,000 and
-/// `deposit` of liquidity, as the golden path onboards a DFSP.
-fn onboard_in(hub: &Hub, name: &str, currency: &str, deposit: u64) {
-    hub.admin_expect(
-        "POST",
-        "/participants",
-        Some(json!({"name": name, "currency": currency})),
-        201,
-    );
-    hub.admin_expect(
-        "POST",
-        &format!("/participants/{name}/initialPositionAndLimits"),
-        Some(json!({
-            "currency": currency,
-            "limit": {"type": "NET_DEBIT_CAP", "value": 1000},
-            "initialPosition": 0
-        })),
-        201,
-    );
-    if deposit == 0 {
-        return;
-    }
-    let accounts = hub
-        .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
-        .json();
-    let settlement = accounts
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["currency"] == currency && a["ledgerAccountType"] == "SETTLEMENT")
-        .unwrap_or_else(|| panic!("no {currency} SETTLEMENT account: {accounts}"))["id"]
-        .clone();
-    hub.admin_expect(
-        "POST",
-        &format!("/participants/{name}/accounts/{settlement}"),
-        Some(json!({
-            "transferId": new_id(),
-            "externalReference": "ref",
-            "action": "recordFundsIn",
-            "reason": "deposit",
-            "amount": {"amount": deposit.to_string(), "currency": currency}
-        })),
-        202,
-    );
-}
-
 #[test]
 fn the_testing_and_no_currency_codes_onboard_quote_and_transfer() {
     let dir = tempfile::tempdir().unwrap();
@@ -710,8 +664,8 @@ fn the_testing_and_no_currency_codes_onboard_quote_and_transfer() {
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
     for (stub, deposit) in [(&payer, 1000), (&payee, 0)] {
-        onboard_in(&hub, &stub.name, "XXX", deposit);
-        onboard_in(&hub, &stub.name, "XTS", deposit);
+        hub.add_currency(&stub.name, "XXX", 1000, deposit);
+        hub.add_currency(&stub.name, "XTS", 1000, deposit);
         let base = stub.base_url();
         for (kind, path) in [
             ("FSPIOP_CALLBACK_URL_QUOTES", ""),
@@ -759,22 +713,9 @@ fn the_testing_and_no_currency_codes_onboard_quote_and_transfer() {
     let committed = payer.expect("PUT", &format!("/transfers/{id}"));
     assert_eq!(committed.json()["transferState"], "COMMITTED");
     payee.expect("PUT", &format!("/transfers/{id}"));
-    let position = |name: &str, currency: &str| {
-        let positions = hub
-            .admin_expect("GET", &format!("/participants/{name}/positions"), None, 200)
-            .json();
-        let position = positions
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["currency"] == currency)
-            .unwrap_or_else(|| panic!("{name} has no {currency} position: {positions}"))
-            .clone();
-        number(&position["value"])
-    };
-    assert_eq!(position(PAYER, "XTS"), 12.5);
-    assert_eq!(position(PAYEE, "XTS"), -12.5);
-    assert_eq!(position(PAYER, "XXX"), 0.0);
+    assert_eq!(hub.position_in(PAYER, "XTS"), 12.5);
+    assert_eq!(hub.position_in(PAYEE, "XTS"), -12.5);
+    assert_eq!(hub.position_in(PAYER, "XXX"), 0.0);
 
     // A currency the admin API does not know is malformed syntax, in
     // central-ledger's words (the golden path's bug #742 test).

@@ -199,6 +199,18 @@ fn expect_hub_error(stub: &Stub, path: &str, resource: &str, code: &str) -> Valu
     assert_hub_error(&received, resource, &stub.name, Some(code))
 }
 
+/// The next request to `stub` must be the hub's `PUT {path}` error
+/// callback with 3201 "Destination FSP Error".
+fn expect_destination_fsp_error(stub: &Stub, path: &str, resource: &str) {
+    let info = expect_hub_error(stub, path, resource, "3201");
+    assert!(
+        info["errorDescription"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Destination FSP Error")),
+        "{info}"
+    );
+}
+
 /// A hub error callback; `code` `None` accepts any 3xxx client error.
 fn assert_hub_error(
     received: &Received,
@@ -365,18 +377,7 @@ fn a_holder_without_a_parties_endpoint_is_a_3201_to_the_requester() {
     d.register(&stub, "MSISDN/255700000004");
 
     lookup_accepted(&d.hub, PAYER, "MSISDN/255700000004");
-    let info = expect_hub_error(
-        &d.payer,
-        "/parties/MSISDN/255700000004/error",
-        "parties",
-        "3201",
-    );
-    assert!(
-        info["errorDescription"]
-            .as_str()
-            .is_some_and(|d| d.starts_with("Destination FSP Error")),
-        "{info}"
-    );
+    expect_destination_fsp_error(&d.payer, "/parties/MSISDN/255700000004/error", "parties");
     stub.assert_quiet(QUIET_WAIT);
     d.payee.assert_nothing_pending();
 }
@@ -479,17 +480,10 @@ fn a_participants_error_is_answered_as_als_does_and_forwarded_to_nobody() {
         // then 3201 from the hub to the sender, as ALS answers it.
         let response = put(PAYER, None, path, &error);
         assert_eq!(response.status, 200, "{response:?}");
-        let info = expect_hub_error(
+        expect_destination_fsp_error(
             &d.payer,
             &format!("/participants/{path}/error"),
             "participants",
-            "3201",
-        );
-        assert!(
-            info["errorDescription"]
-                .as_str()
-                .is_some_and(|d| d.starts_with("Destination FSP Error")),
-            "{info}"
         );
         // Naming a DFSP: the hub asked nobody about the registry, so this
         // answers nothing; forwarding it would let any DFSP tell another
@@ -765,18 +759,7 @@ fn quote_errors() {
         quote_body(&quote_id, true).as_bytes(),
     );
     assert_eq!(response.status, 202, "{response:?}");
-    let info = expect_hub_error(
-        &d.payer,
-        &format!("/quotes/{quote_id}/error"),
-        "quotes",
-        "3201",
-    );
-    assert!(
-        info["errorDescription"]
-            .as_str()
-            .is_some_and(|d| d.starts_with("Destination FSP Error")),
-        "{info}"
-    );
+    expect_destination_fsp_error(&d.payer, &format!("/quotes/{quote_id}/error"), "quotes");
 
     // No FSPIOP-Destination: quotes are not routed without it, as
     // quoting-service's schema requires it (the body's payee fspId is not

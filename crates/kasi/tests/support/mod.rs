@@ -1379,22 +1379,7 @@ impl Hub {
     /// A DFSP onboarded as the golden-path collection does it: participant,
     /// net debit cap, the three transfer endpoints at `base_url`, funds in.
     pub fn onboard(&self, name: &str, base_url: &str, net_debit_cap: u64, deposit: u64) {
-        self.admin_expect(
-            "POST",
-            "/participants",
-            Some(json!({"name": name, "currency": "USD"})),
-            201,
-        );
-        self.admin_expect(
-            "POST",
-            &format!("/participants/{name}/initialPositionAndLimits"),
-            Some(json!({
-                "currency": "USD",
-                "limit": {"type": "NET_DEBIT_CAP", "value": net_debit_cap},
-                "initialPosition": 0
-            })),
-            201,
-        );
+        self.add_currency(name, "USD", net_debit_cap, deposit);
         for (kind, path) in [
             ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
             (
@@ -1406,15 +1391,31 @@ impl Hub {
                 "/transfers/{{transferId}}/error",
             ),
         ] {
-            self.admin_expect(
-                "POST",
-                &format!("/participants/{name}/endpoints"),
-                Some(json!({"type": kind, "value": format!("{base_url}{path}")})),
-                201,
-            );
+            self.add_endpoint(name, kind, &format!("{base_url}{path}"));
         }
+    }
+
+    /// DFSP `name` (created if new) in `currency`: its accounts, its net
+    /// debit cap, and `deposit` funds in (none when 0).
+    pub fn add_currency(&self, name: &str, currency: &str, net_debit_cap: u64, deposit: u64) {
+        self.admin_expect(
+            "POST",
+            "/participants",
+            Some(json!({"name": name, "currency": currency})),
+            201,
+        );
+        self.admin_expect(
+            "POST",
+            &format!("/participants/{name}/initialPositionAndLimits"),
+            Some(json!({
+                "currency": currency,
+                "limit": {"type": "NET_DEBIT_CAP", "value": net_debit_cap},
+                "initialPosition": 0
+            })),
+            201,
+        );
         if deposit > 0 {
-            let settlement = self.account_id(name, "SETTLEMENT");
+            let settlement = self.account_in(name, "SETTLEMENT", currency)["id"].clone();
             self.admin_expect(
                 "POST",
                 &format!("/participants/{name}/accounts/{settlement}"),
@@ -1423,7 +1424,7 @@ impl Hub {
                     "externalReference": "ref",
                     "action": "recordFundsIn",
                     "reason": "deposit",
-                    "amount": {"amount": deposit.to_string(), "currency": "USD"}
+                    "amount": {"amount": deposit.to_string(), "currency": currency}
                 })),
                 202,
             );
@@ -1457,6 +1458,10 @@ impl Hub {
     }
 
     fn account(&self, name: &str, kind: &str) -> Value {
+        self.account_in(name, kind, "USD")
+    }
+
+    fn account_in(&self, name: &str, kind: &str, currency: &str) -> Value {
         let accounts = self
             .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
             .json();
@@ -1465,9 +1470,10 @@ impl Hub {
             .unwrap_or_else(|| panic!("accounts of {name} are not a list: {accounts}"))
             .iter()
             .find(|account| {
-                account["ledgerAccountType"] == json!(kind) && account["currency"] == json!("USD")
+                account["ledgerAccountType"] == json!(kind)
+                    && account["currency"] == json!(currency)
             })
-            .unwrap_or_else(|| panic!("{name} has no USD {kind} account: {accounts}"))
+            .unwrap_or_else(|| panic!("{name} has no {currency} {kind} account: {accounts}"))
             .clone()
     }
 
@@ -1485,16 +1491,25 @@ impl Hub {
 
     /// The USD position, from `GET /participants/{name}/positions`.
     pub fn position(&self, name: &str) -> f64 {
+        self.position_in(name, "USD")
+    }
+
+    /// The position in `currency`, from `GET /participants/{name}/positions`.
+    pub fn position_in(&self, name: &str, currency: &str) -> f64 {
         let positions = self
             .admin_expect("GET", &format!("/participants/{name}/positions"), None, 200)
             .json();
-        let usd = match &positions {
-            Value::Array(list) => list.iter().find(|p| p["currency"] == json!("USD")).cloned(),
+        let position = match &positions {
+            Value::Array(list) => list
+                .iter()
+                .find(|p| p["currency"] == json!(currency))
+                .cloned(),
             Value::Object(_) => Some(positions.clone()),
             _ => None,
         };
-        let usd = usd.unwrap_or_else(|| panic!("{name} has no USD position: {positions}"));
-        number(&usd["value"])
+        let position =
+            position.unwrap_or_else(|| panic!("{name} has no {currency} position: {positions}"));
+        number(&position["value"])
     }
 
     // ---------------------------------------------------------- FSPIOP API
