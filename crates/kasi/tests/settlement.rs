@@ -590,8 +590,12 @@ fn windows_close_on_schedule_and_positions_near_the_cap_raise_an_alarm() {
         "{}",
         metrics()
     );
+    // The log line may follow the gauge: waited for, not read once.
     assert!(
-        hub.log().contains("position reached the alarm share"),
+        hub.wait_for_log(
+            "position reached the alarm share",
+            std::time::Duration::from_secs(5)
+        ),
         "{}",
         hub.log()
     );
