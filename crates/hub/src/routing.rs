@@ -352,6 +352,44 @@ mod tests {
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
 
     #[test]
+    fn an_undelivered_request_is_told_in_its_services_words() {
+        let payee = FspName::new("payeefsp").unwrap();
+        let refused = |status: u16, body: &'static str| Undelivered::Refused {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            body: Bytes::from_static(body.as_bytes()),
+        };
+        let with_error = refused(
+            400,
+            r#"{"errorInformation":{"errorCode":"5104","errorDescription":"No"}}"#,
+        );
+        // quoting-service: a refusal's own error, else 3000; no answer 1001.
+        for resource in [Resource::Quotes, Resource::BulkQuotes] {
+            let (code, description) = undelivered_error(resource, payee, &with_error);
+            assert_eq!((code, description.as_str()), (ErrorCode(5104), "No"));
+            let (code, description) = undelivered_error(resource, payee, &refused(404, ""));
+            assert_eq!(code, ErrorCode::GENERIC_CLIENT_ERROR);
+            assert!(description.contains("HTTP 404"), "{description}");
+            let (code, _) = undelivered_error(resource, payee, &Undelivered::Unreachable);
+            assert_eq!(code, DESTINATION_COMMUNICATION_ERROR);
+        }
+        // ALS and TRS: 1001 whatever happened, naming the addressee only.
+        for resource in [
+            Resource::Parties,
+            Resource::TransactionRequests,
+            Resource::Authorizations,
+        ] {
+            for undelivered in [&with_error, &Undelivered::Unreachable] {
+                let (code, description) = undelivered_error(resource, payee, undelivered);
+                assert_eq!(code, DESTINATION_COMMUNICATION_ERROR);
+                assert_eq!(
+                    description,
+                    "Destination communication error - the request could not be delivered to 'payeefsp'"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn each_resource_hangs_off_its_base() {
         let authorizations = Service {
             resource: Resource::Authorizations,
