@@ -958,7 +958,7 @@ mod tests {
             ("amount", "1234567890123456789"),
             ("amount", ""),
             ("currency", "usd"),
-            ("currency", "XXX"),
+            ("currency", "XYZ"),
             ("currency", ""),
         ] {
             let mut value = prepare_json();

@@ -86,11 +86,14 @@ fn fsp_name(text: &str) -> Result<FspName, HubError> {
     })
 }
 
+/// A currency code of the admin API: one of the list central-ledger
+/// validates against, else 3101 in its words (its Joi `valid` check, which
+/// the Testing Toolkit's golden path checks with `A#`).
 fn currency(text: &str) -> Result<Currency, HubError> {
     Currency::parse(text).ok_or_else(|| {
         HubError::new(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!("'{text}' is not an ISO 4217 currency"),
+            ErrorCode::MALFORMED_SYNTAX,
+            format!("Malformed syntax - currency '{text}' is not an ISO 4217 currency"),
         )
     })
 }

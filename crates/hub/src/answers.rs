@@ -412,6 +412,31 @@ impl Answers {
     }
 }
 
+impl crate::Hub {
+    /// What to do when the request behind a question `requester` asked
+    /// `addressee` is not delivered (see [`crate::notify::Undelivered`]):
+    /// withdraw the question, as no answer can come, and let `tell` send
+    /// the requester the error from the hub, in the words of
+    /// [`crate::routing::undelivered_error`].
+    pub(crate) fn on_undelivered(
+        self: &std::sync::Arc<Self>,
+        key: Key,
+        requester: FspName,
+        addressee: FspName,
+        tell: impl FnOnce(&crate::Hub, ledger::ErrorCode, &str) + Send + Sync + 'static,
+    ) -> crate::notify::OnUndelivered {
+        let hub = std::sync::Arc::downgrade(self);
+        Box::new(move |undelivered| {
+            let Some(hub) = hub.upgrade() else { return };
+            hub.answers.withdraw(&key, requester, addressee);
+            let (code, description) =
+                crate::routing::undelivered_error(key.resource, addressee, &undelivered);
+            tracing::debug!(%requester, %addressee, resource = %key.resource, id = %key.id, ?undelivered, code = code.0, "request not delivered; telling the requester");
+            tell(&hub, code, &description);
+        })
+    }
+}
+
 /// 2003 Service currently unavailable: the table of pending questions is
 /// full.
 const SERVICE_UNAVAILABLE: ledger::ErrorCode = ledger::ErrorCode(2003);

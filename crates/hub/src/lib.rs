@@ -312,6 +312,36 @@ impl Hub {
         true
     }
 
+    /// A DFSP's request without a body (a `GET`) passed on to
+    /// `destination`'s `endpoint_type` endpoint, `on_undelivered` told if
+    /// it is not delivered. False (and nothing queued) when the DFSP
+    /// registered no such endpoint.
+    pub(crate) fn send_callback_asking(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        on_undelivered: notify::OnUndelivered,
+    ) -> bool {
+        let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
+            return false;
+        };
+        self.dispatcher.send_asking(
+            notify::Callback {
+                destination: destination.to_string(),
+                origin: notify::Origin::Forwarded,
+                method,
+                url,
+                headers,
+                body: axum::body::Bytes::new(),
+            },
+            on_undelivered,
+        );
+        true
+    }
+
     /// Most commands one `execute` may carry.
     pub fn engine_batch_limit(&self) -> usize {
         self.engine.max_batch_commands()

@@ -29,6 +29,11 @@
 //!   or final state, see [`Tracking`]) is retried until its deadline, then
 //!   kept as a dead letter of its destination ([`Dispatcher::dead_letters`],
 //!   re-sent with [`Dispatcher::resend`]).
+//! - A DFSP's request passed on to the DFSP it asks (a quote, a lookup, …)
+//!   is sent with [`Dispatcher::send_asking`]: if it is given up or
+//!   refused (a final non-2xx), its [`OnUndelivered`] is told, with a
+//!   refusal's status and body, so that the hub can tell the requester
+//!   instead of leaving it waiting.
 //! - Delivery survives a crash through a watermark (see [`Tracking::event_ms`]
 //!   and [`DeliveryJournal`]): a ledger instant before which every tracked
 //!   callback has been answered or kept as a dead letter, saved about once a
@@ -191,6 +196,26 @@ impl fmt::Debug for Callback {
     }
 }
 
+/// How a callback that someone awaits the outcome of (a request passed
+/// on to the DFSP it asks, see [`Dispatcher::send_asking`]) failed.
+#[derive(Debug)]
+pub enum Undelivered {
+    /// Not delivered: transport errors or 5xx answers until the attempts
+    /// ran out, an unusable URL, or the destination's queue full.
+    Unreachable,
+    /// Answered with a final status other than 2xx (a 4xx): the status
+    /// and the start of the answer's body (at most 64 KB).
+    Refused {
+        status: http::StatusCode,
+        body: Bytes,
+    },
+}
+
+/// Told once, on the runtime, when a callback sent with
+/// [`Dispatcher::send_asking`] is not delivered; never when it is, nor
+/// when it is abandoned at shutdown.
+pub type OnUndelivered = Box<dyn FnOnce(Undelivered) + Send + Sync>;
+
 /// Limits and timeouts of a [`Dispatcher`].
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -340,12 +365,15 @@ struct Job {
     tracking: Option<Tracking>,
     /// Wall-clock deadline of a tracked callback's retries.
     retry_until_ms: i64,
+    /// Told if the callback is not delivered.
+    on_undelivered: Option<OnUndelivered>,
 }
 
 /// How a delivery ended.
 enum Delivery {
-    /// An HTTP answer that is final (2xx, or another non-5xx status).
-    Answered,
+    /// An HTTP answer that is final (2xx, or another non-5xx status);
+    /// for a refusal whose outcome is awaited, its status and body.
+    Answered(Option<(http::StatusCode, Bytes)>),
     /// Retries exhausted (or deadline passed).
     GaveUp { attempts: u32, reason: String },
 }
@@ -524,6 +552,23 @@ impl Dispatcher {
         probe: Option<CallbackProbe>,
         tracking: Option<Tracking>,
     ) {
+        self.send_with(callback, probe, tracking, None);
+    }
+
+    /// Like [`send`](Self::send), for a request passed on to the DFSP it
+    /// asks: `on_undelivered` is told if it cannot be delivered or is
+    /// refused, so that whoever asked can be told in turn.
+    pub fn send_asking(&self, callback: Callback, on_undelivered: OnUndelivered) {
+        self.send_with(callback, None, None, Some(on_undelivered));
+    }
+
+    fn send_with(
+        &self,
+        callback: Callback,
+        probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
+        on_undelivered: Option<OnUndelivered>,
+    ) {
         let inner = &self.inner;
         let destination = inner.destination(&callback.destination);
         if let Some(event_ms) = tracking.as_ref().and_then(|t| t.event_ms) {
@@ -556,6 +601,9 @@ impl Dispatcher {
                         failed_total = total,
                         "callback not sent: unusable URL"
                     );
+                }
+                if let Some(tell) = on_undelivered {
+                    tell(Undelivered::Unreachable);
                 }
                 return;
             }
@@ -600,6 +648,7 @@ impl Dispatcher {
             origin,
             tracking,
             retry_until_ms,
+            on_undelivered,
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -638,7 +687,10 @@ impl Dispatcher {
                 // A tracked callback refused for a full queue is kept at
                 // once; one refused at shutdown keeps the watermark back
                 // and is derived again at the next start.
-                if let Refused::QueueFull(job) = refused {
+                if let Refused::QueueFull(mut job) = refused {
+                    if let Some(tell) = job.on_undelivered.take() {
+                        tell(Undelivered::Unreachable);
+                    }
                     if let Some(tracking) = &job.tracking {
                         let letter = dead_letter_of(
                             inner,
@@ -1140,8 +1192,18 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 delivery = deliver(&inner, &destination, &job) => Some(delivery),
             }
         };
+        if let (Some(delivery), Some(tell)) = (&delivery, job.on_undelivered.take()) {
+            match delivery {
+                Delivery::Answered(None) => {}
+                Delivery::Answered(Some((status, body))) => tell(Undelivered::Refused {
+                    status: *status,
+                    body: body.clone(),
+                }),
+                Delivery::GaveUp { .. } => tell(Undelivered::Unreachable),
+            }
+        }
         match (&delivery, &job.tracking) {
-            (Some(Delivery::Answered), Some(tracking)) => inner.answered(tracking),
+            (Some(Delivery::Answered(_)), Some(tracking)) => inner.answered(tracking),
             (Some(Delivery::GaveUp { attempts, reason }), Some(tracking)) => {
                 let letter = dead_letter_of(
                     &inner,
@@ -1228,8 +1290,12 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                 destination.record_latency(started.elapsed());
                 let status = response.status();
                 // Read the (normally empty) body so the connection can be
-                // reused; the answer is already counted either way.
-                let drained = tokio::time::timeout_at(deadline, drain(response.into_body()));
+                // reused; the answer is already counted either way. A
+                // refusal's is kept when someone awaits the outcome.
+                let keep = !status.is_success()
+                    && !status.is_server_error()
+                    && job.on_undelivered.is_some();
+                let drained = tokio::time::timeout_at(deadline, drain(response.into_body(), keep));
                 if status.is_server_error() {
                     let _ = drained.await;
                     format!("answered {status}")
@@ -1263,8 +1329,8 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                             debug!(destination = %destination.name, url = %job.uri, %status, "callback answered with an error status");
                         }
                     }
-                    let _ = drained.await;
-                    return Delivery::Answered;
+                    let body = drained.await.unwrap_or_default();
+                    return Delivery::Answered((!status.is_success()).then_some((status, body)));
                 }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
@@ -1320,18 +1386,24 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
     }
 }
 
-/// Reads and discards a response body, up to a limit.
-async fn drain(mut body: Incoming) {
+/// Reads a response body up to a limit, and returns what it read when
+/// asked to `keep` it (else nothing).
+async fn drain(mut body: Incoming, keep: bool) -> Bytes {
     let mut seen = 0usize;
+    let mut kept = Vec::new();
     while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return };
+        let Ok(frame) = frame else { break };
         if let Some(data) = frame.data_ref() {
             seen += data.len();
             if seen > MAX_DRAINED_RESPONSE_BYTES {
-                return;
+                break;
+            }
+            if keep {
+                kept.extend_from_slice(data);
             }
         }
     }
+    Bytes::from(kept)
 }
 
 /// The wait before retry `retry` (0 for the first): `base * 2^retry`, capped

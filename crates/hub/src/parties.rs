@@ -74,6 +74,14 @@ pub fn routes() -> Router<Arc<Hub>> {
         .route("/participants", post(register_batch))
         .route("/participants/:id_type/:id", registry())
         .route("/participants/:id_type/:id/:sub_id", registry())
+        .route(
+            "/participants/:id_type/:id/error",
+            put(put_participant_error),
+        )
+        .route(
+            "/participants/:id_type/:id/:sub_id/error",
+            put(put_participant_error),
+        )
         .route("/parties/:id_type/:id", get(route_get_party).put(put_party))
         .route("/parties/:id_type/:id/error", put(put_party_error))
         .route(
@@ -157,6 +165,9 @@ fn endpoint_type(base: &str, operation: &str, key: &PartyKey) -> String {
         None => format!("FSPIOP_CALLBACK_URL_{base}_{operation}"),
     }
 }
+
+/// FSPIOP 3201 Destination FSP Error.
+const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
 
 /// FSPIOP 2006, which ALS raises when an oracle cannot be asked.
 const PARTY_RESOLUTION_FAILED: ErrorCode = ErrorCode(2006);
@@ -519,19 +530,19 @@ async fn register_batch(
 /// `GET /parties/{Type}/{ID}`: find the FSP holding the party (registry,
 /// else the type's oracle, selected by the query's `currency` if any) and
 /// forward the request to it; tell the requester if there is none (3204),
-/// the oracle cannot be asked (2006) or the holder cannot be reached (3201).
+/// the oracle cannot be asked (2006), the holder has no endpoint for it
+/// (3201) or the request cannot be delivered to the holder (1001).
 async fn route_get_party(
     State(hub): State<Arc<Hub>>,
     PartyPath(key): PartyPath,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HubError> {
-    let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
         Holder::Found(holder) => {
-            forward_get_party(hub, &key, &headers, &caller, holder)?;
+            forward_get_party(&hub, &key, &headers, &caller, holder)?;
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         Holder::Unknown { oracle: None } => (
@@ -568,9 +579,10 @@ fn answer_key(key: &PartyKey) -> answers::Key {
 
 /// Forwards the requester's `GET /parties/...` to `holder`, which alone
 /// may answer it (see [`crate::answers`]), or tells the requester (3201)
-/// that `holder` has no endpoint for it.
+/// that `holder` has no endpoint for it, or (1001) that the request could
+/// not be delivered to it, as ALS does.
 fn forward_get_party(
-    hub: &Hub,
+    hub: &Arc<Hub>,
     key: &PartyKey,
     headers: &HeaderMap,
     caller: &crate::wire::Caller,
@@ -583,22 +595,36 @@ fn forward_get_party(
     let endpoint = endpoint_type("PARTIES", "GET", key);
     let question = answer_key(key);
     hub.await_answer(&question, caller.source, holder)?;
-    if !hub.send_callback(
-        Origin::Forwarded,
+    let (requester, reply, party) = (caller.source, caller.reply(), key.clone());
+    let on_undelivered = hub.on_undelivered(
+        question.clone(),
+        requester,
+        holder,
+        move |hub, code, description| {
+            hub.send_party_error(
+                LookupApi::Parties,
+                requester,
+                &party,
+                code,
+                description,
+                reply,
+            );
+        },
+    );
+    if !hub.send_callback_asking(
         holder,
         &endpoint,
         &variables(key),
         Method::GET,
         forward,
-        Bytes::new(),
-        None,
+        on_undelivered,
     ) {
         hub.answers.withdraw(&question, caller.source, holder);
         hub.send_party_error(
             LookupApi::Parties,
             caller.source,
             key,
-            ErrorCode(3201),
+            DESTINATION_FSP_ERROR,
             &format!("Destination FSP Error - '{holder}' has no {endpoint} endpoint"),
             caller.reply(),
         );
@@ -661,36 +687,116 @@ fn route_party_answer(
     }
     // FSPIOP-Destination is optional here (ALS's schema): without it the
     // answer goes to whoever asked about the party.
-    let named = fspiop::check_fsp_header(
-        fspiop::FSPIOP_DESTINATION,
-        fspiop::header_str(
-            fspiop::FSPIOP_DESTINATION,
-            headers.get("fspiop-destination").map(|v| v.as_bytes()),
-        )?,
-        false,
-    )?;
+    let named = named_destination(&headers)?;
     let destination = hub.answer_route(&answer_key(&key), caller.source, named)?;
-    let endpoint = endpoint_type("PARTIES", if error { "PUT_ERROR" } else { "PUT" }, &key);
+    let operation = if error { "PUT_ERROR" } else { "PUT" };
+    forward_answer(
+        hub,
+        LookupApi::Parties,
+        &caller,
+        destination,
+        &key,
+        operation,
+        &headers,
+        body,
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+/// FSPIOP-Destination where ALS's schema makes it optional: `None` when
+/// absent, 3101 when not an FSP id.
+fn named_destination(headers: &HeaderMap) -> Result<Option<FspName>, HubError> {
+    let value = fspiop::header_str(
+        fspiop::FSPIOP_DESTINATION,
+        headers.get("fspiop-destination").map(|v| v.as_bytes()),
+    )?;
+    Ok(fspiop::check_fsp_header(
+        fspiop::FSPIOP_DESTINATION,
+        value,
+        false,
+    )?)
+}
+
+/// `PUT /participants/{Type}/{ID}[/{SubId}]/error`: an error about a
+/// party's registration or lookup. ALS forwards it to the
+/// FSPIOP-Destination's `FSPIOP_CALLBACK_URL_PARTICIPANT[_SUB_ID]_PUT_ERROR`
+/// endpoint, and tells the sender 3201 when it names none it knows. Here
+/// the answer rule applies ([`crate::answers`]): such an error is
+/// forwarded only as an answer to a question the hub put to its sender,
+/// and the hub puts none about the registry (it answers registrations and
+/// lookups itself, asking only oracles), so one naming a destination is
+/// refused (400/3100, counted as an unsolicited answer) — forwarding it
+/// would let any DFSP tell another that its registration or lookup
+/// failed. One naming no destination is answered as ALS answers it: 200,
+/// then 3201 from the hub to the sender.
+async fn put_participant_error(
+    State(hub): State<Arc<Hub>>,
+    PartyPath(key): PartyPath,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, HubError> {
+    let caller = check_headers(&headers, Resource::Participants, Shape::Put)?;
+    fspiop::parse_error_information(&body)?;
+    let Some(named) = named_destination(&headers)? else {
+        hub.send_party_error(
+            LookupApi::Participants,
+            caller.source,
+            &key,
+            DESTINATION_FSP_ERROR,
+            "Destination FSP Error - the error names no FSPIOP-Destination to forward it to",
+            caller.reply(),
+        );
+        return Ok(StatusCode::OK.into_response());
+    };
+    let question = answers::Key::new(Resource::Participants, key.to_string());
+    let destination = hub.answer_route(&question, caller.source, Some(named))?;
+    forward_answer(
+        &hub,
+        LookupApi::Participants,
+        &caller,
+        destination,
+        &key,
+        "PUT_ERROR",
+        &headers,
+        body,
+    );
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Forwards a DFSP's answer about `key` (`PUT`, as its bytes and FSPIOP
+/// headers) to `destination`'s `{api}[_SUB_ID]_{operation}` endpoint, or
+/// tells the sender (3201) that there is none.
+#[allow(clippy::too_many_arguments)]
+fn forward_answer(
+    hub: &Hub,
+    api: LookupApi,
+    caller: &Caller,
+    destination: FspName,
+    key: &PartyKey,
+    operation: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) {
+    let endpoint = endpoint_type(api.endpoint_base(), operation, key);
     if !hub.send_callback(
         Origin::Forwarded,
         destination,
         &endpoint,
-        &variables(&key),
+        &variables(key),
         Method::PUT,
-        forwarded(&headers, false),
+        forwarded(headers, false),
         body,
         None,
     ) {
         hub.send_party_error(
-            LookupApi::Parties,
+            api,
             caller.source,
-            &key,
-            ErrorCode(3201),
+            key,
+            DESTINATION_FSP_ERROR,
             &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),
             caller.reply(),
         );
     }
-    Ok(StatusCode::OK.into_response())
 }
 
 #[cfg(test)]

@@ -126,7 +126,7 @@ impl Routed {
 
     fn post(
         &self,
-        hub: &Hub,
+        hub: &Arc<Hub>,
         check: CheckPost,
         headers: &HeaderMap,
         body: Bytes,
@@ -187,7 +187,7 @@ impl Routed {
 
     fn get(
         &self,
-        hub: &Hub,
+        hub: &Arc<Hub>,
         id: &str,
         query: Option<&str>,
         headers: &HeaderMap,

@@ -10,17 +10,60 @@
 //! Everything goes through the callback dispatcher, so a slow DFSP only
 //! delays its own queue.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method};
 use fspiop::Resource;
 use ledger::{ErrorCode, FspName};
 
-use crate::notify::{Callback, Origin};
+use crate::notify::{Callback, OnUndelivered, Origin, Undelivered};
 use crate::wire::{Caller, Reply};
 use crate::{Hub, HubError};
 
 /// 3201 Destination FSP Error: the destination cannot be reached.
 const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
+/// 1001 Destination communication error: a request passed on was not
+/// delivered.
+const DESTINATION_COMMUNICATION_ERROR: ErrorCode = ErrorCode(1001);
+
+/// The error the hub tells a requester whose request to `addressee` was
+/// not delivered, as the Mojaloop service routing `resource` words it:
+/// quoting-service (quotes, bulk quotes) passes on the errorInformation
+/// of a refusal that carries one, answers any other 4xx with 3000 and
+/// everything else (no connection, no answer in time, 5xx) with 1001;
+/// account-lookup-service and transaction-requests-service send 1001
+/// whatever happened (central-services-shared's `sendRequest`). No
+/// transport detail is told (it would describe another DFSP's set-up):
+/// the dispatcher logs it.
+pub(crate) fn undelivered_error(
+    resource: Resource,
+    addressee: FspName,
+    undelivered: &Undelivered,
+) -> (ErrorCode, String) {
+    let unreachable = || {
+        (
+            DESTINATION_COMMUNICATION_ERROR,
+            format!("Destination communication error - the request could not be delivered to '{addressee}'"),
+        )
+    };
+    let Undelivered::Refused { status, body } = undelivered else {
+        return unreachable();
+    };
+    if !matches!(resource, Resource::Quotes | Resource::BulkQuotes) {
+        return unreachable();
+    }
+    match fspiop::parse_error_information(body) {
+        Ok(error) => (error.code, error.description),
+        Err(_) => (
+            ErrorCode::GENERIC_CLIENT_ERROR,
+            format!(
+                "Generic client error - '{addressee}' refused the request with HTTP {}",
+                status.as_u16()
+            ),
+        ),
+    }
+}
 
 /// A resource routed by destination, and the endpoint type holding each
 /// DFSP's base URL for it.
@@ -85,17 +128,47 @@ impl Service {
         headers: HeaderMap,
         body: Bytes,
     ) -> bool {
+        self.send_with(
+            hub,
+            origin,
+            participant,
+            target,
+            method,
+            headers,
+            body,
+            None,
+        )
+    }
+
+    /// [`send`](Self::send), `on_undelivered` (if any) told when the
+    /// callback is not delivered.
+    #[allow(clippy::too_many_arguments)]
+    fn send_with(
+        &self,
+        hub: &Hub,
+        origin: Origin,
+        participant: FspName,
+        target: Target<'_>,
+        method: Method,
+        headers: HeaderMap,
+        body: Bytes,
+        on_undelivered: Option<OnUndelivered>,
+    ) -> bool {
         let Some(base) = hub.endpoints.url(participant, self.endpoint_type, &[]) else {
             return false;
         };
-        hub.dispatcher.send(Callback {
+        let callback = Callback {
             destination: participant.to_string(),
             origin,
             method,
             url: self.url(&base, target),
             headers,
             body,
-        });
+        };
+        match on_undelivered {
+            Some(tell) => hub.dispatcher.send_asking(callback, tell),
+            None => hub.dispatcher.send(callback),
+        }
         true
     }
 
@@ -113,19 +186,33 @@ impl Service {
         code: ErrorCode,
         description: &str,
     ) {
+        self.send_error_to(hub, caller.source, caller.reply(), id, code, description);
+    }
+
+    /// An error callback from the hub to `source` about its request `id`,
+    /// written as `reply` says.
+    fn send_error_to(
+        &self,
+        hub: &Hub,
+        source: FspName,
+        reply: Reply,
+        id: &str,
+        code: ErrorCode,
+        description: &str,
+    ) {
         let body = Bytes::from(fspiop::error_body(code, description));
-        let headers = self.hub_headers(hub, caller.source, caller.reply());
+        let headers = self.hub_headers(hub, source, reply);
         if !self.send(
             hub,
             Origin::Hub,
-            caller.source,
+            source,
             Target::Error(id),
             Method::PUT,
             headers,
             body,
         ) {
             let endpoint_type = self.endpoint_type;
-            tracing::warn!(source = %caller.source, id, code = code.0, "no {endpoint_type} endpoint for the source; error callback dropped");
+            tracing::warn!(%source, id, code = code.0, "no {endpoint_type} endpoint for the source; error callback dropped");
         }
     }
 
@@ -133,6 +220,17 @@ impl Service {
     /// tells the sender with a 3201 error callback from the hub (and says
     /// false).
     pub(crate) fn route(&self, hub: &Hub, route: Route<'_>) -> bool {
+        self.route_with(hub, route, None)
+    }
+
+    /// [`route`](Self::route), `on_undelivered` (if any) told when the
+    /// request is not delivered.
+    fn route_with(
+        &self,
+        hub: &Hub,
+        route: Route<'_>,
+        on_undelivered: Option<OnUndelivered>,
+    ) -> bool {
         let Route {
             caller,
             destination,
@@ -143,7 +241,7 @@ impl Service {
             body,
         } = route;
         // The sender's request, passed on as it came.
-        if self.send(
+        if self.send_with(
             hub,
             Origin::Forwarded,
             destination,
@@ -151,6 +249,7 @@ impl Service {
             method,
             headers,
             body,
+            on_undelivered,
         ) {
             return true;
         }
@@ -164,8 +263,11 @@ impl Service {
 
     /// Passes on a request that expects an answer, remembering first who
     /// asked whom (see [`crate::answers`]); a question that could not be
-    /// passed on is forgotten again.
-    pub(crate) fn ask(&self, hub: &Hub, route: Route<'_>) -> Result<(), HubError> {
+    /// passed on is forgotten again. One the addressee cannot be reached
+    /// with, or refuses (4xx), is withdrawn and its requester told with
+    /// `PUT /{resource}/{ID}/error` from the hub ([`undelivered_error`]):
+    /// it would otherwise wait for an answer that cannot come.
+    pub(crate) fn ask(&self, hub: &Arc<Hub>, route: Route<'_>) -> Result<(), HubError> {
         // A destination that cannot be reached is told at once (3201):
         // nothing to wait for.
         if hub
@@ -179,7 +281,17 @@ impl Service {
         let question = crate::answers::Key::new(self.resource, route.id);
         let (requester, addressee) = (route.caller.source, route.destination);
         hub.await_answer(&question, requester, addressee)?;
-        if !self.route(hub, route) {
+        let service = *self;
+        let (reply, id) = (route.caller.reply(), route.id.to_string());
+        let on_undelivered = hub.on_undelivered(
+            question.clone(),
+            requester,
+            addressee,
+            move |hub, code, description| {
+                service.send_error_to(hub, requester, reply, &id, code, description);
+            },
+        );
+        if !self.route_with(hub, route, Some(on_undelivered)) {
             hub.answers.withdraw(&question, requester, addressee);
         }
         Ok(())
@@ -238,6 +350,44 @@ mod tests {
     use super::*;
 
     const ID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
+
+    #[test]
+    fn an_undelivered_request_is_told_in_its_services_words() {
+        let payee = FspName::new("payeefsp").unwrap();
+        let refused = |status: u16, body: &'static str| Undelivered::Refused {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            body: Bytes::from_static(body.as_bytes()),
+        };
+        let with_error = refused(
+            400,
+            r#"{"errorInformation":{"errorCode":"5104","errorDescription":"No"}}"#,
+        );
+        // quoting-service: a refusal's own error, else 3000; no answer 1001.
+        for resource in [Resource::Quotes, Resource::BulkQuotes] {
+            let (code, description) = undelivered_error(resource, payee, &with_error);
+            assert_eq!((code, description.as_str()), (ErrorCode(5104), "No"));
+            let (code, description) = undelivered_error(resource, payee, &refused(404, ""));
+            assert_eq!(code, ErrorCode::GENERIC_CLIENT_ERROR);
+            assert!(description.contains("HTTP 404"), "{description}");
+            let (code, _) = undelivered_error(resource, payee, &Undelivered::Unreachable);
+            assert_eq!(code, DESTINATION_COMMUNICATION_ERROR);
+        }
+        // ALS and TRS: 1001 whatever happened, naming the addressee only.
+        for resource in [
+            Resource::Parties,
+            Resource::TransactionRequests,
+            Resource::Authorizations,
+        ] {
+            for undelivered in [&with_error, &Undelivered::Unreachable] {
+                let (code, description) = undelivered_error(resource, payee, undelivered);
+                assert_eq!(code, DESTINATION_COMMUNICATION_ERROR);
+                assert_eq!(
+                    description,
+                    "Destination communication error - the request could not be delivered to 'payeefsp'"
+                );
+            }
+        }
+    }
 
     #[test]
     fn each_resource_hangs_off_its_base() {

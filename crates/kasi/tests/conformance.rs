@@ -334,9 +334,10 @@ fn header_faults_get_mojaloops_codes_and_words() {
     ));
     assert_error_response(&response, 406, "3001");
 
-    // A malformed Accept is 3101; only a well-formed one with no version
+    // A malformed Accept is 3101 naming it (the golden path sends
+    // `testAcceptText` and `*/*`); only a well-formed one with no version
     // kasi speaks is 406.
-    for malformed in ["application/json", "transfers", "*/*"] {
+    for malformed in ["application/json", "transfers", "*/*", "testAcceptText"] {
         let response = get(with_header(good(), "Accept", malformed));
         assert_error_response(&response, 400, "3101");
         assert_eq!(
@@ -614,4 +615,122 @@ fn health_has_mojaloops_shape_on_both_addresses() {
             "{body}"
         );
     }
+}
+
+// ----------------------------------------------------------- currencies
+
+#[test]
+fn the_testing_and_no_currency_codes_onboard_quote_and_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    // XXX (no currency) and XTS (testing): hub accounts, a settlement
+    // model and an oracle each, as for any currency.
+    for currency in ["XXX", "XTS"] {
+        for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+            hub.admin_expect(
+                "POST",
+                "/participants/Hub/accounts",
+                Some(json!({"type": kind, "currency": currency})),
+                201,
+            );
+        }
+        hub.admin_expect(
+            "POST",
+            "/settlementModels",
+            Some(json!({
+                "name": format!("DEFERREDNET{currency}"),
+                "settlementGranularity": "NET",
+                "settlementInterchange": "MULTILATERAL",
+                "settlementDelay": "DEFERRED",
+                "currency": currency,
+                "requireLiquidityCheck": true,
+                "ledgerAccountType": "POSITION",
+                "autoPositionReset": true
+            })),
+            201,
+        );
+        hub.admin_expect(
+            "POST",
+            "/oracles",
+            Some(json!({
+                "oracleIdType": "ACCOUNT_ID",
+                "endpoint": {"value": "http://127.0.0.1:9/oracle", "endpointType": "URL"},
+                "currency": currency,
+                "isDefault": false
+            })),
+            201,
+        );
+    }
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    for (stub, deposit) in [(&payer, 1000), (&payee, 0)] {
+        hub.add_currency(&stub.name, "XXX", 1000, deposit);
+        hub.add_currency(&stub.name, "XTS", 1000, deposit);
+        let base = stub.base_url();
+        for (kind, path) in [
+            ("FSPIOP_CALLBACK_URL_QUOTES", ""),
+            ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
+            (
+                "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+                "/transfers/{{transferId}}",
+            ),
+            (
+                "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
+                "/transfers/{{transferId}}/error",
+            ),
+        ] {
+            hub.add_endpoint(&stub.name, kind, &format!("{base}{path}"));
+        }
+    }
+
+    // A quote in XTS, routed both ways.
+    let quote_id = new_id();
+    let quote = format!(
+        r#"{{"quoteId":"{quote_id}","transactionId":"{}","payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"123","fspId":"{PAYEE}"}}}},"payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"456","fspId":"{PAYER}"}}}},"amountType":"SEND","amount":{{"currency":"XTS","amount":"12.5"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
+        new_id()
+    );
+    let headers = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), true);
+    let response = hub.api("POST", "/quotes", &headers, quote.as_bytes());
+    assert_eq!(response.status, 202, "{response:?}");
+    assert_eq!(payee.expect("POST", "/quotes").text(), quote);
+    let answer = format!(
+        r#"{{"transferAmount":{{"currency":"XTS","amount":"12.5"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
+        fspiop_time(far_future())
+    );
+    let path = format!("/quotes/{quote_id}");
+    let headers = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), false);
+    let response = hub.api("PUT", &path, &headers, answer.as_bytes());
+    assert_eq!(response.status, 200, "{response:?}");
+    assert_eq!(payer.expect("PUT", &path).text(), answer);
+
+    // The transfer in XTS: reserved, committed, both told.
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "12.5", far_future()).replace("USD", "XTS");
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    let response = hub.fulfil(&id, PAYEE, PAYER, &fulfil_body(FULFILMENT, "COMMITTED"));
+    assert_eq!(response.status, 200, "{response:?}");
+    let committed = payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(committed.json()["transferState"], "COMMITTED");
+    payee.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(hub.position_in(PAYER, "XTS"), 12.5);
+    assert_eq!(hub.position_in(PAYEE, "XTS"), -12.5);
+    assert_eq!(hub.position_in(PAYER, "XXX"), 0.0);
+
+    // A currency the admin API does not know is malformed syntax, in
+    // central-ledger's words (the golden path's bug #742 test).
+    let response = hub.admin(
+        "POST",
+        "/participants",
+        Some(&json!({"name": "payer10", "currency": "A#"})),
+    );
+    assert_error_response(&response, 400, "3101");
+    assert!(
+        response.json()["errorInformation"]["errorDescription"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Malformed syntax")),
+        "{response:?}"
+    );
+    payer.assert_quiet(QUIET_WAIT);
+    payee.assert_nothing_pending();
 }

@@ -199,6 +199,18 @@ fn expect_hub_error(stub: &Stub, path: &str, resource: &str, code: &str) -> Valu
     assert_hub_error(&received, resource, &stub.name, Some(code))
 }
 
+/// The next request to `stub` must be the hub's `PUT {path}` error
+/// callback with 3201 "Destination FSP Error".
+fn expect_destination_fsp_error(stub: &Stub, path: &str, resource: &str) {
+    let info = expect_hub_error(stub, path, resource, "3201");
+    assert!(
+        info["errorDescription"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("Destination FSP Error")),
+        "{info}"
+    );
+}
+
 /// A hub error callback; `code` `None` accepts any 3xxx client error.
 fn assert_hub_error(
     received: &Received,
@@ -365,20 +377,126 @@ fn a_holder_without_a_parties_endpoint_is_a_3201_to_the_requester() {
     d.register(&stub, "MSISDN/255700000004");
 
     lookup_accepted(&d.hub, PAYER, "MSISDN/255700000004");
-    let info = expect_hub_error(
-        &d.payer,
-        "/parties/MSISDN/255700000004/error",
-        "parties",
-        "3201",
-    );
-    assert!(
-        info["errorDescription"]
-            .as_str()
-            .is_some_and(|d| d.starts_with("Destination FSP Error")),
-        "{info}"
-    );
+    expect_destination_fsp_error(&d.payer, "/parties/MSISDN/255700000004/error", "parties");
     stub.assert_quiet(QUIET_WAIT);
     d.payee.assert_nothing_pending();
+}
+
+#[test]
+fn a_lookup_or_quote_its_holder_fails_or_refuses_gets_the_payer_an_error_from_the_hub() {
+    let d = Discovery::new();
+    // A DFSP whose endpoints answer 500, one that refuses with an FSPIOP
+    // error, one that refuses without a body.
+    let failing = Stub::start_answering("failingfsp", 500, "");
+    let refusing = Stub::start_answering(
+        "refusingfsp",
+        400,
+        r#"{"errorInformation":{"errorCode":"5104","errorDescription":"Request rejected"}}"#,
+    );
+    let terse = Stub::start_answering("tersefsp", 404, "");
+    let holders = [&failing, &refusing, &terse];
+    for stub in holders {
+        onboard(&d.hub, &stub.name, &stub.base_url(), DISCOVERY_ENDPOINTS);
+    }
+
+    // A lookup: ALS tells the requester 1001 whatever happened.
+    for (index, holder) in holders.into_iter().enumerate() {
+        let identifier = format!("25570000010{index}");
+        let path = format!("MSISDN/{identifier}");
+        let response = register(&d.hub, &holder.name, &path, &holder.name);
+        assert_eq!(response.status, 202, "{response:?}");
+        expect_participant_put(holder, &path, &holder.name);
+        lookup_accepted(&d.hub, PAYER, &path);
+        let info = expect_hub_error(
+            &d.payer,
+            &format!("/parties/{path}/error"),
+            "parties",
+            "1001",
+        );
+        assert!(
+            info["errorDescription"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("Destination communication error")
+                    && d.contains(&holder.name)),
+            "{info}"
+        );
+        // The lookup was withdrawn: the holder's late answer is refused.
+        let response = d.hub.api(
+            "PUT",
+            &format!("/parties/{path}"),
+            &resource_headers("parties", "1.0", &holder.name, Some(PAYER), false),
+            party_body("MSISDN", &identifier, None, &holder.name, "Late").as_bytes(),
+        );
+        assert_error_response(&response, 400, "3100");
+    }
+
+    // A quote (and its GET): quoting-service passes a refusal's error on,
+    // answers another 4xx 3000, and a failure 1001.
+    for (holder, code) in [(&failing, "1001"), (&refusing, "5104"), (&terse, "3000")] {
+        let quote_id = new_id();
+        let headers = resource_headers("quotes", "1.0", PAYER, Some(&holder.name), true);
+        let response = d.hub.api(
+            "POST",
+            "/quotes",
+            &headers,
+            quote_body(&quote_id, true).as_bytes(),
+        );
+        assert_eq!(response.status, 202, "{response:?}");
+        let error = format!("/quotes/{quote_id}/error");
+        let info = expect_hub_error(&d.payer, &error, "quotes", code);
+        if code == "5104" {
+            assert_eq!(info["errorDescription"], "Request rejected", "{info}");
+        }
+        let path = format!("/quotes/{quote_id}");
+        let response = d.hub.api("GET", &path, &headers, b"");
+        assert_eq!(response.status, 202, "{response:?}");
+        expect_hub_error(&d.payer, &error, "quotes", code);
+        let response = d.hub.api(
+            "PUT",
+            &path,
+            &resource_headers("quotes", "1.0", &holder.name, Some(PAYER), false),
+            quote_put_body().as_bytes(),
+        );
+        assert_error_response(&response, 400, "3100");
+    }
+    d.payer.assert_quiet(QUIET_WAIT);
+    d.payee.assert_nothing_pending();
+}
+
+#[test]
+fn a_participants_error_is_answered_as_als_does_and_forwarded_to_nobody() {
+    let d = Discovery::new();
+    let error = error_body("5100", "This is an error description.");
+    let put = |source: &str, destination: Option<&str>, path: &str, body: &str| {
+        d.hub.api(
+            "PUT",
+            &format!("/participants/{path}/error"),
+            &resource_headers("participants", "1.0", source, destination, false),
+            body.as_bytes(),
+        )
+    };
+    for path in ["MSISDN/255700000201", "MSISDN/255700000201/home"] {
+        // Without FSPIOP-Destination (the golden path's request): 200,
+        // then 3201 from the hub to the sender, as ALS answers it.
+        let response = put(PAYER, None, path, &error);
+        assert_eq!(response.status, 200, "{response:?}");
+        expect_destination_fsp_error(
+            &d.payer,
+            &format!("/participants/{path}/error"),
+            "participants",
+        );
+        // Naming a DFSP: the hub asked nobody about the registry, so this
+        // answers nothing; forwarding it would let any DFSP tell another
+        // that its registration failed. Refused, counted, sent to nobody.
+        let response = put(PAYER, Some(PAYEE), path, &error);
+        assert_error_response(&response, 400, "3100");
+    }
+    d.hub.await_refusals("unsolicited_answer", Some(PAYER), 2);
+    // Its body is checked as on any error callback.
+    let response = put(PAYER, None, "MSISDN/255700000201", "{}");
+    assert_error_response(&response, 400, "3102");
+    d.payee.assert_quiet(QUIET_WAIT);
+    d.payer.assert_nothing_pending();
 }
 
 #[test]
@@ -641,20 +759,11 @@ fn quote_errors() {
         quote_body(&quote_id, true).as_bytes(),
     );
     assert_eq!(response.status, 202, "{response:?}");
-    let info = expect_hub_error(
-        &d.payer,
-        &format!("/quotes/{quote_id}/error"),
-        "quotes",
-        "3201",
-    );
-    assert!(
-        info["errorDescription"]
-            .as_str()
-            .is_some_and(|d| d.starts_with("Destination FSP Error")),
-        "{info}"
-    );
+    expect_destination_fsp_error(&d.payer, &format!("/quotes/{quote_id}/error"), "quotes");
 
-    // No FSPIOP-Destination: quotes cannot be routed without it.
+    // No FSPIOP-Destination: quotes are not routed without it, as
+    // quoting-service's schema requires it (the body's payee fspId is not
+    // read) and the golden path checks: 3102 naming the header.
     let response = d.hub.api(
         "POST",
         "/quotes",
@@ -662,6 +771,12 @@ fn quote_errors() {
         quote_body(&new_id(), true).as_bytes(),
     );
     assert_error_response(&response, 400, "3102");
+    assert!(
+        response.json()["errorInformation"]["errorDescription"]
+            .as_str()
+            .is_some_and(|d| d.contains("fspiop-destination")),
+        "{response:?}"
+    );
 
     // A body without its amount.
     let response = d.hub.api(

@@ -289,6 +289,102 @@ fn an_unreachable_destination_gets_the_sender_a_3201_from_the_hub() {
 }
 
 #[test]
+fn a_request_its_destination_fails_or_refuses_gets_the_requester_an_error_from_the_hub() {
+    let r = Requests::new();
+    // A DFSP whose endpoint answers 500, one that refuses with an FSPIOP
+    // error, one that refuses without a body, and one nobody listens for.
+    let failing = Stub::start_answering("failingfsp", 500, "");
+    let refusing = Stub::start_answering(
+        "refusingfsp",
+        400,
+        r#"{"errorInformation":{"errorCode":"5104","errorDescription":"Payee rejected the request"}}"#,
+    );
+    let terse = Stub::start_answering("tersefsp", 403, "");
+    let down = format!("http://{}", reserve_address());
+    for (name, base) in [
+        ("failingfsp", failing.base_url()),
+        ("refusingfsp", refusing.base_url()),
+        ("tersefsp", terse.base_url()),
+        ("downfsp", down),
+    ] {
+        r.hub.onboard(name, &base, 10_000, 0);
+        for routed in &ROUTED {
+            r.hub.add_endpoint(name, routed.endpoint_type, &base);
+        }
+    }
+    for routed in &ROUTED {
+        let asker = r.stub(routed.requester);
+        // quoting-service passes a refusal's error on (3000 without one);
+        // transaction-requests-service answers 1001 whatever happened.
+        let quoting = routed.name == "bulkQuotes";
+        for (destination, code) in [
+            ("failingfsp", "1001"),
+            ("downfsp", "1001"),
+            ("refusingfsp", if quoting { "5104" } else { "1001" }),
+            ("tersefsp", if quoting { "3000" } else { "1001" }),
+        ] {
+            let id = new_id();
+            let (method, path, headers, body) = routed.ask(&id, destination);
+            let response = r.hub.api(method, &path, &headers, body.as_bytes());
+            assert_eq!(response.status, 202, "{method} {path}: {response:?}");
+            let received = asker.expect("PUT", &format!("/{}/{id}/error", routed.name));
+            assert_eq!(received.header("fspiop-source"), Some(HUB_NAME));
+            assert_eq!(
+                received.header("fspiop-destination"),
+                Some(asker.name.as_str())
+            );
+            let info = &received.json()["errorInformation"];
+            assert_eq!(info["errorCode"], code, "{destination}: {received:?}");
+            if code == "1001" {
+                assert!(
+                    info["errorDescription"]
+                        .as_str()
+                        .is_some_and(|d| d.starts_with("Destination communication error")
+                            && d.contains(destination)),
+                    "{received:?}"
+                );
+            }
+
+            // The question was withdrawn: a late answer from the
+            // destination is refused and forwarded to nobody.
+            let path = format!("/{}/{id}", routed.name);
+            let headers = routed.headers(destination, routed.requester, false);
+            let response = r.hub.api("PUT", &path, &headers, routed.put.as_bytes());
+            assert_error_response(&response, 400, "3100");
+        }
+    }
+    // Each request reached the DFSPs that answered (the failing one more
+    // than once: a 5xx is retried, a refusal is not).
+    let count = |stub: &Stub| std::iter::from_fn(|| stub.next_within(QUIET_WAIT)).count();
+    assert!(count(&failing) > ROUTED.len());
+    assert_eq!(count(&refusing), ROUTED.len());
+    assert_eq!(count(&terse), ROUTED.len());
+    r.assert_quiet();
+}
+
+#[test]
+fn an_authorization_answer_of_any_response_type_is_passed_on_as_sent() {
+    // transaction-requests-service's schema takes any string as
+    // responseType (the golden path sends "WHAT" and expects 200); the
+    // payer FSP's answer reaches the payee FSP that asked, unchanged.
+    let r = Requests::new();
+    let authorizations = &ROUTED[1];
+    let id = new_id();
+    let (method, path, headers, body) = authorizations.ask(&id, PAYER);
+    let response = r.hub.api(method, &path, &headers, body.as_bytes());
+    assert_eq!(response.status, 202, "{response:?}");
+    r.payer.expect("GET", &format!("/authorizations/{id}"));
+    let answer = r#"{"authenticationInfo":{"authentication":"OTP","authenticationValue":"234567"},"responseType":"WHAT"}"#;
+    let path = format!("/authorizations/{id}");
+    let headers = authorizations.headers(PAYER, PAYEE, false);
+    let response = r.hub.api("PUT", &path, &headers, answer.as_bytes());
+    assert_eq!(response.status, 200, "{response:?}");
+    let received = r.payee.expect("PUT", &path);
+    assert_forwarded(&received, &headers, answer.as_bytes());
+    r.assert_quiet();
+}
+
+#[test]
 fn bad_headers_paths_queries_and_bodies_are_refused_before_routing() {
     let r = Requests::new();
     for routed in &ROUTED {
@@ -411,8 +507,8 @@ fn bad_headers_paths_queries_and_bodies_are_refused_before_routing() {
         (
             authorizations,
             "PUT",
-            r#"{"responseType":"MAYBE"}"#,
-            "3100",
+            r#"{"responseType":1}"#,
+            "3101",
             "responseType",
         ),
         (

@@ -657,41 +657,7 @@ fn two_models_on_one_window_keep_it_pending_until_both_settle() {
     assert_eq!(currency_of("DEFAULTNET"), Value::Null);
     assert_eq!(currency_of("DEFERREDNETUSD"), json!("USD"));
     for name in ["testfsp1", "testfsp2"] {
-        s.hub.admin_expect(
-            "POST",
-            "/participants",
-            Some(json!({"name": name, "currency": "EUR"})),
-            201,
-        );
-        s.hub.admin_expect(
-            "POST",
-            &format!("/participants/{name}/initialPositionAndLimits"),
-            Some(json!({"currency": "EUR", "limit": {"type": "NET_DEBIT_CAP", "value": 1000}, "initialPosition": 0})),
-            201,
-        );
-        let accounts = s
-            .hub
-            .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
-            .json();
-        let settlement = accounts
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|a| a["currency"] == "EUR" && a["ledgerAccountType"] == "SETTLEMENT")
-            .unwrap()["id"]
-            .clone();
-        s.hub.admin_expect(
-            "POST",
-            &format!("/participants/{name}/accounts/{settlement}"),
-            Some(json!({
-                "transferId": new_id(),
-                "externalReference": "ref",
-                "action": "recordFundsIn",
-                "reason": "deposit",
-                "amount": {"amount": "1000", "currency": "EUR"}
-            })),
-            202,
-        );
+        s.hub.add_currency(name, "EUR", 1000, 1000);
     }
     s.transfer("testfsp1", "testfsp2", 10);
     let id = new_id();

@@ -247,7 +247,12 @@ impl fmt::Debug for FspName {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Currency([u8; 3]);
 
-/// FSPIOP v1.1's `Currency` enumeration (ISO 4217 alphabetic codes).
+/// FSPIOP v1.1's `Currency` enumeration (ISO 4217 alphabetic codes), as
+/// the implementation edition of the v1.1 definition lists it: with `XTS`
+/// (reserved for testing) and `XXX` (no currency), which central-ledger
+/// seeds too. Every currency has kasi's one scale, 4 decimals
+/// ([`crate::SCALE`]): central-ledger seeds both with scale 4, and ISO
+/// gives them no minor unit.
 const ISO_4217: &[&str] = &[
     "AED", "AFN", "ALL", "AMD", "ANG", "AOA", "ARS", "AUD", "AWG", "AZN", "BAM", "BBD", "BDT",
     "BGN", "BHD", "BIF", "BMD", "BND", "BOB", "BRL", "BSD", "BTN", "BWP", "BYN", "BZD", "CAD",
@@ -261,7 +266,7 @@ const ISO_4217: &[&str] = &[
     "RUB", "RWF", "SAR", "SBD", "SCR", "SDG", "SEK", "SGD", "SHP", "SLL", "SOS", "SPL", "SRD",
     "STD", "SVC", "SYP", "SZL", "THB", "TJS", "TMT", "TND", "TOP", "TRY", "TTD", "TVD", "TWD",
     "TZS", "UAH", "UGX", "USD", "UYU", "UZS", "VEF", "VND", "VUV", "WST", "XAF", "XCD", "XDR",
-    "XOF", "XPF", "YER", "ZAR", "ZMW", "ZWD",
+    "XOF", "XPF", "XTS", "XXX", "YER", "ZAR", "ZMW", "ZWD",
 ];
 
 impl Currency {
@@ -376,5 +381,8 @@ mod tests {
         assert_eq!(Currency::parse("USD").unwrap().as_str(), "USD");
         assert!(Currency::parse("usd").is_none());
         assert!(Currency::parse("XYZ").is_none());
+        // The testing and no-currency codes of the implementation edition.
+        assert_eq!(Currency::parse("XTS").unwrap().as_str(), "XTS");
+        assert_eq!(Currency::parse("XXX").unwrap().as_str(), "XXX");
     }
 }

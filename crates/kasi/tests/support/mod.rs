@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use axum::response::IntoResponse as _;
 use serde_json::{json, Value};
 
 // ------------------------------------------------------------------ constants
@@ -688,7 +689,17 @@ impl fmt::Debug for Received {
     }
 }
 
-/// A DFSP's callback server: records every request and answers 200.
+/// What a stub answers every request with: a status and a JSON body
+/// (empty: none).
+#[derive(Clone)]
+struct Answer {
+    sender: mpsc::Sender<Received>,
+    status: u16,
+    body: &'static str,
+}
+
+/// A DFSP's callback server: records every request and answers 200 (or
+/// what [`Stub::start_answering`] says).
 pub struct Stub {
     pub name: String,
     address: SocketAddr,
@@ -699,9 +710,9 @@ pub struct Stub {
 }
 
 async fn record(
-    axum::extract::State(sender): axum::extract::State<mpsc::Sender<Received>>,
+    axum::extract::State(answer): axum::extract::State<Answer>,
     request: axum::extract::Request,
-) -> axum::http::StatusCode {
+) -> axum::response::Response {
     let (parts, body) = request.into_parts();
     let body = axum::body::to_bytes(body, usize::MAX)
         .await
@@ -716,7 +727,7 @@ async fn record(
             )
         })
         .collect();
-    let _ = sender.send(Received {
+    let _ = answer.sender.send(Received {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         query: parts.uri.query().map(str::to_string),
@@ -725,7 +736,16 @@ async fn record(
         at_ms: now_ms(),
         at: Instant::now(),
     });
-    axum::http::StatusCode::OK
+    let status = axum::http::StatusCode::from_u16(answer.status).unwrap();
+    if answer.body.is_empty() {
+        return status.into_response();
+    }
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        answer.body,
+    )
+        .into_response()
 }
 
 impl Stub {
@@ -736,11 +756,32 @@ impl Stub {
     /// A stub on a given address (e.g. one a DFSP registered while it was
     /// down: see [`reserve_address`]).
     pub fn start_on(name: &str, address: SocketAddr) -> Stub {
+        Stub::start_answering_on(name, address, 200, "")
+    }
+
+    /// A stub that records every request and answers each with `status`
+    /// and the JSON `body` (none when empty): a DFSP refusing (4xx) or
+    /// failing (5xx) what it is sent.
+    pub fn start_answering(name: &str, status: u16, body: &'static str) -> Stub {
+        Stub::start_answering_on(name, "127.0.0.1:0".parse().unwrap(), status, body)
+    }
+
+    fn start_answering_on(
+        name: &str,
+        address: SocketAddr,
+        status: u16,
+        body: &'static str,
+    ) -> Stub {
         let listener = std::net::TcpListener::bind(address).unwrap();
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
         let (sender, requests) = mpsc::channel();
-        let app = axum::Router::new().fallback(record).with_state(sender);
+        let answer = Answer {
+            sender,
+            status,
+            body,
+        };
+        let app = axum::Router::new().fallback(record).with_state(answer);
         let task = runtime().spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             let _ = axum::serve(listener, app).await;
@@ -762,7 +803,12 @@ impl Stub {
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
         let (sender, requests) = mpsc::channel();
-        let app = axum::Router::new().fallback(record).with_state(sender);
+        let answer = Answer {
+            sender,
+            status: 200,
+            body: "",
+        };
+        let app = axum::Router::new().fallback(record).with_state(answer);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let task = runtime().spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
@@ -1372,22 +1418,7 @@ impl Hub {
     /// A DFSP onboarded as the golden-path collection does it: participant,
     /// net debit cap, the three transfer endpoints at `base_url`, funds in.
     pub fn onboard(&self, name: &str, base_url: &str, net_debit_cap: u64, deposit: u64) {
-        self.admin_expect(
-            "POST",
-            "/participants",
-            Some(json!({"name": name, "currency": "USD"})),
-            201,
-        );
-        self.admin_expect(
-            "POST",
-            &format!("/participants/{name}/initialPositionAndLimits"),
-            Some(json!({
-                "currency": "USD",
-                "limit": {"type": "NET_DEBIT_CAP", "value": net_debit_cap},
-                "initialPosition": 0
-            })),
-            201,
-        );
+        self.add_currency(name, "USD", net_debit_cap, deposit);
         for (kind, path) in [
             ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
             (
@@ -1399,15 +1430,31 @@ impl Hub {
                 "/transfers/{{transferId}}/error",
             ),
         ] {
-            self.admin_expect(
-                "POST",
-                &format!("/participants/{name}/endpoints"),
-                Some(json!({"type": kind, "value": format!("{base_url}{path}")})),
-                201,
-            );
+            self.add_endpoint(name, kind, &format!("{base_url}{path}"));
         }
+    }
+
+    /// DFSP `name` (created if new) in `currency`: its accounts, its net
+    /// debit cap, and `deposit` funds in (none when 0).
+    pub fn add_currency(&self, name: &str, currency: &str, net_debit_cap: u64, deposit: u64) {
+        self.admin_expect(
+            "POST",
+            "/participants",
+            Some(json!({"name": name, "currency": currency})),
+            201,
+        );
+        self.admin_expect(
+            "POST",
+            &format!("/participants/{name}/initialPositionAndLimits"),
+            Some(json!({
+                "currency": currency,
+                "limit": {"type": "NET_DEBIT_CAP", "value": net_debit_cap},
+                "initialPosition": 0
+            })),
+            201,
+        );
         if deposit > 0 {
-            let settlement = self.account_id(name, "SETTLEMENT");
+            let settlement = self.account_in(name, "SETTLEMENT", currency)["id"].clone();
             self.admin_expect(
                 "POST",
                 &format!("/participants/{name}/accounts/{settlement}"),
@@ -1416,7 +1463,7 @@ impl Hub {
                     "externalReference": "ref",
                     "action": "recordFundsIn",
                     "reason": "deposit",
-                    "amount": {"amount": deposit.to_string(), "currency": "USD"}
+                    "amount": {"amount": deposit.to_string(), "currency": currency}
                 })),
                 202,
             );
@@ -1450,6 +1497,10 @@ impl Hub {
     }
 
     fn account(&self, name: &str, kind: &str) -> Value {
+        self.account_in(name, kind, "USD")
+    }
+
+    fn account_in(&self, name: &str, kind: &str, currency: &str) -> Value {
         let accounts = self
             .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
             .json();
@@ -1458,9 +1509,10 @@ impl Hub {
             .unwrap_or_else(|| panic!("accounts of {name} are not a list: {accounts}"))
             .iter()
             .find(|account| {
-                account["ledgerAccountType"] == json!(kind) && account["currency"] == json!("USD")
+                account["ledgerAccountType"] == json!(kind)
+                    && account["currency"] == json!(currency)
             })
-            .unwrap_or_else(|| panic!("{name} has no USD {kind} account: {accounts}"))
+            .unwrap_or_else(|| panic!("{name} has no {currency} {kind} account: {accounts}"))
             .clone()
     }
 
@@ -1478,16 +1530,25 @@ impl Hub {
 
     /// The USD position, from `GET /participants/{name}/positions`.
     pub fn position(&self, name: &str) -> f64 {
+        self.position_in(name, "USD")
+    }
+
+    /// The position in `currency`, from `GET /participants/{name}/positions`.
+    pub fn position_in(&self, name: &str, currency: &str) -> f64 {
         let positions = self
             .admin_expect("GET", &format!("/participants/{name}/positions"), None, 200)
             .json();
-        let usd = match &positions {
-            Value::Array(list) => list.iter().find(|p| p["currency"] == json!("USD")).cloned(),
+        let position = match &positions {
+            Value::Array(list) => list
+                .iter()
+                .find(|p| p["currency"] == json!(currency))
+                .cloned(),
             Value::Object(_) => Some(positions.clone()),
             _ => None,
         };
-        let usd = usd.unwrap_or_else(|| panic!("{name} has no USD position: {positions}"));
-        number(&usd["value"])
+        let position =
+            position.unwrap_or_else(|| panic!("{name} has no {currency} position: {positions}"));
+        number(&position["value"])
     }
 
     // ---------------------------------------------------------- FSPIOP API
