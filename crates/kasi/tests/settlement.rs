@@ -202,6 +202,15 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
     assert_eq!(closed["state"], "CLOSED");
     assert_eq!(closed["content"][0]["currencyId"], "USD");
     assert_eq!(closed["content"][0]["ledgerAccountType"], "POSITION");
+    // Keys central-settlement answers as null are there, null.
+    assert_eq!(
+        closed["content"][0]
+            .as_object()
+            .unwrap()
+            .get("settlementId"),
+        Some(&Value::Null),
+        "{closed}"
+    );
     // A position's changedDate is its last change (the last transfer), as
     // in the accounts' list, not the time of the request; a restart keeps it.
     let changed = |s: &Settlement, name: &str| {
@@ -237,6 +246,30 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
 
     // Created right after the close: the window is closed already.
     let created = s.create("DEFERREDNETUSD", window);
+    let taken = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(
+        taken["content"][0]["settlementId"], created["id"],
+        "{taken}"
+    );
+    // An account moved without an externalReference answers it null.
+    let first = &created["participants"][0];
+    let answer = s.v2_ok(
+        "PUT",
+        &format!("/settlements/{}", created["id"]),
+        Some(json!({"participants": [{"id": first["id"], "accounts": [
+            {"id": first["accounts"][0]["id"], "state": "PENDING_SETTLEMENT", "reason": "same"}
+        ]}]})),
+    );
+    let account = answer["participants"][0]["accounts"][0]
+        .as_object()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        account.get("externalReference"),
+        Some(&Value::Null),
+        "{answer}"
+    );
+    assert_eq!(account["state"], "PENDING_SETTLEMENT", "{answer}");
     assert_eq!(created["state"], "PENDING_SETTLEMENT");
     assert_eq!(created["settlementModel"], "DEFERREDNETUSD");
     assert_eq!(created["settlementWindows"].as_array().unwrap().len(), 1);
