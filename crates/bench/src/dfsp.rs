@@ -404,8 +404,13 @@ pub async fn admin_call(
     }
 }
 
-/// The hub's accounts and the deferred net settlement model for `currency`
-/// (an existing one is fine: a second run against the same hub).
+/// The hub's accounts and, unless a model already settles `currency`, a
+/// deferred net settlement model for it (an existing one is fine: a second
+/// run against the same hub). A model already in place is kept and used:
+/// one for the currency, or one without a currency (the default, such as the
+/// tutorial's `DEFERREDNET`). Adding `DEFERREDNET{currency}` beside the
+/// default would take the currency from it (a currency's own model comes
+/// first), and settling with the default would then be refused.
 pub async fn onboard_hub(
     client: &HttpClient,
     admin: &str,
@@ -421,6 +426,17 @@ pub async fn onboard_hub(
             true,
         )
         .await?;
+    }
+    // A hub that does not list its models (the bench's null hub) gets one.
+    let (status, models) = admin_request(
+        client,
+        Method::GET,
+        &format!("{admin}/settlementModels"),
+        None,
+    )
+    .await?;
+    if status.is_success() && applicable_model(&models, currency).is_some() {
+        return Ok(());
     }
     admin_call(
         client,
@@ -441,6 +457,31 @@ pub async fn onboard_hub(
     )
     .await?;
     Ok(())
+}
+
+/// The name of an active model of `GET /settlementModels` (central-ledger's
+/// shape) that settles `currency`'s positions: the currency's own, else one
+/// without a currency.
+pub fn applicable_model(models: &[u8], currency: &str) -> Option<String> {
+    let models: Vec<Value> = serde_json::from_slice(models).ok()?;
+    let positions = |model: &&Value| {
+        let inactive = model
+            .get("isActive")
+            .is_some_and(|flag| *flag == json!(0) || *flag == json!(false));
+        let ledger_type = model
+            .get("ledgerAccountTypeId")
+            .or_else(|| model.get("ledgerAccountType"))
+            .and_then(Value::as_str);
+        !inactive && ledger_type.is_none_or(|t| t == "POSITION")
+    };
+    let named = |wanted: Option<&str>| {
+        models
+            .iter()
+            .filter(positions)
+            .find(|model| model.get("currency").and_then(Value::as_str) == wanted)
+            .and_then(|model| model["name"].as_str().map(str::to_string))
+    };
+    named(Some(currency)).or_else(|| named(None))
 }
 
 /// How [`onboard_dfsp`] onboards one DFSP.
@@ -556,6 +597,39 @@ mod tests {
     use super::*;
     use crate::ids::{party_identifier, IdGen, PartyRef};
     use crate::run::CURRENCY;
+
+    #[test]
+    fn an_existing_model_for_the_currency_or_the_default_is_used() {
+        let models = |list: Value| list.to_string().into_bytes();
+        // The tutorial's default model settles USD: nothing to add.
+        let tutorial = models(json!([{
+            "settlementModelId": 1, "name": "DEFERREDNET", "isActive": 1,
+            "settlementDelay": "DEFERRED", "currency": null,
+            "ledgerAccountType": "POSITION", "ledgerAccountTypeId": "POSITION",
+        }]));
+        assert_eq!(
+            applicable_model(&tutorial, "USD").as_deref(),
+            Some("DEFERREDNET")
+        );
+        // The currency's own model comes first.
+        let both = models(json!([
+            {"name": "DEFERREDNET", "currency": null, "ledgerAccountTypeId": "POSITION"},
+            {"name": "DEFERREDNETUSD", "currency": "USD", "ledgerAccountTypeId": "POSITION"},
+        ]));
+        assert_eq!(
+            applicable_model(&both, "USD").as_deref(),
+            Some("DEFERREDNETUSD")
+        );
+        // Another currency's, an inactive one or one of other accounts do
+        // not settle USD positions.
+        let none = models(json!([
+            {"name": "DEFERREDNETXOF", "currency": "XOF", "ledgerAccountTypeId": "POSITION"},
+            {"name": "OFF", "currency": null, "isActive": false},
+            {"name": "FEES", "currency": null, "ledgerAccountTypeId": "INTERCHANGE_FEE"},
+        ]));
+        assert_eq!(applicable_model(&none, "USD"), None);
+        assert_eq!(applicable_model(&models(json!([])), "USD"), None);
+    }
 
     #[test]
     fn the_condition_matches_the_fulfilment() {

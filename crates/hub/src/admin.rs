@@ -332,7 +332,8 @@ async fn list_accounts(
                 "value": number(position_value(account)),
                 "reservedValue": 0,
                 "heldValue": number(account.reserved),
-                "changedDate": format_time(account.created_at_ms),
+                // The balance's last change, as central-ledger's position row.
+                "changedDate": format_time(account.changed_at_ms),
             })
         })
         .collect();
@@ -688,7 +689,7 @@ async fn positions(
         json!({
             "currency": account.currency.as_str(),
             "value": number(position_value(account)),
-            "changedDate": format_time(hub.now_ms()),
+            "changedDate": format_time(account.changed_at_ms),
         })
     };
     let accounts = view
@@ -859,6 +860,11 @@ async fn list_settlement_models(State(hub): State<Arc<Hub>>) -> Result<Response,
                 // central-ledger answers null for a model without one, and
                 // Mojaloop's collections test `=== null`.
                 map.entry("currency").or_insert(Value::Null);
+                // central-ledger names the ledger account type under this
+                // key in its answers (the request's key is
+                // `ledgerAccountType`).
+                let ledger_type = map.get("ledgerAccountType").cloned().unwrap_or(Value::Null);
+                map.entry("ledgerAccountTypeId").or_insert(ledger_type);
             }
             value
         })

@@ -85,6 +85,23 @@ fn body_object(body: &Bytes) -> Result<Map<String, Value>, HubError> {
     }
 }
 
+/// A query value of the wrong type or outside its enumeration: 3101, as
+/// central-settlement's schema validation answers it (Mojaloop's collection
+/// "Check Settlements Error #956" asserts the code and these words).
+fn malformed(detail: impl std::fmt::Display) -> HubError {
+    HubError::new(
+        ErrorCode::MALFORMED_SYNTAX,
+        format!("Malformed syntax - {detail}"),
+    )
+}
+
+/// An integer query value (central-settlement's schema takes any, 0 too:
+/// it then finds nothing).
+fn integer_query(text: &str, what: &str) -> Result<u32, HubError> {
+    text.parse::<u32>()
+        .map_err(|_| malformed(format!("{what} '{text}' is not an integer")))
+}
+
 fn id_param(text: &str, what: &str) -> Result<u32, HubError> {
     text.parse::<u32>()
         .ok()
@@ -340,11 +357,15 @@ async fn list_windows(
     let mut filter = WindowFilter::default();
     for (key, value) in &pairs {
         match key.as_str() {
-            "participantId" => filter.participant = Some(id_param(value, "participantId")?),
+            "participantId" => filter.participant = Some(integer_query(value, "participantId")?),
             "state" => {
                 filter.state = Some(
                     WindowState::parse(value)
-                        .ok_or_else(|| invalid(format!("state '{value}' is not a window state")))?,
+                        .ok_or_else(|| {
+                            malformed(format!(
+                                "state '{value}' is not one of OPEN, CLOSED, PENDING_SETTLEMENT, SETTLED, ABORTED"
+                            ))
+                        })?,
                 )
             }
             "fromDateTime" => filter.from_ms = Some(date_time(value, "fromDateTime")?),
@@ -379,7 +400,7 @@ async fn list_windows(
 
 fn date_time(text: &str, what: &str) -> Result<i64, HubError> {
     fspiop::parse_date_time(text).ok_or_else(|| {
-        invalid(format!(
+        malformed(format!(
             "{what} '{text}' is not a date-time such as 2026-01-01T00:00:00.000Z"
         ))
     })
@@ -482,20 +503,21 @@ async fn list_settlements(
                 Box::new(move |s| s.row.accounts.iter().any(|a| a.currency == currency))
             }
             "participantId" => {
-                let id = id_param(value, "participantId")?;
+                let id = integer_query(value, "participantId")?;
                 Box::new(move |s| s.row.accounts.iter().any(|a| a.participant.0 == id))
             }
             "accountId" => {
-                let id = id_param(value, "accountId")?;
+                let id = integer_query(value, "accountId")?;
                 Box::new(move |s| s.row.accounts.iter().any(|a| a.account.0 == id))
             }
             "settlementWindowId" => {
-                let id = id_param(value, "settlementWindowId")?;
+                let id = integer_query(value, "settlementWindowId")?;
                 Box::new(move |s| s.row.windows.contains(&id))
             }
             "state" => {
-                let state = ledger::SettlementState::parse(value)
-                    .ok_or_else(|| invalid(format!("state '{value}' is not a settlement state")))?;
+                let state = ledger::SettlementState::parse(value).ok_or_else(|| {
+                    malformed(format!("state '{value}' is not a settlement state"))
+                })?;
                 Box::new(move |s| s.row.state == state)
             }
             "fromDateTime" => {
@@ -893,8 +915,10 @@ async fn update_account(
 
 /// `GET /v2/settlements/{id}/report` (kasi's): per DFSP and currency the
 /// multilateral net, what it sent and received and in how many transfers,
-/// and who owes whom within the settlement; JSON, or CSV for the
-/// settlement bank with `Accept: text/csv`.
+/// who owes whom within the settlement (bilateral), and the windows it
+/// settles with when each opened and closed; JSON, or CSV for the
+/// settlement bank with `Accept: text/csv` (three tables, each with its
+/// header, a blank line between: accounts, bilateral, windows).
 async fn report(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
@@ -921,25 +945,66 @@ async fn report(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/csv"));
+    // A window closes when the next one opens (one ledger step); its
+    // content is made at that instant too.
+    let closed_at = |window: &WindowView| {
+        window
+            .content
+            .iter()
+            .map(|c| c.created_at_ms)
+            .min()
+            .map(format_time)
+    };
     if wants_csv {
         let mut csv = String::from(
             "settlementId,participantId,participant,currency,accountId,netSettlementAmount,sent,sentCount,received,receivedCount,state\n",
         );
         for line in &report.accounts {
-            csv.push_str(&format!(
-                "{},{},{},{},{},{},{},{},{},{},{}\n",
-                id,
-                line.participant.0,
-                name(line.participant.0),
-                line.currency,
-                line.account.0,
-                line.net,
-                line.sent,
-                line.sent_count,
-                line.received,
-                line.received_count,
-                line.state.as_str()
-            ));
+            csv_row(
+                &mut csv,
+                &[
+                    &id,
+                    &line.participant.0,
+                    &csv_field(&name(line.participant.0)),
+                    &line.currency,
+                    &line.account.0,
+                    &line.net,
+                    &line.sent,
+                    &line.sent_count,
+                    &line.received,
+                    &line.received_count,
+                    &line.state.as_str(),
+                ],
+            );
+        }
+        csv.push_str("\nsettlementId,currency,payerId,payer,payeeId,payee,amount,count\n");
+        for pair in &report.bilateral {
+            csv_row(
+                &mut csv,
+                &[
+                    &id,
+                    &pair.currency,
+                    &pair.payer.0,
+                    &csv_field(&name(pair.payer.0)),
+                    &pair.payee.0,
+                    &csv_field(&name(pair.payee.0)),
+                    &pair.amount,
+                    &pair.count,
+                ],
+            );
+        }
+        csv.push_str("\nsettlementId,settlementWindowId,state,openedDate,closedDate\n");
+        for window in &view.windows {
+            csv_row(
+                &mut csv,
+                &[
+                    &id,
+                    &window.row.id,
+                    &window.row.state.as_str(),
+                    &format_time(window.row.created_at_ms),
+                    &closed_at(window).unwrap_or_default(),
+                ],
+            );
         }
         return Ok((
             StatusCode::OK,
@@ -979,14 +1044,48 @@ async fn report(
             })
         })
         .collect();
+    let windows: Vec<Value> = view
+        .windows
+        .iter()
+        .map(|window| {
+            json!({
+                "id": window.row.id,
+                "state": window.row.state.as_str(),
+                "openedDate": format_time(window.row.created_at_ms),
+                "closedDate": closed_at(window),
+            })
+        })
+        .collect();
     Ok(json(json!({
         "settlementId": id,
         "settlementModel": view.model_name,
         "state": view.row.state.as_str(),
         "settlementWindows": view.row.windows,
+        "windows": windows,
         "accounts": accounts,
         "bilateral": bilateral,
     })))
+}
+
+/// One CSV line of fields already safe to write.
+fn csv_row(csv: &mut String, fields: &[&dyn std::fmt::Display]) {
+    for (at, field) in fields.iter().enumerate() {
+        if at > 0 {
+            csv.push(',');
+        }
+        csv.push_str(&field.to_string());
+    }
+    csv.push('\n');
+}
+
+/// A text field of a CSV line: quoted when it holds a comma, a quote or a
+/// line break (a participant's name may hold a comma).
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
 }
 
 async fn participant_names(hub: &Hub) -> Result<BTreeMap<u32, String>, HubError> {
@@ -1024,6 +1123,16 @@ mod tests {
             filters_text(&query_pairs(Some("state=OPEN"))),
             "{state:OPEN}"
         );
+    }
+
+    #[test]
+    fn csv_fields_with_commas_or_quotes_are_quoted() {
+        assert_eq!(csv_field("payerfsp"), "payerfsp");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        let mut line = String::new();
+        csv_row(&mut line, &[&1, &csv_field("a,b"), &"USD"]);
+        assert_eq!(line, "1,\"a,b\",USD\n");
     }
 
     #[test]

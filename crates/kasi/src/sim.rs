@@ -100,8 +100,11 @@ pub struct SimArgs {
     #[arg(long, value_delimiter = ',', required = true, value_name = "NAME,...")]
     dfsps: Vec<String>,
 
-    /// Onboard the DFSPs first through --hub-admin: the hub's accounts and
-    /// settlement model for --currency, then each DFSP (participant, net
+    /// Onboard the DFSPs first through --hub-admin: the hub's accounts for
+    /// --currency and, unless a settlement model already settles it (one
+    /// for the currency, or a default one without a currency, such as
+    /// examples/onboard.sh's DEFERREDNET, which is kept), a deferred net
+    /// model DEFERREDNET<currency>; then each DFSP (participant, net
     /// debit cap, funds in, callback endpoints pointing here) and its
     /// parties. A DFSP that exists already is reported and its endpoints
     /// re-pointed here. Without --onboard the hub is not changed: the DFSPs'

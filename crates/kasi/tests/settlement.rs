@@ -202,10 +202,74 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
     assert_eq!(closed["state"], "CLOSED");
     assert_eq!(closed["content"][0]["currencyId"], "USD");
     assert_eq!(closed["content"][0]["ledgerAccountType"], "POSITION");
+    // Keys central-settlement answers as null are there, null.
+    assert_eq!(
+        closed["content"][0]
+            .as_object()
+            .unwrap()
+            .get("settlementId"),
+        Some(&Value::Null),
+        "{closed}"
+    );
+    // A position's changedDate is its last change (the last transfer), as
+    // in the accounts' list, not the time of the request; a restart keeps it.
+    let changed = |s: &Settlement, name: &str| {
+        let position = s
+            .hub
+            .admin_expect("GET", &format!("/participants/{name}/positions"), None, 200)
+            .json();
+        let accounts = s
+            .hub
+            .admin_expect("GET", &format!("/participants/{name}/accounts"), None, 200)
+            .json();
+        let account = accounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["ledgerAccountType"] == "POSITION")
+            .cloned()
+            .unwrap();
+        assert_eq!(position[0]["changedDate"], account["changedDate"]);
+        position[0]["changedDate"].as_str().unwrap().to_string()
+    };
+    let changed_before: Vec<String> = DFSPS.iter().map(|name| changed(&s, name)).collect();
     s.restart();
+    let changed_after: Vec<String> = DFSPS.iter().map(|name| changed(&s, name)).collect();
+    assert_eq!(changed_before, changed_after);
+    // payeefsp's last change was the last transfer's commit, before the
+    // close (the window's changedDate).
+    let last = |text: &str| fspiop::parse_date_time(text).unwrap();
+    assert!(
+        last(&changed_after[3]) <= last(closed["changedDate"].as_str().unwrap()),
+        "{changed_after:?} {closed}"
+    );
 
     // Created right after the close: the window is closed already.
     let created = s.create("DEFERREDNETUSD", window);
+    let taken = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(
+        taken["content"][0]["settlementId"], created["id"],
+        "{taken}"
+    );
+    // An account moved without an externalReference answers it null.
+    let first = &created["participants"][0];
+    let answer = s.v2_ok(
+        "PUT",
+        &format!("/settlements/{}", created["id"]),
+        Some(json!({"participants": [{"id": first["id"], "accounts": [
+            {"id": first["accounts"][0]["id"], "state": "PENDING_SETTLEMENT", "reason": "same"}
+        ]}]})),
+    );
+    let account = answer["participants"][0]["accounts"][0]
+        .as_object()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        account.get("externalReference"),
+        Some(&Value::Null),
+        "{answer}"
+    );
+    assert_eq!(account["state"], "PENDING_SETTLEMENT", "{answer}");
     assert_eq!(created["state"], "PENDING_SETTLEMENT");
     assert_eq!(created["settlementModel"], "DEFERREDNETUSD");
     assert_eq!(created["settlementWindows"].as_array().unwrap().len(), 1);
@@ -291,12 +355,57 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
     assert_eq!(csv.status, 200);
     assert!(csv.header("content-type").unwrap().starts_with("text/csv"));
     let text = csv.text();
-    assert_eq!(text.lines().count(), 5, "{text}");
+    // Three tables, a blank line between: accounts, bilateral, windows.
+    let tables: Vec<Vec<&str>> = text
+        .split("\n\n")
+        .map(|table| table.lines().collect())
+        .collect();
+    assert_eq!(tables.len(), 3, "{text}");
+    let [accounts, bilateral, windows] = [&tables[0], &tables[1], &tables[2]];
+    assert_eq!(accounts.len(), 5, "{text}");
     assert!(
-        text.lines()
+        accounts
+            .iter()
             .any(|l| l.contains(",testfsp2,USD,") && l.contains(",-75,")),
         "{text}"
     );
+    assert_eq!(
+        bilateral[0],
+        "settlementId,currency,payerId,payer,payeeId,payee,amount,count"
+    );
+    // The six transfers, one pair each.
+    assert_eq!(bilateral.len(), 7, "{text}");
+    assert!(
+        bilateral
+            .iter()
+            .any(|l| l.contains(",payeefsp,") && l.ends_with(",payerfsp,25,1")),
+        "{text}"
+    );
+    assert_eq!(
+        windows[0],
+        "settlementId,settlementWindowId,state,openedDate,closedDate"
+    );
+    assert_eq!(windows.len(), 2, "{text}");
+    let window_id = window;
+    let window: Vec<&str> = windows[1].split(',').collect();
+    assert_eq!(
+        window[..3],
+        [
+            id.to_string().as_str(),
+            window_id.to_string().as_str(),
+            "SETTLED"
+        ],
+        "{text}"
+    );
+    // Opened, then closed, both ISO 8601 instants.
+    let (opened, closed) = (
+        fspiop::parse_date_time(window[3]).expect("opened"),
+        fspiop::parse_date_time(window[4]).expect("closed"),
+    );
+    assert!(opened <= closed, "{text}");
+    let json_window = &report["windows"][0];
+    assert_eq!(json_window["openedDate"], window[3]);
+    assert_eq!(json_window["closedDate"], window[4]);
 }
 
 #[test]
@@ -314,6 +423,50 @@ fn the_error_cases_answer_as_central_settlement_does() {
         "3100",
         "Generic validation error - Use at least one parameter: participantId, state, fromDateTime, toDateTime, currency",
     );
+    // Mojaloop's "Check Settlements Error #956": a query value outside the
+    // schema (state 'open') is 3101 Malformed syntax.
+    refuse(
+        "GET",
+        "/settlementWindows?participantId=0&state=open",
+        None,
+        "3101",
+        "Malformed syntax - state 'open' is not one of OPEN, CLOSED, PENDING_SETTLEMENT, SETTLED, ABORTED",
+    );
+    refuse(
+        "GET",
+        "/settlementWindows?participantId=x",
+        None,
+        "3101",
+        "Malformed syntax - participantId 'x' is not an integer",
+    );
+    // participantId 0 is an integer: it finds nothing.
+    refuse(
+        "GET",
+        "/settlementWindows?participantId=0",
+        None,
+        "3100",
+        "Generic validation error - settlementWindow by filters: {participantId:0} not found",
+    );
+    // A currency a participant has already: central-ledger's 3000 and
+    // words, which the onboarding collections look for; a second initial
+    // limit: "already set".
+    let again = s.hub.admin(
+        "POST",
+        "/participants",
+        Some(&json!({"name": "testfsp1", "currency": "USD"})),
+    );
+    assert_error_response(&again, 400, "3000");
+    assert_eq!(
+        description(&again),
+        "Generic client error - Participant currency has already been registered: 'testfsp1' holds USD"
+    );
+    let again = s.hub.admin(
+        "POST",
+        "/participants/testfsp1/initialPositionAndLimits",
+        Some(&json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 5}, "initialPosition": 0})),
+    );
+    assert_error_response(&again, 400, "3000");
+    assert!(description(&again).contains("already set"), "{again:?}");
     refuse(
         "GET",
         "/settlementWindows?state=SETTLED",
@@ -344,7 +497,7 @@ fn the_error_cases_answer_as_central_settlement_does() {
             json!({"settlementModel": "DEFERREDNETUSD", "reason": "r", "settlementWindows": [{"id": window}]}),
         ),
         "3100",
-        &format!("Generic validation error - Inapplicable windows {window}"),
+        &format!("Generic validation error - Inapplicable windows {window}: it is OPEN"),
     );
     refuse(
         "POST",
@@ -656,6 +809,10 @@ fn two_models_on_one_window_keep_it_pending_until_both_settle() {
     };
     assert_eq!(currency_of("DEFAULTNET"), Value::Null);
     assert_eq!(currency_of("DEFERREDNETUSD"), json!("USD"));
+    // central-ledger's key for the ledger account type in its answers.
+    for model in models.as_array().unwrap() {
+        assert_eq!(model["ledgerAccountTypeId"], "POSITION", "{model}");
+    }
     for name in ["testfsp1", "testfsp2"] {
         s.hub.add_currency(name, "EUR", 1000, 1000);
     }
@@ -687,15 +844,25 @@ fn two_models_on_one_window_keep_it_pending_until_both_settle() {
     currencies.sort_unstable();
     assert_eq!(currencies, ["EUR", "USD"]);
 
-    let usd = s.create("DEFERREDNETUSD", window);
-    let eur = s.create("DEFAULTNET", window);
-    for (settlement, currency) in [(&usd, "USD"), (&eur, "EUR")] {
-        for participant in settlement["participants"].as_array().unwrap() {
-            for account in participant["accounts"].as_array().unwrap() {
-                assert_eq!(account["netSettlementAmount"]["currency"], currency);
-            }
-        }
-    }
+    // A window of USD alone is not the default model's: the refusal names
+    // the model that settles it.
+    s.transfer("testfsp1", "testfsp2", 3);
+    let usd_only = s.open_window();
+    s.close(usd_only);
+    let refused = s.v2(
+        "POST",
+        "/settlements",
+        Some(json!({"settlementModel": "DEFAULTNET", "reason": "r", "settlementWindows": [{"id": usd_only}]})),
+    );
+    assert_eq!(refused.status, 400, "{refused:?}");
+    assert_eq!(
+        refused.json()["errorInformation"],
+        json!({
+            "errorCode": "3100",
+            "errorDescription": format!("Generic validation error - Inapplicable windows {usd_only}: its USD content is settled by model DEFERREDNETUSD"),
+        })
+    );
+
     let finalize = |settlement: &Value| {
         let id = settlement["id"].as_u64().unwrap();
         s.v2_ok(
@@ -704,11 +871,48 @@ fn two_models_on_one_window_keep_it_pending_until_both_settle() {
             Some(json!({"reason": "r"})),
         )
     };
+    let content_states = |window: &Value| {
+        let mut states: Vec<(String, String)> = window["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["currencyId"].as_str().unwrap().to_string(),
+                    c["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        states.sort_unstable();
+        states
+    };
+    let pair = |currency: &str, state: &str| (currency.to_string(), state.to_string());
+    // The USD content settled first, alone: the window waits for its EUR
+    // content (central-settlement's roll-up: SETTLED once all content is).
+    let usd = s.create("DEFERREDNETUSD", window);
     let first = finalize(&usd);
     assert_eq!(first["state"], "SETTLED");
     assert_eq!(first["settlementWindows"][0]["state"], "PENDING_SETTLEMENT");
+    let pending = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
+    assert_eq!(pending["state"], "PENDING_SETTLEMENT", "{pending}");
+    assert_eq!(
+        content_states(&pending),
+        [pair("EUR", "CLOSED"), pair("USD", "SETTLED")]
+    );
+    let eur = s.create("DEFAULTNET", window);
+    for (settlement, currency) in [(&usd, "USD"), (&eur, "EUR")] {
+        for participant in settlement["participants"].as_array().unwrap() {
+            for account in participant["accounts"].as_array().unwrap() {
+                assert_eq!(account["netSettlementAmount"]["currency"], currency);
+            }
+        }
+    }
     let second = finalize(&eur);
     assert_eq!(second["settlementWindows"][0]["state"], "SETTLED");
     let window_now = s.v2_ok("GET", &format!("/settlementWindows/{window}"), None);
     assert_eq!(window_now["state"], "SETTLED");
+    assert_eq!(
+        content_states(&window_now),
+        [pair("EUR", "SETTLED"), pair("USD", "SETTLED")]
+    );
 }

@@ -136,6 +136,16 @@ fn position(hub: &Hub, dfsp: &str) -> f64 {
     }
 }
 
+fn model_names(hub: &Hub) -> Vec<String> {
+    let models = hub.admin("GET", "/settlementModels", None).json();
+    models
+        .as_array()
+        .unwrap_or_else(|| panic!("{models}"))
+        .iter()
+        .map(|model| model["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
 #[test]
 fn sim_onboards_sends_and_commits_then_rejects() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,6 +154,8 @@ fn sim_onboards_sends_and_commits_then_rejects() {
     let mut sim = Sim::start(&hub, &[]);
     assert!(sim.seen.iter().any(|l| l.contains("payerfsp: onboarded")));
     assert!(sim.seen.iter().any(|l| l.contains("payeefsp: onboarded")));
+    // A hub without a settlement model got one for the currency.
+    assert_eq!(model_names(&hub), ["DEFERREDNETUSD"]);
     let payee_party = sim.party_of("payeefsp");
     let (payer_before, payee_before) = (position(&hub, "payerfsp"), position(&hub, "payeefsp"));
 
@@ -274,4 +286,37 @@ fn sim_onboards_a_hub_that_requires_an_admin_token() {
             .any(|e| e["actor"] == "alice" && e["target"] == "payeefsp"),
         "the sim's changes are the operator's: {events}"
     );
+
+/// The tutorial's trap: the hub has a default model (no currency); the
+/// sim keeps it rather than add a USD one that would take USD from it, so
+/// the default model settles what the sim sent.
+#[test]
+fn sim_onboarding_keeps_the_hubs_default_settlement_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let sim = Sim::start(&hub, &[]);
+    assert!(sim.seen.iter().any(|l| l.contains("payeefsp: onboarded")));
+    assert_eq!(model_names(&hub), ["DEFAULTDEFERREDNET"]);
+
+    let payee_party = sim.party_of("payeefsp");
+    let output = sim.send("payerfsp", &format!("MSISDN:{payee_party}"), "10");
+    assert!(output.status.success(), "{output:?}");
+    let closed = hub.admin(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(&serde_json::json!({"state": "CLOSED", "reason": "end of day"})),
+    );
+    assert_eq!(closed.status, 200, "{closed:?}");
+    let settlement = hub.admin(
+        "POST",
+        "/v2/settlements",
+        Some(&serde_json::json!({
+            "settlementModel": "DEFAULTDEFERREDNET",
+            "reason": "end of day",
+            "settlementWindows": [{"id": 1}],
+        })),
+    );
+    assert_eq!(settlement.status, 200, "{settlement:?}");
+    assert_eq!(settlement.json()["state"], "PENDING_SETTLEMENT");
 }

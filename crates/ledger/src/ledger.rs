@@ -67,6 +67,9 @@ pub(crate) struct Account {
     pub(crate) reserved: Amount,
     pub(crate) net_debit_cap: Option<Amount>,
     pub(crate) created_at_ms: i64,
+    /// When `value` or `reserved` last changed (central-ledger's position
+    /// `changedDate`): set by [`Ledger::balance_mut`].
+    pub(crate) changed_at_ms: i64,
     dirty: bool,
 }
 
@@ -448,6 +451,15 @@ impl Ledger {
         account
     }
 
+    /// The account, to change its balance (`value` or `reserved`): its last
+    /// change is now. (Its flags and cap change through `account_mut`.)
+    pub(crate) fn balance_mut(&mut self, id: AccountId) -> &mut Account {
+        let now_ms = self.now_ms;
+        let account = self.account_mut(id);
+        account.changed_at_ms = now_ms;
+        account
+    }
+
     fn participant_mut(&mut self, id: ParticipantId) -> &mut Participant {
         let participant = &mut self.participants[index(id.0)];
         if !participant.dirty {
@@ -514,6 +526,7 @@ impl Ledger {
             reserved: Amount::ZERO,
             net_debit_cap: None,
             created_at_ms: self.now_ms,
+            changed_at_ms: self.now_ms,
             dirty: false,
         });
         self.account_mut(id);
@@ -626,9 +639,13 @@ impl Ledger {
                 .find_account(id, currency, AccountKind::Position)
                 .is_some()
             {
+                // central-ledger's code and words (its collections look
+                // for "already been registered").
                 return Err(Rejection::new(
-                    ErrorCode::ADD_PARTY_INFORMATION_ERROR,
-                    format!("participant '{name}' has already registered {currency}"),
+                    ErrorCode::GENERIC_CLIENT_ERROR,
+                    format!(
+                        "Participant currency has already been registered: '{name}' holds {currency}"
+                    ),
                 ));
             }
             self.check_currency_limit(id, currency)?;
@@ -706,7 +723,10 @@ impl Ledger {
         if first && self.account(position).net_debit_cap.is_some() {
             return Err(Rejection::new(
                 ErrorCode::GENERIC_CLIENT_ERROR,
-                format!("participant '{name}' has a {currency} NET_DEBIT_CAP already; change it with PUT /participants/{name}/limits"),
+                // central-ledger's words, which its collections look for
+                // ("already set"); its code is 2001, but this is the
+                // client's error.
+                format!("Participant Limit or Initial Position already set: '{name}' has a {currency} NET_DEBIT_CAP; change it with PUT /participants/{name}/limits"),
             ));
         }
         self.account_mut(position).net_debit_cap = Some(net_debit_cap);
@@ -1355,7 +1375,7 @@ impl Ledger {
             TransferState::Reserved
         };
         if state == TransferState::Reserved {
-            self.account_mut(payer_position).reserved = new_reserved;
+            self.balance_mut(payer_position).reserved = new_reserved;
             self.expiry.insert((prepare.expiration_ms, transfer_id));
         }
         self.insert_transfer(
@@ -1474,11 +1494,11 @@ impl Ledger {
             false => None,
         };
 
-        self.account_mut(debit).reserved = released;
+        self.balance_mut(debit).reserved = released;
         if let Some((debit_value, credit_value)) = posted {
             assert_eq!(self.account(debit).currency, self.account(credit).currency);
-            self.account_mut(debit).value = debit_value;
-            self.account_mut(credit).value = credit_value;
+            self.balance_mut(debit).value = debit_value;
+            self.balance_mut(credit).value = credit_value;
         }
         let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan, 1));
         if let Some(entries) = gross {
@@ -1740,8 +1760,8 @@ impl Ledger {
             .value
             .checked_sub(funds.amount)
             .ok_or_else(overflow)?;
-        self.account_mut(reconciliation).value = debit_value;
-        self.account_mut(settlement).value = credit_value;
+        self.balance_mut(reconciliation).value = debit_value;
+        self.balance_mut(settlement).value = credit_value;
         self.insert_funds(
             funds,
             TransferKind::FundsIn,
@@ -1782,7 +1802,7 @@ impl Ledger {
                 ),
             ));
         }
-        self.account_mut(settlement).reserved = new_reserved;
+        self.balance_mut(settlement).reserved = new_reserved;
         self.insert_funds(
             funds,
             TransferKind::FundsOut,
@@ -2027,7 +2047,7 @@ impl Ledger {
             });
         }
         for row in snapshot.accounts {
-            now_ms = now_ms.max(row.created_at_ms);
+            now_ms = now_ms.max(row.created_at_ms).max(row.changed_at_ms);
             ledger.participants[index(row.participant.0)]
                 .accounts
                 .push(row.id);
@@ -2040,6 +2060,7 @@ impl Ledger {
                 reserved: row.reserved,
                 net_debit_cap: row.net_debit_cap,
                 created_at_ms: row.created_at_ms,
+                changed_at_ms: row.changed_at_ms,
                 dirty: false,
             });
         }
@@ -2251,5 +2272,6 @@ fn account_row(id: AccountId, account: &Account) -> AccountRow {
         reserved: account.reserved,
         net_debit_cap: account.net_debit_cap,
         created_at_ms: account.created_at_ms,
+        changed_at_ms: account.changed_at_ms,
     }
 }

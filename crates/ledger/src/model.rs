@@ -703,6 +703,8 @@ pub struct AccountRow {
     /// POSITION accounts only, once set.
     pub net_debit_cap: Option<Amount>,
     pub created_at_ms: i64,
+    /// When `value` or `reserved` last changed (the creation, at first).
+    pub changed_at_ms: i64,
 }
 
 /// A transfer as first recorded (prepare, funds in, funds out reserve, or a

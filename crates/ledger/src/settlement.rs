@@ -119,6 +119,81 @@ fn settlement_not_found(id: u32) -> Rejection {
     invalid(format!("Settlement with ID '{id}' not found"))
 }
 
+/// Why a window listed in a new settlement has nothing that model may settle.
+#[derive(PartialEq, Eq)]
+enum Inapplicable {
+    Missing,
+    /// OPEN, or SETTLED.
+    State(WindowState),
+    /// Its content in the currency is held by a settlement, or settled.
+    Taken(Currency, WindowState),
+    /// Its content is of currencies other models settle (by name).
+    OtherModels(Vec<(Currency, String)>),
+    /// No content in the model's currency (or none at all).
+    NoContent(Option<Currency>),
+}
+
+impl Inapplicable {
+    /// What is wrong with one window (`plural`: with several).
+    fn text(&self, plural: bool) -> String {
+        let (is, its, has) = if plural {
+            ("they are", "their", "they have")
+        } else {
+            ("it is", "its", "it has")
+        };
+        match self {
+            Inapplicable::Missing if plural => "they do not exist".to_string(),
+            Inapplicable::Missing => "it does not exist".to_string(),
+            Inapplicable::State(state) => format!("{is} {}", state.as_str()),
+            Inapplicable::Taken(currency, state) => {
+                format!("{its} {currency} content is already {}", state.as_str())
+            }
+            Inapplicable::OtherModels(others) => others
+                .iter()
+                .map(|(currency, model)| {
+                    format!("{its} {currency} content is settled by model {model}")
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Inapplicable::NoContent(Some(currency)) => format!("{has} no {currency} content"),
+            Inapplicable::NoContent(None) => format!("{has} no content"),
+        }
+    }
+}
+
+/// `Inapplicable windows 2, 1` as central-settlement says it, then why, per
+/// window (windows alike grouped): e.g. `…: their USD content is settled by
+/// model DEFERREDNETUSD`, so an operator who picked the wrong model sees
+/// which one applies.
+fn inapplicable_text(windows: &[(u32, Inapplicable)]) -> String {
+    let list = |ids: &[u32]| {
+        ids.iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let all: Vec<u32> = windows.iter().map(|(id, _)| *id).collect();
+    let mut groups: Vec<(&Inapplicable, Vec<u32>)> = Vec::new();
+    for (id, why) in windows {
+        match groups.iter_mut().find(|(other, _)| *other == why) {
+            Some((_, ids)) => ids.push(*id),
+            None => groups.push((why, vec![*id])),
+        }
+    }
+    let reasons = match groups.as_slice() {
+        [(why, ids)] => why.text(ids.len() > 1),
+        _ => groups
+            .iter()
+            .map(|(why, ids)| {
+                let noun = if ids.len() > 1 { "windows" } else { "window" };
+                format!("{noun} {}: {}", list(ids), why.text(ids.len() > 1))
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    format!("Inapplicable windows {}: {reasons}", list(&all))
+}
+
 fn magnitude(amount: Amount) -> Amount {
     amount
         .checked_neg()
@@ -126,19 +201,23 @@ fn magnitude(amount: Amount) -> Amount {
         .unwrap_or(amount)
 }
 
-/// A window's state from its content's: PENDING_SETTLEMENT while any is
-/// held by a settlement, SETTLED once all are settled, else what the last
+/// A window's state from its content's after a settlement's event (its
+/// content SETTLED, or ABORTED and released): SETTLED only once every
+/// content row is settled (central-settlement's roll-up), so a window whose
+/// other currencies or models still wait stays PENDING_SETTLEMENT;
+/// PENDING_SETTLEMENT while any is held by a settlement; else what the
 /// event made it.
-fn derived_window_state(content: &[&ContentRow], otherwise: WindowState) -> WindowState {
-    if content
-        .iter()
-        .any(|c| c.state == WindowState::PendingSettlement)
+fn derived_window_state(content: &[&ContentRow], event: WindowState) -> WindowState {
+    if !content.is_empty() && content.iter().all(|c| c.state == WindowState::Settled) {
+        WindowState::Settled
+    } else if event == WindowState::Settled
+        || content
+            .iter()
+            .any(|c| c.state == WindowState::PendingSettlement)
     {
         WindowState::PendingSettlement
-    } else if !content.is_empty() && content.iter().all(|c| c.state == WindowState::Settled) {
-        WindowState::Settled
     } else {
-        otherwise
+        event
     }
 }
 
@@ -368,8 +447,8 @@ impl Ledger {
             let (Some(debit_value), Some(credit_value)) = (debit_value, credit_value) else {
                 unreachable!("entries are posted only after their arithmetic was checked");
             };
-            self.account_mut(debit).value = debit_value;
-            self.account_mut(credit).value = credit_value;
+            self.balance_mut(debit).value = debit_value;
+            self.balance_mut(credit).value = credit_value;
             let row = EntryRow {
                 seq: self.book.entries.len() as u64 + 1,
                 kind,
@@ -527,9 +606,10 @@ impl Ledger {
                 && matches!(content.state, WindowState::Closed | WindowState::Aborted)
         };
         let mut taken: Vec<u32> = Vec::new();
-        let mut inapplicable: Vec<u32> = Vec::new();
+        let mut inapplicable: Vec<(u32, Inapplicable)> = Vec::new();
         for &window_id in windows {
-            let settleable = self.book.windows.get(index(window_id)).is_some_and(|w| {
+            let window = self.book.windows.get(index(window_id));
+            let settleable = window.is_some_and(|w| {
                 matches!(
                     w.state,
                     WindowState::Closed | WindowState::Aborted | WindowState::PendingSettlement
@@ -543,13 +623,17 @@ impl Ledger {
                 .map(|c| c.id)
                 .collect();
             if !settleable || content.is_empty() {
-                inapplicable.push(window_id);
+                let why = match window {
+                    None => Inapplicable::Missing,
+                    Some(w) if !settleable => Inapplicable::State(w.state),
+                    Some(_) => self.why_no_content(window_id, &rules),
+                };
+                inapplicable.push((window_id, why));
             }
             taken.extend(content);
         }
         if !inapplicable.is_empty() {
-            let list: Vec<String> = inapplicable.iter().map(u32::to_string).collect();
-            return Err(invalid(format!("Inapplicable windows {}", list.join(", "))));
+            return Err(invalid(inapplicable_text(&inapplicable)));
         }
         // Net per account over the content taken: sent minus received.
         let mut nets: HashMap<AccountId, Amount> = HashMap::new();
@@ -630,6 +714,53 @@ impl Ledger {
         self.book.settlements.push(row.clone());
         self.push_record(Record::Settlement(row));
         Ok(Outcome::Settlement(self.settlement_view(id)))
+    }
+
+    /// Why a closed window has no content a model may settle: its content
+    /// is another settlement's (or settled), or of currencies other models
+    /// settle, or there is none.
+    fn why_no_content(&self, window: u32, rules: &ModelRules) -> Inapplicable {
+        let content: Vec<&ContentRow> = self
+            .book
+            .content
+            .iter()
+            .filter(|c| c.window == window && c.ledger_account_type == rules.ledger_account_type)
+            .collect();
+        match rules.currency {
+            Some(currency) => match content.iter().find(|c| c.currency == currency) {
+                Some(held) => Inapplicable::Taken(held.currency, held.state),
+                None => Inapplicable::NoContent(Some(currency)),
+            },
+            None => {
+                if let Some(held) = content
+                    .iter()
+                    .find(|c| self.model_naming(c.currency).is_none())
+                {
+                    return Inapplicable::Taken(held.currency, held.state);
+                }
+                let others: Vec<(Currency, String)> = content
+                    .iter()
+                    .filter_map(|c| Some((c.currency, self.model_naming(c.currency)?.to_string())))
+                    .collect();
+                if others.is_empty() {
+                    Inapplicable::NoContent(None)
+                } else {
+                    Inapplicable::OtherModels(others)
+                }
+            }
+        }
+    }
+
+    /// The model that names `currency`, which the default model leaves it to.
+    fn model_naming(&self, currency: Currency) -> Option<&str> {
+        self.settlement_models
+            .iter()
+            .find(|m| {
+                m.rules
+                    .as_ref()
+                    .is_some_and(|r| r.currency == Some(currency))
+            })
+            .map(|m| m.name.as_str())
     }
 
     fn hub_account(&self, currency: Currency, kind: AccountKind) -> Result<AccountId, Rejection> {

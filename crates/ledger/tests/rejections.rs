@@ -1026,7 +1026,7 @@ fn get_transfer_by_a_third_party_is_3000_and_unknown_is_3208() {
 // ----- reference data ----------------------------------------------------------
 
 #[test]
-fn creating_a_dfsp_before_both_hub_accounts_exist_is_3003() {
+fn creating_a_dfsp_before_both_hub_accounts_exist_is_3003_and_twice_3000() {
     // No hub at all.
     let mut hub = Hub {
         ledger: Ledger::new(Limits::default()),
@@ -1054,8 +1054,14 @@ fn creating_a_dfsp_before_both_hub_accounts_exist_is_3003() {
         hub.one(create.clone()),
         Outcome::AccountsCreated(_)
     ));
-    // Registering the same currency twice is 3003 too.
-    hub.assert_rejected(create, ErrorCode(3003));
+    // Registering the same currency twice is 3000 in central-ledger's words.
+    let twice = hub.assert_rejected(create, ErrorCode::GENERIC_CLIENT_ERROR);
+    assert!(
+        twice
+            .description
+            .starts_with("Participant currency has already been registered"),
+        "{twice:?}"
+    );
     // A currency without hub accounts.
     hub.assert_rejected(
         Command::CreateParticipant {
@@ -1103,4 +1109,59 @@ fn no_balance_moves_on_refusals() {
     assert_eq!(hub.balance(payer.position), bal(0, 100));
     assert_eq!(hub.balance(payee.position), (NONE, NONE));
     assert_audited(&hub);
+}
+
+/// An account's `changed_at_ms` is when its balance (value or what is
+/// held) last changed, as central-ledger's position `changedDate`: not
+/// moved by a new net debit cap, and kept through a restore.
+#[test]
+fn an_accounts_last_change_follows_its_balance() {
+    let mut hub = Hub::usd();
+    let payer = hub.dfsp("payer", 1_000, 1_000);
+    let payee = hub.dfsp("payee", 1_000, 1_000);
+    let created = hub.account(payer.position).created_at_ms;
+    assert_eq!(hub.account(payer.position).changed_at_ms, created);
+
+    hub.advance(1_000);
+    let reserved_at = hub.now;
+    hub.one(prepare(1, payer, payee, 10, hub.now + TTL));
+    assert_eq!(hub.account(payer.position).changed_at_ms, reserved_at);
+    assert_eq!(hub.account(payee.position).changed_at_ms, created);
+
+    hub.advance(1_000);
+    hub.one(Command::SetNetDebitCap {
+        name: payer.name,
+        currency: usd(),
+        net_debit_cap: whole(2_000),
+    });
+    assert_eq!(
+        hub.account(payer.position).changed_at_ms,
+        reserved_at,
+        "a new cap is not a position change"
+    );
+
+    hub.advance(1_000);
+    let committed_at = hub.now;
+    hub.one(fulfil(1, payee.name));
+    assert_eq!(hub.account(payer.position).changed_at_ms, committed_at);
+    assert_eq!(hub.account(payee.position).changed_at_ms, committed_at);
+
+    // A reservation and its release are changes, even in one batch (as
+    // central-ledger writes a position change for each).
+    hub.advance(1_000);
+    let released_at = hub.now;
+    hub.apply(&[
+        prepare(2, payer, payee, 5, hub.now + TTL),
+        abort(2, payee.name, 5104, hash(0x42)),
+    ]);
+    let snapshot = hub.ledger.snapshot();
+    let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
+    assert_eq!(restored.snapshot(), snapshot);
+    let row = snapshot
+        .accounts
+        .iter()
+        .find(|a| a.id == payer.position)
+        .unwrap();
+    assert_eq!(row.changed_at_ms, released_at);
+    assert_eq!(row.value, whole(10));
 }

@@ -309,12 +309,17 @@ fn settlement_creation_refusals() {
         &mut e,
         "DEFERREDNETUSD",
         &[1, 7],
-        "Inapplicable windows 1, 7",
+        "Inapplicable windows 1, 7: window 1: it is OPEN; window 7: it does not exist",
     );
     e.close(1);
     e.settle("DEFERREDNETUSD", &[1]);
     // Its content is taken.
-    refuse(&mut e, "DEFERREDNETUSD", &[1], "Inapplicable windows 1");
+    refuse(
+        &mut e,
+        "DEFERREDNETUSD",
+        &[1],
+        "Inapplicable windows 1: its USD content is already PENDING_SETTLEMENT",
+    );
     // Invalid model combinations are refused as Mojaloop does.
     e.hub.assert_rejected(
         model(
@@ -670,4 +675,162 @@ fn abort_is_allowed_at_each_stage_before_a_commit_and_refused_after() {
         assert_eq!(e.positions(), after);
         e.assert_restorable();
     }
+}
+
+/// A window is SETTLED only once every content row of it is (central-
+/// settlement's roll-up): settling its USD content alone leaves it
+/// PENDING_SETTLEMENT, its USD content SETTLED and its EUR content CLOSED,
+/// still settleable by the other model.
+#[test]
+fn a_window_with_content_left_to_settle_stays_pending_settlement() {
+    let mut hub = Hub::new(&[usd(), eur()]);
+    hub.one(net_model("DEFERREDNETUSD", Some(usd())));
+    hub.one(net_model("DEFAULTDEFERREDNET", None));
+    let a_usd = hub.dfsp_in("a", usd(), 1_000, 1_000);
+    let b_usd = hub.dfsp_in("b", usd(), 1_000, 1_000);
+    let a_eur = hub.dfsp_in("a", eur(), 1_000, 1_000);
+    let b_eur = hub.dfsp_in("b", eur(), 1_000, 1_000);
+    let expires = hub.now + TTL;
+    hub.one(prepare(1, a_usd, b_usd, 10, expires));
+    hub.one(fulfil(1, b_usd.name));
+    hub.one(prepare(2, b_eur, a_eur, 7, expires));
+    hub.one(fulfil(2, a_eur.name));
+    hub.one(Command::CloseSettlementWindow {
+        id: 1,
+        reason: "r".into(),
+    });
+    let settle = |hub: &mut Hub, model: &str| match hub.one(Command::CreateSettlement {
+        model: model.into(),
+        reason: "r".into(),
+        windows: vec![1],
+    }) {
+        Outcome::Settlement(view) => view,
+        other => panic!("{other:?}"),
+    };
+    let window = |hub: &mut Hub| match hub.one(Command::ReadSettlementWindows) {
+        Outcome::SettlementWindows(windows) => windows[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    let content_states = |view: &WindowView| {
+        view.content
+            .iter()
+            .map(|c| (c.currency, c.state))
+            .collect::<Vec<_>>()
+    };
+
+    // Through the stages one by one: the last (SETTLED) rolls up.
+    let usd_settlement = settle(&mut hub, "DEFERREDNETUSD");
+    let mut view = usd_settlement;
+    for state in [
+        SettlementState::PsTransfersRecorded,
+        SettlementState::PsTransfersReserved,
+        SettlementState::PsTransfersCommitted,
+        SettlementState::Settled,
+    ] {
+        let changes = view
+            .row
+            .accounts
+            .iter()
+            .map(|a| AccountChange {
+                participant: a.participant.0,
+                account: a.account.0,
+                state: state.as_str().into(),
+                reason: "r".into(),
+                external_reference: None,
+            })
+            .collect();
+        view = match hub.one(Command::UpdateSettlement {
+            settlement: view.row.id,
+            changes,
+        }) {
+            Outcome::SettlementUpdated { settlement, .. } => settlement,
+            other => panic!("{other:?}"),
+        };
+    }
+    assert_eq!(view.row.state, SettlementState::Settled);
+    let after_usd = window(&mut hub);
+    assert_eq!(after_usd.row.state, WindowState::PendingSettlement);
+    assert_eq!(
+        content_states(&after_usd),
+        [(eur(), WindowState::Closed), (usd(), WindowState::Settled)]
+    );
+
+    // The EUR content is still the default model's to settle; then the
+    // window is SETTLED.
+    let eur_settlement = settle(&mut hub, "DEFAULTDEFERREDNET");
+    assert!(eur_settlement
+        .row
+        .accounts
+        .iter()
+        .all(|a| a.currency == eur()));
+    let Outcome::Settlement(done) = hub.one(Command::FinalizeSettlement {
+        settlement: eur_settlement.row.id,
+        reason: "r".into(),
+        external_reference: None,
+    }) else {
+        panic!()
+    };
+    assert_eq!(done.windows[0].row.state, WindowState::Settled);
+    let settled = window(&mut hub);
+    assert_eq!(settled.row.state, WindowState::Settled);
+    assert_eq!(
+        content_states(&settled),
+        [(eur(), WindowState::Settled), (usd(), WindowState::Settled)]
+    );
+    let snapshot = hub.ledger.snapshot();
+    assert_eq!(snapshot.audit(), Vec::<String>::new());
+    let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
+    assert_eq!(restored.snapshot(), snapshot);
+}
+
+/// The tutorial's trap: a default model (`DEFERREDNET`) and a USD model
+/// (`DEFERREDNETUSD`) both exist, so USD content is the USD model's; asking
+/// the default model to settle it is refused with the model that applies.
+#[test]
+fn an_inapplicable_window_is_refused_with_the_model_that_settles_it() {
+    let mut hub = Hub::new(&[usd(), eur()]);
+    hub.one(net_model("DEFERREDNET", None));
+    hub.one(net_model("DEFERREDNETUSD", Some(usd())));
+    let a = hub.dfsp_in("a", usd(), 1_000, 1_000);
+    let b = hub.dfsp_in("b", usd(), 1_000, 1_000);
+    let expires = hub.now + TTL;
+    for (id, window) in [(1, 1), (2, 2)] {
+        hub.one(prepare(id, a, b, 10, expires));
+        hub.one(fulfil(id, b.name));
+        let outcome = hub.one(Command::CloseSettlementWindow {
+            id: window,
+            reason: "r".into(),
+        });
+        assert!(matches!(outcome, Outcome::Window(_)), "{outcome:?}");
+    }
+    let refuse = |hub: &mut Hub, model: &str, windows: &[u32]| {
+        hub.assert_rejected(
+            Command::CreateSettlement {
+                model: model.into(),
+                reason: "r".into(),
+                windows: windows.to_vec(),
+            },
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+        )
+        .description
+    };
+    assert_eq!(
+        refuse(&mut hub, "DEFERREDNET", &[2, 1]),
+        "Inapplicable windows 2, 1: their USD content is settled by model DEFERREDNETUSD"
+    );
+    hub.one(net_model("DEFERREDNETEUR", Some(eur())));
+    assert_eq!(
+        refuse(&mut hub, "DEFERREDNETEUR", &[1, 3, 9]),
+        "Inapplicable windows 1, 3, 9: window 1: it has no EUR content; \
+         window 3: it is OPEN; window 9: it does not exist"
+    );
+    // The model named settles both.
+    let Outcome::Settlement(view) = hub.one(Command::CreateSettlement {
+        model: "DEFERREDNETUSD".into(),
+        reason: "r".into(),
+        windows: vec![2, 1],
+    }) else {
+        panic!()
+    };
+    assert_eq!(view.row.windows, [2, 1]);
 }

@@ -291,11 +291,12 @@ impl Statements {
             )?,
             accounts: prepare(
                 "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap,
-                    created_at_ms)
+                    created_at_ms, changed_at_ms)
                  SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::text[],
-                    $7::text[], $8::text[], $9::bigint[])
+                    $7::text[], $8::text[], $9::bigint[], $10::bigint[])
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
-                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap",
+                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap,
+                    changed_at_ms = excluded.changed_at_ms",
             )?,
             transfers: prepare(
                 "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
@@ -832,7 +833,8 @@ fn read_state(
             });
         }
         for row in transaction.query(
-            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
+            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
+                COALESCE(changed_at_ms, created_at_ms)
              FROM accounts ORDER BY id",
             &[],
         )? {
@@ -848,6 +850,7 @@ fn read_state(
                     ledger::Amount::parse_signed(t).ok()
                 })?,
                 created_at_ms: col(&row, 8)?,
+                changed_at_ms: col(&row, 9)?,
             });
         }
         for row in transaction.query(
@@ -1166,6 +1169,7 @@ impl<'r> Columns<'r> {
                 .map(|r| r.net_debit_cap.map(|c| c.to_string()))
                 .collect();
             let created: Vec<i64> = rows.iter().map(|r| r.created_at_ms).collect();
+            let changed: Vec<i64> = rows.iter().map(|r| r.changed_at_ms).collect();
             transaction.execute(
                 &statements.accounts,
                 &[
@@ -1178,6 +1182,7 @@ impl<'r> Columns<'r> {
                     &reserved,
                     &cap,
                     &created,
+                    &changed,
                 ],
             )?;
         }

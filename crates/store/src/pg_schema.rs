@@ -7,7 +7,7 @@
 
 /// The migrations, in order: the schema version after migration `n` is
 /// `n + 1`. Never edit one that has shipped: add the next.
-pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2];
+pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
 
 /// The version this kasi writes: a database at a higher one is refused.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -23,6 +23,10 @@ pub(crate) const STORE_KIND: &str = "kasi hub store";
 /// whether the hub signs it when re-sent; NULL in rows kept before (read as
 /// forwarded: see `delivery::CallbackOrigin::parse`).
 const MIGRATION_2: &str = "ALTER TABLE dead_letters ADD COLUMN origin TEXT;";
+
+/// When an account's balance last changed (the position's `changedDate`);
+/// NULL in rows kept before, read as the account's creation.
+const MIGRATION_3: &str = "ALTER TABLE accounts ADD COLUMN changed_at_ms BIGINT;";
 
 const MIGRATION_1: &str = "
 CREATE TABLE kasi_meta (

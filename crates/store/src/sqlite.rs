@@ -29,8 +29,9 @@ pub const DATABASE_FILE: &str = "kasi.db";
 pub const LOCK_FILE: &str = "kasi.lock";
 /// Version 2 added `transfers.wire_version`, the models' rules, the
 /// finishes' settlement window, and settlement's tables; version 3 the
-/// admin API's `audit_events` and `certificate_pins`.
-const SCHEMA_VERSION: i64 = 3;
+/// admin API's `audit_events` and `certificate_pins`; version 4
+/// `accounts.changed_at_ms`.
+const SCHEMA_VERSION: i64 = 4;
 /// The oldest version this kasi migrates (on a writable open) or reads.
 const OLDEST_SCHEMA_VERSION: i64 = 1;
 
@@ -51,7 +52,8 @@ CREATE TABLE IF NOT EXISTS accounts (
     value          TEXT    NOT NULL,
     reserved       TEXT    NOT NULL,
     net_debit_cap  TEXT,
-    created_at_ms  INTEGER NOT NULL
+    created_at_ms  INTEGER NOT NULL,
+    changed_at_ms  INTEGER
 ) STRICT;
 CREATE TABLE IF NOT EXISTS transfers (
     seq                INTEGER PRIMARY KEY,
@@ -215,6 +217,11 @@ CREATE TABLE IF NOT EXISTS certificate_pins (
 ) STRICT;
 ";
 
+/// Version 3 → 4: when each account's balance last changed (the
+/// position's `changedDate`); NULL in rows kept before, read as the
+/// account's creation.
+const MIGRATE_3_TO_4: &str = "ALTER TABLE accounts ADD COLUMN changed_at_ms INTEGER;";
+
 /// Version 1 → 2: new columns (the new tables are created by [`SCHEMA`]);
 /// models stored before kasi read them get their rules from their JSON.
 const MIGRATE_1_TO_2: &str = "
@@ -340,10 +347,13 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 only adds tables, which SCHEMA creates.
-            1 | 2 => {
+            1..=3 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
+                }
+                if !has_column(&migration, "accounts", "changed_at_ms")? {
+                    migration.execute_batch(MIGRATE_3_TO_4)?;
                 }
                 migration.execute_batch(SCHEMA)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
@@ -457,10 +467,12 @@ impl SqliteStore {
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
             )?;
             let mut account = transaction.prepare_cached(
-                "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
+                    changed_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
-                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap",
+                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap,
+                    changed_at_ms = excluded.changed_at_ms",
             )?;
             let mut transfer = transaction.prepare_cached(
                 "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
@@ -534,6 +546,7 @@ impl SqliteStore {
                             reserved,
                             row.net_debit_cap.map(|cap| cap.to_string()),
                             row.created_at_ms,
+                            row.changed_at_ms,
                         ])?;
                     }
                     Record::Transfer(row) => {
@@ -1044,10 +1057,18 @@ fn read_rows(
                 created_at_ms: row.get(4)?,
             });
         }
-        let mut statement = transaction.prepare(
-            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms
-             FROM accounts ORDER BY id",
-        )?;
+        // Before version 4 an account's last change is not known: its
+        // creation stands in.
+        let changed_at = if version >= 4 {
+            "coalesce(changed_at_ms, created_at_ms)"
+        } else {
+            "created_at_ms"
+        };
+        let mut statement = transaction.prepare(&format!(
+            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
+                {changed_at}
+             FROM accounts ORDER BY id"
+        ))?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
             let net_debit_cap: Option<String> = row.get(7)?;
@@ -1068,6 +1089,7 @@ fn read_rows(
                     }
                 },
                 created_at_ms: row.get(8)?,
+                changed_at_ms: row.get(9)?,
             });
         }
         if bulk {
@@ -1086,7 +1108,7 @@ fn read_rows(
                 }
                 Some(horizon_ms) => {
                     drop(statement);
-                    let history = match version == SCHEMA_VERSION {
+                    let history = match version >= 3 {
                         true => sqlite_history::read(transaction)?,
                         false => None,
                     };
@@ -1351,6 +1373,18 @@ fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreEr
             other.data_type()
         ))),
     }
+}
+
+/// Whether `table` has `column` (a migration adds it once).
+fn has_column(connection: &Connection, table: &str, column: &str) -> Result<bool, StoreError> {
+    let mut statement = connection.prepare(&format!("PRAGMA table_info({table})"))?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        if row.get::<_, String>(1)? == column {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn newer_schema(path: &Path, version: i64) -> StoreError {

@@ -202,6 +202,7 @@ fn every_kind_of_record_round_trips_alike() {
         reserved: Amount::from_whole(1),
         net_debit_cap: (n == 1).then(|| Amount::from_whole(500)),
         created_at_ms: 5,
+        changed_at_ms: 5 + i64::from(n),
     };
     let quote = |answered: bool| QuoteRow {
         quote_id: id(77),

@@ -119,7 +119,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 3);
+    assert_eq!(user_version(dir.path()), 4);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -143,7 +143,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 4).unwrap();
+        connection.pragma_update(None, "user_version", 5).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -152,7 +152,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 4"), "{text}");
+        assert!(text.contains("schema version 5"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -197,7 +197,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 3);
+    assert_eq!(user_version(dir.path()), 4);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -248,4 +248,51 @@ fn only_the_newest_audit_events_are_loaded() {
         "the oldest five stay on disk only"
     );
     assert_eq!(snapshot.audit_events.last().unwrap().id, total);
+}
+
+fn account(id: u32, created_at_ms: i64, changed_at_ms: i64) -> Record {
+    Record::Account(ledger::AccountRow {
+        id: AccountId(id),
+        participant: ledger::ParticipantId(1),
+        currency: ledger::Currency::parse("USD").unwrap(),
+        kind: ledger::AccountKind::Position,
+        active: true,
+        value: Amount::ZERO,
+        reserved: Amount::ZERO,
+        net_debit_cap: None,
+        created_at_ms,
+        changed_at_ms,
+    })
+}
+
+#[test]
+fn a_version_3_store_gains_the_accounts_last_change_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).unwrap();
+        store.commit(&[&[account(1, 10, 70)]]).unwrap();
+        assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 70);
+    }
+    // Make it what kasi wrote before version 4.
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection
+            .execute_batch(
+                "ALTER TABLE accounts DROP COLUMN changed_at_ms; PRAGMA user_version = 3;",
+            )
+            .unwrap();
+    }
+    // Read as it is: the creation stands in for the last change.
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.accounts[0].changed_at_ms, 10);
+    assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 4);
+    assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
+    store.commit(&[&[account(1, 10, 90)]]).unwrap();
+    assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
 }
