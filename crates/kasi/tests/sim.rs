@@ -286,6 +286,7 @@ fn sim_onboards_a_hub_that_requires_an_admin_token() {
             .any(|e| e["actor"] == "alice" && e["target"] == "payeefsp"),
         "the sim's changes are the operator's: {events}"
     );
+}
 
 /// The tutorial's trap: the hub has a default model (no currency); the
 /// sim keeps it rather than add a USD one that would take USD from it, so
