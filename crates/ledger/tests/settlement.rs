@@ -565,8 +565,9 @@ fn gross_settlement_moves_liquidity_at_each_commit() {
     assert_eq!(restored.snapshot(), snapshot);
 }
 
-#[test]
-fn two_models_on_one_window_settle_separately() {
+/// A hub with a USD model and a default one, and window 1 closed holding
+/// a USD and an EUR transfer between DFSPs a and b.
+fn closed_window_of_usd_and_eur() -> Hub {
     let mut hub = Hub::new(&[usd(), eur()]);
     hub.one(net_model("DEFERREDNETUSD", Some(usd())));
     hub.one(net_model("DEFAULTDEFERREDNET", None));
@@ -583,14 +584,24 @@ fn two_models_on_one_window_settle_separately() {
         id: 1,
         reason: "r".into(),
     });
-    let settle = |hub: &mut Hub, model: &str| match hub.one(Command::CreateSettlement {
+    hub
+}
+
+/// Creates a settlement of window 1 with `model`.
+fn settle_window_1(hub: &mut Hub, model: &str) -> SettlementView {
+    match hub.one(Command::CreateSettlement {
         model: model.into(),
         reason: "r".into(),
         windows: vec![1],
     }) {
         Outcome::Settlement(view) => view,
         other => panic!("{other:?}"),
-    };
+    }
+}
+
+#[test]
+fn two_models_on_one_window_settle_separately() {
+    let mut hub = closed_window_of_usd_and_eur();
     let finalize = |hub: &mut Hub, id: u32| match hub.one(Command::FinalizeSettlement {
         settlement: id,
         reason: "r".into(),
@@ -599,14 +610,14 @@ fn two_models_on_one_window_settle_separately() {
         Outcome::Settlement(view) => view,
         other => panic!("{other:?}"),
     };
-    let usd_settlement = settle(&mut hub, "DEFERREDNETUSD");
+    let usd_settlement = settle_window_1(&mut hub, "DEFERREDNETUSD");
     assert_eq!(usd_settlement.row.accounts.len(), 2);
     assert!(usd_settlement
         .row
         .accounts
         .iter()
         .all(|a| a.currency == usd()));
-    let eur_settlement = settle(&mut hub, "DEFAULTDEFERREDNET");
+    let eur_settlement = settle_window_1(&mut hub, "DEFAULTDEFERREDNET");
     assert!(eur_settlement
         .row
         .accounts
@@ -683,30 +694,7 @@ fn abort_is_allowed_at_each_stage_before_a_commit_and_refused_after() {
 /// still settleable by the other model.
 #[test]
 fn a_window_with_content_left_to_settle_stays_pending_settlement() {
-    let mut hub = Hub::new(&[usd(), eur()]);
-    hub.one(net_model("DEFERREDNETUSD", Some(usd())));
-    hub.one(net_model("DEFAULTDEFERREDNET", None));
-    let a_usd = hub.dfsp_in("a", usd(), 1_000, 1_000);
-    let b_usd = hub.dfsp_in("b", usd(), 1_000, 1_000);
-    let a_eur = hub.dfsp_in("a", eur(), 1_000, 1_000);
-    let b_eur = hub.dfsp_in("b", eur(), 1_000, 1_000);
-    let expires = hub.now + TTL;
-    hub.one(prepare(1, a_usd, b_usd, 10, expires));
-    hub.one(fulfil(1, b_usd.name));
-    hub.one(prepare(2, b_eur, a_eur, 7, expires));
-    hub.one(fulfil(2, a_eur.name));
-    hub.one(Command::CloseSettlementWindow {
-        id: 1,
-        reason: "r".into(),
-    });
-    let settle = |hub: &mut Hub, model: &str| match hub.one(Command::CreateSettlement {
-        model: model.into(),
-        reason: "r".into(),
-        windows: vec![1],
-    }) {
-        Outcome::Settlement(view) => view,
-        other => panic!("{other:?}"),
-    };
+    let mut hub = closed_window_of_usd_and_eur();
     let window = |hub: &mut Hub| match hub.one(Command::ReadSettlementWindows) {
         Outcome::SettlementWindows(windows) => windows[0].clone(),
         other => panic!("{other:?}"),
@@ -719,7 +707,7 @@ fn a_window_with_content_left_to_settle_stays_pending_settlement() {
     };
 
     // Through the stages one by one: the last (SETTLED) rolls up.
-    let usd_settlement = settle(&mut hub, "DEFERREDNETUSD");
+    let usd_settlement = settle_window_1(&mut hub, "DEFERREDNETUSD");
     let mut view = usd_settlement;
     for state in [
         SettlementState::PsTransfersRecorded,
@@ -757,7 +745,7 @@ fn a_window_with_content_left_to_settle_stays_pending_settlement() {
 
     // The EUR content is still the default model's to settle; then the
     // window is SETTLED.
-    let eur_settlement = settle(&mut hub, "DEFAULTDEFERREDNET");
+    let eur_settlement = settle_window_1(&mut hub, "DEFAULTDEFERREDNET");
     assert!(eur_settlement
         .row
         .accounts
