@@ -76,6 +76,8 @@ pub(crate) struct Finish {
     pub(crate) request_hash: RequestHash,
     pub(crate) at_ms: i64,
     pub(crate) settlement_window: Option<u32>,
+    /// Why the hub aborted it on the payee's message, if it did.
+    pub(crate) cause: Option<AbortCause>,
 }
 
 #[derive(Clone, Copy)]
@@ -1131,6 +1133,7 @@ impl Ledger {
             currency: debit.currency,
             state: transfer.state,
             reason: transfer.reason,
+            cause: transfer.finish.and_then(|finish| finish.cause),
             expiration_ms: transfer.expiration_ms,
             prepared_at_ms: transfer.prepared_at_ms,
             completed_at_ms: match transfer.state {
@@ -1417,12 +1420,14 @@ impl Ledger {
     /// Moves a reserved transfer to its final state: releases the hold on the
     /// debit account and, on commit, posts the amount from credit to debit.
     /// Checks every sum before changing anything.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &mut self,
         transfer_id: TransferId,
         kind: FinishKind,
         state: TransferState,
         reason: Option<ErrorCode>,
+        cause: Option<AbortCause>,
         request_hash: RequestHash,
         fulfilment: Option<Fulfilment>,
     ) -> Result<TransferView, Rejection> {
@@ -1498,6 +1503,7 @@ impl Ledger {
             request_hash,
             at_ms: now_ms,
             settlement_window,
+            cause,
         });
         let seq = transfer.seq;
         if transfer.kind == TransferKind::Fspiop {
@@ -1508,6 +1514,7 @@ impl Ledger {
             kind,
             state,
             reason,
+            cause,
             finished_at_ms: now_ms,
             request_hash,
             fulfilment,
@@ -1560,6 +1567,7 @@ impl Ledger {
             return Err(Self::not_reserved(transfer_id, transfer.state));
         }
         let (hash, fulfilment) = (fulfil.request_hash, fulfil.fulfilment);
+        let condition = transfer.condition;
         if self.now_ms >= transfer.expiration_ms {
             let code = ErrorCode::TRANSFER_EXPIRED;
             let view = self.finish(
@@ -1567,6 +1575,7 @@ impl Ledger {
                 FinishKind::Fulfil,
                 TransferState::Expired,
                 Some(code),
+                None,
                 hash,
                 None,
             )?;
@@ -1579,26 +1588,24 @@ impl Ledger {
                 error,
             });
         }
-        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == transfer.condition) else {
-            let code = ErrorCode::GENERIC_VALIDATION_ERROR;
-            let view = self.finish(
+        if let Some(failed) =
+            self.abort_unless_to_payer(transfer_id, FinishKind::Fulfil, fulfil.destination, hash)?
+        {
+            return Ok(failed);
+        }
+        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == condition) else {
+            return self.abort_by_hub(
                 transfer_id,
                 FinishKind::Fulfil,
-                TransferState::Aborted,
-                Some(code),
+                AbortCause::InvalidFulfilment,
                 hash,
-                None,
-            )?;
-            let error = Rejection::new(code, "invalid fulfilment");
-            return Ok(Outcome::Failed {
-                transfer: view,
-                error,
-            });
+            );
         };
         let view = self.finish(
             transfer_id,
             FinishKind::Fulfil,
             TransferState::Committed,
+            None,
             None,
             hash,
             Some(fulfilment),
@@ -1620,6 +1627,14 @@ impl Ledger {
         if transfer.state != TransferState::Reserved {
             return Err(Self::not_reserved(transfer_id, transfer.state));
         }
+        if let Some(failed) = self.abort_unless_to_payer(
+            transfer_id,
+            FinishKind::Abort,
+            abort.destination,
+            abort.request_hash,
+        )? {
+            return Ok(failed);
+        }
         if !abort.error_code.is_valid() {
             return Err(validation(format!(
                 "error code {} is not an FSPIOP error code",
@@ -1631,10 +1646,59 @@ impl Ledger {
             FinishKind::Abort,
             TransferState::Aborted,
             Some(abort.error_code),
+            None,
             abort.request_hash,
             None,
         )?;
         Ok(Outcome::Transfer(view))
+    }
+
+    /// The payee's message about a reserved transfer named another
+    /// FSPIOP-Destination than the payer: central-ledger aborts the
+    /// transfer (3100) rather than let the payer miss its outcome. `None`:
+    /// addressed to the payer, or to nobody.
+    fn abort_unless_to_payer(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        destination: Option<FspName>,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        let Some(destination) = destination else {
+            return Ok(None);
+        };
+        let transfer = &self.transfers[&transfer_id];
+        if self.participant(self.account(transfer.debit).participant).name == destination {
+            return Ok(None);
+        }
+        let cause = AbortCause::DestinationNotPayer;
+        self.abort_by_hub(transfer_id, kind, cause, request_hash)
+            .map(Some)
+    }
+
+    /// Aborts a reserved transfer for the payee's faulty message (3100 with
+    /// `cause`): its final state, told to the payer as the refusal.
+    fn abort_by_hub(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        cause: AbortCause,
+        request_hash: RequestHash,
+    ) -> Result<Outcome, Rejection> {
+        let code = ErrorCode::GENERIC_VALIDATION_ERROR;
+        let view = self.finish(
+            transfer_id,
+            kind,
+            TransferState::Aborted,
+            Some(code),
+            Some(cause),
+            request_hash,
+            None,
+        )?;
+        Ok(Outcome::Failed {
+            transfer: view,
+            error: Rejection::new(code, cause.description()),
+        })
     }
 
     fn get_transfer(&self, transfer_id: TransferId, caller: FspName) -> Result<Outcome, Rejection> {
@@ -1671,6 +1735,7 @@ impl Ledger {
                 FinishKind::Expiry,
                 TransferState::Expired,
                 code,
+                None,
                 RequestHash::default(),
                 None,
             ) {
@@ -1855,7 +1920,15 @@ impl Ledger {
         } else {
             TransferState::Aborted
         };
-        let view = self.finish(transfer_id, kind, state, None, command.request_hash, None)?;
+        let view = self.finish(
+            transfer_id,
+            kind,
+            state,
+            None,
+            None,
+            command.request_hash,
+            None,
+        )?;
         Ok(Outcome::Transfer(view))
     }
 
@@ -1933,6 +2006,7 @@ impl Ledger {
                     kind: finish.kind,
                     state: transfer.state,
                     reason: transfer.reason,
+                    cause: finish.cause,
                     finished_at_ms: finish.at_ms,
                     request_hash: finish.request_hash,
                     fulfilment: transfer.fulfilment,
@@ -2140,6 +2214,7 @@ impl Ledger {
                     request_hash: finish.request_hash,
                     at_ms: finish.finished_at_ms,
                     settlement_window: finish.settlement_window,
+                    cause: finish.cause,
                 });
                 if finish.settlement_window.is_some() && finish.settlement_window == open_window {
                     open_commits.push((row.debit, row.credit, row.amount));
