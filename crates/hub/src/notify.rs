@@ -1286,11 +1286,16 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
             );
         }
 
-        let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        let mut delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        // A tracked callback is retried until its deadline itself: when the
+        // next backoff would pass it, the last attempt is made at the
+        // deadline (a prepare's expiry), not a backoff early.
         let exhausted = match &job.tracking {
             Some(_) => {
-                now_ms.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
-                    > job.retry_until_ms
+                let left_ms = job.retry_until_ms.saturating_sub(now_ms);
+                let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+                delay = delay.min(left);
+                left_ms <= 0
             }
             None => attempt >= max_attempts,
         };
@@ -2113,6 +2118,47 @@ mod tests {
         let written = written.lock().unwrap();
         assert_eq!(written.forgotten, [letter.id]);
         assert!(!written.watermarks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_tracked_callback_gets_a_last_attempt_at_its_deadline() {
+        // A payee down until just before the prepare's expiry: the next
+        // backoff (≥ 1 s) would pass the deadline, so the last attempt is
+        // made at the deadline itself, and delivers.
+        static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
+        let mut server = stub(Behaviour::Status(&STATUS)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            backoff_base: Duration::from_secs(2),
+            ..fast_config()
+        });
+        let deadline_ms = crate::now_ms() + 400;
+        dispatcher.send_tracked(
+            callback("payeefsp", server.url("/transfers"), b"{}"),
+            None,
+            Some(Tracking {
+                event_ms: Some(crate::now_ms()),
+                retry_until_ms: Some(deadline_ms),
+                transfer_id: Some("t1".into()),
+                dead_letter: None,
+            }),
+        );
+        server.next(Duration::from_secs(2)).await;
+        // Up now, well before the deadline (the first attempt's answer,
+        // read as its request arrived, was the 503).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        STATUS.store(200, Ordering::SeqCst);
+        server.next(Duration::from_secs(2)).await;
+        let last_attempt_ms = crate::now_ms();
+        // (The wall clock and the timer's clock may differ by a tick.)
+        assert!(
+            last_attempt_ms + 20 >= deadline_ms,
+            "the last attempt came {} ms before the deadline",
+            deadline_ms - last_attempt_ms
+        );
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!((stats.sent_ok, stats.retried), (1, 1), "{stats:?}");
+        assert!(dispatcher.dead_letters(None).is_empty());
     }
 
     #[tokio::test]
