@@ -586,7 +586,10 @@ fn a_fulfil_or_error_addressed_to_another_than_the_payer_aborts_the_transfer() {
     // The same fulfil again is a duplicate: its sender gets the state.
     let response = s.hub.fulfil(&committed, PAYEE, "thirdfsp", &fulfil);
     assert_eq!(response.status, 200, "{response:?}");
-    let state = s.payee.expect("PUT", &format!("/transfers/{committed}")).json();
+    let state = s
+        .payee
+        .expect("PUT", &format!("/transfers/{committed}"))
+        .json();
     assert_eq!(state["transferState"], "ABORTED", "{state}");
     // A source that is not the payee changes nothing (kasi's stricter rule).
     let response = s.hub.fulfil(&committed, "thirdfsp", PAYER, &fulfil);

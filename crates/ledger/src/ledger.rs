@@ -1667,8 +1667,9 @@ impl Ledger {
         let Some(destination) = destination else {
             return Ok(None);
         };
-        let transfer = &self.transfers[&transfer_id];
-        if self.participant(self.account(transfer.debit).participant).name == destination {
+        let debit = self.transfers[&transfer_id].debit;
+        let payer = self.participant(self.account(debit).participant).name;
+        if payer == destination {
             return Ok(None);
         }
         let cause = AbortCause::DestinationNotPayer;

@@ -182,9 +182,12 @@ impl AbortCause {
     }
 
     pub fn parse(text: &str) -> Option<AbortCause> {
-        [AbortCause::InvalidFulfilment, AbortCause::DestinationNotPayer]
-            .into_iter()
-            .find(|cause| cause.as_str() == text)
+        [
+            AbortCause::InvalidFulfilment,
+            AbortCause::DestinationNotPayer,
+        ]
+        .into_iter()
+        .find(|cause| cause.as_str() == text)
     }
 
     /// What follows the code's own wording, as central-ledger writes it.

@@ -407,7 +407,11 @@ fn fulfil_or_abort_addressed_to_another_than_the_payer_aborts_with_3100() {
             "fspiop-destination does not match payer fsp on the Fulfil callback response"
         );
         assert_eq!(transfer.state, TransferState::Aborted);
-        assert_eq!(transfer.reason, Some(ErrorCode(3100)), "not the payee's code");
+        assert_eq!(
+            transfer.reason,
+            Some(ErrorCode(3100)),
+            "not the payee's code"
+        );
         assert_eq!(transfer.cause, Some(AbortCause::DestinationNotPayer));
         assert_eq!(transfer.fulfilment, None);
         // The payer's hold is released; nothing was posted.
@@ -446,7 +450,10 @@ fn a_source_that_is_not_the_payee_is_refused_whatever_its_destination() {
     let (mut hub, payer, payee) = two();
     let other = hub.dfsp("otherfsp", 1000, 500);
     hub.one(prepare(1, payer, payee, 100, hub.now + TTL));
-    hub.assert_rejected(addressed(fulfil(1, other.name), other.name), ErrorCode(3100));
+    hub.assert_rejected(
+        addressed(fulfil(1, other.name), other.name),
+        ErrorCode(3100),
+    );
     hub.assert_rejected(
         addressed(abort(1, other.name, 5100, hash(3)), payee.name),
         ErrorCode(3100),

@@ -3,9 +3,9 @@
 //! not write) into a [`StoreError`] naming the column, never a panic.
 
 use ledger::{
-    AbortCause, AccountId, Amount, Condition, Currency, ErrorCode, FinishKind, FinishRow, Fulfilment,
-    FundsMemo, ParticipantId, QuoteAnswer, QuoteRow, RequestHash, TransferId, TransferKind,
-    TransferRow, TransferState,
+    AbortCause, AccountId, Amount, Condition, Currency, ErrorCode, FinishKind, FinishRow,
+    Fulfilment, FundsMemo, ParticipantId, QuoteAnswer, QuoteRow, RequestHash, TransferId,
+    TransferKind, TransferRow, TransferState,
 };
 use postgres::types::FromSql;
 use postgres::Row;

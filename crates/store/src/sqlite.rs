@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
-    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
+    AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow,
+    ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
     ParticipantRow, PartyKey, PartyRow, QuoteAnswer, QuoteRow, Record, RequestHash,
     SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow, TransferState,
     TransferView,

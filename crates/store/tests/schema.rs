@@ -186,7 +186,9 @@ fn a_version_3_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     ];
     {
         let mut store = open(dir.path()).unwrap();
-        let transfers: Vec<Record> = (1..=3).map(|seq| transfer(seq, ids[seq as usize - 1], 0x11)).collect();
+        let transfers: Vec<Record> = (1..=3)
+            .map(|seq| transfer(seq, ids[seq as usize - 1], 0x11))
+            .collect();
         let finished: Vec<Record> = finishes.iter().cloned().map(Record::Finish).collect();
         store.commit(&[&transfers, &finished]).unwrap();
     }
