@@ -191,6 +191,14 @@ impl fmt::Debug for Callback {
     }
 }
 
+/// A callback queued only once another has been answered with a 2xx:
+/// ml-api-adapter tells the payee of a commit only after the payer's
+/// callback succeeded (it awaits it, and a failure ends the notification).
+pub struct FollowUp {
+    pub callback: Callback,
+    pub tracking: Option<Tracking>,
+}
+
 /// Limits and timeouts of a [`Dispatcher`].
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -340,12 +348,14 @@ struct Job {
     tracking: Option<Tracking>,
     /// Wall-clock deadline of a tracked callback's retries.
     retry_until_ms: i64,
+    /// Queued once this one is answered with a 2xx; dropped otherwise.
+    then: Option<Box<FollowUp>>,
 }
 
 /// How a delivery ended.
 enum Delivery {
     /// An HTTP answer that is final (2xx, or another non-5xx status).
-    Answered,
+    Answered { success: bool },
     /// Retries exhausted (or deadline passed).
     GaveUp { attempts: u32, reason: String },
 }
@@ -524,6 +534,20 @@ impl Dispatcher {
         probe: Option<CallbackProbe>,
         tracking: Option<Tracking>,
     ) {
+        self.send_then(callback, probe, tracking, None);
+    }
+
+    /// Like [`send_tracked`](Self::send_tracked); `then` is queued once
+    /// this callback is answered with a 2xx, and dropped if it is not (a
+    /// 4xx, a dead letter, an unusable URL, shutdown: a restart derives
+    /// both again while the first holds the watermark).
+    pub(crate) fn send_then(
+        &self,
+        callback: Callback,
+        probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
+        then: Option<FollowUp>,
+    ) {
         let inner = &self.inner;
         let destination = inner.destination(&callback.destination);
         if let Some(event_ms) = tracking.as_ref().and_then(|t| t.event_ms) {
@@ -600,6 +624,7 @@ impl Dispatcher {
             origin,
             tracking,
             retry_until_ms,
+            then: then.map(Box::new),
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -1140,8 +1165,23 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 delivery = deliver(&inner, &destination, &job) => Some(delivery),
             }
         };
+        // Queued before this one's instant is released, so the watermark
+        // never passes the follow-up's.
+        match (&delivery, job.then.take()) {
+            (Some(Delivery::Answered { success: true }), Some(then)) => {
+                let FollowUp { callback, tracking } = *then;
+                Dispatcher {
+                    inner: Arc::clone(&inner),
+                }
+                .send_tracked(callback, None, tracking);
+            }
+            (_, Some(then)) => {
+                debug!(destination = %then.callback.destination, url = %then.callback.url, "follow-up callback dropped: the callback before it did not succeed");
+            }
+            (_, None) => {}
+        }
         match (&delivery, &job.tracking) {
-            (Some(Delivery::Answered), Some(tracking)) => inner.answered(tracking),
+            (Some(Delivery::Answered { .. }), Some(tracking)) => inner.answered(tracking),
             (Some(Delivery::GaveUp { attempts, reason }), Some(tracking)) => {
                 let letter = dead_letter_of(
                     &inner,
@@ -1264,7 +1304,9 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                         }
                     }
                     let _ = drained.await;
-                    return Delivery::Answered;
+                    return Delivery::Answered {
+                        success: status.is_success(),
+                    };
                 }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
@@ -2159,6 +2201,37 @@ mod tests {
         let stats = stats_of(&dispatcher, "payeefsp");
         assert_eq!((stats.sent_ok, stats.retried), (1, 1), "{stats:?}");
         assert!(dispatcher.dead_letters(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_follow_up_goes_only_after_a_2xx() {
+        let mut payer = stub(Behaviour::Answer(200)).await;
+        let mut refusing_payer = stub(Behaviour::Answer(400)).await;
+        let mut payee = stub(Behaviour::Answer(200)).await;
+        let dispatcher = Dispatcher::new(fast_config());
+        let follow_up = |payee: &Stub, body: &'static [u8]| FollowUp {
+            callback: callback("payeefsp", payee.url("/transfers/1"), body),
+            tracking: None,
+        };
+        dispatcher.send_then(
+            callback("payerfsp", payer.url("/transfers/1"), b"first"),
+            None,
+            None,
+            Some(follow_up(&payee, b"then")),
+        );
+        assert_eq!(payer.next(Duration::from_secs(2)).await.body, b"first");
+        assert_eq!(payee.next(Duration::from_secs(2)).await.body, b"then");
+        // A payer that refuses: the payee is not told.
+        dispatcher.send_then(
+            callback("otherfsp", refusing_payer.url("/transfers/2"), b"first"),
+            None,
+            None,
+            Some(follow_up(&payee, b"never")),
+        );
+        refusing_payer.next(Duration::from_secs(2)).await;
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        assert_eq!(payee.count_received(), 0);
+        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 1);
     }
 
     #[tokio::test]

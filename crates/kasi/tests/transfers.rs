@@ -112,6 +112,75 @@ fn a_reserved_fulfil_commits_and_the_payee_gets_a_patch() {
     s.payee.assert_quiet(QUIET_WAIT);
 }
 
+/// A payer and a payee on a hub started with `extra` flags.
+fn scenario_with(extra: &[&str]) -> Scenario {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start_with(&dir.path().join("data"), extra);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    Scenario {
+        hub,
+        payer,
+        payee,
+        dir,
+    }
+}
+
+#[test]
+fn the_payee_is_confirmed_only_after_the_payer_is_told() {
+    // ml-api-adapter awaits the payer's callback before it sends the
+    // payee's confirmation (SEND_TRANSFER_CONFIRMATION_TO_PAYEE, on by
+    // default); the hub queues the payee's only once the payer answered.
+    let s = scenario_with(&["--payee-commit-confirmation", "on"]);
+    for _ in 0..3 {
+        let (id, _) = s.reserve("10", far_future());
+        s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+        let to_payer = s.payer.expect("PUT", &format!("/transfers/{id}"));
+        let to_payee = s.payee.expect("PUT", &format!("/transfers/{id}"));
+        assert_eq!(to_payee.header("fspiop-source"), Some(HUB_NAME));
+        assert!(
+            to_payer.at < to_payee.at,
+            "the payee's confirmation arrived {:?} before the payer's callback",
+            to_payer.at - to_payee.at
+        );
+        // A payee that asked with RESERVED: its PATCH also follows.
+        let (id, _) = s.reserve("10", far_future());
+        s.fulfil(&id, &fulfil_body(FULFILMENT, "RESERVED"));
+        let to_payer = s.payer.expect("PUT", &format!("/transfers/{id}"));
+        let patch = s.payee.expect("PATCH", &format!("/transfers/{id}"));
+        assert!(to_payer.at < patch.at, "the PATCH came first");
+    }
+    s.payee.assert_quiet(QUIET_WAIT);
+}
+
+#[test]
+fn with_payee_commit_confirmation_off_the_payee_gets_no_put_on_commit() {
+    let s = scenario_with(&["--payee-commit-confirmation", "off"]);
+    let (id, _) = s.reserve("10", far_future());
+    s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+    s.payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(s.hub.position(PAYEE), -10.0, "committed");
+    // Its PATCH is not a confirmation: a payee that asked still gets it.
+    let (patched, _) = s.reserve("10", far_future());
+    s.fulfil(&patched, &fulfil_body(FULFILMENT, "RESERVED"));
+    s.payer.expect("PUT", &format!("/transfers/{patched}"));
+    let patch = s.payee.expect("PATCH", &format!("/transfers/{patched}"));
+    assert_eq!(patch.json()["transferState"], "COMMITTED");
+    // A wrong fulfilment: the payer is told, the payee (who sent it) not.
+    let (wrong, _) = s.reserve("10", far_future());
+    s.fulfil(&wrong, &fulfil_body(WRONG_FULFILMENT, "COMMITTED"));
+    s.payer.expect_error(&wrong, "3100");
+    s.payee.assert_quiet(QUIET_WAIT);
+    // And the payee can still ask.
+    let response = s.hub.get_transfer(&id, PAYEE, PAYER);
+    assert_eq!(response.status, 202, "{response:?}");
+    let state = s.payee.expect("PUT", &format!("/transfers/{id}")).json();
+    assert_eq!(state["transferState"], "COMMITTED", "{state}");
+}
+
 // ----------------------------------------------------------------- rejections
 
 #[test]
