@@ -191,9 +191,11 @@ impl fmt::Debug for Callback {
     }
 }
 
-/// A callback queued only once another has been answered with a 2xx:
-/// ml-api-adapter tells the payee of a commit only after the payer's
-/// callback succeeded (it awaits it, and a failure ends the notification).
+/// A callback queued once another's first attempt has ended: the payer is
+/// told of a commit before the payee, as ml-api-adapter awaits the payer's
+/// callback before the payee's. (It sends the payee nothing if the payer's
+/// failed; here a payer's failing endpoint delays the payee by one attempt
+/// at most, never withholds its notification.)
 pub struct FollowUp {
     pub callback: Callback,
     pub tracking: Option<Tracking>,
@@ -348,14 +350,14 @@ struct Job {
     tracking: Option<Tracking>,
     /// Wall-clock deadline of a tracked callback's retries.
     retry_until_ms: i64,
-    /// Queued once this one is answered with a 2xx; dropped otherwise.
+    /// Queued once this one's first attempt has ended.
     then: Option<Box<FollowUp>>,
 }
 
 /// How a delivery ended.
 enum Delivery {
     /// An HTTP answer that is final (2xx, or another non-5xx status).
-    Answered { success: bool },
+    Answered,
     /// Retries exhausted (or deadline passed).
     GaveUp { attempts: u32, reason: String },
 }
@@ -538,9 +540,9 @@ impl Dispatcher {
     }
 
     /// Like [`send_tracked`](Self::send_tracked); `then` is queued once
-    /// this callback is answered with a 2xx, and dropped if it is not (a
-    /// 4xx, a dead letter, an unusable URL, shutdown: a restart derives
-    /// both again while the first holds the watermark).
+    /// this callback's first attempt has ended, whatever its outcome, or
+    /// at once if this one cannot be queued (at shutdown it is dropped: a
+    /// restart derives both again while the first holds the watermark).
     pub(crate) fn send_then(
         &self,
         callback: Callback,
@@ -580,6 +582,9 @@ impl Dispatcher {
                         failed_total = total,
                         "callback not sent: unusable URL"
                     );
+                }
+                if let Some(then) = then {
+                    self.send_tracked(then.callback, None, then.tracking);
                 }
                 return;
             }
@@ -663,7 +668,10 @@ impl Dispatcher {
                 // A tracked callback refused for a full queue is kept at
                 // once; one refused at shutdown keeps the watermark back
                 // and is derived again at the next start.
-                if let Refused::QueueFull(job) = refused {
+                if let Refused::QueueFull(mut job) = refused {
+                    if let Some(then) = job.then.take() {
+                        self.send_tracked(then.callback, None, then.tracking);
+                    }
                     if let Some(tracking) = &job.tracking {
                         let letter = dead_letter_of(
                             inner,
@@ -1162,26 +1170,14 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
             tokio::select! {
                 biased;
                 _ = abort.wait_for(|abort| *abort) => None,
-                delivery = deliver(&inner, &destination, &job) => Some(delivery),
+                delivery = deliver(&inner, &destination, &mut job) => Some(delivery),
             }
         };
-        // Queued before this one's instant is released, so the watermark
-        // never passes the follow-up's.
-        match (&delivery, job.then.take()) {
-            (Some(Delivery::Answered { success: true }), Some(then)) => {
-                let FollowUp { callback, tracking } = *then;
-                Dispatcher {
-                    inner: Arc::clone(&inner),
-                }
-                .send_tracked(callback, None, tracking);
-            }
-            (_, Some(then)) => {
-                debug!(destination = %then.callback.destination, url = %then.callback.url, "follow-up callback dropped: the callback before it did not succeed");
-            }
-            (_, None) => {}
+        if let Some(then) = job.then.take() {
+            debug!(destination = %then.callback.destination, url = %then.callback.url, "follow-up callback dropped at shutdown");
         }
         match (&delivery, &job.tracking) {
-            (Some(Delivery::Answered { .. }), Some(tracking)) => inner.answered(tracking),
+            (Some(Delivery::Answered), Some(tracking)) => inner.answered(tracking),
             (Some(Delivery::GaveUp { attempts, reason }), Some(tracking)) => {
                 let letter = dead_letter_of(
                     &inner,
@@ -1251,7 +1247,20 @@ fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
 }
 
 /// Delivers one callback: attempts, retries, counters, warnings.
-async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Delivery {
+/// Queues the callback waiting for `job`'s first attempt (see
+/// [`FollowUp`]), before `job`'s own instant can be released, so the
+/// watermark never passes the follow-up's.
+fn release_follow_up(inner: &Arc<Inner>, job: &mut Job) {
+    if let Some(then) = job.then.take() {
+        let FollowUp { callback, tracking } = *then;
+        Dispatcher {
+            inner: Arc::clone(inner),
+        }
+        .send_tracked(callback, None, tracking);
+    }
+}
+
+async fn deliver(inner: &Arc<Inner>, destination: &Destination, job: &mut Job) -> Delivery {
     let config = &inner.config;
     let max_attempts = config.max_attempts.max(1);
     let mut attempt: u32 = 1;
@@ -1304,14 +1313,14 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                         }
                     }
                     let _ = drained.await;
-                    return Delivery::Answered {
-                        success: status.is_success(),
-                    };
+                    release_follow_up(inner, job);
+                    return Delivery::Answered;
                 }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
             Err(_) => format!("no response within {:?}", config.request_timeout),
         };
+        release_follow_up(inner, job);
         let now_ms = crate::now_ms();
         if destination
             .failing_since_ms
@@ -2204,34 +2213,45 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_follow_up_goes_only_after_a_2xx() {
-        let mut payer = stub(Behaviour::Answer(200)).await;
-        let mut refusing_payer = stub(Behaviour::Answer(400)).await;
+    async fn a_follow_up_goes_once_the_first_attempt_has_ended() {
+        static PAYER_STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(200);
+        let mut payer = stub(Behaviour::Status(&PAYER_STATUS)).await;
         let mut payee = stub(Behaviour::Answer(200)).await;
-        let dispatcher = Dispatcher::new(fast_config());
-        let follow_up = |payee: &Stub, body: &'static [u8]| FollowUp {
-            callback: callback("payeefsp", payee.url("/transfers/1"), body),
-            tracking: None,
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            backoff_base: Duration::from_secs(5),
+            ..fast_config()
+        });
+        let (payer_url, payee_url) = (payer.url(""), payee.url(""));
+        let send = |path: &str, body: &'static [u8]| {
+            dispatcher.send_then(
+                callback("payerfsp", format!("{payer_url}{path}"), b"first"),
+                None,
+                None,
+                Some(FollowUp {
+                    callback: callback("payeefsp", format!("{payee_url}{path}"), body),
+                    tracking: None,
+                }),
+            )
         };
-        dispatcher.send_then(
-            callback("payerfsp", payer.url("/transfers/1"), b"first"),
-            None,
-            None,
-            Some(follow_up(&payee, b"then")),
+        // Answered: then the payee's goes.
+        send("/transfers/1", b"then");
+        payer.next(Duration::from_secs(2)).await;
+        let got = payee.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"then");
+        // A payer whose endpoint fails: the payee is told after its first
+        // attempt, not held back by the payer's retries.
+        PAYER_STATUS.store(503, Ordering::SeqCst);
+        send("/transfers/2", b"still told");
+        payer.next(Duration::from_secs(2)).await;
+        let got = payee.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"still told");
+        assert_eq!(
+            payer.count_received(),
+            0,
+            "the payer's retry waits its backoff"
         );
-        assert_eq!(payer.next(Duration::from_secs(2)).await.body, b"first");
-        assert_eq!(payee.next(Duration::from_secs(2)).await.body, b"then");
-        // A payer that refuses: the payee is not told.
-        dispatcher.send_then(
-            callback("otherfsp", refusing_payer.url("/transfers/2"), b"first"),
-            None,
-            None,
-            Some(follow_up(&payee, b"never")),
-        );
-        refusing_payer.next(Duration::from_secs(2)).await;
-        dispatcher.shutdown(Duration::from_secs(2)).await;
-        assert_eq!(payee.count_received(), 0);
-        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 1);
+        dispatcher.shutdown(Duration::from_millis(100)).await;
+        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 2);
     }
 
     #[tokio::test]

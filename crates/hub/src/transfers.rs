@@ -104,10 +104,10 @@ impl Hub {
         }
     }
 
-    /// The payer's callback and then, once the payer answered it with a
-    /// 2xx, the payee's (`then`): ml-api-adapter awaits the payer's
-    /// notification before it tells the payee, and tells the payee nothing
-    /// if the payer's failed. Both are tracked alike.
+    /// The payer's callback and then, once its first attempt has ended,
+    /// the payee's (`then`): ml-api-adapter awaits the payer's notification
+    /// before it tells the payee (see [`crate::notify::FollowUp`] for where
+    /// kasi differs). Both are tracked alike.
     fn call_back_in_order(
         &self,
         transfer_id: TransferId,
@@ -831,8 +831,8 @@ async fn fulfil(
             if view.state == TransferState::Committed {
                 hub.metrics.transfers.record_committed(&view);
             }
-            // The payer is told first; the payee only once the payer
-            // answered (ml-api-adapter's order).
+            // The payer is told first, the payee after (ml-api-adapter's
+            // order).
             let probe = Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id));
             if reserve_only {
                 // The payee asked to be told the commit (v1.1 RESERVED):

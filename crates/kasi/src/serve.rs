@@ -68,9 +68,9 @@ pub struct ServeArgs {
     quotes_persistent: bool,
 
     /// Whether the payee of a committed transfer gets the hub's PUT
-    /// confirmation (Mojaloop's SEND_TRANSFER_CONFIRMATION_TO_PAYEE), once
-    /// the payer's callback has been answered; and the hub's error when its
-    /// fulfilment aborted the transfer. A payee that asked with RESERVED
+    /// confirmation (Mojaloop's SEND_TRANSFER_CONFIRMATION_TO_PAYEE), sent
+    /// after the payer's callback; and the hub's error when its fulfilment
+    /// aborted the transfer. A payee that asked with RESERVED
     /// gets its PATCH either way.
     #[arg(long, env = "KASI_PAYEE_COMMIT_CONFIRMATION", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
     payee_commit_confirmation: bool,

@@ -133,7 +133,8 @@ fn scenario_with(extra: &[&str]) -> Scenario {
 fn the_payee_is_confirmed_only_after_the_payer_is_told() {
     // ml-api-adapter awaits the payer's callback before it sends the
     // payee's confirmation (SEND_TRANSFER_CONFIRMATION_TO_PAYEE, on by
-    // default); the hub queues the payee's only once the payer answered.
+    // default); the hub queues the payee's once the payer's first attempt
+    // has ended.
     let s = scenario_with(&["--payee-commit-confirmation", "on"]);
     for _ in 0..3 {
         let (id, _) = s.reserve("10", far_future());
