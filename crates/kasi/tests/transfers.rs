@@ -338,7 +338,12 @@ fn an_inactive_payer_is_refused_with_3100() {
     let id = new_id();
     let body = prepare_body(&id, PAYER, PAYEE, "100", far_future());
     assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
-    s.payer.expect_error(&id, "3100");
+    let error = s.payer.expect_error(&id, "3100");
+    // central-ledger's words, which Mojaloop's collections look for.
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        format!("Generic validation error - Participant {PAYER} is inactive")
+    );
     assert_eq!(s.hub.position(PAYER), 0.0);
     s.payee.assert_quiet(QUIET_WAIT);
 }

@@ -1247,28 +1247,27 @@ impl Ledger {
         ))
     }
 
-    /// A DFSP's POSITION account in `currency`, required to be usable.
-    fn active_position(
-        &self,
-        role: &str,
-        name: FspName,
-        currency: Currency,
-    ) -> Result<AccountId, Rejection> {
+    /// A DFSP's POSITION account in `currency`, required to be usable; the
+    /// refusals in central-ledger's words (`Participant payerfsp is
+    /// inactive`), which Mojaloop's collections look for.
+    fn active_position(&self, name: FspName, currency: Currency) -> Result<AccountId, Rejection> {
         let id = self
             .participant_by_name
             .get(&name)
             .copied()
-            .ok_or_else(|| validation(format!("{role} FSP '{name}' not found")))?;
+            .ok_or_else(|| validation(format!("Participant {name} not found")))?;
         let participant = self.participant(id);
         if !participant.active {
-            return Err(validation(format!("{role} FSP '{name}' is inactive")));
+            return Err(validation(format!("Participant {name} is inactive")));
         }
         let account = self
             .find_account(id, currency, AccountKind::Position)
-            .ok_or_else(|| validation(format!("{role} FSP '{name}' has no {currency} account")))?;
+            .ok_or_else(|| {
+                validation(format!("Participant {name} {currency} account not found"))
+            })?;
         if !self.account(account).active {
             return Err(validation(format!(
-                "{role} FSP '{name}' has its {currency} POSITION account inactive"
+                "Participant {name} {currency} account is inactive"
             )));
         }
         Ok(account)
@@ -1292,8 +1291,8 @@ impl Ledger {
                 prepare.payer
             )));
         }
-        let payer_position = self.active_position("payer", prepare.payer, prepare.currency)?;
-        let payee_position = self.active_position("payee", prepare.payee, prepare.currency)?;
+        let payer_position = self.active_position(prepare.payer, prepare.currency)?;
+        let payee_position = self.active_position(prepare.payee, prepare.currency)?;
         let payer = self.account(payer_position).participant;
         let settlement = self
             .find_account(payer, prepare.currency, AccountKind::Settlement)

@@ -806,7 +806,8 @@ fn inactive_payer_is_3100() {
         active: false,
     };
     assert_eq!(hub.one(off), Outcome::Done);
-    hub.assert_rejected(prepare(1, payer, payee, 10, hub.now + TTL), ErrorCode(3100));
+    let refusal = hub.assert_rejected(prepare(1, payer, payee, 10, hub.now + TTL), ErrorCode(3100));
+    assert_eq!(refusal.description, "Participant payerfsp is inactive");
     let on = Command::SetParticipantActive {
         name: payer.name,
         active: true,
