@@ -240,13 +240,40 @@ fn a_modified_duplicate_prepare_gets_3106() {
     let (id, _) = s.reserve("100", far_future());
     let modified = prepare_body(&id, PAYER, PAYEE, "200", far_future());
     assert_eq!(s.hub.prepare(PAYER, PAYEE, &modified).status, 202);
-    s.payer.expect_error(&id, "3106");
+    let error = s.payer.expect_error(&id, "3106");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Modified request"
+    );
     assert_eq!(
         s.hub.position(PAYER),
         100.0,
         "the original reservation stands"
     );
     s.payee.assert_quiet(QUIET_WAIT);
+}
+
+#[test]
+fn a_changed_fulfil_after_the_commit_gets_modified_request() {
+    // The Testing Toolkit's duplicate_handling/transfers/fulfill_commit
+    // compares the description whole.
+    let s = Scenario::new();
+    let (id, _) = s.reserve("100", far_future());
+    s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+    s.payer.expect("PUT", &format!("/transfers/{id}"));
+    s.payee.expect("PUT", &format!("/transfers/{id}"));
+    let changed = format!(
+        r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED","extensionList":{{"extension":[{{"key":"k","value":"v"}}]}}}}"#,
+        fspiop_time(now_ms())
+    );
+    s.fulfil(&id, &changed);
+    let error = s.payee.expect_error(&id, "3106");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Modified request"
+    );
+    assert_eq!(s.hub.position(PAYER), 100.0);
+    s.payer.assert_quiet(QUIET_WAIT);
 }
 
 #[test]
@@ -630,12 +657,22 @@ fn get_transfer_answers_parties_refuses_others_and_unknown_ids() {
     );
 
     // A DFSP that is not a party learns nothing.
+    // (The words are central-ledger's, which the Testing Toolkit's
+    // get_transfers compares whole.)
     assert_eq!(s.hub.get_transfer(&id, "otherfsp", PAYER).status, 202);
-    other.expect_error(&id, "3000");
+    let error = other.expect_error(&id, "3000");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Generic client error"
+    );
 
     let unknown = new_id();
     assert_eq!(s.hub.get_transfer(&unknown, PAYER, PAYEE).status, 202);
-    s.payer.expect_error(&unknown, "3208");
+    let error = s.payer.expect_error(&unknown, "3208");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Transfer ID not found - Provided Transfer ID was not found on the server."
+    );
 
     s.payer.assert_quiet(QUIET_WAIT);
     s.payee.assert_nothing_pending();
