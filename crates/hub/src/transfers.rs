@@ -214,8 +214,8 @@ impl Hub {
         self.send_failure_then(transfer, error, phase, reply, None);
     }
 
-    /// [`send_failure`](Self::send_failure), then `then` once the payer
-    /// answered (see [`call_back_in_order`](Self::call_back_in_order)).
+    /// [`send_failure`](Self::send_failure), then `then` after the payer's
+    /// (see [`call_back_in_order`](Self::call_back_in_order)).
     fn send_failure_then(
         &self,
         transfer: &TransferView,
