@@ -745,6 +745,7 @@ impl Driver<'_> {
             transfer_id: TransferId::new(id),
             caller: self.dfsps[payee],
             fulfilment: Some(self.fulfilment),
+            destination: None,
             request_hash: RequestHash([(id % 241) as u8; 32]),
         })
     }

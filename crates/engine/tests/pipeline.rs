@@ -164,6 +164,7 @@ fn fulfil(id: u128) -> Command {
         transfer_id: TransferId::new(id),
         caller: name("payeefsp"),
         fulfilment: Some(Fulfilment::from_preimage([id as u8; 32])),
+        destination: None,
         request_hash: RequestHash([id as u8 ^ 0xff; 32]),
     })
 }

@@ -507,6 +507,7 @@ impl ParsedFulfil {
             transfer_id,
             caller,
             fulfilment: self.fulfilment,
+            destination: None,
             request_hash: self.request_hash,
         }
     }
@@ -611,6 +612,7 @@ impl ParsedError {
             transfer_id,
             caller,
             error_code: self.code,
+            destination: None,
             request_hash: self.request_hash,
         }
     }

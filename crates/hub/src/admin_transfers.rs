@@ -154,6 +154,7 @@ mod tests {
                 TransferState::Expired => Some(ErrorCode::TRANSFER_EXPIRED),
                 _ => None,
             },
+            cause: None,
             expiration_ms: 1_700_000_010_000,
             prepared_at_ms: 1_700_000_000_000,
             completed_at_ms: completed,

@@ -80,6 +80,11 @@ pub struct HubConfig {
     /// Record quotes durably and apply the FSPIOP duplicate rules to them
     /// (the quoting service's persistent mode); otherwise only route them.
     pub quotes_persistent: bool,
+    /// The payee of a committed transfer gets the hub's `PUT` confirmation
+    /// after the payer's callback (and the hub's error when its fulfilment
+    /// aborted the transfer), as Mojaloop's
+    /// `SEND_TRANSFER_CONFIRMATION_TO_PAYEE` (on by default).
+    pub payee_commit_confirmation: bool,
     /// Trace one transfer in this many, stage by stage (`GET /stats/traces`);
     /// 0 traces none. The per-stage aggregates are kept for every transfer.
     pub trace_sample_every: u64,
@@ -120,6 +125,7 @@ impl HubConfig {
     pub fn new(hub_name: FspName) -> HubConfig {
         HubConfig {
             quotes_persistent: false,
+            payee_commit_confirmation: true,
             hub_name,
             admin_base_url: String::new(),
             max_body_bytes: 5 * 1024 * 1024,

@@ -216,6 +216,16 @@ pub enum Undelivered {
 /// when it is abandoned at shutdown.
 pub type OnUndelivered = Box<dyn FnOnce(Undelivered) + Send + Sync>;
 
+/// A callback queued once another's first attempt has ended: the payer is
+/// told of a commit before the payee, as ml-api-adapter awaits the payer's
+/// callback before the payee's. (It sends the payee nothing if the payer's
+/// failed; here a payer's failing endpoint delays the payee by one attempt
+/// at most, never withholds its notification.)
+pub struct FollowUp {
+    pub callback: Callback,
+    pub tracking: Option<Tracking>,
+}
+
 /// Limits and timeouts of a [`Dispatcher`].
 #[derive(Clone, Debug)]
 pub struct DispatcherConfig {
@@ -367,6 +377,8 @@ struct Job {
     retry_until_ms: i64,
     /// Told if the callback is not delivered.
     on_undelivered: Option<OnUndelivered>,
+    /// Queued once this one's first attempt has ended.
+    then: Option<Box<FollowUp>>,
 }
 
 /// How a delivery ended.
@@ -552,14 +564,28 @@ impl Dispatcher {
         probe: Option<CallbackProbe>,
         tracking: Option<Tracking>,
     ) {
-        self.send_with(callback, probe, tracking, None);
+        self.send_with(callback, probe, tracking, None, None);
     }
 
     /// Like [`send`](Self::send), for a request passed on to the DFSP it
     /// asks: `on_undelivered` is told if it cannot be delivered or is
     /// refused, so that whoever asked can be told in turn.
     pub fn send_asking(&self, callback: Callback, on_undelivered: OnUndelivered) {
-        self.send_with(callback, None, None, Some(on_undelivered));
+        self.send_with(callback, None, None, Some(on_undelivered), None);
+    }
+
+    /// Like [`send_tracked`](Self::send_tracked); `then` is queued once
+    /// this callback's first attempt has ended, whatever its outcome, or
+    /// at once if this one cannot be queued (at shutdown it is dropped: a
+    /// restart derives both again while the first holds the watermark).
+    pub(crate) fn send_then(
+        &self,
+        callback: Callback,
+        probe: Option<CallbackProbe>,
+        tracking: Option<Tracking>,
+        then: Option<FollowUp>,
+    ) {
+        self.send_with(callback, probe, tracking, None, then);
     }
 
     fn send_with(
@@ -568,6 +594,7 @@ impl Dispatcher {
         probe: Option<CallbackProbe>,
         tracking: Option<Tracking>,
         on_undelivered: Option<OnUndelivered>,
+        then: Option<FollowUp>,
     ) {
         let inner = &self.inner;
         let destination = inner.destination(&callback.destination);
@@ -604,6 +631,9 @@ impl Dispatcher {
                 }
                 if let Some(tell) = on_undelivered {
                     tell(Undelivered::Unreachable);
+                }
+                if let Some(then) = then {
+                    self.send_tracked(then.callback, None, then.tracking);
                 }
                 return;
             }
@@ -649,6 +679,7 @@ impl Dispatcher {
             tracking,
             retry_until_ms,
             on_undelivered,
+            then: then.map(Box::new),
         };
 
         let max_workers = inner.config.max_in_flight_per_destination.max(1);
@@ -690,6 +721,9 @@ impl Dispatcher {
                 if let Refused::QueueFull(mut job) = refused {
                     if let Some(tell) = job.on_undelivered.take() {
                         tell(Undelivered::Unreachable);
+                    }
+                    if let Some(then) = job.then.take() {
+                        self.send_tracked(then.callback, None, then.tracking);
                     }
                     if let Some(tracking) = &job.tracking {
                         let letter = dead_letter_of(
@@ -1189,7 +1223,7 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
             tokio::select! {
                 biased;
                 _ = abort.wait_for(|abort| *abort) => None,
-                delivery = deliver(&inner, &destination, &job) => Some(delivery),
+                delivery = deliver(&inner, &destination, &mut job) => Some(delivery),
             }
         };
         if let (Some(delivery), Some(tell)) = (&delivery, job.on_undelivered.take()) {
@@ -1201,6 +1235,9 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 }),
                 Delivery::GaveUp { .. } => tell(Undelivered::Unreachable),
             }
+        }
+        if let Some(then) = job.then.take() {
+            debug!(destination = %then.callback.destination, url = %then.callback.url, "follow-up callback dropped at shutdown");
         }
         match (&delivery, &job.tracking) {
             (Some(Delivery::Answered(_)), Some(tracking)) => inner.answered(tracking),
@@ -1273,7 +1310,20 @@ fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
 }
 
 /// Delivers one callback: attempts, retries, counters, warnings.
-async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Delivery {
+/// Queues the callback waiting for `job`'s first attempt (see
+/// [`FollowUp`]), before `job`'s own instant can be released, so the
+/// watermark never passes the follow-up's.
+fn release_follow_up(inner: &Arc<Inner>, job: &mut Job) {
+    if let Some(then) = job.then.take() {
+        let FollowUp { callback, tracking } = *then;
+        Dispatcher {
+            inner: Arc::clone(inner),
+        }
+        .send_tracked(callback, None, tracking);
+    }
+}
+
+async fn deliver(inner: &Arc<Inner>, destination: &Destination, job: &mut Job) -> Delivery {
     let config = &inner.config;
     let max_attempts = config.max_attempts.max(1);
     let mut attempt: u32 = 1;
@@ -1330,12 +1380,14 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
                         }
                     }
                     let body = drained.await.unwrap_or_default();
+                    release_follow_up(inner, job);
                     return Delivery::Answered((!status.is_success()).then_some((status, body)));
                 }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
             Err(_) => format!("no response within {:?}", config.request_timeout),
         };
+        release_follow_up(inner, job);
         let now_ms = crate::now_ms();
         if destination
             .failing_since_ms
@@ -1352,11 +1404,16 @@ async fn deliver(inner: &Inner, destination: &Destination, job: &Job) -> Deliver
             );
         }
 
-        let delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        let mut delay = backoff(config.backoff_base, attempt - 1, inner.next_random());
+        // A tracked callback is retried until its deadline itself: when the
+        // next backoff would pass it, the last attempt is made at the
+        // deadline (a prepare's expiry), not a backoff early.
         let exhausted = match &job.tracking {
             Some(_) => {
-                now_ms.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
-                    > job.retry_until_ms
+                let left_ms = job.retry_until_ms.saturating_sub(now_ms);
+                let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+                delay = delay.min(left);
+                left_ms <= 0
             }
             None => attempt >= max_attempts,
         };
@@ -2195,6 +2252,89 @@ mod tests {
         let written = written.lock().unwrap();
         assert_eq!(written.forgotten, [letter.id]);
         assert!(!written.watermarks.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_tracked_callback_gets_a_last_attempt_at_its_deadline() {
+        // A payee down until just before the prepare's expiry: the next
+        // backoff (≥ 1 s) would pass the deadline, so the last attempt is
+        // made at the deadline itself, and delivers.
+        static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
+        let mut server = stub(Behaviour::Status(&STATUS)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            backoff_base: Duration::from_secs(2),
+            ..fast_config()
+        });
+        let deadline_ms = crate::now_ms() + 400;
+        dispatcher.send_tracked(
+            callback("payeefsp", server.url("/transfers"), b"{}"),
+            None,
+            Some(Tracking {
+                event_ms: Some(crate::now_ms()),
+                retry_until_ms: Some(deadline_ms),
+                transfer_id: Some("t1".into()),
+                dead_letter: None,
+            }),
+        );
+        server.next(Duration::from_secs(2)).await;
+        // Up now, well before the deadline (the first attempt's answer,
+        // read as its request arrived, was the 503).
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        STATUS.store(200, Ordering::SeqCst);
+        server.next(Duration::from_secs(2)).await;
+        let last_attempt_ms = crate::now_ms();
+        // (The wall clock and the timer's clock may differ by a tick.)
+        assert!(
+            last_attempt_ms + 20 >= deadline_ms,
+            "the last attempt came {} ms before the deadline",
+            deadline_ms - last_attempt_ms
+        );
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let stats = stats_of(&dispatcher, "payeefsp");
+        assert_eq!((stats.sent_ok, stats.retried), (1, 1), "{stats:?}");
+        assert!(dispatcher.dead_letters(None).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_follow_up_goes_once_the_first_attempt_has_ended() {
+        static PAYER_STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(200);
+        let mut payer = stub(Behaviour::Status(&PAYER_STATUS)).await;
+        let mut payee = stub(Behaviour::Answer(200)).await;
+        let dispatcher = Dispatcher::new(DispatcherConfig {
+            backoff_base: Duration::from_secs(5),
+            ..fast_config()
+        });
+        let (payer_url, payee_url) = (payer.url(""), payee.url(""));
+        let send = |path: &str, body: &'static [u8]| {
+            dispatcher.send_then(
+                callback("payerfsp", format!("{payer_url}{path}"), b"first"),
+                None,
+                None,
+                Some(FollowUp {
+                    callback: callback("payeefsp", format!("{payee_url}{path}"), body),
+                    tracking: None,
+                }),
+            )
+        };
+        // Answered: then the payee's goes.
+        send("/transfers/1", b"then");
+        payer.next(Duration::from_secs(2)).await;
+        let got = payee.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"then");
+        // A payer whose endpoint fails: the payee is told after its first
+        // attempt, not held back by the payer's retries.
+        PAYER_STATUS.store(503, Ordering::SeqCst);
+        send("/transfers/2", b"still told");
+        payer.next(Duration::from_secs(2)).await;
+        let got = payee.next(Duration::from_secs(2)).await;
+        assert_eq!(got.body, b"still told");
+        assert_eq!(
+            payer.count_received(),
+            0,
+            "the payer's retry waits its backoff"
+        );
+        dispatcher.shutdown(Duration::from_millis(100)).await;
+        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 2);
     }
 
     #[tokio::test]

@@ -497,6 +497,7 @@ mod tests {
             currency: Currency::parse("USD").unwrap(),
             state,
             reason: None,
+            cause: None,
             expiration_ms: 10_000,
             prepared_at_ms: 1_000,
             completed_at_ms: completed_ms,

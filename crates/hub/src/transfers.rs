@@ -13,8 +13,8 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::{Resource, WireState};
 use ledger::{
-    Abort, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection, RequestHash,
-    StoreLookup, TransferId, TransferKind, TransferState, TransferView,
+    Abort, AbortCause, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection,
+    RequestHash, StoreLookup, TransferId, TransferKind, TransferState, TransferView,
 };
 use store::StoredTransfer;
 
@@ -56,6 +56,16 @@ fn prepared(view: &TransferView) -> Option<Tracking> {
     })
 }
 
+/// A transfer callback to build: who wrote it, to whom, on which endpoint.
+struct Outbound {
+    origin: Origin,
+    destination: FspName,
+    endpoint_type: &'static str,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
 /// Headers of a callback the hub itself originates about a transfer.
 fn hub_headers(hub: &Hub, destination: FspName, reply: Reply) -> HeaderMap {
     crate::wire::hub_headers(hub, Resource::Transfers, destination, reply)
@@ -91,6 +101,51 @@ impl Hub {
             tracking,
         ) {
             tracing::warn!(%destination, endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
+        }
+    }
+
+    /// The payer's callback and then, once its first attempt has ended,
+    /// the payee's (`then`): ml-api-adapter awaits the payer's notification
+    /// before it tells the payee (see [`crate::notify::FollowUp`] for where
+    /// kasi differs). Both are tracked alike.
+    fn call_back_in_order(
+        &self,
+        transfer_id: TransferId,
+        first: Outbound,
+        probe: Option<CallbackProbe>,
+        then: Option<Outbound>,
+        tracking: Option<Tracking>,
+    ) {
+        let id = transfer_id.to_string();
+        let callback = |message: Outbound| {
+            let url = self.endpoints.url(
+                message.destination,
+                message.endpoint_type,
+                &[("transferId", id.as_str())],
+            );
+            if url.is_none() {
+                tracing::warn!(destination = %message.destination, endpoint_type = message.endpoint_type, transfer = %id, "no callback endpoint registered; callback dropped");
+            }
+            url.map(|url| crate::notify::Callback {
+                destination: message.destination.to_string(),
+                origin: message.origin,
+                method: message.method,
+                url,
+                headers: message.headers,
+                body: message.body,
+            })
+        };
+        let then = then.and_then(&callback);
+        match (callback(first), then) {
+            (Some(first), then) => self.dispatcher.send_then(
+                first,
+                probe,
+                tracking.clone(),
+                then.map(|callback| crate::notify::FollowUp { callback, tracking }),
+            ),
+            // A payer the hub cannot call: nothing to wait for.
+            (None, Some(then)) => self.dispatcher.send_tracked(then, None, tracking),
+            (None, None) => {}
         }
     }
 
@@ -140,7 +195,7 @@ impl Hub {
             caller.source,
             transfer_id,
             error.code,
-            &description,
+            &mojaloop_words(error).unwrap_or(description),
             caller.reply(),
             None,
         );
@@ -155,20 +210,50 @@ impl Hub {
         error: &ledger::Rejection,
         phase: FailurePhase,
         reply: Reply,
-    ) -> String {
+    ) {
+        self.send_failure_then(transfer, error, phase, reply, None);
+    }
+
+    /// [`send_failure`](Self::send_failure), then `then` after the payer's
+    /// (see [`call_back_in_order`](Self::call_back_in_order)).
+    fn send_failure_then(
+        &self,
+        transfer: &TransferView,
+        error: &ledger::Rejection,
+        phase: FailurePhase,
+        reply: Reply,
+        then: Option<Outbound>,
+    ) {
         let description = described(error);
         self.metrics
             .transfers
             .record_failure(transfer, phase, error.code, &description);
-        self.send_error(
-            transfer.payer,
+        let to_payer = self.error_message(transfer.payer, error.code, &description, reply);
+        self.call_back_in_order(
             transfer.transfer_id,
-            error.code,
-            &description,
-            reply,
+            to_payer,
+            None,
+            then,
             final_state(transfer),
         );
-        description
+    }
+
+    /// The hub's `PUT /transfers/{ID}/error` to `destination`.
+    fn error_message(
+        &self,
+        destination: FspName,
+        code: ErrorCode,
+        description: &str,
+        reply: Reply,
+    ) -> Outbound {
+        Outbound {
+            origin: Origin::Hub,
+            destination,
+            endpoint_type: TRANSFER_ERROR,
+            method: Method::PUT,
+            headers: hub_headers(self, destination, reply),
+            body: Bytes::from(fspiop::error_body(code, description)),
+        }
     }
 
     /// Tells `destination` the transfer's current state with a `PUT`, as
@@ -184,11 +269,28 @@ impl Hub {
         probe: Option<CallbackProbe>,
         tracking: Option<Tracking>,
     ) {
+        let message = self.state_message(destination, view, reply);
+        self.call_back(
+            message.origin,
+            destination,
+            message.endpoint_type,
+            view.transfer_id,
+            message.method,
+            message.headers,
+            message.body,
+            probe,
+            tracking,
+        );
+    }
+
+    /// The hub's `PUT /transfers/{ID}` with the transfer's state (see
+    /// [`send_state`](Self::send_state)).
+    fn state_message(&self, destination: FspName, view: &TransferView, reply: Reply) -> Outbound {
         let cause = match view.state {
             TransferState::Reserved | TransferState::Committed => None,
             TransferState::Aborted | TransferState::Expired | TransferState::Rejected => {
-                let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
-                Some(format!("{}: {}", code, code.description()))
+                let (code, description) = reason_of(view);
+                Some(format!("{code}: {description}"))
             }
         };
         let extensions: Vec<(&str, &str)> = cause
@@ -201,18 +303,14 @@ impl Hub {
             view.completed_at_ms,
             &extensions,
         );
-        let headers = hub_headers(self, destination, reply);
-        self.call_back(
-            Origin::Hub,
+        Outbound {
+            origin: Origin::Hub,
             destination,
-            TRANSFER_PUT,
-            view.transfer_id,
-            Method::PUT,
-            headers,
-            Bytes::from(body),
-            probe,
-            tracking,
-        );
+            endpoint_type: TRANSFER_PUT,
+            method: Method::PUT,
+            headers: hub_headers(self, destination, reply),
+            body: Bytes::from(body),
+        }
     }
 
     /// The 3303 callbacks of transfers the ledger expired, in the version
@@ -266,8 +364,7 @@ impl Hub {
             let version =
                 fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
             let reply = Reply::unprompted(version);
-            let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
-            let description = code.description().to_string();
+            let (code, description) = reason_of(view);
             let error_to = |destination: FspName| {
                 self.send_error(
                     destination,
@@ -311,21 +408,48 @@ impl Hub {
                     error_to(view.payer);
                     queued += 1;
                 }
-                (TransferState::Committed, _) => {
-                    for destination in [view.payer, view.payee] {
-                        self.send_state(destination, view, reply, None, final_state(view));
-                    }
-                    queued += 2;
-                }
-                (TransferState::Aborted | TransferState::Expired, _) => {
+                // Addressed to another than the payer: the payer alone was
+                // told (see `fulfil`).
+                _ if view.cause == Some(AbortCause::DestinationNotPayer) => {
                     error_to(view.payer);
-                    error_to(view.payee);
-                    queued += 2;
+                    queued += 1;
+                }
+                // The payee's copy as `--payee-commit-confirmation` says
+                // (an expiry is told both, whatever it says).
+                (TransferState::Committed, _) => {
+                    self.send_state(view.payer, view, reply, None, final_state(view));
+                    queued += 1;
+                    if self.config.payee_commit_confirmation {
+                        self.send_state(view.payee, view, reply, None, final_state(view));
+                        queued += 1;
+                    }
+                }
+                (TransferState::Aborted | TransferState::Expired, finish) => {
+                    error_to(view.payer);
+                    queued += 1;
+                    if finish == &Some(FinishKind::Expiry) || self.config.payee_commit_confirmation
+                    {
+                        error_to(view.payee);
+                        queued += 1;
+                    }
                 }
             }
         }
         queued
     }
+}
+
+/// Why a transfer did not commit, as its error callbacks and a `GET`'s
+/// `cause` word it: the code and its standard wording, and what the hub
+/// found wrong when it aborted the transfer itself (central-ledger's
+/// `Generic validation error - invalid fulfilment`).
+fn reason_of(view: &TransferView) -> (ErrorCode, String) {
+    let code = view.reason.unwrap_or(ErrorCode::GENERIC_VALIDATION_ERROR);
+    let description = match view.cause {
+        Some(cause) => format!("{} - {}", code.description(), cause.description()),
+        None => code.description().to_string(),
+    };
+    (code, description)
 }
 
 /// A prepare refused because its headers and body name different parties
@@ -471,6 +595,22 @@ async fn execute_finish(
         }
     }
     Ok((outcome, Some((submitted, batch))))
+}
+
+/// central-ledger's exact words for the refusals of a transfer message
+/// that Mojaloop's conformance collections compare whole (the details kasi
+/// knows go to its log): a changed resend (`Modified request`), an unknown
+/// transfer, a GET by neither party. `None`: kasi's own description.
+fn mojaloop_words(error: &ledger::Rejection) -> Option<String> {
+    let words = match error.code {
+        ErrorCode::MODIFIED_REQUEST => error.code.description(),
+        ErrorCode::TRANSFER_ID_NOT_FOUND => {
+            "Transfer ID not found - Provided Transfer ID was not found on the server."
+        }
+        ErrorCode::GENERIC_CLIENT_ERROR if error.not_party => error.code.description(),
+        _ => return None,
+    };
+    Some(words.to_string())
 }
 
 fn described(error: &ledger::Rejection) -> String {
@@ -674,6 +814,7 @@ async fn fulfil(
         transfer_id,
         caller: caller.source,
         fulfilment: parsed.fulfilment,
+        destination: caller.destination,
         request_hash: parsed.request_hash,
     });
     let (outcome, timing) = execute_finish(
@@ -690,65 +831,81 @@ async fn fulfil(
             if view.state == TransferState::Committed {
                 hub.metrics.transfers.record_committed(&view);
             }
+            // The payer is told first, the payee after (ml-api-adapter's
+            // order).
+            let probe = Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id));
             if reserve_only {
                 // The payee asked to be told the commit (v1.1 RESERVED):
                 // the payer gets the hub's PUT, the payee a PATCH.
-                let probe = hub.stages.callback_probe(Phase::Fulfil, transfer_id);
-                hub.send_state(
-                    view.payer,
-                    &view,
-                    caller.reply(),
-                    Some(probe),
-                    final_state(&view),
-                );
+                let to_payer = hub.state_message(view.payer, &view, caller.reply());
                 let patch = fspiop::transfer_patch_body(
                     "COMMITTED",
                     view.completed_at_ms.unwrap_or_else(crate::now_ms),
                 );
-                let headers = hub_headers(&hub, view.payee, caller.reply());
-                hub.call_back(
-                    Origin::Hub,
-                    view.payee,
-                    TRANSFER_PUT,
+                let to_payee = Outbound {
+                    origin: Origin::Hub,
+                    destination: view.payee,
+                    endpoint_type: TRANSFER_PUT,
+                    method: Method::PATCH,
+                    headers: hub_headers(&hub, view.payee, caller.reply()),
+                    body: Bytes::from(patch),
+                };
+                hub.call_back_in_order(
                     transfer_id,
-                    Method::PATCH,
-                    headers,
-                    Bytes::from(patch),
-                    None,
+                    to_payer,
+                    probe,
+                    Some(to_payee),
                     final_state(&view),
                 );
             } else {
-                let forwarded = forwarded_headers(headers, false);
-                hub.call_back(
-                    Origin::Forwarded,
-                    view.payer,
-                    TRANSFER_PUT,
-                    transfer_id,
-                    Method::PUT,
-                    forwarded,
-                    body.clone(),
-                    Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id)),
-                    final_state(&view),
-                );
-                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE, Mojaloop's default: the
+                let to_payer = Outbound {
+                    origin: Origin::Forwarded,
+                    destination: view.payer,
+                    endpoint_type: TRANSFER_PUT,
+                    method: Method::PUT,
+                    headers: forwarded_headers(headers, false),
+                    body: body.clone(),
+                };
+                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE (on by default): the
                 // same body, but from the hub, not the payee's own headers.
-                let confirmation = hub_headers(&hub, view.payee, caller.reply());
-                hub.call_back(
-                    Origin::Hub,
-                    view.payee,
-                    TRANSFER_PUT,
-                    transfer_id,
-                    Method::PUT,
-                    confirmation,
+                let confirmation = hub.config.payee_commit_confirmation.then(|| Outbound {
+                    origin: Origin::Hub,
+                    destination: view.payee,
+                    endpoint_type: TRANSFER_PUT,
+                    method: Method::PUT,
+                    headers: hub_headers(&hub, view.payee, caller.reply()),
                     body,
-                    None,
+                });
+                hub.call_back_in_order(
+                    transfer_id,
+                    to_payer,
+                    probe,
+                    confirmation,
                     final_state(&view),
                 );
             }
         }
         Outcome::Failed { transfer, error } => {
-            let description =
-                hub.send_failure(&transfer, &error, FailurePhase::Fulfil, caller.reply());
+            let description = described(&error);
+            // A payee that sent RESERVED gets the PATCH (below). Otherwise
+            // the hub's error follows the payer's (ml-api-adapter's
+            // ABORT_VALIDATION, with SEND_TRANSFER_CONFIRMATION_TO_PAYEE);
+            // but a fulfil addressed to another than the payer is told to
+            // the payer alone, as central-ledger sends that one from the
+            // switch.
+            let to_payee = !reserve_only
+                && hub.config.payee_commit_confirmation
+                && transfer.cause != Some(AbortCause::DestinationNotPayer);
+            let then = to_payee.then(|| {
+                hub.error_message(transfer.payee, error.code, &description, caller.reply())
+            });
+            hub.send_failure_then(
+                &transfer,
+                &error,
+                FailurePhase::Fulfil,
+                caller.reply(),
+                then,
+            );
             if reserve_only {
                 let cause = format!("{}: {}", error.code, description);
                 let patch = fspiop::transfer_patch_body_with_extensions(
@@ -766,15 +923,6 @@ async fn fulfil(
                     headers,
                     Bytes::from(patch),
                     None,
-                    final_state(&transfer),
-                );
-            } else {
-                hub.send_error(
-                    transfer.payee,
-                    transfer_id,
-                    error.code,
-                    &description,
-                    caller.reply(),
                     final_state(&transfer),
                 );
             }
@@ -805,6 +953,7 @@ async fn abort(
         transfer_id,
         caller: caller.source,
         error_code: parsed.code,
+        destination: caller.destination,
         request_hash: parsed.request_hash,
     });
     let (outcome, timing) = execute_finish(
@@ -837,6 +986,12 @@ async fn abort(
                 Some(hub.stages.callback_probe(Phase::Abort, transfer_id)),
                 final_state(&view),
             );
+        }
+        // Addressed to another than the payer: aborted with 3100, which the
+        // payer is told instead of the payee's error (and the payee is not,
+        // as central-ledger's ABORT_VALIDATION from the switch).
+        Outcome::Failed { transfer, error } => {
+            hub.send_failure(&transfer, &error, FailurePhase::Abort, caller.reply());
         }
         Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         Outcome::Duplicate(view) => {

@@ -67,6 +67,14 @@ pub struct ServeArgs {
     #[arg(long, env = "KASI_QUOTES_PERSISTENT")]
     quotes_persistent: bool,
 
+    /// Whether the payee of a committed transfer gets the hub's PUT
+    /// confirmation (Mojaloop's SEND_TRANSFER_CONFIRMATION_TO_PAYEE), sent
+    /// after the payer's callback; and the hub's error when its fulfilment
+    /// aborted the transfer. A payee that asked with RESERVED
+    /// gets its PATCH either way.
+    #[arg(long, env = "KASI_PAYEE_COMMIT_CONFIRMATION", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
+    payee_commit_confirmation: bool,
+
     /// Seconds a routed request (a party lookup, a quote, a transaction
     /// request, an authorization, a bulk quote) waits for its answer. Only
     /// the DFSP that was asked may answer, only to the DFSP that asked,
@@ -652,6 +660,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             args.admin_listen
         );
         hub_config.quotes_persistent = args.quotes_persistent;
+        hub_config.payee_commit_confirmation = args.payee_commit_confirmation;
         hub_config.answer_window = Duration::from_secs(args.answer_window_s);
         hub_config.pending_answers_max = args.pending_answers_max as usize;
         hub_config.trace_sample_every = args.trace_sample_every;
@@ -1101,6 +1110,15 @@ fn raise_open_files_limit() -> Option<u64> {
         );
     }
     Some(limit.rlim_cur)
+}
+
+/// A switch: `on` or `off`.
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("expected on or off, not {other:?}")),
+    }
 }
 
 /// A listen address: `IP:PORT`, or `HOST:PORT` resolved now (its first

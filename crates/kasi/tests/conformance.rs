@@ -458,7 +458,15 @@ fn a_wrong_or_missing_fulfilment_is_taken_then_aborts_the_transfer_with_3100() {
             "Generic validation error - invalid fulfilment"
         );
     }
-    assert_eq!(get_state(&s, &id, PAYER, PAYEE)["transferState"], "ABORTED");
+    // A later GET carries the reason in central-ledger's words (the Testing
+    // Toolkit's payee_invalid_fulfillment checks them exactly).
+    let state = get_state(&s, &id, PAYER, PAYEE);
+    assert_eq!(state["transferState"], "ABORTED");
+    assert_eq!(
+        cause_of(&state),
+        Some("3100: Generic validation error - invalid fulfilment"),
+        "{state}"
+    );
     assert_eq!(s.hub.position(PAYER), 0.0);
 
     // No fulfilment at all: the same.
@@ -484,6 +492,129 @@ fn a_wrong_or_missing_fulfilment_is_taken_then_aborts_the_transfer_with_3100() {
     );
     s.payee.expect("PUT", &format!("/transfers/{id}"));
     assert_eq!(s.hub.position(PAYER), 10.0);
+}
+
+/// The `cause` extension of a `PUT /transfers/{ID}` body (GET answer or
+/// PATCH), if it has one.
+fn cause_of(state: &Value) -> Option<&str> {
+    let extension = &state["extensionList"]["extension"][0];
+    (extension["key"] == "cause")
+        .then(|| extension["value"].as_str())
+        .flatten()
+}
+
+/// The hub's answer to a `GET` of `id` from `source`, skipping the error
+/// callbacks a restart may deliver again to `stub` meanwhile (at least
+/// once: they go to `…/error`, the answer to `/transfers/{id}`).
+fn get_state_after_restart(s: &Scenario, stub: &Stub, id: &str, source: &str) -> Value {
+    let destination = if source == PAYER { PAYEE } else { PAYER };
+    let response = s.hub.get_transfer(id, source, destination);
+    assert_eq!(response.status, 202, "GET /transfers/{id}: {response:?}");
+    let path = format!("/transfers/{id}");
+    loop {
+        let received = stub.next("the answer to a GET");
+        if received.method == "PUT" && received.path == path {
+            assert_eq!(received.header("fspiop-source"), Some(HUB_NAME));
+            return received.json();
+        }
+        assert!(
+            received.path.ends_with("/error"),
+            "only error callbacks may be delivered again: {received:?}"
+        );
+    }
+}
+
+/// central-ledger's words for a fulfil or error whose FSPIOP-Destination is
+/// not the payer (ABORT_VALIDATION, Testing Toolkit's bug fix #2697).
+const NOT_TO_THE_PAYER: &str =
+    "Generic validation error - fspiop-destination does not match payer fsp on the Fulfil callback response";
+
+#[test]
+fn a_fulfil_or_error_addressed_to_another_than_the_payer_aborts_the_transfer() {
+    let mut s = Scenario::new();
+    let third = Stub::start("thirdfsp");
+    s.hub.onboard("thirdfsp", &third.base_url(), 10_000, 5_000);
+
+    // COMMITTED: the payer is told 3100; the payee nothing (central-ledger
+    // sends its ABORT_VALIDATION from the switch, to the payer only).
+    let (committed, _) = s.reserve("10", far_future());
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    let response = s.hub.fulfil(&committed, PAYEE, "thirdfsp", &fulfil);
+    assert_eq!(response.status, 200, "{response:?}");
+    let error = s.payer.expect_error(&committed, "3100");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        NOT_TO_THE_PAYER
+    );
+    assert_eq!(s.hub.position(PAYER), 0.0, "the reservation is released");
+    assert_eq!(s.hub.position(PAYEE), 0.0);
+    s.payee.assert_quiet(QUIET_WAIT);
+
+    // RESERVED: the payee asked to be told, so it gets the PATCH ABORTED
+    // with the cause.
+    let (reserved, _) = s.reserve("10", far_future());
+    let response = s.hub.fulfil(
+        &reserved,
+        PAYEE,
+        "thirdfsp",
+        &fulfil_body(FULFILMENT, "RESERVED"),
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    s.payer.expect_error(&reserved, "3100");
+    let patch = s.payee.expect("PATCH", &format!("/transfers/{reserved}"));
+    assert_eq!(patch.header("fspiop-source"), Some(HUB_NAME), "{patch:?}");
+    let patched = patch.json();
+    assert_eq!(patched["transferState"], "ABORTED", "{patch:?}");
+    assert_eq!(
+        cause_of(&patched),
+        Some(format!("3100: {NOT_TO_THE_PAYER}").as_str())
+    );
+
+    // An error addressed elsewhere: the payer gets the hub's 3100, not the
+    // payee's error.
+    let (errored, _) = s.reserve("10", far_future());
+    let response = s
+        .hub
+        .reject(&errored, PAYEE, "thirdfsp", &error_body("5101", "no"));
+    assert_eq!(response.status, 200, "{response:?}");
+    let error = s.payer.expect_error(&errored, "3100");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        NOT_TO_THE_PAYER
+    );
+    assert_eq!(s.hub.position(PAYER), 0.0);
+
+    // The same fulfil again is a duplicate: its sender gets the state.
+    let response = s.hub.fulfil(&committed, PAYEE, "thirdfsp", &fulfil);
+    assert_eq!(response.status, 200, "{response:?}");
+    let state = s
+        .payee
+        .expect("PUT", &format!("/transfers/{committed}"))
+        .json();
+    assert_eq!(state["transferState"], "ABORTED", "{state}");
+    // A source that is not the payee changes nothing (kasi's stricter rule).
+    let response = s.hub.fulfil(&committed, "thirdfsp", PAYER, &fulfil);
+    assert_eq!(response.status, 200, "{response:?}");
+    third.expect_error(&committed, "3100");
+    s.payer.assert_quiet(QUIET_WAIT);
+    s.payee.assert_nothing_pending();
+
+    // Later GETs, before and after a restart, show ABORTED and why.
+    let cause = format!("3100: {NOT_TO_THE_PAYER}");
+    for id in [&committed, &reserved, &errored] {
+        let state = get_state(&s, id, PAYER, PAYEE);
+        assert_eq!(state["transferState"], "ABORTED", "{id}: {state}");
+        assert_eq!(cause_of(&state), Some(cause.as_str()), "{id}: {state}");
+    }
+    s.hub.kill();
+    s.hub = Hub::start(&s.dir.path().join("data"));
+    for id in [&committed, &reserved, &errored] {
+        let state = get_state_after_restart(&s, &s.payee, id, PAYEE);
+        assert_eq!(state["transferState"], "ABORTED", "{id}: {state}");
+        assert_eq!(cause_of(&state), Some(cause.as_str()), "{id}: {state}");
+    }
+    assert_eq!(s.hub.position(PAYER), 0.0);
+    third.assert_nothing_pending();
 }
 
 #[test]

@@ -112,6 +112,76 @@ fn a_reserved_fulfil_commits_and_the_payee_gets_a_patch() {
     s.payee.assert_quiet(QUIET_WAIT);
 }
 
+/// A payer and a payee on a hub started with `extra` flags.
+fn scenario_with(extra: &[&str]) -> Scenario {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start_with(&dir.path().join("data"), extra);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    Scenario {
+        hub,
+        payer,
+        payee,
+        dir,
+    }
+}
+
+#[test]
+fn the_payee_is_confirmed_only_after_the_payer_is_told() {
+    // ml-api-adapter awaits the payer's callback before it sends the
+    // payee's confirmation (SEND_TRANSFER_CONFIRMATION_TO_PAYEE, on by
+    // default); the hub queues the payee's once the payer's first attempt
+    // has ended.
+    let s = scenario_with(&["--payee-commit-confirmation", "on"]);
+    for _ in 0..3 {
+        let (id, _) = s.reserve("10", far_future());
+        s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+        let to_payer = s.payer.expect("PUT", &format!("/transfers/{id}"));
+        let to_payee = s.payee.expect("PUT", &format!("/transfers/{id}"));
+        assert_eq!(to_payee.header("fspiop-source"), Some(HUB_NAME));
+        assert!(
+            to_payer.at < to_payee.at,
+            "the payee's confirmation arrived {:?} before the payer's callback",
+            to_payer.at - to_payee.at
+        );
+        // A payee that asked with RESERVED: its PATCH also follows.
+        let (id, _) = s.reserve("10", far_future());
+        s.fulfil(&id, &fulfil_body(FULFILMENT, "RESERVED"));
+        let to_payer = s.payer.expect("PUT", &format!("/transfers/{id}"));
+        let patch = s.payee.expect("PATCH", &format!("/transfers/{id}"));
+        assert!(to_payer.at < patch.at, "the PATCH came first");
+    }
+    s.payee.assert_quiet(QUIET_WAIT);
+}
+
+#[test]
+fn with_payee_commit_confirmation_off_the_payee_gets_no_put_on_commit() {
+    let s = scenario_with(&["--payee-commit-confirmation", "off"]);
+    let (id, _) = s.reserve("10", far_future());
+    s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+    s.payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(s.hub.position(PAYEE), -10.0, "committed");
+    // Its PATCH is not a confirmation: a payee that asked still gets it.
+    let (patched, _) = s.reserve("10", far_future());
+    s.fulfil(&patched, &fulfil_body(FULFILMENT, "RESERVED"));
+    s.payer.expect("PUT", &format!("/transfers/{patched}"));
+    let patch = s.payee.expect("PATCH", &format!("/transfers/{patched}"));
+    assert_eq!(patch.json()["transferState"], "COMMITTED");
+    // A wrong fulfilment: the payer is told, the payee (who sent it) not.
+    let (wrong, _) = s.reserve("10", far_future());
+    s.fulfil(&wrong, &fulfil_body(WRONG_FULFILMENT, "COMMITTED"));
+    s.payer.expect_error(&wrong, "3100");
+    s.payee.assert_quiet(QUIET_WAIT);
+    // And the payee can still ask.
+    let response = s.hub.get_transfer(&id, PAYEE, PAYER);
+    assert_eq!(response.status, 202, "{response:?}");
+    let state = s.payee.expect("PUT", &format!("/transfers/{id}")).json();
+    assert_eq!(state["transferState"], "COMMITTED", "{state}");
+}
+
 // ----------------------------------------------------------------- rejections
 
 #[test]
@@ -170,13 +240,40 @@ fn a_modified_duplicate_prepare_gets_3106() {
     let (id, _) = s.reserve("100", far_future());
     let modified = prepare_body(&id, PAYER, PAYEE, "200", far_future());
     assert_eq!(s.hub.prepare(PAYER, PAYEE, &modified).status, 202);
-    s.payer.expect_error(&id, "3106");
+    let error = s.payer.expect_error(&id, "3106");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Modified request"
+    );
     assert_eq!(
         s.hub.position(PAYER),
         100.0,
         "the original reservation stands"
     );
     s.payee.assert_quiet(QUIET_WAIT);
+}
+
+#[test]
+fn a_changed_fulfil_after_the_commit_gets_modified_request() {
+    // The Testing Toolkit's duplicate_handling/transfers/fulfill_commit
+    // compares the description whole.
+    let s = Scenario::new();
+    let (id, _) = s.reserve("100", far_future());
+    s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+    s.payer.expect("PUT", &format!("/transfers/{id}"));
+    s.payee.expect("PUT", &format!("/transfers/{id}"));
+    let changed = format!(
+        r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","transferState":"COMMITTED","extensionList":{{"extension":[{{"key":"k","value":"v"}}]}}}}"#,
+        fspiop_time(now_ms())
+    );
+    s.fulfil(&id, &changed);
+    let error = s.payee.expect_error(&id, "3106");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Modified request"
+    );
+    assert_eq!(s.hub.position(PAYER), 100.0);
+    s.payer.assert_quiet(QUIET_WAIT);
 }
 
 #[test]
@@ -268,7 +365,12 @@ fn an_inactive_payer_is_refused_with_3100() {
     let id = new_id();
     let body = prepare_body(&id, PAYER, PAYEE, "100", far_future());
     assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
-    s.payer.expect_error(&id, "3100");
+    let error = s.payer.expect_error(&id, "3100");
+    // central-ledger's words, which Mojaloop's collections look for.
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        format!("Generic validation error - Participant {PAYER} is inactive")
+    );
     assert_eq!(s.hub.position(PAYER), 0.0);
     s.payee.assert_quiet(QUIET_WAIT);
 }
@@ -555,12 +657,22 @@ fn get_transfer_answers_parties_refuses_others_and_unknown_ids() {
     );
 
     // A DFSP that is not a party learns nothing.
+    // (The words are central-ledger's, which the Testing Toolkit's
+    // get_transfers compares whole.)
     assert_eq!(s.hub.get_transfer(&id, "otherfsp", PAYER).status, 202);
-    other.expect_error(&id, "3000");
+    let error = other.expect_error(&id, "3000");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Generic client error"
+    );
 
     let unknown = new_id();
     assert_eq!(s.hub.get_transfer(&unknown, PAYER, PAYEE).status, 202);
-    s.payer.expect_error(&unknown, "3208");
+    let error = s.payer.expect_error(&unknown, "3208");
+    assert_eq!(
+        error.json()["errorInformation"]["errorDescription"],
+        "Transfer ID not found - Provided Transfer ID was not found on the server."
+    );
 
     s.payer.assert_quiet(QUIET_WAIT);
     s.payee.assert_nothing_pending();

@@ -79,6 +79,8 @@ pub(crate) struct Finish {
     pub(crate) request_hash: RequestHash,
     pub(crate) at_ms: i64,
     pub(crate) settlement_window: Option<u32>,
+    /// Why the hub aborted it on the payee's message, if it did.
+    pub(crate) cause: Option<AbortCause>,
 }
 
 #[derive(Clone, Copy)]
@@ -1151,6 +1153,7 @@ impl Ledger {
             currency: debit.currency,
             state: transfer.state,
             reason: transfer.reason,
+            cause: transfer.finish.and_then(|finish| finish.cause),
             expiration_ms: transfer.expiration_ms,
             prepared_at_ms: transfer.prepared_at_ms,
             completed_at_ms: match transfer.state {
@@ -1264,28 +1267,27 @@ impl Ledger {
         ))
     }
 
-    /// A DFSP's POSITION account in `currency`, required to be usable.
-    fn active_position(
-        &self,
-        role: &str,
-        name: FspName,
-        currency: Currency,
-    ) -> Result<AccountId, Rejection> {
+    /// A DFSP's POSITION account in `currency`, required to be usable; the
+    /// refusals in central-ledger's words (`Participant payerfsp is
+    /// inactive`), which Mojaloop's collections look for.
+    fn active_position(&self, name: FspName, currency: Currency) -> Result<AccountId, Rejection> {
         let id = self
             .participant_by_name
             .get(&name)
             .copied()
-            .ok_or_else(|| validation(format!("{role} FSP '{name}' not found")))?;
+            .ok_or_else(|| validation(format!("Participant {name} not found")))?;
         let participant = self.participant(id);
         if !participant.active {
-            return Err(validation(format!("{role} FSP '{name}' is inactive")));
+            return Err(validation(format!("Participant {name} is inactive")));
         }
         let account = self
             .find_account(id, currency, AccountKind::Position)
-            .ok_or_else(|| validation(format!("{role} FSP '{name}' has no {currency} account")))?;
+            .ok_or_else(|| {
+                validation(format!("Participant {name} {currency} account not found"))
+            })?;
         if !self.account(account).active {
             return Err(validation(format!(
-                "{role} FSP '{name}' has its {currency} POSITION account inactive"
+                "Participant {name} {currency} account is inactive"
             )));
         }
         Ok(account)
@@ -1309,8 +1311,8 @@ impl Ledger {
                 prepare.payer
             )));
         }
-        let payer_position = self.active_position("payer", prepare.payer, prepare.currency)?;
-        let payee_position = self.active_position("payee", prepare.payee, prepare.currency)?;
+        let payer_position = self.active_position(prepare.payer, prepare.currency)?;
+        let payee_position = self.active_position(prepare.payee, prepare.currency)?;
         let payer = self.account(payer_position).participant;
         let settlement = self
             .find_account(payer, prepare.currency, AccountKind::Settlement)
@@ -1437,12 +1439,14 @@ impl Ledger {
     /// Moves a reserved transfer to its final state: releases the hold on the
     /// debit account and, on commit, posts the amount from credit to debit.
     /// Checks every sum before changing anything.
+    #[allow(clippy::too_many_arguments)]
     fn finish(
         &mut self,
         transfer_id: TransferId,
         kind: FinishKind,
         state: TransferState,
         reason: Option<ErrorCode>,
+        cause: Option<AbortCause>,
         request_hash: RequestHash,
         fulfilment: Option<Fulfilment>,
     ) -> Result<TransferView, Rejection> {
@@ -1518,6 +1522,7 @@ impl Ledger {
             request_hash,
             at_ms: now_ms,
             settlement_window,
+            cause,
         });
         let seq = transfer.seq;
         if transfer.kind == TransferKind::Fspiop {
@@ -1528,6 +1533,7 @@ impl Ledger {
             kind,
             state,
             reason,
+            cause,
             finished_at_ms: now_ms,
             request_hash,
             fulfilment,
@@ -1580,6 +1586,7 @@ impl Ledger {
             return Err(Self::not_reserved(transfer_id, transfer.state));
         }
         let (hash, fulfilment) = (fulfil.request_hash, fulfil.fulfilment);
+        let condition = transfer.condition;
         if self.now_ms >= transfer.expiration_ms {
             let code = ErrorCode::TRANSFER_EXPIRED;
             let view = self.finish(
@@ -1587,6 +1594,7 @@ impl Ledger {
                 FinishKind::Fulfil,
                 TransferState::Expired,
                 Some(code),
+                None,
                 hash,
                 None,
             )?;
@@ -1599,26 +1607,24 @@ impl Ledger {
                 error,
             });
         }
-        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == transfer.condition) else {
-            let code = ErrorCode::GENERIC_VALIDATION_ERROR;
-            let view = self.finish(
+        if let Some(failed) =
+            self.abort_unless_to_payer(transfer_id, FinishKind::Fulfil, fulfil.destination, hash)?
+        {
+            return Ok(failed);
+        }
+        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == condition) else {
+            return self.abort_by_hub(
                 transfer_id,
                 FinishKind::Fulfil,
-                TransferState::Aborted,
-                Some(code),
+                AbortCause::InvalidFulfilment,
                 hash,
-                None,
-            )?;
-            let error = Rejection::new(code, "invalid fulfilment");
-            return Ok(Outcome::Failed {
-                transfer: view,
-                error,
-            });
+            );
         };
         let view = self.finish(
             transfer_id,
             FinishKind::Fulfil,
             TransferState::Committed,
+            None,
             None,
             hash,
             Some(fulfilment),
@@ -1640,6 +1646,14 @@ impl Ledger {
         if transfer.state != TransferState::Reserved {
             return Err(Self::not_reserved(transfer_id, transfer.state));
         }
+        if let Some(failed) = self.abort_unless_to_payer(
+            transfer_id,
+            FinishKind::Abort,
+            abort.destination,
+            abort.request_hash,
+        )? {
+            return Ok(failed);
+        }
         if !abort.error_code.is_valid() {
             return Err(validation(format!(
                 "error code {} is not an FSPIOP error code",
@@ -1651,10 +1665,60 @@ impl Ledger {
             FinishKind::Abort,
             TransferState::Aborted,
             Some(abort.error_code),
+            None,
             abort.request_hash,
             None,
         )?;
         Ok(Outcome::Transfer(view))
+    }
+
+    /// The payee's message about a reserved transfer named another
+    /// FSPIOP-Destination than the payer: central-ledger aborts the
+    /// transfer (3100) rather than let the payer miss its outcome. `None`:
+    /// addressed to the payer, or to nobody.
+    fn abort_unless_to_payer(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        destination: Option<FspName>,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        let Some(destination) = destination else {
+            return Ok(None);
+        };
+        let debit = self.transfers[&transfer_id].debit;
+        let payer = self.participant(self.account(debit).participant).name;
+        if payer == destination {
+            return Ok(None);
+        }
+        let cause = AbortCause::DestinationNotPayer;
+        self.abort_by_hub(transfer_id, kind, cause, request_hash)
+            .map(Some)
+    }
+
+    /// Aborts a reserved transfer for the payee's faulty message (3100 with
+    /// `cause`): its final state, told to the payer as the refusal.
+    fn abort_by_hub(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        cause: AbortCause,
+        request_hash: RequestHash,
+    ) -> Result<Outcome, Rejection> {
+        let code = ErrorCode::GENERIC_VALIDATION_ERROR;
+        let view = self.finish(
+            transfer_id,
+            kind,
+            TransferState::Aborted,
+            Some(code),
+            Some(cause),
+            request_hash,
+            None,
+        )?;
+        Ok(Outcome::Failed {
+            transfer: view,
+            error: Rejection::new(code, cause.description()),
+        })
     }
 
     fn get_transfer(&self, transfer_id: TransferId, caller: FspName) -> Result<Outcome, Rejection> {
@@ -1691,6 +1755,7 @@ impl Ledger {
                 FinishKind::Expiry,
                 TransferState::Expired,
                 code,
+                None,
                 RequestHash::default(),
                 None,
             ) {
@@ -1875,7 +1940,15 @@ impl Ledger {
         } else {
             TransferState::Aborted
         };
-        let view = self.finish(transfer_id, kind, state, None, command.request_hash, None)?;
+        let view = self.finish(
+            transfer_id,
+            kind,
+            state,
+            None,
+            None,
+            command.request_hash,
+            None,
+        )?;
         Ok(Outcome::Transfer(view))
     }
 
@@ -1953,6 +2026,7 @@ impl Ledger {
                     kind: finish.kind,
                     state: transfer.state,
                     reason: transfer.reason,
+                    cause: finish.cause,
                     finished_at_ms: finish.at_ms,
                     request_hash: finish.request_hash,
                     fulfilment: transfer.fulfilment,
@@ -2161,6 +2235,7 @@ impl Ledger {
                     request_hash: finish.request_hash,
                     at_ms: finish.finished_at_ms,
                     settlement_window: finish.settlement_window,
+                    cause: finish.cause,
                 });
                 if finish.settlement_window.is_some() && finish.settlement_window == open_window {
                     open_commits.push((row.debit, row.credit, row.amount));

@@ -159,6 +159,48 @@ impl FinishKind {
     }
 }
 
+/// Why the hub aborted a transfer on the payee's message, beyond the error
+/// code: what a later `GET` repeats in its `cause` extension, in Mojaloop's
+/// words (`3100: Generic validation error - invalid fulfilment`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AbortCause {
+    /// The fulfil carried no fulfilment, or one that does not match the
+    /// condition.
+    InvalidFulfilment,
+    /// The payee's fulfil or error named an FSPIOP-Destination other than
+    /// the transfer's payer (central-ledger's ABORT_VALIDATION).
+    DestinationNotPayer,
+}
+
+impl AbortCause {
+    /// The store's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AbortCause::InvalidFulfilment => "INVALID_FULFILMENT",
+            AbortCause::DestinationNotPayer => "DESTINATION_NOT_PAYER",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<AbortCause> {
+        [
+            AbortCause::InvalidFulfilment,
+            AbortCause::DestinationNotPayer,
+        ]
+        .into_iter()
+        .find(|cause| cause.as_str() == text)
+    }
+
+    /// What follows the code's own wording, as central-ledger writes it.
+    pub fn description(self) -> &'static str {
+        match self {
+            AbortCause::InvalidFulfilment => "invalid fulfilment",
+            AbortCause::DestinationNotPayer => {
+                "fspiop-destination does not match payer fsp on the Fulfil callback response"
+            }
+        }
+    }
+}
+
 /// Operator's notes on a funds movement (Mojaloop's `reason` and
 /// `externalReference`); kept with the transfer, never interpreted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -217,6 +259,9 @@ pub struct Fulfil {
     /// `None` when the payee sent none: like a wrong one, it aborts the
     /// transfer (3100), as central-ledger does.
     pub fulfilment: Option<Fulfilment>,
+    /// The message's `FSPIOP-Destination`, if it had one: anyone but the
+    /// payer aborts the transfer (3100), as central-ledger does.
+    pub destination: Option<FspName>,
     pub request_hash: RequestHash,
 }
 
@@ -227,6 +272,9 @@ pub struct Abort {
     pub caller: FspName,
     /// The payee's error code, kept as the transfer's reason.
     pub error_code: ErrorCode,
+    /// As [`Fulfil::destination`]: anyone but the payer aborts the
+    /// transfer with 3100 instead of the payee's code.
+    pub destination: Option<FspName>,
     pub request_hash: RequestHash,
 }
 
@@ -604,6 +652,8 @@ pub struct TransferView {
     /// Why it did not commit: 4001/4200 for a rejection, 3100 for a wrong
     /// fulfilment, 3303 for expiry, or the payee's own error code.
     pub reason: Option<ErrorCode>,
+    /// Why the hub aborted it on the payee's message, if it did.
+    pub cause: Option<AbortCause>,
     pub expiration_ms: i64,
     pub prepared_at_ms: i64,
     pub completed_at_ms: Option<i64>,
@@ -738,6 +788,8 @@ pub struct FinishRow {
     pub kind: FinishKind,
     pub state: TransferState,
     pub reason: Option<ErrorCode>,
+    /// Why the hub aborted it on the payee's message, if it did.
+    pub cause: Option<AbortCause>,
     pub finished_at_ms: i64,
     /// Zero for expiry.
     pub request_hash: RequestHash,

@@ -377,6 +377,7 @@ impl Gen {
                     transfer_id,
                     caller,
                     fulfilment: Some(secret(preimage)),
+                    destination: None,
                     request_hash: body_hash(("fulfil", transfer_id, preimage, salt)),
                 })
             }
@@ -402,6 +403,7 @@ impl Gen {
                     transfer_id,
                     caller,
                     error_code: ErrorCode(code),
+                    destination: None,
                     request_hash: body_hash(("abort", transfer_id, code, salt)),
                 })
             }

@@ -351,6 +351,7 @@ fn wrong_fulfilment_aborts_with_3100() {
     assert_eq!(code, ErrorCode::GENERIC_VALIDATION_ERROR);
     assert_eq!(transfer.state, TransferState::Aborted);
     assert_eq!(transfer.reason, Some(ErrorCode(3100)));
+    assert_eq!(transfer.cause, Some(AbortCause::InvalidFulfilment));
     assert_eq!(transfer.fulfilment, None);
     assert_eq!(hub.balance(payer.position), bal(0, 0));
     assert_eq!(hub.balance(payee.position), bal(0, 0));
@@ -365,6 +366,99 @@ fn wrong_fulfilment_aborts_with_3100() {
         TransferState::Aborted
     );
     assert_audited(&hub);
+}
+
+/// A fulfil or abort from the payee, addressed (`FSPIOP-Destination`) to
+/// `destination`.
+fn addressed(command: Command, destination: FspName) -> Command {
+    match command {
+        Command::Fulfil(fulfil) => Command::Fulfil(Fulfil {
+            destination: Some(destination),
+            ..fulfil
+        }),
+        Command::Abort(abort) => Command::Abort(Abort {
+            destination: Some(destination),
+            ..abort
+        }),
+        other => other,
+    }
+}
+
+#[test]
+fn fulfil_or_abort_addressed_to_another_than_the_payer_aborts_with_3100() {
+    // central-ledger's ABORT_VALIDATION: the payee's message names another
+    // destination than the payer, so the transfer ends rather than commit
+    // with the payer never told.
+    let (mut hub, payer, payee) = two();
+    let other = hub.dfsp("otherfsp", 1000, 500);
+    for (id, command) in [
+        (1, fulfil(1, payee.name)),
+        (2, abort(2, payee.name, 5100, hash(0xA2))),
+    ] {
+        hub.one(prepare(id, payer, payee, 100, hub.now + TTL));
+        let misaddressed = addressed(command, other.name);
+        let outcome = hub.one(misaddressed.clone());
+        let Outcome::Failed { transfer, error } = &outcome else {
+            panic!("transfer {id}: {outcome:?}");
+        };
+        assert_eq!(error.code, ErrorCode(3100));
+        assert_eq!(
+            error.description,
+            "fspiop-destination does not match payer fsp on the Fulfil callback response"
+        );
+        assert_eq!(transfer.state, TransferState::Aborted);
+        assert_eq!(
+            transfer.reason,
+            Some(ErrorCode(3100)),
+            "not the payee's code"
+        );
+        assert_eq!(transfer.cause, Some(AbortCause::DestinationNotPayer));
+        assert_eq!(transfer.fulfilment, None);
+        // The payer's hold is released; nothing was posted.
+        assert_eq!(hub.balance(payer.position), bal(0, 0));
+        assert_eq!(hub.balance(payee.position), bal(0, 0));
+        // A resend of the same message gets the state it left.
+        let again = hub.assert_duplicate(misaddressed);
+        assert_eq!(again.cause, Some(AbortCause::DestinationNotPayer));
+    }
+    // A fulfil addressed to the payer (or to nobody) still commits.
+    hub.one(prepare(3, payer, payee, 100, hub.now + TTL));
+    let committed = view(&hub.one(addressed(fulfil(3, payee.name), payer.name)));
+    assert_eq!(committed.state, TransferState::Committed);
+    assert_eq!(committed.cause, None);
+    assert_eq!(hub.balance(payer.position), bal(100, 0));
+    // The cause survives a restart from the store's rows.
+    let restored = Ledger::restore(hub.ledger.snapshot(), hub.ledger.limits()).expect("restore");
+    hub.ledger = restored;
+    for (id, cause) in [
+        (1, Some(AbortCause::DestinationNotPayer)),
+        (2, Some(AbortCause::DestinationNotPayer)),
+        (3, None),
+    ] {
+        let outcome = hub.one(Command::GetTransfer {
+            transfer_id: TransferId::new(id),
+            caller: payer.name,
+        });
+        assert_eq!(view(&outcome).cause, cause, "transfer {id}");
+    }
+    assert_audited(&hub);
+}
+
+#[test]
+fn a_source_that_is_not_the_payee_is_refused_whatever_its_destination() {
+    // kasi's stricter rule: a third DFSP cannot end anyone's transfer.
+    let (mut hub, payer, payee) = two();
+    let other = hub.dfsp("otherfsp", 1000, 500);
+    hub.one(prepare(1, payer, payee, 100, hub.now + TTL));
+    hub.assert_rejected(
+        addressed(fulfil(1, other.name), other.name),
+        ErrorCode(3100),
+    );
+    hub.assert_rejected(
+        addressed(abort(1, other.name, 5100, hash(3)), payee.name),
+        ErrorCode(3100),
+    );
+    assert_eq!(hub.balance(payer.position), bal(0, 100));
 }
 
 #[test]
@@ -712,7 +806,8 @@ fn inactive_payer_is_3100() {
         active: false,
     };
     assert_eq!(hub.one(off), Outcome::Done);
-    hub.assert_rejected(prepare(1, payer, payee, 10, hub.now + TTL), ErrorCode(3100));
+    let refusal = hub.assert_rejected(prepare(1, payer, payee, 10, hub.now + TTL), ErrorCode(3100));
+    assert_eq!(refusal.description, "Participant payerfsp is inactive");
     let on = Command::SetParticipantActive {
         name: payer.name,
         active: true,

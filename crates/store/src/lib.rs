@@ -170,6 +170,7 @@ pub(crate) fn stored_view(
         currency,
         state,
         reason,
+        cause: finish.and_then(|finish| finish.cause),
         expiration_ms: transfer.expiration_ms,
         prepared_at_ms: transfer.prepared_at_ms,
         completed_at_ms,

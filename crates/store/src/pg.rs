@@ -307,9 +307,9 @@ impl Statements {
             )?,
             finishes: prepare(
                 "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
-                    settlement_window)
+                    settlement_window, cause)
                  SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::bigint[], $6::bytea[],
-                    $7::bytea[], $8::bigint[])",
+                    $7::bytea[], $8::bigint[], $9::text[])",
             )?,
             endpoint: prepare(
                 "INSERT INTO endpoints (participant_id, type, value) VALUES ($1, $2, $3)
@@ -1141,6 +1141,10 @@ impl<'r> Columns<'r> {
                 .iter()
                 .map(|r| r.settlement_window.map(i64::from))
                 .collect();
+            let cause: Vec<Option<&str>> = rows
+                .iter()
+                .map(|r| r.cause.map(|cause| cause.as_str()))
+                .collect();
             transaction.execute(
                 &statements.finishes,
                 &[
@@ -1152,6 +1156,7 @@ impl<'r> Columns<'r> {
                     &hash,
                     &fulfilment,
                     &window,
+                    &cause,
                 ],
             )?;
         }

@@ -45,8 +45,8 @@ const VIEW_SELECT: &str = "pd.name, pc.name, ad.currency
      LEFT JOIN transfer_finishes f ON f.seq = t.seq";
 
 /// Where the names and currency are in a row of [`VIEW_SELECT`]: after the
-/// transfer's 15 columns and the finish's 8.
-const NAMES_AT: usize = 23;
+/// transfer's 15 columns and the finish's 9.
+const NAMES_AT: usize = 24;
 
 impl PgReader {
     /// Connects to the store at `url` (it must exist: open the writable

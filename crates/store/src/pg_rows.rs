@@ -3,9 +3,9 @@
 //! not write) into a [`StoreError`] naming the column, never a panic.
 
 use ledger::{
-    AccountId, Amount, Condition, Currency, ErrorCode, FinishKind, FinishRow, Fulfilment,
-    FundsMemo, ParticipantId, QuoteAnswer, QuoteRow, RequestHash, TransferId, TransferKind,
-    TransferRow, TransferState,
+    AbortCause, AccountId, Amount, Condition, Currency, ErrorCode, FinishKind, FinishRow,
+    Fulfilment, FundsMemo, ParticipantId, QuoteAnswer, QuoteRow, RequestHash, TransferId,
+    TransferKind, TransferRow, TransferState,
 };
 use postgres::types::FromSql;
 use postgres::Row;
@@ -125,7 +125,7 @@ pub(crate) const TRANSFER_COLUMNS: &str = "t.seq, t.transfer_id, t.kind, t.debit
 
 /// The `transfer_finishes` columns in table order.
 pub(crate) const FINISH_COLUMNS: &str = "f.seq, f.kind, f.state, f.reason, f.finished_at_ms,
-    f.request_hash, f.fulfilment, f.settlement_window";
+    f.request_hash, f.fulfilment, f.settlement_window, f.cause";
 
 pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
     let external_reference: Option<String> = col(row, 12)?;
@@ -181,6 +181,7 @@ pub(crate) fn finish_row(row: &Row, at: usize) -> Result<Option<FinishRow>, Stor
             Some(_) => Some(Fulfilment::from_preimage(fixed(row, at + 6)?)),
         },
         settlement_window: narrow_opt(row, at + 7)?,
+        cause: parsed_opt(row, at + 8, "abort cause", AbortCause::parse)?,
     }))
 }
 

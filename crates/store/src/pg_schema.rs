@@ -7,7 +7,7 @@
 
 /// The migrations, in order: the schema version after migration `n` is
 /// `n + 1`. Never edit one that has shipped: add the next.
-pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3];
+pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
 
 /// The version this kasi writes: a database at a higher one is refused.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -27,6 +27,16 @@ const MIGRATION_2: &str = "ALTER TABLE dead_letters ADD COLUMN origin TEXT;";
 /// When an account's balance last changed (the position's `changedDate`);
 /// NULL in rows kept before, read as the account's creation.
 const MIGRATION_3: &str = "ALTER TABLE accounts ADD COLUMN changed_at_ms BIGINT;";
+
+/// Why the hub aborted a transfer on the payee's message
+/// (`ledger::AbortCause`: 'INVALID_FULFILMENT', 'DESTINATION_NOT_PAYER'),
+/// which a later GET repeats; before it, a fulfil's abort with 3100 could
+/// only be an invalid fulfilment.
+const MIGRATION_4: &str = "
+ALTER TABLE transfer_finishes ADD COLUMN cause TEXT;
+UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
+ WHERE kind = 'FULFIL' AND state = 'ABORTED' AND reason = 3100;
+";
 
 const MIGRATION_1: &str = "
 CREATE TABLE kasi_meta (

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow, ErrorCode,
-    FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
+    AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow,
+    ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
     ParticipantRow, PartyKey, PartyRow, QuoteAnswer, QuoteRow, Record, RequestHash,
     SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow, TransferState,
     TransferView,
@@ -30,8 +30,9 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// Version 2 added `transfers.wire_version`, the models' rules, the
 /// finishes' settlement window, and settlement's tables; version 3 the
 /// admin API's `audit_events` and `certificate_pins`; version 4
-/// `accounts.changed_at_ms`.
-const SCHEMA_VERSION: i64 = 4;
+/// `accounts.changed_at_ms`; version 5 the finishes' `cause` (why the hub
+/// aborted a transfer on the payee's message).
+const SCHEMA_VERSION: i64 = 5;
 /// The oldest version this kasi migrates (on a writable open) or reads.
 const OLDEST_SCHEMA_VERSION: i64 = 1;
 
@@ -128,7 +129,8 @@ CREATE TABLE IF NOT EXISTS transfer_finishes (
     finished_at_ms    INTEGER NOT NULL,
     request_hash      BLOB    NOT NULL,
     fulfilment        BLOB,
-    settlement_window INTEGER
+    settlement_window INTEGER,
+    cause             TEXT
 ) STRICT;
 CREATE TABLE IF NOT EXISTS settlement_windows (
     id            INTEGER PRIMARY KEY,
@@ -247,6 +249,33 @@ UPDATE settlement_models SET
  WHERE json_valid(definition);
 ";
 
+/// Version 4 → 5: why the hub aborted a transfer (`ledger::AbortCause`);
+/// before it, a fulfil's abort with 3100 could only be an invalid
+/// fulfilment.
+const MIGRATE_4_TO_5: &str = "
+ALTER TABLE transfer_finishes ADD COLUMN cause TEXT;
+UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
+ WHERE kind = 'FULFIL' AND state = 'ABORTED' AND reason = 3100;
+";
+
+/// The `transfer_finishes` columns [`finish_row`] reads, each prefixed with
+/// `prefix` (a table alias and its dot, or nothing), for a store of
+/// `version` (columns it predates read as NULL).
+pub(crate) fn finish_columns(version: i64, prefix: &str) -> String {
+    let settlement_window = match version >= 2 {
+        true => format!("{prefix}settlement_window"),
+        false => "NULL".to_owned(),
+    };
+    let cause = match version >= 5 {
+        true => format!("{prefix}cause"),
+        false => "NULL".to_owned(),
+    };
+    format!(
+        "{prefix}seq, {prefix}kind, {prefix}state, {prefix}reason, {prefix}finished_at_ms, \
+         {prefix}request_hash, {prefix}fulfilment, {settlement_window}, {cause}"
+    )
+}
+
 /// How the store makes commits durable.
 #[derive(Clone, Copy, Debug)]
 pub struct SqliteOptions {
@@ -347,7 +376,7 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 only adds tables, which SCHEMA creates.
-            1..=3 => {
+            1..=4 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -356,6 +385,9 @@ impl SqliteStore {
                     migration.execute_batch(MIGRATE_3_TO_4)?;
                 }
                 migration.execute_batch(SCHEMA)?;
+                if !has_column(&migration, "transfer_finishes", "cause")? {
+                    migration.execute_batch(MIGRATE_4_TO_5)?;
+                }
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
             }
@@ -481,8 +513,8 @@ impl SqliteStore {
             )?;
             let mut finish = transaction.prepare_cached(
                 "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
-                    settlement_window)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    settlement_window, cause)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )?;
             let mut endpoint = transaction.prepare_cached(
                 "INSERT INTO endpoints (participant_id, type, value) VALUES (?1, ?2, ?3)
@@ -686,6 +718,7 @@ impl SqliteStore {
                             &row.request_hash.0[..],
                             row.fulfilment.as_ref().map(|f| &f.preimage()[..]),
                             row.settlement_window,
+                            row.cause.map(|cause| cause.as_str()),
                         ])?;
                     }
                 }
@@ -940,10 +973,7 @@ impl SqliteStore {
         }
         drop(rows);
         drop(statement);
-        let settlement_window = match version >= 2 {
-            true => "settlement_window",
-            false => "NULL",
-        };
+        let finish_columns = finish_columns(version, "");
         let mut stream = |sql: &str, to_record: &dyn Fn(&Row<'_>) -> Result<Record, StoreError>| {
             let mut statement = transaction.prepare(sql)?;
             let mut rows = statement.query([])?;
@@ -962,7 +992,7 @@ impl SqliteStore {
         // Finishes of no transfer (there should be none; copied as they are).
         stream(
             &format!(
-                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment, {settlement_window}
+                "SELECT {finish_columns}
                  FROM transfer_finishes f WHERE NOT EXISTS (SELECT 1 FROM transfers t WHERE t.seq = f.seq)
                  ORDER BY seq"
             ),
@@ -1129,14 +1159,9 @@ fn read_rows(
                     }
                 }
             }
-            let settlement_window = if version >= 2 {
-                "settlement_window"
-            } else {
-                "NULL"
-            };
             let mut statement = transaction.prepare(&format!(
-                "SELECT seq, kind, state, reason, finished_at_ms, request_hash, fulfilment, {settlement_window}
-                 FROM transfer_finishes ORDER BY seq"
+                "SELECT {} FROM transfer_finishes ORDER BY seq",
+                finish_columns(version, "")
             ))?;
             if horizon_ms.is_none() {
                 let mut rows = statement.query([])?;
@@ -1423,7 +1448,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     let mut statement = connection.prepare_cached(
         "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
                 t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
-                f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment
+                f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment, f.cause
          FROM transfers t
          LEFT JOIN accounts a ON a.id = t.debit_account_id
          LEFT JOIN participants pa ON pa.id = a.participant_id
@@ -1444,7 +1469,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
             ValueRef::Null => None,
             _ => Some(parse(row, 11, "finish kind", FinishKind::parse)?),
         };
-        let (state, reason, completed_at_ms, fulfilment) = match finish_kind {
+        let (state, reason, completed_at_ms, fulfilment, cause) = match finish_kind {
             Some(_) => (
                 parse(row, 12, "transfer state", TransferState::parse)?,
                 row.get::<_, Option<u16>>(13)?.map(ErrorCode),
@@ -1453,6 +1478,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
                     ValueRef::Null => None,
                     _ => Some(Fulfilment::from_preimage(blob(row, 15)?)),
                 },
+                abort_cause(row, 16)?,
             ),
             None => {
                 let state = parse(row, 5, "transfer state", TransferState::parse)?;
@@ -1461,6 +1487,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
                     state,
                     row.get::<_, Option<u16>>(6)?.map(ErrorCode),
                     (state != TransferState::Reserved).then_some(prepared),
+                    None,
                     None,
                 )
             }
@@ -1474,6 +1501,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
             currency: parse(row, 4, "currency", Currency::parse)?,
             state,
             reason,
+            cause,
             expiration_ms: row.get(7)?,
             prepared_at_ms: row.get(8)?,
             completed_at_ms,
@@ -1489,15 +1517,15 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
 /// Every transfer with its finish, in seq order (columns as
 /// `sqlite_history::joined` reads them), for a store of `version`.
 fn whole_history_query(version: i64) -> String {
-    let (wire_version, settlement_window) = match version >= 2 {
-        true => ("t.wire_version", "f.settlement_window"),
-        false => ("0", "NULL"),
+    let wire_version = match version >= 2 {
+        true => "t.wire_version",
+        false => "0",
     };
+    let finish = finish_columns(version, "f.");
     format!(
         "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
             t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
-            {wire_version},
-            f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, {settlement_window}
+            {wire_version}, {finish}
          FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
     )
 }
@@ -1626,7 +1654,8 @@ pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
     })
 }
 
-/// A `transfer_finishes` row, from its eight columns starting at `at`.
+/// A `transfer_finishes` row, from its nine columns starting at `at` (as
+/// [`finish_columns`] selects them).
 pub(crate) fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreError> {
     Ok(FinishRow {
         seq: row.get::<_, i64>(at)? as u64,
@@ -1640,7 +1669,16 @@ pub(crate) fn finish_row(row: &Row<'_>, at: usize) -> Result<FinishRow, StoreErr
             _ => Some(Fulfilment::from_preimage(blob(row, at + 6)?)),
         },
         settlement_window: row.get(at + 7)?,
+        cause: abort_cause(row, at + 8)?,
     })
+}
+
+/// A finish's nullable `cause` column.
+fn abort_cause(row: &Row<'_>, at: usize) -> Result<Option<AbortCause>, StoreError> {
+    match row.get_ref(at)? {
+        ValueRef::Null => Ok(None),
+        _ => parse(row, at, "abort cause", AbortCause::parse).map(Some),
+    }
 }
 
 /// Recovery with a retention horizon and no history snapshot, in one
@@ -1749,7 +1787,7 @@ fn find_transfer(
     let mut statement = connection.prepare_cached(
             "SELECT t.kind, t.amount, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
                 t.wire_version, pd.name, pc.name, ad.currency,
-                f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment
+                f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, f.cause
              FROM transfers t
              LEFT JOIN accounts ad ON ad.id = t.debit_account_id
              LEFT JOIN participants pd ON pd.id = ad.participant_id
@@ -1764,12 +1802,14 @@ fn find_transfer(
     };
     let mut state = parse(row, 5, "transfer state", TransferState::parse)?;
     let mut reason = row.get::<_, Option<u16>>(6)?.map(ErrorCode);
+    let mut cause = None;
     let prepared_at_ms: i64 = row.get(3)?;
     let (finish, completed_at_ms, fulfilment) = match row.get_ref(11)? {
         ValueRef::Null => (None, state.is_final().then_some(prepared_at_ms), None),
         _ => {
             state = parse(row, 12, "transfer state", TransferState::parse)?;
             reason = row.get::<_, Option<u16>>(13)?.map(ErrorCode);
+            cause = abort_cause(row, 17)?;
             let kind = parse(row, 11, "finish kind", FinishKind::parse)?;
             let fulfilment = match row.get_ref(16)? {
                 ValueRef::Null => None,
@@ -1792,6 +1832,7 @@ fn find_transfer(
             currency: parse(row, 10, "currency", Currency::parse)?,
             state,
             reason,
+            cause,
             expiration_ms: row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
             prepared_at_ms,
             completed_at_ms,

@@ -79,7 +79,8 @@ CREATE INDEX IF NOT EXISTS quotes_by_time ON quotes (received_at_ms);
 const JOINED: &str = "t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount,
     t.condition, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
     t.external_reference, t.memo, t.wire_version,
-    f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, f.settlement_window";
+    f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, f.settlement_window,
+    f.cause";
 
 /// Most new transfers one step of the snapshotter reads in one read
 /// transaction: the first snapshot of a long history is built in steps,

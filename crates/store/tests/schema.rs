@@ -4,8 +4,8 @@
 //! a newer kasi is refused.
 
 use ledger::{
-    AccountId, Amount, Condition, Record, RequestHash, TransferId, TransferKind, TransferRow,
-    TransferState,
+    AbortCause, AccountId, Amount, Condition, ErrorCode, FinishKind, FinishRow, Record,
+    RequestHash, TransferId, TransferKind, TransferRow, TransferState,
 };
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store;
@@ -89,6 +89,8 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
             .execute_batch(
                 "ALTER TABLE transfers DROP COLUMN wire_version;
                  ALTER TABLE transfer_finishes DROP COLUMN settlement_window;
+                 ALTER TABLE transfer_finishes DROP COLUMN cause;
+                 ALTER TABLE accounts DROP COLUMN changed_at_ms;
                  ALTER TABLE settlement_models DROP COLUMN granularity;
                  ALTER TABLE settlement_models DROP COLUMN interchange;
                  ALTER TABLE settlement_models DROP COLUMN delay;
@@ -119,7 +121,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 4);
+    assert_eq!(user_version(dir.path()), 5);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -143,7 +145,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 5).unwrap();
+        connection.pragma_update(None, "user_version", 6).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -152,9 +154,77 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 5"), "{text}");
+        assert!(text.contains("schema version 6"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
+}
+
+fn finish(seq: u64, kind: FinishKind, state: TransferState, reason: Option<u16>) -> FinishRow {
+    FinishRow {
+        seq,
+        kind,
+        state,
+        reason: reason.map(ErrorCode),
+        cause: None,
+        finished_at_ms: 600,
+        request_hash: RequestHash([0xF0 | seq as u8; 32]),
+        fulfilment: None,
+        settlement_window: None,
+    }
+}
+
+#[test]
+fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [UUID, ULID, "0b9e3c53-7d2c-4d1e-9d6b-2f7f3a0c9d11"];
+    let finishes = [
+        // A fulfil that aborted with 3100: before version 5, only an
+        // invalid fulfilment did.
+        finish(1, FinishKind::Fulfil, TransferState::Aborted, Some(3100)),
+        // The payee's own 3100, and an expiry: no cause.
+        finish(2, FinishKind::Abort, TransferState::Aborted, Some(3100)),
+        finish(3, FinishKind::Expiry, TransferState::Expired, Some(3303)),
+    ];
+    {
+        let mut store = open(dir.path()).unwrap();
+        let transfers: Vec<Record> = (1..=3)
+            .map(|seq| transfer(seq, ids[seq as usize - 1], 0x11))
+            .collect();
+        let finished: Vec<Record> = finishes.iter().cloned().map(Record::Finish).collect();
+        store.commit(&[&transfers, &finished]).unwrap();
+    }
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection
+            .execute_batch(
+                "ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 4;",
+            )
+            .unwrap();
+    }
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.finishes, finishes, "read as it is");
+    assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
+
+    let snapshot = open(dir.path()).unwrap().load().unwrap();
+    assert_eq!(user_version(dir.path()), 5);
+    let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
+    assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
+    // And a cause written now reads back.
+    let mut store = open(dir.path()).unwrap();
+    let misaddressed = FinishRow {
+        cause: Some(AbortCause::DestinationNotPayer),
+        ..finish(4, FinishKind::Fulfil, TransferState::Aborted, Some(3100))
+    };
+    store
+        .commit(&[&[
+            transfer(4, "5f0e5a4c-1d7e-4f6b-8a3e-6c2d9b1e0f44", 0x11),
+            Record::Finish(misaddressed.clone()),
+        ]])
+        .unwrap();
+    assert_eq!(store.load().unwrap().finishes.last(), Some(&misaddressed));
 }
 
 fn event(id: u64, action: &str) -> ledger::AuditEventRow {
@@ -183,7 +253,9 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
         connection
             .execute_batch(
-                "DROP TABLE audit_events; DROP TABLE certificate_pins; PRAGMA user_version = 2;",
+                "DROP TABLE audit_events; DROP TABLE certificate_pins;
+                 ALTER TABLE transfer_finishes DROP COLUMN cause;
+                 ALTER TABLE accounts DROP COLUMN changed_at_ms; PRAGMA user_version = 2;",
             )
             .unwrap();
     }
@@ -197,7 +269,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 4);
+    assert_eq!(user_version(dir.path()), 5);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -278,7 +350,8 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
         connection
             .execute_batch(
-                "ALTER TABLE accounts DROP COLUMN changed_at_ms; PRAGMA user_version = 3;",
+                "ALTER TABLE accounts DROP COLUMN changed_at_ms;
+                 ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 3;",
             )
             .unwrap();
     }
@@ -291,7 +364,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 4);
+    assert_eq!(user_version(dir.path()), 5);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);

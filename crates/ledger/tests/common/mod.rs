@@ -313,6 +313,7 @@ pub fn fulfil_with(
         transfer_id: TransferId::new(id),
         caller,
         fulfilment: Some(fulfilment),
+        destination: None,
         request_hash,
     })
 }
@@ -322,6 +323,7 @@ pub fn abort(id: u128, caller: FspName, code: u16, request_hash: RequestHash) ->
         transfer_id: TransferId::new(id),
         caller,
         error_code: ErrorCode(code),
+        destination: None,
         request_hash,
     })
 }

@@ -201,12 +201,14 @@ impl Harness {
                         transfer_id,
                         caller: payee,
                         fulfilment: Some(Fulfilment::from_preimage([9; 32])),
+                        destination: None,
                         request_hash: RequestHash([2; 32]),
                     }),
                     _ => Command::Abort(Abort {
                         transfer_id,
                         caller: payee,
                         error_code: ErrorCode(5101),
+                        destination: None,
                         request_hash: RequestHash([3; 32]),
                     }),
                 };
