@@ -72,8 +72,11 @@ struct Question {
     addressee: FspName,
     expires_at: Instant,
     /// When it was asked, or asked again: an answer without a named
-    /// destination goes to the latest requester.
+    /// destination goes to the latest requester; and the stamp by which a
+    /// failed delivery withdraws only the asking it was about.
     asked_at: Instant,
+    /// Answered since it was (last) asked.
+    answered: bool,
 }
 
 /// The questions about one key, and when they are next checked for
@@ -284,7 +287,7 @@ impl Answers {
         requester: FspName,
         addressee: FspName,
         now: Instant,
-    ) -> Result<(), AskError> {
+    ) -> Result<Instant, AskError> {
         let expires_at = now + self.window;
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
@@ -297,7 +300,8 @@ impl Answers {
             {
                 question.expires_at = expires_at;
                 question.asked_at = now;
-                return Ok(());
+                question.answered = false;
+                return Ok(now);
             }
             if slot.questions.len() >= ASKERS_PER_KEY
                 || !shard.admit(requester, self.shard_capacity, self.requester_share)
@@ -311,8 +315,9 @@ impl Answers {
                 addressee,
                 expires_at,
                 asked_at: now,
+                answered: false,
             });
-            return Ok(());
+            return Ok(now);
         }
         if !shard.admit(requester, self.shard_capacity, self.requester_share) {
             return Err(AskError::Full);
@@ -325,12 +330,46 @@ impl Answers {
                     addressee,
                     expires_at,
                     asked_at: now,
+                    answered: false,
                 }],
                 sweep_at: expires_at,
             },
         );
         shard.due.push(Reverse(Due(expires_at, key.clone())));
-        Ok(())
+        Ok(now)
+    }
+
+    /// Forgets the asking stamped `asked_at` (see [`Answers::ask`]) whose
+    /// request could not be delivered, unless it was asked again since or
+    /// answered meanwhile (a resend went through, or the addressee answered
+    /// an earlier attempt that did arrive); whether it was forgotten, and
+    /// so whether the requester is to be told.
+    pub fn withdraw_undelivered(
+        &self,
+        key: &Key,
+        requester: FspName,
+        addressee: FspName,
+        asked_at: Instant,
+    ) -> bool {
+        let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let shard: &mut Shard = &mut guard;
+        let Some(slot) = shard.questions.get_mut(key) else {
+            return false;
+        };
+        let Some(at) = slot.questions.iter().position(|q| {
+            q.requester == requester
+                && q.addressee == addressee
+                && q.asked_at == asked_at
+                && !q.answered
+        }) else {
+            return false;
+        };
+        slot.questions.swap_remove(at);
+        if slot.questions.is_empty() {
+            shard.questions.remove(key);
+        }
+        shard.forget(requester);
+        true
     }
 
     /// Forgets a question asked but never sent (the addressee could not
@@ -398,6 +437,7 @@ impl Answers {
             });
         };
         let requester = question.requester;
+        question.answered = true;
         let until = now + ANSWERED_GRACE;
         if question.expires_at > until {
             question.expires_at = until;
@@ -423,12 +463,21 @@ impl crate::Hub {
         key: Key,
         requester: FspName,
         addressee: FspName,
+        asked_at: Instant,
         tell: impl FnOnce(&crate::Hub, ledger::ErrorCode, &str) + Send + Sync + 'static,
     ) -> crate::notify::OnUndelivered {
         let hub = std::sync::Arc::downgrade(self);
         Box::new(move |undelivered| {
             let Some(hub) = hub.upgrade() else { return };
-            hub.answers.withdraw(&key, requester, addressee);
+            // Asked again since (a resend that may have gone through), or
+            // answered already: nobody is told of this attempt's failure.
+            if !hub
+                .answers
+                .withdraw_undelivered(&key, requester, addressee, asked_at)
+            {
+                tracing::debug!(%requester, %addressee, resource = %key.resource, id = %key.id, ?undelivered, "request not delivered, but asked again or answered since; nobody told");
+                return;
+            }
             let (code, description) =
                 crate::routing::undelivered_error(key.resource, addressee, &undelivered);
             tracing::debug!(%requester, %addressee, resource = %key.resource, id = %key.id, ?undelivered, code = code.0, "request not delivered; telling the requester");
@@ -450,9 +499,9 @@ impl crate::Hub {
         key: &Key,
         requester: FspName,
         addressee: FspName,
-    ) -> Result<(), crate::HubError> {
+    ) -> Result<Instant, crate::HubError> {
         match self.answers.ask(key, requester, addressee, Instant::now()) {
-            Ok(()) => Ok(()),
+            Ok(asked_at) => Ok(asked_at),
             Err(AskError::Full) => {
                 self.refuse(
                     crate::refused::Class::Busy,
@@ -672,6 +721,41 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_delivery_withdraws_only_its_own_unanswered_asking() {
+        let answers = Answers::new(Duration::from_secs(60), 1_000);
+        let key = Key::new(Resource::Quotes, "q1".to_string());
+        let now = Instant::now();
+        let first = answers.ask(&key, fsp("payer"), fsp("payee"), now).unwrap();
+        // Asked again (a resend) before the first attempt gave up: the
+        // first's failure leaves the renewed question alone.
+        let later = now + Duration::from_secs(15);
+        let second = answers
+            .ask(&key, fsp("payer"), fsp("payee"), later)
+            .unwrap();
+        assert!(!answers.withdraw_undelivered(&key, fsp("payer"), fsp("payee"), first));
+        assert_eq!(answers.len(), 1);
+        // Answered, then its delivery is reported failed (an earlier
+        // attempt arrived): the answer stands, nobody is told.
+        assert_eq!(
+            answers.answer(&key, fsp("payee"), None, later),
+            Ok(fsp("payer"))
+        );
+        assert!(!answers.withdraw_undelivered(&key, fsp("payer"), fsp("payee"), second));
+        // Asked again and not answered: its own failure withdraws it.
+        let third = answers
+            .ask(
+                &key,
+                fsp("payer"),
+                fsp("payee"),
+                later + Duration::from_secs(1),
+            )
+            .unwrap();
+        assert!(answers.withdraw_undelivered(&key, fsp("payer"), fsp("payee"), third));
+        assert_eq!(answers.len(), 0);
+        assert!(!answers.withdraw_undelivered(&key, fsp("payer"), fsp("payee"), third));
+    }
+
+    #[test]
     fn withdrawn_questions_leave_no_trail() {
         let answers = Answers::new(Duration::from_secs(60), 1_000);
         let now = Instant::now();
@@ -728,7 +812,7 @@ mod tests {
         for i in 0..SHARDS * 10 {
             let key = party(&i.to_string());
             match answers.ask(&key, fsp("payer"), fsp("payee"), now) {
-                Ok(()) => asked.push(key),
+                Ok(_) => asked.push(key),
                 Err(AskError::Full) => refused += 1,
             }
         }

@@ -327,10 +327,20 @@ fn shown(value: &Value) -> String {
     }
 }
 
-/// A value as JSON, cut at [`VALUE_CHARS`] characters.
+/// A value as JSON, cut at [`VALUE_CHARS`] characters; a string bare when
+/// it is one plain word (an amount, a name, a URL), else quoted, so that an
+/// operator-given reason or name such as `x outcome=OK` cannot read as
+/// another field of the log line.
 fn short(value: &Value) -> String {
     let text = match value {
-        Value::String(s) => s.clone(),
+        Value::String(s)
+            if !s.is_empty()
+                && !s.chars().any(|c| {
+                    c.is_whitespace() || c.is_control() || matches!(c, '"' | '=' | ';')
+                }) =>
+        {
+            s.clone()
+        }
         other => other.to_string(),
     };
     if text.chars().count() <= VALUE_CHARS {
@@ -569,6 +579,9 @@ mod tests {
             format!("endpoints.FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> {url}")
         );
         assert_eq!(change_summary(&before, &before), "nothing");
+        // A value with spaces or `=` is quoted: it cannot pose as a field.
+        assert_eq!(short(&json!("x outcome=OK")), "\"x outcome=OK\"");
+        assert_eq!(short(&json!("")), "\"\"");
     }
 
     #[test]

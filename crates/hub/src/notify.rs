@@ -220,7 +220,9 @@ pub type OnUndelivered = Box<dyn FnOnce(Undelivered) + Send + Sync>;
 /// told of a commit before the payee, as ml-api-adapter awaits the payer's
 /// callback before the payee's. (It sends the payee nothing if the payer's
 /// failed; here a payer's failing endpoint delays the payee by one attempt
-/// at most, never withholds its notification.)
+/// at most, never withholds its notification.) Only an attempt that starts
+/// at once is waited for: behind a backlog or a failing destination the
+/// follow-up is queued straight away.
 pub struct FollowUp {
     pub callback: Callback,
     pub tracking: Option<Tracking>,
@@ -384,7 +386,7 @@ struct Job {
 /// How a delivery ended.
 enum Delivery {
     /// An HTTP answer that is final (2xx, or another non-5xx status);
-    /// for a refusal whose outcome is awaited, its status and body.
+    /// for a refusal on the first attempt, its status and body.
     Answered(Option<(http::StatusCode, Bytes)>),
     /// Retries exhausted (or deadline passed).
     GaveUp { attempts: u32, reason: String },
@@ -668,7 +670,7 @@ impl Dispatcher {
                 i64::try_from(inner.config.final_retry_for.as_millis()).unwrap_or(i64::MAX),
             ),
         };
-        let job = Job {
+        let mut job = Job {
             method,
             uri,
             headers,
@@ -692,6 +694,14 @@ impl Dispatcher {
             } else if state.queue.len() >= inner.config.max_queue_per_destination {
                 Err(Refused::QueueFull(Box::new(job)))
             } else {
+                // A follow-up waits only for an attempt that starts now: one
+                // queued behind this destination's backlog, or behind a
+                // destination that is failing (its workers retrying for up to
+                // an hour), would hold another DFSP's notification hostage.
+                let starts_now = state.queue.is_empty()
+                    && state.workers < max_workers
+                    && destination.failing_since_ms.load(Ordering::Relaxed) == 0;
+                let released = if starts_now { None } else { job.then.take() };
                 state.queue.push_back(job);
                 inner.pending.fetch_add(1, Ordering::SeqCst);
                 let spawn = state.workers < max_workers;
@@ -699,16 +709,20 @@ impl Dispatcher {
                     state.workers += 1;
                     inner.workers.fetch_add(1, Ordering::SeqCst);
                 }
-                Ok(spawn)
+                Ok((spawn, released))
             }
         };
         match outcome {
-            Ok(true) => {
-                inner
-                    .runtime
-                    .spawn(run_worker(Arc::clone(inner), destination));
+            Ok((spawn, released)) => {
+                if spawn {
+                    inner
+                        .runtime
+                        .spawn(run_worker(Arc::clone(inner), destination));
+                }
+                if let Some(then) = released {
+                    self.send_tracked(then.callback, None, then.tracking);
+                }
             }
-            Ok(false) => {}
             Err(refused) => {
                 let total = destination.dropped.fetch_add(1, Ordering::Relaxed) + 1;
                 let reason = match &refused {
@@ -1381,7 +1395,12 @@ async fn deliver(inner: &Arc<Inner>, destination: &Destination, job: &mut Job) -
                     }
                     let body = drained.await.unwrap_or_default();
                     release_follow_up(inner, job);
-                    return Delivery::Answered((!status.is_success()).then_some((status, body)));
+                    // A refusal counts only on the first attempt: after a
+                    // timeout or a 5xx the DFSP may have taken the request
+                    // already, and a resend's 4xx (a duplicate) says nothing
+                    // against the answer it will still send.
+                    let refused = !status.is_success() && attempt == 1;
+                    return Delivery::Answered(refused.then_some((status, body)));
                 }
             }
             Ok(Err(error)) => ErrorChain(&error).to_string(),
@@ -2300,8 +2319,11 @@ mod tests {
         static PAYER_STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(200);
         let mut payer = stub(Behaviour::Status(&PAYER_STATUS)).await;
         let mut payee = stub(Behaviour::Answer(200)).await;
+        // The payer's retries wait 30 s (long past anything a loaded
+        // machine could take to deliver the payee's), on its one worker.
         let dispatcher = Dispatcher::new(DispatcherConfig {
-            backoff_base: Duration::from_secs(5),
+            backoff_base: Duration::from_secs(30),
+            max_in_flight_per_destination: 1,
             ..fast_config()
         });
         let (payer_url, payee_url) = (payer.url(""), payee.url(""));
@@ -2318,23 +2340,31 @@ mod tests {
         };
         // Answered: then the payee's goes.
         send("/transfers/1", b"then");
-        payer.next(Duration::from_secs(2)).await;
-        let got = payee.next(Duration::from_secs(2)).await;
+        payer.next(ARRIVAL_WAIT).await;
+        let got = payee.next(ARRIVAL_WAIT).await;
         assert_eq!(got.body, b"then");
         // A payer whose endpoint fails: the payee is told after its first
         // attempt, not held back by the payer's retries.
         PAYER_STATUS.store(503, Ordering::SeqCst);
         send("/transfers/2", b"still told");
-        payer.next(Duration::from_secs(2)).await;
-        let got = payee.next(Duration::from_secs(2)).await;
+        payer.next(ARRIVAL_WAIT).await;
+        let got = payee.next(ARRIVAL_WAIT).await;
         assert_eq!(got.body, b"still told");
         assert_eq!(
             payer.count_received(),
             0,
             "the payer's retry waits its backoff"
         );
+        // While the payer fails (its one worker waits out the backoff), a
+        // new follow-up does not queue behind it: the payee hears at once,
+        // before the payer's callback is even attempted (it would have
+        // waited 30 s).
+        send("/transfers/3", b"not held");
+        let got = payee.next(ARRIVAL_WAIT).await;
+        assert_eq!(got.body, b"not held");
+        assert_eq!(payer.count_received(), 0, "the payer's is still queued");
         dispatcher.shutdown(Duration::from_millis(100)).await;
-        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 2);
+        assert_eq!(stats_of(&dispatcher, "payeefsp").sent_ok, 3);
     }
 
     #[tokio::test]

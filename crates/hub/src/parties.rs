@@ -594,12 +594,13 @@ fn forward_get_party(
     }
     let endpoint = endpoint_type("PARTIES", "GET", key);
     let question = answer_key(key);
-    hub.await_answer(&question, caller.source, holder)?;
+    let asked_at = hub.await_answer(&question, caller.source, holder)?;
     let (requester, reply, party) = (caller.source, caller.reply(), key.clone());
     let on_undelivered = hub.on_undelivered(
         question.clone(),
         requester,
         holder,
+        asked_at,
         move |hub, code, description| {
             hub.send_party_error(
                 LookupApi::Parties,

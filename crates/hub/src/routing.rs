@@ -280,13 +280,14 @@ impl Service {
         }
         let question = crate::answers::Key::new(self.resource, route.id);
         let (requester, addressee) = (route.caller.source, route.destination);
-        hub.await_answer(&question, requester, addressee)?;
+        let asked_at = hub.await_answer(&question, requester, addressee)?;
         let service = *self;
         let (reply, id) = (route.caller.reply(), route.id.to_string());
         let on_undelivered = hub.on_undelivered(
             question.clone(),
             requester,
             addressee,
+            asked_at,
             move |hub, code, description| {
                 service.send_error_to(hub, requester, reply, &id, code, description);
             },

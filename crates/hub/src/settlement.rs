@@ -1080,11 +1080,20 @@ fn csv_row(csv: &mut String, fields: &[&dyn std::fmt::Display]) {
 
 /// A text field of a CSV line: quoted when it holds a comma, a quote or a
 /// line break (a participant's name may hold a comma).
+/// A text field (a participant's name) of the CSV report: quoted when it
+/// holds a separator or quote, and a leading `=`, `+`, `-`, `@`, tab or CR
+/// neutralized with a `'` — a spreadsheet opening the report would
+/// otherwise run a name such as `=HYPERLINK(…)` as a formula.
 fn csv_field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        std::borrow::Cow::Owned(format!("'{text}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    };
     if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
-        text.to_string()
+        text.into_owned()
     }
 }
 
@@ -1130,6 +1139,10 @@ mod tests {
         assert_eq!(csv_field("payerfsp"), "payerfsp");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        // A name a spreadsheet would run as a formula is kept as text.
+        assert_eq!(csv_field("=HYPERLINK(x)"), "'=HYPERLINK(x)");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("-2+3,x"), "\"'-2+3,x\"");
         let mut line = String::new();
         csv_row(&mut line, &[&1, &csv_field("a,b"), &"USD"]);
         assert_eq!(line, "1,\"a,b\",USD\n");

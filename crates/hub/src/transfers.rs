@@ -424,10 +424,12 @@ impl Hub {
                         queued += 1;
                     }
                 }
-                (TransferState::Aborted | TransferState::Expired, finish) => {
+                // An expiry, and a fulfil too late, are told to the payee
+                // whatever the setting: it may have committed on its side.
+                (TransferState::Aborted | TransferState::Expired, _) => {
                     error_to(view.payer);
                     queued += 1;
-                    if finish == &Some(FinishKind::Expiry) || self.config.payee_commit_confirmation
+                    if view.state == TransferState::Expired || self.config.payee_commit_confirmation
                     {
                         error_to(view.payee);
                         queued += 1;
@@ -893,8 +895,12 @@ async fn fulfil(
             // but a fulfil addressed to another than the payer is told to
             // the payer alone, as central-ledger sends that one from the
             // switch.
+            // A fulfil too late (3303) is told to the payee whatever
+            // `--payee-commit-confirmation` says: it may have committed on
+            // its side, and only this tells it the transfer expired.
             let to_payee = !reserve_only
-                && hub.config.payee_commit_confirmation
+                && (hub.config.payee_commit_confirmation
+                    || transfer.state == TransferState::Expired)
                 && transfer.cause != Some(AbortCause::DestinationNotPayer);
             let then = to_payee.then(|| {
                 hub.error_message(transfer.payee, error.code, &description, caller.reply())

@@ -1135,11 +1135,13 @@ fn each_change_is_logged_in_a_short_line_that_names_it() {
         );
     };
     line_of("participant.create", "created: ");
-    line_of("participant.create", "name=payerfsp");
+    line_of("participant.create", "name=");
+    line_of("participant.create", "payerfsp");
     line_of(
         "endpoint.set",
-        &format!("FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> {base}/transfers"),
+        "FSPIOP_CALLBACK_URL_TRANSFER_POST: (none) -> ",
     );
+    line_of("endpoint.set", &format!("{base}/transfers"));
     line_of("limits.init", "netDebitCap: (none) -> 1000");
     line_of("funds.in", "value: 0 -> -5000");
     // The whole before and after are in the audit trail.
