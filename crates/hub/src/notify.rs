@@ -2190,6 +2190,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refusal_counts_only_on_the_first_attempt_of_a_request_passed_on() {
+        static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
+        let mut server = stub(Behaviour::Status(&STATUS)).await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let url = server.url("/quotes");
+        let ask = |dispatcher: &Dispatcher| {
+            let told = Arc::clone(&told);
+            dispatcher.send_asking(
+                callback("payeefsp", url.clone(), b"{}"),
+                Box::new(move |undelivered| told.lock().unwrap().push(format!("{undelivered:?}"))),
+            );
+        };
+        let dispatcher = Dispatcher::new(fast_config());
+        ask(&dispatcher);
+        // Two 503s (the first surely answered before the second came),
+        // then a 4xx: the DFSP may have taken an earlier attempt, and its
+        // "duplicate" says nothing against the answer it will send.
+        server.next(ARRIVAL_WAIT).await;
+        server.next(ARRIVAL_WAIT).await;
+        STATUS.store(400, Ordering::SeqCst);
+        let deadline = std::time::Instant::now() + ARRIVAL_WAIT;
+        while stats_of(&dispatcher, "payeefsp").http_error == 0 {
+            assert!(std::time::Instant::now() < deadline, "no 4xx answer");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        assert!(
+            told.lock().unwrap().is_empty(),
+            "{:?}",
+            told.lock().unwrap()
+        );
+        // A refusal at the first attempt is one.
+        let dispatcher = Dispatcher::new(fast_config());
+        ask(&dispatcher);
+        server.next(ARRIVAL_WAIT).await;
+        dispatcher.shutdown(Duration::from_secs(2)).await;
+        let told = told.lock().unwrap();
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(
+            told[0].contains("Refused") && told[0].contains("400"),
+            "{told:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_5xx_is_retried_until_the_destination_answers() {
         static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
         let mut server = stub(Behaviour::Status(&STATUS)).await;
