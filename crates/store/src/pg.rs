@@ -26,8 +26,8 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::pg_rows::{
-    self, col, currency, finish_row, narrow, parsed, parsed_opt, participant, quote_row,
-    transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS, TRANSFER_COLUMNS,
+    self, col, currency, finish_columns, finish_row, narrow, parsed, parsed_opt, participant,
+    quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
 };
 use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
 use crate::sqlite_history::{is_archived, HistorySnapshot};
@@ -433,6 +433,8 @@ struct Warm {
     /// The settlement window open when it was read: the summed history's
     /// window sums belong to it, so a close means reading afresh.
     open_window: Option<u32>,
+    /// The schema version it was read at.
+    version: i64,
 }
 
 impl PgStore {
@@ -697,9 +699,10 @@ impl PgStore {
     fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
         let mut transaction = self.start_read()?;
         let mut snapshot = Snapshot::default();
+        let version = schema_version(&mut transaction)?;
         let open_window = open_window(&mut transaction)?;
-        read_transfers(&mut transaction, horizon_ms, &mut snapshot)?;
-        read_state(&mut transaction, horizon_ms, &mut snapshot)?;
+        read_transfers(&mut transaction, version, horizon_ms, &mut snapshot)?;
+        read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
         // The highest seq read, whether loaded or summed: the tail starts
         // after it.
@@ -720,6 +723,7 @@ impl PgStore {
             last_seq,
             open_seqs,
             open_window,
+            version,
         })
     }
 
@@ -732,20 +736,22 @@ impl PgStore {
             last_seq,
             open_seqs,
             open_window: made_in,
+            version,
         } = warm;
         let mut transaction = self.start_read()?;
         if open_window(&mut transaction)? != made_in {
             return Ok(None);
         }
         let mut snapshot = Snapshot::default();
-        read_state(&mut transaction, horizon_ms, &mut snapshot)?;
+        read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
+        let finish_columns = finish_columns(version);
         let (mut transfers, mut finishes) = (old.transfers, old.finishes);
         // The finishes of transfers that were open.
         let mut still_open = Vec::with_capacity(open_seqs.len());
         let mut late = Vec::new();
         if !open_seqs.is_empty() {
             let rows = transaction.query(
-                &format!("SELECT {FINISH_COLUMNS} FROM transfer_finishes f WHERE f.seq = ANY($1)"),
+                &format!("SELECT {finish_columns} FROM transfer_finishes f WHERE f.seq = ANY($1)"),
                 &[&open_seqs],
             )?;
             for row in &rows {
@@ -760,7 +766,7 @@ impl PgStore {
         }
         // The transfers committed since.
         let query = format!(
-            "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}
+            "SELECT {TRANSFER_COLUMNS}, {finish_columns}
              FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
              WHERE t.seq > $1 ORDER BY t.seq"
         );
@@ -794,6 +800,7 @@ impl PgStore {
             last_seq: newest,
             open_seqs: still_open,
             open_window: made_in,
+            version,
         }))
     }
 }
@@ -813,9 +820,25 @@ fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreEr
         .map(|(id, _)| id))
 }
 
-/// Every table recovery reads except the transfers and their finishes.
+/// The schema version `kasi_meta` records, read in `transaction`: a
+/// database opened read-only (`kasi audit`) is read as it is, unmigrated.
+fn schema_version(transaction: &mut Transaction<'_>) -> Result<i64, StoreError> {
+    let row = transaction.query_one(
+        "SELECT value FROM kasi_meta WHERE key = 'schema_version'",
+        &[],
+    )?;
+    let value: String = col(&row, 0)?;
+    value
+        .parse()
+        .map_err(|_| StoreError::fatal(format!("bad schema_version {value:?} in kasi_meta")))
+}
+
+/// Every table recovery reads except the transfers and their finishes, of
+/// a database at schema `version` (before migration 3 an account's last
+/// change is not known: its creation stands in).
 fn read_state(
     transaction: &mut Transaction<'_>,
+    version: i64,
     horizon_ms: Option<i64>,
     snapshot: &mut Snapshot,
 ) -> Result<(), StoreError> {
@@ -832,10 +855,16 @@ fn read_state(
                 created_at_ms: col(&row, 4)?,
             });
         }
+        let changed_at = match version >= 3 {
+            true => "COALESCE(changed_at_ms, created_at_ms)",
+            false => "created_at_ms",
+        };
         for row in transaction.query(
-            "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
-                COALESCE(changed_at_ms, created_at_ms)
-             FROM accounts ORDER BY id",
+            &format!(
+                "SELECT id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap,
+                    created_at_ms, {changed_at}
+                 FROM accounts ORDER BY id"
+            ),
             &[],
         )? {
             snapshot.accounts.push(AccountRow {
@@ -947,6 +976,7 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
 /// needs of them) and the rest loaded.
 fn read_transfers(
     transaction: &mut Transaction<'_>,
+    version: i64,
     horizon_ms: Option<i64>,
     snapshot: &mut Snapshot,
 ) -> Result<(), StoreError> {
@@ -956,8 +986,9 @@ fn read_transfers(
     }
     // Streamed: a long history is never held as rows in memory.
     let query = format!(
-        "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}
-         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+        "SELECT {TRANSFER_COLUMNS}, {}
+         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq",
+        finish_columns(version)
     );
     let no_parameters: [&(dyn postgres::types::ToSql + Sync); 0] = [];
     let mut rows = transaction.query_raw(query.as_str(), no_parameters)?;

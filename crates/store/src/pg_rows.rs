@@ -123,9 +123,24 @@ pub(crate) const TRANSFER_COLUMNS: &str = "t.seq, t.transfer_id, t.kind, t.debit
     t.credit_account_id, t.amount, t.condition, t.expiration_ms, t.prepared_at_ms, t.request_hash,
     t.state, t.reason, t.external_reference, t.memo, t.wire_version";
 
-/// The `transfer_finishes` columns in table order.
+/// The `transfer_finishes` columns in table order (of a database at the
+/// current schema version: see [`finish_columns`]).
 pub(crate) const FINISH_COLUMNS: &str = "f.seq, f.kind, f.state, f.reason, f.finished_at_ms,
     f.request_hash, f.fulfilment, f.settlement_window, f.cause";
+
+/// [`FINISH_COLUMNS`] for a database at schema `version`: before
+/// migration 4, `cause` reads as that migration fills it in, so that a
+/// database read as it is (`kasi audit`) says what it would once migrated.
+pub(crate) fn finish_columns(version: i64) -> std::borrow::Cow<'static, str> {
+    match version >= 4 {
+        true => FINISH_COLUMNS.into(),
+        false => "f.seq, f.kind, f.state, f.reason, f.finished_at_ms,
+            f.request_hash, f.fulfilment, f.settlement_window,
+            CASE WHEN f.kind = 'FULFIL' AND f.state = 'ABORTED' AND f.reason = 3100
+                THEN 'INVALID_FULFILMENT' END"
+            .into(),
+    }
+}
 
 pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
     let external_reference: Option<String> = col(row, 12)?;

@@ -260,7 +260,9 @@ UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
 
 /// The `transfer_finishes` columns [`finish_row`] reads, each prefixed with
 /// `prefix` (a table alias and its dot, or nothing), for a store of
-/// `version` (columns it predates read as NULL).
+/// `version`: a column it predates reads as NULL, except `cause`, which
+/// reads as [`MIGRATE_4_TO_5`] fills it in, so that a store read as it is
+/// (`kasi audit`, `kasi migrate-store`) says what it would once migrated.
 pub(crate) fn finish_columns(version: i64, prefix: &str) -> String {
     let settlement_window = match version >= 2 {
         true => format!("{prefix}settlement_window"),
@@ -268,7 +270,10 @@ pub(crate) fn finish_columns(version: i64, prefix: &str) -> String {
     };
     let cause = match version >= 5 {
         true => format!("{prefix}cause"),
-        false => "NULL".to_owned(),
+        false => format!(
+            "CASE WHEN {prefix}kind = 'FULFIL' AND {prefix}state = 'ABORTED' AND {prefix}reason = 3100 \
+             THEN 'INVALID_FULFILMENT' END"
+        ),
     };
     format!(
         "{prefix}seq, {prefix}kind, {prefix}state, {prefix}reason, {prefix}finished_at_ms, \
@@ -1419,7 +1424,9 @@ fn newer_schema(path: &Path, version: i64) -> StoreError {
     ))
 }
 
-/// [`StoreReader::transfers_touched_since`] on one connection.
+/// [`StoreReader::transfers_touched_since`] on one connection. Its
+/// columns (and [`find_transfer`]'s) are the current version's: both read
+/// only a store a hub opened for writing, which migrated it.
 fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>, StoreError> {
     // Two index reads, not a scan of the whole history: transfers are
     // prepared in seq order at the ledger's clock, which never goes
@@ -1514,19 +1521,27 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     Ok(found)
 }
 
-/// Every transfer with its finish, in seq order (columns as
-/// `sqlite_history::joined` reads them), for a store of `version`.
-fn whole_history_query(version: i64) -> String {
+/// A transfer (`t`) and its finish (`f`), in the columns
+/// `sqlite_history::joined` reads, for a store of `version`.
+pub(crate) fn joined_columns(version: i64) -> String {
     let wire_version = match version >= 2 {
         true => "t.wire_version",
         false => "0",
     };
     let finish = finish_columns(version, "f.");
     format!(
-        "SELECT t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
+        "t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
             t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
-            {wire_version}, {finish}
-         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq"
+            {wire_version}, {finish}"
+    )
+}
+
+/// Every transfer with its finish, in seq order (columns as
+/// `sqlite_history::joined` reads them), for a store of `version`.
+fn whole_history_query(version: i64) -> String {
+    format!(
+        "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq",
+        joined_columns(version)
     )
 }
 

@@ -43,7 +43,7 @@ use ledger::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
-use crate::sqlite::{finish_row, parse, transfer_row};
+use crate::sqlite::{finish_row, joined_columns, parse, transfer_row};
 use crate::StoreError;
 
 pub(crate) const SCHEMA: &str = "
@@ -75,12 +75,13 @@ CREATE INDEX IF NOT EXISTS transfers_funds ON transfers (seq) WHERE kind <> 'TRA
 CREATE INDEX IF NOT EXISTS quotes_by_time ON quotes (received_at_ms);
 ";
 
-/// A transfer and its finish, in one query's columns.
-const JOINED: &str = "t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount,
-    t.condition, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
-    t.external_reference, t.memo, t.wire_version,
-    f.seq, f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, f.settlement_window,
-    f.cause";
+/// A transfer and its finish, in one query's columns (see
+/// [`joined_columns`]), for the store `connection` reads: a store read as
+/// it is (`kasi audit`) may be of an older version.
+fn joined_select(connection: &Connection) -> Result<String, StoreError> {
+    let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    Ok(joined_columns(version))
+}
 
 /// Most new transfers one step of the snapshotter reads in one read
 /// transaction: the first snapshot of a long history is built in steps,
@@ -255,9 +256,9 @@ fn last_seq(connection: &Connection) -> Result<u64, StoreError> {
     Ok(last.unwrap_or(0) as u64)
 }
 
-fn lookup(connection: &Connection, seq: u64) -> Result<Joined, StoreError> {
+fn lookup(connection: &Connection, columns: &str, seq: u64) -> Result<Joined, StoreError> {
     let mut statement = connection.prepare_cached(&format!(
-        "SELECT {JOINED} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq WHERE t.seq = ?1"
+        "SELECT {columns} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq WHERE t.seq = ?1"
     ))?;
     let mut rows = statement.query(params![seq as i64])?;
     match rows.next()? {
@@ -271,12 +272,13 @@ fn lookup(connection: &Connection, seq: u64) -> Result<Joined, StoreError> {
 /// Calls `each` for the transfers with `after < seq <= through`, in seq order.
 fn each_between(
     connection: &Connection,
+    columns: &str,
     after: u64,
     through: u64,
     mut each: impl FnMut(Joined) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let mut statement = connection.prepare_cached(&format!(
-        "SELECT {JOINED} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
+        "SELECT {columns} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
          WHERE t.seq > ?1 AND t.seq <= ?2 ORDER BY t.seq"
     ))?;
     let mut rows = statement.query(params![after as i64, through as i64])?;
@@ -290,13 +292,14 @@ fn each_between(
 /// after `from_ms` and before `until_ms`.
 fn each_finished_between(
     connection: &Connection,
+    columns: &str,
     from_ms: i64,
     until_ms: i64,
     through: u64,
     mut each: impl FnMut(Joined) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let mut statement = connection.prepare_cached(&format!(
-        "SELECT {JOINED} FROM transfer_finishes f INDEXED BY transfer_finishes_by_time
+        "SELECT {columns} FROM transfer_finishes f INDEXED BY transfer_finishes_by_time
             JOIN transfers t ON t.seq = f.seq
          WHERE f.finished_at_ms >= ?1 AND f.finished_at_ms < ?2 AND f.seq <= ?3"
     ))?;
@@ -310,11 +313,12 @@ fn each_finished_between(
 /// Calls `each` for the funds movements with `seq <= through`.
 fn each_funds_movement(
     connection: &Connection,
+    columns: &str,
     through: u64,
     mut each: impl FnMut(Joined) -> Result<(), StoreError>,
 ) -> Result<(), StoreError> {
     let mut statement = connection.prepare_cached(&format!(
-        "SELECT {JOINED} FROM transfers t INDEXED BY transfers_funds
+        "SELECT {columns} FROM transfers t INDEXED BY transfers_funds
             LEFT JOIN transfer_finishes f ON f.seq = t.seq
          WHERE t.kind <> 'TRANSFER' AND t.seq <= ?1"
     ))?;
@@ -341,6 +345,7 @@ pub(crate) fn advance(
             base.through_seq
         )));
     }
+    let columns = joined_select(connection)?;
     let cut_ms = cut_ms.max(base.cut_ms);
     let mut next = base.clone();
     next.in_window(open_window(connection)?);
@@ -360,16 +365,21 @@ pub(crate) fn advance(
         Place::Elsewhere => Ok(()),
     };
     for &seq in &base.kept {
-        sort(lookup(connection, seq)?, &mut next)?;
+        sort(lookup(connection, &columns, seq)?, &mut next)?;
     }
-    each_between(connection, base.through_seq, next.through_seq, |row| {
-        sort(row, &mut next)
-    })?;
+    each_between(
+        connection,
+        &columns,
+        base.through_seq,
+        next.through_seq,
+        |row| sort(row, &mut next),
+    )?;
     // Older transfers that finished between the two cuts: at `base` they
     // had a finish at or after its cut (kept ones were sorted above).
     if base.through_seq > 0 && base.cut_ms < cut_ms {
         each_finished_between(
             connection,
+            &columns,
             base.cut_ms,
             cut_ms,
             base.through_seq,
@@ -400,6 +410,7 @@ pub(crate) fn read_since(
     snapshot: HistorySnapshot,
     horizon_ms: i64,
 ) -> Result<(Vec<Joined>, Archived), StoreError> {
+    let columns = joined_select(connection)?;
     let mut archived = snapshot.clone();
     archived.in_window(open_window(connection)?);
     let mut found: BTreeMap<u64, Joined> = BTreeMap::new();
@@ -408,17 +419,24 @@ pub(crate) fn read_since(
         Ok(())
     };
     for &seq in &snapshot.kept {
-        add(lookup(connection, seq)?)?;
+        add(lookup(connection, &columns, seq)?)?;
     }
-    each_funds_movement(connection, snapshot.through_seq, &mut add)?;
+    each_funds_movement(connection, &columns, snapshot.through_seq, &mut add)?;
     each_finished_between(
         connection,
+        &columns,
         snapshot.cut_ms,
         i64::MAX,
         snapshot.through_seq,
         &mut add,
     )?;
-    each_between(connection, snapshot.through_seq, u64::MAX >> 1, &mut add)?;
+    each_between(
+        connection,
+        &columns,
+        snapshot.through_seq,
+        u64::MAX >> 1,
+        &mut add,
+    )?;
     let mut loaded = Vec::with_capacity(found.len());
     for (transfer, finish) in found.into_values() {
         if is_archived(&transfer, finish.as_ref(), horizon_ms) {

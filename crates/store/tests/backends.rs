@@ -477,3 +477,108 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(error.message.contains("kasi:***@127.0.0.1"), "{error}");
     assert!(!error.message.contains("s3cret"), "{error}");
 }
+
+/// A database of an older schema version is read as it is by `kasi
+/// audit` (read-only, not migrated): a column it predates reads as the
+/// migration that added it would fill it in — an account's last change
+/// as its creation, a fulfil's abort with 3100 as an invalid fulfilment —
+/// and once a hub migrates it, it reads the same.
+#[test]
+fn an_older_schema_is_read_as_it_is_and_as_migrated() {
+    let cluster = testpg::Cluster::start();
+    let transfer = |seq: u64| TransferRow {
+        seq,
+        transfer_id: TransferId::new(u128::from(seq) + 1000),
+        kind: TransferKind::Fspiop,
+        debit: AccountId(1),
+        credit: AccountId(1),
+        amount: Amount::from_whole(3),
+        condition: Condition([7; 32]),
+        expiration_ms: 1_000,
+        prepared_at_ms: 500,
+        request_hash: RequestHash([seq as u8; 32]),
+        state: TransferState::Reserved,
+        reason: None,
+        memo: None,
+        wire_version: 0x11,
+    };
+    let finish = |seq: u64, kind: FinishKind, state: TransferState, reason: u16| FinishRow {
+        seq,
+        kind,
+        state,
+        reason: Some(ErrorCode(reason)),
+        cause: None,
+        finished_at_ms: 600,
+        request_hash: RequestHash([0xF0 | seq as u8; 32]),
+        fulfilment: None,
+        settlement_window: None,
+    };
+    let records = vec![
+        Record::Participant(ParticipantRow {
+            id: ParticipantId(1),
+            name: fsp("payerfsp"),
+            is_hub: false,
+            active: true,
+            created_at_ms: 1,
+        }),
+        Record::Account(AccountRow {
+            id: AccountId(1),
+            participant: ParticipantId(1),
+            currency: usd(),
+            kind: AccountKind::Position,
+            active: true,
+            value: Amount::ZERO,
+            reserved: Amount::ZERO,
+            net_debit_cap: None,
+            created_at_ms: 10,
+            changed_at_ms: 70,
+        }),
+        Record::Transfer(transfer(1)),
+        Record::Transfer(transfer(2)),
+        Record::Transfer(transfer(3)),
+        Record::Finish(finish(1, FinishKind::Fulfil, TransferState::Aborted, 3100)),
+        Record::Finish(finish(2, FinishKind::Abort, TransferState::Aborted, 3100)),
+        Record::Finish(finish(3, FinishKind::Expiry, TransferState::Expired, 3303)),
+    ];
+    let causes = |snapshot: &Snapshot| -> Vec<Option<AbortCause>> {
+        snapshot.finishes.iter().map(|f| f.cause).collect()
+    };
+    let back_filled = [Some(AbortCause::InvalidFulfilment), None, None];
+    for (version, downgrade, changed_at_ms) in [
+        (3, "ALTER TABLE transfer_finishes DROP COLUMN cause", 70),
+        (
+            2,
+            "ALTER TABLE transfer_finishes DROP COLUMN cause; ALTER TABLE accounts DROP COLUMN changed_at_ms",
+            10,
+        ),
+    ] {
+        let url = cluster.create_database(&format!("version{version}"));
+        let mut store = PgStore::open(&url).expect("create");
+        store.commit(&[&records]).expect("commit");
+        drop(store);
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+        client
+            .batch_execute(&format!(
+                "{downgrade}; UPDATE kasi_meta SET value = '{version}' WHERE key = 'schema_version'"
+            ))
+            .unwrap();
+
+        let mut old = PgStore::open_read_only(&url).expect("open read-only");
+        let whole = old.load().expect("load as it is");
+        assert_eq!(causes(&whole), back_filled, "version {version}");
+        assert_eq!(whole.accounts[0].changed_at_ms, changed_at_ms);
+        let recent = old.load_recent(0).expect("load_recent as it is");
+        assert_eq!(causes(&recent), back_filled, "version {version}");
+        drop(old);
+        let stored: String = client
+            .query_one("SELECT value FROM kasi_meta WHERE key = 'schema_version'", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(stored, version.to_string(), "an audit changes nothing");
+
+        let mut migrated = PgStore::open(&url).expect("migrate");
+        let now = migrated.load().expect("load migrated");
+        assert_eq!(causes(&now), back_filled, "version {version}, migrated");
+        assert_eq!(now.accounts[0].changed_at_ms, changed_at_ms);
+    }
+}

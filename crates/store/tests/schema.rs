@@ -201,11 +201,21 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
             )
             .unwrap();
     }
+    // Read as it is, the cause as the migration would fill it in (what
+    // `kasi audit` and `kasi migrate-store` see).
     let old = SqliteStore::open_read_only(dir.path())
         .unwrap()
         .load()
         .unwrap();
-    assert_eq!(old.finishes, finishes, "read as it is");
+    let back_filled = [
+        FinishRow {
+            cause: Some(AbortCause::InvalidFulfilment),
+            ..finishes[0].clone()
+        },
+        finishes[1].clone(),
+        finishes[2].clone(),
+    ];
+    assert_eq!(old.finishes, back_filled, "read as it is");
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
@@ -368,4 +378,97 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
+}
+
+/// A store of `version` (made so by `downgrade`) with a history snapshot:
+/// `kasi audit` reads it as it is, checks the snapshot and reads the
+/// causes as the migration to version 5 would fill them in.
+fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, downgrade: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [
+        UUID,
+        ULID,
+        "0b9e3c53-7d2c-4d1e-9d6b-2f7f3a0c9d11",
+        "5f0e5a4c-1d7e-4f6b-8a3e-6c2d9b1e0f44",
+        "7a1c2b3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+    ];
+    // Finished at 600 (after the snapshot's cut): read through the
+    // finishes' index; seq 4 finished long before (summed); seq 5 is
+    // unfinished (kept).
+    let finishes = [
+        finish(1, FinishKind::Fulfil, TransferState::Aborted, Some(3100)),
+        finish(2, FinishKind::Abort, TransferState::Aborted, Some(3100)),
+        finish(3, FinishKind::Expiry, TransferState::Expired, Some(3303)),
+        FinishRow {
+            finished_at_ms: 100,
+            ..finish(4, FinishKind::Fulfil, TransferState::Aborted, Some(3100))
+        },
+    ];
+    {
+        let mut store = open(dir.path()).unwrap();
+        let transfers: Vec<Record> = (1..=5)
+            .map(|seq| transfer(seq, ids[seq as usize - 1], 0x11))
+            .collect();
+        let finished: Vec<Record> = finishes.iter().cloned().map(Record::Finish).collect();
+        store.commit(&[&transfers, &finished]).unwrap();
+        let snapshot = store.advance_history_snapshot(500).unwrap();
+        assert_eq!((snapshot.through_seq, snapshot.transfers), (5, 1));
+        assert_eq!(snapshot.kept, [5]);
+    }
+    {
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        connection.execute_batch(downgrade).unwrap();
+    }
+    assert_eq!(user_version(dir.path()), version);
+
+    let mut old = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(
+        old.check_history_snapshot().unwrap(),
+        Some((5, Ok(()))),
+        "version {version}"
+    );
+    let causes = |finishes: &[FinishRow]| -> Vec<(u64, Option<AbortCause>)> {
+        finishes.iter().map(|f| (f.seq, f.cause)).collect()
+    };
+    let invalid = Some(AbortCause::InvalidFulfilment);
+    // From the snapshot: the summed transfer's finish is not loaded.
+    let recent = old.load_recent(500).unwrap();
+    assert_eq!(old.history_snapshot_through(), Some(5));
+    assert_eq!(
+        causes(&recent.finishes),
+        [(1, invalid), (2, None), (3, None)]
+    );
+    let whole = old.load().unwrap();
+    assert_eq!(
+        causes(&whole.finishes),
+        [(1, invalid), (2, None), (3, None), (4, invalid)]
+    );
+    drop(old);
+    assert_eq!(user_version(dir.path()), version, "audit changes nothing");
+
+    // Migrated, the store says the same.
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(
+        causes(&store.load().unwrap().finishes),
+        causes(&whole.finishes)
+    );
+    assert_eq!(store.check_history_snapshot().unwrap(), Some((5, Ok(()))));
+}
+
+#[test]
+fn a_version_4_store_with_a_history_snapshot_is_audited_as_it_is() {
+    an_old_store_with_a_history_snapshot_is_audited_as_it_is(
+        4,
+        "ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 4;",
+    );
+}
+
+#[test]
+fn a_version_3_store_with_a_history_snapshot_is_audited_as_it_is() {
+    an_old_store_with_a_history_snapshot_is_audited_as_it_is(
+        3,
+        "ALTER TABLE accounts DROP COLUMN changed_at_ms;
+         ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 3;",
+    );
 }
