@@ -112,30 +112,13 @@ fn a_reserved_fulfil_commits_and_the_payee_gets_a_patch() {
     s.payee.assert_quiet(QUIET_WAIT);
 }
 
-/// A payer and a payee on a hub started with `extra` flags.
-fn scenario_with(extra: &[&str]) -> Scenario {
-    let dir = tempfile::tempdir().unwrap();
-    let hub = Hub::start_with(&dir.path().join("data"), extra);
-    hub.setup();
-    let payer = Stub::start(PAYER);
-    let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
-    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
-    Scenario {
-        hub,
-        payer,
-        payee,
-        dir,
-    }
-}
-
 #[test]
 fn the_payee_is_confirmed_only_after_the_payer_is_told() {
     // ml-api-adapter awaits the payer's callback before it sends the
     // payee's confirmation (SEND_TRANSFER_CONFIRMATION_TO_PAYEE, on by
     // default); the hub queues the payee's once the payer's first attempt
     // has ended.
-    let s = scenario_with(&["--payee-commit-confirmation", "on"]);
+    let s = Scenario::with_hub_flags(10_000, 5_000, &["--payee-commit-confirmation", "on"]);
     for _ in 0..3 {
         let (id, _) = s.reserve("10", far_future());
         s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
@@ -159,7 +142,7 @@ fn the_payee_is_confirmed_only_after_the_payer_is_told() {
 
 #[test]
 fn with_payee_commit_confirmation_off_the_payee_gets_no_put_on_commit() {
-    let s = scenario_with(&["--payee-commit-confirmation", "off"]);
+    let s = Scenario::with_hub_flags(10_000, 5_000, &["--payee-commit-confirmation", "off"]);
     let (id, _) = s.reserve("10", far_future());
     s.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
     s.payer.expect("PUT", &format!("/transfers/{id}"));

@@ -1664,8 +1664,13 @@ impl Scenario {
     }
 
     pub fn with_payer(net_debit_cap: u64, deposit: u64) -> Scenario {
+        Scenario::with_hub_flags(net_debit_cap, deposit, &[])
+    }
+
+    /// [`Scenario::with_payer`] on a hub started with `extra` flags.
+    pub fn with_hub_flags(net_debit_cap: u64, deposit: u64, extra: &[&str]) -> Scenario {
         let dir = tempfile::tempdir().unwrap();
-        let hub = Hub::start(&dir.path().join("data"));
+        let hub = Hub::start_with(&dir.path().join("data"), extra);
         hub.setup();
         let payer = Stub::start(PAYER);
         let payee = Stub::start(PAYEE);
