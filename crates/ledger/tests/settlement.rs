@@ -165,11 +165,16 @@ impl Example {
 
     /// Restores a ledger from the stored rows and checks it is the same.
     fn assert_restorable(&self) {
-        let snapshot = self.hub.ledger.snapshot();
-        assert_eq!(snapshot.audit(), Vec::<String>::new());
-        let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
-        assert_eq!(restored.snapshot(), snapshot);
+        assert_restorable(&self.hub);
     }
+}
+
+/// The ledger adds up, and a restore of its snapshot is the same ledger.
+fn assert_restorable(hub: &Hub) {
+    let snapshot = hub.ledger.snapshot();
+    assert_eq!(snapshot.audit(), Vec::<String>::new());
+    let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
+    assert_eq!(restored.snapshot(), snapshot);
 }
 
 fn nets(view: &SettlementView) -> Vec<i64> {
@@ -627,10 +632,7 @@ fn two_models_on_one_window_settle_separately() {
     assert_eq!(done.windows[0].row.state, WindowState::PendingSettlement);
     let done = finalize(&mut hub, eur_settlement.row.id);
     assert_eq!(done.windows[0].row.state, WindowState::Settled);
-    let snapshot = hub.ledger.snapshot();
-    assert_eq!(snapshot.audit(), Vec::<String>::new());
-    let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
-    assert_eq!(restored.snapshot(), snapshot);
+    assert_restorable(&hub);
 }
 
 #[test]
@@ -765,10 +767,7 @@ fn a_window_with_content_left_to_settle_stays_pending_settlement() {
         content_states(&settled),
         [(eur(), WindowState::Settled), (usd(), WindowState::Settled)]
     );
-    let snapshot = hub.ledger.snapshot();
-    assert_eq!(snapshot.audit(), Vec::<String>::new());
-    let restored = Ledger::restore(snapshot.clone(), Limits::default()).unwrap();
-    assert_eq!(restored.snapshot(), snapshot);
+    assert_restorable(&hub);
 }
 
 /// The tutorial's trap: a default model (`DEFERREDNET`) and a USD model
