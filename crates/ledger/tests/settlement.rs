@@ -135,37 +135,42 @@ impl Example {
 
     /// Moves every account of `settlement` to `state` in one update.
     fn advance(&mut self, settlement: &SettlementView, state: SettlementState) -> SettlementView {
-        let changes = settlement
-            .row
-            .accounts
-            .iter()
-            .map(|a| AccountChange {
-                participant: a.participant.0,
-                account: a.account.0,
-                state: state.as_str().into(),
-                reason: format!("to {}", state.as_str()),
-                external_reference: Some("ref".into()),
-            })
-            .collect();
-        match self.hub.one(Command::UpdateSettlement {
-            settlement: settlement.row.id,
-            changes,
-        }) {
-            Outcome::SettlementUpdated {
-                settlement,
-                results,
-                ..
-            } => {
-                assert!(results.iter().all(|r| r.error.is_none()), "{results:?}");
-                settlement
-            }
-            other => panic!("advance to {state:?}: {other:?}"),
-        }
+        advance(&mut self.hub, settlement, state)
     }
 
     /// Restores a ledger from the stored rows and checks it is the same.
     fn assert_restorable(&self) {
         assert_restorable(&self.hub);
+    }
+}
+
+/// Moves every account of `settlement` to `state` in one update.
+fn advance(hub: &mut Hub, settlement: &SettlementView, state: SettlementState) -> SettlementView {
+    let changes = settlement
+        .row
+        .accounts
+        .iter()
+        .map(|a| AccountChange {
+            participant: a.participant.0,
+            account: a.account.0,
+            state: state.as_str().into(),
+            reason: format!("to {}", state.as_str()),
+            external_reference: Some("ref".into()),
+        })
+        .collect();
+    match hub.one(Command::UpdateSettlement {
+        settlement: settlement.row.id,
+        changes,
+    }) {
+        Outcome::SettlementUpdated {
+            settlement,
+            results,
+            ..
+        } => {
+            assert!(results.iter().all(|r| r.error.is_none()), "{results:?}");
+            settlement
+        }
+        other => panic!("advance to {state:?}: {other:?}"),
     }
 }
 
@@ -717,25 +722,7 @@ fn a_window_with_content_left_to_settle_stays_pending_settlement() {
         SettlementState::PsTransfersCommitted,
         SettlementState::Settled,
     ] {
-        let changes = view
-            .row
-            .accounts
-            .iter()
-            .map(|a| AccountChange {
-                participant: a.participant.0,
-                account: a.account.0,
-                state: state.as_str().into(),
-                reason: "r".into(),
-                external_reference: None,
-            })
-            .collect();
-        view = match hub.one(Command::UpdateSettlement {
-            settlement: view.row.id,
-            changes,
-        }) {
-            Outcome::SettlementUpdated { settlement, .. } => settlement,
-            other => panic!("{other:?}"),
-        };
+        view = advance(&mut hub, &view, state);
     }
     assert_eq!(view.row.state, SettlementState::Settled);
     let after_usd = window(&mut hub);
