@@ -177,7 +177,14 @@ pub struct EngineConfig {
     pub clock: Clock,
     pub on_expired: Option<ExpiredSink>,
     pub threads: PipelineThreads,
+    /// Called once, from the committing thread, when a commit fails for
+    /// good and the pipeline stops (a process on a shared store then gives
+    /// up serving: see `kasi::ha`).
+    pub on_failed: Option<FailedSink>,
 }
+
+/// Told why the pipeline stopped for good.
+pub type FailedSink = Box<dyn Fn(&str) + Send + Sync>;
 
 impl Default for EngineConfig {
     fn default() -> EngineConfig {
@@ -188,6 +195,7 @@ impl Default for EngineConfig {
             clock: system_clock(),
             on_expired: None,
             threads: PipelineThreads::default(),
+            on_failed: None,
         }
     }
 }
@@ -258,6 +266,10 @@ impl Stats {
 
 struct Shared {
     stopped: AtomicBool,
+    /// Set by [`Engine::abandon`]: nothing more is committed, not even a
+    /// retry of the commit in hand.
+    abandoned: AtomicBool,
+    on_failed: Option<FailedSink>,
     failure: Mutex<Option<String>>,
     /// Set while a transient store failure is being retried.
     fault: Mutex<Option<StoreFault>>,
@@ -590,6 +602,8 @@ impl Engine {
         let (sender, receiver) = mpsc::sync_channel(config.queue_capacity.max(1));
         let shared = Arc::new(Shared {
             stopped: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+            on_failed: config.on_failed,
             failure: Mutex::new(None),
             fault: Mutex::new(None),
             stats: Stats::default(),
@@ -657,6 +671,38 @@ impl Engine {
             return Err(failure);
         }
         ledger.ok_or(EngineError::Stopped)
+    }
+
+    /// Stops at once without committing anything more (a process that lost
+    /// its lease: another may be writing the store by now, and its own
+    /// commits would fail the fencing check anyway). Whatever is queued or
+    /// in hand is answered with [`EngineError::StoreFailed`]; none of it
+    /// was acknowledged. Waits up to `wait` for the threads to end (a
+    /// commit blocked on a dead connection ends when the connection
+    /// fails); `false` if they had not, and then they are left to end by
+    /// themselves.
+    pub fn abandon(mut self, wait: Duration) -> bool {
+        let shared = &self.handle.shared;
+        shared.abandoned.store(true, Ordering::Release);
+        shared.stopped.store(true, Ordering::Release);
+        let threads = (self.ledger_thread.take(), self.store_thread.take());
+        let sender = self.handle.sender.clone();
+        let (ended, ending) = mpsc::channel();
+        let joiner = std::thread::Builder::new()
+            .name("kasi-abandon".into())
+            .spawn(move || {
+                // May wait for the ledger thread to drain a full queue,
+                // which it does quickly: nothing is committed any more.
+                let _ = sender.send(Message::Stop);
+                if let Some(thread) = threads.0 {
+                    let _ = thread.join();
+                }
+                if let Some(thread) = threads.1 {
+                    let _ = thread.join();
+                }
+                let _ = ended.send(());
+            });
+        joiner.is_ok() && ending.recv_timeout(wait).is_ok()
     }
 
     fn stop(&mut self) -> Option<Ledger> {
@@ -1011,6 +1057,15 @@ fn commit_until_done(
     let mut stop_seen_at: Option<Instant> = None;
     let mut attempts: u64 = 0;
     loop {
+        if shared.abandoned.load(Ordering::Acquire) {
+            let why = format!(
+                "{}: not committed, the pipeline was abandoned (this process gave up serving)",
+                store.describe()
+            );
+            shared.set_fault(None);
+            *shared.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+            return Err(EngineError::StoreFailed(why));
+        }
         attempts += 1;
         let started = Instant::now();
         let committed = store.commit(batches);
@@ -1056,6 +1111,9 @@ fn commit_until_done(
                         transient = error.transient,
                         "store commit failed for good: the pipeline stops; restart to recover from what is durable"
                     );
+                    if let Some(on_failed) = &shared.on_failed {
+                        on_failed(&why);
+                    }
                     return Err(EngineError::StoreFailed(why));
                 }
                 match first_failed_at {

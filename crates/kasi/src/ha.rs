@@ -3,7 +3,8 @@
 //! keeping it as the active. The lease and its fencing number are in
 //! `store::pg_lease`; correctness rests on the fencing check in every
 //! commit, not on anything here: this module decides only when a process
-//! serves and when it gives up.
+//! serves and when it stops serving (the [`Fence`]). A process that stops
+//! serving does not exit: `serve.rs` makes it a standby again.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,9 +41,16 @@ enum Address {
 /// every `lease / 4` until this process takes it: its fencing number and
 /// the lease (kept by [`keep_lease`] from then on), or `None` when a stop
 /// signal came first.
+///
+/// `store` is the store a term that gave up before serving kept (with its
+/// warm copy); without one the standby opens it, waiting (and answering
+/// health checks) for as long as the database cannot be reached. A fault
+/// no waiting mends (a refused password, a database that is not kasi's)
+/// is returned as an error.
 pub async fn wait_for_lease(
     lease: Lease,
-    store: store::pg::PgStore,
+    url: String,
+    store: Option<store::pg::PgStore>,
     warm: Warm,
     role: Arc<Role>,
     api: &TcpListener,
@@ -53,9 +61,18 @@ pub async fn wait_for_lease(
     let (taken_sender, mut taken) = tokio::sync::oneshot::channel();
     let poller = {
         let (role, stop) = (role.clone(), stop.clone());
+        let standby = Standby {
+            lease,
+            url,
+            store,
+            warm,
+            role,
+            stop,
+            poll,
+        };
         std::thread::Builder::new()
             .name("kasi-standby".into())
-            .spawn(move || poll_lease(lease, store, warm, role, stop, poll, taken_sender))?
+            .spawn(move || standby.run(taken_sender))?
     };
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -85,9 +102,13 @@ pub async fn wait_for_lease(
     // done: from now on the same sockets would be the active's.
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     match outcome {
-        Some(taken) => {
+        Some(Ok(taken)) => {
             let _ = poller.join();
             Ok(Some(taken))
+        }
+        Some(Err(fatal)) => {
+            let _ = poller.join();
+            Err(fatal)
         }
         None => {
             info!("stop signal received while standby");
@@ -108,74 +129,157 @@ pub struct Warm {
     pub every: Duration,
 }
 
-/// A standby keeps what recovery reads loaded and current, so that taking
-/// over reads only what was committed since the last refresh.
-fn poll_lease(
-    mut lease: Lease,
-    mut store: store::pg::PgStore,
+/// The standby's thread: opens the store (again, after an outage), polls
+/// the lease, and keeps what recovery reads loaded and current, so that
+/// taking over reads only what was committed since the last refresh.
+struct Standby {
+    lease: Lease,
+    url: String,
+    store: Option<store::pg::PgStore>,
     warm: Warm,
     role: Arc<Role>,
     stop: Arc<AtomicBool>,
     poll: Duration,
-    taken: tokio::sync::oneshot::Sender<Taken>,
-) {
-    let mut reachable = true;
-    let mut holder_seen = String::new();
-    let mut warmed_at: Option<Instant> = None;
-    while !stop.load(Ordering::Acquire) {
-        match lease.try_take() {
-            Ok(Some(fencing)) => {
-                role.set_store_reachable(true);
-                role.set_lease(lease.holder(), fencing);
-                info!(
-                    fencing,
-                    "took the lease: recovering, then serving as the active hub"
-                );
-                let _ = taken.send((fencing, lease, store));
-                return;
-            }
-            Ok(None) => {
-                if !reachable {
-                    info!("the store answers again");
-                    reachable = true;
-                }
-                role.set_store_reachable(true);
-                if let Ok(state) = lease.state() {
-                    if state.holder != holder_seen {
-                        info!(
-                            active = %state.holder,
-                            fencing = state.fencing,
-                            "standby: another kasi holds the lease"
-                        );
-                        holder_seen = state.holder.clone();
+}
+
+impl Standby {
+    fn run(mut self, taken: tokio::sync::oneshot::Sender<anyhow::Result<Taken>>) {
+        let mut unreachable = Quiet::new("standby: cannot reach the store (retrying)");
+        let mut warm_failing = Quiet::new(
+            "standby: cannot bring its copy of the store up to date (retrying; the copy is kept)",
+        );
+        let mut holder_seen = String::new();
+        let mut warmed_at: Option<Instant> = None;
+        while !self.stop.load(Ordering::Acquire) {
+            let store = match self.store.take() {
+                Some(store) => store,
+                None => match store::pg::PgStore::open(&self.url) {
+                    Ok(store) => store,
+                    Err(failure) if failure.transient => {
+                        self.role.set_store_reachable(false);
+                        unreachable.failed(&failure.message);
+                        std::thread::sleep(self.poll);
+                        continue;
                     }
-                    role.set_lease(&state.holder, state.fencing);
+                    Err(failure) => {
+                        error!(error = %failure, "standby: cannot open the store, and waiting will not mend it");
+                        let _ = taken.send(Err(anyhow::Error::new(failure).context(format!(
+                            "cannot open the store at {}",
+                            store::pg::redact_url(&self.url)
+                        ))));
+                        return;
+                    }
+                },
+            };
+            match self.lease.try_take() {
+                Ok(Some(fencing)) => {
+                    unreachable.passed();
+                    self.role.set_store_reachable(true);
+                    self.role.set_lease(self.lease.holder(), fencing);
+                    info!(
+                        fencing,
+                        "took the lease: recovering, then serving as the active hub"
+                    );
+                    let _ = taken.send(Ok((fencing, self.lease, store)));
+                    return;
                 }
-                if warmed_at.is_none_or(|at| at.elapsed() >= warm.every) {
-                    let started = Instant::now();
-                    match store.warm((warm.horizon_ms)()) {
-                        Ok(()) if warmed_at.is_none() => info!(
-                            transfers = store.warm_transfers().unwrap_or(0),
-                            ms = started.elapsed().as_millis() as u64,
-                            "standby: the store is loaded, and kept current while waiting"
-                        ),
-                        Ok(()) => {}
-                        Err(failure) => {
-                            warn!(error = %failure, "standby: cannot read the store (retrying)")
+                Ok(None) => {
+                    unreachable.passed();
+                    self.role.set_store_reachable(true);
+                    if let Ok(state) = self.lease.state() {
+                        if state.holder != holder_seen {
+                            info!(
+                                active = %state.holder,
+                                fencing = state.fencing,
+                                "standby: another kasi holds the lease"
+                            );
+                            holder_seen = state.holder.clone();
+                        }
+                        self.role.set_lease(&state.holder, state.fencing);
+                    }
+                }
+                Err(failure) => {
+                    self.role.set_store_reachable(false);
+                    unreachable.failed(&failure.message);
+                }
+            }
+            let mut store = store;
+            if warmed_at.is_none_or(|at| at.elapsed() >= self.warm.every) {
+                let started = Instant::now();
+                let first = store.warm_transfers().is_none();
+                match store.warm((self.warm.horizon_ms)()) {
+                    Ok(()) => {
+                        warm_failing.passed();
+                        if first {
+                            info!(
+                                transfers = store.warm_transfers().unwrap_or(0),
+                                ms = started.elapsed().as_millis() as u64,
+                                "standby: the store is loaded, and kept current while waiting"
+                            );
                         }
                     }
-                    warmed_at = Some(Instant::now());
+                    Err(failure) => warm_failing.failed(&failure.message),
                 }
+                warmed_at = Some(Instant::now());
             }
-            Err(failure) => {
-                role.set_store_reachable(false);
-                if reachable {
-                    warn!(error = %failure, "standby: cannot read or take the lease (retrying)");
-                    reachable = false;
-                }
-            }
+            self.store = Some(store);
+            std::thread::sleep(self.poll);
         }
-        std::thread::sleep(poll);
+    }
+}
+
+/// A failure that repeats while it lasts (an outage): said once, then at
+/// most every [`Quiet::EVERY`] with how many times it happened since,
+/// and once more when it passes.
+struct Quiet {
+    what: &'static str,
+    since: Option<Instant>,
+    said_at: Instant,
+    unsaid: u64,
+}
+
+impl Quiet {
+    const EVERY: Duration = Duration::from_secs(30);
+
+    fn new(what: &'static str) -> Quiet {
+        Quiet {
+            what,
+            since: None,
+            said_at: Instant::now(),
+            unsaid: 0,
+        }
+    }
+
+    fn failed(&mut self, why: &str) {
+        match self.since {
+            None => {
+                self.since = Some(Instant::now());
+                self.said_at = Instant::now();
+                self.unsaid = 0;
+                warn!(error = %why, "{}", self.what);
+            }
+            Some(since) if self.said_at.elapsed() >= Quiet::EVERY => {
+                warn!(
+                    error = %why,
+                    failing_s = since.elapsed().as_secs(),
+                    repeated = self.unsaid + 1,
+                    "{}",
+                    self.what
+                );
+                self.said_at = Instant::now();
+                self.unsaid = 0;
+            }
+            Some(_) => self.unsaid += 1,
+        }
+    }
+
+    fn passed(&mut self) {
+        if let Some(since) = self.since.take() {
+            info!(
+                failing_ms = since.elapsed().as_millis() as u64,
+                "{}: it works again", self.what
+            );
+        }
     }
 }
 
@@ -242,56 +346,100 @@ fn standby_answer(
     }
 }
 
+/// Tripped once when this process must stop serving at once (its lease
+/// lost, or its pipeline failed for good), with why; whoever serves waits
+/// on it. Trips from any thread.
+#[derive(Clone)]
+pub struct Fence(Arc<tokio::sync::watch::Sender<Option<String>>>);
+
+impl Fence {
+    pub fn new() -> Fence {
+        Fence(Arc::new(tokio::sync::watch::Sender::new(None)))
+    }
+
+    /// Trips the fence (the first reason is the one kept).
+    pub fn trip(&self, why: &str) {
+        self.0.send_if_modified(|reason| {
+            if reason.is_some() {
+                return false;
+            }
+            *reason = Some(why.to_string());
+            true
+        });
+    }
+
+    /// Why, once tripped.
+    pub async fn tripped(&self) -> String {
+        let mut receiver = self.0.subscribe();
+        let reason = match receiver.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone(),
+            // The sender lives as long as `self`.
+            Err(_) => None,
+        };
+        match reason {
+            Some(reason) => reason,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// The active's lease keeper: a thread renewing the lease every `lease /
 /// 3`. Deposed (the fencing number moved), or unable to renew for a whole
-/// lease, the process exits: a standby may hold the lease by then, and
-/// every commit this process tries would fail its fencing check anyway.
+/// lease, it trips the [`Fence`] and ends: a standby may hold the lease by
+/// then, and every commit this process tries would fail its fencing check
+/// anyway, so it stops answering at once and becomes a standby itself.
 pub struct LeaseKeeper {
     /// Dropped to stop the thread at once.
     stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<JoinHandle<Lease>>,
+    thread: Option<JoinHandle<(Lease, bool)>>,
     fencing: i64,
 }
 
-pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>) -> LeaseKeeper {
+pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>, fence: Fence) -> LeaseKeeper {
     let (stop, stopping) = std::sync::mpsc::channel::<()>();
     let every = lease.lease() / 3;
     let thread = std::thread::Builder::new()
         .name("kasi-lease".into())
         .spawn(move || {
             let mut renewed_at = Instant::now();
+            let mut failing = Quiet::new("cannot renew the lease (retrying)");
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 stopping.recv_timeout(every)
             {
                 let attempt = Instant::now();
                 match lease.renew(fencing) {
                     Ok(true) => {
+                        failing.passed();
                         renewed_at = attempt;
                         role.set_store_reachable(true);
                     }
                     Ok(false) => {
                         let now = lease.state().map(|s| (s.holder, s.fencing)).ok();
+                        role.set_active(false);
                         error!(
                             fencing,
                             now = ?now,
-                            "deposed: another kasi took the lease; this process stops (nothing it did not commit was acknowledged)"
+                            "deposed: another kasi took the lease; this process stops serving (nothing it did not commit was acknowledged)"
                         );
-                        std::process::exit(3);
+                        fence.trip("deposed: another kasi took the lease");
+                        return (lease, false);
                     }
                     Err(failure) => {
                         role.set_store_reachable(false);
-                        warn!(error = %failure, "cannot renew the lease (retrying)");
+                        failing.failed(&failure.message);
                         if renewed_at.elapsed() >= lease.lease() {
+                            role.set_active(false);
                             error!(
                                 lease_ms = lease.lease().as_millis() as u64,
-                                "could not renew the lease for a whole lease period: a standby may take over; this process stops"
+                                "could not renew the lease for a whole lease period: a standby may take over; this process stops serving"
                             );
-                            std::process::exit(3);
+                            fence.trip("could not renew the lease for a whole lease period");
+                            return (lease, false);
                         }
                     }
                 }
             }
-            lease
+            (lease, true)
         })
         .expect("start the lease thread");
     LeaseKeeper {
@@ -302,18 +450,25 @@ pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>) -> LeaseKeepe
 }
 
 impl LeaseKeeper {
-    /// After a clean stop (every acknowledged commit made): gives the lease
-    /// up, so that a standby takes over now rather than when it expires.
+    /// Gives the lease up if this process still holds it, so that a standby
+    /// (or this process, as one) takes over now rather than when it
+    /// expires. After a clean stop every acknowledged commit is made; after
+    /// giving up, nothing more will be.
     pub fn release(mut self) {
         drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            if let Ok(mut lease) = thread.join() {
-                match lease.release(self.fencing) {
-                    Ok(()) => info!("released the lease"),
-                    Err(failure) => {
-                        warn!(error = %failure, "could not release the lease (it expires by itself)")
-                    }
-                }
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
+        let Ok((mut lease, held)) = thread.join() else {
+            return;
+        };
+        if !held {
+            return;
+        }
+        match lease.release(self.fencing) {
+            Ok(()) => info!("released the lease"),
+            Err(failure) => {
+                warn!(error = %failure, "could not release the lease (it expires by itself)")
             }
         }
     }

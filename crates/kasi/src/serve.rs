@@ -13,7 +13,7 @@ use hub::notify::{Dispatcher, DispatcherConfig};
 use hub::{Hub, HubConfig};
 use ledger::{Command, FspName, Limits, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -398,51 +398,260 @@ fn parse_duration_ms(text: &str) -> Result<i64, String> {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let hub_name = FspName::new(&args.hub_name).with_context(|| {
-        format!(
-            "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
-            args.hub_name
-        )
-    })?;
     // Decided before the store is opened, so a refused configuration
     // touches nothing and binds nothing.
-    let admin_auth = Arc::new(admin_access(&args)?);
-    let history =
-        args.transfer_retention
-            .0
-            .map(|retention_ms| store::sqlite_history::HistoryOptions {
-                retention_ms,
-                interval: args.history_snapshot_interval,
-            });
-    let location = crate::store_location(args.store.as_deref())?
-        .unwrap_or_else(|| store::StoreLocation::Sqlite(args.data_dir.clone()));
+    let settings = Settings::from_args(&args)?;
+    match settings.location.clone() {
+        store::StoreLocation::Sqlite(dir) => {
+            let runtime = build_runtime(&args)?;
+            let opened = open_sqlite(&dir, settings.history)?;
+            let limits = limits(&args);
+            let mut store = opened.store;
+            let (ledger, recovery) =
+                engine::recover(store.as_mut(), limits).context("recovery failed")?;
+            let term = Term {
+                store,
+                ledger,
+                recovery,
+                reader: opened.reader,
+                delivery: opened.delivery,
+                role: Arc::new(hub::role::Role::embedded()),
+                listeners: None,
+                fence: None,
+            };
+            match serve_term(&args, &settings, term, &runtime)? {
+                Ended::Stopped => Ok(ExitCode::SUCCESS),
+                // Only a process on a shared store gives up serving.
+                Ended::GaveUp(why) => bail!("stopped serving: {why}"),
+            }
+        }
+        store::StoreLocation::Postgres(url) => serve_shared(&args, &settings, &url),
+    }
+}
+
+/// What every term of this process shares: the configuration checked
+/// before the store is opened, read once.
+struct Settings {
+    hub_name: FspName,
+    admin_auth: Arc<hub::admin_auth::AdminAuth>,
+    history: Option<store::sqlite_history::HistoryOptions>,
+    location: store::StoreLocation,
+    tls: Option<Tls>,
+    callback_tls: Arc<rustls::ClientConfig>,
+    signer: Option<hub::notify::CallbackSigner>,
+    jws_verify: hub::jws_keys::VerifyPolicy,
+    max_connections: usize,
+}
+
+impl Settings {
+    fn from_args(args: &ServeArgs) -> anyhow::Result<Settings> {
+        let hub_name = FspName::new(&args.hub_name).with_context(|| {
+            format!(
+                "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
+                args.hub_name
+            )
+        })?;
+        let admin_auth = Arc::new(admin_access(args)?);
+        let history =
+            args.transfer_retention
+                .0
+                .map(|retention_ms| store::sqlite_history::HistoryOptions {
+                    retention_ms,
+                    interval: args.history_snapshot_interval,
+                });
+        let location = crate::store_location(args.store.as_deref())?
+            .unwrap_or_else(|| store::StoreLocation::Sqlite(args.data_dir.clone()));
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => {
+                let files = hub::tls::CertFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                };
+                let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
+                let api = hub::tls::server_config(reloading.clone(), args.tls_client_ca.as_deref())
+                    .map_err(anyhow::Error::msg)?;
+                let admin = match &args.admin_client_ca {
+                    Some(ca) => {
+                        hub::admin_auth::server_config_with_client_ca(reloading.clone(), ca)
+                    }
+                    None => hub::tls::server_config(reloading.clone(), None),
+                }
+                .map_err(anyhow::Error::msg)?;
+                info!(
+                    cert = %cert.display(),
+                    mutual = args.tls_client_ca.is_some(),
+                    "TLS on both addresses"
+                );
+                Some(Tls {
+                    api,
+                    admin,
+                    reloading,
+                })
+            }
+            _ => None,
+        };
+        let open_files = raise_open_files_limit();
+        // A file-size limit reached must be a store error the hub retries and
+        // reports (like a full disk), not the default SIGXFSZ that kills it.
+        // SAFETY: setting a signal's disposition to SIG_IGN has no handler to
+        // race with; nothing else in the process handles SIGXFSZ.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+        }
+        let max_connections = match args.max_connections {
+            Some(max) => max as usize,
+            // Half of what the limit leaves after the hub's own files (store,
+            // log, callback and oracle connections) goes to each address.
+            None => open_files.map_or(hub::server::DEFAULT_MAX_CONNECTIONS, |limit| {
+                usize::try_from(limit.saturating_sub(OWN_FILES) / 2)
+                    .unwrap_or(usize::MAX)
+                    .clamp(64, hub::server::DEFAULT_MAX_CONNECTIONS)
+            }),
+        };
+        if let Some(limit) = open_files {
+            if args
+                .max_connections
+                .is_some_and(|max| 2 * max as u64 + OWN_FILES > limit)
+            {
+                tracing::warn!(
+                    open_files_limit = limit,
+                    max_connections,
+                    "--max-connections on both addresses exceeds the open-files limit: accepts will fail before the cap refuses"
+                );
+            }
+        }
+        info!(
+            max_connections,
+            open_files_limit = open_files.unwrap_or(0),
+            "connections per address"
+        );
+        let callback_identity = match (&args.callback_cert, &args.callback_key) {
+            (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        let callback_tls =
+            hub::tls::client_config(args.callback_ca.as_deref(), callback_identity.as_ref())
+                .map_err(anyhow::Error::msg)
+                .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
+        info!(
+            roots = %args
+                .callback_ca
+                .as_ref()
+                .map_or("system".to_string(), |path| path.display().to_string()),
+            client_certificate = callback_identity.is_some(),
+            "https callbacks and oracle calls"
+        );
+        let signer = match &args.jws_signing_key {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read --jws-signing-key {}", path.display()))?;
+                let key = hub::jws::SigningKey::from_pem(&text).map_err(|error| {
+                    anyhow::anyhow!("--jws-signing-key {}: {error}", path.display())
+                })?;
+                info!(
+                    alg = key.alg().name(),
+                    "hub-originated callbacks are signed"
+                );
+                Some(hub::notify::CallbackSigner {
+                    key: Arc::new(key),
+                    source: hub_name.to_string(),
+                })
+            }
+            None => None,
+        };
+        let jws_verify = hub::jws_keys::VerifyPolicy {
+            resources: hub::jws_keys::VerifyPolicy::parse_resources(&args.jws_verify)
+                .map_err(|error| anyhow::anyhow!("--jws-verify: {error}"))?,
+            put_parties: args.jws_verify_put_parties,
+            participants: (!args.jws_verify_participants.is_empty())
+                .then(|| args.jws_verify_participants.clone()),
+        };
+        Ok(Settings {
+            hub_name,
+            admin_auth,
+            history,
+            location,
+            tls,
+            callback_tls,
+            signer,
+            jws_verify,
+            max_connections,
+        })
+    }
+}
+
+fn build_runtime(args: &ServeArgs) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.http_threads {
         runtime.worker_threads(usize::from(threads));
     }
-    let runtime = runtime
+    runtime
         .enable_all()
         .thread_name("kasi-http")
         .build()
-        .context("cannot start the async runtime")?;
-    let Some(opened) = open_store(&args, &location, history, &runtime)? else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    let Opened {
-        mut store,
-        reader,
-        mut delivery,
-        role,
-        lease_keeper,
-        listeners,
-    } = opened;
-    let limits = Limits {
+        .context("cannot start the async runtime")
+}
+
+fn limits(args: &ServeArgs) -> Limits {
+    Limits {
         transfer_retention_ms: args.transfer_retention.0,
         max_finished_in_memory: args.finished_transfers_in_memory as usize,
         ..Limits::default()
-    };
-    let (ledger, recovery) = engine::recover(store.as_mut(), limits).context("recovery failed")?;
-    let transfer_lookup = limits.transfer_retention_ms.map(|_| reader.clone());
+    }
+}
+
+/// One term of serving: a recovered ledger on an open store, and what
+/// serving needs besides.
+struct Term {
+    store: Box<dyn store::Store>,
+    ledger: ledger::Ledger,
+    recovery: engine::Recovery,
+    reader: Arc<dyn store::StoreReader>,
+    delivery: Box<dyn store::delivery::Delivery>,
+    role: Arc<hub::role::Role>,
+    /// With PostgreSQL: the listeners the standby answered on, bound
+    /// before the lease was taken.
+    listeners: Option<(tokio::net::TcpListener, tokio::net::TcpListener)>,
+    /// With PostgreSQL: tripped when this process must stop serving at
+    /// once (its lease lost, its pipeline failed).
+    fence: Option<crate::ha::Fence>,
+}
+
+/// How a term ended.
+enum Ended {
+    /// A stop signal: everything acknowledged is committed, the callbacks
+    /// drained (as far as the grace allowed).
+    Stopped,
+    /// This process may no longer serve (its lease lost, the store gone
+    /// for longer than a lease, its pipeline failed): it stopped at once,
+    /// committing nothing more; what it acknowledged is in the store and
+    /// whoever serves next recovers it and sends its callbacks again.
+    GaveUp(String),
+}
+
+/// Serves one term: starts the pipeline on the recovered ledger, the
+/// dispatcher and both addresses, until a stop signal or the fence.
+fn serve_term(
+    args: &ServeArgs,
+    settings: &Settings,
+    term: Term,
+    runtime: &tokio::runtime::Runtime,
+) -> anyhow::Result<Ended> {
+    let hub_name = settings.hub_name;
+    let Term {
+        store,
+        ledger,
+        recovery,
+        reader,
+        mut delivery,
+        role,
+        listeners,
+        fence,
+    } = term;
+    let transfer_lookup = args.transfer_retention.0.map(|_| reader.clone());
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(
             %problem,
@@ -487,7 +696,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(existing) = existing_hub {
         if existing != hub_name {
             bail!(
-                "the hub in {location} is named '{existing}', not '{hub_name}': pass --hub-name {existing}"
+                "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
+                settings.location
             );
         }
     }
@@ -508,6 +718,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             let _ = expired_sender.send(views);
         })),
         threads,
+        // On a shared store a pipeline that failed for good gives the
+        // term up: this process becomes a standby and recovers afresh.
+        on_failed: fence.clone().map(|fence| -> engine::FailedSink {
+            Box::new(move |why: &str| fence.trip(&format!("the ledger pipeline stopped: {why}")))
+        }),
         ..EngineConfig::default()
     };
     info!(
@@ -526,117 +741,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => {
-            let files = hub::tls::CertFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            };
-            let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
-            let api = hub::tls::server_config(reloading.clone(), args.tls_client_ca.as_deref())
-                .map_err(anyhow::Error::msg)?;
-            let admin = match &args.admin_client_ca {
-                Some(ca) => hub::admin_auth::server_config_with_client_ca(reloading.clone(), ca),
-                None => hub::tls::server_config(reloading.clone(), None),
-            }
-            .map_err(anyhow::Error::msg)?;
-            info!(
-                cert = %cert.display(),
-                mutual = args.tls_client_ca.is_some(),
-                "TLS on both addresses"
-            );
-            Some(Tls {
-                api,
-                admin,
-                reloading,
-            })
-        }
-        _ => None,
-    };
-    let open_files = raise_open_files_limit();
-    // A file-size limit reached must be a store error the hub retries and
-    // reports (like a full disk), not the default SIGXFSZ that kills it.
-    // SAFETY: setting a signal's disposition to SIG_IGN has no handler to
-    // race with; nothing else in the process handles SIGXFSZ.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-    }
-    let max_connections = match args.max_connections {
-        Some(max) => max as usize,
-        // Half of what the limit leaves after the hub's own files (store,
-        // log, callback and oracle connections) goes to each address.
-        None => open_files.map_or(hub::server::DEFAULT_MAX_CONNECTIONS, |limit| {
-            usize::try_from(limit.saturating_sub(OWN_FILES) / 2)
-                .unwrap_or(usize::MAX)
-                .clamp(64, hub::server::DEFAULT_MAX_CONNECTIONS)
-        }),
-    };
-    if let Some(limit) = open_files {
-        if args
-            .max_connections
-            .is_some_and(|max| 2 * max as u64 + OWN_FILES > limit)
-        {
-            tracing::warn!(
-                open_files_limit = limit,
-                max_connections,
-                "--max-connections on both addresses exceeds the open-files limit: accepts will fail before the cap refuses"
-            );
-        }
-    }
-    info!(
-        max_connections,
-        open_files_limit = open_files.unwrap_or(0),
-        "connections per address"
-    );
-    let callback_identity = match (&args.callback_cert, &args.callback_key) {
-        (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
-            cert: cert.clone(),
-            key: key.clone(),
-        }),
-        _ => None,
-    };
-    let callback_tls =
-        hub::tls::client_config(args.callback_ca.as_deref(), callback_identity.as_ref())
-            .map_err(anyhow::Error::msg)
-            .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
-    info!(
-        roots = %args
-            .callback_ca
-            .as_ref()
-            .map_or("system".to_string(), |path| path.display().to_string()),
-        client_certificate = callback_identity.is_some(),
-        "https callbacks and oracle calls"
-    );
-    let signer = match &args.jws_signing_key {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --jws-signing-key {}", path.display()))?;
-            let key = hub::jws::SigningKey::from_pem(&text).map_err(|error| {
-                anyhow::anyhow!("--jws-signing-key {}: {error}", path.display())
-            })?;
-            info!(
-                alg = key.alg().name(),
-                "hub-originated callbacks are signed"
-            );
-            Some(hub::notify::CallbackSigner {
-                key: Arc::new(key),
-                source: hub_name.to_string(),
-            })
-        }
-        None => None,
-    };
-    let jws_verify = hub::jws_keys::VerifyPolicy {
-        resources: hub::jws_keys::VerifyPolicy::parse_resources(&args.jws_verify)
-            .map_err(|error| anyhow::anyhow!("--jws-verify: {error}"))?,
-        put_parties: args.jws_verify_put_parties,
-        participants: (!args.jws_verify_participants.is_empty())
-            .then(|| args.jws_verify_participants.clone()),
-    };
     let grace = Duration::from_secs(args.shutdown_grace_s);
     let served = runtime.block_on(async {
         let dispatcher = Dispatcher::new(DispatcherConfig {
-            tls: Some(callback_tls.clone()),
-            signer,
+            tls: Some(settings.callback_tls.clone()),
+            signer: settings.signer.clone(),
             final_retry_for: Duration::from_secs(args.callback_retry_for_s),
             ..DispatcherConfig::default()
         });
@@ -652,11 +761,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 .collect(),
         );
         let mut hub_config = HubConfig::new(hub_name);
-        hub_config.callback_tls = Some(callback_tls);
+        hub_config.callback_tls = Some(settings.callback_tls.clone());
         hub_config.body_idle_timeout = Duration::from_millis(args.body_timeout_ms);
         hub_config.admin_base_url = format!(
             "{}://{}",
-            if tls.is_some() { "https" } else { "http" },
+            if settings.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            },
             args.admin_listen
         );
         hub_config.quotes_persistent = args.quotes_persistent;
@@ -664,12 +777,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         hub_config.answer_window = Duration::from_secs(args.answer_window_s);
         hub_config.pending_answers_max = args.pending_answers_max as usize;
         hub_config.trace_sample_every = args.trace_sample_every;
+        let jws_verify = settings.jws_verify.clone();
         if jws_verify.is_on() {
             info!(resources = %jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
         }
         hub_config.jws_verify = jws_verify;
         hub_config.jws_keys_dir = args.jws_keys_dir.clone();
-        hub_config.admin_auth = admin_auth;
+        hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.transfer_lookup = transfer_lookup.clone();
         hub_config.role = role.clone();
         hub_config.callback_allow = args.callback_allow.clone();
@@ -730,22 +844,53 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         });
         let listening = Listening {
-            max_connections,
+            max_connections: settings.max_connections,
             header_read_timeout: Duration::from_millis(args.header_timeout_ms),
         };
-        let result = serve_http(
+        let serving = serve_http(
             hub,
             args.api_listen,
             args.admin_listen,
             listeners,
-            tls,
+            settings.tls.clone(),
             listening,
-        )
-        .await;
+        );
+        let tripped = async {
+            match &fence {
+                Some(fence) => fence.tripped().await,
+                None => std::future::pending().await,
+            }
+        };
+        // The fence wins over everything: a process that may no longer
+        // serve stops answering at once (its connections are dropped with
+        // this term's runtime), without draining anything.
+        let result = tokio::select! {
+            biased;
+            why = tripped => {
+                role.set_active(false);
+                return anyhow::Ok(Err(why));
+            }
+            result = serving => result,
+        };
         info!("stopped accepting requests");
-        anyhow::Ok((result, dispatcher, expiry_task))
-    });
-    let (served, dispatcher, expiry_task) = served?;
+        anyhow::Ok(Ok((result, dispatcher, expiry_task)))
+    })?;
+    let (served, dispatcher, expiry_task) = match served {
+        Ok(served) => served,
+        Err(why) => {
+            error!(
+                %why,
+                "gave up serving: stopped answering; nothing more is committed (what was acknowledged is in the store, and whoever serves next sends its callbacks again)"
+            );
+            if !engine.abandon(ABANDON_WAIT) {
+                warn!(
+                    wait_s = ABANDON_WAIT.as_secs(),
+                    "the ledger pipeline has not stopped yet (a commit waits on a dead connection); left to end by itself"
+                );
+            }
+            return Ok(Ended::GaveUp(why));
+        }
+    };
 
     info!("committing queued work");
     let stopped = engine.shutdown().map(drop);
@@ -774,136 +919,251 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     });
     served?;
     stopped.context("the ledger pipeline failed")?;
-    if let Some(keeper) = lease_keeper {
-        keeper.release();
-    }
-    info!("stopped cleanly");
-    Ok(ExitCode::SUCCESS)
+    Ok(Ended::Stopped)
 }
 
-/// What serving needs of the store, whichever backend.
-struct Opened {
+/// How long a process giving up waits for its pipeline's threads.
+const ABANDON_WAIT: Duration = Duration::from_secs(5);
+
+/// What serving needs of the embedded store.
+struct OpenedSqlite {
     store: Box<dyn store::Store>,
     reader: Arc<dyn store::StoreReader>,
     delivery: Box<dyn store::delivery::Delivery>,
-    role: Arc<hub::role::Role>,
-    /// With PostgreSQL: the lease this process holds as the active.
-    lease_keeper: Option<crate::ha::LeaseKeeper>,
-    /// With PostgreSQL: the listeners the standby answered on, bound
-    /// before the lease was taken.
-    listeners: Option<(tokio::net::TcpListener, tokio::net::TcpListener)>,
 }
 
-/// Opens the store: the data directory's SQLite database, or a PostgreSQL
-/// store, where this process first waits as a standby until it holds the
-/// lease. `None`: stopped while a standby.
-fn open_store(
-    args: &ServeArgs,
-    location: &store::StoreLocation,
+fn open_sqlite(
+    dir: &std::path::Path,
     history: Option<store::sqlite_history::HistoryOptions>,
-    runtime: &tokio::runtime::Runtime,
-) -> anyhow::Result<Option<Opened>> {
-    match location {
-        store::StoreLocation::Sqlite(dir) => {
-            let store = SqliteStore::open(
-                dir,
-                SqliteOptions {
-                    history,
-                    ..SqliteOptions::default()
-                },
-            )
-            .with_context(|| format!("cannot open the store in {}", dir.display()))?;
-            let reader = store::sqlite::TransferLookup::open(dir)
-                .context("cannot open the store for transfer lookups")?;
-            let delivery = store::delivery::DeliveryDb::open(dir)
-                .context("cannot open the callback delivery state (callbacks.db)")?;
-            Ok(Some(Opened {
-                store: Box::new(store),
-                reader: Arc::new(reader),
-                delivery: Box::new(delivery),
-                role: Arc::new(hub::role::Role::embedded()),
-                lease_keeper: None,
-                listeners: None,
-            }))
-        }
-        store::StoreLocation::Postgres(url) => {
-            let mut store = store::pg::PgStore::open(url)
-                .with_context(|| format!("cannot open the store at {location}"))?;
-            let name = args
-                .instance_name
-                .clone()
-                .unwrap_or_else(crate::ha::default_instance_name);
-            let role = Arc::new(hub::role::Role::shared("postgres", &name));
-            let mut lease = store::pg_lease::Lease::new(url, &name, args.lease_ms);
-            let (api, admin) =
-                runtime.block_on(bind_listeners(args.api_listen, args.admin_listen))?;
-            let taken = match lease
-                .try_take()
-                .with_context(|| format!("cannot take the lease in {location}"))?
-            {
-                Some(fencing) => {
-                    info!(instance = %name, fencing, "took the lease: recovering, then serving as the active hub");
-                    (fencing, lease)
-                }
-                None => {
-                    let state = lease
-                        .state()
-                        .with_context(|| format!("cannot read the lease in {location}"))?;
-                    role.set_lease(&state.holder, state.fencing);
-                    info!(
-                        instance = %name,
-                        active = %state.holder,
-                        store = %location,
-                        addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
-                        "standby: waiting for the lease"
-                    );
-                    let retention_ms = args.transfer_retention.0;
-                    let warm = crate::ha::Warm {
-                        horizon_ms: Box::new(move || {
-                            retention_ms.map(|retention_ms| hub::now_ms() - retention_ms)
-                        }),
-                        every: WARM_EVERY,
-                    };
-                    match runtime.block_on(crate::ha::wait_for_lease(
-                        lease,
-                        store,
-                        warm,
-                        role.clone(),
-                        &api,
-                        &admin,
-                    ))? {
-                        Some((fencing, lease, warmed)) => {
-                            store = warmed;
-                            (fencing, lease)
-                        }
-                        None => return Ok(None),
-                    }
-                }
-            };
-            let (fencing, lease) = taken;
-            role.set_lease(&name, fencing);
-            // Renewed from now on, through recovery.
-            let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone());
-            store.fence(fencing);
-            role.set_active(true);
-            let reader = store::pg_reader::PgReader::open(url)
-                .with_context(|| format!("cannot open the store at {location} for lookups"))?;
-            let delivery = store::pg_delivery::PgDelivery::open(url, Some(fencing))
-                .with_context(|| format!("cannot open the store at {location} for callbacks"))?;
-            Ok(Some(Opened {
-                store: Box::new(store),
-                reader: Arc::new(reader),
-                delivery: Box::new(delivery),
-                role,
-                lease_keeper: Some(lease_keeper),
-                listeners: Some((api, admin)),
-            }))
+) -> anyhow::Result<OpenedSqlite> {
+    let store = SqliteStore::open(
+        dir,
+        SqliteOptions {
+            history,
+            ..SqliteOptions::default()
+        },
+    )
+    .with_context(|| format!("cannot open the store in {}", dir.display()))?;
+    let reader = store::sqlite::TransferLookup::open(dir)
+        .context("cannot open the store for transfer lookups")?;
+    let delivery = store::delivery::DeliveryDb::open(dir)
+        .context("cannot open the callback delivery state (callbacks.db)")?;
+    Ok(OpenedSqlite {
+        store: Box::new(store),
+        reader: Arc::new(reader),
+        delivery: Box::new(delivery),
+    })
+}
+
+/// Serves a PostgreSQL store, one of any number of processes: a standby
+/// until it takes the lease, then the active until it is stopped — or
+/// until it may no longer serve (the lease lost, the database gone for
+/// longer than a lease, the pipeline failed), when it stops at once and
+/// is a standby again, in the same process, on the same addresses. Only a
+/// stop signal, or a fault no waiting can mend (a refused password, a
+/// store that is not kasi's), ends it.
+fn serve_shared(args: &ServeArgs, settings: &Settings, url: &str) -> anyhow::Result<ExitCode> {
+    let name = args
+        .instance_name
+        .clone()
+        .unwrap_or_else(crate::ha::default_instance_name);
+    let role = Arc::new(hub::role::Role::shared("postgres", &name));
+    // Bound once for the process's life: between terms, connections wait
+    // in the kernel's queue rather than being refused.
+    let listeners = bind_std_listeners(args.api_listen, args.admin_listen)?;
+    let retention_ms = args.transfer_retention.0;
+    let mut kept: Option<store::pg::PgStore> = None;
+    let mut terms: u64 = 0;
+    loop {
+        let runtime = build_runtime(args)?;
+        let ended = serve_shared_term(
+            args,
+            settings,
+            url,
+            &name,
+            &role,
+            &listeners,
+            &runtime,
+            &mut kept,
+            retention_ms,
+            terms,
+        );
+        terms += 1;
+        // Every task of the term (connections, callbacks, watchers) ends
+        // with its runtime.
+        runtime.shutdown_timeout(Duration::from_secs(2));
+        match ended? {
+            Ended::Stopped => return Ok(ExitCode::SUCCESS),
+            Ended::GaveUp(why) => {
+                role.set_active(false);
+                warn!(
+                    %why,
+                    "standby again: this process waits for the lease and serves when it holds it"
+                );
+                // A moment for the database (or the other process) before
+                // this one competes for the lease again.
+                std::thread::sleep(REJOIN_PAUSE);
+            }
         }
     }
+}
+
+/// Whether `error` is a store fault that may pass by waiting (the
+/// database restarting, unreachable), not a configuration to mend.
+fn store_may_recover(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<store::StoreError>()
+            .is_some_and(|error| error.transient)
+            || cause
+                .downcast_ref::<engine::EngineError>()
+                .is_some_and(|error| {
+                    matches!(
+                        error,
+                        engine::EngineError::StoreUnavailable(_)
+                            | engine::EngineError::StoreFailed(_)
+                    )
+                })
+    })
+}
+
+/// Between giving up and waiting for the lease again.
+const REJOIN_PAUSE: Duration = Duration::from_millis(200);
+
+/// One standby-then-active term on a PostgreSQL store (see
+/// [`serve_shared`]). `kept` carries the store, and its warm copy, from a
+/// term that gave up before serving into the next.
+#[allow(clippy::too_many_arguments)]
+fn serve_shared_term(
+    args: &ServeArgs,
+    settings: &Settings,
+    url: &str,
+    name: &str,
+    role: &Arc<hub::role::Role>,
+    listeners: &(std::net::TcpListener, std::net::TcpListener),
+    runtime: &tokio::runtime::Runtime,
+    kept: &mut Option<store::pg::PgStore>,
+    retention_ms: Option<i64>,
+    terms: u64,
+) -> anyhow::Result<Ended> {
+    let location = &settings.location;
+    let (api, admin) = {
+        let _entered = runtime.enter();
+        (
+            tokio::net::TcpListener::from_std(listeners.0.try_clone()?)?,
+            tokio::net::TcpListener::from_std(listeners.1.try_clone()?)?,
+        )
+    };
+    if terms == 0 {
+        info!(
+            instance = %name,
+            store = %location,
+            addresses = %format!("FSPIOP {}, admin {}", api.local_addr()?, admin.local_addr()?),
+            "standby: waiting for the lease (this process serves once it holds it)"
+        );
+    }
+    let warm = crate::ha::Warm {
+        horizon_ms: Box::new(move || retention_ms.map(|retention_ms| hub::now_ms() - retention_ms)),
+        every: WARM_EVERY,
+    };
+    let lease = store::pg_lease::Lease::new(url, name, args.lease_ms);
+    let Some((fencing, lease, mut store)) = runtime.block_on(crate::ha::wait_for_lease(
+        lease,
+        url.to_string(),
+        kept.take(),
+        warm,
+        role.clone(),
+        &api,
+        &admin,
+    ))?
+    else {
+        return Ok(Ended::Stopped);
+    };
+    role.set_lease(name, fencing);
+    let fence = crate::ha::Fence::new();
+    // Renewed from now on, through recovery.
+    let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone(), fence.clone());
+    store.fence(fencing);
+    role.set_active(true);
+    // A store fault from here until serving gives the lease back (so that
+    // another process, or this one, tries again at once) and keeps the
+    // store, with its warm copy, for the next try.
+    let opened = (|| -> Result<_, store::StoreError> {
+        let reader = store::pg_reader::PgReader::open(url)?;
+        let delivery = store::pg_delivery::PgDelivery::open(url, Some(fencing))?;
+        Ok((reader, delivery))
+    })();
+    let (reader, delivery) = match opened {
+        Ok(opened) => opened,
+        Err(error) if error.transient => {
+            role.set_active(false);
+            lease_keeper.release();
+            *kept = Some(store);
+            return Ok(Ended::GaveUp(format!(
+                "cannot open the store at {location} for lookups and callbacks: {error}"
+            )));
+        }
+        Err(error) => {
+            return Err(anyhow::Error::new(error))
+                .with_context(|| format!("cannot open the store at {location}"))
+        }
+    };
+    let (ledger, recovery) = match engine::recover(&mut store, limits(args)) {
+        Ok(recovered) => recovered,
+        Err(error) if error.transient => {
+            role.set_active(false);
+            lease_keeper.release();
+            *kept = Some(store);
+            return Ok(Ended::GaveUp(format!("recovery failed: {error}")));
+        }
+        Err(error) => return Err(anyhow::Error::new(error)).context("recovery failed"),
+    };
+    let term = Term {
+        store: Box::new(store),
+        ledger,
+        recovery,
+        reader: Arc::new(reader),
+        delivery: Box::new(delivery),
+        role: role.clone(),
+        listeners: Some((api, admin)),
+        fence: Some(fence),
+    };
+    let ended = match serve_term(args, settings, term, runtime) {
+        Ok(ended) => ended,
+        // The store lost while starting to serve (reading the delivery
+        // state, say): as any store fault, the term is given up.
+        Err(error) if store_may_recover(&error) => Ended::GaveUp(format!("{error:#}")),
+        Err(error) => {
+            lease_keeper.release();
+            return Err(error);
+        }
+    };
+    // After a clean stop every acknowledged commit is made: the lease is
+    // given up so that a standby takes over now. After giving up, it is
+    // given up too where it still can be (a pipeline that failed with the
+    // lease still held), so that the next active need not wait for it.
+    lease_keeper.release();
+    Ok(ended)
 }
 
 /// How often a standby brings its copy of the store up to date.
 const WARM_EVERY: Duration = Duration::from_secs(2);
+
+/// Both addresses, bound once by a process on a shared store (each term
+/// serves on copies of them).
+fn bind_std_listeners(
+    api_listen: SocketAddr,
+    admin_listen: SocketAddr,
+) -> anyhow::Result<(std::net::TcpListener, std::net::TcpListener)> {
+    // Bound as the embedded store's hub binds them (tokio's backlog), then
+    // handed out of this short-lived runtime.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .context("cannot start the async runtime")?;
+    let (api, admin) = runtime.block_on(bind_listeners(api_listen, admin_listen))?;
+    Ok((api.into_std()?, admin.into_std()?))
+}
 
 async fn bind_listeners(
     api_listen: SocketAddr,
@@ -962,6 +1222,7 @@ fn admin_access(args: &ServeArgs) -> anyhow::Result<hub::admin_auth::AdminAuth> 
 }
 
 /// TLS of both listeners, and the certificate SIGHUP reloads.
+#[derive(Clone)]
 struct Tls {
     api: Arc<rustls::ServerConfig>,
     admin: Arc<rustls::ServerConfig>,

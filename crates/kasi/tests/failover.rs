@@ -155,8 +155,17 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
     }
     let mut b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
 
-    // The standby says what it is and refuses work, naming the active.
-    let health = http(b.admin, "GET", "/health", &[], b"");
+    // The standby says what it is and refuses work, naming the active
+    // (once it has read the lease).
+    b.await_log("standby: another kasi holds the lease");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let health = loop {
+        let health = http(b.admin, "GET", "/health", &[], b"");
+        if health.json()["store"]["leaseHolder"] == "node-a" || Instant::now() > deadline {
+            break health;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert_eq!(health.status, 503, "{health:?}");
     let body = health.json();
     assert_eq!(body["role"], "standby", "{body}");
@@ -282,7 +291,7 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
 
     // A third process waits; the active is paused (a long GC, a partition)
     // long enough for its lease to expire, and the third takes over.
-    let c = Hub::spawn_standby(node(dirs.path(), &url, "node-c"), dirs.path());
+    let mut c = Hub::spawn_standby(node(dirs.path(), &url, "node-c"), dirs.path());
     b.signal("STOP");
     assert!(
         c.wait_for_log("serving", Duration::from_secs(20)),
@@ -306,18 +315,51 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
         Some(202),
         "a deposed active acknowledged a prepare"
     );
-    let status = b
-        .wait_for_exit(Duration::from_secs(10))
-        .unwrap_or_else(|| panic!("the deposed active did not stop:\n{}", b.log()));
-    assert!(!status.success(), "{status:?}");
-    // The process has exited, but its last lines may still be on their way
-    // through the pipe.
+    // It stops serving and becomes a standby, in the same process.
     b.await_log("deposed");
+    b.await_log("standby again");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = http(b.admin, "GET", "/health", &[], b"");
+        if health.status == 503 && health.json()["role"] == "standby" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deposed active is not a standby: {health:?}\n{}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        b.wait_for_exit(Duration::ZERO).is_none(),
+        "the deposed active exited"
+    );
     let stored = stored_states(&url);
     assert!(
         !stored.contains_key(&late),
         "the deposed active's prepare reached the store"
     );
+    assert_eq!(stored.get(&id).map(String::as_str), Some("RESERVED"));
+
+    // When the active dies, the deposed one, a standby now, takes over.
+    c.kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let again = new_id();
+    loop {
+        let body = prepare_body(&again, PAYER, PAYEE, "2", far_future());
+        if try_api(b.api, "POST", "/transfers", PAYER, PAYEE, &body) == Some(202) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the once-deposed process did not take over again:\n{}",
+            b.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let stored = stored_states(&url);
+    assert_eq!(stored.get(&again).map(String::as_str), Some("RESERVED"));
     assert_eq!(stored.get(&id).map(String::as_str), Some("RESERVED"));
 
     // What the store holds adds up.

@@ -1,8 +1,8 @@
 //! Replication: kasi on a PostgreSQL primary with a synchronous streaming
 //! standby; the primary is lost (immediate stop, no checkpoint), the
-//! standby is promoted (`pg_ctl promote`), and kasi, restarted on the same
-//! multi-host URL (`target_session_attrs=read-write` finds the promoted
-//! standby), serves from it with nothing it acknowledged lost.
+//! standby is promoted (`pg_ctl promote`), and kasi, still running on the
+//! same multi-host URL (`target_session_attrs=read-write` finds the
+//! promoted standby), serves from it with nothing it acknowledged lost.
 //!
 //! Transfers are in flight when the primary goes: a driver thread keeps
 //! preparing and fulfilling through the first kasi and records what it
@@ -130,52 +130,34 @@ fn a_promoted_synchronous_standby_serves_with_nothing_acknowledged_lost() {
     let promoted_in = kill_at.elapsed();
     assert_eq!(standby.query("postgres", "SELECT pg_is_in_recovery()"), "f");
 
-    // The first kasi either finds the promoted standby by itself (its
-    // lease keeper and its store reconnect through the multi-host URL) and
-    // commits again, or stops for want of its lease (exit 3).
+    // The first kasi never stops: it either finds the promoted standby by
+    // itself (its lease keeper and its store reconnect through the
+    // multi-host URL) and commits again, or gives up serving for want of
+    // its lease, becomes a standby on the same URL, takes the lease back
+    // from the promoted standby and serves again. Either way a new
+    // transfer completes through it, with no restart.
     let committed_at_promotion = committed.load(Ordering::Acquire);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let first_after_promotion = loop {
-        if let Some(status) = first.wait_for_exit(Duration::ZERO) {
-            assert_eq!(
-                status.code(),
-                Some(3),
-                "a kasi that cannot renew its lease stops with 3:\n{}",
-                first.log()
-            );
-            break "stopped (could not renew its lease)";
-        }
-        if committed.load(Ordering::Acquire) >= committed_at_promotion + 5 {
-            break "reconnected to the promoted standby and committed again";
-        }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while committed.load(Ordering::Acquire) < committed_at_promotion + 5 {
+        assert!(
+            first.wait_for_exit(Duration::ZERO).is_none(),
+            "the kasi stopped when its primary was lost:\n{}",
+            first.log()
+        );
         assert!(
             Instant::now() < deadline,
-            "the first kasi neither commits again nor stops after the promotion:\n{}",
+            "the kasi does not commit again after the promotion:\n{}",
             first.log()
         );
         std::thread::sleep(Duration::from_millis(5));
-    };
+    }
     let settled_in = kill_at.elapsed();
-
-    // kasi again, under the same name: it takes its own lease back at once
-    // and recovers from the promoted standby. The first one, if it is still
-    // running (reconnected to the promoted standby), is deposed.
-    let second = start_kasi(&dir, &url);
-    let second_serving_in = kill_at.elapsed();
-    let status = first
-        .wait_for_exit(Duration::from_secs(10))
-        .unwrap_or_else(|| {
-            panic!(
-                "the first kasi still runs after another took its lease:\n{}",
-                first.log()
-            )
-        });
-    assert_eq!(
-        status.code(),
-        Some(3),
-        "the first kasi must stop as deposed or unable to renew its lease:\n{}",
-        first.log()
-    );
+    let first_after_promotion = if first.log().contains("standby again") {
+        "gave up serving, took the lease back as a standby and served again"
+    } else {
+        "reconnected to the promoted standby and committed again"
+    };
+    let second = &first;
     let first_log = first.log();
     stop.store(true, Ordering::Release);
     driver.join().unwrap();
@@ -294,8 +276,7 @@ fn a_promoted_synchronous_standby_serves_with_nothing_acknowledged_lost() {
         "replication: clusters ready in {clusters_ready:?}; {} transfers sent ({} committed, \
          {} reserved, {} refused or unanswered around the loss of the primary); primary \
          stopped in {killed_in:?}, standby promoted {promoted_in:?}; the first kasi \
-         {first_after_promotion} {settled_in:?} and the second kasi serving \
-         {second_serving_in:?} after the kill; whole test {:?}",
+         {first_after_promotion} {settled_in:?} after the kill; whole test {:?}",
         sent.len(),
         told(Told::Committed),
         told(Told::Reserved),
@@ -381,9 +362,9 @@ fn drive(
             committed.fetch_add(1, Ordering::AcqRel);
         }
         if gone {
-            // The hub closed the connection or no longer listens: it is
-            // going or gone, and acknowledges nothing more.
-            return;
+            // The hub closed the connection unanswered: it gave up serving
+            // (and serves again once it holds the lease).
+            std::thread::sleep(Duration::from_millis(50));
         } else if told != Told::Committed {
             // Refused (the store is away): no busy loop meanwhile.
             std::thread::sleep(Duration::from_millis(10));

@@ -68,12 +68,26 @@ impl From<postgres::Error> for StoreError {
         // many connections, a server starting up). A lost connection is
         // not: whether its last COMMIT happened is unknown, so the
         // pipeline stops and recovery reads what is durable.
-        let transient = error.code().is_some_and(|code| {
-            matches!(
-                code.code(),
-                "40001" | "40P01" | "55P03" | "53100" | "53200" | "53300" | "57P03"
-            )
-        });
+        //
+        // A lost connection is worth retrying for a read (and for a
+        // commit, [`PgStore::write`] first finds out whether the COMMIT
+        // in flight happened, through the lease's commit count; without
+        // a fencing number it cannot, and that retry fails for good).
+        let transient = error.is_closed()
+            || error.code().is_some_and(|code| {
+                matches!(
+                    code.code(),
+                    "40001"
+                        | "40P01"
+                        | "55P03"
+                        | "53100"
+                        | "53200"
+                        | "53300"
+                        | "57P01"
+                        | "57P02"
+                        | "57P03"
+                )
+            });
         StoreError {
             message: describe_error(&error),
             transient,
@@ -145,11 +159,26 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
     if config.get_application_name().is_none() {
         config.application_name("kasi");
     }
-    let mut client = config.connect(NoTls).map_err(|e| {
-        StoreError::fatal(format!(
-            "cannot connect to {redacted}: {}",
-            describe_error(&e)
-        ))
+    // A peer that stops answering (a partition, a host gone) fails the
+    // connection within seconds instead of the kernel's many minutes, so a
+    // process cut off from its database finds out and lets go.
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
+    }
+    // Keepalive probes only an idle connection; data sent and never
+    // acknowledged (a request into a partition) is bounded by this.
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    let mut client = config.connect(NoTls).map_err(|e| StoreError {
+        message: format!("cannot connect to {redacted}: {}", describe_error(&e)),
+        transient: connect_failure_may_pass(&e),
     })?;
     // A cluster (or role) default of `off`, `local` or `remote_write` must
     // not weaken what a commit means to kasi; `remote_apply` is stronger
@@ -162,6 +191,29 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
     }
     Ok(client)
 }
+
+/// Whether a failed connection attempt may succeed later without anyone
+/// changing kasi's configuration: the server down, starting, restarting or
+/// full, the network cut. A refused password, a missing database or role
+/// will not pass by waiting (an operator must act), so they are fatal.
+fn connect_failure_may_pass(error: &postgres::Error) -> bool {
+    match error.code() {
+        // 28xxx invalid authorization, 3D000 no such database, 42501
+        // insufficient privilege.
+        Some(code) => !(code.code().starts_with("28") || matches!(code.code(), "3D000" | "42501")),
+        None => true,
+    }
+}
+
+/// TCP keepalive on every connection (unless the URL sets its own): idle
+/// this long, then probed every [`KEEPALIVE_INTERVAL`], given up after
+/// [`KEEPALIVE_RETRIES`] unanswered probes (about 10 s in all).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(4);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_RETRIES: u32 = 3;
+/// How long data sent on a connection may go unacknowledged before the
+/// connection fails (Linux `TCP_USER_TIMEOUT`).
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a database holds, as far as kasi is concerned.
 enum Found {
@@ -650,17 +702,31 @@ impl PgStore {
     /// not add up, [`Store::forget_history_snapshot`] asks for a cold one).
     /// A settlement window closed since the copy was made means a fresh
     /// read: the copy's summed history counts in the window it was made in.
+    ///
+    /// A refresh that fails (the database restarting, the connection lost)
+    /// keeps the copy as it was, and the next call brings it up to date on
+    /// a new connection: a standby that rode out an outage takes over as
+    /// fast as one that did not.
     pub fn warm(&mut self, horizon_ms: Option<i64>) -> Result<(), StoreError> {
-        let refreshed = match self.warm.take() {
-            Some(warm) if warm.horizon_ms.is_some() == horizon_ms.is_some() => {
-                self.refresh(warm)?
+        let mut warm = self.warm.take();
+        let refreshed = match warm.as_mut() {
+            Some(copy) if copy.horizon_ms.is_some() == horizon_ms.is_some() => self.refresh(copy),
+            _ => Ok(false),
+        };
+        match refreshed {
+            Ok(true) => self.warm = warm,
+            Ok(false) => {
+                // Read afresh; until that succeeds the old copy (if it is
+                // one) stays, to be replaced by the next successful read.
+                self.warm = warm;
+                let cold = self.read_cold(horizon_ms)?;
+                self.warm = Some(cold);
             }
-            _ => None,
-        };
-        self.warm = match refreshed {
-            Some(warm) => Some(warm),
-            None => Some(self.read_cold(horizon_ms)?),
-        };
+            Err(error) => {
+                self.warm = warm;
+                return Err(error);
+            }
+        }
         Ok(())
     }
 
@@ -669,7 +735,30 @@ impl PgStore {
         self.warm.as_ref().map(|warm| warm.snapshot.transfers.len())
     }
 
+    /// A new connection if the last one was lost (a database restarted
+    /// since), unless a commit was in flight on it: then only the next
+    /// commit attempt may reconnect, as it must first ask whether that
+    /// COMMIT happened.
+    fn reconnect_if_lost(&mut self) -> Result<(), StoreError> {
+        if !self.client.is_closed() {
+            return Ok(());
+        }
+        if self.in_flight.is_some() {
+            return Err(StoreError::transient(format!(
+                "lost the connection to {} with a commit in flight",
+                self.redacted_url
+            )));
+        }
+        let mut client = connect(&self.url)?;
+        if self.statements.is_some() {
+            self.statements = Some(Statements::prepare(&mut client)?);
+        }
+        self.client = client;
+        Ok(())
+    }
+
     fn start_read(&mut self) -> Result<Transaction<'_>, StoreError> {
+        self.reconnect_if_lost()?;
         // One transaction at REPEATABLE READ: every table as of one
         // instant, so a hub writing meanwhile cannot show us half a commit.
         Ok(self
@@ -687,10 +776,18 @@ impl PgStore {
             (Some(made), Some(wanted)) => made <= wanted,
             _ => false,
         };
-        if let Some(warm) = self.warm.take().filter(usable) {
-            if let Some(warm) = self.refresh(warm)? {
-                self.loaded_warm = true;
-                return Ok(warm.snapshot);
+        if let Some(mut warm) = self.warm.take().filter(usable) {
+            match self.refresh(&mut warm) {
+                Ok(true) => {
+                    self.loaded_warm = true;
+                    return Ok(warm.snapshot);
+                }
+                Ok(false) => {}
+                // Kept for the next attempt (recovery is tried again).
+                Err(error) => {
+                    self.warm = Some(warm);
+                    return Err(error);
+                }
             }
         }
         Ok(self.read_cold(horizon_ms)?.snapshot)
@@ -727,25 +824,25 @@ impl PgStore {
         })
     }
 
-    /// The warm copy brought up to date, or `None` if a window closed
-    /// since (read afresh).
-    fn refresh(&mut self, warm: Warm) -> Result<Option<Warm>, StoreError> {
+    /// Brings the warm copy up to date: `false` if a window closed since
+    /// (read afresh). Everything is read before the copy changes, so a
+    /// failure leaves it as it was.
+    fn refresh(&mut self, warm: &mut Warm) -> Result<bool, StoreError> {
         let Warm {
-            snapshot: old,
             horizon_ms,
             last_seq,
-            open_seqs,
+            ref open_seqs,
             open_window: made_in,
             version,
-        } = warm;
+            ..
+        } = *warm;
         let mut transaction = self.start_read()?;
         if open_window(&mut transaction)? != made_in {
-            return Ok(None);
+            return Ok(false);
         }
         let mut snapshot = Snapshot::default();
         read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         let finish_columns = finish_columns(version);
-        let (mut transfers, mut finishes) = (old.transfers, old.finishes);
         // The finishes of transfers that were open.
         let mut still_open = Vec::with_capacity(open_seqs.len());
         let mut late = Vec::new();
@@ -772,7 +869,7 @@ impl PgStore {
         );
         let mut newest = last_seq;
         let mut rows = transaction.query_raw(query.as_str(), [&last_seq])?;
-        let mut new_finishes = Vec::new();
+        let (mut new_transfers, mut new_finishes) = (Vec::new(), Vec::new());
         while let Some(row) = rows.next()? {
             let transfer = transfer_row(&row)?;
             let finish = finish_row(&row, 15)?;
@@ -780,28 +877,28 @@ impl PgStore {
             if finish.is_none() && !transfer.state.is_final() {
                 still_open.push(newest);
             }
-            transfers.push(transfer);
+            new_transfers.push(transfer);
             new_finishes.extend(finish);
         }
         drop(rows);
         transaction.commit()?;
+        // All read: only now does the copy change.
+        let old = std::mem::take(&mut warm.snapshot);
+        let (mut transfers, mut finishes) = (old.transfers, old.finishes);
+        transfers.append(&mut new_transfers);
         if !late.is_empty() {
             // In seq order, as a cold load gives them.
             finishes.extend(late);
             finishes.sort_by_key(|f| f.seq);
         }
-        finishes.extend(new_finishes);
+        finishes.append(&mut new_finishes);
         snapshot.transfers = transfers;
         snapshot.finishes = finishes;
         snapshot.archived = old.archived;
-        Ok(Some(Warm {
-            snapshot,
-            horizon_ms,
-            last_seq: newest,
-            open_seqs: still_open,
-            open_window: made_in,
-            version,
-        }))
+        warm.snapshot = snapshot;
+        warm.last_seq = newest;
+        warm.open_seqs = still_open;
+        Ok(true)
     }
 }
 
