@@ -109,37 +109,6 @@ fn state_of(hub: &Hub, payer: &Stub, id: &str) -> String {
     }
 }
 
-/// Every FSPIOP transfer's state as stored: a finish's, else the
-/// prepare's (with its reason code, if any).
-fn stored_states(url: &str) -> std::collections::HashMap<String, String> {
-    use store::Store as _;
-    let snapshot = store::pg::PgStore::open_read_only(url)
-        .unwrap()
-        .load()
-        .unwrap();
-    let finished: std::collections::HashMap<u64, ledger::TransferState> =
-        snapshot.finishes.iter().map(|f| (f.seq, f.state)).collect();
-    snapshot
-        .transfers
-        .iter()
-        .filter(|t| t.kind == ledger::TransferKind::Fspiop)
-        .map(|t| {
-            let state = finished.get(&t.seq).copied().unwrap_or(t.state);
-            let reason = snapshot
-                .finishes
-                .iter()
-                .find(|f| f.seq == t.seq)
-                .and_then(|f| f.reason)
-                .or(t.reason);
-            let text = match reason {
-                Some(code) => format!("{} {}", state.as_str(), code.0),
-                None => state.as_str().to_string(),
-            };
-            (t.transfer_id.to_string(), text)
-        })
-        .collect()
-}
-
 #[test]
 fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
     let cluster = testpg::Cluster::start();

@@ -188,6 +188,15 @@ impl Cluster {
         }
     }
 
+    /// Stops the server cleanly (`pg_ctl stop -m fast`: sessions ended, a
+    /// checkpoint written), as an operator's restart does.
+    pub fn stop_fast(&mut self) {
+        if self.running {
+            self.pg_ctl(&["stop", "-m", "fast", "-w"]);
+            self.running = false;
+        }
+    }
+
     /// Starts the server again after [`Cluster::kill`], on the same port.
     pub fn restart(&mut self) {
         assert!(!self.running, "the server is running");

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -1964,4 +1964,129 @@ pub fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
         .output()
         .unwrap();
     output.status.success() && String::from_utf8_lossy(&output.stdout).contains("Verified OK")
+}
+
+/// A TCP proxy the test controls, between a kasi and its database: a
+/// network partition on demand. Cut, it closes every connection it
+/// carries and new ones as soon as they are accepted, until healed.
+pub struct TcpCut {
+    address: SocketAddr,
+    cut: Arc<AtomicBool>,
+    /// Bumped by each cut: a connection opened before it ends.
+    generation: Arc<AtomicUsize>,
+}
+
+impl TcpCut {
+    /// Forwards connections on a new local port to `upstream`.
+    pub fn start(upstream: SocketAddr) -> TcpCut {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let cut = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(AtomicUsize::new(0));
+        let (cut_flag, generations) = (cut.clone(), generation.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if cut_flag.load(Ordering::Acquire) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                    continue;
+                };
+                let born = generations.load(Ordering::Acquire);
+                for (from, to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    let generations = generations.clone();
+                    std::thread::spawn(move || pump(from, to, &generations, born));
+                }
+            }
+        });
+        TcpCut {
+            address,
+            cut,
+            generation,
+        }
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The partition: every connection through the proxy is closed, and
+    /// new ones as soon as they are accepted.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::Release);
+    }
+}
+
+/// Copies `from` to `to` until either closes or the proxy is cut.
+fn pump(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    generations: &AtomicUsize,
+    born: usize,
+) {
+    use std::io::{Read as _, Write as _};
+    let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        if generations.load(Ordering::Acquire) != born {
+            break;
+        }
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                if to.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+/// Every FSPIOP transfer's state as stored: a finish's, else the
+/// prepare's (with its reason code, if any), read from a PostgreSQL store.
+pub fn stored_states(url: &str) -> std::collections::HashMap<String, String> {
+    use store::Store as _;
+    let snapshot = store::pg::PgStore::open_read_only(url)
+        .unwrap()
+        .load()
+        .unwrap();
+    let finished: std::collections::HashMap<u64, ledger::TransferState> =
+        snapshot.finishes.iter().map(|f| (f.seq, f.state)).collect();
+    snapshot
+        .transfers
+        .iter()
+        .filter(|t| t.kind == ledger::TransferKind::Fspiop)
+        .map(|t| {
+            let state = finished.get(&t.seq).copied().unwrap_or(t.state);
+            let reason = snapshot
+                .finishes
+                .iter()
+                .find(|f| f.seq == t.seq)
+                .and_then(|f| f.reason)
+                .or(t.reason);
+            let text = match reason {
+                Some(code) => format!("{} {}", state.as_str(), code.0),
+                None => state.as_str().to_string(),
+            };
+            (t.transfer_id.to_string(), text)
+        })
+        .collect()
 }

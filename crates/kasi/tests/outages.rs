@@ -1,0 +1,353 @@
+//! A PostgreSQL store that goes away — an outage of seconds or minutes, a
+//! clean restart, a network partition between the active and its
+//! database — with no supervisor: the kasi processes never exit, someone
+//! serves again within seconds of the database's return, nothing a DFSP
+//! was told is lost, every payer of a committed transfer is told, and a
+//! process cut off from the database never writes again (checked in the
+//! database). End to end, with the real binary and throw-away clusters.
+
+mod support;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const LEASE_MS: &str = "1000";
+
+/// How long after the database's return a transfer must complete (the
+/// goal is a few seconds; the rest is slack for a loaded 2-core machine).
+const SERVED_AGAIN_WITHIN: Duration = Duration::from_secs(20);
+
+fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
+    Hub::serve_command(
+        dir,
+        &[
+            "--store",
+            url,
+            "--instance-name",
+            name,
+            "--lease-ms",
+            LEASE_MS,
+        ],
+    )
+}
+
+/// What the DFSPs were told.
+#[derive(Default)]
+struct Book {
+    /// 202 to the prepare, 200 to the fulfil.
+    committed: Vec<String>,
+    /// 202 to the prepare only.
+    reserved: Vec<String>,
+    /// Attempted while the store was away and not acknowledged.
+    refused: Vec<String>,
+}
+
+/// One transfer through the first of `apis` that takes the prepare.
+fn transfer(apis: &[SocketAddr], book: &mut Book) -> bool {
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "1", far_future());
+    let Some(&api) = apis
+        .iter()
+        .find(|&&api| try_api(api, "POST", "/transfers", PAYER, PAYEE, &body) == Some(202))
+    else {
+        book.refused.push(id);
+        return false;
+    };
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    if try_api(
+        api,
+        "PUT",
+        &format!("/transfers/{id}"),
+        PAYEE,
+        PAYER,
+        &fulfil,
+    ) == Some(200)
+    {
+        book.committed.push(id);
+        true
+    } else {
+        book.reserved.push(id);
+        false
+    }
+}
+
+/// Transfers until one commits through any of `apis`: how long it took.
+fn until_served(apis: &[SocketAddr], book: &mut Book, what: &str, logs: &[&Hub]) -> Duration {
+    let began = Instant::now();
+    while !transfer(apis, book) {
+        if began.elapsed() > SERVED_AGAIN_WITHIN {
+            let logs: Vec<String> = logs.iter().map(|hub| hub.log()).collect();
+            panic!(
+                "nobody served {what} within {SERVED_AGAIN_WITHIN:?}:\n{}",
+                logs.join("\n------\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    began.elapsed()
+}
+
+/// While the database is away nothing is acknowledged, and no process
+/// exits.
+fn nothing_acknowledged_while_away(apis: &[SocketAddr], book: &mut Book, hubs: &mut [&mut Hub]) {
+    for _ in 0..3 {
+        assert!(
+            !transfer(apis, book),
+            "a transfer was acknowledged without a database"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for hub in hubs.iter_mut() {
+        assert!(
+            hub.wait_for_exit(Duration::ZERO).is_none(),
+            "a kasi exited while its database was away:\n{}",
+            hub.log()
+        );
+    }
+}
+
+/// Every acknowledged transfer is stored as it was told; every committed
+/// one's payer was told (delivery is at least once: a process that took
+/// over sends again what may not have reached the payer).
+fn nothing_lost(url: &str, book: &Book, payer: &Stub) {
+    let stored = stored_states(url);
+    for id in &book.committed {
+        assert_eq!(
+            stored.get(id).map(String::as_str),
+            Some("COMMITTED"),
+            "transfer {id} was acknowledged as committed"
+        );
+    }
+    for id in &book.reserved {
+        let state = stored.get(id).map(String::as_str);
+        assert!(
+            matches!(state, Some("RESERVED" | "COMMITTED")),
+            "transfer {id} was acknowledged as reserved: {state:?}"
+        );
+    }
+    let mut untold: HashSet<String> = book
+        .committed
+        .iter()
+        .map(|id| format!("/transfers/{id}"))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !untold.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(received) = payer.next_within(left) else {
+            panic!(
+                "{} committed transfers' payers never told, e.g. {:?}",
+                untold.len(),
+                untold.iter().next()
+            );
+        };
+        if received.method == "PUT" && received.json()["transferState"] == "COMMITTED" {
+            untold.remove(&received.path);
+        }
+    }
+    let audit = kasi().args(["audit", "--store", url]).output().unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+}
+
+/// Waits until `hub`'s `/health` satisfies `check`.
+fn await_health(hub: &Hub, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = http(hub.admin, "GET", "/health", &[], b"");
+        if check(&health.json()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {health:?}\n{}",
+            hub.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn onboarded(hub: &Hub) -> (Stub, Stub) {
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    for stub in [&payer, &payee] {
+        hub.onboard(&stub.name, &stub.base_url(), 1_000_000, 1_000_000);
+    }
+    (payer, payee)
+}
+
+#[test]
+fn a_pair_rides_out_outages_and_a_restart_with_its_active_killed() {
+    let mut cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dirs = tempfile::tempdir().unwrap();
+    let mut a = Hub::spawn(node(dirs.path(), &url, "node-a"), dirs.path());
+    let (payer, payee) = onboarded(&a);
+    let mut b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
+    let apis = [a.api, b.api];
+    let mut book = Book::default();
+    for _ in 0..10 {
+        assert!(transfer(&apis, &mut book), "{}", a.log());
+    }
+
+    // Outages of 5 and 30 seconds (an immediate stop: no checkpoint).
+    for outage in [Duration::from_secs(5), Duration::from_secs(30)] {
+        cluster.kill();
+        let went_at = Instant::now();
+        nothing_acknowledged_while_away(&apis, &mut book, &mut [&mut a, &mut b]);
+        std::thread::sleep(outage.saturating_sub(went_at.elapsed()));
+        cluster.restart();
+        let served_in = until_served(&apis, &mut book, "after the outage", &[&a, &b]);
+        eprintln!(
+            "outage of {outage:?}: a transfer committed {served_in:?} after the database's return"
+        );
+        for _ in 0..5 {
+            assert!(transfer(&apis, &mut book));
+        }
+    }
+
+    // A clean restart of the database, then the active is SIGKILLed: the
+    // other takes over within a lease and its recovery.
+    cluster.stop_fast();
+    cluster.restart();
+    until_served(&apis, &mut book, "after the restart", &[&a, &b]);
+    let active_is_a = http(a.admin, "GET", "/health", &[], b"").json()["role"] == "active";
+    let (dead, survivor) = if active_is_a {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    dead.kill();
+    let killed_at = Instant::now();
+    let served_in = until_served(&[survivor.api], &mut book, "after the kill", &[&*survivor]);
+    eprintln!(
+        "the active SIGKILLed after a database restart: the other served {:?} later",
+        killed_at.elapsed()
+    );
+    assert!(served_in < SERVED_AGAIN_WITHIN);
+    assert!(survivor.wait_for_exit(Duration::ZERO).is_none());
+
+    nothing_lost(&url, &book, &payer);
+    drop(payee);
+}
+
+#[test]
+fn a_single_node_rides_out_a_two_minute_outage() {
+    let mut cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let mut hub = Hub::spawn(node(dir.path(), &url, "solo"), dir.path());
+    let (payer, payee) = onboarded(&hub);
+    let apis = [hub.api];
+    let mut book = Book::default();
+    for _ in 0..10 {
+        assert!(transfer(&apis, &mut book), "{}", hub.log());
+    }
+
+    cluster.kill();
+    let went_at = Instant::now();
+    nothing_acknowledged_while_away(&apis, &mut book, &mut [&mut hub]);
+    // It says so: a standby that cannot reach its store, refusing work
+    // with 503 and Retry-After.
+    await_health(&hub, "a standby that cannot reach its store", |health| {
+        health["role"] == "standby" && health["store"]["reachable"] == false
+    });
+    let refused = http(
+        hub.api,
+        "POST",
+        "/transfers",
+        &fspiop_headers(PAYER, PAYEE, true),
+        prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()).as_bytes(),
+    );
+    assert_error_response(&refused, 503, "2003");
+    assert!(refused.header("retry-after").is_some(), "{refused:?}");
+    std::thread::sleep(Duration::from_secs(120).saturating_sub(went_at.elapsed()));
+    assert!(hub.wait_for_exit(Duration::ZERO).is_none(), "{}", hub.log());
+    cluster.restart();
+    let served_in = until_served(&apis, &mut book, "after two minutes away", &[&hub]);
+    eprintln!("outage of 120 s: a transfer committed {served_in:?} after the database's return");
+    await_health(&hub, "active again", |health| health["role"] == "active");
+    // The repeated failures of those two minutes were said a few times, not
+    // every poll.
+    let log = hub.log();
+    let said = log.matches("standby: cannot reach the store").count();
+    assert!((1..=10).contains(&said), "said {said} times:\n{log}");
+
+    nothing_lost(&url, &book, &payer);
+    drop(payee);
+}
+
+#[test]
+fn an_active_cut_off_from_its_database_is_fenced_and_the_standby_takes_over() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    // `a` reaches the database through a link the test can cut; `b`
+    // directly.
+    let link = TcpCut::start(SocketAddr::from(([127, 0, 0, 1], cluster.port())));
+    let url_through_link = format!("postgres://postgres@{}/hub", link.address());
+    let dirs = tempfile::tempdir().unwrap();
+    let mut a = Hub::spawn(node(dirs.path(), &url_through_link, "node-a"), dirs.path());
+    let (payer, payee) = onboarded(&a);
+    let mut b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
+    let mut book = Book::default();
+    for _ in 0..10 {
+        assert!(transfer(&[a.api], &mut book), "{}", a.log());
+    }
+    let fencing_before: i64 = cluster
+        .query("hub", "SELECT fencing FROM kasi_lease")
+        .parse()
+        .unwrap();
+
+    link.cut();
+    let cut_at = Instant::now();
+    let served_in = until_served(&[b.api], &mut book, "by the standby", &[&a, &b]);
+    eprintln!(
+        "partition: the standby served {:?} after the active was cut off",
+        cut_at.elapsed()
+    );
+    assert!(served_in < SERVED_AGAIN_WITHIN);
+    // The lease is the standby's, under a higher fencing number, and the
+    // cut-off process stopped serving: it acknowledges nothing.
+    let lease = cluster.query("hub", "SELECT holder, fencing FROM kasi_lease");
+    let (holder, fencing) = lease.split_once('|').unwrap();
+    assert_eq!(holder, "node-b");
+    assert!(fencing.parse::<i64>().unwrap() > fencing_before, "{lease}");
+    await_health(&a, "the cut-off active is a standby", |health| {
+        health["role"] == "standby"
+    });
+    let late = new_id();
+    let body = prepare_body(&late, PAYER, PAYEE, "3", far_future());
+    assert_ne!(
+        try_api(a.api, "POST", "/transfers", PAYER, PAYEE, &body),
+        Some(202)
+    );
+
+    // The link heals: the once-active is a standby of the new active and
+    // never writes; the new active keeps serving.
+    link.heal();
+    await_health(&a, "a standby of node-b once the link heals", |health| {
+        health["role"] == "standby"
+            && health["store"]["reachable"] == true
+            && health["store"]["leaseHolder"] == "node-b"
+    });
+    for _ in 0..5 {
+        assert!(transfer(&[b.api], &mut book), "{}", b.log());
+    }
+    assert!(!stored_states(&url).contains_key(&late));
+    assert_eq!(
+        cluster.query("hub", "SELECT holder, fencing FROM kasi_lease"),
+        lease,
+        "the lease moved after the link healed"
+    );
+    assert!(a.wait_for_exit(Duration::ZERO).is_none());
+    assert!(b.wait_for_exit(Duration::ZERO).is_none());
+
+    nothing_lost(&url, &book, &payer);
+    drop(payee);
+}
