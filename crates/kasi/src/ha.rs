@@ -384,67 +384,112 @@ impl Fence {
 }
 
 /// The active's lease keeper: a thread renewing the lease every `lease /
-/// 3`. Deposed (the fencing number moved), or unable to renew for a whole
-/// lease, it trips the [`Fence`] and ends: a standby may hold the lease by
-/// then, and every commit this process tries would fail its fencing check
-/// anyway, so it stops answering at once and becomes a standby itself.
+/// 3`. Deposed (the fencing number moved), or without a renewal for a
+/// whole lease — a renewal that fails, or one that hangs on a connection
+/// into a partition (a watchdog counts the time) — it trips the [`Fence`]:
+/// a standby may hold the lease by then, and every commit this process
+/// tries would fail its fencing check anyway, so it stops answering at
+/// once and becomes a standby itself.
 pub struct LeaseKeeper {
-    /// Dropped to stop the thread at once.
+    /// Dropped to stop the threads at once.
     stop: Option<std::sync::mpsc::Sender<()>>,
-    thread: Option<JoinHandle<(Lease, bool)>>,
+    thread: Option<JoinHandle<Lease>>,
+    /// Cleared once the fence is tripped: the lease is no longer this
+    /// process's to renew or release.
+    held: Arc<AtomicBool>,
     fencing: i64,
 }
 
 pub fn keep_lease(mut lease: Lease, fencing: i64, role: Arc<Role>, fence: Fence) -> LeaseKeeper {
     let (stop, stopping) = std::sync::mpsc::channel::<()>();
+    let (watchdog_stop, watchdog_stopping) = std::sync::mpsc::channel::<()>();
     let every = lease.lease() / 3;
-    let thread = std::thread::Builder::new()
-        .name("kasi-lease".into())
-        .spawn(move || {
-            let mut renewed_at = Instant::now();
-            let mut failing = Quiet::new("cannot renew the lease (retrying)");
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopping.recv_timeout(every)
-            {
-                let attempt = Instant::now();
-                match lease.renew(fencing) {
-                    Ok(true) => {
-                        failing.passed();
-                        renewed_at = attempt;
-                        role.set_store_reachable(true);
+    let lease_length = lease.lease();
+    let held = Arc::new(AtomicBool::new(true));
+    let born = Instant::now();
+    // Milliseconds after `born` of the last renewal that succeeded.
+    let renewed_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let give_up = {
+        let (held, role, fence) = (held.clone(), role.clone(), fence.clone());
+        move |why: &str| {
+            if held.swap(false, Ordering::AcqRel) {
+                role.set_active(false);
+                fence.trip(why);
+            }
+        }
+    };
+    {
+        let (renewed_ms, held, give_up) = (renewed_ms.clone(), held.clone(), give_up.clone());
+        std::thread::Builder::new()
+            .name("kasi-lease-watchdog".into())
+            .spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    watchdog_stopping.recv_timeout(every)
+                {
+                    if !held.load(Ordering::Acquire) {
+                        return;
                     }
-                    Ok(false) => {
-                        let now = lease.state().map(|s| (s.holder, s.fencing)).ok();
-                        role.set_active(false);
+                    let renewed_at = born + Duration::from_millis(renewed_ms.load(Ordering::Acquire));
+                    if renewed_at.elapsed() >= lease_length {
                         error!(
-                            fencing,
-                            now = ?now,
-                            "deposed: another kasi took the lease; this process stops serving (nothing it did not commit was acknowledged)"
+                            lease_ms = lease_length.as_millis() as u64,
+                            "no lease renewal for a whole lease period (the database unreachable, or not answering): a standby may take over; this process stops serving"
                         );
-                        fence.trip("deposed: another kasi took the lease");
-                        return (lease, false);
+                        give_up("could not renew the lease for a whole lease period");
+                        return;
                     }
-                    Err(failure) => {
-                        role.set_store_reachable(false);
-                        failing.failed(&failure.message);
-                        if renewed_at.elapsed() >= lease.lease() {
-                            role.set_active(false);
-                            error!(
-                                lease_ms = lease.lease().as_millis() as u64,
-                                "could not renew the lease for a whole lease period: a standby may take over; this process stops serving"
+                }
+            })
+            .expect("start the lease watchdog");
+    }
+    let thread = {
+        let held = held.clone();
+        std::thread::Builder::new()
+            .name("kasi-lease".into())
+            .spawn(move || {
+                // The watchdog ends with this thread.
+                let _watchdog = watchdog_stop;
+                let mut failing = Quiet::new("cannot renew the lease (retrying)");
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    stopping.recv_timeout(every)
+                {
+                    if !held.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let attempt = Instant::now();
+                    match lease.renew(fencing) {
+                        Ok(true) => {
+                            failing.passed();
+                            renewed_ms.fetch_max(
+                                (attempt - born).as_millis() as u64,
+                                Ordering::AcqRel,
                             );
-                            fence.trip("could not renew the lease for a whole lease period");
-                            return (lease, false);
+                            role.set_store_reachable(true);
+                        }
+                        Ok(false) => {
+                            let now = lease.state().map(|s| (s.holder, s.fencing)).ok();
+                            error!(
+                                fencing,
+                                now = ?now,
+                                "deposed: another kasi took the lease; this process stops serving (nothing it did not commit was acknowledged)"
+                            );
+                            give_up("deposed: another kasi took the lease");
+                            break;
+                        }
+                        Err(failure) => {
+                            role.set_store_reachable(false);
+                            failing.failed(&failure.message);
                         }
                     }
                 }
-            }
-            (lease, true)
-        })
-        .expect("start the lease thread");
+                lease
+            })
+            .expect("start the lease thread")
+    };
     LeaseKeeper {
         stop: Some(stop),
         thread: Some(thread),
+        held,
         fencing,
     }
 }
@@ -459,12 +504,14 @@ impl LeaseKeeper {
         let Some(thread) = self.thread.take() else {
             return;
         };
-        let Ok((mut lease, held)) = thread.join() else {
-            return;
-        };
-        if !held {
+        if !self.held.swap(false, Ordering::AcqRel) {
+            // Not ours any more: the keeper may still wait on a dead
+            // connection, and ends by itself when it fails.
             return;
         }
+        let Ok(mut lease) = thread.join() else {
+            return;
+        };
         match lease.release(self.fencing) {
             Ok(()) => info!("released the lease"),
             Err(failure) => {

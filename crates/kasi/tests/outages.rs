@@ -351,3 +351,60 @@ fn an_active_cut_off_from_its_database_is_fenced_and_the_standby_takes_over() {
     nothing_lost(&url, &book, &payer);
     drop(payee);
 }
+
+#[test]
+fn an_active_whose_database_stops_answering_stops_serving_by_the_clock() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let link = TcpCut::start(SocketAddr::from(([127, 0, 0, 1], cluster.port())));
+    let url_through_link = format!("postgres://postgres@{}/hub", link.address());
+    let dirs = tempfile::tempdir().unwrap();
+    let a = Hub::spawn(node(dirs.path(), &url_through_link, "node-a"), dirs.path());
+    let (payer, payee) = onboarded(&a);
+    let b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
+    let mut book = Book::default();
+    for _ in 0..10 {
+        assert!(transfer(&[a.api], &mut book), "{}", a.log());
+    }
+
+    // Its database host hangs: the active's renewal waits on a connection
+    // that neither answers nor fails. It stops serving when its lease
+    // runs out all the same, and the standby takes over.
+    link.stall();
+    let stalled_at = Instant::now();
+    await_health(&a, "the hung active stops serving", |health| {
+        health["role"] == "standby"
+    });
+    let stopped_in = stalled_at.elapsed();
+    until_served(&[b.api], &mut book, "by the standby", &[&a, &b]);
+    eprintln!(
+        "a hung database host: the active stopped serving {stopped_in:?} after, the standby served {:?} after",
+        stalled_at.elapsed()
+    );
+    let late = new_id();
+    let body = prepare_body(&late, PAYER, PAYEE, "3", far_future());
+    assert_ne!(
+        try_api(a.api, "POST", "/transfers", PAYER, PAYEE, &body),
+        Some(202)
+    );
+
+    // The host answers again: whatever the old active had in flight
+    // arrives late and fails its fencing check; it is a standby of node-b.
+    let lease = cluster.query("hub", "SELECT holder, fencing FROM kasi_lease");
+    link.heal();
+    await_health(&a, "a standby of node-b once the host answers", |health| {
+        health["role"] == "standby"
+            && health["store"]["reachable"] == true
+            && health["store"]["leaseHolder"] == "node-b"
+    });
+    for _ in 0..5 {
+        assert!(transfer(&[b.api], &mut book), "{}", b.log());
+    }
+    assert!(!stored_states(&url).contains_key(&late));
+    assert_eq!(
+        cluster.query("hub", "SELECT holder, fencing FROM kasi_lease"),
+        lease
+    );
+    nothing_lost(&url, &book, &payer);
+    drop(payee);
+}

@@ -1972,6 +1972,10 @@ pub fn openssl_verifies(public: &Path, input: &[u8], signature: &[u8]) -> bool {
 pub struct TcpCut {
     address: SocketAddr,
     cut: Arc<AtomicBool>,
+    /// Stalled, it forwards nothing but keeps every connection open: the
+    /// peer's requests are accepted (by this side's kernel) and never
+    /// answered, as with a database host that hangs.
+    stalled: Arc<AtomicBool>,
     /// Bumped by each cut: a connection opened before it ends.
     generation: Arc<AtomicUsize>,
 }
@@ -1982,8 +1986,9 @@ impl TcpCut {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let cut = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(AtomicUsize::new(0));
-        let (cut_flag, generations) = (cut.clone(), generation.clone());
+        let (cut_flag, generations, stall) = (cut.clone(), generation.clone(), stalled.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -1999,14 +2004,15 @@ impl TcpCut {
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
                 ] {
-                    let generations = generations.clone();
-                    std::thread::spawn(move || pump(from, to, &generations, born));
+                    let (generations, stall) = (generations.clone(), stall.clone());
+                    std::thread::spawn(move || pump(from, to, &generations, born, &stall));
                 }
             }
         });
         TcpCut {
             address,
             cut,
+            stalled,
             generation,
         }
     }
@@ -2022,8 +2028,15 @@ impl TcpCut {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The database host hangs: nothing is forwarded either way, and no
+    /// connection is closed.
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::Release);
+    }
+
     pub fn heal(&self) {
         self.cut.store(false, Ordering::Release);
+        self.stalled.store(false, Ordering::Release);
     }
 }
 
@@ -2033,6 +2046,7 @@ fn pump(
     mut to: std::net::TcpStream,
     generations: &AtomicUsize,
     born: usize,
+    stalled: &AtomicBool,
 ) {
     use std::io::{Read as _, Write as _};
     let _ = from.set_read_timeout(Some(Duration::from_millis(50)));
@@ -2040,6 +2054,10 @@ fn pump(
     loop {
         if generations.load(Ordering::Acquire) != born {
             break;
+        }
+        if stalled.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
         }
         match from.read(&mut buffer) {
             Ok(0) => break,
