@@ -1109,7 +1109,7 @@ fn commit_until_done(
                     tracing::error!(
                         error = %why,
                         transient = error.transient,
-                        "store commit failed for good: the pipeline stops; restart to recover from what is durable"
+                        "store commit failed for good: the pipeline stops; what is durable is recovered at the next start (on PostgreSQL: by whichever process takes the lease next, this one included)"
                     );
                     if let Some(on_failed) = &shared.on_failed {
                         on_failed(&why);

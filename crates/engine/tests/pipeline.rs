@@ -229,6 +229,8 @@ both!(
     a_timed_reply_gets_its_batch_instants_in_pipeline_order,
     a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns,
     shutdown_ends_while_the_store_fails_and_the_queue_is_full,
+    a_pipeline_that_fails_for_good_says_so_once,
+    an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held,
 );
 
 fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
@@ -1125,4 +1127,87 @@ fn shutdown_ends_while_the_store_fails_and_the_queue_is_full(threads: PipelineTh
         .collect();
     answered.sort_unstable();
     assert_eq!(answered, [1, 2], "{threads:?}");
+}
+
+fn a_pipeline_that_fails_for_good_says_so_once(threads: PipelineThreads) {
+    let (sender, told) = mpsc::channel();
+    let config = EngineConfig {
+        on_failed: Some(Box::new(move |why: &str| {
+            let _ = sender.send(why.to_string());
+        })),
+        ..config(threads)
+    };
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FailingStore { healthy: 1 }),
+        config,
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    assert!(told.try_recv().is_err(), "told of a failure before one");
+    let failed = handle.execute(vec![prepare(1, far_future())]);
+    assert!(
+        matches!(failed, Err(EngineError::StoreFailed(_))),
+        "{failed:?}"
+    );
+    let why = told
+        .recv_timeout(Duration::from_secs(10))
+        .expect("told when the pipeline stops for good");
+    assert!(why.contains("fsync"), "{why}");
+    let _ = handle.execute(vec![prepare(2, far_future())]);
+    assert!(
+        told.recv_timeout(Duration::from_millis(200)).is_err(),
+        "told twice"
+    );
+    assert!(engine.shutdown().is_err());
+}
+
+fn an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held(threads: PipelineThreads) {
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FullDiskStore {
+            full: full.clone(),
+            committed: committed.clone(),
+        }),
+        config(threads),
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let before = committed.lock().unwrap().len();
+
+    // A commit is being retried (the database away) when the process must
+    // stop serving.
+    full.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (sender, held) = mpsc::channel();
+    handle.submit(
+        vec![prepare(1, far_future())],
+        Box::new(move |result| sender.send(result).unwrap()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
+        assert!(Instant::now() < deadline, "the fault is never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let abandoned_at = Instant::now();
+    assert!(
+        engine.abandon(Duration::from_secs(10)),
+        "the threads did not end"
+    );
+    // At once, not after the shutdown's last retries.
+    assert!(abandoned_at.elapsed() < Duration::from_secs(5));
+    let answer = held
+        .recv_timeout(Duration::from_secs(1))
+        .expect("the held submission is answered");
+    assert!(
+        matches!(answer, Err(EngineError::StoreFailed(ref why)) if why.contains("abandoned")),
+        "{answer:?}"
+    );
+    // The store works again: nothing of the abandoned pipeline reaches it.
+    full.store(false, std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(committed.lock().unwrap().len(), before);
+    assert!(handle.execute(vec![prepare(2, far_future())]).is_err());
+    assert_eq!(committed.lock().unwrap().len(), before);
 }
