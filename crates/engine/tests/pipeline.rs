@@ -644,11 +644,7 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
         vec![prepare(1, far_future())],
         Box::new(move |result| sender.send(result).unwrap()),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
-        assert!(Instant::now() < deadline, "the fault is never reported");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    await_fault(&handle);
     assert!(
         held.recv_timeout(Duration::from_millis(200)).is_err(),
         "nothing is acknowledged before it is durable"
@@ -1103,11 +1099,7 @@ fn shutdown_ends_while_the_store_fails_and_the_queue_is_full(threads: PipelineTh
     // The pipeline is busy with 1; 2 fills the queue's only place.
     submit(2);
     let_fail.send(()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
-        assert!(Instant::now() < deadline, "the fault is never reported");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    await_fault(&handle);
     let (stopped, shut_down) = mpsc::channel();
     std::thread::spawn(move || stopped.send(engine.shutdown()).unwrap());
     let result = shut_down
@@ -1185,11 +1177,7 @@ fn an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held(threads: 
         vec![prepare(1, far_future())],
         Box::new(move |result| sender.send(result).unwrap()),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
-        assert!(Instant::now() < deadline, "the fault is never reported");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    await_fault(&handle);
     let abandoned_at = Instant::now();
     assert!(
         engine.abandon(Duration::from_secs(10)),
@@ -1210,4 +1198,13 @@ fn an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held(threads: 
     assert_eq!(committed.lock().unwrap().len(), before);
     assert!(handle.execute(vec![prepare(2, far_future())]).is_err());
     assert_eq!(committed.lock().unwrap().len(), before);
+}
+
+/// Waits until the pipeline reports a transient store fault.
+fn await_fault(handle: &engine::EngineHandle) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(handle.store_health(), StoreHealth::Faulted(_)) {
+        assert!(Instant::now() < deadline, "the fault is never reported");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

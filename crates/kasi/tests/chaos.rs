@@ -59,6 +59,9 @@ struct Watch {
     /// Milliseconds, while the database was up, with no process ready.
     unserved_ms: AtomicU64,
     longest_gap_ms: AtomicU64,
+    /// Every gap of a second or more: when it began (since the run
+    /// began) and how long it lasted.
+    gaps: Mutex<Vec<(Duration, Duration)>>,
 }
 
 /// One FSPIOP request, without panicking on a process that is gone: its
@@ -223,7 +226,9 @@ fn transfers_survive_seeded_chaos_with_nothing_lost_and_everyone_told() {
         database_away: AtomicBool::new(false),
         unserved_ms: AtomicU64::new(0),
         longest_gap_ms: AtomicU64::new(0),
+        gaps: Mutex::new(Vec::new()),
     });
+    let began = Instant::now();
     let monitor = {
         let (admins, watch, stop) = (admins.clone(), watch.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -237,6 +242,11 @@ fn transfers_survive_seeded_chaos_with_nothing_lost_and_everyone_told() {
                 let passed_ms = last.elapsed().as_millis() as u64;
                 last = Instant::now();
                 if serving || watch.database_away.load(Ordering::Acquire) {
+                    if gap_ms >= 1_000 {
+                        let length = Duration::from_millis(gap_ms);
+                        let start = began.elapsed().saturating_sub(length);
+                        watch.gaps.lock().unwrap().push((start, length));
+                    }
                     gap_ms = 0;
                 } else {
                     gap_ms += passed_ms;
@@ -249,10 +259,10 @@ fn transfers_survive_seeded_chaos_with_nothing_lost_and_everyone_told() {
     };
 
     // The schedule.
-    let began = Instant::now();
-    let mut actions = Vec::new();
+    let mut actions: Vec<(Duration, String)> = Vec::new();
     while began.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_millis(schedule.between(2_000, 6_000)));
+        let at = began.elapsed();
         let which = schedule.between(0, 1) as usize;
         let pause = Duration::from_millis(schedule.between(1_000, 5_000));
         let action = match schedule.between(0, 5) {
@@ -303,8 +313,8 @@ fn transfers_survive_seeded_chaos_with_nothing_lost_and_everyone_told() {
                 format!("hang {}'s database link for {pause:?}", nodes[which].name)
             }
         };
-        eprintln!("chaos {:>6.1} s: {action}", began.elapsed().as_secs_f64());
-        actions.push(action);
+        eprintln!("chaos {:>6.1} s: {action}", at.as_secs_f64());
+        actions.push((at, action));
     }
 
     // Calm: someone serves again, then the load stops.
@@ -378,6 +388,20 @@ fn transfers_survive_seeded_chaos_with_nothing_lost_and_everyone_told() {
         book.reserved.len() - lost_reservations,
         book.refused,
     );
+    // The longest gaps, each with what the schedule did last before it.
+    let mut gaps = watch.gaps.lock().unwrap().clone();
+    gaps.sort_by_key(|&(_, length)| std::cmp::Reverse(length));
+    for (start, length) in gaps.iter().take(5) {
+        let cause = actions
+            .iter()
+            .rev()
+            .find(|(at, _)| at <= start)
+            .map_or("(before any action)", |(_, action)| action.as_str());
+        eprintln!(
+            "chaos gap: nobody served for {length:?} from {:.1} s, after: {cause}",
+            start.as_secs_f64()
+        );
+    }
     assert_eq!(lost_commits, 0);
     assert_eq!(lost_reservations, 0);
     assert_eq!(never_told, 0, "payers never told");

@@ -16,17 +16,7 @@ use support::*;
 const LEASE_MS: &str = "1000";
 
 fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
-    Hub::serve_command(
-        dir,
-        &[
-            "--store",
-            url,
-            "--instance-name",
-            name,
-            "--lease-ms",
-            LEASE_MS,
-        ],
-    )
+    Hub::shared_store_command(dir, url, name, LEASE_MS)
 }
 
 /// What the DFSPs were told, per transfer.
@@ -287,19 +277,9 @@ fn a_standby_takes_over_from_a_killed_active_and_a_deposed_one_cannot_write() {
     // It stops serving and becomes a standby, in the same process.
     b.await_log("deposed");
     b.await_log("standby again");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let health = http(b.admin, "GET", "/health", &[], b"");
-        if health.status == 503 && health.json()["role"] == "standby" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the deposed active is not a standby: {health:?}\n{}",
-            b.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    b.await_health("the deposed active is a standby", |health| {
+        health["role"] == "standby" && health["status"] == "STANDBY"
+    });
     assert!(
         b.wait_for_exit(Duration::ZERO).is_none(),
         "the deposed active exited"

@@ -21,17 +21,7 @@ const LEASE_MS: &str = "1000";
 const SERVED_AGAIN_WITHIN: Duration = Duration::from_secs(20);
 
 fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
-    Hub::serve_command(
-        dir,
-        &[
-            "--store",
-            url,
-            "--instance-name",
-            name,
-            "--lease-ms",
-            LEASE_MS,
-        ],
-    )
+    Hub::shared_store_command(dir, url, name, LEASE_MS)
 }
 
 /// What the DFSPs were told.
@@ -155,23 +145,6 @@ fn nothing_lost(url: &str, book: &Book, payer: &Stub) {
     );
 }
 
-/// Waits until `hub`'s `/health` satisfies `check`.
-fn await_health(hub: &Hub, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let health = http(hub.admin, "GET", "/health", &[], b"");
-        if check(&health.json()) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: {health:?}\n{}",
-            hub.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn onboarded(hub: &Hub) -> (Stub, Stub) {
     hub.setup();
     let payer = Stub::start(PAYER);
@@ -255,7 +228,7 @@ fn a_single_node_rides_out_a_two_minute_outage() {
     nothing_acknowledged_while_away(&apis, &mut book, &mut [&mut hub]);
     // It says so: a standby that cannot reach its store, refusing work
     // with 503 and Retry-After.
-    await_health(&hub, "a standby that cannot reach its store", |health| {
+    hub.await_health("a standby that cannot reach its store", |health| {
         health["role"] == "standby" && health["store"]["reachable"] == false
     });
     let refused = http(
@@ -272,7 +245,7 @@ fn a_single_node_rides_out_a_two_minute_outage() {
     cluster.restart();
     let served_in = until_served(&apis, &mut book, "after two minutes away", &[&hub]);
     eprintln!("outage of 120 s: a transfer committed {served_in:?} after the database's return");
-    await_health(&hub, "active again", |health| health["role"] == "active");
+    hub.await_health("active again", |health| health["role"] == "active");
     // The repeated failures of those two minutes were said a few times, not
     // every poll.
     let log = hub.log();
@@ -283,128 +256,141 @@ fn a_single_node_rides_out_a_two_minute_outage() {
     drop(payee);
 }
 
+/// A pair whose active, `a`, reaches the database through a link the
+/// test controls, and whose standby, `b`, directly; ten transfers done.
+struct Linked {
+    cluster: testpg::Cluster,
+    url: String,
+    link: TcpCut,
+    a: Hub,
+    b: Hub,
+    payer: Stub,
+    payee: Stub,
+    book: Book,
+    _dirs: tempfile::TempDir,
+}
+
+impl Linked {
+    fn start() -> Linked {
+        let cluster = testpg::Cluster::start();
+        let url = cluster.create_database("hub");
+        let link = TcpCut::start(SocketAddr::from(([127, 0, 0, 1], cluster.port())));
+        let url_through_link = format!("postgres://postgres@{}/hub", link.address());
+        let dirs = tempfile::tempdir().unwrap();
+        let a = Hub::spawn(node(dirs.path(), &url_through_link, "node-a"), dirs.path());
+        let (payer, payee) = onboarded(&a);
+        let b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
+        let mut book = Book::default();
+        for _ in 0..10 {
+            assert!(transfer(&[a.api], &mut book), "{}", a.log());
+        }
+        Linked {
+            cluster,
+            url,
+            link,
+            a,
+            b,
+            payer,
+            payee,
+            book,
+            _dirs: dirs,
+        }
+    }
+
+    fn lease(&self) -> String {
+        self.cluster
+            .query("hub", "SELECT holder, fencing FROM kasi_lease")
+    }
+
+    /// After `b` took over: `a` acknowledges nothing; once the link heals
+    /// it is a standby of `b`, the lease does not move, `b` keeps serving,
+    /// and nothing `a` was asked reached the store.
+    fn heal_and_check(mut self) {
+        let late = new_id();
+        let body = prepare_body(&late, PAYER, PAYEE, "3", far_future());
+        assert_ne!(
+            try_api(self.a.api, "POST", "/transfers", PAYER, PAYEE, &body),
+            Some(202)
+        );
+        let lease = self.lease();
+        self.link.heal();
+        self.a
+            .await_health("a standby of node-b once the link heals", |health| {
+                health["role"] == "standby"
+                    && health["store"]["reachable"] == true
+                    && health["store"]["leaseHolder"] == "node-b"
+            });
+        for _ in 0..5 {
+            assert!(transfer(&[self.b.api], &mut self.book), "{}", self.b.log());
+        }
+        assert!(!stored_states(&self.url).contains_key(&late));
+        assert_eq!(self.lease(), lease, "the lease moved after the link healed");
+        assert!(self.a.wait_for_exit(Duration::ZERO).is_none());
+        assert!(self.b.wait_for_exit(Duration::ZERO).is_none());
+        nothing_lost(&self.url, &self.book, &self.payer);
+        drop(self.payee);
+    }
+}
+
 #[test]
 fn an_active_cut_off_from_its_database_is_fenced_and_the_standby_takes_over() {
-    let cluster = testpg::Cluster::start();
-    let url = cluster.create_database("hub");
-    // `a` reaches the database through a link the test can cut; `b`
-    // directly.
-    let link = TcpCut::start(SocketAddr::from(([127, 0, 0, 1], cluster.port())));
-    let url_through_link = format!("postgres://postgres@{}/hub", link.address());
-    let dirs = tempfile::tempdir().unwrap();
-    let mut a = Hub::spawn(node(dirs.path(), &url_through_link, "node-a"), dirs.path());
-    let (payer, payee) = onboarded(&a);
-    let mut b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
-    let mut book = Book::default();
-    for _ in 0..10 {
-        assert!(transfer(&[a.api], &mut book), "{}", a.log());
-    }
-    let fencing_before: i64 = cluster
+    let mut pair = Linked::start();
+    let fencing_before: i64 = pair
+        .cluster
         .query("hub", "SELECT fencing FROM kasi_lease")
         .parse()
         .unwrap();
 
-    link.cut();
+    pair.link.cut();
     let cut_at = Instant::now();
-    let served_in = until_served(&[b.api], &mut book, "by the standby", &[&a, &b]);
+    let served_in = until_served(
+        &[pair.b.api],
+        &mut pair.book,
+        "by the standby",
+        &[&pair.a, &pair.b],
+    );
     eprintln!(
         "partition: the standby served {:?} after the active was cut off",
         cut_at.elapsed()
     );
     assert!(served_in < SERVED_AGAIN_WITHIN);
     // The lease is the standby's, under a higher fencing number, and the
-    // cut-off process stopped serving: it acknowledges nothing.
-    let lease = cluster.query("hub", "SELECT holder, fencing FROM kasi_lease");
+    // cut-off process stopped serving.
+    let lease = pair.lease();
     let (holder, fencing) = lease.split_once('|').unwrap();
     assert_eq!(holder, "node-b");
     assert!(fencing.parse::<i64>().unwrap() > fencing_before, "{lease}");
-    await_health(&a, "the cut-off active is a standby", |health| {
-        health["role"] == "standby"
-    });
-    let late = new_id();
-    let body = prepare_body(&late, PAYER, PAYEE, "3", far_future());
-    assert_ne!(
-        try_api(a.api, "POST", "/transfers", PAYER, PAYEE, &body),
-        Some(202)
-    );
-
-    // The link heals: the once-active is a standby of the new active and
-    // never writes; the new active keeps serving.
-    link.heal();
-    await_health(&a, "a standby of node-b once the link heals", |health| {
-        health["role"] == "standby"
-            && health["store"]["reachable"] == true
-            && health["store"]["leaseHolder"] == "node-b"
-    });
-    for _ in 0..5 {
-        assert!(transfer(&[b.api], &mut book), "{}", b.log());
-    }
-    assert!(!stored_states(&url).contains_key(&late));
-    assert_eq!(
-        cluster.query("hub", "SELECT holder, fencing FROM kasi_lease"),
-        lease,
-        "the lease moved after the link healed"
-    );
-    assert!(a.wait_for_exit(Duration::ZERO).is_none());
-    assert!(b.wait_for_exit(Duration::ZERO).is_none());
-
-    nothing_lost(&url, &book, &payer);
-    drop(payee);
+    pair.a
+        .await_health("the cut-off active is a standby", |health| {
+            health["role"] == "standby"
+        });
+    pair.heal_and_check();
 }
 
 #[test]
 fn an_active_whose_database_stops_answering_stops_serving_by_the_clock() {
-    let cluster = testpg::Cluster::start();
-    let url = cluster.create_database("hub");
-    let link = TcpCut::start(SocketAddr::from(([127, 0, 0, 1], cluster.port())));
-    let url_through_link = format!("postgres://postgres@{}/hub", link.address());
-    let dirs = tempfile::tempdir().unwrap();
-    let a = Hub::spawn(node(dirs.path(), &url_through_link, "node-a"), dirs.path());
-    let (payer, payee) = onboarded(&a);
-    let b = Hub::spawn_standby(node(dirs.path(), &url, "node-b"), dirs.path());
-    let mut book = Book::default();
-    for _ in 0..10 {
-        assert!(transfer(&[a.api], &mut book), "{}", a.log());
-    }
-
+    let mut pair = Linked::start();
     // Its database host hangs: the active's renewal waits on a connection
     // that neither answers nor fails. It stops serving when its lease
-    // runs out all the same, and the standby takes over.
-    link.stall();
+    // runs out all the same, and the standby takes over. Whatever it had
+    // in flight arrives when the host answers again, and fails its
+    // fencing check.
+    pair.link.stall();
     let stalled_at = Instant::now();
-    await_health(&a, "the hung active stops serving", |health| {
-        health["role"] == "standby"
-    });
+    pair.a
+        .await_health("the hung active stops serving", |health| {
+            health["role"] == "standby"
+        });
     let stopped_in = stalled_at.elapsed();
-    until_served(&[b.api], &mut book, "by the standby", &[&a, &b]);
+    until_served(
+        &[pair.b.api],
+        &mut pair.book,
+        "by the standby",
+        &[&pair.a, &pair.b],
+    );
     eprintln!(
         "a hung database host: the active stopped serving {stopped_in:?} after, the standby served {:?} after",
         stalled_at.elapsed()
     );
-    let late = new_id();
-    let body = prepare_body(&late, PAYER, PAYEE, "3", far_future());
-    assert_ne!(
-        try_api(a.api, "POST", "/transfers", PAYER, PAYEE, &body),
-        Some(202)
-    );
-
-    // The host answers again: whatever the old active had in flight
-    // arrives late and fails its fencing check; it is a standby of node-b.
-    let lease = cluster.query("hub", "SELECT holder, fencing FROM kasi_lease");
-    link.heal();
-    await_health(&a, "a standby of node-b once the host answers", |health| {
-        health["role"] == "standby"
-            && health["store"]["reachable"] == true
-            && health["store"]["leaseHolder"] == "node-b"
-    });
-    for _ in 0..5 {
-        assert!(transfer(&[b.api], &mut book), "{}", b.log());
-    }
-    assert!(!stored_states(&url).contains_key(&late));
-    assert_eq!(
-        cluster.query("hub", "SELECT holder, fencing FROM kasi_lease"),
-        lease
-    );
-    nothing_lost(&url, &book, &payer);
-    drop(payee);
+    pair.heal_and_check();
 }

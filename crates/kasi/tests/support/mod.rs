@@ -1122,6 +1122,40 @@ impl Hub {
         command
     }
 
+    /// The command of one of several processes serving the PostgreSQL
+    /// store at `url`: named `name`, with a lease of `lease_ms`.
+    pub fn shared_store_command(data_dir: &Path, url: &str, name: &str, lease_ms: &str) -> Command {
+        Hub::serve_command(
+            data_dir,
+            &[
+                "--store",
+                url,
+                "--instance-name",
+                name,
+                "--lease-ms",
+                lease_ms,
+            ],
+        )
+    }
+
+    /// Waits (20 s at most, failing the test with the log) until this
+    /// process's `GET /health` body satisfies `check`.
+    pub fn await_health(&self, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let health = http(self.admin, "GET", "/health", &[], b"");
+            if check(&health.json()) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {health:?}\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs `command` (a `kasi serve`, either log format) and waits until
     /// it serves.
     pub fn spawn(command: Command, data_dir: &Path) -> Hub {
