@@ -171,7 +171,16 @@ impl Standby {
                     }
                 },
             };
-            match self.lease.try_take() {
+            let taking = self.lease.try_take();
+            if let Some(ended) = self.lease.ended_sessions() {
+                warn!(
+                    holder = %ended.holder,
+                    fencing = ended.fencing,
+                    sessions = ended.sessions,
+                    "the lease ran out while a transaction of its holder still held its row (a paused or cut-off process): ended it, so that this process can take over"
+                );
+            }
+            match taking {
                 Ok(Some(fencing)) => {
                     unreachable.passed();
                     self.role.set_store_reachable(true);

@@ -28,6 +28,10 @@ use postgres::Client;
 use crate::pg::{connect, redact_url};
 use crate::StoreError;
 
+/// How long taking the lease waits for its row's lock before asking
+/// whether the process holding it still holds the lease.
+const LOCK_WAIT: Duration = Duration::from_millis(200);
+
 /// The lease as the database sees it now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeaseState {
@@ -38,12 +42,23 @@ pub struct LeaseState {
     pub expires_in_ms: i64,
 }
 
+/// Sessions a take ended: those of the process whose lease ran out while
+/// its transaction held the lease row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedSessions {
+    /// Whose lease it was, and its fencing number.
+    pub holder: String,
+    pub fencing: i64,
+    pub sessions: u64,
+}
+
 /// A connection of its own to the lease row.
 pub struct Lease {
     url: String,
     client: Option<Client>,
     holder: String,
     lease_ms: u64,
+    ended: Option<EndedSessions>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -61,6 +76,7 @@ impl Lease {
             client: None,
             holder: holder.to_string(),
             lease_ms,
+            ended: None,
         }
     }
 
@@ -82,16 +98,69 @@ impl Lease {
 
     /// Takes the lease if it has expired (or this holder has it): the new
     /// fencing number, or `None` while another process holds it.
+    ///
+    /// The lease row may be locked by a transaction of the process whose
+    /// lease ran out: a commit that passed its fencing check when that
+    /// process was paused (a frozen VM, SIGSTOP) or cut off with its
+    /// connection still open. Waiting for it could take as long as the
+    /// pause, so the take waits [`LOCK_WAIT`] at most; then, if the lease
+    /// has expired, it ends the sessions holding the row (their
+    /// transactions roll back: none of them was acknowledged, as none
+    /// committed) and tries again.
     pub fn try_take(&mut self) -> Result<Option<i64>, StoreError> {
+        match self.take_waiting_briefly() {
+            Err(error) if error.message.contains("(55P03)") => {
+                let state = self.state()?;
+                if state.expires_in_ms >= 0 {
+                    // Held, and renewed: its holder is alive and well.
+                    return Ok(None);
+                }
+                let sessions = self.end_sessions_holding_the_lease()?;
+                self.ended = Some(EndedSessions {
+                    holder: state.holder,
+                    fencing: state.fencing,
+                    sessions,
+                });
+                self.take_waiting_briefly()
+            }
+            taken => taken,
+        }
+    }
+
+    fn take_waiting_briefly(&mut self) -> Result<Option<i64>, StoreError> {
         let (holder, lease_ms) = (self.holder.clone(), self.lease_ms as i64);
-        let row = self.client()?.query_opt(
+        let wait_ms = LOCK_WAIT.as_millis() as i64;
+        let client = self.client()?;
+        let mut transaction = client.transaction()?;
+        transaction.execute(&format!("SET LOCAL lock_timeout = {wait_ms}"), &[])?;
+        let row = transaction.query_opt(
             "UPDATE kasi_lease SET holder = $1, fencing = fencing + 1,
                 expires_at = now() + $2::bigint * interval '1 millisecond'
              WHERE id = 1 AND (expires_at < now() OR holder = $1)
              RETURNING fencing",
             &[&holder, &lease_ms],
         )?;
+        transaction.commit()?;
         Ok(row.map(|row| row.get(0)))
+    }
+
+    /// What the last [`Lease::try_take`] ended to take the lease, once.
+    pub fn ended_sessions(&mut self) -> Option<EndedSessions> {
+        self.ended.take()
+    }
+
+    /// Ends every other session holding a lock on the lease row; how many.
+    /// kasi's processes connect as one role, which may end its own
+    /// sessions without further privilege.
+    fn end_sessions_holding_the_lease(&mut self) -> Result<u64, StoreError> {
+        let row = self.client()?.query_one(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+             FROM (SELECT DISTINCT pid FROM pg_locks
+                   WHERE relation = 'kasi_lease'::regclass AND granted
+                     AND pid <> pg_backend_pid()) AS holders",
+            &[],
+        )?;
+        Ok(row.get::<_, i64>(0) as u64)
     }
 
     /// Extends the lease by `lease_ms` from now if `fencing` still holds
