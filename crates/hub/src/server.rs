@@ -181,11 +181,19 @@ pub async fn serve(
                     }
                 };
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
-                // One client's share first, so that a client flooding the
-                // address is the one refused (and named).
+                if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
+                    stats.open.fetch_sub(1, Ordering::Relaxed);
+                    stats.refused.fetch_add(1, Ordering::Relaxed);
+                    report(peer, Refused::Full { max: max_connections });
+                    if acceptor.is_none() {
+                        tokio::spawn(refuse(stream, TOO_MANY_CONNECTIONS));
+                    }
+                    continue;
+                }
                 let slot = match clients.admit(client_of(peer.ip()), max_per_client) {
                     Ok(slot) => slot,
                     Err(_) => {
+                        stats.open.fetch_sub(1, Ordering::Relaxed);
                         stats.refused_per_client.fetch_add(1, Ordering::Relaxed);
                         report(peer, Refused::ClientFull { max: max_per_client });
                         if acceptor.is_none() {
@@ -194,16 +202,6 @@ pub async fn serve(
                         continue;
                     }
                 };
-                if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
-                    stats.open.fetch_sub(1, Ordering::Relaxed);
-                    stats.refused.fetch_add(1, Ordering::Relaxed);
-                    drop(slot);
-                    report(peer, Refused::Full { max: max_connections });
-                    if acceptor.is_none() {
-                        tokio::spawn(refuse(stream, TOO_MANY_CONNECTIONS));
-                    }
-                    continue;
-                }
                 let open = OpenConnection {
                     stats: stats.clone(),
                     _client: slot,
