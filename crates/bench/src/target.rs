@@ -84,7 +84,10 @@ impl EmbeddedHub {
                     .arg(data_dir.path())
                     .args(["--api-listen", "127.0.0.1:0"])
                     .args(["--admin-listen", "127.0.0.1:0"])
-                    .args(["--hub-name", hub_name]);
+                    .args(["--hub-name", hub_name])
+                    // Every simulated DFSP connects from this one address:
+                    // the hub's cap per client would cap the load.
+                    .args(["--max-connections-per-client", "1000000"]);
                 if let Some(every) = trace_sample_every {
                     command.args(["--trace-sample-every", &every.to_string()]);
                 }

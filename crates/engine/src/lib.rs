@@ -32,15 +32,31 @@
 //! pending and later submission with [`EngineError::StoreFailed`];
 //! restarting recovers from the store. Either way nothing unacknowledged is
 //! ever answered as done.
+//!
+//! While the store cannot commit, reads of reference data and balances
+//! (every read but those of one transfer: [`from_memory`]) are answered
+//! from memory by the ledger thread, at once — also in the middle of a
+//! one-thread pipeline's retries — instead of being refused: see
+//! ARCHITECTURE.md ("Durability") for what they show and why that is
+//! acceptable. And a batch that records nothing (reads alone) needs no
+//! commit: every batch before it is committed, so it is answered without
+//! asking the store.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ledger::{Command, Ledger, Limits, Outcome, Record, StoreLookup, StoredPrepare, TransferView};
+use ledger::{
+    Command, ErrorCode, Ledger, Limits, Outcome, Record, Rejection, StoreLookup, StoredPrepare,
+    TransferView,
+};
 use store::{Store, StoreError};
+
+mod repeats;
+pub use repeats::{Recovered, Repeats};
 
 /// Called once with a submission's outcomes, after they are durable (or with
 /// the reason they never will be). Runs on the thread that committed (the
@@ -345,7 +361,57 @@ enum Message {
         commands: Vec<Command>,
         reply: Replier,
     },
+    /// Reads sent while the store cannot commit: answered from memory at
+    /// once (see [`from_memory`]).
+    Read {
+        commands: Vec<Command>,
+        reply: Replier,
+    },
     Stop,
+}
+
+/// Whether `command` is answered from memory while the store cannot
+/// commit: every read but those of one transfer. A read of one transfer
+/// says whether a request took effect (a DFSP's `GET /transfers/{ID}` is
+/// answered by a callback it acts on), so it waits for the store like any
+/// answer; balances, limits and reference data are what an operator needs
+/// during an outage.
+pub fn from_memory(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::ReadParticipants { .. }
+            | Command::ReadSettlementModels
+            | Command::ReadParties
+            | Command::ReadOracles
+            | Command::ReadSettlementWindows
+            | Command::ReadSettlements
+            | Command::ReadSettlementReport { .. }
+            | Command::ReadAuditEvents(_)
+            | Command::ReadCertificatePins
+    )
+}
+
+/// Answers reads from `ledger` as it is now (see [`from_memory`]).
+fn answer_from_memory(ledger: &Ledger, commands: &[Command], reply: Replier) {
+    let outcomes = commands
+        .iter()
+        .map(|command| {
+            ledger.read(command).unwrap_or_else(|| {
+                Outcome::Rejected(Rejection::new(
+                    ErrorCode::SERVICE_UNAVAILABLE,
+                    "only reads are answered while the store cannot commit",
+                ))
+            })
+        })
+        .collect();
+    let now = Instant::now();
+    let timing = BatchTiming {
+        apply_started_at: now,
+        applied_at: now,
+        commit_started_at: now,
+        durable_at: now,
+    };
+    reply.ok(outcomes, timing);
 }
 
 /// A cheap, cloneable way to submit commands.
@@ -385,7 +451,7 @@ impl EngineHandle {
 
     fn send(&self, commands: Vec<Command>, reply: Replier) {
         if let Err(error) = self.check(&commands) {
-            return reply.err(error);
+            return self.refuse(commands, reply, error);
         }
         if let Err(mpsc::SendError(Message::Submit { reply, .. })) =
             self.sender.send(Message::Submit { commands, reply })
@@ -408,7 +474,7 @@ impl EngineHandle {
 
     fn try_send(&self, commands: Vec<Command>, reply: Replier) {
         if let Err(error) = self.check(&commands) {
-            return reply.err(error);
+            return self.refuse(commands, reply, error);
         }
         match self.sender.try_send(Message::Submit { commands, reply }) {
             Ok(()) => {}
@@ -419,6 +485,25 @@ impl EngineHandle {
                 reply.err(EngineError::Stopped)
             }
             Err(_) => unreachable!("only submissions are sent here"),
+        }
+    }
+
+    /// A submission [`check`](Self::check) refused: reads answered from
+    /// memory while the store cannot commit go to the ledger thread as
+    /// such (never waiting for queue space); anything else gets `error`.
+    fn refuse(&self, commands: Vec<Command>, reply: Replier, error: EngineError) {
+        if !matches!(error, EngineError::StoreUnavailable(_)) || !commands.iter().all(from_memory) {
+            return reply.err(error);
+        }
+        match self.sender.try_send(Message::Read { commands, reply }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(Message::Read { reply, .. })) => {
+                reply.err(EngineError::Overloaded)
+            }
+            Err(TrySendError::Disconnected(Message::Read { reply, .. })) => {
+                reply.err(EngineError::Stopped)
+            }
+            Err(_) => unreachable!("only reads are sent here"),
         }
     }
 
@@ -640,7 +725,8 @@ impl Engine {
             shared: shared.clone(),
             clock: config.clock,
             max_batch_commands,
-            lookup_failures: FailureLog::default(),
+            lookup_failures: Repeats::new(STILL_FAILING_LOG_EVERY),
+            deferred: VecDeque::new(),
         };
         let ledger_thread = std::thread::Builder::new()
             .name("kasi-ledger".into())
@@ -741,30 +827,36 @@ struct LedgerLoop {
     shared: Arc<Shared>,
     clock: Clock,
     max_batch_commands: usize,
-    lookup_failures: FailureLog,
+    /// A store that cannot be read fails every batch's lookups: said once,
+    /// then at most every [`STILL_FAILING_LOG_EVERY`].
+    lookup_failures: Repeats,
+    /// Submissions (and a stop) taken off the queue while a one-thread
+    /// pipeline retried a commit and answered reads: the next batch's
+    /// first, in order.
+    deferred: VecDeque<Message>,
 }
 
-/// Says a repeated failure once, then at most every
-/// [`STILL_FAILING_LOG_EVERY`] with how often it happened meanwhile: a
-/// store that cannot be read fails every batch.
-#[derive(Default)]
-struct FailureLog {
-    logged_at: Option<Instant>,
-    unlogged: u64,
-}
-
-impl FailureLog {
-    /// Whether to log this failure now, and how many went unlogged before it.
-    fn should_log(&mut self) -> Option<u64> {
-        let due = self
-            .logged_at
-            .is_none_or(|at| at.elapsed() >= STILL_FAILING_LOG_EVERY);
-        if !due {
-            self.unlogged += 1;
-            return None;
+/// Waits `pause` (a one-thread pipeline's backoff between two tries of a
+/// commit) answering reads from memory meanwhile; whatever else arrives is
+/// kept, in order, in `deferred` for after the commit.
+fn serve_reads_for(
+    ledger: &Ledger,
+    receiver: &Receiver<Message>,
+    deferred: &mut VecDeque<Message>,
+    pause: Duration,
+) {
+    let until = Instant::now() + pause;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
         }
-        self.logged_at = Some(Instant::now());
-        Some(std::mem::take(&mut self.unlogged))
+        match receiver.recv_timeout(left) {
+            Ok(Message::Read { commands, reply }) => answer_from_memory(ledger, &commands, reply),
+            Ok(message) => deferred.push_back(message),
+            Err(RecvTimeoutError::Timeout) => return,
+            Err(RecvTimeoutError::Disconnected) => return std::thread::sleep(left),
+        }
     }
 }
 
@@ -792,12 +884,13 @@ impl LedgerLoop {
             };
             let next_expiry_ms = next_expiry_ms.into_iter().chain(next_eviction_ms).min();
             if !expiry_due {
-                let message = match next_expiry_ms {
-                    None => self
+                let message = match (self.deferred.pop_front(), next_expiry_ms) {
+                    (Some(message), _) => Ok(message),
+                    (None, None) => self
                         .receiver
                         .recv()
                         .map_err(|_| RecvTimeoutError::Disconnected),
-                    Some(at_ms) => self
+                    (None, Some(at_ms)) => self
                         .receiver
                         .recv_timeout(Duration::from_millis((at_ms - now_ms) as u64)),
                 };
@@ -809,7 +902,11 @@ impl LedgerLoop {
             }
             // Everything else already waiting joins the batch, up to the cap.
             while !stopping && commands.len() < self.max_batch_commands {
-                match self.receiver.try_recv() {
+                let next = match self.deferred.pop_front() {
+                    Some(message) => Ok(message),
+                    None => self.receiver.try_recv(),
+                };
+                match next {
                     Ok(message) => stopping |= self.take(message, &mut commands, &mut replies),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => stopping = true,
@@ -819,8 +916,9 @@ impl LedgerLoop {
         }
         // Whatever raced with the stop is answered, not dropped.
         self.shared.stopped.store(true, Ordering::Release);
-        while let Ok(message) = self.receiver.try_recv() {
-            if let Message::Submit { reply, .. } = message {
+        let left = std::mem::take(&mut self.deferred);
+        for message in left.into_iter().chain(self.receiver.try_iter()) {
+            if let Message::Submit { reply, .. } | Message::Read { reply, .. } = message {
                 reply.err(EngineError::Stopped);
             }
         }
@@ -873,6 +971,15 @@ impl LedgerLoop {
                 }
                 replies.push((reply, submitted.len()));
                 commands.append(&mut submitted);
+                false
+            }
+            // Sent while the store could not commit: answered now, from
+            // what the batches applied so far made of the ledger.
+            Message::Read {
+                commands: reads,
+                reply,
+            } => {
+                answer_from_memory(&self.ledger, &reads, reply);
                 false
             }
             Message::Stop => true,
@@ -934,15 +1041,27 @@ impl LedgerLoop {
                 vec![StoreLookup::Failed; transfer_ids.len()]
             }
         };
-        if let Some((error, prepares)) = failed {
-            if let Some(failures_unlogged) = self.lookup_failures.should_log() {
-                tracing::error!(
-                    store = %committer.store.describe(),
-                    %error,
-                    prepares,
-                    failures_unlogged,
-                    "looking prepares up in the store failed; they are refused (2001)"
-                );
+        match failed {
+            Some((error, prepares)) => {
+                if let Some(repeated) = self.lookup_failures.failed() {
+                    tracing::error!(
+                        store = %committer.store.describe(),
+                        %error,
+                        prepares,
+                        repeated,
+                        "looking prepares up in the store failed; they are refused (2003, retry later)"
+                    );
+                }
+            }
+            None => {
+                if let Some(recovered) = self.lookup_failures.recovered() {
+                    tracing::warn!(
+                        store = %committer.store.describe(),
+                        failures = recovered.failures,
+                        failing_ms = recovered.failing_for.as_millis() as u64,
+                        "looking prepares up in the store works again"
+                    );
+                }
             }
         }
         self.shared
@@ -1018,7 +1137,9 @@ impl LedgerLoop {
             applied_at,
         };
         match &mut self.to_store {
-            ToStore::Inline(committer) => committer.commit(vec![job]),
+            ToStore::Inline(committer) => committer.commit(vec![job], &mut |pause| {
+                serve_reads_for(&self.ledger, &self.receiver, &mut self.deferred, pause)
+            }),
             ToStore::Thread(sender) => {
                 if let Err(mpsc::SendError(job)) = sender.send(job) {
                     // The store thread is gone: it failed and said why.
@@ -1043,12 +1164,13 @@ const STILL_FAILING_LOG_EVERY: Duration = Duration::from_secs(30);
 const RETRY_AFTER_STOP: Duration = Duration::from_secs(10);
 
 /// Commits `batches`, trying again after transient failures until the
-/// store takes them; the commit's start and durable instants, or why it
-/// never will.
+/// store takes them (`idle` waits out each backoff); the commit's start and
+/// durable instants, or why it never will.
 fn commit_until_done(
     store: &mut dyn Store,
     batches: &[&[Record]],
     shared: &Shared,
+    idle: &mut dyn FnMut(Duration),
 ) -> Result<(Instant, Instant), EngineError> {
     let stats = &shared.stats;
     let mut pause = RETRY_FIRST;
@@ -1142,7 +1264,7 @@ fn commit_until_done(
                     }
                     Some(_) => {}
                 }
-                std::thread::sleep(pause);
+                idle(pause);
                 pause = (pause * 2).min(RETRY_MAX);
             }
         }
@@ -1159,15 +1281,26 @@ struct Committer {
 
 impl Committer {
     /// Commits `jobs` in one transaction, then answers each of their
-    /// submissions, in order (or tells them why never).
-    fn commit(&mut self, jobs: Vec<StoreJob>) {
+    /// submissions, in order (or tells them why never); `idle` waits out
+    /// the backoff between two tries.
+    fn commit(&mut self, jobs: Vec<StoreJob>, idle: &mut dyn FnMut(Duration)) {
         let shared = &*self.shared;
         let result = match shared.failure() {
             Some(failure) => Err(failure),
+            // Nothing to make durable (reads alone), and every batch before
+            // these is committed (in order): answered without asking the
+            // store, which may be down. Not once stopping: then every
+            // answer waits for the store as before.
+            None if !shared.stopped.load(Ordering::Acquire)
+                && jobs.iter().all(|job| job.records.is_empty()) =>
+            {
+                let now = Instant::now();
+                Ok((now, now))
+            }
             None => {
                 let batches: Vec<&[Record]> =
                     jobs.iter().map(|job| job.records.as_slice()).collect();
-                commit_until_done(&mut *self.store, &batches, shared)
+                commit_until_done(&mut *self.store, &batches, shared, idle)
             }
         };
         for job in jobs {
@@ -1213,6 +1346,6 @@ fn store_loop(
                 Err(_) => break,
             }
         }
-        committer.commit(jobs);
+        committer.commit(jobs, &mut std::thread::sleep);
     }
 }

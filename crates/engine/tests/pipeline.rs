@@ -231,6 +231,7 @@ both!(
     shutdown_ends_while_the_store_fails_and_the_queue_is_full,
     a_pipeline_that_fails_for_good_says_so_once,
     an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held,
+    reads_alone_need_no_commit,
 );
 
 fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
@@ -660,6 +661,46 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
     ));
     assert!(handle.stats().store_errors >= 1);
 
+    // Meanwhile balances and reference data are read from memory, at once
+    // (on one thread, between two tries of the commit): the held prepare's
+    // hold is in them. A read of one transfer waits for the store like any
+    // answer, so it is refused.
+    for _ in 0..3 {
+        let started = Instant::now();
+        let read = handle.execute(vec![
+            Command::ReadParticipants {
+                name: Some(name("payerfsp")),
+            },
+            Command::ReadSettlementModels,
+        ]);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "answered at once"
+        );
+        let outcomes = read.expect("reads are answered from memory");
+        let Outcome::Participants(views) = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        let position = views[0]
+            .accounts
+            .iter()
+            .find(|account| account.kind == AccountKind::Position)
+            .unwrap();
+        assert_eq!(position.reserved, Amount::from_whole(10), "{position:?}");
+        assert!(matches!(&outcomes[1], Outcome::SettlementModels(models) if models.len() == 1));
+    }
+    let one_transfer = handle.execute(vec![Command::ReadTransfer {
+        transfer_id: TransferId::new(1),
+    }]);
+    assert!(
+        matches!(one_transfer, Err(EngineError::StoreUnavailable(_))),
+        "{one_transfer:?}"
+    );
+    assert!(
+        held.recv_timeout(Duration::from_millis(50)).is_err(),
+        "the held prepare is still not acknowledged"
+    );
+
     full.store(false, std::sync::atomic::Ordering::SeqCst);
     let outcomes = held
         .recv_timeout(Duration::from_secs(10))
@@ -687,6 +728,47 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
         vec![TransferId::new(1), TransferId::new(3)],
         "the held prepare committed exactly once; the refused one never"
     );
+    engine.shutdown().unwrap();
+}
+
+/// A batch that records nothing (reads alone) is answered without a
+/// commit: every batch before it is committed, and a store that cannot
+/// commit (a database that is down) does not hold it. A batch that
+/// records something still waits for its commit.
+fn reads_alone_need_no_commit(threads: PipelineThreads) {
+    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FullDiskStore {
+            full: full.clone(),
+            committed: committed.clone(),
+        }),
+        config(threads),
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    handle.execute(vec![prepare(1, far_future())]).unwrap();
+    let commits = handle.stats().store_commits;
+    full.store(true, std::sync::atomic::Ordering::SeqCst);
+    for read in [
+        Command::ReadTransfer {
+            transfer_id: TransferId::new(1),
+        },
+        Command::ReadParticipants { name: None },
+    ] {
+        let outcomes = handle.execute(vec![read]).expect("answered");
+        assert!(outcomes[0].error_code().is_none(), "{outcomes:?}");
+    }
+    assert_eq!(handle.stats().store_commits, commits, "no commit for reads");
+    assert_eq!(
+        handle.store_health(),
+        StoreHealth::Healthy,
+        "nothing failed"
+    );
+    full.store(false, std::sync::atomic::Ordering::SeqCst);
+    handle.execute(vec![prepare(2, far_future())]).unwrap();
+    assert_eq!(handle.stats().store_commits, commits + 1);
     engine.shutdown().unwrap();
 }
 
@@ -961,7 +1043,7 @@ impl Store for LookupFailingStore {
     }
 }
 
-/// A failed lookup refuses the prepares that needed it (2001, nothing
+/// A failed lookup refuses the prepares that needed it (2003, nothing
 /// reserved) and nothing else: a damaged row only its own prepare, a read
 /// failing as a whole those of its batch; an expiry and a plain prepare in
 /// the same batch go through, and the pipeline takes work afterwards.
@@ -1004,7 +1086,7 @@ fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
         .unwrap();
     assert_eq!(
         outcomes[0].error_code(),
-        Some(ErrorCode::INTERNAL_SERVER_ERROR),
+        Some(ErrorCode::SERVICE_UNAVAILABLE),
         "{outcomes:?}"
     );
     assert!(reserved(&outcomes[1]), "{outcomes:?}");
@@ -1016,7 +1098,7 @@ fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
     assert!(
         outcomes
             .iter()
-            .all(|o| o.error_code() == Some(ErrorCode::INTERNAL_SERVER_ERROR)),
+            .all(|o| o.error_code() == Some(ErrorCode::SERVICE_UNAVAILABLE)),
         "{outcomes:?}"
     );
     assert_eq!(handle.stats().store_lookups, 4);

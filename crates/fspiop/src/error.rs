@@ -95,12 +95,16 @@ pub fn answer_body(code: ErrorCode, description: &str) -> Vec<u8> {
 
 /// The HTTP status Mojaloop (`central-services-error-handling`) answers a
 /// code with: 1xxx → 503, 2002 → 501, other 2xxx → 500, 3001 → 406,
-/// 3002 → 404, other 3xxx–5xxx → 400. Anything outside 1000–5999 is not an
-/// FSPIOP code and gets 500.
+/// 3002 → 404, other 3xxx–5xxx → 400 — except 2003 (Service currently
+/// unavailable), 503 here where Mojaloop says 500: nothing was done and the
+/// request may be sent again, which is what 503 (with `Retry-After`) tells
+/// clients, proxies and load balancers, and a 500 does not. Anything
+/// outside 1000–5999 is not an FSPIOP code and gets 500.
 pub fn http_status_for(code: ErrorCode) -> u16 {
     match code.0 {
         1000..=1999 => 503,
         2002 => 501,
+        2003 => 503,
         2000..=2999 => 500,
         3001 => 406,
         3002 => 404,
@@ -175,7 +179,8 @@ mod tests {
             (1001, 503),
             (2001, 500),
             (2002, 501),
-            (2003, 500),
+            (2003, 503),
+            (2004, 500),
             (3000, 400),
             (3001, 406),
             (3002, 404),

@@ -486,10 +486,6 @@ impl crate::Hub {
     }
 }
 
-/// 2003 Service currently unavailable: the table of pending questions is
-/// full.
-const SERVICE_UNAVAILABLE: ledger::ErrorCode = ledger::ErrorCode(2003);
-
 impl crate::Hub {
     /// Remembers, before the request is passed on (so that the fastest
     /// answer finds it), that `requester` asked `addressee` about `key`;
@@ -509,10 +505,9 @@ impl crate::Hub {
                     &format!("{} {} to '{addressee}'", key.resource, key.id),
                 );
                 Err(crate::HubError::new(
-                    SERVICE_UNAVAILABLE,
+                    ledger::ErrorCode::SERVICE_UNAVAILABLE,
                     "Service currently unavailable - too many requests are awaiting answers; retry later",
-                )
-                .retry_after(1))
+                ))
             }
         }
     }

@@ -13,6 +13,45 @@ use std::time::Duration;
 use axum::body::{Body, Bytes, HttpBody};
 use http_body::Frame;
 
+/// 413 in FSPIOP's shape, at once, for a request whose Content-Length is
+/// above `limit`: its body would be refused once `limit` bytes of it had
+/// arrived, and one that never comes would hold the request until the idle
+/// timeout. The connection is closed (the body is not read). `None` for
+/// any other request (no Content-Length, or one within the limit; a
+/// malformed one is hyper's to refuse).
+pub fn declared_too_large(
+    headers: &axum::http::HeaderMap,
+    limit: usize,
+) -> Option<axum::response::Response> {
+    let declared: u64 = headers
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    if declared <= limit as u64 {
+        return None;
+    }
+    use axum::response::IntoResponse as _;
+    let mut response = crate::HubError::new(
+        ledger::ErrorCode::MALFORMED_SYNTAX,
+        format!("Malformed syntax - a body of {declared} bytes is larger than the {limit} allowed"),
+    )
+    .into_response();
+    *response.status_mut() = axum::http::StatusCode::PAYLOAD_TOO_LARGE;
+    let headers = response.headers_mut();
+    headers.insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    headers.insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-cache"),
+    );
+    Some(response)
+}
+
 /// Why a request body could not be read, as the guard reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BodyFault {
@@ -94,5 +133,31 @@ impl HttpBody for IdleTimeout {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue, StatusCode};
+
+    fn declaring(length: &'static str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", HeaderValue::from_static(length));
+        headers
+    }
+
+    #[test]
+    fn a_declared_length_above_the_limit_is_refused_before_any_body_byte() {
+        let response = declared_too_large(&declaring("5242881"), 5 * 1024 * 1024).unwrap();
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(response.headers()["connection"], "close");
+        assert_eq!(response.headers()["content-type"], "application/json");
+        for within in ["0", "5242880", " 12 "] {
+            assert!(declared_too_large(&declaring(within), 5 * 1024 * 1024).is_none());
+        }
+        // No Content-Length (chunked), or one hyper would refuse itself.
+        assert!(declared_too_large(&HeaderMap::new(), 10).is_none());
+        assert!(declared_too_large(&declaring("x"), 10).is_none());
     }
 }

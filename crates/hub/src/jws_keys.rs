@@ -202,13 +202,22 @@ impl JwsKeys {
     /// Polls the directory for ever (a task of the runtime; the file system
     /// work runs on the blocking pool).
     pub async fn watch(self: Arc<Self>, every: Duration) {
+        // Polled each second: an unreadable directory is said once, then
+        // every 10 s with the count, and once when it reads again.
+        let mut failures = engine::Repeats::new(Duration::from_secs(10));
         loop {
             tokio::time::sleep(every).await;
             let keys = self.clone();
             match tokio::task::spawn_blocking(move || keys.reload()).await {
-                Ok(Ok(())) => {}
+                Ok(Ok(())) => {
+                    if let Some(recovered) = failures.recovered() {
+                        tracing::warn!(dir = %self.dir.display(), failures = recovered.failures, "JWS keys directory readable again")
+                    }
+                }
                 Ok(Err(error)) => {
-                    tracing::warn!(dir = %self.dir.display(), %error, "JWS keys directory not readable")
+                    if let Some(repeated) = failures.failed() {
+                        tracing::warn!(dir = %self.dir.display(), %error, repeated, "JWS keys directory not readable")
+                    }
                 }
                 Err(_) => return,
             }

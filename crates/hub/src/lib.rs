@@ -23,6 +23,7 @@ pub mod audit;
 pub mod body;
 pub mod callback_url;
 pub mod callbacks;
+pub mod connections;
 pub mod door;
 pub mod endpoints;
 pub mod jws;
@@ -41,6 +42,7 @@ pub mod routing;
 pub mod server;
 pub mod settlement;
 pub mod stages;
+pub mod store_reads;
 pub mod tls;
 pub mod trace;
 pub mod transfer_stats;
@@ -176,6 +178,9 @@ pub struct Hub {
     /// Audit events of refused admin attempts, coalesced (see
     /// [`admin_refusals`]).
     pub admin_refusal_events: admin_refusals::Coalescer,
+    /// Whether reads of the store beside the pipeline fail (see
+    /// [`store_reads`]).
+    pub(crate) store_reads: store_reads::StoreReads,
     started: Instant,
 }
 
@@ -230,6 +235,7 @@ impl Hub {
             stages,
             refusals: refused::Refusals::default(),
             admin_refusal_events: admin_refusals::Coalescer::default(),
+            store_reads: store_reads::StoreReads::default(),
             started: Instant::now(),
         };
         match hub
@@ -431,6 +437,10 @@ pub fn format_time(ms: i64) -> String {
     fspiop::format_date_time(ms)
 }
 
+/// The `Retry-After` of a 2003 answer (the store cannot commit or be read,
+/// the pipeline is stopping, a queue is full) that names no other.
+pub const RETRY_AFTER_S: u32 = 1;
+
 /// An error answered synchronously, in the FSPIOP error body shape
 /// (central-ledger uses the same for the admin API).
 #[derive(Debug)]
@@ -497,7 +507,8 @@ impl std::error::Error for HubError {}
 
 impl From<EngineError> for HubError {
     fn from(error: EngineError) -> HubError {
-        // 2003: Service currently unavailable (FSPIOP §7.6). The store's
+        // 2003: Service currently unavailable (FSPIOP §7.6): 503 with
+        // Retry-After, never a 500 — nothing was done. The store's
         // own words (paths, SQLite's text) are for the log and /health, not
         // for a DFSP; and a description is cut at 128 characters.
         let description = match &error {
@@ -510,7 +521,7 @@ impl From<EngineError> for HubError {
             }
             other => format!("Service currently unavailable - {other}"),
         };
-        HubError::new(ErrorCode(2003), description)
+        HubError::new(ErrorCode::SERVICE_UNAVAILABLE, description)
     }
 }
 
@@ -533,7 +544,11 @@ impl IntoResponse for HubError {
             body,
         )
             .into_response();
-        if let Some(seconds) = self.retry_after_s {
+        // 2003 means "nothing was done, come back later": always with when.
+        let retry_after_s = self
+            .retry_after_s
+            .or((self.code == ErrorCode::SERVICE_UNAVAILABLE).then_some(RETRY_AFTER_S));
+        if let Some(seconds) = retry_after_s {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(seconds),
@@ -807,6 +822,7 @@ fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
     let limits = Limits {
         request: hub.config.request_timeout,
         body_idle: hub.config.body_idle_timeout,
+        body: hub.config.max_body_bytes,
     };
     let metrics = hub.metrics.clone();
     router
@@ -826,6 +842,8 @@ fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
 struct Limits {
     request: Duration,
     body_idle: Duration,
+    /// Largest body, in bytes.
+    body: usize,
 }
 
 async fn guard(
@@ -837,6 +855,10 @@ async fn guard(
 ) -> Response {
     let arrived = Instant::now();
     let route = metrics::Route::of(&request);
+    if let Some(response) = body::declared_too_large(request.headers(), limits.body) {
+        metrics.record_request(api, route, response.status(), arrived.elapsed());
+        return response;
+    }
     let fault = body::FaultSlot::default();
     // A request that announced no body (a GET, Content-Length: 0) has none
     // to stall on: no timer for it.
@@ -1043,4 +1065,30 @@ pub async fn health(axum::extract::State(hub): axum::extract::State<Arc<Hub>>) -
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_for_now_is_503_with_retry_after_and_2003_never_500() {
+        for error in [
+            EngineError::StoreUnavailable("disk full".into()),
+            EngineError::StoreFailed("fsync".into()),
+            EngineError::Stopped,
+            EngineError::Overloaded,
+        ] {
+            let response = HubError::from(error).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers()["retry-after"], "1");
+        }
+        let response = HubError::new(ErrorCode::SERVICE_UNAVAILABLE, "busy")
+            .retry_after(5)
+            .into_response();
+        assert_eq!(response.headers()["retry-after"], "5");
+        let response = HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, "bug").into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().get("retry-after").is_none());
+    }
 }

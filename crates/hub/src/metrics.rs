@@ -519,7 +519,7 @@ impl Collector for Connections {
     fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
         use std::sync::atomic::Ordering::Relaxed;
         type Field = fn(&crate::server::ConnectionStats) -> u64;
-        let series: [(&str, &str, MetricType, Field); 4] = [
+        let series: [(&str, &str, MetricType, Field); 5] = [
             (
                 "kasi_connections_open",
                 "Connections open now, by API",
@@ -537,6 +537,12 @@ impl Collector for Connections {
                 "Connections refused because --max-connections were open, by API",
                 MetricType::Counter,
                 |s| s.refused.load(Relaxed),
+            ),
+            (
+                "kasi_connections_refused_per_client",
+                "Connections refused because their client held --max-connections-per-client, by API",
+                MetricType::Counter,
+                |s| s.refused_per_client.load(Relaxed),
             ),
             (
                 "kasi_accept_errors",

@@ -991,6 +991,9 @@ impl Dispatcher {
     }
 }
 
+/// At most one `callback journal: write failed` line per this.
+const JOURNAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
 /// The journal thread: writes what it is sent, a few at a time, and
 /// releases the watermark for dead letters once they are durable.
 fn run_journal(
@@ -999,6 +1002,10 @@ fn run_journal(
     inner: std::sync::Weak<Inner>,
 ) {
     let mut saved: Option<i64> = None;
+    // A store that cannot write fails every write (about one a second):
+    // said once, then every JOURNAL_LOG_EVERY with the count, and once
+    // when it writes again.
+    let mut failures = engine::Repeats::new(JOURNAL_LOG_EVERY);
     while let Ok(first) = receiver.recv() {
         let mut watermark = None;
         let mut keep = Vec::new();
@@ -1035,6 +1042,13 @@ fn run_journal(
         }
         match journal.write(watermark, &keep, &forget) {
             Ok(()) => {
+                if let Some(recovered) = failures.recovered() {
+                    warn!(
+                        failures = recovered.failures,
+                        failing_ms = recovered.failing_for.as_millis() as u64,
+                        "callback journal: writes again"
+                    );
+                }
                 if watermark.is_some() {
                     saved = watermark;
                 }
@@ -1046,7 +1060,11 @@ fn run_journal(
             }
             // The dead letters stay in memory and keep the watermark back:
             // after a restart their callbacks are derived again.
-            Err(error) => warn!(%error, "callback journal: write failed"),
+            Err(error) => {
+                if let Some(repeated) = failures.failed() {
+                    warn!(%error, repeated, "callback journal: write failed");
+                }
+            }
         }
         for done in flushes {
             let _ = done.send(());

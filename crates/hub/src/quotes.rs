@@ -60,25 +60,9 @@ async fn post_quote(
         // is answered from the store. (Should one leave memory between this
         // read and the ledger, a resend of it is forwarded again: quotes
         // move no money.)
-        let stored = match &hub.config.transfer_lookup {
-            Some(lookup) if lookup.is_remote() => {
-                tokio::task::block_in_place(|| lookup.find_quote(parsed.quote_id)).map_err(
-                    |error| {
-                        HubError::new(
-                            ErrorCode::INTERNAL_SERVER_ERROR,
-                            format!("cannot read the store: {error}"),
-                        )
-                    },
-                )?
-            }
-            Some(lookup) => lookup.find_quote(parsed.quote_id).map_err(|error| {
-                HubError::new(
-                    ErrorCode::INTERNAL_SERVER_ERROR,
-                    format!("cannot read the store: {error}"),
-                )
-            })?,
-            None => None,
-        };
+        let stored = hub
+            .read_store("quote lookup", |reader| reader.find_quote(parsed.quote_id))?
+            .flatten();
         let outcome = match stored {
             Some(row) if row.request_hash == parsed.request_hash => {
                 Outcome::QuoteDuplicate(ledger::QuoteView {

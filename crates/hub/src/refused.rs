@@ -67,10 +67,16 @@ pub enum Class {
     /// A party registered in the built-in registry although an external
     /// oracle serves its type (it would override the oracle's holder).
     OracleServed,
+    /// A connection refused at accept: the address held its
+    /// `--max-connections`.
+    Connections,
+    /// A connection refused at accept: its client held its share of the
+    /// address's connections (`--max-connections-per-client`).
+    ClientConnections,
 }
 
 impl Class {
-    pub const ALL: [Class; 14] = [
+    pub const ALL: [Class; 16] = [
         Class::Identity,
         Class::HubSource,
         Class::NotParty,
@@ -85,6 +91,8 @@ impl Class {
         Class::AdminCrossSite,
         Class::Busy,
         Class::OracleServed,
+        Class::Connections,
+        Class::ClientConnections,
     ];
 
     /// The `class` label and JSON key.
@@ -104,6 +112,8 @@ impl Class {
             Class::AdminCrossSite => "admin_cross_site",
             Class::Busy => "busy",
             Class::OracleServed => "oracle_served",
+            Class::Connections => "connections",
+            Class::ClientConnections => "client_connections",
         }
     }
 
@@ -128,6 +138,10 @@ impl Class {
             Class::AdminCrossSite => "admin request refused: cross-site or foreign Host",
             Class::Busy => "request refused (2003): too many requests await answers",
             Class::OracleServed => "party registration refused: an external oracle serves its type",
+            Class::Connections => "connection refused: the address holds its --max-connections",
+            Class::ClientConnections => {
+                "connection refused: its client holds its share of the address's connections (--max-connections-per-client)"
+            }
         }
     }
 }
@@ -313,6 +327,36 @@ impl Hub {
                 class.message()
             );
         }
+    }
+}
+
+impl Hub {
+    /// What a listener tells of each connection it refused at a cap: a
+    /// refusal of [`Class::Connections`] or [`Class::ClientConnections`],
+    /// counted under `unknown` (an address is not a participant, nor a
+    /// bounded label) and warned at most every [`LOG_INTERVAL`] naming the
+    /// client's address and how many were not warned of.
+    pub fn connection_refusals(
+        self: &std::sync::Arc<Self>,
+        api: &'static str,
+    ) -> crate::connections::OnRefused {
+        use crate::connections::Refused;
+        let hub = self.clone();
+        crate::connections::OnRefused(std::sync::Arc::new(move |ip, refused| {
+            let (class, detail) = match refused {
+                Refused::Full { max } => (
+                    Class::Connections,
+                    format!("the {api} address holds its {max} connections; one from {ip} refused"),
+                ),
+                Refused::ClientFull { max } => (
+                    Class::ClientConnections,
+                    format!("{ip} holds {max} connections to the {api} address, its share"),
+                ),
+            };
+            // Never a participant's name: counted as `unknown`, named in
+            // the warning.
+            hub.refuse(class, &format!("address {ip}"), &detail);
+        }))
     }
 }
 

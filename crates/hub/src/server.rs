@@ -1,7 +1,8 @@
 //! The HTTP/1.1 server loop: keep-alive connections with bounded header
-//! size and header read time, a cap on open connections, and a graceful
-//! stop that lets requests in flight finish (so that their durable outcomes
-//! are answered).
+//! size and header read time, a cap on open connections and on those of
+//! one client (see [`crate::connections`]), and a graceful stop that lets
+//! requests in flight finish (so that their durable outcomes are
+//! answered).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,6 +17,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt as _;
 
+pub use crate::connections::DEFAULT_MAX_CONNECTIONS;
+use crate::connections::{client_of, ClientSlot, Clients, OnRefused, Refused};
 use crate::tls::{ClientIdentity, Connection};
 
 /// Largest request head (request line and headers) accepted: Mojaloop's 64 KB.
@@ -29,8 +32,6 @@ const HYPER_MAX_HEADERS: usize = 1_000;
 /// connection is ready for one: it also closes keep-alive connections idle
 /// for that long (Node's servers, Mojaloop's, close them after 5 s).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open connections per address when not configured.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Longest a stop waits for requests in flight.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -45,6 +46,13 @@ pub struct ServeOptions {
     /// Open connections at most; one more is answered 503 (2003) on plain
     /// HTTP, or closed before the handshake on TLS.
     pub max_connections: usize,
+    /// Open connections from one client (see
+    /// [`client_of`](crate::connections::client_of)) at most; one more is
+    /// refused the same way, at once.
+    pub max_connections_per_client: usize,
+    /// Told of each connection refused at a cap (the hub counts it as a
+    /// refusal and warns, rate-limited).
+    pub on_refused: Option<OnRefused>,
     /// Where the listener counts its connections (for `/metrics`).
     pub stats: Arc<ConnectionStats>,
     /// Longest a client may take to send a request head (and a keep-alive
@@ -57,6 +65,8 @@ impl Default for ServeOptions {
         ServeOptions {
             tls: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_client: DEFAULT_MAX_CONNECTIONS / 2,
+            on_refused: None,
             stats: Arc::default(),
             header_read_timeout: HEADER_READ_TIMEOUT,
         }
@@ -72,6 +82,9 @@ pub struct ConnectionStats {
     pub accepted: AtomicU64,
     /// Connections refused because `max_connections` were open.
     pub refused: AtomicU64,
+    /// Connections refused because their client held
+    /// `max_connections_per_client`.
+    pub refused_per_client: AtomicU64,
     /// Accept calls that failed (out of file descriptors and the like).
     pub accept_errors: AtomicU64,
 }
@@ -79,13 +92,18 @@ pub struct ConnectionStats {
 /// The body answering a connection over the cap: FSPIOP's shape
 /// (central-ledger uses the same on the admin address).
 const TOO_MANY_CONNECTIONS: &str = r#"{"errorInformation":{"errorCode":"2003","errorDescription":"Service currently unavailable - too many open connections"}}"#;
+/// The body answering a connection over its client's share.
+const TOO_MANY_FROM_CLIENT: &str = r#"{"errorInformation":{"errorCode":"2003","errorDescription":"Service currently unavailable - too many open connections from this address"}}"#;
 
-/// Counts a connection as open until dropped.
-struct OpenConnection(Arc<ConnectionStats>);
+/// Counts a connection as open (and against its client) until dropped.
+struct OpenConnection {
+    stats: Arc<ConnectionStats>,
+    _client: ClientSlot,
+}
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -137,6 +155,13 @@ pub async fn serve(
     let acceptor = options.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let stats = options.stats.clone();
     let max_connections = options.max_connections.max(1);
+    let max_per_client = options.max_connections_per_client.max(1);
+    let clients = Arc::new(Clients::default());
+    let report = |peer: std::net::SocketAddr, refused: Refused| {
+        if let Some(on_refused) = &options.on_refused {
+            (on_refused.0)(peer.ip(), refused);
+        }
+    };
     let mut accept_errors = AcceptErrors {
         next_log: Instant::now(),
         unlogged: 0,
@@ -159,12 +184,28 @@ pub async fn serve(
                 if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
                     stats.open.fetch_sub(1, Ordering::Relaxed);
                     stats.refused.fetch_add(1, Ordering::Relaxed);
+                    report(peer, Refused::Full { max: max_connections });
                     if acceptor.is_none() {
-                        tokio::spawn(refuse(stream));
+                        tokio::spawn(refuse(stream, TOO_MANY_CONNECTIONS));
                     }
                     continue;
                 }
-                let open = OpenConnection(stats.clone());
+                let slot = match clients.admit(client_of(peer.ip()), max_per_client) {
+                    Ok(slot) => slot,
+                    Err(_) => {
+                        stats.open.fetch_sub(1, Ordering::Relaxed);
+                        stats.refused_per_client.fetch_add(1, Ordering::Relaxed);
+                        report(peer, Refused::ClientFull { max: max_per_client });
+                        if acceptor.is_none() {
+                            tokio::spawn(refuse(stream, TOO_MANY_FROM_CLIENT));
+                        }
+                        continue;
+                    }
+                };
+                let open = OpenConnection {
+                    stats: stats.clone(),
+                    _client: slot,
+                };
                 let _ = stream.set_nodelay(true);
                 let (app, builder, watcher, acceptor) =
                     (app.clone(), builder.clone(), graceful.watcher(), acceptor.clone());
@@ -216,15 +257,15 @@ pub async fn serve(
     }
 }
 
-/// Answers a connection over the cap without reading its request, within a
-/// second, and closes it.
-async fn refuse(mut stream: tokio::net::TcpStream) {
+/// Answers a connection over a cap with `body` without reading its
+/// request, within a second, and closes it.
+async fn refuse(mut stream: tokio::net::TcpStream, body: &'static str) {
     use tokio::io::AsyncWriteExt as _;
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          cache-control: no-cache\r\nretry-after: 1\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n{TOO_MANY_CONNECTIONS}",
-        TOO_MANY_CONNECTIONS.len()
+         content-length: {}\r\n\r\n{body}",
+        body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         stream.write_all(response.as_bytes()).await?;

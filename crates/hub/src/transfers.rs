@@ -483,33 +483,22 @@ fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8
 impl Hub {
     /// The store's copy of a transfer, for one the ledger no longer holds in
     /// memory; `None` without a retention horizon. Read on the request's
-    /// task, never the ledger's thread.
+    /// task, never the ledger's thread; a failed read is 503/2003 (see
+    /// [`crate::store_reads`]).
     pub(crate) async fn stored_transfer(
         &self,
         transfer_id: TransferId,
     ) -> Result<Option<StoredTransfer>, HubError> {
-        let Some(lookup) = self.config.transfer_lookup.clone() else {
-            return Ok(None);
-        };
         // On the request's own task: a point lookup by the indexed id in a
         // WAL reader never waits for the writer, and the usual answer (a
         // fresh id: not found) reads only index pages that stay cached. A
         // hop to the blocking pool cost more than the lookup (a thread
         // wake-up each way, measured: BENCHMARKS.md, bounded memory).
-        // A database server's round trip is long enough to matter: the
-        // runtime moves this worker's other tasks elsewhere meanwhile.
-        let found = match lookup.is_remote() {
-            true => tokio::task::block_in_place(|| lookup.find_transfer(transfer_id)),
-            false => lookup.find_transfer(transfer_id),
-        };
-        // The store's own words are for the log, not for a DFSP.
-        found.map_err(|error| {
-            tracing::error!(%transfer_id, %error, "looking a transfer up in the store failed (2001)");
-            HubError::new(
-                ErrorCode::INTERNAL_SERVER_ERROR,
-                "Internal server error - the hub could not read its store; retry later",
-            )
-        })
+        Ok(self
+            .read_store("transfer lookup", |reader| {
+                reader.find_transfer(transfer_id)
+            })?
+            .flatten())
     }
 }
 
@@ -756,6 +745,13 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         }
         Outcome::Failed { transfer, error } => {
             hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
+        }
+        // Nothing decided and nothing recorded (the store could not be read
+        // for its id, or it waited past a forgotten eviction): the payer
+        // sends it again, told so at once (503, Retry-After), not by a
+        // callback.
+        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+            return Err(HubError::new(error.code, described(&error)));
         }
         Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
         // A resend of a finished transfer gets its state again; one still in

@@ -112,11 +112,23 @@ pub struct ServeArgs {
     pipeline_threads: Option<u8>,
 
     /// Open connections at most on each address; one more is answered 503
-    /// (2003) and closed. Default: 10,000, or less if the open-files limit
-    /// (raised to its hard limit at start) cannot hold both addresses' worth
-    /// plus the hub's own files and callback connections.
+    /// (2003) and closed. Default: sized to the open-files limit (raised to
+    /// its hard limit at start): a quarter of it (128 to 1,024) kept for
+    /// the hub's own files and callback connections, the rest 3:1 between
+    /// the FSPIOP and admin addresses, at most 10,000 each (at a limit of
+    /// 1,024: 576 and 192). The start-up log says what was chosen.
     #[arg(long, env = "KASI_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: Option<u32>,
+
+    /// Open connections at most from one client address (an IPv6 client by
+    /// its /64) on each address, so that one client cannot take every
+    /// slot: one more is refused at once (503, 2003, closed), counted
+    /// (`kasi_connections_refused_per_client`, refusal class
+    /// `client_connections`) and warned about. Default: half of the
+    /// address's cap. Behind a gateway every DFSP is the gateway's
+    /// address: raise it to the cap.
+    #[arg(long, env = "KASI_MAX_CONNECTIONS_PER_CLIENT", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_client: Option<u32>,
 
     /// Milliseconds a client may take to send a request's head; a
     /// keep-alive connection idle for as long is closed too.
@@ -440,7 +452,7 @@ struct Settings {
     callback_tls: Arc<rustls::ClientConfig>,
     signer: Option<hub::notify::CallbackSigner>,
     jws_verify: hub::jws_keys::VerifyPolicy,
-    max_connections: usize,
+    caps: hub::connections::Caps,
 }
 
 impl Settings {
@@ -498,33 +510,12 @@ impl Settings {
         unsafe {
             libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
         }
-        let max_connections = match args.max_connections {
-            Some(max) => max as usize,
-            // Half of what the limit leaves after the hub's own files (store,
-            // log, callback and oracle connections) goes to each address.
-            None => open_files.map_or(hub::server::DEFAULT_MAX_CONNECTIONS, |limit| {
-                usize::try_from(limit.saturating_sub(OWN_FILES) / 2)
-                    .unwrap_or(usize::MAX)
-                    .clamp(64, hub::server::DEFAULT_MAX_CONNECTIONS)
-            }),
-        };
-        if let Some(limit) = open_files {
-            if args
-                .max_connections
-                .is_some_and(|max| 2 * max as u64 + OWN_FILES > limit)
-            {
-                tracing::warn!(
-                    open_files_limit = limit,
-                    max_connections,
-                    "--max-connections on both addresses exceeds the open-files limit: accepts will fail before the cap refuses"
-                );
-            }
-        }
-        info!(
-            max_connections,
-            open_files_limit = open_files.unwrap_or(0),
-            "connections per address"
+        let caps = hub::connections::Caps::size(
+            open_files,
+            args.max_connections.map(|max| max as usize),
+            args.max_connections_per_client.map(|max| max as usize),
         );
+        caps.log(open_files);
         let callback_identity = match (&args.callback_cert, &args.callback_key) {
             (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
                 cert: cert.clone(),
@@ -578,7 +569,7 @@ impl Settings {
             callback_tls,
             signer,
             jws_verify,
-            max_connections,
+            caps,
         })
     }
 }
@@ -844,7 +835,7 @@ fn serve_term(
             }
         });
         let listening = Listening {
-            max_connections: settings.max_connections,
+            caps: settings.caps.clone(),
             header_read_timeout: Duration::from_millis(args.header_timeout_ms),
         };
         let serving = serve_http(
@@ -1197,9 +1188,9 @@ impl hub::notify::DeliveryJournal for Journal {
     }
 }
 
-/// Limits both listeners share.
+/// Limits of the two listeners.
 struct Listening {
-    max_connections: usize,
+    caps: hub::connections::Caps,
     header_read_timeout: Duration,
 }
 
@@ -1303,15 +1294,20 @@ async fn serve_http(
     let wait = |mut stop: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stop.wait_for(|stopped| *stopped).await;
     };
+    let caps = &listening.caps;
     let api_options = hub::server::ServeOptions {
         tls: tls.as_ref().map(|tls| tls.api.clone()),
-        max_connections: listening.max_connections,
+        max_connections: caps.fspiop,
+        max_connections_per_client: caps.fspiop_per_client,
+        on_refused: Some(hub.connection_refusals("fspiop")),
         stats: hub.metrics.api_connections.clone(),
         header_read_timeout: listening.header_read_timeout,
     };
     let admin_options = hub::server::ServeOptions {
         tls: tls.as_ref().map(|tls| tls.admin.clone()),
-        max_connections: listening.max_connections,
+        max_connections: caps.admin,
+        max_connections_per_client: caps.admin_per_client,
+        on_refused: Some(hub.connection_refusals("admin")),
         stats: hub.metrics.admin_connections.clone(),
         header_read_timeout: listening.header_read_timeout,
     };
@@ -1333,10 +1329,6 @@ async fn serve_http(
     signal.abort();
     Ok(())
 }
-
-/// File descriptors kept for the hub's own use (store, log, callback and
-/// oracle connections) when sizing the default connection cap.
-const OWN_FILES: u64 = 1_024;
 
 /// Raises the soft open-files limit to the hard limit (a hub holds a socket
 /// per DFSP connection, and 1,024 is a common default); the soft limit now

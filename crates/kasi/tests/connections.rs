@@ -1,12 +1,15 @@
 //! End-to-end connection hygiene of the real `kasi serve` binary: a cap on
-//! open connections answered at once in FSPIOP's shape, slow clients cut by
-//! the head and body timeouts, refusals with a body, and the open-files
-//! limit raised at start.
+//! open connections, and on those of one client address, answered at once
+//! in FSPIOP's shape and warned about; slow clients cut by the head and
+//! body timeouts; a body declared too large refused before it is sent;
+//! refusals with a body; and the open-files limit raised at start, the
+//! caps sized to it (DFSPs get through a flood from one address even at
+//! 1,024 files).
 
 mod support;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -47,7 +50,15 @@ fn health(hub: &Hub) -> Response {
 #[test]
 fn a_connection_over_the_cap_is_answered_at_once_and_the_next_after_a_close_is_served() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = Hub::start_with(&dir.path().join("data"), &["--max-connections", "3"]);
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--max-connections",
+            "3",
+            "--max-connections-per-client",
+            "3",
+        ],
+    );
     let mut idle: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(hub.api).unwrap())
         .collect();
@@ -70,6 +81,9 @@ fn a_connection_over_the_cap_is_answered_at_once_and_the_next_after_a_close_is_s
         connection_metric(&hub, "kasi_connections_refused_total", "fspiop"),
         1
     );
+    // Said in the log (rate-limited), and counted as a refusal.
+    hub.await_log("the fspiop address holds its 3 connections; one from 127.0.0.1 refused");
+    hub.await_refusals("connections", Some("unknown"), 1);
     // The admin address has a cap of its own and is unaffected.
     assert_eq!(hub.admin("GET", "/health", None).status, 200);
 
@@ -227,4 +241,183 @@ fn requests_hyper_cannot_parse_are_refused_in_fspiop_shape() {
     let response = health(&hub);
     assert_eq!(response.status, 200, "{response:?}");
     assert_eq!(response.json()["status"], "OK");
+}
+
+/// `count` connections to the FSPIOP address from `from`, opened and left
+/// idle (those the hub refuses are answered and closed by it).
+fn idle_from(hub: &Hub, from: IpAddr, count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| connect_from(from, hub.api).unwrap())
+        .collect()
+}
+
+/// The answer the hub wrote, unasked, on a connection it refused at
+/// accept.
+fn refusal_on(stream: &mut TcpStream) -> Response {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    read_response(stream).expect("the refused connection is answered")
+}
+
+/// Prepares and fulfils one transfer between the scenario's DFSPs (on
+/// 127.0.0.1), each step answered and each callback delivered.
+fn transfer(scenario: &Scenario) {
+    let (id, _) = scenario.reserve("1", far_future());
+    scenario.fulfil(&id, &fulfil_body(FULFILMENT, "COMMITTED"));
+    let told = scenario.payer.expect("PUT", &format!("/transfers/{id}"));
+    assert_eq!(told.json()["transferState"], "COMMITTED", "{told:?}");
+    scenario.payee.expect("PUT", &format!("/transfers/{id}"));
+}
+
+#[test]
+fn one_client_holding_idle_connections_cannot_shut_the_dfsps_out() {
+    let scenario = Scenario::with_hub_flags(
+        10_000,
+        5_000,
+        &[
+            "--max-connections",
+            "120",
+            "--max-connections-per-client",
+            "40",
+            // Idle connections stay open for the whole test.
+            "--header-timeout-ms",
+            "60000",
+        ],
+    );
+    let hub = &scenario.hub;
+    // A slowloris from one address: it gets its 40, the rest are refused
+    // at once.
+    let flooder: IpAddr = "127.0.0.2".parse().unwrap();
+    let mut idle = idle_from(hub, flooder, 60);
+    hub.await_metric_line("kasi_connections_refused_per_client_total{api=\"fspiop\"} 20");
+    let refused = refusal_on(idle.last_mut().unwrap());
+    assert_error_response(&refused, 503, "2003");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(refused.text().contains("from this address"), "{refused:?}");
+    await_open(hub, 40);
+    // Said in the log, naming the address, once for the burst (the next
+    // line, if any, counts what it did not say), and counted.
+    let warning = "127.0.0.2 holds 40 connections to the fspiop address";
+    hub.await_log(warning);
+    hub.await_refusals("client_connections", Some("unknown"), 20);
+    let lines = hub.log().lines().filter(|l| l.contains(warning)).count();
+    assert!(lines <= 2, "{lines} warnings for one burst:\n{}", hub.log());
+
+    // Meanwhile the DFSPs (127.0.0.1) transfer as ever.
+    for _ in 0..5 {
+        transfer(&scenario);
+    }
+    assert_eq!(
+        connection_metric(hub, "kasi_connections_refused_total", "fspiop"),
+        0,
+        "the address never filled"
+    );
+    // The flooder's connections close: its share is free again.
+    drop(idle);
+    await_open(hub, 0);
+    let again = idle_from(hub, flooder, 40);
+    await_open(hub, 40);
+    drop(again);
+}
+
+#[test]
+fn a_declared_body_above_the_limit_is_refused_at_once_without_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    for (address, headers) in [
+        (hub.api, fspiop_headers(PAYER, PAYEE, true)),
+        (
+            hub.admin,
+            vec![("Content-Type".to_string(), "application/json".to_string())],
+        ),
+    ] {
+        let path = if address == hub.api {
+            "/transfers"
+        } else {
+            "/participants"
+        };
+        let mut head = format!("POST {path} HTTP/1.1\r\nHost: kasi\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        // 100 MB declared, nothing sent.
+        head.push_str("Content-Length: 100000000\r\n\r\n");
+        let mut stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let started = Instant::now();
+        stream.write_all(head.as_bytes()).unwrap();
+        let response = read_response(&mut stream).expect("an answer");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "answered at once, not after the body timeout: {:?}",
+            started.elapsed()
+        );
+        assert_error_response(&response, 413, "3101");
+        assert!(response.text().contains("larger than"), "{response:?}");
+        assert_eq!(response.header("connection"), Some("close"));
+    }
+}
+
+#[test]
+fn at_1024_open_files_the_hub_says_its_caps_and_dfsps_get_through_a_flood_from_one_address() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut command = Hub::serve_command(&data, &["--header-timeout-ms", "60000"]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            // Soft and hard: nothing to raise it to.
+            let limit = libc::rlimit {
+                rlim_cur: 1_024,
+                rlim_max: 1_024,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+            Ok(())
+        });
+    }
+    let hub = Hub::spawn(command, &data);
+    let log = hub.log();
+    let caps = log
+        .lines()
+        .find(|line| line.contains("connection caps"))
+        .unwrap_or_else(|| panic!("no caps said at start:\n{log}"));
+    for field in [
+        "fspiop=576",
+        "fspiop_per_client=288",
+        "admin=192",
+        "open_files_limit=1024",
+        "kept for the hub's own files",
+    ] {
+        assert!(caps.contains(field), "{field} in {caps}");
+    }
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.setup();
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    let scenario = Scenario {
+        hub,
+        payer,
+        payee,
+        dir,
+    };
+    let hub = &scenario.hub;
+
+    let flood = idle_from(hub, "127.0.0.2".parse().unwrap(), 288 + 32);
+    hub.await_metric_line("kasi_connections_refused_per_client_total{api=\"fspiop\"} 32");
+    await_open(hub, 288);
+    hub.await_log("127.0.0.2 holds 288 connections to the fspiop address");
+    for _ in 0..3 {
+        transfer(&scenario);
+    }
+    assert_eq!(
+        connection_metric(hub, "kasi_accept_errors_total", "fspiop"),
+        0,
+        "the limit held every connection"
+    );
+    drop(flood);
 }

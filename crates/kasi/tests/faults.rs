@@ -2,9 +2,11 @@
 //! store cannot write (the process's file-size limit stands in for a full
 //! disk: both are write errors before anything reaches the disk), the hub
 //! says so on `/health` (503 with the reason), in its log and its metrics,
-//! refuses new work at once, holds the request in hand unanswered, and
-//! resumes by itself when writes succeed again — losing nothing it
-//! acknowledged.
+//! refuses new work at once (503, 2003, `Retry-After`), holds the request
+//! in hand unanswered, answers the operator's reads from memory, says each
+//! repeating failure once and then with a count, and resumes by itself
+//! when writes succeed again — losing nothing it acknowledged. The same
+//! answers when a PostgreSQL store is down.
 
 mod support;
 
@@ -134,15 +136,16 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     assert_eq!(http(hub.api, "GET", "/health/ready", &[], b"").status, 503);
     assert_eq!(http(hub.api, "GET", "/health/live", &[], b"").status, 200);
 
-    // New work is refused at once, in FSPIOP's shape (2003; HTTP 500 as
-    // Mojaloop maps every 20xx).
+    // New work is refused at once, in FSPIOP's shape: 503 with 2003 and
+    // Retry-After (to be sent again), never a 500.
     let started = Instant::now();
     let refused = hub.prepare(
         PAYER,
         PAYEE,
         &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
     );
-    assert_error_response(&refused, 500, "2003");
+    assert_error_response(&refused, 503, "2003");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
     assert!(
         refused.text().contains("cannot record changes"),
         "{refused:?}"
@@ -151,12 +154,84 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     // machine).
     assert!(started.elapsed() < Duration::from_secs(10));
 
-    // Room again: the held prepare is answered, and the hub serves.
+    // The sender waits for the one prepare held in hand; every one before
+    // it was answered 202.
     let acknowledged_before: Vec<String> = answers
         .try_iter()
         .filter(|(_, status)| *status == 202)
         .map(|(id, _)| id)
         .collect();
+    // The operator still reads positions and participants, from memory:
+    // the acknowledged prepares' holds and the held one's.
+    let started = Instant::now();
+    assert_eq!(
+        hub.position(PAYER),
+        (acknowledged_before.len() + 1) as f64,
+        "{}",
+        hub.log()
+    );
+    assert_eq!(hub.position(PAYEE), 0.0);
+    let participants = hub.admin_expect("GET", "/participants", None, 200).json();
+    let names: Vec<&str> = participants
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&PAYER) && names.contains(&PAYEE),
+        "{names:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "at once");
+    // A change is refused like new work.
+    let change = hub.admin(
+        "PUT",
+        &format!("/participants/{PAYEE}"),
+        Some(&serde_json::json!({"isActive": false})),
+    );
+    assert_error_response(&change, 503, "2003");
+    assert_eq!(change.header("retry-after"), Some("1"), "{change:?}");
+
+    // No room at all: the callback journal (callbacks.db, written about
+    // once a second) fails too, and says so once, then with a count — not
+    // every second.
+    set_file_size_limit(hub.pid(), 1);
+    let journal_failed = "callback journal: write failed";
+    hub.await_log(journal_failed);
+    let failing_since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let repeated = loop {
+        let log = hub.log();
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(journal_failed)).collect();
+        if lines.len() >= 2 {
+            break lines[1].to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no counted repeat:
+{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let count: u64 = repeated
+        .split("repeated=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {repeated}"));
+    assert!(count >= 2, "{repeated}");
+    let lines = hub
+        .log()
+        .lines()
+        .filter(|l| l.contains(journal_failed))
+        .count() as u64;
+    assert!(
+        lines <= 2 + failing_since.elapsed().as_secs() / 10,
+        "{lines} lines in {:?}",
+        failing_since.elapsed()
+    );
+
+    // Room again: the held prepare is answered, and the hub serves.
     set_file_size_limit(hub.pid(), u64::MAX);
     sending.join().unwrap();
     let mut acknowledged = acknowledged_before;
@@ -180,6 +255,7 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     assert_eq!(metric(&hub, "kasi_store_healthy"), 1.0);
     assert_eq!(hub.admin("GET", "/health/ready", None).status, 200);
     hub.await_log("store commits again");
+    hub.await_log("callback journal: writes again");
     let response = hub.prepare(
         PAYER,
         PAYEE,
@@ -204,4 +280,106 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
         .output()
         .unwrap();
     assert!(audit.status.success(), "{audit:?}");
+}
+
+/// A PostgreSQL store that is down while the active keeps its lease: a
+/// prepare (its id looked up in the store first) is refused 503 with 2003
+/// and Retry-After, the operator still reads participants and positions
+/// (reads alone need no commit), the callback journal's failures are said
+/// once and then counted, and once the database is back the hub serves
+/// again with nothing acknowledged lost.
+#[test]
+fn a_postgres_store_that_is_down_refuses_new_work_for_now_and_still_answers_reads() {
+    let mut cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::spawn(
+        Hub::serve_command(
+            dir.path(),
+            &[
+                "--store",
+                &url,
+                "--instance-name",
+                "solo",
+                // The outage fits in the lease: the active stays active.
+                "--lease-ms",
+                "120000",
+            ],
+        ),
+        dir.path(),
+    );
+    hub.setup();
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payee.base_url(), 100_000, 50_000);
+    hub.onboard(PAYEE, &payee.base_url(), 100_000, 50_000);
+    let before = new_id();
+    let response = hub.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&before, PAYER, PAYEE, "7", far_future()),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    payee.expect("POST", "/transfers");
+
+    cluster.kill();
+    let refused = hub.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
+    );
+    assert_error_response(&refused, 503, "2003");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+    hub.await_log("reading the store failed");
+    assert_eq!(hub.position(PAYER), 7.0);
+    assert_eq!(hub.admin("GET", "/participants", None).status, 200);
+
+    let journal_failed = "callback journal: write failed";
+    hub.await_log(journal_failed);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while hub
+        .log()
+        .lines()
+        .filter(|l| l.contains(journal_failed))
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no counted repeat:\n{}",
+            hub.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = hub.log();
+    let repeat = log
+        .lines()
+        .filter(|l| l.contains(journal_failed))
+        .nth(1)
+        .unwrap();
+    assert!(!repeat.contains("repeated=1 "), "{repeat}");
+
+    cluster.restart();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let after = loop {
+        let id = new_id();
+        let response = hub.prepare(
+            PAYER,
+            PAYEE,
+            &prepare_body(&id, PAYER, PAYEE, "1", far_future()),
+        );
+        if response.status == 202 {
+            break id;
+        }
+        assert_error_response(&response, 503, "2003");
+        assert!(
+            Instant::now() < deadline,
+            "never served again:\n{}",
+            hub.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!after.is_empty());
+    hub.await_log("callback journal: writes again");
+    hub.await_log("reading the store works again");
+    assert_eq!(hub.position(PAYER), 8.0);
 }

@@ -8,6 +8,9 @@ pub struct ErrorCode(pub u16);
 
 impl ErrorCode {
     pub const INTERNAL_SERVER_ERROR: ErrorCode = ErrorCode(2001);
+    /// Nothing was done and the request may be sent again later (a store
+    /// that cannot be read or written for now, a full queue).
+    pub const SERVICE_UNAVAILABLE: ErrorCode = ErrorCode(2003);
     pub const GENERIC_CLIENT_ERROR: ErrorCode = ErrorCode(3000);
     pub const UNACCEPTABLE_VERSION: ErrorCode = ErrorCode(3001);
     pub const ADD_PARTY_INFORMATION_ERROR: ErrorCode = ErrorCode(3003);
@@ -27,6 +30,7 @@ impl ErrorCode {
     pub fn description(self) -> &'static str {
         match self.0 {
             2001 => "Internal server error",
+            2003 => "Service currently unavailable",
             3000 => "Generic client error",
             3001 => "Unacceptable version requested",
             3003 => "Add Party information error",

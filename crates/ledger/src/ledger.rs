@@ -313,13 +313,6 @@ impl Ledger {
             Command::FundsOutReserve(funds) => self.funds_out_reserve(funds),
             Command::FundsOutCommit(finish) => self.funds_out_finish(finish, FinishKind::Fulfil),
             Command::FundsOutAbort(finish) => self.funds_out_finish(finish, FinishKind::Abort),
-            Command::GetTransfer {
-                transfer_id,
-                caller,
-            } => self.get_transfer(*transfer_id, *caller),
-            Command::ReadTransfer { transfer_id } => {
-                self.read_transfer(*transfer_id).map(Outcome::Transfer)
-            }
             Command::Expire => Ok(self.expire()),
             Command::SetEndpoint {
                 name,
@@ -351,13 +344,6 @@ impl Ledger {
                 reason,
                 external_reference,
             } => self.finalize_settlement(*settlement, reason, external_reference.as_deref()),
-            Command::ReadSettlementWindows => Ok(self.read_windows()),
-            Command::ReadSettlements => Ok(self.read_settlements()),
-            Command::ReadSettlementReport { settlement } => self.settlement_report(*settlement),
-            Command::ReadParticipants { name } => self.read_participants(*name),
-            Command::ReadSettlementModels => {
-                Ok(Outcome::SettlementModels(self.settlement_models.clone()))
-            }
             Command::RegisterParty { key, fsp, currency } => {
                 self.register_party(key, *fsp, *currency)
             }
@@ -376,9 +362,6 @@ impl Ledger {
                 is_default,
             } => self.update_oracle(*id, id_type, endpoint, *currency, *is_default),
             Command::DeleteOracle { id } => self.delete_oracle(*id),
-            Command::ReadOracles => Ok(Outcome::Oracles(
-                self.oracles.iter().filter(|o| o.active).cloned().collect(),
-            )),
             Command::RecordQuote {
                 quote_id,
                 payer,
@@ -393,15 +376,60 @@ impl Ledger {
                 request_hash,
             } => self.answer_quote(*quote_id, *caller, *is_error, body, *request_hash),
             Command::Audited { command, tag } => return self.apply_audited(command, tag),
-            Command::ReadAuditEvents(query) => Ok(self.read_audit_events(query)),
             Command::PinCertificate { name, fingerprint } => {
                 self.pin_certificate(*name, *fingerprint)
             }
             Command::UnpinCertificate { name, fingerprint } => {
                 self.unpin_certificate(*name, *fingerprint)
             }
-            Command::ReadCertificatePins => Ok(self.read_pins()),
             Command::NoteExternalChange { .. } | Command::NoteRefused { .. } => Ok(Outcome::Done),
+            Command::GetTransfer { .. }
+            | Command::ReadTransfer { .. }
+            | Command::ReadSettlementWindows
+            | Command::ReadSettlements
+            | Command::ReadSettlementReport { .. }
+            | Command::ReadParticipants { .. }
+            | Command::ReadSettlementModels
+            | Command::ReadOracles
+            | Command::ReadAuditEvents(_)
+            | Command::ReadCertificatePins
+            | Command::ReadParties => match self.read(command) {
+                Some(outcome) => return outcome,
+                None => Err(Rejection::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    "a read the ledger cannot answer",
+                )),
+            },
+        };
+        result.unwrap_or_else(Outcome::Rejected)
+    }
+
+    /// The outcome of a command that only reads, against the ledger as it
+    /// is now: no batch, so nothing is recorded and neither the clock nor
+    /// the batch count moves. `None` for a command that may change
+    /// something. (In a batch, [`apply_batch`](Self::apply_batch) answers a
+    /// read the same way.)
+    pub fn read(&self, command: &Command) -> Option<Outcome> {
+        let result = match command {
+            Command::GetTransfer {
+                transfer_id,
+                caller,
+            } => self.get_transfer(*transfer_id, *caller),
+            Command::ReadTransfer { transfer_id } => {
+                self.read_transfer(*transfer_id).map(Outcome::Transfer)
+            }
+            Command::ReadSettlementWindows => Ok(self.read_windows()),
+            Command::ReadSettlements => Ok(self.read_settlements()),
+            Command::ReadSettlementReport { settlement } => self.settlement_report(*settlement),
+            Command::ReadParticipants { name } => self.read_participants(*name),
+            Command::ReadSettlementModels => {
+                Ok(Outcome::SettlementModels(self.settlement_models.clone()))
+            }
+            Command::ReadOracles => Ok(Outcome::Oracles(
+                self.oracles.iter().filter(|o| o.active).cloned().collect(),
+            )),
+            Command::ReadAuditEvents(query) => Ok(self.read_audit_events(query)),
+            Command::ReadCertificatePins => Ok(self.read_pins()),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties
                     .iter()
@@ -412,8 +440,9 @@ impl Ledger {
                     })
                     .collect(),
             )),
+            _ => return None,
         };
-        result.unwrap_or_else(Outcome::Rejected)
+        Some(result.unwrap_or_else(Outcome::Rejected))
     }
 
     // ----- reference data -------------------------------------------------
@@ -1198,10 +1227,12 @@ impl Ledger {
                         false => Err(modified_prepare(transfer_id)),
                     };
                 }
+                // Nothing is known about the id, so nothing is decided: the
+                // hub answers the prepare 503 with Retry-After.
                 NewId::LookedUp(StoreLookup::Failed) => {
                     return Err(Rejection::new(
-                        ErrorCode::INTERNAL_SERVER_ERROR,
-                        "Internal server error - the hub could not read its store; retry later",
+                        ErrorCode::SERVICE_UNAVAILABLE,
+                        "the hub could not read its store; retry later",
                     ));
                 }
                 NewId::LookedUp(StoreLookup::Pending) => {

@@ -235,7 +235,7 @@ impl Ledger {
         }
         match evictions_seen {
             Some(seen) if self.retention.forgotten_total > seen => Err(Rejection::new(
-                ErrorCode(2003),
+                ErrorCode::SERVICE_UNAVAILABLE,
                 format!("transfer {transfer_id} waited too long to be applied; resend it"),
             )),
             _ => Ok(()),

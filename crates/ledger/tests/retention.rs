@@ -193,7 +193,7 @@ fn a_prepare_looked_up_by_the_pipeline_follows_memory_then_the_store() {
     );
     let refused = hub.assert_rejected(
         looked_up(first.clone(), StoreLookup::Failed),
-        ErrorCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::SERVICE_UNAVAILABLE,
     );
     assert!(refused.description.contains("retry"), "{refused:?}");
     // An answer that contradicts the ledger's own memory of evictions is

@@ -453,15 +453,21 @@ pub fn http_from(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Response {
-    let stream = runtime()
-        .block_on(async {
-            let socket = tokio::net::TcpSocket::new_v4()?;
-            socket.bind(SocketAddr::new(from, 0))?;
-            socket.connect(address).await?.into_std()
-        })
+    let stream = connect_from(from, address)
         .unwrap_or_else(|error| panic!("connect {address} from {from}: {error}"));
-    stream.set_nonblocking(false).unwrap();
     http_on(stream, address, method, path, headers, body)
+}
+
+/// A blocking connection to `address` from the local address `from` (all
+/// of 127/8 is this machine on Linux: 127.0.0.2 is another client).
+pub fn connect_from(from: std::net::IpAddr, address: SocketAddr) -> std::io::Result<TcpStream> {
+    let stream = runtime().block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(from, 0))?;
+        socket.connect(address).await?.into_std()
+    })?;
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 fn request_head(
