@@ -238,13 +238,11 @@ impl Standby {
 }
 
 /// A failure that repeats while it lasts (an outage): said once, then at
-/// most every [`Quiet::EVERY`] with how many times it happened since,
-/// and once more when it passes.
+/// most every [`Quiet::EVERY`] with how many times it happened since, and
+/// once more when it passes (the lines of `engine::Repeats`).
 struct Quiet {
     what: &'static str,
-    since: Option<Instant>,
-    said_at: Instant,
-    unsaid: u64,
+    repeats: engine::Repeats,
 }
 
 impl Quiet {
@@ -253,40 +251,23 @@ impl Quiet {
     fn new(what: &'static str) -> Quiet {
         Quiet {
             what,
-            since: None,
-            said_at: Instant::now(),
-            unsaid: 0,
+            repeats: engine::Repeats::new(Quiet::EVERY),
         }
     }
 
     fn failed(&mut self, why: &str) {
-        match self.since {
-            None => {
-                self.since = Some(Instant::now());
-                self.said_at = Instant::now();
-                self.unsaid = 0;
-                warn!(error = %why, "{}", self.what);
-            }
-            Some(since) if self.said_at.elapsed() >= Quiet::EVERY => {
-                warn!(
-                    error = %why,
-                    failing_s = since.elapsed().as_secs(),
-                    repeated = self.unsaid + 1,
-                    "{}",
-                    self.what
-                );
-                self.said_at = Instant::now();
-                self.unsaid = 0;
-            }
-            Some(_) => self.unsaid += 1,
+        if let Some(repeated) = self.repeats.failed() {
+            warn!(error = %why, repeated, "{}", self.what);
         }
     }
 
     fn passed(&mut self) {
-        if let Some(since) = self.since.take() {
+        if let Some(recovered) = self.repeats.recovered() {
             info!(
-                failing_ms = since.elapsed().as_millis() as u64,
-                "{}: it works again", self.what
+                failures = recovered.failures,
+                failing_ms = recovered.failing_for.as_millis() as u64,
+                "{}: it works again",
+                self.what
             );
         }
     }
