@@ -620,8 +620,15 @@ impl Store for FullDiskStore {
     }
 }
 
-fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns(
+/// A pipeline on a [`FullDiskStore`], onboarded; the store's switch and
+/// what it committed.
+#[allow(clippy::type_complexity)]
+fn on_full_disk_store(
     threads: PipelineThreads,
+) -> (
+    Engine,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::Mutex<Vec<Record>>>,
 ) {
     let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -633,8 +640,15 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
         }),
         config(threads),
     );
+    engine.handle().execute(onboarding()).unwrap();
+    (engine, full, committed)
+}
+
+fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns(
+    threads: PipelineThreads,
+) {
+    let (engine, full, committed) = on_full_disk_store(threads);
     let handle = engine.handle();
-    handle.execute(onboarding()).unwrap();
     assert_eq!(handle.store_health(), StoreHealth::Healthy);
 
     full.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -738,18 +752,8 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
 /// commit (a database that is down) does not hold it. A batch that
 /// records something still waits for its commit.
 fn reads_alone_need_no_commit(threads: PipelineThreads) {
-    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let engine = Engine::start(
-        Ledger::new(Limits::default()),
-        Box::new(FullDiskStore {
-            full: full.clone(),
-            committed: committed.clone(),
-        }),
-        config(threads),
-    );
+    let (engine, full, _) = on_full_disk_store(threads);
     let handle = engine.handle();
-    handle.execute(onboarding()).unwrap();
     handle.execute(vec![prepare(1, far_future())]).unwrap();
     let commits = handle.stats().store_commits;
     full.store(true, std::sync::atomic::Ordering::SeqCst);
