@@ -804,6 +804,13 @@ fn serve_reads_for(
         }
         match receiver.recv_timeout(left) {
             Ok(Message::Read { commands, reply }) => answer_from_memory(ledger, &commands, reply),
+            // Reads queued just before the fault was known: answered like
+            // those sent after, not held for the whole outage.
+            Ok(Message::Submit { commands, reply })
+                if !commands.is_empty() && commands.iter().all(from_memory) =>
+            {
+                answer_from_memory(ledger, &commands, reply)
+            }
             Ok(message) => deferred.push_back(message),
             Err(RecvTimeoutError::Timeout) => return,
             Err(RecvTimeoutError::Disconnected) => return std::thread::sleep(left),

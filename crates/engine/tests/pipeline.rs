@@ -1212,3 +1212,56 @@ fn shutdown_ends_while_the_store_fails_and_the_queue_is_full(threads: PipelineTh
     answered.sort_unstable();
     assert_eq!(answered, [1, 2], "{threads:?}");
 }
+
+/// On one thread, a read queued while the commit in hand was still being
+/// tried (before its failure was known) is answered from memory once the
+/// fault is, not held for the whole outage; a change queued alike waits
+/// for the store.
+#[test]
+fn on_one_thread_a_read_queued_before_the_fault_is_answered_from_memory() {
+    let (began, commit_began) = mpsc::channel();
+    let (let_fail, proceed) = mpsc::channel();
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(StuckStore {
+            healthy: 1,
+            held: false,
+            began,
+            proceed,
+        }),
+        config(PipelineThreads::One),
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (submit, answers) = prepares_answered_by_id(&handle);
+    submit(1);
+    commit_began.recv().unwrap();
+    let (read_sent, read) = mpsc::channel();
+    handle.submit(
+        vec![Command::ReadParticipants {
+            name: Some(name("payerfsp")),
+        }],
+        Box::new(move |result| read_sent.send(result).unwrap()),
+    );
+    submit(2);
+    let_fail.send(()).unwrap();
+    let outcomes = read
+        .recv_timeout(Duration::from_secs(10))
+        .expect("answered while the store fails")
+        .expect("from memory");
+    let Outcome::Participants(views) = &outcomes[0] else {
+        panic!("{outcomes:?}");
+    };
+    let position = views[0]
+        .accounts
+        .iter()
+        .find(|account| account.kind == AccountKind::Position)
+        .unwrap();
+    assert_eq!(position.reserved, Amount::from_whole(10), "{position:?}");
+    assert!(
+        answers.recv_timeout(Duration::from_millis(200)).is_err(),
+        "no prepare is acknowledged"
+    );
+    // The shutdown gives up on the store after a while; not waited for.
+    std::thread::spawn(move || drop(engine.shutdown()));
+}
