@@ -370,6 +370,17 @@ enum Message {
     Stop,
 }
 
+/// Answers a message the queue did not take: full, or the pipeline gone.
+fn refuse_unsent(unsent: TrySendError<Message>) {
+    let (message, error) = match unsent {
+        TrySendError::Full(message) => (message, EngineError::Overloaded),
+        TrySendError::Disconnected(message) => (message, EngineError::Stopped),
+    };
+    if let Message::Submit { reply, .. } | Message::Read { reply, .. } = message {
+        reply.err(error);
+    }
+}
+
 /// Whether `command` is answered from memory while the store cannot
 /// commit: every read but those of one transfer. A read of one transfer
 /// says whether a request took effect (a DFSP's `GET /transfers/{ID}` is
@@ -476,15 +487,8 @@ impl EngineHandle {
         if let Err(error) = self.check(&commands) {
             return self.refuse(commands, reply, error);
         }
-        match self.sender.try_send(Message::Submit { commands, reply }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(Message::Submit { reply, .. })) => {
-                reply.err(EngineError::Overloaded)
-            }
-            Err(TrySendError::Disconnected(Message::Submit { reply, .. })) => {
-                reply.err(EngineError::Stopped)
-            }
-            Err(_) => unreachable!("only submissions are sent here"),
+        if let Err(unsent) = self.sender.try_send(Message::Submit { commands, reply }) {
+            refuse_unsent(unsent);
         }
     }
 
@@ -495,15 +499,8 @@ impl EngineHandle {
         if !matches!(error, EngineError::StoreUnavailable(_)) || !commands.iter().all(from_memory) {
             return reply.err(error);
         }
-        match self.sender.try_send(Message::Read { commands, reply }) {
-            Ok(()) => {}
-            Err(TrySendError::Full(Message::Read { reply, .. })) => {
-                reply.err(EngineError::Overloaded)
-            }
-            Err(TrySendError::Disconnected(Message::Read { reply, .. })) => {
-                reply.err(EngineError::Stopped)
-            }
-            Err(_) => unreachable!("only reads are sent here"),
+        if let Err(unsent) = self.sender.try_send(Message::Read { commands, reply }) {
+            refuse_unsent(unsent);
         }
     }
 
@@ -853,6 +850,13 @@ fn serve_reads_for(
         }
         match receiver.recv_timeout(left) {
             Ok(Message::Read { commands, reply }) => answer_from_memory(ledger, &commands, reply),
+            // Reads queued just before the fault was known: answered like
+            // those sent after, not held for the whole outage.
+            Ok(Message::Submit { commands, reply })
+                if !commands.is_empty() && commands.iter().all(from_memory) =>
+            {
+                answer_from_memory(ledger, &commands, reply)
+            }
             Ok(message) => deferred.push_back(message),
             Err(RecvTimeoutError::Timeout) => return,
             Err(RecvTimeoutError::Disconnected) => return std::thread::sleep(left),

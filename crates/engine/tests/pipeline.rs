@@ -622,8 +622,15 @@ impl Store for FullDiskStore {
     }
 }
 
-fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns(
+/// A pipeline on a [`FullDiskStore`], onboarded; the store's switch and
+/// what it committed.
+#[allow(clippy::type_complexity)]
+fn on_full_disk_store(
     threads: PipelineThreads,
+) -> (
+    Engine,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::Mutex<Vec<Record>>>,
 ) {
     let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -635,8 +642,15 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
         }),
         config(threads),
     );
+    engine.handle().execute(onboarding()).unwrap();
+    (engine, full, committed)
+}
+
+fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_returns(
+    threads: PipelineThreads,
+) {
+    let (engine, full, committed) = on_full_disk_store(threads);
     let handle = engine.handle();
-    handle.execute(onboarding()).unwrap();
     assert_eq!(handle.store_health(), StoreHealth::Healthy);
 
     full.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -736,18 +750,8 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
 /// commit (a database that is down) does not hold it. A batch that
 /// records something still waits for its commit.
 fn reads_alone_need_no_commit(threads: PipelineThreads) {
-    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let engine = Engine::start(
-        Ledger::new(Limits::default()),
-        Box::new(FullDiskStore {
-            full: full.clone(),
-            committed: committed.clone(),
-        }),
-        config(threads),
-    );
+    let (engine, full, _) = on_full_disk_store(threads);
     let handle = engine.handle();
-    handle.execute(onboarding()).unwrap();
     handle.execute(vec![prepare(1, far_future())]).unwrap();
     let commits = handle.stats().store_commits;
     full.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -1289,4 +1293,57 @@ fn await_fault(handle: &engine::EngineHandle) {
         assert!(Instant::now() < deadline, "the fault is never reported");
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// On one thread, a read queued while the commit in hand was still being
+/// tried (before its failure was known) is answered from memory once the
+/// fault is, not held for the whole outage; a change queued alike waits
+/// for the store.
+#[test]
+fn on_one_thread_a_read_queued_before_the_fault_is_answered_from_memory() {
+    let (began, commit_began) = mpsc::channel();
+    let (let_fail, proceed) = mpsc::channel();
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(StuckStore {
+            healthy: 1,
+            held: false,
+            began,
+            proceed,
+        }),
+        config(PipelineThreads::One),
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let (submit, answers) = prepares_answered_by_id(&handle);
+    submit(1);
+    commit_began.recv().unwrap();
+    let (read_sent, read) = mpsc::channel();
+    handle.submit(
+        vec![Command::ReadParticipants {
+            name: Some(name("payerfsp")),
+        }],
+        Box::new(move |result| read_sent.send(result).unwrap()),
+    );
+    submit(2);
+    let_fail.send(()).unwrap();
+    let outcomes = read
+        .recv_timeout(Duration::from_secs(10))
+        .expect("answered while the store fails")
+        .expect("from memory");
+    let Outcome::Participants(views) = &outcomes[0] else {
+        panic!("{outcomes:?}");
+    };
+    let position = views[0]
+        .accounts
+        .iter()
+        .find(|account| account.kind == AccountKind::Position)
+        .unwrap();
+    assert_eq!(position.reserved, Amount::from_whole(10), "{position:?}");
+    assert!(
+        answers.recv_timeout(Duration::from_millis(200)).is_err(),
+        "no prepare is acknowledged"
+    );
+    // The shutdown gives up on the store after a while; not waited for.
+    std::thread::spawn(move || drop(engine.shutdown()));
 }

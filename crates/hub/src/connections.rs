@@ -107,10 +107,12 @@ impl Caps {
     /// Says at start what the caps are and why (and warns of caps the
     /// open-files limit cannot hold).
     pub fn log(&self, open_files: Option<u64>) {
+        // Not `admin=`/`api=`: those words introduce the `serving` line's
+        // addresses, which tools find by them.
         tracing::info!(
-            fspiop = self.fspiop,
+            fspiop_connections = self.fspiop,
             fspiop_per_client = self.fspiop_per_client,
-            admin = self.admin,
+            admin_connections = self.admin,
             admin_per_client = self.admin_per_client,
             open_files_limit = open_files.unwrap_or(0),
             why = %self.why,

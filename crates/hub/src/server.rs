@@ -181,30 +181,15 @@ pub async fn serve(
                     }
                 };
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
-                if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
-                    stats.open.fetch_sub(1, Ordering::Relaxed);
-                    stats.refused.fetch_add(1, Ordering::Relaxed);
-                    report(peer, Refused::Full { max: max_connections });
-                    if acceptor.is_none() {
-                        tokio::spawn(refuse(stream, TOO_MANY_CONNECTIONS));
-                    }
-                    continue;
-                }
-                let slot = match clients.admit(client_of(peer.ip()), max_per_client) {
-                    Ok(slot) => slot,
-                    Err(_) => {
-                        stats.open.fetch_sub(1, Ordering::Relaxed);
-                        stats.refused_per_client.fetch_add(1, Ordering::Relaxed);
-                        report(peer, Refused::ClientFull { max: max_per_client });
+                let open = match admit(&stats, &clients, peer, max_connections, max_per_client) {
+                    Ok(open) => open,
+                    Err((refused, body)) => {
+                        report(peer, refused);
                         if acceptor.is_none() {
-                            tokio::spawn(refuse(stream, TOO_MANY_FROM_CLIENT));
+                            tokio::spawn(refuse(stream, body));
                         }
                         continue;
                     }
-                };
-                let open = OpenConnection {
-                    stats: stats.clone(),
-                    _client: slot,
                 };
                 let _ = stream.set_nodelay(true);
                 let (app, builder, watcher, acceptor) =
@@ -254,6 +239,44 @@ pub async fn serve(
         tracing::warn!(
             "requests still in flight after {DRAIN_TIMEOUT:?}; closing their connections"
         );
+    }
+}
+
+/// Counts a new connection from `peer` as open, or says which cap refuses
+/// it (counted as such) and the body to answer it with. The address's cap
+/// first: when it is full, that is why whoever asks is refused.
+fn admit(
+    stats: &Arc<ConnectionStats>,
+    clients: &Arc<Clients>,
+    peer: std::net::SocketAddr,
+    max_connections: usize,
+    max_per_client: usize,
+) -> Result<OpenConnection, (Refused, &'static str)> {
+    if stats.open.fetch_add(1, Ordering::Relaxed) >= max_connections {
+        stats.open.fetch_sub(1, Ordering::Relaxed);
+        stats.refused.fetch_add(1, Ordering::Relaxed);
+        return Err((
+            Refused::Full {
+                max: max_connections,
+            },
+            TOO_MANY_CONNECTIONS,
+        ));
+    }
+    match clients.admit(client_of(peer.ip()), max_per_client) {
+        Ok(slot) => Ok(OpenConnection {
+            stats: stats.clone(),
+            _client: slot,
+        }),
+        Err(_) => {
+            stats.open.fetch_sub(1, Ordering::Relaxed);
+            stats.refused_per_client.fetch_add(1, Ordering::Relaxed);
+            Err((
+                Refused::ClientFull {
+                    max: max_per_client,
+                },
+                TOO_MANY_FROM_CLIENT,
+            ))
+        }
     }
 }
 

@@ -473,6 +473,8 @@ async fn reading_the_body_in_the_handler_keeps_the_size_limit_and_its_error() {
         ("fspiop-source", "payerfsp".to_string()),
         ("fspiop-destination", "payeefsp".to_string()),
     ];
+    // Declared too large (Content-Length): refused by the guard before
+    // any of it is read.
     let url = format!("http://{}/transfers", running.api);
     let (status, body) = running
         .call(Method::POST, url, &headers, "x".repeat(4096))
@@ -482,8 +484,30 @@ async fn reading_the_body_in_the_handler_keeps_the_size_limit_and_its_error() {
     assert_eq!(error["errorInformation"]["errorCode"], "3101", "{error}");
     assert_eq!(
         error["errorInformation"]["errorDescription"],
-        "Malformed syntax - the body is larger than allowed",
+        "Malformed syntax - a body of 4096 bytes is larger than the 1024 allowed",
         "{error}"
+    );
+    // Chunked, so with no length declared: the handler's read of the body
+    // refuses it once it passes the limit.
+    let mut raw = "POST /transfers HTTP/1.1\r\nHost: kasi\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n".to_string();
+    for (name, value) in &headers {
+        raw.push_str(&format!("{name}: {value}\r\n"));
+    }
+    raw.push_str(&format!("\r\n1000\r\n{}\r\n0\r\n\r\n", "x".repeat(4096)));
+    let answer = {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let mut stream = tokio::net::TcpStream::connect(running.api).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.ends_with(
+            r#"{"errorInformation":{"errorCode":"3101","errorDescription":"Malformed syntax - the body is larger than allowed"}}"#
+        ),
+        "{answer}"
     );
     // Refused before the ledger: nothing timed, nothing traced.
     let stages = running.stages().await;

@@ -113,17 +113,7 @@ struct Node {
 impl Node {
     fn command(&self) -> std::process::Command {
         let url = format!("postgres://postgres@{}/hub", self.link.address());
-        Hub::serve_command(
-            &self.dir,
-            &[
-                "--store",
-                &url,
-                "--instance-name",
-                self.name,
-                "--lease-ms",
-                &LEASE_MS.to_string(),
-            ],
-        )
+        Hub::postgres_command(&self.dir, &url, self.name, LEASE_MS, &[])
     }
 
     fn hub(&self) -> &Hub {

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const LEASE_MS: &str = "1000";
+const LEASE_MS: u64 = 1000;
 
 fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
-    Hub::shared_store_command(dir, url, name, LEASE_MS)
+    Hub::postgres_command(dir, url, name, LEASE_MS, &[])
 }
 
 /// What the DFSPs were told, per transfer.

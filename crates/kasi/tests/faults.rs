@@ -139,13 +139,8 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     // New work is refused at once, in FSPIOP's shape: 503 with 2003 and
     // Retry-After (to be sent again), never a 500.
     let started = Instant::now();
-    let refused = hub.prepare(
-        PAYER,
-        PAYEE,
-        &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
-    );
-    assert_error_response(&refused, 503, "2003");
-    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+    let refused = prepare_one(&hub);
+    assert_refused_for_now(&refused);
     assert!(
         refused.text().contains("cannot record changes"),
         "{refused:?}"
@@ -189,47 +184,14 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
         &format!("/participants/{PAYEE}"),
         Some(&serde_json::json!({"isActive": false})),
     );
-    assert_error_response(&change, 503, "2003");
-    assert_eq!(change.header("retry-after"), Some("1"), "{change:?}");
+    assert_refused_for_now(&change);
 
     // No room at all: the callback journal (callbacks.db, written about
     // once a second) fails too, and says so once, then with a count — not
     // every second.
     set_file_size_limit(hub.pid(), 1);
-    let journal_failed = "callback journal: write failed";
-    hub.await_log(journal_failed);
     let failing_since = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let repeated = loop {
-        let log = hub.log();
-        let lines: Vec<&str> = log.lines().filter(|l| l.contains(journal_failed)).collect();
-        if lines.len() >= 2 {
-            break lines[1].to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no counted repeat:
-{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let count: u64 = repeated
-        .split("repeated=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count: {repeated}"));
-    assert!(count >= 2, "{repeated}");
-    let lines = hub
-        .log()
-        .lines()
-        .filter(|l| l.contains(journal_failed))
-        .count() as u64;
-    assert!(
-        lines <= 2 + failing_since.elapsed().as_secs() / 10,
-        "{lines} lines in {:?}",
-        failing_since.elapsed()
-    );
+    assert_said_once_then_counted(&hub, "callback journal: write failed", failing_since);
 
     // Room again: the held prepare is answered, and the hub serves.
     set_file_size_limit(hub.pid(), u64::MAX);
@@ -256,11 +218,7 @@ fn a_store_that_cannot_write_is_reported_refuses_new_work_and_recovers_by_itself
     assert_eq!(hub.admin("GET", "/health/ready", None).status, 200);
     hub.await_log("store commits again");
     hub.await_log("callback journal: writes again");
-    let response = hub.prepare(
-        PAYER,
-        PAYEE,
-        &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
-    );
+    let response = prepare_one(&hub);
     assert_eq!(response.status, 202, "{response:?}");
     acknowledged.push(String::new());
     let reserved = hub.position(PAYER);
@@ -293,93 +251,66 @@ fn a_postgres_store_that_is_down_refuses_new_work_for_now_and_still_answers_read
     let mut cluster = testpg::Cluster::start();
     let url = cluster.create_database("hub");
     let dir = tempfile::tempdir().unwrap();
-    let hub = Hub::spawn(
-        Hub::serve_command(
-            dir.path(),
-            &[
-                "--store",
-                &url,
-                "--instance-name",
-                "solo",
-                // The outage fits in the lease: the active stays active.
-                "--lease-ms",
-                "120000",
-            ],
-        ),
-        dir.path(),
-    );
-    hub.setup();
-    let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &payee.base_url(), 100_000, 50_000);
-    hub.onboard(PAYEE, &payee.base_url(), 100_000, 50_000);
-    let before = new_id();
-    let response = hub.prepare(
-        PAYER,
-        PAYEE,
-        &prepare_body(&before, PAYER, PAYEE, "7", far_future()),
-    );
-    assert_eq!(response.status, 202, "{response:?}");
-    payee.expect("POST", "/transfers");
+    // The outage fits in the lease: the active stays active.
+    let command = Hub::postgres_command(dir.path(), &url, "solo", 120_000, &[]);
+    let hub = Hub::spawn(command, dir.path());
+    let scenario = Scenario::on(hub, dir, 100_000, 50_000);
+    let hub = &scenario.hub;
+    scenario.reserve("7", far_future());
 
     cluster.kill();
-    let refused = hub.prepare(
-        PAYER,
-        PAYEE,
-        &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
-    );
-    assert_error_response(&refused, 503, "2003");
-    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
+    let failing_since = Instant::now();
+    assert_refused_for_now(&prepare_one(hub));
     hub.await_log("reading the store failed");
     assert_eq!(hub.position(PAYER), 7.0);
     assert_eq!(hub.admin("GET", "/participants", None).status, 200);
-
-    let journal_failed = "callback journal: write failed";
-    hub.await_log(journal_failed);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while hub
-        .log()
-        .lines()
-        .filter(|l| l.contains(journal_failed))
-        .count()
-        < 2
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no counted repeat:\n{}",
-            hub.log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let log = hub.log();
-    let repeat = log
-        .lines()
-        .filter(|l| l.contains(journal_failed))
-        .nth(1)
-        .unwrap();
-    assert!(!repeat.contains("repeated=1 "), "{repeat}");
+    assert_said_once_then_counted(hub, "callback journal: write failed", failing_since);
 
     cluster.restart();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let after = loop {
-        let id = new_id();
-        let response = hub.prepare(
-            PAYER,
-            PAYEE,
-            &prepare_body(&id, PAYER, PAYEE, "1", far_future()),
-        );
+    loop {
+        let response = prepare_one(hub);
         if response.status == 202 {
-            break id;
+            break;
         }
-        assert_error_response(&response, 503, "2003");
+        assert_refused_for_now(&response);
         assert!(
             Instant::now() < deadline,
             "never served again:\n{}",
             hub.log()
         );
         std::thread::sleep(Duration::from_millis(200));
-    };
-    assert!(!after.is_empty());
+    }
     hub.await_log("callback journal: writes again");
     hub.await_log("reading the store works again");
     assert_eq!(hub.position(PAYER), 8.0);
+}
+
+/// A prepare of 1 from the payer to the payee, with a new id.
+fn prepare_one(hub: &Hub) -> Response {
+    hub.prepare(
+        PAYER,
+        PAYEE,
+        &prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()),
+    )
+}
+
+/// Waits for a failure that repeats (about once a second, since
+/// `failing_since`) to be logged once and then again with the count it
+/// stands for, and no more often than every 10 s.
+fn assert_said_once_then_counted(hub: &Hub, line: &str, failing_since: Instant) {
+    let lines = hub.await_log_lines(line, 2);
+    let count: u64 = lines[1]
+        .split("repeated=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count: {}", lines[1]));
+    assert!(count >= 2, "{}", lines[1]);
+    let said = hub.log().lines().filter(|l| l.contains(line)).count() as u64;
+    assert!(
+        said <= 2 + failing_since.elapsed().as_secs() / 10,
+        "{said} lines in {:?}",
+        failing_since.elapsed()
+    );
 }

@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-const LEASE_MS: &str = "1000";
+const LEASE_MS: u64 = 1000;
 
 /// How long after the database's return a transfer must complete (the
 /// goal is a few seconds; the rest is slack for a loaded 2-core machine).
 const SERVED_AGAIN_WITHIN: Duration = Duration::from_secs(20);
 
 fn node(dir: &std::path::Path, url: &str, name: &str) -> std::process::Command {
-    Hub::shared_store_command(dir, url, name, LEASE_MS)
+    Hub::postgres_command(dir, url, name, LEASE_MS, &[])
 }
 
 /// What the DFSPs were told.

@@ -962,6 +962,13 @@ pub fn assert_error_response(response: &Response, status: u16, code: &str) {
     );
 }
 
+/// A refusal for now: 503, FSPIOP 2003 and `Retry-After: 1` (nothing was
+/// done; send it again later).
+pub fn assert_refused_for_now(response: &Response) {
+    assert_error_response(response, 503, "2003");
+    assert_eq!(response.header("retry-after"), Some("1"), "{response:?}");
+}
+
 /// An endpoint that accepts connections and never answers.
 pub struct Blackhole {
     address: SocketAddr,
@@ -1111,6 +1118,30 @@ impl Hub {
         Hub::spawn(Hub::serve_command(data_dir, extra), data_dir)
     }
 
+    /// `kasi serve` on the PostgreSQL store at `url`, as `instance`, with a
+    /// lease of `lease_ms`, and `extra` flags.
+    pub fn postgres_command(
+        data_dir: &Path,
+        url: &str,
+        instance: &str,
+        lease_ms: u64,
+        extra: &[&str],
+    ) -> Command {
+        let mut command = Hub::serve_command(
+            data_dir,
+            &[
+                "--store",
+                url,
+                "--instance-name",
+                instance,
+                "--lease-ms",
+                &lease_ms.to_string(),
+            ],
+        );
+        command.args(extra);
+        command
+    }
+
     /// The command [`Hub::start_with`] runs, for a test to adjust.
     pub fn serve_command(data_dir: &Path, extra: &[&str]) -> Command {
         let mut command = kasi();
@@ -1126,22 +1157,6 @@ impl Hub {
             .arg(data_dir)
             .args(extra);
         command
-    }
-
-    /// The command of one of several processes serving the PostgreSQL
-    /// store at `url`: named `name`, with a lease of `lease_ms`.
-    pub fn shared_store_command(data_dir: &Path, url: &str, name: &str, lease_ms: &str) -> Command {
-        Hub::serve_command(
-            data_dir,
-            &[
-                "--store",
-                url,
-                "--instance-name",
-                name,
-                "--lease-ms",
-                lease_ms,
-            ],
-        )
     }
 
     /// Waits (20 s at most, failing the test with the log) until this
@@ -1262,6 +1277,29 @@ impl Hub {
             self.log()
         );
         self.log()
+    }
+
+    /// Waits until the log has at least `count` lines containing `needle`
+    /// (failing the test after 30 s); those lines.
+    pub fn await_log_lines(&self, needle: &str, count: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let lines: Vec<String> = self
+                .log()
+                .lines()
+                .filter(|line| line.contains(needle))
+                .map(str::to_string)
+                .collect();
+            if lines.len() >= count {
+                return lines;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {count} log lines with {needle:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Polls `/metrics` until `check` finds what it needs in the text;
@@ -1711,6 +1749,12 @@ impl Scenario {
     pub fn with_hub_flags(net_debit_cap: u64, deposit: u64, extra: &[&str]) -> Scenario {
         let dir = tempfile::tempdir().unwrap();
         let hub = Hub::start_with(&dir.path().join("data"), extra);
+        Scenario::on(hub, dir, net_debit_cap, deposit)
+    }
+
+    /// The scenario on a running `hub` (whose files are in `dir`): set
+    /// up, and the payer onboarded with `net_debit_cap` and `deposit`.
+    pub fn on(hub: Hub, dir: tempfile::TempDir, net_debit_cap: u64, deposit: u64) -> Scenario {
         hub.setup();
         let payer = Stub::start(PAYER);
         let payee = Stub::start(PAYEE);
