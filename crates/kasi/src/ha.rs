@@ -6,7 +6,6 @@
 //! serves and when it stops serving (the [`Fence`]). A process that stops
 //! serving does not exit: `serve.rs` makes it a standby again.
 
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -15,8 +14,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hub::role::Role;
-use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper::{Response, StatusCode};
 use store::pg_lease::Lease;
 use tokio::net::TcpListener;
 use tracing::{error, info, warn};
@@ -53,8 +51,8 @@ pub async fn wait_for_lease(
     store: Option<store::pg::PgStore>,
     warm: Warm,
     role: Arc<Role>,
-    api: &TcpListener,
-    admin: &TcpListener,
+    listeners: (TcpListener, TcpListener),
+    options: (hub::server::ServeOptions, hub::server::ServeOptions),
 ) -> anyhow::Result<Option<Taken>> {
     let poll = lease.lease() / 4;
     let stop = Arc::new(AtomicBool::new(false));
@@ -75,32 +73,38 @@ pub async fn wait_for_lease(
             .spawn(move || standby.run(taken_sender))?
     };
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let outcome = loop {
-        let (stream, address) = tokio::select! {
-            accepted = api.accept() => (accepted, Address::Fspiop),
-            accepted = admin.accept() => (accepted, Address::Admin),
-            taken = &mut taken => break taken.ok(),
-            _ = tokio::signal::ctrl_c() => break None,
-            _ = terminate.recv() => break None,
-        };
-        let Ok((stream, _)) = stream else { continue };
+    // The standby's answers through the same server as the active's:
+    // TLS, connection caps and header timeouts alike.
+    let (stop_serving, serving) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut serving: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = serving.wait_for(|stopped| *stopped).await;
+    };
+    let app = |address: Address| {
         let role = role.clone();
-        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            let answer = standby_answer(&role, address, &request);
-            async move { Ok::<_, Infallible>(answer) }
-        });
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        axum::Router::new().fallback(move |request: axum::extract::Request| {
+            let answer = standby_answer(&role, address, request.method(), request.uri().path());
+            async move { answer.map(axum::body::Body::new) }
+        })
+    };
+    let (api, admin) = listeners;
+    let (api_options, admin_options) = options;
+    let (api_app, admin_app) = (app(Address::Fspiop), app(Address::Admin));
+    let servers = tokio::spawn(async move {
+        tokio::join!(
+            hub::server::serve(api, api_app, until_stopped(serving.clone()), api_options),
+            hub::server::serve(admin, admin_app, until_stopped(serving), admin_options),
+        )
+    });
+    let outcome = tokio::select! {
+        taken = &mut taken => taken.ok(),
+        _ = tokio::signal::ctrl_c() => None,
+        _ = terminate.recv() => None,
     };
     stop.store(true, Ordering::Release);
     // Connections a standby answered are closed once their request is
-    // done: from now on the same sockets would be the active's.
-    let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
+    // done: from now on the same addresses are the active's.
+    let _ = stop_serving.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(2), servers).await;
     match outcome {
         Some(Ok(taken)) => {
             let _ = poller.join();
@@ -115,6 +119,19 @@ pub async fn wait_for_lease(
             Ok(None)
         }
     }
+}
+
+/// A standby's connections refused at a cap: a warning, at most one per
+/// 10 s with how many it stands for (a standby has no metrics of its
+/// own but its role's).
+pub fn standby_refusals() -> hub::connections::OnRefused {
+    let repeats = std::sync::Mutex::new(engine::Repeats::new(Duration::from_secs(10)));
+    hub::connections::OnRefused(Arc::new(move |ip, refused| {
+        let repeated = repeats.lock().unwrap_or_else(|e| e.into_inner()).failed();
+        if let Some(repeated) = repeated {
+            warn!(client = %ip, ?refused, repeated, "standby: a connection refused at its cap");
+        }
+    }))
 }
 
 /// The lease taken: its fencing number, the lease to keep, and the store
@@ -280,9 +297,9 @@ impl Quiet {
 fn standby_answer(
     role: &Arc<Role>,
     address: Address,
-    request: &Request<hyper::body::Incoming>,
+    method: &hyper::Method,
+    path: &str,
 ) -> Response<Full<Bytes>> {
-    let path = request.uri().path();
     let retry_after_s = 1;
     let json = |status: StatusCode, body: serde_json::Value| {
         Response::builder()
@@ -296,7 +313,7 @@ fn standby_answer(
         .lease()
         .map(|(holder, _)| holder)
         .filter(|holder| !holder.is_empty());
-    match (request.method() == hyper::Method::GET, path) {
+    match (method == hyper::Method::GET, path) {
         (true, "/health/live") => {
             let mut body = serde_json::json!({"status": "OK"});
             role.health_fields(&mut body);

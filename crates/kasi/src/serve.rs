@@ -1038,13 +1038,16 @@ fn serve_shared_term(
     terms: u64,
 ) -> anyhow::Result<Ended> {
     let location = &settings.location;
-    let (api, admin) = {
+    // Copies of the listeners for the standby's server, then others for
+    // the active's: each server closes its own when it stops.
+    let copies = || -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
         let _entered = runtime.enter();
-        (
+        Ok((
             tokio::net::TcpListener::from_std(listeners.0.try_clone()?)?,
             tokio::net::TcpListener::from_std(listeners.1.try_clone()?)?,
-        )
+        ))
     };
+    let (api, admin) = copies()?;
     if terms == 0 {
         info!(
             instance = %name,
@@ -1058,14 +1061,36 @@ fn serve_shared_term(
         every: WARM_EVERY,
     };
     let lease = store::pg_lease::Lease::new(url, name, args.lease_ms);
+    let standby_options =
+        |tls: Option<Arc<rustls::ServerConfig>>, max, per_client| hub::server::ServeOptions {
+            tls,
+            max_connections: max,
+            max_connections_per_client: per_client,
+            on_refused: Some(crate::ha::standby_refusals()),
+            header_read_timeout: Duration::from_millis(args.header_timeout_ms),
+            ..hub::server::ServeOptions::default()
+        };
+    let caps = &settings.caps;
+    let options = (
+        standby_options(
+            settings.tls.as_ref().map(|tls| tls.api.clone()),
+            caps.fspiop,
+            caps.fspiop_per_client,
+        ),
+        standby_options(
+            settings.tls.as_ref().map(|tls| tls.admin.clone()),
+            caps.admin,
+            caps.admin_per_client,
+        ),
+    );
     let Some((fencing, lease, mut store)) = runtime.block_on(crate::ha::wait_for_lease(
         lease,
         url.to_string(),
         kept.take(),
         warm,
         role.clone(),
-        &api,
-        &admin,
+        (api, admin),
+        options,
     ))?
     else {
         return Ok(Ended::Stopped);
@@ -1116,7 +1141,7 @@ fn serve_shared_term(
         reader: Arc::new(reader),
         delivery: Box::new(delivery),
         role: role.clone(),
-        listeners: Some((api, admin)),
+        listeners: Some(copies()?),
         fence: Some(fence),
     };
     let ended = match serve_term(args, settings, term, runtime) {

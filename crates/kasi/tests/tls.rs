@@ -484,3 +484,58 @@ fn callbacks_reach_https_dfsps_verified_against_the_callback_ca_with_the_hubs_cl
     prepare_to(&hub, "roguefsp");
     rogue_payee.assert_quiet(QUIET_WAIT);
 }
+
+/// A standby on a PostgreSQL store answers as the active does on the wire:
+/// over TLS, with its health and its 2003; and once it takes over it
+/// serves TLS on the same addresses.
+#[test]
+fn a_standby_answers_over_tls_and_serves_it_once_it_takes_over() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("kasi test scheme CA");
+    let (cert, key) = pki
+        .issue("kasi hub", &["localhost"], true)
+        .write(dir.path(), "hub");
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let flags = ["--tls-cert", cert.as_str(), "--tls-key", key.as_str()];
+    let mut active = Hub::spawn(
+        Hub::postgres_command(&dir.path().join("a"), &url, "node-a", 1000, &flags),
+        &dir.path().join("a"),
+    );
+    let standby = Hub::spawn_standby(
+        Hub::postgres_command(&dir.path().join("b"), &url, "node-b", 1000, &flags),
+        &dir.path().join("b"),
+    );
+    let client = pki.client(None);
+    let health = https(&client, standby.admin, "GET", "/health", &[], b"").expect("TLS");
+    assert_eq!(health.status, 503, "{health:?}");
+    assert_eq!(health.json()["role"], "standby", "{health:?}");
+    let refused = https(
+        &client,
+        standby.api,
+        "POST",
+        "/transfers",
+        &fspiop_headers(PAYER, PAYEE, true),
+        prepare_body(&new_id(), PAYER, PAYEE, "1", far_future()).as_bytes(),
+    )
+    .expect("TLS");
+    assert_error_response(&refused, 503, "2003");
+    assert!(refused.header("retry-after").is_some(), "{refused:?}");
+
+    active.kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let health = https(&client, standby.admin, "GET", "/health", &[], b"");
+        if health.as_ref().is_ok_and(|health| health.status == 200) {
+            assert_eq!(health.unwrap().json()["role"], "active");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not take over over TLS: {health:?}\n{}",
+            standby.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
