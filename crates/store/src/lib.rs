@@ -17,6 +17,7 @@ use std::fmt;
 use ledger::{Record, Snapshot};
 
 pub mod delivery;
+pub mod history;
 pub mod pg;
 pub mod pg_delivery;
 pub mod pg_lease;

@@ -30,7 +30,7 @@ use crate::pg_rows::{
     quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
 };
 use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
-use crate::sqlite_history::{is_archived, HistorySnapshot};
+use crate::history::{is_archived, HistorySnapshot};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
