@@ -829,6 +829,7 @@ fn open_store(
         store::StoreLocation::Postgres(url) => {
             let mut store = store::pg::PgStore::open(url)
                 .with_context(|| format!("cannot open the store at {location}"))?;
+            store.keep_history_snapshot(history);
             let name = args
                 .instance_name
                 .clone()

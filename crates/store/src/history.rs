@@ -71,8 +71,7 @@ pub(crate) trait HistorySource {
 
     /// Calls `each` for the transfers with `after < seq <= through`, in seq
     /// order.
-    fn each_between(&mut self, after: u64, through: u64, each: Each<'_>)
-        -> Result<(), StoreError>;
+    fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError>;
 
     /// Calls `each` for the transfers with `seq <= through` finished at or
     /// after `from_ms` and before `until_ms` (by their finish rows), in any
@@ -277,25 +276,23 @@ pub(crate) fn advance(
     // Older transfers that finished between the two cuts: at `base` they
     // had a finish at or after its cut (kept ones were sorted above).
     if base.through_seq > 0 && base.cut_ms < cut_ms {
-        source.each_finished_between(
-            base.cut_ms,
-            cut_ms,
-            base.through_seq,
-            &mut |(transfer, finish)| {
-                if base.kept.binary_search(&transfer.seq).is_ok() {
-                    return Ok(());
-                }
-                match place(&transfer, finish.as_ref(), cut_ms) {
-                    Place::Fold => next.fold(&transfer, finish.as_ref()),
-                    // A funds out that finished: read with the funds movements.
-                    Place::Elsewhere if transfer.kind != TransferKind::Fspiop => Ok(()),
-                    _ => Err(StoreError::fatal(format!(
-                        "seq {} finished before the cut but cannot be summed",
-                        transfer.seq
-                    ))),
-                }
-            },
-        )?;
+        source.each_finished_between(base.cut_ms, cut_ms, base.through_seq, &mut |(
+            transfer,
+            finish,
+        )| {
+            if base.kept.binary_search(&transfer.seq).is_ok() {
+                return Ok(());
+            }
+            match place(&transfer, finish.as_ref(), cut_ms) {
+                Place::Fold => next.fold(&transfer, finish.as_ref()),
+                // A funds out that finished: read with the funds movements.
+                Place::Elsewhere if transfer.kind != TransferKind::Fspiop => Ok(()),
+                _ => Err(StoreError::fatal(format!(
+                    "seq {} finished before the cut but cannot be summed",
+                    transfer.seq
+                ))),
+            }
+        })?;
     }
     next.kept.sort_unstable();
     Ok(next)
@@ -401,6 +398,50 @@ pub(crate) fn advance_fully(
     }
 }
 
+/// What changes from one sorted kept list to the next: the seqs no longer
+/// kept and the seqs newly kept, each sorted (a snapshot's writer stores
+/// only the difference).
+pub(crate) fn kept_changes(old: &[u64], new: &[u64]) -> (Vec<u64>, Vec<u64>) {
+    let (mut removed, mut added) = (Vec::new(), Vec::new());
+    let (mut old, mut new) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        match (old.peek(), new.peek()) {
+            (None, None) => break,
+            (Some(&&a), Some(&&b)) if a == b => {
+                old.next();
+                new.next();
+            }
+            (Some(&&a), Some(&&b)) if a < b => {
+                removed.push(a);
+                old.next();
+            }
+            (Some(&&a), None) => {
+                removed.push(a);
+                old.next();
+            }
+            (_, Some(&&b)) => {
+                added.push(b);
+                new.next();
+            }
+        }
+    }
+    (removed, added)
+}
+
+/// The transfers recovery loads, into `snapshot`, and the sums of the
+/// rest.
+pub(crate) fn load_into(
+    snapshot: &mut ledger::Snapshot,
+    (loaded, archived): (Vec<Joined>, Archived),
+) {
+    snapshot.transfers.reserve(loaded.len());
+    for (transfer, finish) in loaded {
+        snapshot.transfers.push(transfer);
+        snapshot.finishes.extend(finish);
+    }
+    snapshot.archived = archived;
+}
+
 /// How the snapshotter runs.
 #[derive(Clone, Copy, Debug)]
 pub struct HistoryOptions {
@@ -428,15 +469,6 @@ impl Shared {
     pub(crate) fn take_pending(&self) -> Option<HistorySnapshot> {
         let (at, snapshot) = self.pending.lock().expect("history pending lock").take()?;
         (at == self.generation.load(Ordering::Acquire)).then_some(snapshot)
-    }
-
-    /// Puts back a snapshot whose commit failed, unless a newer one came.
-    pub(crate) fn restore_pending(&self, snapshot: HistorySnapshot) {
-        let generation = self.generation.load(Ordering::Acquire);
-        self.pending
-            .lock()
-            .expect("history pending lock")
-            .get_or_insert((generation, snapshot));
     }
 
     /// The stored snapshot is being dropped: nothing computed from it may

@@ -25,12 +25,12 @@ use ledger::{
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
 
+use crate::history::{is_archived, HistorySnapshot};
 use crate::pg_rows::{
     self, col, currency, finish_columns, finish_row, narrow, parsed, parsed_opt, participant,
     quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
 };
 use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
-use crate::history::{is_archived, HistorySnapshot};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -419,6 +419,8 @@ pub struct PgStore {
     /// Whether the last load came from the warm copy (so that recovery,
     /// if it does not add up, can ask for a cold load instead).
     loaded_warm: bool,
+    /// The history snapshot (`pg_history.rs`).
+    pub(crate) history: crate::pg_history::History,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -435,6 +437,8 @@ struct Warm {
     open_window: Option<u32>,
     /// The schema version it was read at.
     version: i64,
+    /// The seq its history snapshot summed through, if it started from one.
+    history_through: Option<u64>,
 }
 
 impl PgStore {
@@ -454,6 +458,7 @@ impl PgStore {
             in_flight: None,
             warm: None,
             loaded_warm: false,
+            history: Default::default(),
         })
     }
 
@@ -492,6 +497,7 @@ impl PgStore {
             in_flight: None,
             warm: None,
             loaded_warm: false,
+            history: Default::default(),
         })
     }
 
@@ -612,9 +618,11 @@ impl PgStore {
     fn try_write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         let PgStore {
             client,
+            url,
             statements,
             fencing,
             in_flight,
+            history,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
@@ -636,7 +644,9 @@ impl PgStore {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements)?;
+        history.write(&mut transaction, url)?;
         transaction.commit()?;
+        history.committed();
         *in_flight = None;
         Ok(())
     }
@@ -664,20 +674,22 @@ impl PgStore {
         Ok(())
     }
 
+    /// Whether the last load was the warm copy brought up to date.
+    pub fn loaded_from_warm_copy(&self) -> bool {
+        self.loaded_warm
+    }
+
     /// How many transfers the warm copy holds, if there is one.
     pub fn warm_transfers(&self) -> Option<usize> {
         self.warm.as_ref().map(|warm| warm.snapshot.transfers.len())
     }
 
     fn start_read(&mut self) -> Result<Transaction<'_>, StoreError> {
-        // One transaction at REPEATABLE READ: every table as of one
-        // instant, so a hub writing meanwhile cannot show us half a commit.
-        Ok(self
-            .client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()?)
+        start_read(&mut self.client)
+    }
+
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
     }
 
     fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
@@ -690,18 +702,34 @@ impl PgStore {
         if let Some(warm) = self.warm.take().filter(usable) {
             if let Some(warm) = self.refresh(warm)? {
                 self.loaded_warm = true;
+                self.history.loaded_through = warm.history_through;
                 return Ok(warm.snapshot);
             }
         }
-        Ok(self.read_cold(horizon_ms)?.snapshot)
+        let cold = self.read_cold(horizon_ms)?;
+        self.history.loaded_through = cold.history_through;
+        Ok(cold.snapshot)
     }
 
     fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
+        // After a load that did not add up, the whole history.
+        let from_snapshot = !std::mem::take(&mut self.history.read_whole);
         let mut transaction = self.start_read()?;
         let mut snapshot = Snapshot::default();
         let version = schema_version(&mut transaction)?;
         let open_window = open_window(&mut transaction)?;
-        read_transfers(&mut transaction, version, horizon_ms, &mut snapshot)?;
+        let history_through = match horizon_ms {
+            Some(horizon_ms) if from_snapshot => crate::pg_history::read_recent(
+                &mut transaction,
+                version,
+                horizon_ms,
+                &mut snapshot,
+            )?,
+            _ => None,
+        };
+        if history_through.is_none() {
+            read_transfers(&mut transaction, version, horizon_ms, &mut snapshot)?;
+        }
         read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
         // The highest seq read, whether loaded or summed: the tail starts
@@ -724,6 +752,7 @@ impl PgStore {
             open_seqs,
             open_window,
             version,
+            history_through,
         })
     }
 
@@ -737,6 +766,7 @@ impl PgStore {
             open_seqs,
             open_window: made_in,
             version,
+            history_through,
         } = warm;
         let mut transaction = self.start_read()?;
         if open_window(&mut transaction)? != made_in {
@@ -801,12 +831,23 @@ impl PgStore {
             open_seqs: still_open,
             open_window: made_in,
             version,
+            history_through,
         }))
     }
 }
 
+/// A read transaction at REPEATABLE READ: every table as of one instant,
+/// so a hub writing meanwhile cannot show us half a commit.
+pub(crate) fn start_read(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
 /// The settlement window open now, if any.
-fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
+pub(crate) fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
     Ok(transaction
         .query_opt(
             "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
@@ -822,7 +863,7 @@ fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreEr
 
 /// The schema version `kasi_meta` records, read in `transaction`: a
 /// database opened read-only (`kasi audit`) is read as it is, unmigrated.
-fn schema_version(transaction: &mut Transaction<'_>) -> Result<i64, StoreError> {
+pub(crate) fn schema_version(transaction: &mut Transaction<'_>) -> Result<i64, StoreError> {
     let row = transaction.query_one(
         "SELECT value FROM kasi_meta WHERE key = 'schema_version'",
         &[],
@@ -1435,9 +1476,20 @@ impl Store for PgStore {
         self.read(Some(horizon_ms))
     }
 
+    fn history_snapshot_through(&self) -> Option<u64> {
+        self.history.loaded_through
+    }
+
     fn forget_history_snapshot(&mut self) -> Result<bool, StoreError> {
-        // The warm copy is the shortcut a load may have taken.
-        Ok(std::mem::take(&mut self.loaded_warm))
+        // The shortcuts a load may have taken: the warm copy, the history
+        // snapshot (which the warm copy may have started from).
+        let warm = std::mem::take(&mut self.loaded_warm);
+        let snapshot = self.history.loaded_through.take().is_some();
+        if snapshot {
+            self.forget_stored_history()?;
+        }
+        self.history.read_whole = warm || snapshot;
+        Ok(warm || snapshot)
     }
 
     fn describe(&self) -> String {

@@ -1118,15 +1118,11 @@ fn read_rows(
                         false => None,
                     };
                     history_through = stored.as_ref().map(|h| h.through_seq);
-                    let (loaded, archived) = match stored {
+                    let read = match stored {
                         Some(stored) => history::read_since(source, stored, horizon_ms)?,
                         None => history::read_whole(source, horizon_ms)?,
                     };
-                    for (transfer, finish) in loaded {
-                        snapshot.transfers.push(transfer);
-                        snapshot.finishes.extend(finish);
-                    }
-                    snapshot.archived = archived;
+                    history::load_into(&mut snapshot, read);
                 }
             }
             let mut statement = transaction.prepare(&format!(

@@ -8,8 +8,8 @@ use ledger::{AccountId, Amount};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
+use crate::history::{kept_changes, missing_kept, Each, HistorySource, Joined, SnapshotReader};
 pub use crate::history::{HistoryCheck, HistoryOptions, HistorySnapshot};
-use crate::history::{missing_kept, Each, HistorySource, Joined, SnapshotReader};
 use crate::sqlite::{finish_row, joined_columns, parse, transfer_row};
 use crate::StoreError;
 
@@ -122,12 +122,7 @@ impl HistorySource for Source<'_> {
         Ok(())
     }
 
-    fn each_between(
-        &mut self,
-        after: u64,
-        through: u64,
-        each: Each<'_>,
-    ) -> Result<(), StoreError> {
+    fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
              WHERE t.seq > ?1 AND t.seq <= ?2 ORDER BY t.seq",
@@ -288,27 +283,12 @@ pub(crate) fn write(
     };
     let mut delete =
         connection.prepare_cached("DELETE FROM history_snapshot_kept WHERE seq = ?1")?;
-    let (mut old, mut new) = (written.iter().peekable(), snapshot.kept.iter().peekable());
-    loop {
-        match (old.peek(), new.peek()) {
-            (None, None) => break,
-            (Some(&&a), Some(&&b)) if a == b => {
-                old.next();
-                new.next();
-            }
-            (Some(&&a), Some(&&b)) if a < b => {
-                delete.execute(params![a as i64])?;
-                old.next();
-            }
-            (Some(&&a), None) => {
-                delete.execute(params![a as i64])?;
-                old.next();
-            }
-            (_, Some(&&b)) => {
-                insert.execute(params![b as i64])?;
-                new.next();
-            }
-        }
+    let (removed, added) = kept_changes(written, &snapshot.kept);
+    for seq in removed {
+        delete.execute(params![seq as i64])?;
+    }
+    for seq in added {
+        insert.execute(params![seq as i64])?;
     }
     Ok(())
 }

@@ -252,13 +252,29 @@ impl Harness {
                     self.funds_out.push((transfer_id, dfsp as usize));
                 }
             },
-            Op::Snapshot { behind_ms } => {
-                let snapshot = self
-                    .store
-                    .advance_history_snapshot(self.now - behind_ms)
-                    .expect("advance the snapshot");
-                self.last_cut = snapshot.cut_ms;
-            }
+            Op::Snapshot { behind_ms } => self.snapshot(self.now - behind_ms),
         }
+    }
+
+    /// Advances the stored history snapshot to `cut_ms`, on both stores
+    /// alike: the same algorithm over the same rows gives the same
+    /// snapshot.
+    pub fn snapshot(&mut self, cut_ms: i64) {
+        let snapshot = self
+            .store
+            .advance_history_snapshot(cut_ms)
+            .expect("advance the snapshot");
+        if let Some(pg) = &mut self.pg {
+            let on_pg = pg
+                .advance_history_snapshot(cut_ms)
+                .expect("advance the snapshot on PostgreSQL");
+            assert_eq!(on_pg, snapshot, "the backends' snapshots differ");
+            assert_eq!(
+                pg.history_snapshot().expect("read it back"),
+                Some(snapshot.clone()),
+                "PostgreSQL stored another snapshot than it computed"
+            );
+        }
+        self.last_cut = snapshot.cut_ms;
     }
 }
