@@ -304,7 +304,13 @@ impl SnapshotReader for Reader {
     ) -> Result<(), StoreError> {
         let client = match &mut self.client {
             Some(client) if !client.is_closed() => client,
-            _ => self.client.insert(crate::pg::connect(&self.url)?),
+            _ => {
+                let mut client = crate::pg::connect(&self.url)?;
+                // Told apart from the hub's other connections in
+                // pg_stat_activity.
+                client.batch_execute("SET application_name = 'kasi history'")?;
+                self.client.insert(client)
+            }
         };
         let mut transaction = crate::pg::start_read(client)?;
         let version = crate::pg::schema_version(&mut transaction)?;
