@@ -41,7 +41,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AccountId, Amount, Archived, FinishRow, TransferKind, TransferRow, TransferState, WindowPairSum,
+    AccountId, Amount, Archived, FinishRow, Snapshot, TransferKind, TransferRow, TransferState,
+    WindowPairSum,
 };
 
 use crate::StoreError;
@@ -298,59 +299,111 @@ pub(crate) fn advance(
     Ok(next)
 }
 
-/// Recovery with a history snapshot: the transfers it does not sum (in seq
-/// order), those finished before `horizon_ms` summed on top of it.
+/// Where recovery's rows go: loaded into the snapshot recovery gives the
+/// ledger, or summed when they finished before the horizon.
+struct Loader<'s> {
+    into: &'s mut Snapshot,
+    archived: HistorySnapshot,
+    horizon_ms: i64,
+}
+
+impl Loader<'_> {
+    fn add(&mut self, (transfer, finish): Joined) -> Result<(), StoreError> {
+        if is_archived(&transfer, finish.as_ref(), self.horizon_ms) {
+            return self.archived.fold(&transfer, finish.as_ref());
+        }
+        self.into.transfers.push(transfer);
+        self.into.finishes.extend(finish);
+        Ok(())
+    }
+
+    /// Rows are read straight into the snapshot's own vectors, sized from
+    /// the start: at a million transfers, growing them (and copying from a
+    /// list of rows) touched about a gigabyte of fresh memory more, which
+    /// the kernel zeroes at ~1.3 GB/s on the machine of BENCHMARKS.md.
+    fn reserve(&mut self, rows: u64) {
+        let rows = rows.min(RESERVE_AT_MOST) as usize;
+        self.into.transfers.reserve(rows);
+        self.into.finishes.reserve(rows);
+    }
+}
+
+/// Most rows recovery reserves room for ahead (~260 bytes each, touched
+/// only as rows arrive) when it cannot tell how many it will load.
+const RESERVE_AT_MOST: u64 = 4_000_000;
+
+/// Recovery with a history snapshot: the transfers it does not sum, into
+/// `into` (in seq order), those finished before `horizon_ms` summed on top
+/// of it into `into.archived`.
 pub(crate) fn read_since(
     source: &mut dyn HistorySource,
     snapshot: HistorySnapshot,
     horizon_ms: i64,
-) -> Result<(Vec<Joined>, Archived), StoreError> {
+    into: &mut Snapshot,
+) -> Result<(), StoreError> {
     let mut archived = snapshot.clone();
     archived.in_window(source.open_window()?);
-    let mut found: Vec<Joined> = Vec::new();
-    let mut add = |row: Joined| -> Result<(), StoreError> {
-        found.push(row);
-        Ok(())
+    let last = source.last_seq()?;
+    let mut loader = Loader {
+        into,
+        archived,
+        horizon_ms,
     };
-    source.each_of(&snapshot.kept, &mut add)?;
-    source.each_funds_movement(snapshot.through_seq, &mut add)?;
-    source.each_finished_between(snapshot.cut_ms, i64::MAX, snapshot.through_seq, &mut add)?;
-    source.each_between(snapshot.through_seq, u64::MAX >> 1, &mut add)?;
-    // A funds movement that finished after the cut is found twice.
-    found.sort_unstable_by_key(|(transfer, _)| transfer.seq);
-    found.dedup_by_key(|(transfer, _)| transfer.seq);
-    let mut loaded = Vec::with_capacity(found.len());
-    for (transfer, finish) in found {
-        if is_archived(&transfer, finish.as_ref(), horizon_ms) {
-            archived.fold(&transfer, finish.as_ref())?;
-        } else {
-            loaded.push((transfer, finish));
+    // Seqs are dense: every seq through the snapshot's is summed, kept, a
+    // funds movement or finished since the cut, so this is how many rows
+    // are read.
+    loader.reserve(last.saturating_sub(snapshot.transfers));
+    let through = snapshot.through_seq;
+    source.each_of(&snapshot.kept, &mut |row| loader.add(row))?;
+    source.each_funds_movement(through, &mut |row| loader.add(row))?;
+    source.each_finished_between(snapshot.cut_ms, i64::MAX, through, &mut |row| {
+        // Read above already: kept ones that finished since, funds
+        // movements.
+        if row.0.kind != TransferKind::Fspiop || snapshot.kept.binary_search(&row.0.seq).is_ok() {
+            return Ok(());
         }
+        loader.add(row)
+    })?;
+    // Those through the snapshot's seq came in no particular order (the
+    // finishes in the order they happened: nearly by seq); those after it
+    // come in order.
+    if !loader.into.transfers.is_sorted_by_key(|t| t.seq) {
+        loader.into.transfers.sort_unstable_by_key(|t| t.seq);
     }
-    Ok((loaded, archived.into_archived()))
+    if !loader.into.finishes.is_sorted_by_key(|f| f.seq) {
+        loader.into.finishes.sort_unstable_by_key(|f| f.seq);
+    }
+    source.each_between(through, u64::MAX >> 1, &mut |row| loader.add(row))?;
+    loader.into.archived = loader.archived.into_archived();
+    Ok(())
 }
 
-/// Recovery with a retention horizon and no history snapshot, in one
-/// streaming pass over the transfers and their finishes: a finished FSPIOP
-/// transfer that finished before `horizon_ms` is not loaded but summed
-/// (what its commit moved, and whether it counts in the open window);
-/// every other transfer is loaded, in seq order.
+/// Recovery without a history snapshot, in one streaming pass over the
+/// transfers and their finishes, into `into` (in seq order): with a
+/// horizon, a finished FSPIOP transfer that finished before it is not
+/// loaded but summed into `into.archived` (what its commit moved, and
+/// whether it counts in the open window); every other transfer is loaded.
 pub(crate) fn read_whole(
     source: &mut dyn HistorySource,
-    horizon_ms: i64,
-) -> Result<(Vec<Joined>, Archived), StoreError> {
+    horizon_ms: Option<i64>,
+    into: &mut Snapshot,
+) -> Result<(), StoreError> {
     let mut archived = HistorySnapshot::empty();
-    archived.in_window(source.open_window()?);
-    let mut loaded = Vec::new();
-    source.each_between(0, u64::MAX >> 1, &mut |(transfer, finish)| {
-        if is_archived(&transfer, finish.as_ref(), horizon_ms) {
-            archived.fold(&transfer, finish.as_ref())
-        } else {
-            loaded.push((transfer, finish));
-            Ok(())
-        }
-    })?;
-    Ok((loaded, archived.into_archived()))
+    if horizon_ms.is_some() {
+        archived.in_window(source.open_window()?);
+    }
+    let last = source.last_seq()?;
+    let mut loader = Loader {
+        into,
+        archived,
+        horizon_ms: horizon_ms.unwrap_or(i64::MIN),
+    };
+    loader.reserve(last);
+    source.each_between(0, u64::MAX >> 1, &mut |row| loader.add(row))?;
+    if horizon_ms.is_some() {
+        loader.into.archived = loader.archived.into_archived();
+    }
+    Ok(())
 }
 
 /// Checks the stored snapshot against the whole history, in one read
@@ -362,17 +415,21 @@ pub(crate) fn check(source: &mut dyn HistorySource) -> Result<Option<HistoryChec
         return Ok(None);
     };
     let (through, cut_ms) = (history.through_seq, history.cut_ms);
-    let (from_snapshot, archived) = read_since(source, history, cut_ms)?;
-    let (whole, whole_archived) = read_whole(source, cut_ms)?;
-    let verdict = if archived != whole_archived {
+    let mut from_snapshot = Snapshot::default();
+    read_since(source, history, cut_ms, &mut from_snapshot)?;
+    let mut whole = Snapshot::default();
+    read_whole(source, Some(cut_ms), &mut whole)?;
+    let verdict = if from_snapshot.archived != whole.archived {
         Err(format!(
-            "its sums differ from the history's: {archived:?} against {whole_archived:?}",
+            "its sums differ from the history's: {:?} against {:?}",
+            from_snapshot.archived, whole.archived
         ))
-    } else if from_snapshot != whole {
+    } else if from_snapshot.transfers != whole.transfers || from_snapshot.finishes != whole.finishes
+    {
         Err(format!(
             "it leaves {} transfers to read, the history {}",
-            from_snapshot.len(),
-            whole.len()
+            from_snapshot.transfers.len(),
+            whole.transfers.len()
         ))
     } else {
         Ok(())
@@ -426,20 +483,6 @@ pub(crate) fn kept_changes(old: &[u64], new: &[u64]) -> (Vec<u64>, Vec<u64>) {
         }
     }
     (removed, added)
-}
-
-/// The transfers recovery loads, into `snapshot`, and the sums of the
-/// rest.
-pub(crate) fn load_into(
-    snapshot: &mut ledger::Snapshot,
-    (loaded, archived): (Vec<Joined>, Archived),
-) {
-    snapshot.transfers.reserve(loaded.len());
-    for (transfer, finish) in loaded {
-        snapshot.transfers.push(transfer);
-        snapshot.finishes.extend(finish);
-    }
-    snapshot.archived = archived;
 }
 
 /// How the snapshotter runs.

@@ -25,7 +25,6 @@ use ledger::{
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
 
-use crate::history::{is_archived, HistorySnapshot};
 use crate::pg_rows::{
     self, col, currency, finish_columns, finish_row, narrow, parsed, parsed_opt, participant,
     quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
@@ -534,6 +533,15 @@ impl PgStore {
         Ok(counts)
     }
 
+    /// The database's size on disk (for benchmarks).
+    pub fn database_bytes(&mut self) -> Result<u64, StoreError> {
+        let bytes: i64 = self
+            .client
+            .query_one("SELECT pg_database_size(current_database())", &[])?
+            .get(0);
+        Ok(bytes as u64)
+    }
+
     /// Up to `limit` audit events with ids above `after_id`, in id order:
     /// every event, a page at a time (a load keeps only the newest).
     pub fn audit_events_after(
@@ -728,7 +736,7 @@ impl PgStore {
             _ => None,
         };
         if history_through.is_none() {
-            read_transfers(&mut transaction, version, horizon_ms, &mut snapshot)?;
+            crate::pg_history::read_whole(&mut transaction, version, horizon_ms, &mut snapshot)?;
         }
         read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
@@ -1010,46 +1018,6 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
         after: col(row, 7)?,
         outcome: col(row, 8)?,
     })
-}
-
-/// Transfers and finishes: every row, or with a horizon, the transfers
-/// that finished before it summed in one streaming pass (what recovery
-/// needs of them) and the rest loaded.
-fn read_transfers(
-    transaction: &mut Transaction<'_>,
-    version: i64,
-    horizon_ms: Option<i64>,
-    snapshot: &mut Snapshot,
-) -> Result<(), StoreError> {
-    let mut archived = HistorySnapshot::empty();
-    if horizon_ms.is_some() {
-        archived.in_window(open_window(transaction)?);
-    }
-    // Streamed: a long history is never held as rows in memory.
-    let query = format!(
-        "SELECT {TRANSFER_COLUMNS}, {}
-         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq",
-        finish_columns(version)
-    );
-    let no_parameters: [&(dyn postgres::types::ToSql + Sync); 0] = [];
-    let mut rows = transaction.query_raw(query.as_str(), no_parameters)?;
-    while let Some(row) = rows.next()? {
-        let transfer = transfer_row(&row)?;
-        let finish = finish_row(&row, 15)?;
-        match horizon_ms {
-            Some(horizon_ms) if is_archived(&transfer, finish.as_ref(), horizon_ms) => {
-                archived.fold(&transfer, finish.as_ref())?;
-            }
-            _ => {
-                snapshot.transfers.push(transfer);
-                snapshot.finishes.extend(finish);
-            }
-        }
-    }
-    if horizon_ms.is_some() {
-        snapshot.archived = archived.into_archived();
-    }
-    Ok(())
 }
 
 /// One commit's rows, gathered by table so that each table is written by

@@ -287,8 +287,19 @@ pub(crate) fn read_recent(
         return Ok(None);
     };
     let through = stored.through_seq;
-    history::load_into(snapshot, history::read_since(source, stored, horizon_ms)?);
+    history::read_since(source, stored, horizon_ms, snapshot)?;
     Ok(Some(through))
+}
+
+/// Recovery without a history snapshot: every transfer, or with a horizon
+/// those finished before it summed (see [`history::read_whole`]).
+pub(crate) fn read_whole(
+    transaction: &mut Transaction<'_>,
+    version: i64,
+    horizon_ms: Option<i64>,
+    snapshot: &mut Snapshot,
+) -> Result<(), StoreError> {
+    history::read_whole(&mut Source::new(transaction, version), horizon_ms, snapshot)
 }
 
 /// The snapshotter's connection, opened again when it was lost.

@@ -1118,11 +1118,12 @@ fn read_rows(
                         false => None,
                     };
                     history_through = stored.as_ref().map(|h| h.through_seq);
-                    let read = match stored {
-                        Some(stored) => history::read_since(source, stored, horizon_ms)?,
-                        None => history::read_whole(source, horizon_ms)?,
-                    };
-                    history::load_into(&mut snapshot, read);
+                    match stored {
+                        Some(stored) => {
+                            history::read_since(source, stored, horizon_ms, &mut snapshot)?
+                        }
+                        None => history::read_whole(source, Some(horizon_ms), &mut snapshot)?,
+                    }
                 }
             }
             let mut statement = transaction.prepare(&format!(
