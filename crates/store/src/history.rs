@@ -74,20 +74,35 @@ pub(crate) trait HistorySource {
     /// order.
     fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError>;
 
-    /// Calls `each` for the transfers with `seq <= through` finished at or
+    /// Calls `each` for the transfers with seqs in `seqs` finished at or
     /// after `from_ms` and before `until_ms` (by their finish rows), in any
     /// order.
     fn each_finished_between(
         &mut self,
         from_ms: i64,
         until_ms: i64,
-        through: u64,
+        seqs: Seqs,
         each: Each<'_>,
     ) -> Result<(), StoreError>;
 
-    /// Calls `each` for the funds movements with `seq <= through`, in any
+    /// Calls `each` for the funds movements with seqs in `seqs`, in any
     /// order.
-    fn each_funds_movement(&mut self, through: u64, each: Each<'_>) -> Result<(), StoreError>;
+    fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError>;
+
+    /// Another source that reads the same state of the store on a
+    /// connection of its own, for a second thread; `None` where the store
+    /// cannot promise the same state (a SQLite store another process may
+    /// be writing).
+    fn fork(&mut self) -> Result<Option<Box<dyn HistorySource + Send>>, StoreError> {
+        Ok(None)
+    }
+}
+
+/// The seqs `after < seq <= through`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seqs {
+    pub(crate) after: u64,
+    pub(crate) through: u64,
 }
 
 /// A kept seq the store does not hold.
@@ -200,6 +215,24 @@ impl HistorySnapshot {
         Ok(())
     }
 
+    /// Adds what `other` summed (of other transfers, in the same window).
+    fn merge(&mut self, other: HistorySnapshot) -> Result<(), StoreError> {
+        let overflow = || StoreError::fatal("summed values overflow");
+        self.transfers += other.transfers;
+        self.last_seq = self.last_seq.max(other.last_seq);
+        self.last_at_ms = self.last_at_ms.max(other.last_at_ms);
+        for (account, value) in other.values {
+            let sum = self.values.entry(account).or_default();
+            *sum = sum.checked_add(value).ok_or_else(overflow)?;
+        }
+        for (pair, (amount, commits)) in other.pairs {
+            let (sum, count) = self.pairs.entry(pair).or_insert((Amount::ZERO, 0));
+            *sum = sum.checked_add(amount).ok_or_else(overflow)?;
+            *count += commits;
+        }
+        Ok(())
+    }
+
     pub(crate) fn into_archived(self) -> Archived {
         Archived {
             transfers: self.transfers,
@@ -277,10 +310,11 @@ pub(crate) fn advance(
     // Older transfers that finished between the two cuts: at `base` they
     // had a finish at or after its cut (kept ones were sorted above).
     if base.through_seq > 0 && base.cut_ms < cut_ms {
-        source.each_finished_between(base.cut_ms, cut_ms, base.through_seq, &mut |(
-            transfer,
-            finish,
-        )| {
+        let older = Seqs {
+            after: 0,
+            through: base.through_seq,
+        };
+        source.each_finished_between(base.cut_ms, cut_ms, older, &mut |(transfer, finish)| {
             if base.kept.binary_search(&transfer.seq).is_ok() {
                 return Ok(());
             }
@@ -326,11 +360,140 @@ impl Loader<'_> {
         self.into.transfers.reserve(rows);
         self.into.finishes.reserve(rows);
     }
+
+    /// The rows with `after < seq <= through` of what recovery reads
+    /// (`from` a snapshot, or the whole history), in seq order after those
+    /// already loaded.
+    fn read(
+        &mut self,
+        source: &mut dyn HistorySource,
+        from: Option<&HistorySnapshot>,
+        after: u64,
+        through: u64,
+    ) -> Result<(), StoreError> {
+        let Some(snapshot) = from else {
+            return source.each_between(after, through, &mut |row| self.add(row));
+        };
+        let seqs = Seqs {
+            after,
+            through: through.min(snapshot.through_seq),
+        };
+        if seqs.after < seqs.through {
+            let (transfers, finishes) = (self.into.transfers.len(), self.into.finishes.len());
+            let kept = &snapshot.kept;
+            let kept = &kept[kept.partition_point(|&seq| seq <= seqs.after)
+                ..kept.partition_point(|&seq| seq <= seqs.through)];
+            source.each_of(kept, &mut |row| self.add(row))?;
+            source.each_funds_movement(seqs, &mut |row| self.add(row))?;
+            source.each_finished_between(snapshot.cut_ms, i64::MAX, seqs, &mut |row| {
+                // Read above already: kept ones that finished since, funds
+                // movements.
+                if row.0.kind != TransferKind::Fspiop || kept.binary_search(&row.0.seq).is_ok() {
+                    return Ok(());
+                }
+                self.add(row)
+            })?;
+            // These came in no particular order (the finishes in the order
+            // they happened: nearly by seq); those after the snapshot's seq
+            // come in order.
+            let transfers = &mut self.into.transfers[transfers..];
+            if !transfers.is_sorted_by_key(|t| t.seq) {
+                transfers.sort_unstable_by_key(|t| t.seq);
+            }
+            let finishes = &mut self.into.finishes[finishes..];
+            if !finishes.is_sorted_by_key(|f| f.seq) {
+                finishes.sort_unstable_by_key(|f| f.seq);
+            }
+        }
+        let after = after.max(snapshot.through_seq);
+        if after < through {
+            source.each_between(after, through, &mut |row| self.add(row))?;
+        }
+        Ok(())
+    }
 }
 
 /// Most rows recovery reserves room for ahead (~260 bytes each, touched
 /// only as rows arrive) when it cannot tell how many it will load.
 const RESERVE_AT_MOST: u64 = 4_000_000;
+
+/// From how many rows recovery reads in two parts at once, when the
+/// store offers a second connection on the same state
+/// ([`HistorySource::fork`]): decoding a row (~1 µs) is most of a read.
+static TWO_PARTS_FROM: AtomicU64 = AtomicU64::new(50_000);
+
+/// Tests: read in two parts from this many rows (0: always), so that
+/// small stores take the path big ones do.
+#[doc(hidden)]
+pub fn read_in_two_parts_from(rows: u64) {
+    TWO_PARTS_FROM.store(rows, Ordering::Relaxed);
+}
+
+/// The last seq there is.
+const END: u64 = u64::MAX >> 1;
+
+/// Recovery's read, from a history snapshot or of the whole history: the
+/// rows into `into` (in seq order), those finished before `horizon_ms`
+/// summed on top of `archived`. With many rows and a second connection,
+/// the upper half of the seqs is read on a thread of its own meanwhile.
+fn read(
+    source: &mut dyn HistorySource,
+    from: Option<&HistorySnapshot>,
+    archived: HistorySnapshot,
+    horizon_ms: i64,
+    into: &mut Snapshot,
+) -> Result<HistorySnapshot, StoreError> {
+    let last = source.last_seq()?;
+    // Seqs are dense: every seq through the snapshot's is summed, kept, a
+    // funds movement or finished since its cut, so this many rows are
+    // read, most of them the highest seqs.
+    let rows = last.saturating_sub(from.map_or(0, |snapshot| snapshot.transfers));
+    let window = archived.window;
+    let mut loader = Loader {
+        into,
+        archived,
+        horizon_ms,
+    };
+    let forked = match rows >= TWO_PARTS_FROM.load(Ordering::Relaxed) {
+        true => source.fork()?,
+        false => None,
+    };
+    let Some(mut other) = forked else {
+        loader.reserve(rows);
+        loader.read(source, from, 0, END)?;
+        return Ok(loader.archived);
+    };
+    let middle = last - rows / 2;
+    loader.reserve(rows);
+    let upper = std::thread::scope(|scope| {
+        let upper = std::thread::Builder::new()
+            .name("kasi-recovery".into())
+            .spawn_scoped(scope, move || {
+                let mut part = Snapshot::default();
+                let mut archived = HistorySnapshot::empty();
+                archived.in_window(window);
+                let mut upper = Loader {
+                    into: &mut part,
+                    archived,
+                    horizon_ms,
+                };
+                upper.reserve(rows - rows / 2);
+                upper.read(other.as_mut(), from, middle, END)?;
+                let archived = upper.archived;
+                Ok::<_, StoreError>((part, archived))
+            })
+            .map_err(|e| StoreError::fatal(format!("cannot start a recovery thread: {e}")))?;
+        loader.read(source, from, 0, middle)?;
+        upper
+            .join()
+            .map_err(|_| StoreError::fatal("a recovery thread panicked"))?
+    })?;
+    let (mut part, archived) = upper;
+    loader.into.transfers.append(&mut part.transfers);
+    loader.into.finishes.append(&mut part.finishes);
+    loader.archived.merge(archived)?;
+    Ok(loader.archived)
+}
 
 /// Recovery with a history snapshot: the transfers it does not sum, into
 /// `into` (in seq order), those finished before `horizon_ms` summed on top
@@ -342,39 +505,10 @@ pub(crate) fn read_since(
     into: &mut Snapshot,
 ) -> Result<(), StoreError> {
     let mut archived = snapshot.clone();
+    archived.kept = Vec::new();
     archived.in_window(source.open_window()?);
-    let last = source.last_seq()?;
-    let mut loader = Loader {
-        into,
-        archived,
-        horizon_ms,
-    };
-    // Seqs are dense: every seq through the snapshot's is summed, kept, a
-    // funds movement or finished since the cut, so this is how many rows
-    // are read.
-    loader.reserve(last.saturating_sub(snapshot.transfers));
-    let through = snapshot.through_seq;
-    source.each_of(&snapshot.kept, &mut |row| loader.add(row))?;
-    source.each_funds_movement(through, &mut |row| loader.add(row))?;
-    source.each_finished_between(snapshot.cut_ms, i64::MAX, through, &mut |row| {
-        // Read above already: kept ones that finished since, funds
-        // movements.
-        if row.0.kind != TransferKind::Fspiop || snapshot.kept.binary_search(&row.0.seq).is_ok() {
-            return Ok(());
-        }
-        loader.add(row)
-    })?;
-    // Those through the snapshot's seq came in no particular order (the
-    // finishes in the order they happened: nearly by seq); those after it
-    // come in order.
-    if !loader.into.transfers.is_sorted_by_key(|t| t.seq) {
-        loader.into.transfers.sort_unstable_by_key(|t| t.seq);
-    }
-    if !loader.into.finishes.is_sorted_by_key(|f| f.seq) {
-        loader.into.finishes.sort_unstable_by_key(|f| f.seq);
-    }
-    source.each_between(through, u64::MAX >> 1, &mut |row| loader.add(row))?;
-    loader.into.archived = loader.archived.into_archived();
+    let archived = read(source, Some(&snapshot), archived, horizon_ms, into)?;
+    into.archived = archived.into_archived();
     Ok(())
 }
 
@@ -392,16 +526,9 @@ pub(crate) fn read_whole(
     if horizon_ms.is_some() {
         archived.in_window(source.open_window()?);
     }
-    let last = source.last_seq()?;
-    let mut loader = Loader {
-        into,
-        archived,
-        horizon_ms: horizon_ms.unwrap_or(i64::MIN),
-    };
-    loader.reserve(last);
-    source.each_between(0, u64::MAX >> 1, &mut |row| loader.add(row))?;
+    let archived = read(source, None, archived, horizon_ms.unwrap_or(i64::MIN), into)?;
     if horizon_ms.is_some() {
-        loader.into.archived = loader.archived.into_archived();
+        into.archived = archived.into_archived();
     }
     Ok(())
 }

@@ -722,6 +722,7 @@ impl PgStore {
     fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
         // After a load that did not add up, the whole history.
         let from_snapshot = !std::mem::take(&mut self.history.read_whole);
+        let url = self.url.clone();
         let mut transaction = self.start_read()?;
         let mut snapshot = Snapshot::default();
         let version = schema_version(&mut transaction)?;
@@ -732,11 +733,18 @@ impl PgStore {
                 version,
                 horizon_ms,
                 &mut snapshot,
+                &url,
             )?,
             _ => None,
         };
         if history_through.is_none() {
-            crate::pg_history::read_whole(&mut transaction, version, horizon_ms, &mut snapshot)?;
+            crate::pg_history::read_whole(
+                &mut transaction,
+                version,
+                horizon_ms,
+                &mut snapshot,
+                &url,
+            )?;
         }
         read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
@@ -855,18 +863,8 @@ pub(crate) fn start_read(client: &mut Client) -> Result<Transaction<'_>, StoreEr
 }
 
 /// The settlement window open now, if any.
-pub(crate) fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
-    Ok(transaction
-        .query_opt(
-            "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
-            &[],
-        )?
-        .map(|row| -> Result<_, StoreError> {
-            Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
-        })
-        .transpose()?
-        .filter(|(_, state)| state == "OPEN")
-        .map(|(id, _)| id))
+fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
+    crate::pg_history::open_window(transaction)
 }
 
 /// The schema version `kasi_meta` records, read in `transaction`: a

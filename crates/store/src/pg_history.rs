@@ -12,35 +12,46 @@
 use ledger::Snapshot;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
-use postgres::{Client, Transaction};
+use postgres::{Client, GenericClient, Transaction};
 
 use crate::history::{
-    self, missing_kept, Each, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource,
+    self, missing_kept, Each, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource, Seqs,
     SnapshotReader, Snapshotter,
 };
 use crate::pg::PgStore;
 use crate::pg_rows::TRANSFER_COLUMNS;
-use crate::pg_rows::{amount, col, finish_columns, finish_row, narrow_opt, transfer_row};
+use crate::pg_rows::{amount, col, finish_columns, finish_row, narrow, narrow_opt, transfer_row};
 use crate::pg_schema::HISTORY_SNAPSHOT_SINCE;
 use crate::{Store as _, StoreError};
 
 /// The rows of a PostgreSQL store the algorithm reads, in one REPEATABLE
-/// READ transaction.
-pub(crate) struct Source<'t, 'c> {
-    transaction: &'t mut Transaction<'c>,
+/// READ transaction (a [`Transaction`], or a [`Client`] inside one).
+pub(crate) struct Source<'t, C: GenericClient> {
+    transaction: &'t mut C,
     /// The store's schema version (one read as it is may be older).
     version: i64,
     /// The transfer and finish columns for it.
     columns: String,
+    /// Where a second connection may read the same state from
+    /// ([`HistorySource::fork`]).
+    fork_url: Option<String>,
 }
 
-impl<'t, 'c> Source<'t, 'c> {
-    pub(crate) fn new(transaction: &'t mut Transaction<'c>, version: i64) -> Source<'t, 'c> {
+impl<'t, C: GenericClient> Source<'t, C> {
+    pub(crate) fn new(transaction: &'t mut C, version: i64) -> Source<'t, C> {
         Source {
             transaction,
             version,
             columns: format!("{TRANSFER_COLUMNS}, {}", finish_columns(version)),
+            fork_url: None,
         }
+    }
+
+    /// Lets [`HistorySource::fork`] connect to `url` for a second thread,
+    /// on the transaction's exported snapshot.
+    fn forking_to(mut self, url: Option<&str>) -> Self {
+        self.fork_url = url.map(str::to_string);
+        self
     }
 
     /// Streams the rows of `sql` (selecting [`Source::columns`]) to `each`;
@@ -63,7 +74,7 @@ impl<'t, 'c> Source<'t, 'c> {
     }
 }
 
-impl HistorySource for Source<'_, '_> {
+impl<C: GenericClient> HistorySource for Source<'_, C> {
     fn stored(&mut self) -> Result<Option<HistorySnapshot>, StoreError> {
         match self.version >= HISTORY_SNAPSHOT_SINCE {
             true => read(self.transaction),
@@ -79,7 +90,7 @@ impl HistorySource for Source<'_, '_> {
     }
 
     fn open_window(&mut self) -> Result<Option<u32>, StoreError> {
-        crate::pg::open_window(self.transaction)
+        open_window(self.transaction)
     }
 
     fn each_of(&mut self, seqs: &[u64], each: Each<'_>) -> Result<(), StoreError> {
@@ -123,31 +134,122 @@ impl HistorySource for Source<'_, '_> {
         &mut self,
         from_ms: i64,
         until_ms: i64,
-        through: u64,
+        seqs: Seqs,
         each: Each<'_>,
     ) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq
-             WHERE f.finished_at_ms >= $1 AND f.finished_at_ms < $2 AND f.seq <= $3",
+             WHERE f.finished_at_ms >= $1 AND f.finished_at_ms < $2 AND f.seq > $3 AND f.seq <= $4",
             self.columns
         );
-        self.each(&sql, &[&from_ms, &until_ms, &(through as i64)], each)?;
+        let (after, through) = (seqs.after as i64, seqs.through as i64);
+        self.each(&sql, &[&from_ms, &until_ms, &after, &through], each)?;
         Ok(())
     }
 
-    fn each_funds_movement(&mut self, through: u64, each: Each<'_>) -> Result<(), StoreError> {
+    fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.kind <> 'TRANSFER' AND t.seq <= $1",
+             WHERE t.kind <> 'TRANSFER' AND t.seq > $1 AND t.seq <= $2",
             self.columns
         );
-        self.each(&sql, &[&(through as i64)], each)?;
+        self.each(&sql, &[&(seqs.after as i64), &(seqs.through as i64)], each)?;
         Ok(())
+    }
+
+    fn fork(&mut self) -> Result<Option<Box<dyn HistorySource + Send>>, StoreError> {
+        let Some(url) = &self.fork_url else {
+            return Ok(None);
+        };
+        let exported: String = col(
+            &self
+                .transaction
+                .query_one("SELECT pg_export_snapshot()", &[])?,
+            0,
+        )?;
+        if !exported.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            return Err(StoreError::fatal(format!(
+                "postgres: unexpected snapshot id {exported:?}"
+            )));
+        }
+        let mut client = crate::pg::connect(url)?;
+        client.batch_execute(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '{exported}'"
+        ))?;
+        Ok(Some(Box::new(Forked {
+            client,
+            version: self.version,
+        })))
     }
 }
 
+/// A second connection reading the same state as a [`Source`] (its
+/// exported snapshot), for a thread of its own.
+struct Forked {
+    client: Client,
+    version: i64,
+}
+
+impl Forked {
+    fn source(&mut self) -> Source<'_, Client> {
+        Source::new(&mut self.client, self.version)
+    }
+}
+
+impl HistorySource for Forked {
+    fn stored(&mut self) -> Result<Option<HistorySnapshot>, StoreError> {
+        self.source().stored()
+    }
+
+    fn last_seq(&mut self) -> Result<u64, StoreError> {
+        self.source().last_seq()
+    }
+
+    fn open_window(&mut self) -> Result<Option<u32>, StoreError> {
+        self.source().open_window()
+    }
+
+    fn each_of(&mut self, seqs: &[u64], each: Each<'_>) -> Result<(), StoreError> {
+        self.source().each_of(seqs, each)
+    }
+
+    fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError> {
+        self.source().each_between(after, through, each)
+    }
+
+    fn each_finished_between(
+        &mut self,
+        from_ms: i64,
+        until_ms: i64,
+        seqs: Seqs,
+        each: Each<'_>,
+    ) -> Result<(), StoreError> {
+        self.source()
+            .each_finished_between(from_ms, until_ms, seqs, each)
+    }
+
+    fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError> {
+        self.source().each_funds_movement(seqs, each)
+    }
+}
+
+/// The settlement window open now, if any.
+pub(crate) fn open_window(client: &mut impl GenericClient) -> Result<Option<u32>, StoreError> {
+    Ok(client
+        .query_opt(
+            "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
+            &[],
+        )?
+        .map(|row| -> Result<_, StoreError> {
+            Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
+        })
+        .transpose()?
+        .filter(|(_, state)| state == "OPEN")
+        .map(|(id, _)| id))
+}
+
 /// The stored snapshot, if there is one (at a version that has the tables).
-fn read(transaction: &mut Transaction<'_>) -> Result<Option<HistorySnapshot>, StoreError> {
+fn read(transaction: &mut impl GenericClient) -> Result<Option<HistorySnapshot>, StoreError> {
     let Some(row) = transaction.query_opt(
         "SELECT through_seq, cut_ms, transfers, last_seq, last_at_ms, settlement_window
          FROM history_snapshot WHERE id = 1",
@@ -281,8 +383,9 @@ pub(crate) fn read_recent(
     version: i64,
     horizon_ms: i64,
     snapshot: &mut Snapshot,
+    url: &str,
 ) -> Result<Option<u64>, StoreError> {
-    let source = &mut Source::new(transaction, version);
+    let source = &mut Source::new(transaction, version).forking_to(Some(url));
     let Some(stored) = source.stored()? else {
         return Ok(None);
     };
@@ -298,8 +401,10 @@ pub(crate) fn read_whole(
     version: i64,
     horizon_ms: Option<i64>,
     snapshot: &mut Snapshot,
+    url: &str,
 ) -> Result<(), StoreError> {
-    history::read_whole(&mut Source::new(transaction, version), horizon_ms, snapshot)
+    let source = &mut Source::new(transaction, version).forking_to(Some(url));
+    history::read_whole(source, horizon_ms, snapshot)
 }
 
 /// The snapshotter's connection, opened again when it was lost.

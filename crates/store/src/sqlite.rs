@@ -841,8 +841,13 @@ impl SqliteStore {
     fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
         // One read transaction, so that a hub writing meanwhile cannot show
         // us half of a batch.
+        // Nobody else writes a store this process holds the lock of: a
+        // second connection reads the same state, so recovery may read in
+        // two parts at once.
+        let fork_from = self._lock.as_ref().map(|_| self.path.clone());
         let transaction = self.connection.transaction()?;
-        let (snapshot, history_through) = read_rows(&transaction, horizon_ms, true)?;
+        let (snapshot, history_through) =
+            read_rows(&transaction, horizon_ms, true, fork_from.as_deref())?;
         if horizon_ms.is_some() {
             self.loaded_history_through = history_through;
         }
@@ -892,7 +897,7 @@ impl SqliteStore {
         let transaction = self.connection.transaction()?;
         let version: i64 =
             transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let (small, _) = read_rows(&transaction, None, false)?;
+        let (small, _) = read_rows(&transaction, None, false, None)?;
         let Snapshot {
             participants,
             accounts,
@@ -1041,6 +1046,7 @@ fn read_rows(
     transaction: &rusqlite::Transaction<'_>,
     horizon_ms: Option<i64>,
     bulk: bool,
+    fork_from: Option<&Path>,
 ) -> Result<(Snapshot, Option<u64>), StoreError> {
     let mut snapshot = Snapshot::default();
     let mut history_through = None;
@@ -1112,7 +1118,8 @@ fn read_rows(
                 }
                 Some(horizon_ms) => {
                     drop(statement);
-                    let source = &mut sqlite_history::Source::new(transaction)?;
+                    let source =
+                        &mut sqlite_history::Source::new(transaction)?.forking_from(fork_from);
                     let stored = match version >= 3 {
                         true => source.stored()?,
                         false => None,

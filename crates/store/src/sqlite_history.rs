@@ -2,13 +2,16 @@
 //! and how it advances): its tables and indexes, the rows the algorithm
 //! reads, and the snapshot's own reads and writes.
 
-use std::path::Path;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 
 use ledger::{AccountId, Amount};
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
-use crate::history::{kept_changes, missing_kept, Each, HistorySource, Joined, SnapshotReader};
+use crate::history::{
+    kept_changes, missing_kept, Each, HistorySource, Joined, Seqs, SnapshotReader,
+};
 pub use crate::history::{HistoryCheck, HistoryOptions, HistorySnapshot};
 use crate::sqlite::{finish_row, joined_columns, parse, transfer_row};
 use crate::StoreError;
@@ -52,26 +55,40 @@ pub(crate) fn joined(row: &Row<'_>) -> Result<Joined, StoreError> {
 }
 
 /// The rows of a SQLite store the algorithm reads, on a connection inside
-/// a read transaction.
-pub(crate) struct Source<'c> {
-    connection: &'c Connection,
+/// a read transaction (borrowed, or a second one of its own).
+pub(crate) struct Source<C> {
+    connection: C,
     /// The store's schema version: one read as it is (`kasi audit`) may be
     /// older.
     version: i64,
     /// [`joined_columns`] for it.
     columns: String,
+    /// The database, when nobody else can write it meanwhile (this process
+    /// holds the data directory's lock and is not writing): a second
+    /// connection then reads the same state.
+    fork_from: Option<PathBuf>,
 }
 
-impl<'c> Source<'c> {
-    pub(crate) fn new(connection: &'c Connection) -> Result<Source<'c>, StoreError> {
+impl<'c> Source<&'c Connection> {
+    pub(crate) fn new(connection: &'c Connection) -> Result<Source<&'c Connection>, StoreError> {
         let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
         Ok(Source {
             connection,
             version,
             columns: joined_columns(version),
+            fork_from: None,
         })
     }
 
+    /// Lets [`HistorySource::fork`] open a second connection to `path`:
+    /// only for a store no one else may write while this one reads.
+    pub(crate) fn forking_from(mut self, path: Option<&Path>) -> Self {
+        self.fork_from = path.map(Path::to_path_buf);
+        self
+    }
+}
+
+impl<C: Deref<Target = Connection>> Source<C> {
     fn each(
         &self,
         sql: &str,
@@ -87,9 +104,9 @@ impl<'c> Source<'c> {
     }
 }
 
-impl HistorySource for Source<'_> {
+impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
     fn stored(&mut self) -> Result<Option<HistorySnapshot>, StoreError> {
-        read(self.connection)
+        read(&self.connection)
     }
 
     fn last_seq(&mut self) -> Result<u64, StoreError> {
@@ -102,7 +119,7 @@ impl HistorySource for Source<'_> {
     fn open_window(&mut self) -> Result<Option<u32>, StoreError> {
         // A version 1 store has nothing of settlement.
         match self.version >= 2 {
-            true => open_window(self.connection),
+            true => open_window(&self.connection),
             false => Ok(None),
         }
     }
@@ -135,26 +152,44 @@ impl HistorySource for Source<'_> {
         &mut self,
         from_ms: i64,
         until_ms: i64,
-        through: u64,
+        seqs: Seqs,
         each: Each<'_>,
     ) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfer_finishes f INDEXED BY transfer_finishes_by_time
                 JOIN transfers t ON t.seq = f.seq
-             WHERE f.finished_at_ms >= ?1 AND f.finished_at_ms < ?2 AND f.seq <= ?3",
+             WHERE f.finished_at_ms >= ?1 AND f.finished_at_ms < ?2 AND f.seq > ?3 AND f.seq <= ?4",
             self.columns
         );
-        self.each(&sql, params![from_ms, until_ms, through as i64], each)
+        let (after, through) = (seqs.after as i64, seqs.through as i64);
+        self.each(&sql, params![from_ms, until_ms, after, through], each)
     }
 
-    fn each_funds_movement(&mut self, through: u64, each: Each<'_>) -> Result<(), StoreError> {
+    fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfers t INDEXED BY transfers_funds
                 LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.kind <> 'TRANSFER' AND t.seq <= ?1",
+             WHERE t.kind <> 'TRANSFER' AND t.seq > ?1 AND t.seq <= ?2",
             self.columns
         );
-        self.each(&sql, params![through as i64], each)
+        self.each(&sql, params![seqs.after as i64, seqs.through as i64], each)
+    }
+
+    fn fork(&mut self) -> Result<Option<Box<dyn HistorySource + Send>>, StoreError> {
+        let Some(path) = &self.fork_from else {
+            return Ok(None);
+        };
+        let connection = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        connection.execute_batch("BEGIN")?;
+        Ok(Some(Box::new(Source {
+            connection: Box::new(connection),
+            version: self.version,
+            columns: self.columns.clone(),
+            fork_from: None,
+        })))
     }
 }
 

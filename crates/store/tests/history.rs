@@ -20,6 +20,8 @@ proptest! {
         ops in prop::collection::vec(op(), 1..120),
         horizon_behind_ms in 0i64..8_000,
     ) {
+        // Loads of more than a few rows read in two parts at once.
+        store::history::read_in_two_parts_from(4);
         let dir = tempfile::tempdir().expect("tempdir");
         let mut harness = Harness::new(dir.path());
         for op in ops {

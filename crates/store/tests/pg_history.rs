@@ -195,6 +195,7 @@ fn the_snapshotter_keeps_the_snapshot_current_and_survives_a_lost_connection() {
 /// not add up, forgetting it drops the snapshot it started from too.
 #[test]
 fn a_standby_warms_from_the_snapshot_and_the_tail() {
+    store::history::read_in_two_parts_from(4);
     let cluster = testpg::Cluster::start();
     let url = cluster.create_database("hub");
     let dir = tempfile::tempdir().expect("tempdir");
