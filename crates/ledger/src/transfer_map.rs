@@ -116,7 +116,10 @@ impl TransferMap {
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&TransferId, &Transfer)> {
         self.shards.iter().flat_map(|map| {
             map.iter().map(|(id, &slot)| {
-                let transfer = self.slot(slot).as_ref().expect("a mapped slot holds a transfer");
+                let transfer = self
+                    .slot(slot)
+                    .as_ref()
+                    .expect("a mapped slot holds a transfer");
                 (id, transfer)
             })
         })
