@@ -278,3 +278,19 @@ impl Harness {
         self.last_cut = snapshot.cut_ms;
     }
 }
+
+/// A tampered history snapshot is caught: the check against the whole
+/// history (`kasi audit`'s) names a difference, and the audit before
+/// serving refuses what a load from it gives.
+pub fn assert_tampered_snapshot_caught(
+    check: Option<store::history::HistoryCheck>,
+    through_seq: u64,
+    loaded: Snapshot,
+    limits: Limits,
+) {
+    let (through, verdict) = check.expect("a snapshot");
+    assert_eq!(through, through_seq);
+    assert!(verdict.is_err(), "the tampered snapshot passed the check");
+    let problem = Ledger::restore(loaded, limits).err().expect("refused");
+    assert!(problem.contains("does not add up"), "{problem}");
+}
