@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Takeover time on a PostgreSQL store holding a hub's history: A serves,
 # B waits as a standby, A is SIGKILLed; how long until B serves.
-# Usage: ops/bench-takeover.sh URL   (URL: a store made by `kasi bench ledger --store URL`)
+# Usage: ops/bench-takeover.sh URL   (URL: a store made by `kasi bench ledger --store URL`
+# or `kasi bench ledger --history N --store URL`); RETENTION=1m passes
+# --transfer-retention 1m (default: kasi's, 24h).
 set -euo pipefail
 url=$1
 kasi=${KASI:-./target/release/kasi}
 log=$(mktemp -d)
 start() { # name api admin
   $kasi serve --store "$url" --instance-name "$1" --api-listen "127.0.0.1:$2" \
-    --admin-listen "127.0.0.1:$3" --log-format json >/dev/null 2>"$log/$1.log" &
+    --admin-listen "127.0.0.1:$3" --log-format json ${RETENTION:+--transfer-retention "$RETENTION"} \
+    >/dev/null 2>"$log/$1.log" &
   echo $!
 }
 a=$(start a 3100 3101)

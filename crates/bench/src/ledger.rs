@@ -53,7 +53,7 @@ pub struct BenchLedgerArgs {
     /// Run against this store instead: `sqlite:DIR` (like --data-dir) or a
     /// PostgreSQL URL naming an empty database (kasi creates its schema;
     /// `--fsync off` runs its commits with synchronous_commit off).
-    #[arg(long, value_name = "STORE", conflicts_with_all = ["data_dir", "history"])]
+    #[arg(long, value_name = "STORE", conflicts_with = "data_dir")]
     store: Option<String>,
 
     /// Threads carrying the pipeline (as `kasi serve --pipeline-threads`):
@@ -70,8 +70,10 @@ pub struct BenchLedgerArgs {
     /// (each prepared and fulfilled, with a 1 s retention horizon so the
     /// ledger's memory stays flat; fsync off, since building it is not what
     /// is measured), then time recovery from the whole history, the history
-    /// snapshot's first build, and recovery from the snapshot. Keep the
-    /// store with --data-dir to time `kasi serve` on it.
+    /// snapshot's first build, and recovery from the snapshot; up to
+    /// 2,000,000 transfers, also recovery with all of them within a 24 h
+    /// horizon, without and with a snapshot. Keep the store with
+    /// --data-dir or --store to time `kasi serve` on it.
     #[arg(long, value_name = "TRANSFERS", conflicts_with_all = ["fsync", "print_durable"])]
     history: Option<u64>,
 
@@ -169,25 +171,109 @@ fn new_data_dir(
 /// The horizon of `--history`'s runs and recoveries.
 const HISTORY_RETENTION_MS: i64 = 1_000;
 
-/// `--history`: restart time against the length of the history.
+/// The horizon of `--history`'s recoveries with every transfer within it
+/// (the default `--transfer-retention`).
+const IN_HORIZON_RETENTION_MS: i64 = 24 * 3_600_000;
+
+/// Most transfers `--history` also recovers with all of them within the
+/// horizon (the default `--finished-transfers-in-memory`).
+const IN_HORIZON_MAX: u64 = 2_000_000;
+
+/// `--history`'s store: SQLite (`--data-dir` or a temporary directory) or
+/// PostgreSQL (`--store`, an empty database).
+struct HistoryStore {
+    bench: BenchStore,
+}
+
+impl HistoryStore {
+    fn open(&self) -> anyhow::Result<Box<dyn store::Store>> {
+        self.bench.open()
+    }
+
+    fn advance_history_snapshot(
+        &self,
+        cut_ms: i64,
+    ) -> anyhow::Result<store::history::HistorySnapshot> {
+        Ok(match &self.bench.location {
+            store::StoreLocation::Sqlite(dir) => SqliteStore::open(
+                dir,
+                SqliteOptions {
+                    fsync: false,
+                    ..Default::default()
+                },
+            )?
+            .advance_history_snapshot(cut_ms)?,
+            store::StoreLocation::Postgres(_) => self
+                .bench
+                .open_postgres()?
+                .advance_history_snapshot(cut_ms)?,
+        })
+    }
+
+    /// Bytes on disk (SQLite's file, PostgreSQL's database).
+    fn bytes(&self) -> anyhow::Result<u64> {
+        Ok(match &self.bench.location {
+            store::StoreLocation::Sqlite(dir) => {
+                std::fs::metadata(dir.join(store::sqlite::DATABASE_FILE))
+                    .map(|m| m.len())
+                    .unwrap_or(0)
+            }
+            store::StoreLocation::Postgres(_) => self.bench.open_postgres()?.database_bytes()?,
+        })
+    }
+}
+
+fn now_ms() -> anyhow::Result<i64> {
+    Ok(std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as i64)
+}
+
+/// Recovery as a restart does it (`engine::recover`: read, audit,
+/// rebuild) on a store opened afresh, timed.
+fn timed_recovery(
+    store: &HistoryStore,
+    limits: Limits,
+) -> anyhow::Result<(Duration, engine::Recovery)> {
+    let started = Instant::now();
+    let mut opened = store.open()?;
+    let (_, recovery) = engine::recover(opened.as_mut(), limits)?;
+    Ok((started.elapsed(), recovery))
+}
+
+/// What `--history` found: printed as it goes, or one JSON object at the
+/// end.
+struct Said {
+    json: bool,
+    report: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Said {
+    fn say(&mut self, key: &str, value: serde_json::Value, text: String) {
+        if !self.json {
+            println!("  {text}");
+        }
+        self.put(key, value);
+    }
+
+    fn put(&mut self, key: &str, value: serde_json::Value) {
+        self.report.insert(key.into(), value);
+    }
+}
+
+/// `--history`: restart time against the length of the history, and with
+/// every transfer within the horizon.
 fn run_history(args: &BenchLedgerArgs, history: u64) -> anyhow::Result<ExitCode> {
-    let (data_dir, _temporary) = new_data_dir(args.data_dir.as_deref())?;
+    let store = HistoryStore {
+        bench: BenchStore::new(args, false)?,
+    };
     let limits = Limits {
         transfer_retention_ms: Some(HISTORY_RETENTION_MS),
         ..Limits::default()
     };
-    let open = || {
-        SqliteStore::open(
-            &data_dir,
-            SqliteOptions {
-                fsync: false,
-                ..Default::default()
-            },
-        )
-    };
     let engine = Engine::start(
         Ledger::new(limits),
-        Box::new(open()?),
+        store.open()?,
         EngineConfig {
             max_batch_commands: args.max_batch,
             ..EngineConfig::default()
@@ -204,75 +290,123 @@ fn run_history(args: &BenchLedgerArgs, history: u64) -> anyhow::Result<ExitCode>
         transfers: history,
     };
     if !args.json {
-        println!("kasi bench ledger --history: building {history} transfers ...");
+        println!(
+            "kasi bench ledger --history: building {history} transfers in {} ...",
+            store.bench.location
+        );
     }
     let built = driver.run_phase(2, Phase::TwoPhase)?;
     engine.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
     // Past the horizon of the last transfer.
     std::thread::sleep(Duration::from_millis(HISTORY_RETENTION_MS as u64 + 100));
-
-    let timed_recovery = || -> anyhow::Result<(Duration, engine::Recovery)> {
-        let started = Instant::now();
-        let mut store = open()?;
-        let (_, recovery) = engine::recover(&mut store, limits)?;
-        Ok((started.elapsed(), recovery))
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut out = Said {
+        json: args.json,
+        report: serde_json::Map::new(),
     };
-    let (whole, whole_recovery) = timed_recovery()?;
+    out.say(
+        "history_transfers",
+        json!(history),
+        format!("built {history} transfers at {:.0}/s", built.rate_per_s),
+    );
+    out.put("build_per_s", json!(built.rate_per_s));
+
+    // Every transfer within a 24 h horizon: loaded, not summed.
+    let in_horizon = Limits {
+        transfer_retention_ms: Some(IN_HORIZON_RETENTION_MS),
+        ..Limits::default()
+    };
+    if history <= IN_HORIZON_MAX {
+        let (took, recovery) = timed_recovery(&store, in_horizon)?;
+        out.say(
+            "recovery_in_horizon_ms",
+            json!(ms(took)),
+            format!(
+                "recovery with every transfer within the horizon, no snapshot: {:.0} ms ({} loaded: {:.0} ms reading, {:.0} ms audit and rebuild)",
+                ms(took),
+                recovery.transfers,
+                ms(recovery.load_time),
+                ms(recovery.rebuild_time)
+            ),
+        );
+        out.put("loaded_in_horizon", json!(recovery.transfers));
+    }
+    let (whole, whole_recovery) = timed_recovery(&store, limits)?;
+    out.say(
+        "recovery_whole_history_ms",
+        json!(ms(whole)),
+        format!(
+            "recovery from the whole history: {:.0} ms ({} loaded, {} summed)",
+            ms(whole),
+            whole_recovery.transfers,
+            whole_recovery.archived
+        ),
+    );
+    if history <= IN_HORIZON_MAX {
+        // The snapshotter's first snapshot with the 24 h horizon sums
+        // nothing; recovery then finds every transfer by its finish.
+        let started = Instant::now();
+        store.advance_history_snapshot(now_ms()? - IN_HORIZON_RETENTION_MS)?;
+        let first = started.elapsed();
+        let (took, recovery) = timed_recovery(&store, in_horizon)?;
+        anyhow::ensure!(
+            recovery.history_snapshot_through.is_some(),
+            "recovery did not start from the snapshot"
+        );
+        out.say(
+            "recovery_in_horizon_from_snapshot_ms",
+            json!(ms(took)),
+            format!(
+                "recovery with every transfer within the horizon, from a snapshot ({:.0} ms to make): {:.0} ms ({} loaded: {:.0} ms reading, {:.0} ms audit and rebuild)",
+                ms(first),
+                ms(took),
+                recovery.transfers,
+                ms(recovery.load_time),
+                ms(recovery.rebuild_time)
+            ),
+        );
+    }
     let started = Instant::now();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_millis() as i64;
-    let snapshot = open()?.advance_history_snapshot(now_ms - HISTORY_RETENTION_MS)?;
+    let snapshot = store.advance_history_snapshot(now_ms()? - HISTORY_RETENTION_MS)?;
     let first_snapshot = started.elapsed();
-    let (from_snapshot, snapshot_recovery) = timed_recovery()?;
+    out.say(
+        "first_snapshot_ms",
+        json!(ms(first_snapshot)),
+        format!(
+            "history snapshot summing the history: {:.0} ms ({} summed, {} kept)",
+            ms(first_snapshot),
+            snapshot.transfers,
+            snapshot.kept.len()
+        ),
+    );
+    out.put("snapshot_summed", json!(snapshot.transfers));
+    out.put("snapshot_kept", json!(snapshot.kept.len()));
+    let (from_snapshot, snapshot_recovery) = timed_recovery(&store, limits)?;
     anyhow::ensure!(
         snapshot_recovery.history_snapshot_through.is_some()
             && snapshot_recovery.history_snapshot_dropped.is_none(),
         "recovery did not start from the snapshot"
     );
-    let bytes = std::fs::metadata(data_dir.join(store::sqlite::DATABASE_FILE))
-        .map(|m| m.len())
-        .unwrap_or(0);
-    if args.json {
-        println!(
-            "{}",
-            json!({
-                "history_transfers": history,
-                "build_per_s": built.rate_per_s,
-                "store_bytes": bytes,
-                "recovery_whole_history_ms": whole.as_secs_f64() * 1000.0,
-                "first_snapshot_ms": first_snapshot.as_secs_f64() * 1000.0,
-                "snapshot_summed": snapshot.transfers,
-                "snapshot_kept": snapshot.kept.len(),
-                "recovery_from_snapshot_ms": from_snapshot.as_secs_f64() * 1000.0,
-                "loaded_from_snapshot": snapshot_recovery.transfers,
-                "archived_from_snapshot": snapshot_recovery.archived,
-            })
-        );
-    } else {
-        println!(
-            "  built {history} transfers at {:.0}/s; store {:.1} GB",
-            built.rate_per_s,
-            bytes as f64 / 1e9
-        );
-        println!(
-            "  recovery from the whole history: {:.0} ms ({} loaded, {} summed)",
-            whole.as_secs_f64() * 1000.0,
-            whole_recovery.transfers,
-            whole_recovery.archived
-        );
-        println!(
-            "  first history snapshot: {:.0} ms ({} summed, {} kept)",
-            first_snapshot.as_secs_f64() * 1000.0,
-            snapshot.transfers,
-            snapshot.kept.len()
-        );
-        println!(
-            "  recovery from the snapshot: {:.0} ms ({} loaded, {} summed)",
-            from_snapshot.as_secs_f64() * 1000.0,
+    out.say(
+        "recovery_from_snapshot_ms",
+        json!(ms(from_snapshot)),
+        format!(
+            "recovery from the snapshot: {:.0} ms ({} loaded, {} summed)",
+            ms(from_snapshot),
             snapshot_recovery.transfers,
             snapshot_recovery.archived
-        );
+        ),
+    );
+    out.put("loaded_from_snapshot", json!(snapshot_recovery.transfers));
+    out.put("archived_from_snapshot", json!(snapshot_recovery.archived));
+    let bytes = store.bytes()?;
+    out.say(
+        "store_bytes",
+        json!(bytes),
+        format!("store {:.2} GB", bytes as f64 / 1e9),
+    );
+    if args.json {
+        println!("{}", serde_json::Value::Object(out.report));
     }
     Ok(ExitCode::SUCCESS)
 }

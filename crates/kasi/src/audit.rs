@@ -11,11 +11,15 @@ pub fn run(data_dir: &Path) -> anyhow::Result<ExitCode> {
     audit(store)
 }
 
-/// `kasi audit --store postgres://…`: one REPEATABLE READ snapshot of the
-/// store (the PostgreSQL store keeps no history snapshot to check).
+/// `kasi audit --store postgres://…`: the history snapshot against the
+/// whole history in one REPEATABLE READ transaction, then every account
+/// against its transfers in another.
 pub fn run_postgres(url: &str) -> anyhow::Result<ExitCode> {
     let mut store = store::pg::PgStore::open_read_only(url).context("cannot open the store")?;
-    report(&mut store, None)
+    let history = store
+        .check_history_snapshot()
+        .context("cannot check the history snapshot")?;
+    report(&mut store, history)
 }
 
 /// `kasi audit --file`: a backup, or a store file on read-only media.
@@ -51,7 +55,7 @@ fn audit(mut store: SqliteStore) -> anyhow::Result<ExitCode> {
 /// Loads every row, audits, prints what it found; exit 1 on any problem.
 fn report(
     store: &mut dyn store::Store,
-    history: Option<store::sqlite_history::HistoryCheck>,
+    history: Option<store::history::HistoryCheck>,
 ) -> anyhow::Result<ExitCode> {
     let snapshot = store.load().context("cannot read the store")?;
     let problems = snapshot.audit();

@@ -1096,6 +1096,9 @@ fn serve_shared_term(
         return Ok(Ended::Stopped);
     };
     role.set_lease(name, fencing);
+    // The active keeps the history snapshot current (a standby never
+    // commits, so it computes none).
+    store.keep_history_snapshot(settings.history);
     let fence = crate::ha::Fence::new();
     // Renewed from now on, through recovery.
     let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone(), fence.clone());

@@ -447,20 +447,9 @@ fn audit_of_a_missing_store_says_so() {
 /// A store kasi cannot reach, or cannot name, stops the start with a
 /// message that names it (its password never printed).
 #[test]
-fn an_unreachable_or_unknown_store_is_refused_without_printing_its_password() {
+fn an_unknown_store_is_refused_without_printing_its_password() {
+    // An unreachable PostgreSQL store is waited for (crates/kasi/tests/outages.rs).
     let dir = tempfile::tempdir().unwrap();
-    // Nothing listens on port 1.
-    let output = serve_command(dir.path())
-        .args(["--store", "postgres://kasi:s3cret@127.0.0.1:1/hub"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success(), "{output:?}");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("cannot connect to postgres://kasi:***@127.0.0.1:1/hub"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("s3cret"), "{stderr}");
     let output = serve_command(dir.path())
         .args(["--store", "mysql://kasi:s3cret@db/hub"])
         .output()

@@ -394,3 +394,41 @@ fn an_active_whose_database_stops_answering_stops_serving_by_the_clock() {
     );
     pair.heal_and_check();
 }
+
+/// A database that is not there yet (a machine booting, a database
+/// restarting) is waited for, as a standby that says why without printing
+/// the password; a stop signal ends the wait cleanly.
+#[test]
+fn a_store_not_there_yet_is_waited_for_without_printing_its_password() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on port 1.
+    let mut waiting = Hub::spawn_standby(
+        Hub::serve_command(
+            dir.path(),
+            &["--store", "postgres://kasi:s3cret@127.0.0.1:1/hub"],
+        ),
+        dir.path(),
+    );
+    waiting.await_log("cannot connect to postgres://kasi:***@127.0.0.1:1/hub");
+    waiting.await_health("waiting for an unreachable store", |health| {
+        health["role"] == "standby" && health["store"]["reachable"] == false
+    });
+    let status = waiting.terminate();
+    assert!(status.success(), "{status:?}\n{}", waiting.log());
+    assert!(!waiting.log().contains("s3cret"), "{}", waiting.log());
+}
+
+/// A fault no waiting mends — here a database that does not exist — stops
+/// the process with the cause, instead of waiting for ever.
+#[test]
+fn a_store_that_waiting_cannot_mend_is_refused_with_its_cause() {
+    let cluster = testpg::Cluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let output = Hub::serve_command(dir.path(), &["--store", &cluster.url("nosuchdb")])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("nosuchdb"), "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+}

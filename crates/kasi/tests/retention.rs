@@ -198,12 +198,41 @@ const SNAPSHOTS: &[&str] = &[
 /// over the whole history at the end).
 #[test]
 fn sigkills_while_history_snapshots_are_written_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    sigkills_while_history_snapshots_are_written(
+        &data,
+        &[],
+        &["--data-dir".into(), data.display().to_string()],
+    );
+}
+
+/// The same on PostgreSQL: each restart waits for the killed one's lease
+/// to expire, warming its copy from the stored snapshot meanwhile.
+#[test]
+fn sigkills_while_history_snapshots_are_written_on_postgres_lose_nothing() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    sigkills_while_history_snapshots_are_written(
+        &data,
+        &["--store", &url, "--lease-ms", "1000"],
+        &["--store".into(), url.clone()],
+    );
+}
+
+fn sigkills_while_history_snapshots_are_written(
+    data: &std::path::Path,
+    store: &[&str],
+    audit_store: &[String],
+) {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut hub = Hub::start_with(&data, SNAPSHOTS);
+    let flags: Vec<&str> = store.iter().chain(SNAPSHOTS).copied().collect();
+    let data = data.to_path_buf();
+    let mut hub = Hub::start_with(&data, &flags);
     hub.setup();
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
@@ -249,7 +278,7 @@ fn sigkills_while_history_snapshots_are_written_lose_nothing() {
         });
         committed.extend(acknowledged.into_inner().unwrap());
 
-        hub = Hub::start_with(&data, SNAPSHOTS);
+        hub = Hub::start_with(&data, &flags);
         let log = hub.log();
         let recovered = log
             .lines()
@@ -293,11 +322,7 @@ fn sigkills_while_history_snapshots_are_written_lose_nothing() {
         assert!(state.json()["fulfilment"].is_string(), "{state:?}");
     }
     assert!(hub.terminate().success());
-    let audit = kasi()
-        .args(["audit", "--data-dir"])
-        .arg(&data)
-        .output()
-        .unwrap();
+    let audit = kasi().arg("audit").args(audit_store).output().unwrap();
     assert!(
         audit.status.success(),
         "{}{}",

@@ -17,8 +17,10 @@ use std::fmt;
 use ledger::{Record, Snapshot};
 
 pub mod delivery;
+pub mod history;
 pub mod pg;
 pub mod pg_delivery;
+mod pg_history;
 pub mod pg_lease;
 pub mod pg_reader;
 mod pg_rows;

@@ -30,7 +30,6 @@ use crate::pg_rows::{
     quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
 };
 use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
-use crate::sqlite_history::{is_archived, HistorySnapshot};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -471,6 +470,8 @@ pub struct PgStore {
     /// Whether the last load came from the warm copy (so that recovery,
     /// if it does not add up, can ask for a cold load instead).
     loaded_warm: bool,
+    /// The history snapshot (`pg_history.rs`).
+    pub(crate) history: crate::pg_history::History,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -487,6 +488,8 @@ struct Warm {
     open_window: Option<u32>,
     /// The schema version it was read at.
     version: i64,
+    /// The seq its history snapshot summed through, if it started from one.
+    history_through: Option<u64>,
 }
 
 impl PgStore {
@@ -506,6 +509,7 @@ impl PgStore {
             in_flight: None,
             warm: None,
             loaded_warm: false,
+            history: Default::default(),
         })
     }
 
@@ -544,6 +548,7 @@ impl PgStore {
             in_flight: None,
             warm: None,
             loaded_warm: false,
+            history: Default::default(),
         })
     }
 
@@ -578,6 +583,15 @@ impl PgStore {
             counts.push((table, count as u64));
         }
         Ok(counts)
+    }
+
+    /// The database's size on disk (for benchmarks).
+    pub fn database_bytes(&mut self) -> Result<u64, StoreError> {
+        let bytes: i64 = self
+            .client
+            .query_one("SELECT pg_database_size(current_database())", &[])?
+            .get(0);
+        Ok(bytes as u64)
     }
 
     /// Up to `limit` audit events with ids above `after_id`, in id order:
@@ -664,9 +678,11 @@ impl PgStore {
     fn try_write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         let PgStore {
             client,
+            url,
             statements,
             fencing,
             in_flight,
+            history,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
@@ -688,7 +704,9 @@ impl PgStore {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements)?;
+        history.write(&mut transaction, url)?;
         transaction.commit()?;
+        history.committed();
         *in_flight = None;
         Ok(())
     }
@@ -730,6 +748,11 @@ impl PgStore {
         Ok(())
     }
 
+    /// Whether the last load was the warm copy brought up to date.
+    pub fn loaded_from_warm_copy(&self) -> bool {
+        self.loaded_warm
+    }
+
     /// How many transfers the warm copy holds, if there is one.
     pub fn warm_transfers(&self) -> Option<usize> {
         self.warm.as_ref().map(|warm| warm.snapshot.transfers.len())
@@ -759,14 +782,11 @@ impl PgStore {
 
     fn start_read(&mut self) -> Result<Transaction<'_>, StoreError> {
         self.reconnect_if_lost()?;
-        // One transaction at REPEATABLE READ: every table as of one
-        // instant, so a hub writing meanwhile cannot show us half a commit.
-        Ok(self
-            .client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()?)
+        start_read(&mut self.client)
+    }
+
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
     }
 
     fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
@@ -780,6 +800,7 @@ impl PgStore {
             match self.refresh(&mut warm) {
                 Ok(true) => {
                     self.loaded_warm = true;
+                    self.history.loaded_through = warm.history_through;
                     return Ok(warm.snapshot);
                 }
                 Ok(false) => {}
@@ -790,15 +811,38 @@ impl PgStore {
                 }
             }
         }
-        Ok(self.read_cold(horizon_ms)?.snapshot)
+        let cold = self.read_cold(horizon_ms)?;
+        self.history.loaded_through = cold.history_through;
+        Ok(cold.snapshot)
     }
 
     fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
+        // After a load that did not add up, the whole history.
+        let from_snapshot = !std::mem::take(&mut self.history.read_whole);
+        let url = self.url.clone();
         let mut transaction = self.start_read()?;
         let mut snapshot = Snapshot::default();
         let version = schema_version(&mut transaction)?;
         let open_window = open_window(&mut transaction)?;
-        read_transfers(&mut transaction, version, horizon_ms, &mut snapshot)?;
+        let history_through = match horizon_ms {
+            Some(horizon_ms) if from_snapshot => crate::pg_history::read_recent(
+                &mut transaction,
+                version,
+                horizon_ms,
+                &mut snapshot,
+                &url,
+            )?,
+            _ => None,
+        };
+        if history_through.is_none() {
+            crate::pg_history::read_whole(
+                &mut transaction,
+                version,
+                horizon_ms,
+                &mut snapshot,
+                &url,
+            )?;
+        }
         read_state(&mut transaction, version, horizon_ms, &mut snapshot)?;
         transaction.commit()?;
         // The highest seq read, whether loaded or summed: the tail starts
@@ -821,6 +865,7 @@ impl PgStore {
             open_seqs,
             open_window,
             version,
+            history_through,
         })
     }
 
@@ -902,24 +947,24 @@ impl PgStore {
     }
 }
 
+/// A read transaction at REPEATABLE READ: every table as of one instant,
+/// so a hub writing meanwhile cannot show us half a commit.
+pub(crate) fn start_read(client: &mut Client) -> Result<Transaction<'_>, StoreError> {
+    Ok(client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()?)
+}
+
 /// The settlement window open now, if any.
 fn open_window(transaction: &mut Transaction<'_>) -> Result<Option<u32>, StoreError> {
-    Ok(transaction
-        .query_opt(
-            "SELECT id, state FROM settlement_windows ORDER BY id DESC LIMIT 1",
-            &[],
-        )?
-        .map(|row| -> Result<_, StoreError> {
-            Ok((narrow::<u32>(&row, 0)?, col::<String>(&row, 1)?))
-        })
-        .transpose()?
-        .filter(|(_, state)| state == "OPEN")
-        .map(|(id, _)| id))
+    crate::pg_history::open_window(transaction)
 }
 
 /// The schema version `kasi_meta` records, read in `transaction`: a
 /// database opened read-only (`kasi audit`) is read as it is, unmigrated.
-fn schema_version(transaction: &mut Transaction<'_>) -> Result<i64, StoreError> {
+pub(crate) fn schema_version(transaction: &mut Transaction<'_>) -> Result<i64, StoreError> {
     let row = transaction.query_one(
         "SELECT value FROM kasi_meta WHERE key = 'schema_version'",
         &[],
@@ -1066,46 +1111,6 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
         after: col(row, 7)?,
         outcome: col(row, 8)?,
     })
-}
-
-/// Transfers and finishes: every row, or with a horizon, the transfers
-/// that finished before it summed in one streaming pass (what recovery
-/// needs of them) and the rest loaded.
-fn read_transfers(
-    transaction: &mut Transaction<'_>,
-    version: i64,
-    horizon_ms: Option<i64>,
-    snapshot: &mut Snapshot,
-) -> Result<(), StoreError> {
-    let mut archived = HistorySnapshot::empty();
-    if horizon_ms.is_some() {
-        archived.in_window(open_window(transaction)?);
-    }
-    // Streamed: a long history is never held as rows in memory.
-    let query = format!(
-        "SELECT {TRANSFER_COLUMNS}, {}
-         FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq",
-        finish_columns(version)
-    );
-    let no_parameters: [&(dyn postgres::types::ToSql + Sync); 0] = [];
-    let mut rows = transaction.query_raw(query.as_str(), no_parameters)?;
-    while let Some(row) = rows.next()? {
-        let transfer = transfer_row(&row)?;
-        let finish = finish_row(&row, 15)?;
-        match horizon_ms {
-            Some(horizon_ms) if is_archived(&transfer, finish.as_ref(), horizon_ms) => {
-                archived.fold(&transfer, finish.as_ref())?;
-            }
-            _ => {
-                snapshot.transfers.push(transfer);
-                snapshot.finishes.extend(finish);
-            }
-        }
-    }
-    if horizon_ms.is_some() {
-        snapshot.archived = archived.into_archived();
-    }
-    Ok(())
 }
 
 /// One commit's rows, gathered by table so that each table is written by
@@ -1532,9 +1537,20 @@ impl Store for PgStore {
         self.read(Some(horizon_ms))
     }
 
+    fn history_snapshot_through(&self) -> Option<u64> {
+        self.history.loaded_through
+    }
+
     fn forget_history_snapshot(&mut self) -> Result<bool, StoreError> {
-        // The warm copy is the shortcut a load may have taken.
-        Ok(std::mem::take(&mut self.loaded_warm))
+        // The shortcuts a load may have taken: the warm copy, the history
+        // snapshot (which the warm copy may have started from).
+        let warm = std::mem::take(&mut self.loaded_warm);
+        let snapshot = self.history.loaded_through.take().is_some();
+        if snapshot {
+            self.forget_stored_history()?;
+        }
+        self.history.read_whole = warm || snapshot;
+        Ok(warm || snapshot)
     }
 
     fn describe(&self) -> String {

@@ -7,10 +7,20 @@
 
 /// The migrations, in order: the schema version after migration `n` is
 /// `n + 1`. Never edit one that has shipped: add the next.
-pub(crate) const MIGRATIONS: &[&str] = &[MIGRATION_1, MIGRATION_2, MIGRATION_3, MIGRATION_4];
+pub(crate) const MIGRATIONS: &[&str] = &[
+    MIGRATION_1,
+    MIGRATION_2,
+    MIGRATION_3,
+    MIGRATION_4,
+    MIGRATION_5,
+];
 
 /// The version this kasi writes: a database at a higher one is refused.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// The version from which the history snapshot's tables exist (a store
+/// read as it is by `kasi audit` may predate them).
+pub(crate) const HISTORY_SNAPSHOT_SINCE: i64 = 5;
 
 /// Held (transaction-scoped) while a kasi creates or migrates the schema,
 /// so that two hubs starting on one empty database do not both create it.
@@ -36,6 +46,39 @@ const MIGRATION_4: &str = "
 ALTER TABLE transfer_finishes ADD COLUMN cause TEXT;
 UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
  WHERE kind = 'FULFIL' AND state = 'ABORTED' AND reason = 3100;
+";
+
+/// The history snapshot (`pg_history.rs`, the algorithm in `history.rs`):
+/// the transfers that finished before a cut, summed, so that recovery with
+/// a retention horizon reads only what it cannot sum. The same four tables
+/// as SQLite's; `transfer_finishes_by_time` exists since migration 1, and
+/// the funds movements get a partial index of their own (built once on a
+/// store that predates it: a scan of `transfers`).
+const MIGRATION_5: &str = "
+CREATE TABLE history_snapshot (
+    id                INTEGER PRIMARY KEY CHECK (id = 1),
+    through_seq       BIGINT  NOT NULL,
+    cut_ms            BIGINT  NOT NULL,
+    transfers         BIGINT  NOT NULL,
+    last_seq          BIGINT  NOT NULL,
+    last_at_ms        BIGINT  NOT NULL,
+    settlement_window BIGINT
+);
+CREATE TABLE history_snapshot_values (
+    account_id BIGINT PRIMARY KEY,
+    value      TEXT   NOT NULL
+);
+CREATE TABLE history_snapshot_pairs (
+    payer_id BIGINT NOT NULL,
+    payee_id BIGINT NOT NULL,
+    amount   TEXT   NOT NULL,
+    commits  BIGINT NOT NULL,
+    PRIMARY KEY (payer_id, payee_id)
+);
+CREATE TABLE history_snapshot_kept (
+    seq BIGINT PRIMARY KEY
+);
+CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
 ";
 
 const MIGRATION_1: &str = "

@@ -19,7 +19,10 @@ use ledger::{
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 
-use crate::sqlite_history::{self, HistoryCheck, HistoryOptions, HistorySnapshot, Snapshotter};
+use crate::history::{
+    self, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource as _, Snapshotter,
+};
+use crate::sqlite_history;
 use crate::sqlite_settlement::SettlementStatements;
 use crate::{Store, StoreError, StoreReader, StoredTransfer, Touched};
 
@@ -403,7 +406,10 @@ impl SqliteStore {
         connection.execute_batch(sqlite_history::SCHEMA)?;
         let checkpointer = Checkpointer::start(&path)?;
         let history = match options.history {
-            Some(history) => Some(Snapshotter::start(&path, history)?),
+            Some(history) => Some(Snapshotter::start(
+                sqlite_history::Reader::open(&path)?,
+                history,
+            )?),
             None => None,
         };
         Ok(SqliteStore {
@@ -729,11 +735,10 @@ impl SqliteStore {
                 }
             }
         }
-        let history = self.history.as_ref().and_then(|history| {
-            let pending = history.shared.take_pending()?;
-            let current = history.shared.generation.load(Ordering::Acquire);
-            (pending.0 == current).then_some(pending.1)
-        });
+        let history = self
+            .history
+            .as_ref()
+            .and_then(|history| history.shared.take_pending());
         if let Some(history) = &history {
             sqlite_history::write(&transaction, history, self.history_kept_written.as_deref())?;
         }
@@ -805,16 +810,8 @@ impl SqliteStore {
             history.shared.take_pending();
         }
         let transaction = self.connection.transaction()?;
-        let mut snapshot =
-            sqlite_history::read(&transaction)?.unwrap_or_else(HistorySnapshot::empty);
-        loop {
-            let next = sqlite_history::advance(&transaction, &snapshot, cut_ms)?;
-            let done = next.through_seq == snapshot.through_seq && next.cut_ms == snapshot.cut_ms;
-            snapshot = next;
-            if done {
-                break;
-            }
-        }
+        let snapshot =
+            history::advance_fully(&mut sqlite_history::Source::new(&transaction)?, cut_ms)?;
         sqlite_history::write(&transaction, &snapshot, None)?;
         transaction.commit()?;
         self.history_kept_written = Some(snapshot.kept.clone());
@@ -828,35 +825,7 @@ impl SqliteStore {
     /// snapshot; else its seq and the first difference, if any.
     pub fn check_history_snapshot(&mut self) -> Result<Option<HistoryCheck>, StoreError> {
         let transaction = self.connection.transaction()?;
-        let version: i64 =
-            transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let Some(history) = sqlite_history::read(&transaction)? else {
-            return Ok(None);
-        };
-        let (through, cut_ms) = (history.through_seq, history.cut_ms);
-        let (from_snapshot, archived) = sqlite_history::read_since(&transaction, history, cut_ms)?;
-        let mut whole = Snapshot::default();
-        read_recent_transfers(&transaction, version, cut_ms, &mut whole)?;
-        let verdict = if archived != whole.archived {
-            Err(format!(
-                "its sums differ from the history's: {archived:?} against {:?}",
-                whole.archived
-            ))
-        } else if from_snapshot.len() != whole.transfers.len()
-            || from_snapshot
-                .iter()
-                .zip(&whole.transfers)
-                .any(|((transfer, _), row)| transfer != row)
-        {
-            Err(format!(
-                "it leaves {} transfers to read, the history {}",
-                from_snapshot.len(),
-                whole.transfers.len()
-            ))
-        } else {
-            Ok(())
-        };
-        Ok(Some((through, verdict)))
+        history::check(&mut sqlite_history::Source::new(&transaction)?)
     }
 
     /// The stored history snapshot, if any.
@@ -872,8 +841,13 @@ impl SqliteStore {
     fn read(&mut self, horizon_ms: Option<i64>) -> Result<Snapshot, StoreError> {
         // One read transaction, so that a hub writing meanwhile cannot show
         // us half of a batch.
+        // Nobody else writes a store this process holds the lock of: a
+        // second connection reads the same state, so recovery may read in
+        // two parts at once.
+        let fork_from = self._lock.as_ref().map(|_| self.path.clone());
         let transaction = self.connection.transaction()?;
-        let (snapshot, history_through) = read_rows(&transaction, horizon_ms, true)?;
+        let (snapshot, history_through) =
+            read_rows(&transaction, horizon_ms, true, fork_from.as_deref())?;
         if horizon_ms.is_some() {
             self.loaded_history_through = history_through;
         }
@@ -923,7 +897,7 @@ impl SqliteStore {
         let transaction = self.connection.transaction()?;
         let version: i64 =
             transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
-        let (small, _) = read_rows(&transaction, None, false)?;
+        let (small, _) = read_rows(&transaction, None, false, None)?;
         let Snapshot {
             participants,
             accounts,
@@ -1072,6 +1046,7 @@ fn read_rows(
     transaction: &rusqlite::Transaction<'_>,
     horizon_ms: Option<i64>,
     bulk: bool,
+    fork_from: Option<&Path>,
 ) -> Result<(Snapshot, Option<u64>), StoreError> {
     let mut snapshot = Snapshot::default();
     let mut history_through = None;
@@ -1143,24 +1118,18 @@ fn read_rows(
                 }
                 Some(horizon_ms) => {
                     drop(statement);
-                    let history = match version >= 3 {
-                        true => sqlite_history::read(transaction)?,
+                    let source =
+                        &mut sqlite_history::Source::new(transaction)?.forking_from(fork_from);
+                    let stored = match version >= 3 {
+                        true => source.stored()?,
                         false => None,
                     };
-                    history_through = history.as_ref().map(|h| h.through_seq);
-                    match history {
-                        Some(history) => {
-                            let (loaded, archived) =
-                                sqlite_history::read_since(transaction, history, horizon_ms)?;
-                            for (transfer, finish) in loaded {
-                                snapshot.transfers.push(transfer);
-                                snapshot.finishes.extend(finish);
-                            }
-                            snapshot.archived = archived;
+                    history_through = stored.as_ref().map(|h| h.through_seq);
+                    match stored {
+                        Some(stored) => {
+                            history::read_since(source, stored, horizon_ms, &mut snapshot)?
                         }
-                        None => {
-                            read_recent_transfers(transaction, version, horizon_ms, &mut snapshot)?
-                        }
+                        None => history::read_whole(source, Some(horizon_ms), &mut snapshot)?,
                     }
                 }
             }
@@ -1696,36 +1665,6 @@ fn abort_cause(row: &Row<'_>, at: usize) -> Result<Option<AbortCause>, StoreErro
     }
 }
 
-/// Recovery with a retention horizon and no history snapshot, in one
-/// streaming pass over the transfers and their finishes: a finished FSPIOP
-/// transfer that finished before `horizon_ms` is not loaded but summed into
-/// [`Snapshot::archived`] (what its commit moved, and whether it counts in
-/// the open window); every other transfer is loaded as without a horizon.
-fn read_recent_transfers(
-    transaction: &rusqlite::Transaction<'_>,
-    version: i64,
-    horizon_ms: i64,
-    snapshot: &mut Snapshot,
-) -> Result<(), StoreError> {
-    let mut archived = HistorySnapshot::empty();
-    if version >= 2 {
-        archived.in_window(sqlite_history::open_window(transaction)?);
-    }
-    let mut statement = transaction.prepare(&whole_history_query(version))?;
-    let mut rows = statement.query([])?;
-    while let Some(row) = rows.next()? {
-        let (transfer, finish) = sqlite_history::joined(row)?;
-        if sqlite_history::is_archived(&transfer, finish.as_ref(), horizon_ms) {
-            archived.fold(&transfer, finish.as_ref())?;
-        } else {
-            snapshot.transfers.push(transfer);
-            snapshot.finishes.extend(finish);
-        }
-    }
-    snapshot.archived = archived.into_archived();
-    Ok(())
-}
-
 /// Answers for transfers that left the ledger's memory: a read-only
 /// connection of its own (WAL lets it read while the store thread writes),
 /// used by the hub off the ledger thread.
@@ -1901,8 +1840,7 @@ impl Store for SqliteStore {
             return Ok(false);
         }
         if let Some(history) = &self.history {
-            history.shared.generation.fetch_add(1, Ordering::AcqRel);
-            history.shared.take_pending();
+            history.shared.forget();
         }
         let transaction = self.connection.transaction()?;
         sqlite_history::forget(&transaction)?;

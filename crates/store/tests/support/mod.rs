@@ -252,13 +252,45 @@ impl Harness {
                     self.funds_out.push((transfer_id, dfsp as usize));
                 }
             },
-            Op::Snapshot { behind_ms } => {
-                let snapshot = self
-                    .store
-                    .advance_history_snapshot(self.now - behind_ms)
-                    .expect("advance the snapshot");
-                self.last_cut = snapshot.cut_ms;
-            }
+            Op::Snapshot { behind_ms } => self.snapshot(self.now - behind_ms),
         }
     }
+
+    /// Advances the stored history snapshot to `cut_ms`, on both stores
+    /// alike: the same algorithm over the same rows gives the same
+    /// snapshot.
+    pub fn snapshot(&mut self, cut_ms: i64) {
+        let snapshot = self
+            .store
+            .advance_history_snapshot(cut_ms)
+            .expect("advance the snapshot");
+        if let Some(pg) = &mut self.pg {
+            let on_pg = pg
+                .advance_history_snapshot(cut_ms)
+                .expect("advance the snapshot on PostgreSQL");
+            assert_eq!(on_pg, snapshot, "the backends' snapshots differ");
+            assert_eq!(
+                pg.history_snapshot().expect("read it back"),
+                Some(snapshot.clone()),
+                "PostgreSQL stored another snapshot than it computed"
+            );
+        }
+        self.last_cut = snapshot.cut_ms;
+    }
+}
+
+/// A tampered history snapshot is caught: the check against the whole
+/// history (`kasi audit`'s) names a difference, and the audit before
+/// serving refuses what a load from it gives.
+pub fn assert_tampered_snapshot_caught(
+    check: Option<store::history::HistoryCheck>,
+    through_seq: u64,
+    loaded: Snapshot,
+    limits: Limits,
+) {
+    let (through, verdict) = check.expect("a snapshot");
+    assert_eq!(through, through_seq);
+    assert!(verdict.is_err(), "the tampered snapshot passed the check");
+    let problem = Ledger::restore(loaded, limits).err().expect("refused");
+    assert!(problem.contains("does not add up"), "{problem}");
 }
