@@ -432,7 +432,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 fence: None,
             };
             match serve_term(&args, &settings, term, &runtime)? {
-                Ended::Stopped => Ok(ExitCode::SUCCESS),
+                Ended::Stopped => {
+                    info!("stopped cleanly");
+                    Ok(ExitCode::SUCCESS)
+                }
                 // Only a process on a shared store gives up serving.
                 Ended::GaveUp(why) => bail!("stopped serving: {why}"),
             }
@@ -984,7 +987,10 @@ fn serve_shared(args: &ServeArgs, settings: &Settings, url: &str) -> anyhow::Res
         // with its runtime.
         runtime.shutdown_timeout(Duration::from_secs(2));
         match ended? {
-            Ended::Stopped => return Ok(ExitCode::SUCCESS),
+            Ended::Stopped => {
+                info!("stopped cleanly");
+                return Ok(ExitCode::SUCCESS);
+            }
             Ended::GaveUp(why) => {
                 role.set_active(false);
                 warn!(
