@@ -692,15 +692,7 @@ fn a_full_disk_holds_the_batch_in_hand_refuses_new_work_and_resumes_when_space_r
             "answered at once"
         );
         let outcomes = read.expect("reads are answered from memory");
-        let Outcome::Participants(views) = &outcomes[0] else {
-            panic!("{outcomes:?}");
-        };
-        let position = views[0]
-            .accounts
-            .iter()
-            .find(|account| account.kind == AccountKind::Position)
-            .unwrap();
-        assert_eq!(position.reserved, Amount::from_whole(10), "{position:?}");
+        assert_eq!(position_reserved(&outcomes[0]), Amount::from_whole(10));
         assert!(matches!(&outcomes[1], Outcome::SettlementModels(models) if models.len() == 1));
     }
     let one_transfer = handle.execute(vec![Command::ReadTransfer {
@@ -1331,19 +1323,25 @@ fn on_one_thread_a_read_queued_before_the_fault_is_answered_from_memory() {
         .recv_timeout(Duration::from_secs(10))
         .expect("answered while the store fails")
         .expect("from memory");
-    let Outcome::Participants(views) = &outcomes[0] else {
-        panic!("{outcomes:?}");
-    };
-    let position = views[0]
-        .accounts
-        .iter()
-        .find(|account| account.kind == AccountKind::Position)
-        .unwrap();
-    assert_eq!(position.reserved, Amount::from_whole(10), "{position:?}");
+    assert_eq!(position_reserved(&outcomes[0]), Amount::from_whole(10));
     assert!(
         answers.recv_timeout(Duration::from_millis(200)).is_err(),
         "no prepare is acknowledged"
     );
     // The shutdown gives up on the store after a while; not waited for.
     std::thread::spawn(move || drop(engine.shutdown()));
+}
+
+/// The reserved amount of the first participant's position account in a
+/// `ReadParticipants` outcome.
+fn position_reserved(outcome: &Outcome) -> Amount {
+    let Outcome::Participants(views) = outcome else {
+        panic!("{outcome:?}");
+    };
+    views[0]
+        .accounts
+        .iter()
+        .find(|account| account.kind == AccountKind::Position)
+        .unwrap()
+        .reserved
 }
