@@ -1233,18 +1233,8 @@ fn a_pipeline_that_fails_for_good_says_so_once(threads: PipelineThreads) {
 }
 
 fn an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held(threads: PipelineThreads) {
-    let full = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let committed = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let engine = Engine::start(
-        Ledger::new(Limits::default()),
-        Box::new(FullDiskStore {
-            full: full.clone(),
-            committed: committed.clone(),
-        }),
-        config(threads),
-    );
+    let (engine, full, committed) = on_full_disk_store(threads);
     let handle = engine.handle();
-    handle.execute(onboarding()).unwrap();
     let before = committed.lock().unwrap().len();
 
     // A commit is being retried (the database away) when the process must
