@@ -5,8 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use crate::amount::Amount;
 use crate::ids::{Currency, FspName, TransferId};
-use crate::ledger::check_oracle_fields;
 use crate::model::*;
+use crate::registry::check_oracle_fields;
 
 /// Every row the store holds: what recovery reads and `kasi audit` checks.
 /// Each list is in id (or seq) order.

@@ -1,0 +1,650 @@
+//! FSPIOP transfers: prepare, fulfil, abort, expiry, and reading them,
+//! with the duplicate rules for requests that create or finish one.
+
+use crate::amount::Amount;
+use crate::crypto::{Fulfilment, RequestHash};
+use crate::error::{ErrorCode, Rejection};
+use crate::ids::{AccountId, Currency, FspName, TransferId};
+use crate::ledger::{modified_prepare, overflow, validation, Finish, Ledger, NewId, Transfer};
+use crate::model::*;
+
+impl Ledger {
+    pub(crate) fn view(&self, transfer_id: TransferId, transfer: &Transfer) -> TransferView {
+        let debit = self.account(transfer.debit);
+        let credit = self.account(transfer.credit);
+        TransferView {
+            transfer_id,
+            kind: transfer.kind,
+            payer: self.participant(debit.participant).name,
+            payee: self.participant(credit.participant).name,
+            amount: transfer.amount,
+            currency: debit.currency,
+            state: transfer.state,
+            reason: transfer.reason,
+            cause: transfer.finish.and_then(|finish| finish.cause),
+            expiration_ms: transfer.expiration_ms,
+            prepared_at_ms: transfer.prepared_at_ms,
+            completed_at_ms: match transfer.state {
+                TransferState::Reserved => None,
+                _ => Some(
+                    transfer
+                        .finish
+                        .map_or(transfer.prepared_at_ms, |finish| finish.at_ms),
+                ),
+            },
+            fulfilment: transfer.fulfilment,
+            wire_version: transfer.wire_version,
+        }
+    }
+
+    pub(crate) fn view_of(&self, transfer_id: TransferId) -> TransferView {
+        self.view(transfer_id, &self.transfers[&transfer_id])
+    }
+
+    /// Whether a transfer with this id is in memory (one that left it is in
+    /// the store only).
+    pub fn holds_transfer(&self, transfer_id: TransferId) -> bool {
+        self.transfers.get(&transfer_id).is_some()
+    }
+
+    /// Duplicate rule for a request that creates a transfer (FSPIOP §3.2.5.1).
+    pub(crate) fn check_new_transfer(
+        &self,
+        transfer_id: TransferId,
+        request_hash: RequestHash,
+        new_id: NewId,
+    ) -> Result<Option<Outcome>, Rejection> {
+        let Some(existing) = self.transfers.get(&transfer_id) else {
+            let evictions_seen = match new_id {
+                NewId::Unchecked => None,
+                NewId::Checked(evictions_seen) => Some(evictions_seen),
+                // Read on this thread after every eviction so far.
+                NewId::LookedUp(StoreLookup::Absent) => Some(self.transfers_evicted()),
+                NewId::LookedUp(StoreLookup::Found(stored)) => {
+                    return match stored.request_hash == request_hash {
+                        true => Ok(Some(Outcome::Duplicate(stored.view))),
+                        false => Err(modified_prepare(transfer_id)),
+                    };
+                }
+                // Nothing is known about the id, so nothing is decided: the
+                // hub answers the prepare 503 with Retry-After.
+                NewId::LookedUp(StoreLookup::Failed) => {
+                    return Err(Rejection::new(
+                        ErrorCode::SERVICE_UNAVAILABLE,
+                        "the hub could not read its store; retry later",
+                    ));
+                }
+                NewId::LookedUp(StoreLookup::Pending) => {
+                    return Err(Rejection::new(
+                        ErrorCode::INTERNAL_SERVER_ERROR,
+                        format!("transfer {transfer_id} was not looked up in the store"),
+                    ));
+                }
+            };
+            self.check_not_evicted(transfer_id, evictions_seen)?;
+            if self.transfers.len() >= self.limits.max_transfers {
+                return Err(Rejection::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    format!(
+                        "the ledger holds its limit of {} transfers",
+                        self.limits.max_transfers
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        if existing.request_hash == request_hash {
+            return Ok(Some(Outcome::Duplicate(self.view(transfer_id, existing))));
+        }
+        Err(modified_prepare(transfer_id))
+    }
+
+    /// Duplicate rule for a request that finishes a transfer: a resend of the
+    /// request that finished it is a duplicate; any other request of the same
+    /// kind is a modified request.
+    pub(crate) fn check_finish_duplicate(
+        &self,
+        transfer_id: TransferId,
+        transfer: &Transfer,
+        kind: FinishKind,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        match transfer.finish {
+            Some(finish) if finish.kind == kind && finish.request_hash == request_hash => {
+                Ok(Some(Outcome::Duplicate(self.view(transfer_id, transfer))))
+            }
+            Some(finish) if finish.kind == kind => Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!(
+                    "transfer {transfer_id} was finished by a {} with a different body",
+                    kind.as_str().to_lowercase()
+                ),
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    pub(crate) fn not_reserved(transfer_id: TransferId, state: TransferState) -> Rejection {
+        if state == TransferState::Expired {
+            return Rejection::new(
+                ErrorCode::TRANSFER_EXPIRED,
+                format!("transfer {transfer_id} has expired"),
+            );
+        }
+        validation(format!(
+            "transfer {transfer_id} is {}, not RESERVED",
+            state.as_str()
+        ))
+    }
+
+    /// A DFSP's POSITION account in `currency`, required to be usable; the
+    /// refusals in central-ledger's words (`Participant payerfsp is
+    /// inactive`), which Mojaloop's collections look for.
+    fn active_position(&self, name: FspName, currency: Currency) -> Result<AccountId, Rejection> {
+        let id = self
+            .participant_by_name
+            .get(&name)
+            .copied()
+            .ok_or_else(|| validation(format!("Participant {name} not found")))?;
+        let participant = self.participant(id);
+        if !participant.active {
+            return Err(validation(format!("Participant {name} is inactive")));
+        }
+        let account = self
+            .find_account(id, currency, AccountKind::Position)
+            .ok_or_else(|| {
+                validation(format!("Participant {name} {currency} account not found"))
+            })?;
+        if !self.account(account).active {
+            return Err(validation(format!(
+                "Participant {name} {currency} account is inactive"
+            )));
+        }
+        Ok(account)
+    }
+
+    pub(crate) fn prepare(
+        &mut self,
+        prepare: &Prepare,
+        new_id: NewId,
+    ) -> Result<Outcome, Rejection> {
+        let transfer_id = prepare.transfer_id;
+        if let Some(duplicate) =
+            self.check_new_transfer(transfer_id, prepare.request_hash, new_id)?
+        {
+            return Ok(duplicate);
+        }
+        if !prepare.amount.is_valid_transfer_amount() {
+            return Err(validation(
+                "amount must be above 0, with at most 18 integer digits and 4 decimals",
+            ));
+        }
+        if prepare.payer == prepare.payee {
+            return Err(validation(format!(
+                "payer and payee are both '{}'",
+                prepare.payer
+            )));
+        }
+        let payer_position = self.active_position(prepare.payer, prepare.currency)?;
+        let payee_position = self.active_position(prepare.payee, prepare.currency)?;
+        let payer = self.account(payer_position).participant;
+        let settlement = self
+            .find_account(payer, prepare.currency, AccountKind::Settlement)
+            .ok_or_else(|| {
+                validation(format!(
+                    "payer FSP '{}' has no {} SETTLEMENT account",
+                    prepare.payer, prepare.currency
+                ))
+            })?;
+        if prepare.expiration_ms <= self.now_ms {
+            return Err(Rejection::new(
+                ErrorCode::TRANSFER_EXPIRED,
+                format!("transfer {transfer_id} expired before it was prepared"),
+            ));
+        }
+
+        // Mojaloop's position check (central-ledger position facade), with the
+        // headroom of each reservation taken before the next command runs.
+        let position = self.account(payer_position);
+        let settlement = self.account(settlement);
+        let effective = position
+            .value
+            .checked_add(position.reserved)
+            .ok_or_else(overflow)?;
+        let liquidity_cover = settlement
+            .value
+            .checked_add(settlement.reserved)
+            .and_then(Amount::checked_neg)
+            .ok_or_else(overflow)?;
+        let available_liquidity = liquidity_cover
+            .checked_sub(effective)
+            .ok_or_else(overflow)?;
+        let net_debit_cap = position.net_debit_cap.unwrap_or(Amount::ZERO);
+        let available_limit = net_debit_cap.checked_sub(effective).ok_or_else(overflow)?;
+        let new_reserved = position
+            .reserved
+            .checked_add(prepare.amount)
+            .ok_or_else(overflow)?;
+
+        let refusal = if prepare.amount > available_liquidity {
+            Some(Rejection::new(
+                ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
+                format!(
+                    "amount {} exceeds the payer's available liquidity of {available_liquidity}",
+                    prepare.amount
+                ),
+            ))
+        } else if prepare.amount > available_limit {
+            Some(Rejection::new(
+                ErrorCode::PAYER_LIMIT_ERROR,
+                format!(
+                    "amount {} exceeds the payer's available net debit cap of {available_limit}",
+                    prepare.amount
+                ),
+            ))
+        } else {
+            None
+        };
+        let state = if refusal.is_some() {
+            TransferState::Rejected
+        } else {
+            TransferState::Reserved
+        };
+        if state == TransferState::Reserved {
+            self.balance_mut(payer_position).reserved = new_reserved;
+            self.expiry.insert((prepare.expiration_ms, transfer_id));
+        }
+        self.insert_transfer(
+            transfer_id,
+            Transfer {
+                seq: 0,
+                kind: TransferKind::Fspiop,
+                debit: payer_position,
+                credit: payee_position,
+                amount: prepare.amount,
+                condition: prepare.condition,
+                expiration_ms: prepare.expiration_ms,
+                prepared_at_ms: self.now_ms,
+                request_hash: prepare.request_hash,
+                state,
+                reason: refusal.as_ref().map(|r| r.code),
+                finish: None,
+                fulfilment: None,
+                memo: None,
+                wire_version: prepare.wire_version,
+            },
+        );
+        let transfer = self.view_of(transfer_id);
+        Ok(match refusal {
+            Some(error) => Outcome::Failed { transfer, error },
+            None => Outcome::Transfer(transfer),
+        })
+    }
+
+    pub(crate) fn insert_transfer(&mut self, transfer_id: TransferId, mut transfer: Transfer) {
+        self.last_seq += 1;
+        transfer.seq = self.last_seq;
+        self.records.push(Record::Transfer(TransferRow {
+            seq: transfer.seq,
+            transfer_id,
+            kind: transfer.kind,
+            debit: transfer.debit,
+            credit: transfer.credit,
+            amount: transfer.amount,
+            condition: transfer.condition,
+            expiration_ms: transfer.expiration_ms,
+            prepared_at_ms: transfer.prepared_at_ms,
+            request_hash: transfer.request_hash,
+            state: transfer.state,
+            reason: transfer.reason,
+            memo: transfer.memo.clone(),
+            wire_version: transfer.wire_version,
+        }));
+        if transfer.kind == TransferKind::Fspiop && transfer.state.is_final() {
+            self.retention.finished(self.now_ms, transfer_id);
+        }
+        let previous = self.transfers.insert(transfer_id, transfer);
+        assert!(
+            previous.is_none(),
+            "transfer ids are checked for duplicates before insertion"
+        );
+    }
+
+    /// Moves a reserved transfer to its final state: releases the hold on the
+    /// debit account and, on commit, posts the amount from credit to debit.
+    /// Checks every sum before changing anything.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        state: TransferState,
+        reason: Option<ErrorCode>,
+        cause: Option<AbortCause>,
+        request_hash: RequestHash,
+        fulfilment: Option<Fulfilment>,
+    ) -> Result<TransferView, Rejection> {
+        let transfer = &self.transfers[&transfer_id];
+        assert_eq!(
+            transfer.state,
+            TransferState::Reserved,
+            "only a reserved transfer can finish"
+        );
+        let (debit, credit, amount, expiration_ms) = (
+            transfer.debit,
+            transfer.credit,
+            transfer.amount,
+            transfer.expiration_ms,
+        );
+        let debit_account = self.account(debit);
+        let released = debit_account
+            .reserved
+            .checked_sub(amount)
+            .ok_or_else(overflow)?;
+        assert!(
+            !released.is_negative(),
+            "a hold never exceeds what the account reserved"
+        );
+        let posted = if state == TransferState::Committed {
+            let debit_value = debit_account
+                .value
+                .checked_add(amount)
+                .ok_or_else(overflow)?;
+            let credit_value = self
+                .account(credit)
+                .value
+                .checked_sub(amount)
+                .ok_or_else(overflow)?;
+            Some((debit_value, credit_value))
+        } else {
+            None
+        };
+        // A committed FSPIOP transfer belongs to the window open now, in
+        // this same step, so no close can race it; under a GROSS model it
+        // also settles at once. Both are checked before anything changes.
+        let settles = posted.is_some() && transfer.kind == TransferKind::Fspiop;
+        let window_commit = match settles {
+            true => Some(self.plan_window_commit(debit, credit, amount)?),
+            false => None,
+        };
+        let gross = match settles {
+            true => self.plan_gross(debit, credit, amount)?,
+            false => None,
+        };
+
+        self.balance_mut(debit).reserved = released;
+        if let Some((debit_value, credit_value)) = posted {
+            assert_eq!(self.account(debit).currency, self.account(credit).currency);
+            self.balance_mut(debit).value = debit_value;
+            self.balance_mut(credit).value = credit_value;
+        }
+        let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan, 1));
+        if let Some(entries) = gross {
+            self.post_entries(&entries, None, Some(transfer_id));
+        }
+        self.expiry.remove(&(expiration_ms, transfer_id));
+        let now_ms = self.now_ms;
+        let transfer = self
+            .transfers
+            .get_mut(&transfer_id)
+            .expect("looked up above");
+        transfer.state = state;
+        transfer.reason = reason;
+        transfer.fulfilment = fulfilment;
+        transfer.finish = Some(Finish {
+            kind,
+            request_hash,
+            at_ms: now_ms,
+            settlement_window,
+            cause,
+        });
+        let seq = transfer.seq;
+        if transfer.kind == TransferKind::Fspiop {
+            self.retention.finished(now_ms, transfer_id);
+        }
+        self.records.push(Record::Finish(FinishRow {
+            seq,
+            kind,
+            state,
+            reason,
+            cause,
+            finished_at_ms: now_ms,
+            request_hash,
+            fulfilment,
+            settlement_window,
+        }));
+        Ok(self.view_of(transfer_id))
+    }
+
+    /// Finds a transfer that `caller` may finish as its payee.
+    fn payee_transfer(
+        &self,
+        transfer_id: TransferId,
+        caller: FspName,
+    ) -> Result<&Transfer, Rejection> {
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        if transfer.kind != TransferKind::Fspiop {
+            return Err(validation(format!(
+                "transfer {transfer_id} is a funds movement, not an FSPIOP transfer"
+            )));
+        }
+        let payee = self
+            .participant(self.account(transfer.credit).participant)
+            .name;
+        if payee != caller {
+            return Err(Rejection::not_party(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("'{caller}' is not the payee of transfer {transfer_id}"),
+            ));
+        }
+        Ok(transfer)
+    }
+
+    pub(crate) fn fulfil(&mut self, fulfil: &Fulfil) -> Result<Outcome, Rejection> {
+        let transfer_id = fulfil.transfer_id;
+        let transfer = self.payee_transfer(transfer_id, fulfil.caller)?;
+        if let Some(duplicate) = self.check_finish_duplicate(
+            transfer_id,
+            transfer,
+            FinishKind::Fulfil,
+            fulfil.request_hash,
+        )? {
+            return Ok(duplicate);
+        }
+        if transfer.state != TransferState::Reserved {
+            return Err(Self::not_reserved(transfer_id, transfer.state));
+        }
+        let (hash, fulfilment) = (fulfil.request_hash, fulfil.fulfilment);
+        let condition = transfer.condition;
+        if self.now_ms >= transfer.expiration_ms {
+            let code = ErrorCode::TRANSFER_EXPIRED;
+            let view = self.finish(
+                transfer_id,
+                FinishKind::Fulfil,
+                TransferState::Expired,
+                Some(code),
+                None,
+                hash,
+                None,
+            )?;
+            let error = Rejection::new(
+                code,
+                format!("transfer {transfer_id} was fulfilled at or after its expiration"),
+            );
+            return Ok(Outcome::Failed {
+                transfer: view,
+                error,
+            });
+        }
+        if let Some(failed) =
+            self.abort_unless_to_payer(transfer_id, FinishKind::Fulfil, fulfil.destination, hash)?
+        {
+            return Ok(failed);
+        }
+        let Some(fulfilment) = fulfilment.filter(|f| f.condition() == condition) else {
+            return self.abort_by_hub(
+                transfer_id,
+                FinishKind::Fulfil,
+                AbortCause::InvalidFulfilment,
+                hash,
+            );
+        };
+        let view = self.finish(
+            transfer_id,
+            FinishKind::Fulfil,
+            TransferState::Committed,
+            None,
+            None,
+            hash,
+            Some(fulfilment),
+        )?;
+        Ok(Outcome::Transfer(view))
+    }
+
+    pub(crate) fn abort(&mut self, abort: &Abort) -> Result<Outcome, Rejection> {
+        let transfer_id = abort.transfer_id;
+        let transfer = self.payee_transfer(transfer_id, abort.caller)?;
+        if let Some(duplicate) = self.check_finish_duplicate(
+            transfer_id,
+            transfer,
+            FinishKind::Abort,
+            abort.request_hash,
+        )? {
+            return Ok(duplicate);
+        }
+        if transfer.state != TransferState::Reserved {
+            return Err(Self::not_reserved(transfer_id, transfer.state));
+        }
+        if let Some(failed) = self.abort_unless_to_payer(
+            transfer_id,
+            FinishKind::Abort,
+            abort.destination,
+            abort.request_hash,
+        )? {
+            return Ok(failed);
+        }
+        if !abort.error_code.is_valid() {
+            return Err(validation(format!(
+                "error code {} is not an FSPIOP error code",
+                abort.error_code.0
+            )));
+        }
+        let view = self.finish(
+            transfer_id,
+            FinishKind::Abort,
+            TransferState::Aborted,
+            Some(abort.error_code),
+            None,
+            abort.request_hash,
+            None,
+        )?;
+        Ok(Outcome::Transfer(view))
+    }
+
+    /// The payee's message about a reserved transfer named another
+    /// FSPIOP-Destination than the payer: central-ledger aborts the
+    /// transfer (3100) rather than let the payer miss its outcome. `None`:
+    /// addressed to the payer, or to nobody.
+    fn abort_unless_to_payer(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        destination: Option<FspName>,
+        request_hash: RequestHash,
+    ) -> Result<Option<Outcome>, Rejection> {
+        let Some(destination) = destination else {
+            return Ok(None);
+        };
+        let debit = self.transfers[&transfer_id].debit;
+        let payer = self.participant(self.account(debit).participant).name;
+        if payer == destination {
+            return Ok(None);
+        }
+        let cause = AbortCause::DestinationNotPayer;
+        self.abort_by_hub(transfer_id, kind, cause, request_hash)
+            .map(Some)
+    }
+
+    /// Aborts a reserved transfer for the payee's faulty message (3100 with
+    /// `cause`): its final state, told to the payer as the refusal.
+    fn abort_by_hub(
+        &mut self,
+        transfer_id: TransferId,
+        kind: FinishKind,
+        cause: AbortCause,
+        request_hash: RequestHash,
+    ) -> Result<Outcome, Rejection> {
+        let code = ErrorCode::GENERIC_VALIDATION_ERROR;
+        let view = self.finish(
+            transfer_id,
+            kind,
+            TransferState::Aborted,
+            Some(code),
+            Some(cause),
+            request_hash,
+            None,
+        )?;
+        Ok(Outcome::Failed {
+            transfer: view,
+            error: Rejection::new(code, cause.description()),
+        })
+    }
+
+    pub(crate) fn get_transfer(
+        &self,
+        transfer_id: TransferId,
+        caller: FspName,
+    ) -> Result<Outcome, Rejection> {
+        let view = self.read_transfer(transfer_id)?;
+        if caller != view.payer && caller != view.payee {
+            return Err(Rejection::not_party(
+                ErrorCode::GENERIC_CLIENT_ERROR,
+                format!("'{caller}' is neither the payer nor the payee of transfer {transfer_id}"),
+            ));
+        }
+        Ok(Outcome::Transfer(view))
+    }
+
+    /// A transfer in memory, without the parties' check.
+    pub(crate) fn read_transfer(&self, transfer_id: TransferId) -> Result<TransferView, Rejection> {
+        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
+            Rejection::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("transfer {transfer_id} not found"),
+            )
+        })?;
+        Ok(self.view(transfer_id, transfer))
+    }
+
+    pub(crate) fn expire(&mut self) -> Outcome {
+        let mut expired = Vec::new();
+        while let Some(&(expiration_ms, transfer_id)) = self.expiry.first() {
+            if expiration_ms > self.now_ms {
+                break;
+            }
+            let code = Some(ErrorCode::TRANSFER_EXPIRED);
+            match self.finish(
+                transfer_id,
+                FinishKind::Expiry,
+                TransferState::Expired,
+                code,
+                None,
+                RequestHash::default(),
+                None,
+            ) {
+                Ok(view) => expired.push(view),
+                // Releasing a hold cannot overflow; should it, keep the
+                // transfer reserved rather than spin on it.
+                Err(_) => {
+                    self.expiry.remove(&(expiration_ms, transfer_id));
+                }
+            }
+        }
+        Outcome::Expired(expired)
+    }
+}
