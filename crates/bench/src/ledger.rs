@@ -810,7 +810,6 @@ fn onboard(handle: &EngineHandle, count: u32) -> anyhow::Result<Vec<FspName>> {
                 reason: "initial liquidity".into(),
             },
             request_hash: RequestHash::default(),
-            evictions_seen: None,
         }));
     }
     for chunk in funding.chunks(1000) {

@@ -17,10 +17,17 @@
 //! On small machines one thread does both ([`PipelineThreads::One`]): it
 //! applies a batch, commits it, and takes whatever queued during the commit
 //! as the next batch. The rules above hold alike; only the overlap of apply
-//! and commit is given up, for one hand-off fewer per batch. Because every
-//! batch before the one in hand is then committed, that thread can also
-//! answer [`Command::PrepareWithLookup`] from the store itself, just before
-//! it applies (see [`EngineHandle::looks_up_prepares`]).
+//! and commit is given up, for one hand-off fewer per batch.
+//!
+//! Before it applies a batch, the ledger thread reads from the store every
+//! id the batch names that the ledger's memory does not hold (with a
+//! retention horizon, finished transfers and quotes leave memory): one read
+//! per batch, on the writer's connection in a one-thread pipeline (its
+//! page cache is warm), on a connection of the ledger thread's own in a
+//! two-thread one. The ledger then applies every rule to memory or to the
+//! stored copy (the ledger's `prefetch.rs` says why an id that left memory
+//! can never be taken as new). Nobody else reads the store to decide an
+//! outcome.
 //!
 //! If a commit fails with a transient error (a full disk), nothing of it is
 //! visible and memory is ahead of the disk by exactly the batches in hand:
@@ -50,10 +57,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ledger::{
-    Command, ErrorCode, Ledger, Limits, Outcome, Record, Rejection, StoreLookup, StoredPrepare,
+    Command, ErrorCode, Ledger, Limits, Outcome, PrefetchIds, Prefetched, Record, Rejection,
     TransferView,
 };
-use store::{Store, StoreError};
+use store::{Prefetch, Store, StoreError};
 
 mod repeats;
 pub use repeats::{Recovered, Repeats};
@@ -69,9 +76,9 @@ pub type Reply = Box<dyn FnOnce(Result<Vec<Outcome>, EngineError>) + Send>;
 pub type TimedReply = Box<dyn FnOnce(Result<(Vec<Outcome>, BatchTiming), EngineError>) + Send>;
 
 /// When the batch holding a submission went through the pipeline: taken once
-/// per batch and once per commit, never per command. On a one-thread
-/// pipeline the store lookups of [`Command::PrepareWithLookup`] fall between
-/// `apply_started_at` and `applied_at`.
+/// per batch and once per commit, never per command. The batch's prefetch
+/// (its reads of the store) falls between `apply_started_at` and
+/// `applied_at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchTiming {
     /// The ledger thread began applying the batch (its queue wait ended).
@@ -230,8 +237,7 @@ pub struct Stats {
     /// Commit attempts that failed (each retry of a transient failure
     /// counts).
     pub store_errors: AtomicU64,
-    /// Prepare ids the pipeline looked up in the store
-    /// ([`Command::PrepareWithLookup`]).
+    /// Ids the pipeline read from the store before applying (prefetch).
     pub store_lookups: AtomicU64,
 }
 
@@ -431,7 +437,6 @@ pub struct EngineHandle {
     sender: SyncSender<Message>,
     shared: Arc<Shared>,
     max_batch_commands: usize,
-    looks_up_prepares: bool,
 }
 
 impl EngineHandle {
@@ -557,21 +562,6 @@ impl EngineHandle {
         }
     }
 
-    /// Whether the pipeline looks prepares' ids up in the store itself
-    /// ([`Command::PrepareWithLookup`]): a one-thread pipeline on a store
-    /// that reads on its writer's connection. Otherwise the hub checks
-    /// first and sends [`Command::PrepareChecked`].
-    pub fn looks_up_prepares(&self) -> bool {
-        self.looks_up_prepares
-    }
-
-    /// How many finished transfers have left memory: a store read that
-    /// begins after this call sees every one of them. See
-    /// `ledger::Command::PrepareChecked`.
-    pub fn evictions_seen(&self) -> u64 {
-        self.shared.transfers_evicted.load(Ordering::Acquire)
-    }
-
     /// Transfers in the ledger's memory, and finished ones that left it
     /// since start.
     pub fn transfer_memory(&self) -> (u64, u64) {
@@ -694,7 +684,13 @@ impl Engine {
             transfers_evicted: AtomicU64::new(0),
             quotes_in_memory: AtomicU64::new(ledger.quote_count() as u64),
         });
-        let looks_up_prepares = config.threads == PipelineThreads::One && store.finds_transfers();
+        // The ledger thread's own reader, when the store thread holds the
+        // writer. A store that cannot read back (a test's) refuses only
+        // what would need it: ids that left memory.
+        let prefetcher = match config.threads {
+            PipelineThreads::One => None,
+            PipelineThreads::Two => Some(store.open_prefetcher().map_err(|e| e.to_string())),
+        };
         let committer = Committer {
             store,
             shared: shared.clone(),
@@ -722,7 +718,8 @@ impl Engine {
             shared: shared.clone(),
             clock: config.clock,
             max_batch_commands,
-            lookup_failures: Repeats::new(STILL_FAILING_LOG_EVERY),
+            prefetcher,
+            prefetch_failures: Repeats::new(STILL_FAILING_LOG_EVERY),
             deferred: VecDeque::new(),
         };
         let ledger_thread = std::thread::Builder::new()
@@ -734,7 +731,6 @@ impl Engine {
                 sender,
                 shared,
                 max_batch_commands,
-                looks_up_prepares,
             },
             ledger_thread: Some(ledger_thread),
             store_thread,
@@ -824,9 +820,12 @@ struct LedgerLoop {
     shared: Arc<Shared>,
     clock: Clock,
     max_batch_commands: usize,
-    /// A store that cannot be read fails every batch's lookups: said once,
+    /// The ledger thread's reader of a two-thread pipeline (or why it could
+    /// not be opened); a one-thread pipeline reads on the writer.
+    prefetcher: Option<Result<Box<dyn Prefetch>, String>>,
+    /// A store that cannot be read fails every batch's prefetch: said once,
     /// then at most every [`STILL_FAILING_LOG_EVERY`].
-    lookup_failures: Repeats,
+    prefetch_failures: Repeats,
     /// Submissions (and a stop) taken off the queue while a one-thread
     /// pipeline retried a commit and answered reads: the next batch's
     /// first, in order.
@@ -966,13 +965,6 @@ impl LedgerLoop {
                 commands: mut submitted,
                 reply,
             } => {
-                // Only this thread may say what the store holds: an answer
-                // filled in by whoever submitted would skip the check.
-                for command in &mut submitted {
-                    if let Command::PrepareWithLookup { lookup, .. } = command {
-                        *lookup = StoreLookup::Pending;
-                    }
-                }
                 replies.push((reply, submitted.len()));
                 commands.append(&mut submitted);
                 false
@@ -990,95 +982,72 @@ impl LedgerLoop {
         }
     }
 
-    /// Answers [`Command::PrepareWithLookup`] for the ids the ledger does
-    /// not hold, in one read of the store. Only a one-thread pipeline can:
-    /// every batch before this one is committed and every eviction so far
-    /// is of a durable transfer, so what the store does not have was never
-    /// seen (the ledger, on this same thread, holds whatever is newer).
-    fn look_up(&mut self, commands: &mut [Command]) {
-        let ToStore::Inline(committer) = &mut self.to_store else {
-            return;
-        };
-        let ledger = &self.ledger;
-        let pending = |command: &Command| match command {
-            Command::PrepareWithLookup {
-                prepare,
-                lookup: StoreLookup::Pending,
-            } if !ledger.holds_transfer(prepare.transfer_id) => Some(prepare.transfer_id),
-            _ => None,
-        };
-        let transfer_ids: Vec<_> = commands.iter().filter_map(pending).collect();
-        if transfer_ids.is_empty() {
-            return;
+    /// Reads from the store what `commands` name that the ledger's memory
+    /// does not hold, in one read: on this thread, after the last eviction
+    /// (see the ledger's `prefetch.rs`). A read that fails leaves those ids
+    /// unanswered, and the ledger refuses the commands naming them (2003).
+    fn prefetch(&mut self, commands: &[Command]) -> Prefetched {
+        let ids = self.ledger.prefetch_ids(commands);
+        if ids.is_empty() {
+            return Prefetched::default();
         }
-        // A row that cannot be read refuses its own prepare; the read as a
-        // whole failing refuses them all.
-        let mut failed: Option<(String, usize)> = None;
-        let mut fail = |error: String, prepares: usize| {
-            let (_, count) = failed.get_or_insert((error, 0));
-            *count += prepares;
-            StoreLookup::Failed
+        let read = match (&mut self.to_store, &mut self.prefetcher) {
+            (ToStore::Inline(committer), _) => committer.store.prefetch(&ids),
+            (ToStore::Thread(_), Some(Ok(prefetcher))) => prefetcher.prefetch(&ids),
+            (ToStore::Thread(_), Some(Err(why))) => Err(StoreError::fatal(why.clone())),
+            (ToStore::Thread(_), None) => Err(StoreError::fatal("no reader was opened")),
         };
-        let answers: Vec<StoreLookup> = match committer.store.find_transfers(&transfer_ids) {
-            Ok(found) if found.len() == transfer_ids.len() => found
-                .into_iter()
-                .map(|stored| match stored {
-                    Ok(None) => StoreLookup::Absent,
-                    Ok(Some(stored)) => StoreLookup::Found(Box::new(StoredPrepare {
-                        view: stored.view,
-                        request_hash: stored.request_hash,
-                    })),
-                    Err(error) => fail(error.to_string(), 1),
-                })
-                .collect(),
-            Ok(found) => {
-                let error = format!(
-                    "the store answered {} of {} lookups",
-                    found.len(),
-                    transfer_ids.len()
-                );
-                fail(error, transfer_ids.len());
-                vec![StoreLookup::Failed; transfer_ids.len()]
+        self.shared
+            .stats
+            .store_lookups
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        let (prefetched, failed) = match read {
+            Ok(prefetched) => {
+                let failed = match prefetched.unreadable.is_empty() {
+                    true => None,
+                    false => Some((
+                        prefetched.unreadable.join("; "),
+                        prefetched.unreadable.len(),
+                    )),
+                };
+                (prefetched, failed)
             }
-            Err(error) => {
-                fail(error.to_string(), transfer_ids.len());
-                vec![StoreLookup::Failed; transfer_ids.len()]
-            }
+            Err(error) => (
+                Prefetched::failed(&ids),
+                Some((error.to_string(), ids.len())),
+            ),
+        };
+        self.log_prefetch(&ids, failed);
+        prefetched
+    }
+
+    fn log_prefetch(&mut self, ids: &PrefetchIds, failed: Option<(String, usize)>) {
+        let store = match &self.to_store {
+            ToStore::Inline(committer) => committer.store.describe(),
+            ToStore::Thread(_) => "the store".to_string(),
         };
         match failed {
-            Some((error, prepares)) => {
-                if let Some(repeated) = self.lookup_failures.failed() {
+            Some((error, unread)) => {
+                if let Some(repeated) = self.prefetch_failures.failed() {
                     tracing::error!(
-                        store = %committer.store.describe(),
+                        %store,
                         %error,
-                        prepares,
+                        unread,
+                        asked = ids.len(),
                         repeated,
-                        "looking prepares up in the store failed; they are refused (2003, retry later)"
+                        "reading ids that left memory from the store failed; the commands naming them are refused (2003, retry later)"
                     );
                 }
             }
             None => {
-                if let Some(recovered) = self.lookup_failures.recovered() {
+                if let Some(recovered) = self.prefetch_failures.recovered() {
                     tracing::warn!(
-                        store = %committer.store.describe(),
+                        %store,
                         failures = recovered.failures,
                         failing_ms = recovered.failing_for.as_millis() as u64,
-                        "looking prepares up in the store works again"
+                        "reading ids that left memory from the store works again"
                     );
                 }
-            }
-        }
-        self.shared
-            .stats
-            .store_lookups
-            .fetch_add(transfer_ids.len() as u64, Ordering::Relaxed);
-        let mut answers = answers.into_iter();
-        for command in commands.iter_mut() {
-            if pending(command).is_none() {
-                continue;
-            }
-            if let Command::PrepareWithLookup { lookup, .. } = command {
-                *lookup = answers.next().expect("an answer per pending prepare");
             }
         }
     }
@@ -1103,8 +1072,10 @@ impl LedgerLoop {
             commands.insert(0, Command::Expire);
         }
         let apply_started_at = Instant::now();
-        self.look_up(commands);
-        let result = self.ledger.apply_batch(now_ms, commands);
+        let prefetched = self.prefetch(commands);
+        let result = self
+            .ledger
+            .apply_batch_prefetched(now_ms, commands, prefetched);
         let applied_at = Instant::now();
         let stats = &self.shared.stats;
         let apply_nanos = (applied_at - apply_started_at).as_nanos() as u64;

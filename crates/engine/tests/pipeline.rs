@@ -75,7 +75,6 @@ fn onboarding() -> Vec<Command> {
             currency: usd(),
             memo: FundsMemo::default(),
             request_hash: RequestHash([1; 32]),
-            evictions_seen: None,
         }));
     }
     let party = |identifier: &str, sub_id: Option<&str>| PartyKey {
@@ -878,26 +877,20 @@ fn the_pipeline_shape_follows_the_thread_count_and_the_machine() {
     assert_eq!(PipelineThreads::for_cores(64), PipelineThreads::Two);
 }
 
-/// With a retention horizon a one-thread pipeline answers the hub's
-/// `PrepareWithLookup` from the store on its own thread: a resend of a
+/// With a retention horizon both pipeline shapes read the ids a batch names
+/// that left memory from the store before applying it (on the writer in a
+/// one-thread pipeline, on the ledger thread's own reader in a two-thread
+/// one), and the ledger applies its rules to the stored copy: a resend of a
 /// transfer that left memory is a duplicate, a changed one is refused, a
-/// fresh id is new, and nothing moves twice. The two-thread shape does not
-/// offer it (the store thread owns the connection): the hub checks first
-/// there, and a prepare nobody looked up is refused, never taken as new.
+/// resent fulfil is a duplicate, a read finds it, a fresh id is new, and
+/// nothing moves twice.
 #[test]
-fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
+fn both_pipeline_shapes_read_ids_that_left_memory_before_applying() {
     let limits = Limits {
         transfer_retention_ms: Some(60_000),
         // Crowded at once: finished transfers leave as soon as durable.
         max_finished_in_memory: 0,
         ..Limits::default()
-    };
-    let with_lookup = |command: Command| match command {
-        Command::Prepare(prepare) => Command::PrepareWithLookup {
-            prepare,
-            lookup: StoreLookup::Pending,
-        },
-        other => panic!("{other:?}"),
     };
     for threads in [PipelineThreads::One, PipelineThreads::Two] {
         let dir = tempfile::tempdir().unwrap();
@@ -905,36 +898,13 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
         let (ledger, _) = recover(&mut store, limits).unwrap();
         let engine = Engine::start(ledger, Box::new(store), config(threads));
         let handle = engine.handle();
-        assert_eq!(handle.looks_up_prepares(), threads == PipelineThreads::One);
         handle.execute(onboarding()).unwrap();
-        let outcome = handle.execute(vec![with_lookup(prepare(1, far_future()))]);
-        // An answer filled in by the submitter is never taken for the
-        // store's.
-        let forged = |id: u128, lookup: StoreLookup| match prepare(id, far_future()) {
-            Command::Prepare(prepare) => Command::PrepareWithLookup { prepare, lookup },
-            other => panic!("{other:?}"),
-        };
-        if threads == PipelineThreads::Two {
-            assert_eq!(
-                outcome.unwrap()[0].error_code(),
-                Some(ErrorCode::INTERNAL_SERVER_ERROR),
-                "nobody looked it up"
-            );
-            let claimed_absent = handle
-                .execute(vec![forged(7, StoreLookup::Absent)])
-                .unwrap();
-            assert_eq!(
-                claimed_absent[0].error_code(),
-                Some(ErrorCode::INTERNAL_SERVER_ERROR),
-                "nobody looked it up, whatever the submitter said"
-            );
-            assert_eq!(handle.stats().store_lookups, 0);
-            continue;
-        }
-        let reserved = outcome.unwrap();
+        // Its deposits' ids were read too.
+        let onboarding_reads = handle.stats().store_lookups;
+        let reserved = handle.execute(vec![prepare(1, far_future())]).unwrap();
         assert!(
             matches!(&reserved[0], Outcome::Transfer(v) if v.state == TransferState::Reserved),
-            "{reserved:?}"
+            "{threads:?}: {reserved:?}"
         );
         let committed = match &handle.execute(vec![fulfil(1)]).unwrap()[0] {
             Outcome::Transfer(view) if view.state == TransferState::Committed => *view,
@@ -947,37 +917,33 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
             std::thread::sleep(Duration::from_millis(5));
         }
 
-        let resent = handle
-            .execute(vec![with_lookup(prepare(1, far_future()))])
-            .unwrap();
-        assert_eq!(resent, [Outcome::Duplicate(committed)]);
-        let claimed_absent = handle
-            .execute(vec![forged(1, StoreLookup::Absent)])
-            .unwrap();
-        assert_eq!(
-            claimed_absent,
-            [Outcome::Duplicate(committed)],
-            "looked up again, not reserved a second time"
-        );
-        let mut modified = with_lookup(prepare(1, far_future()));
-        if let Command::PrepareWithLookup { prepare, .. } = &mut modified {
+        let resent = handle.execute(vec![prepare(1, far_future())]).unwrap();
+        assert_eq!(resent, [Outcome::Duplicate(committed)], "{threads:?}");
+        let mut modified = prepare(1, far_future());
+        if let Command::Prepare(prepare) = &mut modified {
             prepare.request_hash = RequestHash([0xee; 32]);
         }
         let refused = handle.execute(vec![modified]).unwrap();
         assert_eq!(refused[0].error_code(), Some(ErrorCode::MODIFIED_REQUEST));
-        // A fresh id twice in one submission: new, then a duplicate.
+        let fulfilled_again = handle.execute(vec![fulfil(1)]).unwrap();
+        assert_eq!(fulfilled_again, [Outcome::Duplicate(committed)]);
+        let read = handle
+            .execute(vec![Command::ReadTransfer {
+                transfer_id: TransferId::new(1),
+            }])
+            .unwrap();
+        assert_eq!(read, [Outcome::StoredTransfer(committed)]);
+        // A fresh id twice in one submission: read once, new, then a
+        // duplicate.
         let fresh = handle
-            .execute(vec![
-                with_lookup(prepare(2, far_future())),
-                with_lookup(prepare(2, far_future())),
-            ])
+            .execute(vec![prepare(2, far_future()), prepare(2, far_future())])
             .unwrap();
         assert!(matches!(&fresh[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));
         assert!(matches!(&fresh[1], Outcome::Duplicate(_)), "{fresh:?}");
         assert_eq!(
-            handle.stats().store_lookups,
+            handle.stats().store_lookups - onboarding_reads,
             6,
-            "1 three times (before and twice after it left memory), 1 modified, 2 twice in one batch"
+            "1 fresh, 1 resent, modified, fulfilled again and read; 2 once for its batch"
         );
         let live = engine.shutdown().unwrap();
 
@@ -998,9 +964,33 @@ fn a_one_thread_pipeline_looks_prepares_up_in_the_store_itself() {
     }
 }
 
-/// A store that commits whatever it is given and knows no transfer, where
-/// the row of transfer 2 is damaged and a read that asks for transfer 9
-/// fails as a whole (an I/O error).
+/// Reads where the row of transfer 2 is damaged and a read that asks for
+/// transfer 9 fails as a whole (an I/O error); nothing else is stored.
+struct FailingReads;
+
+impl store::Prefetch for FailingReads {
+    fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {
+        if ids.transfers.contains(&TransferId::new(9)) {
+            return Err(StoreError::fatal("disk I/O error"));
+        }
+        let mut prefetched = Prefetched::default();
+        for &id in &ids.transfers {
+            let lookup = match id == TransferId::new(2) {
+                true => {
+                    let damaged = "participant name is stored as Null, not text";
+                    prefetched.unreadable.push(format!("{id}: {damaged}"));
+                    Lookup::Failed
+                }
+                false => Lookup::Absent,
+            };
+            prefetched.transfers.insert(id, lookup);
+        }
+        Ok(prefetched)
+    }
+}
+
+/// A store that commits whatever it is given and reads as [`FailingReads`]
+/// on its writer and on a reader of its own.
 struct LookupFailingStore;
 
 impl Store for LookupFailingStore {
@@ -1012,26 +1002,12 @@ impl Store for LookupFailingStore {
         Ok(Snapshot::default())
     }
 
-    fn finds_transfers(&self) -> bool {
-        true
+    fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {
+        store::Prefetch::prefetch(&mut FailingReads, ids)
     }
 
-    fn find_transfers(
-        &mut self,
-        transfer_ids: &[TransferId],
-    ) -> Result<store::FoundTransfers, StoreError> {
-        if transfer_ids.contains(&TransferId::new(9)) {
-            return Err(StoreError::fatal("disk I/O error"));
-        }
-        Ok(transfer_ids
-            .iter()
-            .map(|&id| match id == TransferId::new(2) {
-                true => Err(StoreError::fatal(
-                    "participant name is stored as Null, not text",
-                )),
-                false => Ok(None),
-            })
-            .collect())
+    fn open_prefetcher(&self) -> Result<Box<dyn store::Prefetch>, StoreError> {
+        Ok(Box::new(FailingReads))
     }
 
     fn describe(&self) -> String {
@@ -1039,12 +1015,19 @@ impl Store for LookupFailingStore {
     }
 }
 
-/// A failed lookup refuses the prepares that needed it (2003, nothing
+/// A failed read refuses the commands that needed it (2003, nothing
 /// reserved) and nothing else: a damaged row only its own prepare, a read
-/// failing as a whole those of its batch; an expiry and a plain prepare in
-/// the same batch go through, and the pipeline takes work afterwards.
+/// failing as a whole those of its batch; an expiry and a prepare whose id
+/// is answered in the same batch go through, and the pipeline takes work
+/// afterwards. Both pipeline shapes.
 #[test]
-fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
+fn a_failed_store_read_refuses_only_the_commands_that_needed_it() {
+    for threads in [PipelineThreads::One, PipelineThreads::Two] {
+        a_failed_store_read_refuses_only_what_needed_it(threads);
+    }
+}
+
+fn a_failed_store_read_refuses_only_what_needed_it(threads: PipelineThreads) {
     let clock_ms = Arc::new(std::sync::atomic::AtomicI64::new(1_000));
     let clock = {
         let clock_ms = clock_ms.clone();
@@ -1058,38 +1041,37 @@ fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
         Box::new(LookupFailingStore),
         EngineConfig {
             clock,
-            ..config(PipelineThreads::One)
+            ..config(threads)
         },
     );
     let handle = engine.handle();
-    assert!(handle.looks_up_prepares());
     handle.execute(onboarding()).unwrap();
+    let onboarding_reads = handle.stats().store_lookups;
+    let lookups = || handle.stats().store_lookups - onboarding_reads;
     let reserved = handle.execute(vec![prepare(1, 2_000)]).unwrap();
     assert!(matches!(&reserved[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));
+    assert_eq!(lookups(), 1);
 
     // Transfer 1 is due: the next batch starts with its expiry.
     clock_ms.store(2_500, std::sync::atomic::Ordering::SeqCst);
-    let with_lookup = |id| match prepare(id, 10_000) {
-        Command::Prepare(prepare) => Command::PrepareWithLookup {
-            prepare,
-            lookup: StoreLookup::Pending,
-        },
-        other => panic!("{other:?}"),
-    };
     let reserved = |outcome: &Outcome| matches!(outcome, Outcome::Transfer(v) if v.state == TransferState::Reserved);
     let outcomes = handle
-        .execute(vec![with_lookup(2), with_lookup(5), prepare(3, 10_000)])
+        .execute(vec![
+            prepare(2, 10_000),
+            prepare(5, 10_000),
+            prepare(3, 10_000),
+        ])
         .unwrap();
     assert_eq!(
         outcomes[0].error_code(),
         Some(ErrorCode::SERVICE_UNAVAILABLE),
-        "{outcomes:?}"
+        "{threads:?}: {outcomes:?}"
     );
     assert!(reserved(&outcomes[1]), "{outcomes:?}");
     assert!(reserved(&outcomes[2]), "{outcomes:?}");
-    assert_eq!(handle.stats().store_lookups, 2);
+    assert_eq!(lookups(), 4);
     let outcomes = handle
-        .execute(vec![with_lookup(6), with_lookup(9)])
+        .execute(vec![prepare(6, 10_000), prepare(9, 10_000)])
         .unwrap();
     assert!(
         outcomes
@@ -1097,7 +1079,7 @@ fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
             .all(|o| o.error_code() == Some(ErrorCode::SERVICE_UNAVAILABLE)),
         "{outcomes:?}"
     );
-    assert_eq!(handle.stats().store_lookups, 4);
+    assert_eq!(lookups(), 6);
     let read = |id| {
         handle.execute(vec![Command::ReadTransfer {
             transfer_id: TransferId::new(id),
@@ -1107,8 +1089,17 @@ fn a_failed_store_lookup_refuses_only_the_prepares_that_needed_it() {
         matches!(&read(1).unwrap()[0], Outcome::Transfer(v) if v.state == TransferState::Expired),
         "the expiry in the same batch went through"
     );
-    for never_created in [2, 6, 9] {
-        assert!(read(never_created).unwrap()[0].error_code().is_some());
+    assert_eq!(
+        read(6).unwrap()[0].error_code(),
+        Some(ErrorCode::TRANSFER_ID_NOT_FOUND),
+        "never created"
+    );
+    for unreadable in [2, 9] {
+        assert_eq!(
+            read(unreadable).unwrap()[0].error_code(),
+            Some(ErrorCode::SERVICE_UNAVAILABLE),
+            "not decided without the store"
+        );
     }
     let later = handle.execute(vec![prepare(4, 10_000)]).unwrap();
     assert!(matches!(&later[0], Outcome::Transfer(v) if v.state == TransferState::Reserved));

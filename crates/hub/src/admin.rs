@@ -12,7 +12,7 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Command, Currency, ErrorCode, FspName, Funds,
-    FundsFinish, FundsMemo, Outcome, ParticipantView, RequestHash, TransferId, TransferKind,
+    FundsFinish, FundsMemo, Outcome, ParticipantView, RequestHash, TransferId,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -422,7 +422,7 @@ async fn record_funds(
             ),
         ));
     }
-    let mut funds = Funds {
+    let funds = Funds {
         transfer_id: transfer_id(&request.transfer_id)?,
         participant: fsp_name(&name)?,
         account: account_id(&id)?,
@@ -433,25 +433,10 @@ async fn record_funds(
             reason: request.reason,
         },
         request_hash: RequestHash::of(&body),
-        evictions_seen: None,
     };
-    // An FSPIOP transfer that left memory is only in the store: its id is
-    // taken, as in central-ledger's one transfer table. The order (count,
-    // then lookup) is the prepare's: see ledger's `retention.rs`.
-    if hub.config.transfer_lookup.is_some() {
-        let evictions_seen = hub.engine.evictions_seen();
-        let stored = hub.stored_transfer(funds.transfer_id).await?;
-        if stored.is_some_and(|stored| stored.view.kind == TransferKind::Fspiop) {
-            return Err(HubError::new(
-                ErrorCode::MODIFIED_REQUEST,
-                format!(
-                    "transferId {} is already used by a transfer between DFSPs",
-                    funds.transfer_id
-                ),
-            ));
-        }
-        funds.evictions_seen = Some(evictions_seen);
-    }
+    // An FSPIOP transfer that left memory is in the store only: the
+    // pipeline reads it before the ledger applies this, and its id stays
+    // taken, as in central-ledger's one transfer table.
     let change = Change::participant(
         match request.action.as_str() {
             "recordFundsIn" => "funds.in",

@@ -115,21 +115,17 @@ async fn get_transfer(
         .await?;
     let (view, source) = match outcome {
         Outcome::Transfer(view) => (view, Source::Memory),
-        // Not in memory: past the retention horizon, the store has it (an
-        // evicted transfer was durable before it left).
+        // Past the retention horizon: the ledger answered from the store's
+        // copy (an evicted transfer was durable before it left).
+        Outcome::StoredTransfer(view) => (view, Source::Store),
         Outcome::Rejected(error) if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND => {
-            match hub.stored_transfer(transfer_id).await? {
-                Some(stored) => (stored.view, Source::Store),
-                None => {
-                    let error = HubError::new(
-                        ErrorCode::TRANSFER_ID_NOT_FOUND,
-                        format!("Transfer ID not found - transfer {transfer_id} not found"),
-                    );
-                    // 3208 is a 400 on the FSPIOP API (an answer to a
-                    // callback); a read of an unknown resource is a 404.
-                    return Ok((StatusCode::NOT_FOUND, error).into_response());
-                }
-            }
+            let error = HubError::new(
+                ErrorCode::TRANSFER_ID_NOT_FOUND,
+                format!("Transfer ID not found - transfer {transfer_id} not found"),
+            );
+            // 3208 is a 400 on the FSPIOP API (an answer to a callback); a
+            // read of an unknown resource is a 404.
+            return Ok((StatusCode::NOT_FOUND, error).into_response());
         }
         other => return Err(HubError::from_outcome(other)),
     };

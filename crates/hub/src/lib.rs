@@ -42,7 +42,6 @@ pub mod routing;
 pub mod server;
 pub mod settlement;
 pub mod stages;
-pub mod store_reads;
 pub mod tls;
 pub mod trace;
 pub mod transfer_stats;
@@ -106,10 +105,6 @@ pub struct HubConfig {
     /// Hosts that callback and oracle URLs may name (see [`callback_url`]);
     /// empty allows any.
     pub callback_allow: Vec<callback_url::Allowed>,
-    /// Where transfers that left the ledger's memory (past the retention
-    /// horizon) are looked up, for `GET`s and duplicates; `None` when the
-    /// ledger keeps every transfer.
-    pub transfer_lookup: Option<Arc<dyn store::StoreReader>>,
     /// Active or standby, and the store's kind and lease (see [`role`]).
     pub role: Arc<role::Role>,
     /// How long a routed request waits for its answer (see [`answers`]).
@@ -144,7 +139,6 @@ impl HubConfig {
             jws_keys_dir: None,
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
-            transfer_lookup: None,
             role: Arc::new(role::Role::embedded()),
             answer_window: answers::DEFAULT_ANSWER_WINDOW,
             pending_answers_max: answers::DEFAULT_CAPACITY,
@@ -178,9 +172,6 @@ pub struct Hub {
     /// Audit events of refused admin attempts, coalesced (see
     /// [`admin_refusals`]).
     pub admin_refusal_events: admin_refusals::Coalescer,
-    /// Whether reads of the store beside the pipeline fail (see
-    /// [`store_reads`]).
-    pub(crate) store_reads: store_reads::StoreReads,
     started: Instant,
 }
 
@@ -235,7 +226,6 @@ impl Hub {
             stages,
             refusals: refused::Refusals::default(),
             admin_refusal_events: admin_refusals::Coalescer::default(),
-            store_reads: store_reads::StoreReads::default(),
             started: Instant::now(),
         };
         match hub

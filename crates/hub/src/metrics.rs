@@ -720,7 +720,7 @@ impl Collector for Pipeline {
         counter(
             enc,
             "kasi_store_lookups",
-            "Prepares whose id the ledger thread looked up in the store (ids not in memory, with a retention horizon)",
+            "Ids the ledger thread read from the store before applying their batch (ids not in memory, with a retention horizon)",
             e.store_lookups,
         )?;
         counter(

@@ -57,35 +57,16 @@ async fn post_quote(
     let quote_id = parsed.quote_id.to_string();
     if hub.config.quotes_persistent {
         // A quote the ledger no longer holds (past the retention horizon)
-        // is answered from the store. (Should one leave memory between this
-        // read and the ledger, a resend of it is forwarded again: quotes
-        // move no money.)
-        let stored = hub
-            .read_store("quote lookup", |reader| reader.find_quote(parsed.quote_id))?
-            .flatten();
-        let outcome = match stored {
-            Some(row) if row.request_hash == parsed.request_hash => {
-                Outcome::QuoteDuplicate(ledger::QuoteView {
-                    quote_id: row.quote_id,
-                    payer: caller.source,
-                    payee: destination,
-                    answer: row.answer,
-                })
-            }
-            Some(_) => Outcome::Rejected(ledger::Rejection::new(
-                ErrorCode::MODIFIED_REQUEST,
-                format!("quote {quote_id} was received before with a different body"),
-            )),
-            None => {
-                hub.execute_one(Command::RecordQuote {
-                    quote_id: parsed.quote_id,
-                    payer: caller.source,
-                    payee: destination,
-                    request_hash: parsed.request_hash,
-                })
-                .await?
-            }
-        };
+        // is read from the store by the pipeline before the ledger applies
+        // this: the duplicate rule is the ledger's either way.
+        let outcome = hub
+            .execute_one(Command::RecordQuote {
+                quote_id: parsed.quote_id,
+                payer: caller.source,
+                payee: destination,
+                request_hash: parsed.request_hash,
+            })
+            .await?;
         match outcome {
             Outcome::Done => {}
             // Seen before with the same body: resend the answer if there is
@@ -116,6 +97,11 @@ async fn post_quote(
                     );
                 }
                 return Ok(StatusCode::ACCEPTED.into_response());
+            }
+            // The store could not be read for its id: nothing decided,
+            // resend (503, Retry-After).
+            Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+                return Err(HubError::new(error.code, error.description));
             }
             Outcome::Rejected(error) => {
                 send_error(&hub, &caller, &quote_id, &error);
@@ -176,6 +162,9 @@ async fn record_answer(
     match hub.execute_one(command).await? {
         // A resent answer is forwarded again: the payer may have missed it.
         Outcome::Done | Outcome::QuoteDuplicate(_) => Ok(true),
+        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+            Err(HubError::new(error.code, error.description))
+        }
         Outcome::Rejected(error) => {
             send_error(hub, caller, quote_id, &error);
             Ok(false)

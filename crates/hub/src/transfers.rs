@@ -13,10 +13,9 @@ use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::{Resource, WireState};
 use ledger::{
-    Abort, AbortCause, Command, ErrorCode, FinishKind, FspName, Fulfil, Outcome, Rejection,
-    RequestHash, StoreLookup, TransferId, TransferKind, TransferState, TransferView,
+    Abort, AbortCause, Command, ErrorCode, FspName, Fulfil, Outcome, Rejection, TransferId,
+    TransferState, TransferView,
 };
-use store::StoredTransfer;
 
 use crate::notify::{Origin, Tracking};
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
@@ -480,112 +479,28 @@ fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8
     .into_bytes()
 }
 
-impl Hub {
-    /// The store's copy of a transfer, for one the ledger no longer holds in
-    /// memory; `None` without a retention horizon. Read on the request's
-    /// task, never the ledger's thread; a failed read is 503/2003 (see
-    /// [`crate::store_reads`]).
-    pub(crate) async fn stored_transfer(
-        &self,
-        transfer_id: TransferId,
-    ) -> Result<Option<StoredTransfer>, HubError> {
-        // On the request's own task: a point lookup by the indexed id in a
-        // WAL reader never waits for the writer, and the usual answer (a
-        // fresh id: not found) reads only index pages that stay cached. A
-        // hop to the blocking pool cost more than the lookup (a thread
-        // wake-up each way, measured: BENCHMARKS.md, bounded memory).
-        Ok(self
-            .read_store("transfer lookup", |reader| {
-                reader.find_transfer(transfer_id)
-            })?
-            .flatten())
-    }
-}
-
-/// The ledger's duplicate rule for a prepare, applied to a finished FSPIOP
-/// transfer the store holds (its state can no longer change).
-fn stored_prepare_outcome(stored: &StoredTransfer, request_hash: RequestHash) -> Option<Outcome> {
-    let view = stored.view;
-    if view.kind != TransferKind::Fspiop || !view.state.is_final() {
-        return None;
-    }
-    Some(match stored.request_hash == request_hash {
-        true => Outcome::Duplicate(view),
-        false => Outcome::Rejected(Rejection::new(
-            ErrorCode::MODIFIED_REQUEST,
-            format!(
-                "transfer {} was received before with a different body",
-                view.transfer_id
-            ),
-        )),
-    })
-}
-
-/// The ledger's rules for a fulfil or abort, applied to a finished FSPIOP
-/// transfer the store holds.
-fn stored_finish_outcome(
-    stored: &StoredTransfer,
-    kind: FinishKind,
-    request_hash: RequestHash,
-    caller: FspName,
-) -> Outcome {
-    let view = stored.view;
-    let id = view.transfer_id;
-    let refused = |code, text: String| Outcome::Rejected(Rejection::new(code, text));
-    if view.kind != TransferKind::Fspiop {
-        return refused(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!("transfer {id} is a funds movement, not an FSPIOP transfer"),
-        );
-    }
-    if view.payee != caller {
-        return Outcome::Rejected(Rejection::not_party(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!("'{caller}' is not the payee of transfer {id}"),
-        ));
-    }
-    match stored.finish {
-        Some((finished_by, hash)) if finished_by == kind && hash == request_hash => {
-            Outcome::Duplicate(view)
-        }
-        Some((finished_by, _)) if finished_by == kind => refused(
-            ErrorCode::MODIFIED_REQUEST,
-            format!(
-                "transfer {id} was finished by a {} with a different body",
-                kind.as_str().to_lowercase()
-            ),
-        ),
-        _ if view.state == TransferState::Expired => refused(
-            ErrorCode::TRANSFER_EXPIRED,
-            format!("transfer {id} has expired"),
-        ),
-        _ => refused(
-            ErrorCode::GENERIC_VALIDATION_ERROR,
-            format!("transfer {id} is {}, not RESERVED", view.state.as_str()),
-        ),
-    }
-}
-
-/// Runs a fulfil or abort; a transfer the ledger no longer holds is
-/// answered from the store.
+/// Runs a fulfil or abort. A transfer the ledger no longer holds is
+/// answered by the ledger from the store's copy (prefetched); the store
+/// not read is 503/2003, retry later, nothing decided.
 async fn execute_finish(
     hub: &Hub,
     command: Command,
-    transfer_id: TransferId,
-    kind: FinishKind,
-    request_hash: RequestHash,
-    caller: FspName,
 ) -> Result<(Outcome, Option<(Instant, engine::BatchTiming)>), HubError> {
     let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
-    if let Outcome::Rejected(error) = &outcome {
-        if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND {
-            if let Some(stored) = hub.stored_transfer(transfer_id).await? {
-                let outcome = stored_finish_outcome(&stored, kind, request_hash, caller);
-                return Ok((outcome, None));
-            }
-        }
-    }
+    let outcome = retry_later(outcome)?;
     Ok((outcome, Some((submitted, batch))))
+}
+
+/// A refusal because the store could not be read (an id that left memory):
+/// nothing was decided or recorded, so the sender is told at once to send
+/// it again (503, Retry-After), not by a callback.
+fn retry_later(outcome: Outcome) -> Result<Outcome, HubError> {
+    match outcome {
+        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+            Err(HubError::new(error.code, described(&error)))
+        }
+        outcome => Ok(outcome),
+    }
 }
 
 /// central-ledger's exact words for the refusals of a transfer message
@@ -685,48 +600,11 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         );
         return Ok(StatusCode::ACCEPTED.into_response());
     }
-    // With a retention horizon the ledger may have let this id go, so the
-    // store is asked: by the ledger's own thread just before it applies the
-    // prepare, where it can (a one-thread pipeline: no eviction count
-    // needed, and the writer's page cache is warm); otherwise here, first
-    // (see ledger's `retention.rs` for why this order and the eviction
-    // count make a reused id impossible).
-    let (outcome, timing) = match (
-        hub.config.transfer_lookup.is_some(),
-        hub.engine.looks_up_prepares(),
-    ) {
-        (false, _) => {
-            let (outcome, submitted, batch) =
-                hub.execute_one_timed(Command::Prepare(prepare)).await?;
-            (outcome, Some((submitted, batch)))
-        }
-        (true, true) => {
-            let command = Command::PrepareWithLookup {
-                prepare,
-                lookup: StoreLookup::Pending,
-            };
-            let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
-            (outcome, Some((submitted, batch)))
-        }
-        (true, false) => {
-            let evictions_seen = hub.engine.evictions_seen();
-            let stored = hub.stored_transfer(transfer_id).await?;
-            match stored
-                .as_ref()
-                .and_then(|stored| stored_prepare_outcome(stored, prepare.request_hash))
-            {
-                Some(outcome) => (outcome, None),
-                None => {
-                    let command = Command::PrepareChecked {
-                        prepare,
-                        evictions_seen,
-                    };
-                    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
-                    (outcome, Some((submitted, batch)))
-                }
-            }
-        }
-    };
+    // An id that left memory (past the retention horizon) is read from the
+    // store by the pipeline before the ledger applies the prepare: the
+    // ledger alone says new, duplicate or modified.
+    let (outcome, submitted, batch) = hub.execute_one_timed(Command::Prepare(prepare)).await?;
+    let timing = Some((submitted, batch));
     match outcome {
         Outcome::Transfer(view) => {
             hub.metrics.transfers.record_prepared(view.payer);
@@ -747,9 +625,8 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
             hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
         }
         // Nothing decided and nothing recorded (the store could not be read
-        // for its id, or it waited past a forgotten eviction): the payer
-        // sends it again, told so at once (503, Retry-After), not by a
-        // callback.
+        // for its id): the payer sends it again, told so at once (503,
+        // Retry-After), not by a callback.
         Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
             return Err(HubError::new(error.code, described(&error)));
         }
@@ -815,15 +692,7 @@ async fn fulfil(
         destination: caller.destination,
         request_hash: parsed.request_hash,
     });
-    let (outcome, timing) = execute_finish(
-        &hub,
-        command,
-        transfer_id,
-        FinishKind::Fulfil,
-        parsed.request_hash,
-        caller.source,
-    )
-    .await?;
+    let (outcome, timing) = execute_finish(&hub, command).await?;
     match outcome {
         Outcome::Transfer(view) => {
             if view.state == TransferState::Committed {
@@ -958,15 +827,7 @@ async fn abort(
         destination: caller.destination,
         request_hash: parsed.request_hash,
     });
-    let (outcome, timing) = execute_finish(
-        &hub,
-        command,
-        transfer_id,
-        FinishKind::Abort,
-        parsed.request_hash,
-        caller.source,
-    )
-    .await?;
+    let (outcome, timing) = execute_finish(&hub, command).await?;
     match outcome {
         Outcome::Transfer(view) => {
             // The payee's own code and words.
@@ -1014,29 +875,14 @@ async fn get_transfer(
 ) -> Result<Response, HubError> {
     let caller = check_headers(&headers, Resource::Transfers, Shape::Get)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
-    let mut outcome = hub
+    // One that left memory is answered from the store's copy.
+    let outcome = hub
         .execute_one(Command::GetTransfer {
             transfer_id,
             caller: caller.source,
         })
         .await?;
-    // Not in memory: past the retention horizon, the store has it (an
-    // evicted transfer was durable before it left).
-    if matches!(&outcome, Outcome::Rejected(e) if e.code == ErrorCode::TRANSFER_ID_NOT_FOUND) {
-        if let Some(stored) = hub.stored_transfer(transfer_id).await? {
-            let view = stored.view;
-            outcome = match caller.source == view.payer || caller.source == view.payee {
-                true => Outcome::Transfer(view),
-                false => Outcome::Rejected(Rejection::not_party(
-                    ErrorCode::GENERIC_CLIENT_ERROR,
-                    format!(
-                        "'{}' is neither the payer nor the payee of transfer {transfer_id}",
-                        caller.source
-                    ),
-                )),
-            };
-        }
-    }
+    let outcome = retry_later(outcome)?;
     match outcome {
         Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
         Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),

@@ -109,7 +109,6 @@ fn onboarding(stub: SocketAddr) -> Vec<Command> {
             currency: usd(),
             memo: FundsMemo::default(),
             request_hash: RequestHash([settlement as u8; 32]),
-            evictions_seen: None,
         }));
     }
     commands

@@ -645,7 +645,6 @@ fn serve_term(
         listeners,
         fence,
     } = term;
-    let transfer_lookup = args.transfer_retention.0.map(|_| reader.clone());
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(
             %problem,
@@ -778,7 +777,6 @@ fn serve_term(
         hub_config.jws_verify = jws_verify;
         hub_config.jws_keys_dir = args.jws_keys_dir.clone();
         hub_config.admin_auth = settings.admin_auth.clone();
-        hub_config.transfer_lookup = transfer_lookup.clone();
         hub_config.role = role.clone();
         hub_config.callback_allow = args.callback_allow.clone();
         hub_config.max_clock_skew = args.max_clock_skew_s.map(Duration::from_secs);

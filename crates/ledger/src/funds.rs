@@ -5,17 +5,8 @@ use crate::amount::Amount;
 use crate::crypto::Condition;
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::AccountId;
-use crate::ledger::{overflow, validation, Ledger, NewId, Transfer};
+use crate::ledger::{overflow, validation, Ledger, Transfer};
 use crate::model::*;
-
-impl Funds {
-    fn new_id(&self) -> NewId<'static> {
-        match self.evictions_seen {
-            Some(evictions_seen) => NewId::Checked(evictions_seen),
-            None => NewId::Unchecked,
-        }
-    }
-}
 
 impl Ledger {
     /// The participant's SETTLEMENT account named in a funds command, with
@@ -54,9 +45,7 @@ impl Ledger {
     }
 
     pub(crate) fn funds_in(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
-        if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, funds.new_id())?
-        {
+        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
             return Ok(duplicate);
         }
         let (settlement, reconciliation) = self.funds_accounts(funds)?;
@@ -84,9 +73,7 @@ impl Ledger {
     }
 
     pub(crate) fn funds_out_reserve(&mut self, funds: &Funds) -> Result<Outcome, Rejection> {
-        if let Some(duplicate) =
-            self.check_new_transfer(funds.transfer_id, funds.request_hash, funds.new_id())?
-        {
+        if let Some(duplicate) = self.check_new_transfer(funds.transfer_id, funds.request_hash)? {
             return Ok(duplicate);
         }
         let (settlement, reconciliation) = self.funds_accounts(funds)?;
@@ -161,6 +148,14 @@ impl Ledger {
     ) -> Result<Outcome, Rejection> {
         let transfer_id = command.transfer_id;
         let (_, account) = self.owned_account(command.participant, command.account)?;
+        // Funds movements never leave memory: a stored copy is an FSPIOP
+        // transfer's.
+        if let Some(stored) = self.beyond_memory(transfer_id)? {
+            return Err(validation(format!(
+                "transfer {} is not a funds out of account {}",
+                stored.view.transfer_id, account.0
+            )));
+        }
         let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::TRANSFER_ID_NOT_FOUND,

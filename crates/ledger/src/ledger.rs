@@ -146,6 +146,8 @@ pub struct Ledger {
     /// Finished FSPIOP transfers in finishing order, and recently evicted
     /// ids (see `retention.rs`).
     pub(crate) retention: crate::retention::Retention,
+    /// The store's answers for the batch being applied (`prefetch.rs`).
+    pub(crate) prefetched: crate::prefetch::Prefetched,
     pub(crate) records: Vec<Record>,
     dirty_participants: Vec<ParticipantId>,
     dirty_accounts: Vec<AccountId>,
@@ -156,18 +158,6 @@ pub(crate) fn overflow() -> Rejection {
         ErrorCode::INTERNAL_SERVER_ERROR,
         "amount arithmetic would overflow",
     )
-}
-
-/// What a request that creates a transfer knows of its id beyond memory
-/// (see `retention.rs`).
-#[derive(Clone, Copy)]
-pub(crate) enum NewId<'a> {
-    /// Nothing: funds movements, and prepares with no retention horizon.
-    Unchecked,
-    /// The hub's store check, with the eviction count read before it.
-    Checked(u64),
-    /// The pipeline's store lookup.
-    LookedUp(&'a StoreLookup),
 }
 
 pub(crate) fn modified_prepare(transfer_id: TransferId) -> Rejection {
@@ -202,6 +192,7 @@ impl Ledger {
             last_audit_id: 0,
             pins: BTreeMap::new(),
             retention: Default::default(),
+            prefetched: Default::default(),
             records: Vec::new(),
             dirty_participants: Vec::new(),
             dirty_accounts: Vec::new(),
@@ -289,14 +280,7 @@ impl Ledger {
                 currency,
                 net_debit_cap,
             } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, false),
-            Command::Prepare(prepare) => self.prepare(prepare, NewId::Unchecked),
-            Command::PrepareChecked {
-                prepare,
-                evictions_seen,
-            } => self.prepare(prepare, NewId::Checked(*evictions_seen)),
-            Command::PrepareWithLookup { prepare, lookup } => {
-                self.prepare(prepare, NewId::LookedUp(lookup))
-            }
+            Command::Prepare(prepare) => self.prepare(prepare),
             Command::Fulfil(fulfil) => self.fulfil(fulfil),
             Command::Abort(abort) => self.abort(abort),
             Command::FundsIn(funds) => self.funds_in(funds),
@@ -405,9 +389,7 @@ impl Ledger {
                 transfer_id,
                 caller,
             } => self.get_transfer(*transfer_id, *caller),
-            Command::ReadTransfer { transfer_id } => {
-                self.read_transfer(*transfer_id).map(Outcome::Transfer)
-            }
+            Command::ReadTransfer { transfer_id } => self.read_transfer(*transfer_id),
             Command::ReadSettlementWindows => Ok(self.read_windows()),
             Command::ReadSettlements => Ok(self.read_settlements()),
             Command::ReadSettlementReport { settlement } => self.settlement_report(*settlement),

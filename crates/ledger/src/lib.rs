@@ -24,6 +24,7 @@ mod ids;
 mod ledger;
 mod model;
 mod participants;
+mod prefetch;
 mod quotes;
 mod registry;
 mod restore;
@@ -43,4 +44,5 @@ pub use ids::{
 };
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
+pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredTransfer};
 pub use snapshot::{Archived, Snapshot, WindowPairSum};

@@ -226,30 +226,6 @@ pub struct Prepare {
     pub wire_version: u8,
 }
 
-/// What the store said about a prepare's id ([`Command::PrepareWithLookup`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreLookup {
-    /// Not looked up: refused unless the ledger holds the id.
-    Pending,
-    /// The store has no transfer with this id.
-    Absent,
-    /// The store has one (a finished transfer that left memory): the
-    /// duplicate rule applies to it as to one in memory.
-    Found(Box<StoredPrepare>),
-    /// The lookup failed (the pipeline logs why; a DFSP is told only to
-    /// retry).
-    Failed,
-}
-
-/// A transfer the store holds, as the duplicate rule for a prepare needs
-/// it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoredPrepare {
-    pub view: TransferView,
-    /// The hash of the prepare that created it.
-    pub request_hash: RequestHash,
-}
-
 /// FSPIOP `PUT /transfers/{id}` from the payee.
 #[derive(Clone, Debug)]
 pub struct Fulfil {
@@ -289,12 +265,6 @@ pub struct Funds {
     pub currency: Currency,
     pub memo: FundsMemo,
     pub request_hash: RequestHash,
-    /// With a retention horizon, an FSPIOP transfer that left memory keeps
-    /// its id in the store only: the hub looks the id up there first and
-    /// passes the eviction count it read before, as for a prepare
-    /// ([`Command::PrepareChecked`]). `None`: not looked up (no horizon),
-    /// memory and the grace period's list are all that is checked.
-    pub evictions_seen: Option<u64>,
 }
 
 /// Operator's `recordFundsOutCommit` / `recordFundsOutAbort`.
@@ -310,28 +280,6 @@ pub struct FundsFinish {
 /// atomically: a rejected command changes nothing.
 #[derive(Clone, Debug)]
 pub enum Command {
-    /// A prepare whose id the hub looked up in the store, finding nothing,
-    /// in a read that began after `evictions_seen` transfers had left
-    /// memory ([`crate::Ledger::transfers_evicted`] as the pipeline
-    /// published it). Needed once finished transfers leave memory: an
-    /// unknown id is taken as new only if the check is recent enough (see
-    /// `retention.rs`).
-    PrepareChecked {
-        prepare: Prepare,
-        evictions_seen: u64,
-    },
-    /// A prepare whose id the pipeline looks up in the store, on the
-    /// ledger's own thread, just before the batch holding it is applied:
-    /// every batch before it is committed and every eviction so far is in
-    /// the store, so the answer needs no eviction count. The hub sends it
-    /// with [`StoreLookup::Pending`]; the pipeline fills in the answer for
-    /// every id the ledger does not hold (one it holds needs none: memory
-    /// decides). Needed, like [`Command::PrepareChecked`], once finished
-    /// transfers leave memory.
-    PrepareWithLookup {
-        prepare: Prepare,
-        lookup: StoreLookup,
-    },
     /// Creates the hub participant (once, at first start).
     CreateHub {
         name: FspName,
@@ -672,6 +620,9 @@ pub enum Outcome {
     /// The transfer's state after the command (RESERVED, COMMITTED, ABORTED
     /// by the payee or operator), or its current state for `GetTransfer`.
     Transfer(TransferView),
+    /// `ReadTransfer` of a transfer that left memory (past the retention
+    /// horizon): the store's copy, as prefetched.
+    StoredTransfer(TransferView),
     /// The same request was seen before: nothing changed; the current state
     /// is here so that the API can resend it.
     Duplicate(TransferView),

@@ -7,6 +7,15 @@ use crate::ledger::{validation, Ledger};
 use crate::model::*;
 
 impl Ledger {
+    /// A recorded quote: memory's, or the store's copy of one that left it
+    /// (`prefetch.rs`), so that one set of rules answers for both.
+    fn quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, Rejection> {
+        match self.quotes.get(&quote_id) {
+            Some(row) => Ok(Some(row.clone())),
+            None => Ok(self.stored_quote(quote_id)?.cloned()),
+        }
+    }
+
     fn quote_view(&self, row: &QuoteRow) -> QuoteView {
         QuoteView {
             quote_id: row.quote_id,
@@ -23,9 +32,9 @@ impl Ledger {
         payee: FspName,
         request_hash: RequestHash,
     ) -> Result<Outcome, Rejection> {
-        if let Some(existing) = self.quotes.get(&quote_id) {
+        if let Some(existing) = self.quote(quote_id)? {
             if existing.request_hash == request_hash {
-                return Ok(Outcome::QuoteDuplicate(self.quote_view(existing)));
+                return Ok(Outcome::QuoteDuplicate(self.quote_view(&existing)));
             }
             return Err(Rejection::new(
                 ErrorCode::MODIFIED_REQUEST,
@@ -33,7 +42,7 @@ impl Ledger {
             ));
         }
         // With a retention horizon the oldest quotes leave memory instead
-        // (the hub asks the store about ids the ledger does not hold).
+        // (the pipeline reads ids the ledger does not hold: `prefetch.rs`).
         if self.limits.transfer_retention_ms.is_none()
             && self.quotes.len() >= self.limits.max_quotes
         {
@@ -76,7 +85,7 @@ impl Ledger {
         body: &str,
         request_hash: RequestHash,
     ) -> Result<Outcome, Rejection> {
-        let row = self.quotes.get(&quote_id).ok_or_else(|| {
+        let mut row = self.quote(quote_id)?.ok_or_else(|| {
             Rejection::new(
                 ErrorCode(3205),
                 format!("Quote ID not found - quote {quote_id}"),
@@ -89,7 +98,7 @@ impl Ledger {
         }
         if let Some(answer) = &row.answer {
             if answer.request_hash == request_hash && answer.is_error == is_error {
-                return Ok(Outcome::QuoteDuplicate(self.quote_view(row)));
+                return Ok(Outcome::QuoteDuplicate(self.quote_view(&row)));
             }
             return Err(Rejection::new(
                 ErrorCode::MODIFIED_REQUEST,
@@ -107,10 +116,13 @@ impl Ledger {
             body: body.to_string(),
             answered_at_ms: self.now_ms,
         };
-        let row = self.quotes.get_mut(&quote_id).expect("looked up above");
         row.answer = Some(answer);
-        let row = row.clone();
-        self.records.push(Record::Quote(row));
+        self.records.push(Record::Quote(row.clone()));
+        // One answered after it left memory is held again, as newly
+        // recorded (its answer is resent on a duplicate request).
+        if self.quotes.insert(quote_id, row).is_none() {
+            self.retention.quote_recorded(self.now_ms, quote_id);
+        }
         Ok(Outcome::Done)
     }
 }

@@ -7,44 +7,16 @@
 //! Eviction writes no record: the store keeps every transfer, and recovery
 //! loads only the unfinished ones and those finished within the horizon.
 //!
-//! Why a prepare can never reuse an evicted id (no double payment): the hub
-//! reads the count `K` of transfers evicted so far, as the pipeline
-//! published it after the ledger's last eviction, then looks the prepare's
-//! id up in the store, and sends
-//! [`Command::PrepareChecked`](crate::Command::PrepareChecked) with `K` only
-//! if the store did not know the id. A transfer is evicted only once its
-//! finish is durable (the pipeline says which batches are), and evicted ids
-//! are remembered, in eviction order, for a grace period (an id and an
-//! instant, ~50 bytes each). The `n`-th eviction with `n < K` happened before
-//! `K` was published, hence before the store read began, so the read saw
-//! that transfer. The ledger takes an unknown id as new only if every
-//! eviction from the `K`-th on is still remembered (fewer than `K + 1` were
-//! forgotten); if not, the check is too old to trust and the prepare is
-//! refused with 2003 (resend), which needs it to wait for the whole grace
-//! period between the hub's check and the ledger.
-//!
-//! A one-thread pipeline checks more cheaply:
-//! [`Command::PrepareWithLookup`](crate::Command::PrepareWithLookup). The
-//! ledger's own thread looks the id up in the store just before it applies
-//! the batch, on the store's writer connection, for every id the ledger
-//! does not hold. Every batch before is committed and every eviction so
-//! far was of a durable transfer, so the store has whatever the ledger let
-//! go, and the ledger holds whatever is newer: no eviction count is
-//! needed, and the ledger refuses a prepare whose id was neither held nor
-//! looked up.
+//! An id that left memory is read back from the store before the batch
+//! naming it is applied (`prefetch.rs`, which also says why an evicted id
+//! can never be taken as new).
 //!
 //! Funds movements (admin) are few and never leave memory.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use crate::error::{ErrorCode, Rejection};
 use crate::ids::TransferId;
 use crate::ledger::Ledger;
-
-/// How long evicted ids are remembered: far longer than any hub's store
-/// check takes to reach the ledger, and short enough that remembering
-/// costs little (~50 bytes per transfer of the last minute).
-const GRACE_MS: i64 = 60_000;
 
 #[derive(Default)]
 pub(crate) struct Retention {
@@ -53,12 +25,7 @@ pub(crate) struct Retention {
     /// Finished FSPIOP transfers still in memory, in finishing order:
     /// (finished at, batch that finished it, id).
     finished: VecDeque<(i64, u64, TransferId)>,
-    /// Ids evicted within the grace period, with when.
-    evicted: HashMap<TransferId, i64>,
-    evicted_order: VecDeque<(i64, TransferId)>,
     evicted_total: u64,
-    /// Evicted ids forgotten (the first ones evicted, in order).
-    forgotten_total: u64,
     /// Recorded quotes (persistent mode) in memory, in the order received:
     /// (received at, batch that recorded it, id).
     quotes: VecDeque<(i64, u64, TransferId)>,
@@ -96,16 +63,9 @@ impl Ledger {
         self.retention.batches
     }
 
-    /// Finished FSPIOP transfers evicted so far by this ledger: what the hub
-    /// reads before its store check (see
-    /// [`Command::PrepareChecked`](crate::Command::PrepareChecked)).
+    /// Finished FSPIOP transfers evicted so far by this ledger.
     pub fn transfers_evicted(&self) -> u64 {
         self.retention.evicted_total
-    }
-
-    /// Evicted ids still remembered (the grace period).
-    pub fn evicted_ids_remembered(&self) -> usize {
-        self.retention.evicted.len()
     }
 
     /// When [`Ledger::evict`] next has work, if ever (without a retention
@@ -121,11 +81,6 @@ impl Ledger {
                 true => self.now_ms,
                 false => at_ms.saturating_add(retention_ms),
             });
-        let forgotten = self
-            .retention
-            .evicted_order
-            .front()
-            .map(|&(at_ms, _)| at_ms.saturating_add(GRACE_MS));
         let crowded_quotes = self.quotes.len() > self.limits().max_quotes;
         let quotes = self
             .retention
@@ -135,14 +90,14 @@ impl Ledger {
                 true => self.now_ms,
                 false => at_ms.saturating_add(retention_ms),
             });
-        finished.into_iter().chain(forgotten).chain(quotes).min()
+        finished.into_iter().chain(quotes).min()
     }
 
     /// Removes from memory, at time `now_ms`, finished FSPIOP transfers
     /// older than the retention horizon whose finish was applied in one of
     /// the first `durable_batches` batches (so the store has it), and
-    /// forgets evicted ids past their grace period; at most `budget` of
-    /// both, so that no call stalls the ledger thread. Changes nothing
+    /// recorded quotes likewise; at most `budget` of them, so that no call
+    /// stalls the ledger thread. Changes nothing
     /// durable and nothing a command observes except through the store.
     /// Returns how many transfers left.
     pub fn evict(&mut self, now_ms: i64, durable_batches: u64, budget: usize) -> usize {
@@ -151,21 +106,9 @@ impl Ledger {
             return 0;
         };
         let now_ms = self.now_ms;
-        let grace = GRACE_MS;
         let most = self.limits().max_finished_in_memory;
         let mut spent = 0;
         let retention = &mut self.retention;
-        while spent < budget {
-            match retention.evicted_order.front() {
-                Some(&(at_ms, id)) if at_ms.saturating_add(grace) <= now_ms => {
-                    retention.evicted_order.pop_front();
-                    retention.evicted.remove(&id);
-                    retention.forgotten_total += 1;
-                    spent += 1;
-                }
-                _ => break,
-            }
-        }
         let mut evicted = 0;
         while spent < budget {
             // Past the horizon, or crowded: the oldest leave first either way.
@@ -177,8 +120,6 @@ impl Ledger {
                 {
                     retention.finished.pop_front();
                     if self.transfers.remove(&id).is_some() {
-                        retention.evicted.insert(id, now_ms);
-                        retention.evicted_order.push_back((now_ms, id));
                         retention.evicted_total += 1;
                         evicted += 1;
                     }
@@ -216,29 +157,5 @@ impl Ledger {
     /// Recorded quotes evicted so far.
     pub fn quotes_evicted(&self) -> u64 {
         self.retention.quotes_evicted_total
-    }
-
-    /// The part of the duplicate rule for an id not in memory.
-    pub(crate) fn check_not_evicted(
-        &self,
-        transfer_id: TransferId,
-        evictions_seen: Option<u64>,
-    ) -> Result<(), Rejection> {
-        if self.limits().transfer_retention_ms.is_none() {
-            return Ok(());
-        }
-        if self.retention.evicted.contains_key(&transfer_id) {
-            return Err(Rejection::new(
-                ErrorCode::MODIFIED_REQUEST,
-                format!("transfer {transfer_id} was received before (it has finished)"),
-            ));
-        }
-        match evictions_seen {
-            Some(seen) if self.retention.forgotten_total > seen => Err(Rejection::new(
-                ErrorCode::SERVICE_UNAVAILABLE,
-                format!("transfer {transfer_id} waited too long to be applied; resend it"),
-            )),
-            _ => Ok(()),
-        }
     }
 }

@@ -5,7 +5,14 @@ use crate::amount::Amount;
 use crate::crypto::{Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, TransferId};
-use crate::ledger::{modified_prepare, overflow, validation, Finish, Ledger, NewId, Transfer};
+use crate::ledger::{modified_prepare, overflow, validation, Finish, Ledger, Transfer};
+use crate::prefetch::StoredTransfer;
+
+/// Where a transfer was read from.
+enum Held {
+    InMemory,
+    InStore,
+}
 use crate::model::*;
 
 impl Ledger {
@@ -52,36 +59,15 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
         request_hash: RequestHash,
-        new_id: NewId,
     ) -> Result<Option<Outcome>, Rejection> {
         let Some(existing) = self.transfers.get(&transfer_id) else {
-            let evictions_seen = match new_id {
-                NewId::Unchecked => None,
-                NewId::Checked(evictions_seen) => Some(evictions_seen),
-                // Read on this thread after every eviction so far.
-                NewId::LookedUp(StoreLookup::Absent) => Some(self.transfers_evicted()),
-                NewId::LookedUp(StoreLookup::Found(stored)) => {
-                    return match stored.request_hash == request_hash {
-                        true => Ok(Some(Outcome::Duplicate(stored.view))),
-                        false => Err(modified_prepare(transfer_id)),
-                    };
-                }
-                // Nothing is known about the id, so nothing is decided: the
-                // hub answers the prepare 503 with Retry-After.
-                NewId::LookedUp(StoreLookup::Failed) => {
-                    return Err(Rejection::new(
-                        ErrorCode::SERVICE_UNAVAILABLE,
-                        "the hub could not read its store; retry later",
-                    ));
-                }
-                NewId::LookedUp(StoreLookup::Pending) => {
-                    return Err(Rejection::new(
-                        ErrorCode::INTERNAL_SERVER_ERROR,
-                        format!("transfer {transfer_id} was not looked up in the store"),
-                    ));
-                }
-            };
-            self.check_not_evicted(transfer_id, evictions_seen)?;
+            // Past the retention horizon the id may be the store's only.
+            if let Some(stored) = self.beyond_memory(transfer_id)? {
+                return match stored.request_hash == request_hash {
+                    true => Ok(Some(Outcome::Duplicate(stored.view))),
+                    false => Err(modified_prepare(transfer_id)),
+                };
+            }
             if self.transfers.len() >= self.limits.max_transfers {
                 return Err(Rejection::new(
                     ErrorCode::INTERNAL_SERVER_ERROR,
@@ -97,6 +83,57 @@ impl Ledger {
             return Ok(Some(Outcome::Duplicate(self.view(transfer_id, existing))));
         }
         Err(modified_prepare(transfer_id))
+    }
+
+    /// The store's copy of a transfer memory does not hold (see
+    /// `prefetch.rs`), `None` if there is none.
+    pub(crate) fn beyond_memory(
+        &self,
+        transfer_id: TransferId,
+    ) -> Result<Option<StoredTransfer>, Rejection> {
+        match self.transfers.get(&transfer_id) {
+            Some(_) => Ok(None),
+            None => self
+                .stored_transfer(transfer_id)
+                .map(|stored| stored.copied()),
+        }
+    }
+
+    /// The rules for a fulfil or abort of a transfer that left memory: it
+    /// is finished (only finished transfers leave), so the message is a
+    /// resend (duplicate), a modified one (3106), or one too late.
+    fn finish_stored(
+        stored: &StoredTransfer,
+        kind: FinishKind,
+        request_hash: RequestHash,
+        caller: FspName,
+    ) -> Result<Outcome, Rejection> {
+        let view = stored.view;
+        let id = view.transfer_id;
+        if view.kind != TransferKind::Fspiop {
+            return Err(validation(format!(
+                "transfer {id} is a funds movement, not an FSPIOP transfer"
+            )));
+        }
+        if view.payee != caller {
+            return Err(Rejection::not_party(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("'{caller}' is not the payee of transfer {id}"),
+            ));
+        }
+        match stored.finish {
+            Some((finished_by, hash)) if finished_by == kind && hash == request_hash => {
+                Ok(Outcome::Duplicate(view))
+            }
+            Some((finished_by, _)) if finished_by == kind => Err(Rejection::new(
+                ErrorCode::MODIFIED_REQUEST,
+                format!(
+                    "transfer {id} was finished by a {} with a different body",
+                    kind.as_str().to_lowercase()
+                ),
+            )),
+            _ => Err(Self::not_reserved(id, view.state)),
+        }
     }
 
     /// Duplicate rule for a request that finishes a transfer: a resend of the
@@ -163,15 +200,9 @@ impl Ledger {
         Ok(account)
     }
 
-    pub(crate) fn prepare(
-        &mut self,
-        prepare: &Prepare,
-        new_id: NewId,
-    ) -> Result<Outcome, Rejection> {
+    pub(crate) fn prepare(&mut self, prepare: &Prepare) -> Result<Outcome, Rejection> {
         let transfer_id = prepare.transfer_id;
-        if let Some(duplicate) =
-            self.check_new_transfer(transfer_id, prepare.request_hash, new_id)?
-        {
+        if let Some(duplicate) = self.check_new_transfer(transfer_id, prepare.request_hash)? {
             return Ok(duplicate);
         }
         if !prepare.amount.is_valid_transfer_amount() {
@@ -447,6 +478,10 @@ impl Ledger {
 
     pub(crate) fn fulfil(&mut self, fulfil: &Fulfil) -> Result<Outcome, Rejection> {
         let transfer_id = fulfil.transfer_id;
+        if let Some(stored) = self.beyond_memory(transfer_id)? {
+            let kind = FinishKind::Fulfil;
+            return Self::finish_stored(&stored, kind, fulfil.request_hash, fulfil.caller);
+        }
         let transfer = self.payee_transfer(transfer_id, fulfil.caller)?;
         if let Some(duplicate) = self.check_finish_duplicate(
             transfer_id,
@@ -508,6 +543,10 @@ impl Ledger {
 
     pub(crate) fn abort(&mut self, abort: &Abort) -> Result<Outcome, Rejection> {
         let transfer_id = abort.transfer_id;
+        if let Some(stored) = self.beyond_memory(transfer_id)? {
+            let kind = FinishKind::Abort;
+            return Self::finish_stored(&stored, kind, abort.request_hash, abort.caller);
+        }
         let transfer = self.payee_transfer(transfer_id, abort.caller)?;
         if let Some(duplicate) = self.check_finish_duplicate(
             transfer_id,
@@ -600,7 +639,7 @@ impl Ledger {
         transfer_id: TransferId,
         caller: FspName,
     ) -> Result<Outcome, Rejection> {
-        let view = self.read_transfer(transfer_id)?;
+        let (view, _) = self.transfer_view(transfer_id)?;
         if caller != view.payer && caller != view.payee {
             return Err(Rejection::not_party(
                 ErrorCode::GENERIC_CLIENT_ERROR,
@@ -610,15 +649,26 @@ impl Ledger {
         Ok(Outcome::Transfer(view))
     }
 
-    /// A transfer in memory, without the parties' check.
-    pub(crate) fn read_transfer(&self, transfer_id: TransferId) -> Result<TransferView, Rejection> {
-        let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
-            Rejection::new(
+    /// A transfer, without the parties' check: from memory, or the store's
+    /// copy of one that left it ([`Outcome::StoredTransfer`]).
+    pub(crate) fn read_transfer(&self, transfer_id: TransferId) -> Result<Outcome, Rejection> {
+        Ok(match self.transfer_view(transfer_id)? {
+            (view, Held::InMemory) => Outcome::Transfer(view),
+            (view, Held::InStore) => Outcome::StoredTransfer(view),
+        })
+    }
+
+    fn transfer_view(&self, transfer_id: TransferId) -> Result<(TransferView, Held), Rejection> {
+        if let Some(transfer) = self.transfers.get(&transfer_id) {
+            return Ok((self.view(transfer_id, transfer), Held::InMemory));
+        }
+        match self.beyond_memory(transfer_id)? {
+            Some(stored) => Ok((stored.view, Held::InStore)),
+            None => Err(Rejection::new(
                 ErrorCode::TRANSFER_ID_NOT_FOUND,
                 format!("transfer {transfer_id} not found"),
-            )
-        })?;
-        Ok(self.view(transfer_id, transfer))
+            )),
+        }
     }
 
     pub(crate) fn expire(&mut self) -> Outcome {

@@ -288,7 +288,6 @@ impl Gen {
                 amount,
                 currency,
             )),
-            evictions_seen: None,
         }
     }
 
@@ -809,9 +808,7 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UnpinCertificate { .. }
         | Command::ReadCertificatePins
         | Command::NoteExternalChange { .. }
-        | Command::NoteRefused { .. }
-        | Command::PrepareChecked { .. }
-        | Command::PrepareWithLookup { .. } => {
+        | Command::NoteRefused { .. } => {
             unreachable!("reference-data and settlement commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
@@ -1261,7 +1258,6 @@ fn setup(scenario: &Scenario, gen: &mut Gen) -> Vec<Command> {
                     currency,
                     memo: FundsMemo::default(),
                     request_hash: hash(1),
-                    evictions_seen: None,
                 }));
             }
             if let Some(cap) = spec.caps[c] {

@@ -1127,6 +1127,7 @@ fn creating_a_dfsp_before_both_hub_accounts_exist_is_3003_and_twice_3000() {
         ledger: Ledger::new(Limits::default()),
         now: T0,
         name: fsp("Hub"),
+        store: StoreCopy::default(),
     };
     let create = Command::CreateParticipant {
         name: fsp("dfsp"),

@@ -1,5 +1,7 @@
 //! Bounded memory: finished FSPIOP transfers leave memory after the
-//! retention horizon, and their ids are still refused for a grace period.
+//! retention horizon, and the ledger answers for them from the store's
+//! copy, read before each batch (`prefetch.rs`; the harness's `StoreCopy`
+//! plays the store).
 
 mod common;
 
@@ -7,7 +9,6 @@ use common::*;
 use ledger::*;
 
 const RETENTION: i64 = 10_000;
-const GRACE: i64 = 60_000;
 
 fn limits() -> Limits {
     Limits {
@@ -23,23 +24,6 @@ fn two() -> (Hub, Dfsp, Dfsp) {
     let payee = hub.dfsp("payeefsp", 1000, 500);
     hub.ledger = Ledger::restore(hub.ledger.snapshot(), limits()).expect("restore");
     (hub, payer, payee)
-}
-
-fn checked(command: Command, evictions_seen: u64) -> Command {
-    match command {
-        Command::Prepare(prepare) => Command::PrepareChecked {
-            prepare,
-            evictions_seen,
-        },
-        other => other,
-    }
-}
-
-fn looked_up(command: Command, lookup: StoreLookup) -> Command {
-    match command {
-        Command::Prepare(prepare) => Command::PrepareWithLookup { prepare, lookup },
-        other => other,
-    }
 }
 
 /// `prepare(id, …)` with another request hash: the same id, another body.
@@ -59,13 +43,15 @@ fn evict_all(hub: &mut Hub) -> usize {
 }
 
 #[test]
-fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused() {
+fn finished_transfers_leave_memory_after_the_horizon_and_the_store_answers_for_them() {
     let (mut hub, payer, payee) = two();
     let before = hub.ledger.transfer_count();
     let expiration = hub.now + 5_000;
-    view(&hub.one(checked(prepare(1, payer, payee, 100, hub.now + TTL), 0)));
-    view(&hub.one(fulfil(1, payee.name)));
-    view(&hub.one(prepare(2, payer, payee, 50, expiration)));
+    let first = prepare(1, payer, payee, 100, hub.now + TTL);
+    view(&hub.one(first.clone()));
+    let committed = view(&hub.one(fulfil(1, payee.name)));
+    let second = prepare(2, payer, payee, 50, expiration);
+    view(&hub.one(second.clone()));
     view(&hub.one(prepare(3, payer, payee, 10, hub.now + 10 * TTL)));
     hub.advance(5_000);
     assert!(matches!(hub.one(Command::Expire), Outcome::Expired(ref v) if v.len() == 1));
@@ -85,13 +71,14 @@ fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused(
     // A budget bounds the work of one call.
     assert_eq!(hub.ledger.evict(hub.now, u64::MAX, 1), 1);
     assert_eq!(evict_all(&mut hub), 1);
+    assert_eq!(hub.ledger.next_eviction_ms(), None);
     assert_eq!(
         hub.ledger.transfer_count(),
         before + 1,
         "the reserved one stays"
     );
+    assert!(!hub.ledger.holds_transfer(TransferId::new(1)));
     assert_eq!(hub.ledger.transfers_evicted(), 2);
-    assert_eq!(hub.ledger.evicted_ids_remembered(), 2);
     assert_eq!(
         (hub.balance(payer.position), hub.balance(payee.position)),
         balances
@@ -102,119 +89,115 @@ fn finished_transfers_leave_memory_after_the_horizon_and_their_ids_stay_refused(
         hub.state(TransferId::new(3), payer.name),
         TransferState::Reserved
     );
-    // An evicted one is unknown to the ledger (the hub asks the store).
-    match hub.one(Command::GetTransfer {
+
+    // An evicted one is answered from the store's copy, as it was in
+    // memory, to its parties only.
+    let get = |caller: FspName| Command::GetTransfer {
         transfer_id: TransferId::new(1),
-        caller: payer.name,
-    }) {
-        Outcome::Rejected(error) => assert_eq!(error.code, ErrorCode::TRANSFER_ID_NOT_FOUND),
-        other => panic!("{other:?}"),
-    }
-    // A resend of an evicted prepare is refused, checked or not, same body
-    // or not, and so is a deposit with its id: nothing moves twice.
+        caller,
+    };
+    assert_eq!(hub.one(get(payer.name)), Outcome::Transfer(committed));
+    assert_eq!(hub.one(get(payee.name)), Outcome::Transfer(committed));
+    hub.assert_rejected(get(hub.name), ErrorCode::GENERIC_CLIENT_ERROR);
+    assert_eq!(
+        hub.one(Command::ReadTransfer {
+            transfer_id: TransferId::new(1)
+        }),
+        Outcome::StoredTransfer(committed)
+    );
+    // A resend of an evicted prepare is a duplicate (its stored state
+    // again); a changed one is refused, and so is a deposit with its id:
+    // nothing moves twice.
+    assert_eq!(hub.assert_duplicate(first.clone()), committed);
+    assert_eq!(
+        hub.assert_duplicate(second.clone()).state,
+        TransferState::Expired
+    );
     for command in [
-        prepare(1, payer, payee, 100, hub.now + TTL),
-        checked(prepare(2, payer, payee, 50, hub.now + TTL), 2),
-        funds_in(TransferId::new(1), payer, whole(5), hash(1)),
+        rehashed(first.clone(), hash(99)),
+        funds_in(TransferId::new(1), payer, whole(5), hash(77)),
     ] {
         hub.assert_rejected(command, ErrorCode::MODIFIED_REQUEST);
     }
-    // A check made before both evictions is still good: both ids are
-    // remembered.
-    view(&hub.one(checked(prepare(4, payer, payee, 1, hub.now + TTL), 0)));
-
-    // After the grace period the ids are forgotten: the store answers, and
-    // a check made before they were evicted is no longer trusted.
-    hub.advance(GRACE);
-    evict_all(&mut hub);
-    assert_eq!(hub.ledger.evicted_ids_remembered(), 0);
-    assert_eq!(hub.ledger.next_eviction_ms(), None);
-    for seen in [0, 1] {
-        hub.assert_rejected(
-            checked(prepare(5, payer, payee, 1, hub.now + TTL), seen),
-            ErrorCode(2003),
-        );
-    }
-    view(&hub.one(checked(prepare(5, payer, payee, 1, hub.now + TTL), 2)));
-    // A deposit's id is checked the same way (the hub looks it up in the
-    // store first): a check from before the ids were forgotten is refused.
-    let deposit = |evictions_seen| {
-        let mut funds = funds(TransferId::new(6), payer, whole(1), hash(6));
-        funds.evictions_seen = Some(evictions_seen);
-        Command::FundsIn(funds)
-    };
-    hub.assert_rejected(deposit(0), ErrorCode(2003));
-    view(&hub.one(deposit(2)));
+    // The payee's messages about it: a resent fulfil is a duplicate, a
+    // changed one 3106, an abort too late, another FSP not the payee.
+    assert_eq!(hub.assert_duplicate(fulfil(1, payee.name)), committed);
+    hub.assert_rejected(
+        fulfil_with(1, payee.name, secret(1), hash(98)),
+        ErrorCode::MODIFIED_REQUEST,
+    );
+    hub.assert_rejected(
+        abort(1, payee.name, 5100, hash(97)),
+        ErrorCode::GENERIC_VALIDATION_ERROR,
+    );
+    hub.assert_rejected(
+        abort(2, payee.name, 5100, hash(96)),
+        ErrorCode::TRANSFER_EXPIRED,
+    );
+    hub.assert_rejected(fulfil(1, payer.name), ErrorCode::GENERIC_VALIDATION_ERROR);
+    // A funds out commit naming it: not a funds movement.
+    hub.assert_rejected(
+        Command::FundsOutCommit(funds_finish(TransferId::new(1), payer, hash(5))),
+        ErrorCode::GENERIC_VALIDATION_ERROR,
+    );
+    // A row the store cannot read decides nothing: 2003, retry.
+    hub.store.unreadable.insert(TransferId::new(1));
+    let refused = hub.assert_rejected(first.clone(), ErrorCode::SERVICE_UNAVAILABLE);
+    assert!(refused.description.contains("retry"), "{refused:?}");
+    hub.assert_rejected(get(payer.name), ErrorCode::SERVICE_UNAVAILABLE);
+    hub.store.unreadable.clear();
+    // A fresh id is new.
+    view(&hub.one(prepare(5, payer, payee, 1, hub.now + TTL)));
+    view(&hub.one(funds_in(TransferId::new(6), payer, whole(1), hash(6))));
+    assert_eq!(
+        (hub.balance(payer.position), hub.balance(payee.position)),
+        (
+            (balances.0 .0, balances.0 .1.checked_add(whole(1)).unwrap()),
+            balances.1
+        ),
+        "only the fresh prepare moved a position (it reserved 1)"
+    );
     hub.ledger.check_balances().expect("balances");
 }
 
-/// The pipeline's own lookup (`Command::PrepareWithLookup`): memory
-/// decides for an id it holds, the store's answer for one it does not, a
-/// missing or failed answer refuses the prepare, and nothing ever moves
-/// twice.
+/// The rule for an id is memory's when memory holds it, the store's copy's
+/// when not; an id the pipeline did not read is refused, never taken as
+/// new; two prepares with one fresh id in one batch meet in memory.
 #[test]
-fn a_prepare_looked_up_by_the_pipeline_follows_memory_then_the_store() {
+fn memory_decides_first_then_the_store_and_an_unread_id_is_refused() {
     let (mut hub, payer, payee) = two();
     let first = prepare(1, payer, payee, 100, hub.now + TTL);
-    view(&hub.one(looked_up(first.clone(), StoreLookup::Absent)));
+    view(&hub.one(first.clone()));
+    let reads = hub.store.reads;
     let committed = view(&hub.one(fulfil(1, payee.name)));
-    let balances = (hub.balance(payer.position), hub.balance(payee.position));
-
-    // In memory: memory decides, whatever the lookup said (or did not).
-    for lookup in [StoreLookup::Pending, StoreLookup::Absent] {
-        let resent = hub.assert_duplicate(looked_up(first.clone(), lookup.clone()));
-        assert_eq!(resent.state, TransferState::Committed);
-        hub.assert_rejected(
-            looked_up(rehashed(first.clone(), hash(99)), lookup),
-            ErrorCode::MODIFIED_REQUEST,
-        );
-    }
+    assert_eq!(hub.store.reads, reads, "held in memory: nothing read");
+    let resent = hub.assert_duplicate(first.clone());
+    assert_eq!(resent.state, TransferState::Committed);
 
     hub.advance(RETENTION);
     assert_eq!(evict_all(&mut hub), 1);
-    assert!(!hub.ledger.holds_transfer(TransferId::new(1)));
-    let stored = || {
-        StoreLookup::Found(Box::new(StoredPrepare {
-            view: committed,
-            request_hash: hash(1),
-        }))
-    };
-    // Found in the store: the duplicate rule against its copy.
-    let resent = hub.assert_duplicate(looked_up(first.clone(), stored()));
-    assert_eq!(resent, committed);
-    hub.assert_rejected(
-        looked_up(rehashed(first.clone(), hash(99)), stored()),
-        ErrorCode::MODIFIED_REQUEST,
-    );
-    // Not looked up, or the lookup failed: refused, never taken as new.
-    hub.assert_rejected(
-        looked_up(first.clone(), StoreLookup::Pending),
-        ErrorCode::INTERNAL_SERVER_ERROR,
-    );
-    let refused = hub.assert_rejected(
-        looked_up(first.clone(), StoreLookup::Failed),
-        ErrorCode::SERVICE_UNAVAILABLE,
-    );
-    assert!(refused.description.contains("retry"), "{refused:?}");
-    // An answer that contradicts the ledger's own memory of evictions is
-    // not trusted: the id is still remembered as evicted.
-    hub.assert_rejected(
-        looked_up(first.clone(), StoreLookup::Absent),
-        ErrorCode::MODIFIED_REQUEST,
-    );
+    // Applied without its read (a pipeline that skipped the prefetch):
+    // refused, never taken as new.
+    let before = hub.ledger.snapshot();
+    let outcome = hub
+        .ledger
+        .apply_batch(hub.now, std::slice::from_ref(&first));
     assert_eq!(
-        (hub.balance(payer.position), hub.balance(payee.position)),
-        balances,
-        "nothing moved twice"
+        outcome.outcomes[0].error_code(),
+        Some(ErrorCode::SERVICE_UNAVAILABLE),
+        "{:?}",
+        outcome.outcomes
     );
+    assert!(outcome.records.is_empty());
+    assert_eq!(hub.ledger.snapshot(), before);
+    assert_eq!(hub.assert_duplicate(first.clone()), committed);
 
     // Within one batch the second of two prepares with one id meets the
-    // first in memory, though both were looked up before the batch.
+    // first in memory, though both were read before the batch.
     let second = prepare(2, payer, payee, 5, hub.now + TTL);
-    let outcomes = hub.apply(&[
-        looked_up(second.clone(), StoreLookup::Absent),
-        looked_up(second, StoreLookup::Absent),
-    ]);
+    let reads = hub.store.reads;
+    let outcomes = hub.apply(&[second.clone(), second]);
+    assert_eq!(hub.store.reads, reads + 1, "one read for the id");
     view(&outcomes[0]);
     assert!(
         matches!(outcomes[1], Outcome::Duplicate(_)),
@@ -313,17 +296,18 @@ fn a_crowded_ledger_lets_its_oldest_finished_transfers_go_before_the_horizon() {
         before + 3,
         "2 finished + 1 reserved"
     );
-    // Next: forgetting the evicted ids, after the grace period.
-    assert_eq!(hub.ledger.next_eviction_ms(), Some(hub.now + GRACE));
-    // The oldest went: 1-3 are asked of the store, 4 and 5 answered here.
+    assert_eq!(
+        hub.ledger.next_eviction_ms(),
+        Some(T0 + 3 + 365 * 86_400_000),
+        "no longer crowded: 4 leaves at its horizon"
+    );
+    // The oldest went: 1-3 are read from the store, 4 and 5 answered here.
     for id in 1..=3 {
-        match hub.one(Command::GetTransfer {
-            transfer_id: TransferId::new(id),
-            caller: payer.name,
-        }) {
-            Outcome::Rejected(error) => assert_eq!(error.code, ErrorCode::TRANSFER_ID_NOT_FOUND),
-            other => panic!("{other:?}"),
-        }
+        assert!(!hub.ledger.holds_transfer(TransferId::new(id)));
+        assert_eq!(
+            hub.state(TransferId::new(id), payer.name),
+            TransferState::Committed
+        );
     }
     for id in 4..=6 {
         hub.state(TransferId::new(id), payer.name);
@@ -364,8 +348,35 @@ fn recorded_quotes_leave_memory_past_the_horizon_or_when_crowded() {
     assert_eq!(hub.ledger.quotes_evicted(), 2);
     // The newest stay: a resend of one is still a duplicate here.
     assert!(matches!(hub.one(quote(4)), Outcome::QuoteDuplicate(_)));
+    // One that left is answered from the store's copy: a resend is a
+    // duplicate, a changed one 3106, and its answer is taken once.
+    assert!(matches!(hub.one(quote(1)), Outcome::QuoteDuplicate(ref v) if v.answer.is_none()));
+    hub.assert_rejected(
+        Command::RecordQuote {
+            quote_id: TransferId::new(2),
+            payer: payer.name,
+            payee: payee.name,
+            request_hash: hash(99),
+        },
+        ErrorCode::MODIFIED_REQUEST,
+    );
+    let answer = |hash_byte: u8| Command::AnswerQuote {
+        quote_id: TransferId::new(2),
+        caller: payee.name,
+        is_error: false,
+        body: "{}".into(),
+        request_hash: hash(hash_byte),
+    };
+    assert_eq!(hub.one(answer(50)), Outcome::Done);
+    assert!(matches!(hub.one(answer(50)), Outcome::QuoteDuplicate(_)));
+    hub.assert_rejected(answer(51), ErrorCode::MODIFIED_REQUEST);
     // Past the horizon the rest go too.
     hub.advance(RETENTION);
     evict_all(&mut hub);
     assert_eq!(hub.ledger.quote_count(), 0);
+    // The answer was kept: once gone again, a resend finds it in the store.
+    match hub.one(quote(2)) {
+        Outcome::QuoteDuplicate(view) => assert!(view.answer.is_some()),
+        other => panic!("{other:?}"),
+    }
 }

@@ -91,14 +91,19 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-/// A stored transfer as the hub needs it to answer a `GET` or a resend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StoredTransfer {
-    pub view: ledger::TransferView,
-    /// The prepare's request hash.
-    pub request_hash: ledger::RequestHash,
-    /// What finished it, with that request's hash.
-    pub finish: Option<(ledger::FinishKind, ledger::RequestHash)>,
+/// A stored transfer as the ledger's duplicate rules need it (the ledger
+/// owns the type: its `prefetch.rs` applies the rules to it).
+pub use ledger::StoredTransfer;
+
+/// What the pipeline reads before it applies a batch (see the ledger's
+/// `prefetch.rs`): the rows of every id the batch names that the ledger's
+/// memory does not hold, in one read (one round trip on PostgreSQL).
+pub trait Prefetch: Send {
+    /// The store's answers for `ids`, each read in what is committed now:
+    /// one per id asked (an id whose row cannot be read is
+    /// [`ledger::Lookup::Failed`], the others still answered); the error
+    /// is the read as a whole failing.
+    fn prefetch(&mut self, ids: &ledger::PrefetchIds) -> Result<ledger::Prefetched, StoreError>;
 }
 
 /// What the hub reads from the store beside the pipeline, for transfers
@@ -140,50 +145,6 @@ pub type Touched = (
     Option<ledger::FinishKind>,
 );
 
-/// How a stored transfer looks to the hub: its finish, if any, decides its
-/// state, reason, completion instant and fulfilment.
-pub(crate) fn stored_view(
-    transfer: &ledger::TransferRow,
-    finish: Option<&ledger::FinishRow>,
-    payer: ledger::FspName,
-    payee: ledger::FspName,
-    currency: ledger::Currency,
-) -> ledger::TransferView {
-    let (state, reason, completed_at_ms, fulfilment) = match finish {
-        Some(finish) => (
-            finish.state,
-            finish.reason,
-            Some(finish.finished_at_ms),
-            finish.fulfilment,
-        ),
-        None => (
-            transfer.state,
-            transfer.reason,
-            transfer.state.is_final().then_some(transfer.prepared_at_ms),
-            None,
-        ),
-    };
-    ledger::TransferView {
-        transfer_id: transfer.transfer_id,
-        kind: transfer.kind,
-        payer,
-        payee,
-        amount: transfer.amount,
-        currency,
-        state,
-        reason,
-        cause: finish.and_then(|finish| finish.cause),
-        expiration_ms: transfer.expiration_ms,
-        prepared_at_ms: transfer.prepared_at_ms,
-        completed_at_ms,
-        fulfilment,
-        wire_version: transfer.wire_version,
-    }
-}
-
-/// [`Store::find_transfers`]'s answer: one per id asked, in order.
-pub type FoundTransfers = Vec<Result<Option<StoredTransfer>, StoreError>>;
-
 /// Durable storage for the ledger's records.
 pub trait Store: Send {
     /// Makes the records of `batches` durable, in order, as one transaction:
@@ -194,23 +155,22 @@ pub trait Store: Send {
     /// Reads every row, for recovery and audit.
     fn load(&mut self) -> Result<Snapshot, StoreError>;
 
-    /// Whether [`Store::find_transfers`] is offered.
-    fn finds_transfers(&self) -> bool {
-        false
+    /// [`Prefetch::prefetch`] on the writer's own connection, between two
+    /// commits: for a pipeline that applies and commits on one thread
+    /// (its page cache stays valid, nobody else writes).
+    fn prefetch(&mut self, ids: &ledger::PrefetchIds) -> Result<ledger::Prefetched, StoreError> {
+        let _ = ids;
+        Err(StoreError::fatal(format!(
+            "{} does not read transfers back",
+            self.describe()
+        )))
     }
 
-    /// The transfers with these ids in what is committed, one answer per
-    /// id in order, read on the writer's own connection: for a pipeline
-    /// that applies and commits on one thread, between two commits. An id
-    /// whose row cannot be read is an error of its own (the others are
-    /// still answered); the outer error is the read as a whole failing.
-    fn find_transfers(
-        &mut self,
-        transfer_ids: &[ledger::TransferId],
-    ) -> Result<FoundTransfers, StoreError> {
-        let _ = transfer_ids;
+    /// A connection of its own for [`Prefetch`], for the ledger thread of
+    /// a pipeline whose store thread holds the writer.
+    fn open_prefetcher(&self) -> Result<Box<dyn Prefetch>, StoreError> {
         Err(StoreError::fatal(format!(
-            "{} does not look transfers up on its writer",
+            "{} does not read transfers back",
             self.describe()
         )))
     }

@@ -472,6 +472,8 @@ pub struct PgStore {
     loaded_warm: bool,
     /// The history snapshot (`pg_history.rs`).
     pub(crate) history: crate::pg_history::History,
+    /// Prepared on the first prefetch, again after a reconnect.
+    prefetch_statements: Option<crate::pg_reader::PrefetchStatements>,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -510,6 +512,7 @@ impl PgStore {
             warm: None,
             loaded_warm: false,
             history: Default::default(),
+            prefetch_statements: None,
         })
     }
 
@@ -549,6 +552,7 @@ impl PgStore {
             warm: None,
             loaded_warm: false,
             history: Default::default(),
+            prefetch_statements: None,
         })
     }
 
@@ -661,6 +665,7 @@ impl PgStore {
             return Err(deposed(fencing, now_fencing));
         }
         self.client = client;
+        self.prefetch_statements = None;
         self.statements = Some(statements);
         Ok(match self.in_flight.take() {
             Some(expected) if commits == expected => true,
@@ -777,6 +782,7 @@ impl PgStore {
             self.statements = Some(Statements::prepare(&mut client)?);
         }
         self.client = client;
+        self.prefetch_statements = None;
         Ok(())
     }
 
@@ -1527,6 +1533,17 @@ fn statements_settlement(statements: &Statements) -> crate::pg_settlement::State
 impl Store for PgStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
+    }
+
+    fn prefetch(&mut self, ids: &ledger::PrefetchIds) -> Result<ledger::Prefetched, StoreError> {
+        // Read-committed statements outside a transaction: each sees every
+        // commit that returned before it began.
+        self.reconnect_if_lost()?;
+        crate::pg_reader::prefetch(&mut self.client, &mut self.prefetch_statements, ids)
+    }
+
+    fn open_prefetcher(&self) -> Result<Box<dyn crate::Prefetch>, StoreError> {
+        Ok(Box::new(crate::pg_reader::PgPrefetcher::open(&self.url)?))
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {

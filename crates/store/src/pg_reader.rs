@@ -3,16 +3,16 @@
 //! are derived again after a restart. A connection of its own, opened
 //! again on the next read when it is lost.
 
-use ledger::{Condition, FspName, QuoteRow, TransferId};
+use ledger::{Condition, FspName, Lookup, PrefetchIds, Prefetched, QuoteRow, TransferId};
 use postgres::Client;
 
-use crate::pg::redact_url;
+use crate::pg::{connect, redact_url};
 use crate::pg_rows::{
     col, finish_row, fixed, parsed, quote_row, transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS,
     TRANSFER_COLUMNS,
 };
 use crate::pg_worker::PgWorker;
-use crate::{stored_view, StoreError, StoreReader, StoredTransfer, Touched};
+use crate::{Prefetch, StoreError, StoreReader, StoredTransfer, Touched};
 
 /// [`StoreReader`] on PostgreSQL.
 pub struct PgReader {
@@ -70,26 +70,16 @@ impl PgReader {
         self.workers[turn % self.workers.len()].run(read)
     }
 
-    fn view(
-        row: &postgres::Row,
-    ) -> Result<
-        (
-            ledger::TransferRow,
-            Option<ledger::FinishRow>,
-            ledger::TransferView,
-        ),
-        StoreError,
-    > {
+    fn stored(row: &postgres::Row) -> Result<StoredTransfer, StoreError> {
         let transfer = transfer_row(row)?;
         let finish = finish_row(row, 15)?;
-        let view = stored_view(
+        Ok(StoredTransfer::from_rows(
             &transfer,
             finish.as_ref(),
             parsed(row, NAMES_AT, "participant name", FspName::new)?,
             parsed(row, NAMES_AT + 1, "participant name", FspName::new)?,
             parsed(row, NAMES_AT + 2, "currency", ledger::Currency::parse)?,
-        );
-        Ok((transfer, finish, view))
+        ))
     }
 }
 
@@ -110,12 +100,7 @@ impl StoreReader for PgReader {
             let Some(row) = row else {
                 return Ok(None);
             };
-            let (transfer, finish, view) = PgReader::view(&row)?;
-            Ok(Some(StoredTransfer {
-                view,
-                request_hash: transfer.request_hash,
-                finish: finish.map(|f| (f.kind, f.request_hash)),
-            }))
+            PgReader::stored(&row).map(Some)
         })
     }
 
@@ -161,9 +146,9 @@ impl StoreReader for PgReader {
             )?;
             let mut found = Vec::with_capacity(rows.len());
             for row in &rows {
-                let (_, finish, view) = PgReader::view(row)?;
+                let stored = PgReader::stored(row)?;
                 let condition = Condition(fixed(row, 6)?);
-                found.push((view, condition, finish.map(|f| f.kind)));
+                found.push((stored.view, condition, stored.finish.map(|f| f.0)));
             }
             Ok(found)
         })
@@ -189,4 +174,123 @@ fn first_seq_prepared_since(client: &mut Client, since_ms: i64) -> Result<i64, S
         }
     }
     Ok(low)
+}
+
+/// The store's answers for `ids` (see [`Prefetch::prefetch`]): one
+/// statement per kind of id (`= ANY($1)` over the primary key), so a batch
+/// of prepares costs one round trip however many it holds. A row that
+/// cannot be read refuses only the command naming it.
+pub(crate) fn prefetch(
+    client: &mut Client,
+    statements: &mut Option<PrefetchStatements>,
+    ids: &PrefetchIds,
+) -> Result<Prefetched, StoreError> {
+    let statements = match statements {
+        Some(statements) => statements,
+        None => statements.insert(PrefetchStatements::prepare(client)?),
+    };
+    let mut prefetched = Prefetched::default();
+    if !ids.transfers.is_empty() {
+        let blobs: Vec<Vec<u8>> = ids
+            .transfers
+            .iter()
+            .map(|id| id.to_blob().as_slice().to_vec())
+            .collect();
+        let rows = client.query(&statements.transfers, &[&blobs])?;
+        prefetched.transfers = ids
+            .transfers
+            .iter()
+            .map(|&id| (id, Lookup::Absent))
+            .collect();
+        for row in &rows {
+            let id = row_id(row, 1)?;
+            let lookup = match PgReader::stored(row) {
+                Ok(stored) => Lookup::Found(stored),
+                Err(error) => {
+                    prefetched.unreadable.push(format!("{id}: {error}"));
+                    Lookup::Failed
+                }
+            };
+            prefetched.transfers.insert(id, lookup);
+        }
+    }
+    if !ids.quotes.is_empty() {
+        let blobs: Vec<Vec<u8>> = ids
+            .quotes
+            .iter()
+            .map(|id| id.to_blob().as_slice().to_vec())
+            .collect();
+        let rows = client.query(&statements.quotes, &[&blobs])?;
+        prefetched.quotes = ids.quotes.iter().map(|&id| (id, Lookup::Absent)).collect();
+        for row in &rows {
+            let id = row_id(row, 0)?;
+            let lookup = match quote_row(row) {
+                Ok(quote) => Lookup::Found(quote),
+                Err(error) => {
+                    prefetched.unreadable.push(format!("quote {id}: {error}"));
+                    Lookup::Failed
+                }
+            };
+            prefetched.quotes.insert(id, lookup);
+        }
+    }
+    Ok(prefetched)
+}
+
+/// The prefetch's statements, prepared once per connection (a statement
+/// prepared per read would cost a round trip of its own).
+pub(crate) struct PrefetchStatements {
+    transfers: postgres::Statement,
+    quotes: postgres::Statement,
+}
+
+impl PrefetchStatements {
+    fn prepare(client: &mut Client) -> Result<PrefetchStatements, StoreError> {
+        Ok(PrefetchStatements {
+            transfers: client.prepare(&format!(
+                "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT} WHERE t.transfer_id = ANY($1)"
+            ))?,
+            quotes: client.prepare(&format!(
+                "SELECT {QUOTE_COLUMNS} FROM quotes WHERE quote_id = ANY($1)"
+            ))?,
+        })
+    }
+}
+
+/// The id in column `at` of a row: a row whose id cannot be read cannot be
+/// told apart from the others, so the read as a whole fails.
+fn row_id(row: &postgres::Row, at: usize) -> Result<TransferId, StoreError> {
+    let blob: &[u8] = col(row, at)?;
+    TransferId::from_blob(blob)
+        .ok_or_else(|| StoreError::fatal(format!("a stored id of {} bytes", blob.len())))
+}
+
+/// [`Prefetch`] on a connection of its own, for the ledger thread of a
+/// two-thread pipeline; opened again on the next read when it is lost.
+pub(crate) struct PgPrefetcher {
+    url: String,
+    client: Option<Client>,
+    statements: Option<PrefetchStatements>,
+}
+
+impl PgPrefetcher {
+    pub(crate) fn open(url: &str) -> Result<PgPrefetcher, StoreError> {
+        Ok(PgPrefetcher {
+            url: url.to_string(),
+            client: Some(connect(url)?),
+            statements: None,
+        })
+    }
+}
+
+impl Prefetch for PgPrefetcher {
+    fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {
+        if self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = None;
+            self.statements = None;
+            self.client = Some(connect(&self.url)?);
+        }
+        let client = self.client.as_mut().expect("connected above");
+        prefetch(client, &mut self.statements, ids)
+    }
 }

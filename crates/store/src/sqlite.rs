@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use ledger::{
     AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow,
-    ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, OracleRow, ParticipantId,
-    ParticipantRow, PartyKey, PartyRow, QuoteAnswer, QuoteRow, Record, RequestHash,
-    SettlementModelRow, Snapshot, TransferId, TransferKind, TransferRow, TransferState,
-    TransferView,
+    ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, Lookup, OracleRow,
+    ParticipantId, ParticipantRow, PartyKey, PartyRow, PrefetchIds, Prefetched, QuoteAnswer,
+    QuoteRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind,
+    TransferRow, TransferState, TransferView,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -24,6 +24,7 @@ use crate::history::{
 };
 use crate::sqlite_history;
 use crate::sqlite_settlement::SettlementStatements;
+use crate::Prefetch;
 use crate::{Store, StoreError, StoreReader, StoredTransfer, Touched};
 
 /// The database file inside the data directory.
@@ -1697,9 +1698,12 @@ impl TransferLookup {
     /// Opens the store in `data_dir` read-only (it must exist: open the
     /// writable store first).
     pub fn open(data_dir: &Path) -> Result<TransferLookup, StoreError> {
-        let path = data_dir.join(DATABASE_FILE);
+        TransferLookup::open_file(&data_dir.join(DATABASE_FILE))
+    }
+
+    fn open_file(path: &Path) -> Result<TransferLookup, StoreError> {
         let connection = Connection::open_with_flags(
-            &path,
+            path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
@@ -1712,15 +1716,7 @@ impl TransferLookup {
     /// it. Blocking, like [`TransferLookup::find`].
     pub fn find_quote(&self, quote_id: TransferId) -> Result<Option<QuoteRow>, StoreError> {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
-        let mut statement = connection.prepare_cached(
-            "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
-                answer_body, answered_at_ms FROM quotes WHERE quote_id = ?1",
-        )?;
-        let mut rows = statement.query(params![quote_id.to_blob().as_slice()])?;
-        match rows.next()? {
-            Some(row) => Ok(Some(quote_row(row)?)),
-            None => Ok(None),
-        }
+        find_quote(&connection, quote_id)
     }
 
     /// The transfer with this id, if the store has it. Blocking: call it
@@ -1728,6 +1724,72 @@ impl TransferLookup {
     pub fn find(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         find_transfer(&connection, transfer_id)
+    }
+}
+
+impl Prefetch for TransferLookup {
+    fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {
+        let connection = self.connection.get_mut().unwrap_or_else(|e| e.into_inner());
+        // One read transaction: every answer from the same commit.
+        let transaction = connection.transaction()?;
+        let prefetched = prefetch(&transaction, ids);
+        transaction.commit()?;
+        Ok(prefetched)
+    }
+}
+
+/// The store's answers for `ids` (see [`Prefetch::prefetch`]): indexed
+/// point reads, each id on its own so that an unreadable row refuses only
+/// the command naming it.
+fn prefetch(connection: &Connection, ids: &PrefetchIds) -> Prefetched {
+    let mut unreadable = Vec::new();
+    let mut lookup = |id: TransferId, found| match found {
+        Ok(Some(row)) => Lookup::Found(row),
+        Ok(None) => Lookup::Absent,
+        Err(error) => {
+            unreadable.push(format!("{id}: {error}"));
+            Lookup::Failed
+        }
+    };
+    let transfers = ids
+        .transfers
+        .iter()
+        .map(|&id| (id, lookup(id, find_transfer(connection, id))))
+        .collect();
+    let mut lookup_quote = |id: TransferId, found| match found {
+        Ok(Some(row)) => Lookup::Found(row),
+        Ok(None) => Lookup::Absent,
+        Err(error) => {
+            unreadable.push(format!("quote {id}: {error}"));
+            Lookup::Failed
+        }
+    };
+    let quotes = ids
+        .quotes
+        .iter()
+        .map(|&id| (id, lookup_quote(id, find_quote(connection, id))))
+        .collect();
+    Prefetched {
+        transfers,
+        quotes,
+        unreadable,
+    }
+}
+
+/// The recorded quote (persistent mode) with this id, if `connection`
+/// sees it.
+fn find_quote(
+    connection: &Connection,
+    quote_id: TransferId,
+) -> Result<Option<QuoteRow>, StoreError> {
+    let mut statement = connection.prepare_cached(
+        "SELECT quote_id, payer_id, payee_id, request_hash, received_at_ms, answer_hash, answer_is_error,
+            answer_body, answered_at_ms FROM quotes WHERE quote_id = ?1",
+    )?;
+    let mut rows = statement.query(params![quote_id.to_blob().as_slice()])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(quote_row(row)?)),
+        None => Ok(None),
     }
 }
 
@@ -1803,24 +1865,18 @@ impl Store for SqliteStore {
         self.write(batches)
     }
 
-    fn finds_transfers(&self) -> bool {
-        true
-    }
-
-    fn find_transfers(
-        &mut self,
-        transfer_ids: &[TransferId],
-    ) -> Result<crate::FoundTransfers, StoreError> {
+    fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {
         // One read transaction for them all, on the writer's connection:
         // nobody else writes, so its page cache is still valid after its
         // own commits, and a fresh id's index probe reads no page from disk.
         let transaction = self.connection.transaction()?;
-        let found = transfer_ids
-            .iter()
-            .map(|&transfer_id| find_transfer(&transaction, transfer_id))
-            .collect();
+        let prefetched = prefetch(&transaction, ids);
         transaction.commit()?;
-        Ok(found)
+        Ok(prefetched)
+    }
+
+    fn open_prefetcher(&self) -> Result<Box<dyn Prefetch>, StoreError> {
+        Ok(Box::new(TransferLookup::open_file(&self.path)?))
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {

@@ -66,23 +66,31 @@ proptest! {
         touched.sort();
         prop_assert_eq!(touched, expected);
 
-        // The pipeline's lookup on the writer's connection reads what a
-        // reader reads, in the order asked, unknown ids included.
+        // The pipeline's prefetch on the writer's connection reads what
+        // its reader of its own reads, and what a point read reads,
+        // unknown ids included.
         let mut ids: Vec<TransferId> = all.transfers.iter().map(|t| t.transfer_id).collect();
         ids.insert(ids.len() / 2, TransferId::new(u128::MAX - 1));
+        let ids = PrefetchIds { transfers: ids, quotes: vec![] };
         let reader = harness.lookup();
-        let from_reader: Vec<_> = ids
+        let expected: std::collections::HashMap<_, _> = ids
+            .transfers
             .iter()
-            .map(|&id| reader.find(id).expect("find"))
+            .map(|&id| match reader.find(id).expect("find") {
+                Some(stored) => (id, Lookup::Found(stored)),
+                None => (id, Lookup::Absent),
+            })
             .collect();
-        let from_writer: Vec<_> = harness
+        let from_writer = harness.store.prefetch(&ids).expect("a read on the writer");
+        prop_assert!(from_writer.unreadable.is_empty());
+        prop_assert_eq!(&from_writer.transfers, &expected);
+        let from_reader = harness
             .store
-            .find_transfers(&ids)
-            .expect("a read on the writer")
-            .into_iter()
-            .map(|found| found.expect("find on the writer"))
-            .collect();
-        prop_assert_eq!(from_writer, from_reader);
+            .open_prefetcher()
+            .expect("a reader")
+            .prefetch(&ids)
+            .expect("a read on the reader");
+        prop_assert_eq!(&from_reader.transfers, &expected);
     }
 }
 
@@ -98,8 +106,18 @@ fn a_transfer_whose_participant_is_missing_is_an_error_not_unknown() {
         ttl_ms: 60_000,
     });
     let (transfer_id, _) = harness.reserved[0];
-    let found = harness.store.find_transfers(&[transfer_id]).expect("read");
-    assert!(matches!(found.as_slice(), [Ok(Some(_))]), "{found:?}");
+    let asked = |ids: Vec<TransferId>| PrefetchIds {
+        transfers: ids,
+        quotes: vec![],
+    };
+    let found = harness
+        .store
+        .prefetch(&asked(vec![transfer_id]))
+        .expect("read");
+    assert!(
+        matches!(found.transfers[&transfer_id], Lookup::Found(_)),
+        "{found:?}"
+    );
     let raw = rusqlite::Connection::open(dir.path().join("kasi.db")).expect("raw");
     let deleted = raw
         .execute("DELETE FROM participants WHERE name = 'dfspb'", [])
@@ -111,12 +129,11 @@ fn a_transfer_whose_participant_is_missing_is_an_error_not_unknown() {
     let unknown = TransferId::new(u128::MAX);
     let from_writer = harness
         .store
-        .find_transfers(&[transfer_id, unknown])
+        .prefetch(&asked(vec![transfer_id, unknown]))
         .expect("the read as a whole");
-    assert!(
-        matches!(from_writer.as_slice(), [Err(_), Ok(None)]),
-        "{from_writer:?}"
-    );
+    assert_eq!(from_writer.transfers[&transfer_id], Lookup::Failed);
+    assert_eq!(from_writer.transfers[&unknown], Lookup::Absent);
+    assert_eq!(from_writer.unreadable.len(), 1, "{from_writer:?}");
     let from_reader = harness.lookup().find(transfer_id);
     assert!(from_reader.is_err(), "{from_reader:?}");
     let touched = harness.lookup().transfers_touched_since(0);

@@ -52,6 +52,85 @@ pub struct Hub {
     pub ledger: Ledger,
     pub now: i64,
     pub name: FspName,
+    /// What a store would hold of every batch applied so far, read back
+    /// before each batch as the pipeline's prefetch does.
+    pub store: StoreCopy,
+}
+
+/// The rows a store keeps of transfers and quotes, from the records of
+/// every batch (upserts as the stores do), and the prefetch's answers
+/// from them: an independent model of what the pipeline reads.
+#[derive(Default)]
+pub struct StoreCopy {
+    pub participants: std::collections::HashMap<ParticipantId, FspName>,
+    pub accounts: std::collections::HashMap<AccountId, (ParticipantId, Currency)>,
+    pub transfers: std::collections::HashMap<TransferId, TransferRow>,
+    pub finishes: std::collections::HashMap<u64, FinishRow>,
+    pub quotes: std::collections::HashMap<TransferId, QuoteRow>,
+    /// Ids whose rows the test says cannot be read.
+    pub unreadable: std::collections::HashSet<TransferId>,
+    /// How many ids were read so far.
+    pub reads: usize,
+}
+
+impl StoreCopy {
+    pub fn keep(&mut self, records: &[Record]) {
+        for record in records {
+            match record {
+                Record::Participant(row) => {
+                    self.participants.insert(row.id, row.name);
+                }
+                Record::Account(row) => {
+                    self.accounts
+                        .insert(row.id, (row.participant, row.currency));
+                }
+                Record::Transfer(row) => {
+                    self.transfers.insert(row.transfer_id, row.clone());
+                }
+                Record::Finish(row) => {
+                    self.finishes.insert(row.seq, row.clone());
+                }
+                Record::Quote(row) => {
+                    self.quotes.insert(row.quote_id, row.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub fn stored(&self, transfer_id: TransferId) -> Option<StoredTransfer> {
+        let row = self.transfers.get(&transfer_id)?;
+        let (payer, currency) = self.accounts[&row.debit];
+        let (payee, _) = self.accounts[&row.credit];
+        Some(StoredTransfer::from_rows(
+            row,
+            self.finishes.get(&row.seq),
+            self.participants[&payer],
+            self.participants[&payee],
+            currency,
+        ))
+    }
+
+    pub fn prefetch(&mut self, ids: &PrefetchIds) -> Prefetched {
+        self.reads += ids.len();
+        let mut prefetched = Prefetched::default();
+        for &id in &ids.transfers {
+            let lookup = match (self.unreadable.contains(&id), self.stored(id)) {
+                (true, _) => Lookup::Failed,
+                (false, Some(stored)) => Lookup::Found(stored),
+                (false, None) => Lookup::Absent,
+            };
+            prefetched.transfers.insert(id, lookup);
+        }
+        for &id in &ids.quotes {
+            let lookup = match self.quotes.get(&id) {
+                Some(row) => Lookup::Found(row.clone()),
+                None => Lookup::Absent,
+            };
+            prefetched.quotes.insert(id, lookup);
+        }
+        prefetched
+    }
 }
 
 impl Hub {
@@ -61,6 +140,7 @@ impl Hub {
             ledger: Ledger::new(Limits::default()),
             now: T0,
             name: fsp("Hub"),
+            store: StoreCopy::default(),
         };
         let name = hub.name;
         assert_eq!(hub.one(Command::CreateHub { name }), Outcome::Done);
@@ -89,9 +169,17 @@ impl Hub {
         Hub::new(&[usd()])
     }
 
-    /// Applies a batch at the current time.
+    /// Applies a batch at the current time, after reading from the store
+    /// copy what memory does not hold (as the pipeline does), and keeps
+    /// its records.
     pub fn batch(&mut self, commands: &[Command]) -> BatchResult {
-        self.ledger.apply_batch(self.now, commands)
+        let ids = self.ledger.prefetch_ids(commands);
+        let prefetched = self.store.prefetch(&ids);
+        let result = self
+            .ledger
+            .apply_batch_prefetched(self.now, commands, prefetched);
+        self.store.keep(&result.records);
+        result
     }
 
     /// Applies a batch at the current time and returns its outcomes.
@@ -340,7 +428,6 @@ pub fn funds(id: TransferId, dfsp: Dfsp, amount: Amount, request_hash: RequestHa
             reason: "test".into(),
         },
         request_hash,
-        evictions_seen: None,
     }
 }
 

@@ -150,7 +150,6 @@ impl Harness {
                 reason: "test".into(),
             },
             request_hash: RequestHash([7; 32]),
-            evictions_seen: None,
         }
     }
 

@@ -1,0 +1,265 @@
+//! Prefetch: what the store holds for the ids a batch names that the
+//! ledger's memory does not, read before the batch is applied — as
+//! TigerBeetle's state machine prefetches, then commits.
+//!
+//! With a retention horizon ([`Limits::transfer_retention_ms`]) finished
+//! FSPIOP transfers and recorded quotes leave memory (`retention.rs`), so
+//! an id the ledger does not hold may be new or may be in the store only.
+//! The pipeline asks [`Ledger::prefetch_ids`] which ids those are, reads
+//! them from the store in one read, and hands the answers to
+//! [`Ledger::apply_batch_prefetched`]. The ledger alone then applies every
+//! rule — the duplicate rule (FSPIOP §3.2.5.1), 3106 for a modified
+//! request, 3208 for an unknown transfer — to memory or to the stored
+//! copy; nobody else decides an outcome from the store.
+//!
+//! Why an evicted id can never be taken as new (no double payment): the
+//! pipeline reads on the ledger's own thread, after the last eviction and
+//! just before applying; a transfer is evicted only once the batch that
+//! finished it is committed, so the read — which begins after that commit
+//! returned — sees it. What the store does not have was never seen, or
+//! is in memory (an uncommitted batch's transfers are never evicted). An
+//! id neither in memory nor answered is refused (2003, retry): the rule is
+//! never guessed.
+//!
+//! Without a horizon memory holds everything and nothing is prefetched.
+
+use std::collections::HashMap;
+
+use crate::error::{ErrorCode, Rejection};
+use crate::ids::{Currency, FspName, TransferId};
+use crate::ledger::Ledger;
+use crate::model::{Command, FinishKind, FinishRow, QuoteRow, TransferRow, TransferView};
+use crate::{BatchResult, RequestHash};
+
+/// A transfer as the store holds it, with what the duplicate rules need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredTransfer {
+    pub view: TransferView,
+    /// The prepare's request hash.
+    pub request_hash: RequestHash,
+    /// What finished it, with that request's hash.
+    pub finish: Option<(FinishKind, RequestHash)>,
+}
+
+impl StoredTransfer {
+    /// How a stored transfer looks, from its rows: its finish, if any,
+    /// decides its state, reason, completion instant and fulfilment.
+    pub fn from_rows(
+        transfer: &TransferRow,
+        finish: Option<&FinishRow>,
+        payer: FspName,
+        payee: FspName,
+        currency: Currency,
+    ) -> StoredTransfer {
+        let (state, reason, completed_at_ms, fulfilment) = match finish {
+            Some(finish) => (
+                finish.state,
+                finish.reason,
+                Some(finish.finished_at_ms),
+                finish.fulfilment,
+            ),
+            None => (
+                transfer.state,
+                transfer.reason,
+                transfer.state.is_final().then_some(transfer.prepared_at_ms),
+                None,
+            ),
+        };
+        StoredTransfer {
+            view: TransferView {
+                transfer_id: transfer.transfer_id,
+                kind: transfer.kind,
+                payer,
+                payee,
+                amount: transfer.amount,
+                currency,
+                state,
+                reason,
+                cause: finish.and_then(|finish| finish.cause),
+                expiration_ms: transfer.expiration_ms,
+                prepared_at_ms: transfer.prepared_at_ms,
+                completed_at_ms,
+                fulfilment,
+                wire_version: transfer.wire_version,
+            },
+            request_hash: transfer.request_hash,
+            finish: finish.map(|finish| (finish.kind, finish.request_hash)),
+        }
+    }
+}
+
+/// The store's answer for one id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup<T> {
+    /// The store has nothing with this id.
+    Absent,
+    Found(T),
+    /// Its row could not be read (the pipeline logs why; a DFSP is told
+    /// only to retry).
+    Failed,
+}
+
+/// The ids a batch needs read from the store, each once.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchIds {
+    pub transfers: Vec<TransferId>,
+    pub quotes: Vec<TransferId>,
+}
+
+impl PrefetchIds {
+    pub fn is_empty(&self) -> bool {
+        self.transfers.is_empty() && self.quotes.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.transfers.len() + self.quotes.len()
+    }
+}
+
+/// The store's answers for a batch's [`PrefetchIds`].
+#[derive(Clone, Debug, Default)]
+pub struct Prefetched {
+    pub transfers: HashMap<TransferId, Lookup<StoredTransfer>>,
+    pub quotes: HashMap<TransferId, Lookup<QuoteRow>>,
+    /// Why each [`Lookup::Failed`] row could not be read, for the log.
+    pub unreadable: Vec<String>,
+}
+
+impl Prefetched {
+    /// Every id asked, unread: the read as a whole failed.
+    pub fn failed(ids: &PrefetchIds) -> Prefetched {
+        Prefetched {
+            transfers: ids
+                .transfers
+                .iter()
+                .map(|&id| (id, Lookup::Failed))
+                .collect(),
+            quotes: ids.quotes.iter().map(|&id| (id, Lookup::Failed)).collect(),
+            unreadable: Vec::new(),
+        }
+    }
+}
+
+/// Where the ids of one command are.
+fn ids_of(command: &Command, transfers: &mut Vec<TransferId>, quotes: &mut Vec<TransferId>) {
+    match command {
+        Command::Prepare(prepare) => transfers.push(prepare.transfer_id),
+        Command::Fulfil(fulfil) => transfers.push(fulfil.transfer_id),
+        Command::Abort(abort) => transfers.push(abort.transfer_id),
+        Command::FundsIn(funds) | Command::FundsOutReserve(funds) => {
+            transfers.push(funds.transfer_id)
+        }
+        Command::FundsOutCommit(finish) | Command::FundsOutAbort(finish) => {
+            transfers.push(finish.transfer_id)
+        }
+        Command::GetTransfer { transfer_id, .. } | Command::ReadTransfer { transfer_id } => {
+            transfers.push(*transfer_id)
+        }
+        Command::RecordQuote { quote_id, .. } | Command::AnswerQuote { quote_id, .. } => {
+            quotes.push(*quote_id)
+        }
+        Command::Audited { command, tag } => {
+            ids_of(command, transfers, quotes);
+            if let Some(view) = tag.view.as_deref() {
+                ids_of(view, transfers, quotes);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl Ledger {
+    /// Whether memory may lack a transfer or quote the store has (a
+    /// retention horizon lets finished ones go).
+    pub fn memory_is_partial(&self) -> bool {
+        self.limits().transfer_retention_ms.is_some()
+    }
+
+    /// The ids `commands` name that memory does not hold and the store may:
+    /// what the pipeline reads before [`Ledger::apply_batch_prefetched`].
+    /// Empty without a retention horizon.
+    pub fn prefetch_ids(&self, commands: &[Command]) -> PrefetchIds {
+        if !self.memory_is_partial() {
+            return PrefetchIds::default();
+        }
+        let mut transfers = Vec::new();
+        let mut quotes = Vec::new();
+        for command in commands {
+            ids_of(command, &mut transfers, &mut quotes);
+        }
+        transfers.retain(|id| !self.holds_transfer(*id));
+        quotes.retain(|id| !self.quotes.contains_key(id));
+        transfers.sort_unstable();
+        transfers.dedup();
+        quotes.sort_unstable();
+        quotes.dedup();
+        PrefetchIds { transfers, quotes }
+    }
+
+    /// [`Ledger::apply_batch`] with the store's answers for the batch's
+    /// [`Ledger::prefetch_ids`], read after the last eviction.
+    pub fn apply_batch_prefetched(
+        &mut self,
+        now_ms: i64,
+        commands: &[Command],
+        prefetched: Prefetched,
+    ) -> BatchResult {
+        self.prefetched = prefetched;
+        let result = self.apply_batch(now_ms, commands);
+        self.prefetched = Prefetched::default();
+        result
+    }
+
+    /// The store's copy of a transfer memory does not hold: `None` when
+    /// there is none (the id was never seen). Refused when the store was
+    /// not read for it, or could not be.
+    pub(crate) fn stored_transfer(
+        &self,
+        transfer_id: TransferId,
+    ) -> Result<Option<&StoredTransfer>, Rejection> {
+        if !self.memory_is_partial() {
+            return Ok(None);
+        }
+        match self.prefetched.transfers.get(&transfer_id) {
+            Some(Lookup::Absent) => Ok(None),
+            Some(Lookup::Found(stored)) => Ok(Some(stored)),
+            Some(Lookup::Failed) => Err(store_unread()),
+            None => Err(not_prefetched("transfer", transfer_id)),
+        }
+    }
+
+    /// The store's copy of a recorded quote memory does not hold, as
+    /// [`Ledger::stored_transfer`].
+    pub(crate) fn stored_quote(
+        &self,
+        quote_id: TransferId,
+    ) -> Result<Option<&QuoteRow>, Rejection> {
+        if !self.memory_is_partial() {
+            return Ok(None);
+        }
+        match self.prefetched.quotes.get(&quote_id) {
+            Some(Lookup::Absent) => Ok(None),
+            Some(Lookup::Found(row)) => Ok(Some(row)),
+            Some(Lookup::Failed) => Err(store_unread()),
+            None => Err(not_prefetched("quote", quote_id)),
+        }
+    }
+}
+
+/// Nothing is known about the id, so nothing is decided: the hub answers
+/// 503 with Retry-After.
+fn store_unread() -> Rejection {
+    Rejection::new(
+        ErrorCode::SERVICE_UNAVAILABLE,
+        "the hub could not read its store; retry later",
+    )
+}
+
+/// A pipeline that did not prefetch what the ledger asked: a bug, never a
+/// guess (an unread id taken as new could pay twice).
+fn not_prefetched(what: &str, id: TransferId) -> Rejection {
+    Rejection::new(
+        ErrorCode::SERVICE_UNAVAILABLE,
+        format!("{what} {id} was not read from the store; retry later"),
+    )
+}
