@@ -1035,7 +1035,7 @@ impl LedgerLoop {
                         unread,
                         asked = ids.len(),
                         repeated,
-                        "reading ids that left memory from the store failed; the commands naming them are refused (2003, retry later)"
+                        "reading the store failed: ids that left memory could not be read, the commands naming them are refused (2003, retry later)"
                     );
                 }
             }
@@ -1045,7 +1045,7 @@ impl LedgerLoop {
                         %store,
                         failures = recovered.failures,
                         failing_ms = recovered.failing_for.as_millis() as u64,
-                        "reading ids that left memory from the store works again"
+                        "reading the store works again"
                     );
                 }
             }
