@@ -10,9 +10,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
+use ledger::request::{
+    CreateHubAccount, CreateParticipant, CreateSettlementModel, FundsIn, FundsOutAbort,
+    FundsOutCommit, FundsOutReserve, InitNetDebitCap, ReadParticipants, ReadSettlementModels,
+    SetAccountActive, SetEndpoint, SetNetDebitCap, SetParticipantActive,
+};
 use ledger::{
-    AccountId, AccountKind, AccountRow, Amount, Command, Currency, ErrorCode, FspName, Funds,
-    FundsFinish, FundsMemo, Outcome, ParticipantView, RequestHash, TransferId,
+    AccountId, AccountKind, AccountRow, Amount, Currency, ErrorCode, FspName, Funds, FundsFinish,
+    FundsMemo, ParticipantView, Rejection, Request, RequestHash, TransferId, TransferReply,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -157,10 +162,7 @@ async fn read_participants(
     hub: &Hub,
     name: Option<FspName>,
 ) -> Result<Vec<ParticipantView>, HubError> {
-    match hub.execute_one(Command::ReadParticipants { name }).await? {
-        Outcome::Participants(views) => Ok(views),
-        other => Err(HubError::from_outcome(other)),
-    }
+    Ok(hub.ask(ReadParticipants { name }).await??)
 }
 
 async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubError> {
@@ -174,13 +176,12 @@ async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubE
     })
 }
 
-/// Runs an admin change that answers `Done` or `AccountsCreated`, with
-/// its audit event.
-async fn apply(hub: &Hub, change: Change, command: Command) -> Result<(), HubError> {
-    match hub.execute_audited(change, command).await? {
-        Outcome::Done | Outcome::AccountsCreated(_) => Ok(()),
-        other => Err(HubError::from_outcome(other)),
-    }
+/// Runs an admin change with its audit event; a refusal is the error.
+async fn apply<R, T>(hub: &Hub, change: Change, request: R) -> Result<T, HubError>
+where
+    R: Request<Reply = Result<T, Rejection>>,
+{
+    Ok(hub.ask_audited(change, request).await??)
 }
 
 async fn list_participants(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
@@ -215,7 +216,7 @@ async fn create_participant(
     apply(
         &hub,
         Change::participant("participant.create", name),
-        Command::CreateParticipant {
+        CreateParticipant {
             name,
             currency: currency(&request.currency)?,
         },
@@ -263,7 +264,7 @@ async fn set_participant_active(
             },
             name,
         ),
-        Command::SetParticipantActive { name, active },
+        SetParticipantActive { name, active },
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
@@ -305,7 +306,7 @@ async fn create_hub_account(
     apply(
         &hub,
         Change::participant("account.create", hub.config.hub_name),
-        Command::CreateHubAccount {
+        CreateHubAccount {
             currency: currency(&request.currency)?,
             kind,
         },
@@ -361,7 +362,7 @@ async fn set_account_active(
     let request: ActiveFlag = parse(&body)?;
     let name = fsp_name(&name)?;
     let active = active_flag(&request.is_active)?;
-    let command = Command::SetAccountActive {
+    let command = SetAccountActive {
         name,
         account: account_id(&id)?,
         active,
@@ -444,17 +445,21 @@ async fn record_funds(
         },
         funds.participant,
     );
-    let command = match request.action.as_str() {
-        "recordFundsIn" => Command::FundsIn(funds),
-        _ => Command::FundsOutReserve(funds),
+    let reply = match request.action.as_str() {
+        "recordFundsIn" => hub.ask_audited(change, FundsIn(funds)).await?,
+        _ => hub.ask_audited(change, FundsOutReserve(funds)).await?,
     };
-    funds_outcome(hub.execute_audited(change, command).await?)
+    funds_outcome(reply)
 }
 
-fn funds_outcome(outcome: Outcome) -> Result<Response, HubError> {
-    match outcome {
-        Outcome::Transfer(_) | Outcome::Duplicate(_) => Ok(StatusCode::ACCEPTED.into_response()),
-        other => Err(HubError::from_outcome(other)),
+fn funds_outcome(reply: TransferReply) -> Result<Response, HubError> {
+    match reply {
+        TransferReply::Done(_) | TransferReply::Duplicate(_) => {
+            Ok(StatusCode::ACCEPTED.into_response())
+        }
+        TransferReply::Failed { error, .. } | TransferReply::Refused(error) => {
+            Err(HubError::refused(error))
+        }
     }
 }
 
@@ -482,9 +487,9 @@ async fn finish_funds_out(
         },
         finish.participant,
     );
-    let command = match request.action.as_str() {
-        "recordFundsOutCommit" => Command::FundsOutCommit(finish),
-        "recordFundsOutAbort" => Command::FundsOutAbort(finish),
+    let reply = match request.action.as_str() {
+        "recordFundsOutCommit" => hub.ask_audited(change, FundsOutCommit(finish)).await?,
+        "recordFundsOutAbort" => hub.ask_audited(change, FundsOutAbort(finish)).await?,
         other => {
             return Err(HubError::new(
                 ErrorCode::GENERIC_VALIDATION_ERROR,
@@ -492,7 +497,7 @@ async fn finish_funds_out(
             ))
         }
     };
-    funds_outcome(hub.execute_audited(change, command).await?)
+    funds_outcome(reply)
 }
 
 #[derive(Deserialize)]
@@ -536,7 +541,7 @@ async fn initial_position_and_limits(
         }
     }
     let name = fsp_name(&name)?;
-    let command = Command::InitNetDebitCap {
+    let command = InitNetDebitCap {
         name,
         currency: currency(&request.currency)?,
         net_debit_cap: net_debit_cap(&request.limit)?,
@@ -559,7 +564,7 @@ async fn set_limits(
     let request: SetLimits = parse(&body)?;
     let cap = net_debit_cap(&request.limit)?;
     let name = fsp_name(&name)?;
-    let command = Command::SetNetDebitCap {
+    let command = SetNetDebitCap {
         name,
         currency: currency(&request.currency)?,
         net_debit_cap: cap,
@@ -640,7 +645,7 @@ async fn set_endpoint(
     apply(
         &hub,
         Change::participant("endpoint.set", name),
-        Command::SetEndpoint {
+        SetEndpoint {
             name,
             endpoint_type: request.kind.clone(),
             value: request.value.clone(),
@@ -819,7 +824,7 @@ async fn create_settlement_model(
     let rules = settlement_model_rules(&definition)?;
     let name = definition["name"].as_str().unwrap_or_default().to_string();
     let change = Change::settlement_model(&name);
-    let command = Command::CreateSettlementModel {
+    let command = CreateSettlementModel {
         name,
         definition: definition.to_string(),
         rules,
@@ -829,10 +834,7 @@ async fn create_settlement_model(
 }
 
 async fn list_settlement_models(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
-    let models = match hub.execute_one(Command::ReadSettlementModels).await? {
-        Outcome::SettlementModels(models) => models,
-        other => return Err(HubError::from_outcome(other)),
-    };
+    let models = hub.ask(ReadSettlementModels {}).await??;
     let body: Vec<Value> = models
         .iter()
         .map(|model| {

@@ -2,7 +2,7 @@
 //! operator reads any transfer — an FSPIOP transfer or a funds in/out
 //! movement — whoever its parties, as JSON rather than as a callback.
 //!
-//! The ledger answers from memory (`Command::ReadTransfer`, a read without
+//! The ledger answers from memory (`ReadTransfer`, a read without
 //! the payer/payee check the FSPIOP `GET` has); a transfer past the
 //! retention horizon is read from the store, as the FSPIOP `GET` does.
 
@@ -13,7 +13,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use ledger::{Command, ErrorCode, Outcome, TransferKind, TransferState, TransferView};
+use ledger::request::ReadTransfer;
+use ledger::{ErrorCode, Held, TransferKind, TransferState, TransferView};
 use serde_json::{json, Map, Value};
 
 use crate::{format_time, Hub, HubError};
@@ -110,15 +111,12 @@ async fn get_transfer(
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
     let transfer_id = fspiop::parse_correlation_id(&id)?;
-    let outcome = hub
-        .execute_one(Command::ReadTransfer { transfer_id })
-        .await?;
-    let (view, source) = match outcome {
-        Outcome::Transfer(view) => (view, Source::Memory),
+    let (view, source) = match hub.ask(ReadTransfer { transfer_id }).await? {
+        Ok((view, Held::InMemory)) => (view, Source::Memory),
         // Past the retention horizon: the ledger answered from the store's
         // copy (an evicted transfer was durable before it left).
-        Outcome::StoredTransfer(view) => (view, Source::Store),
-        Outcome::Rejected(error) if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND => {
+        Ok((view, Held::InStore)) => (view, Source::Store),
+        Err(error) if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND => {
             let error = HubError::new(
                 ErrorCode::TRANSFER_ID_NOT_FOUND,
                 format!("Transfer ID not found - transfer {transfer_id} not found"),
@@ -127,7 +125,7 @@ async fn get_transfer(
             // read of an unknown resource is a 404.
             return Ok((StatusCode::NOT_FOUND, error).into_response());
         }
-        other => return Err(HubError::from_outcome(other)),
+        Err(error) => return Err(HubError::refused(error)),
     };
     Ok(Json(transfer_json(&view, source)).into_response())
 }

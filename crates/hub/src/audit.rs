@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use ledger::{
-    AuditEventRow, AuditQuery, AuditRender, AuditTag, Command, ErrorCode, FspName, Outcome,
+    AuditEventRow, AuditQuery, AuditRender, AuditTag, Command, ErrorCode, FspName, Outcome, Request,
 };
 use serde_json::{json, Value};
 
@@ -118,11 +118,16 @@ impl Hub {
     /// its refusal). The event itself is the ledger's, durable with the
     /// change; the log line names it and says what changed
     /// ([`change_summary`]).
-    pub async fn execute_audited(
+    pub async fn ask_audited<R: Request>(
         &self,
         change: Change,
-        command: Command,
-    ) -> Result<Outcome, HubError> {
+        request: R,
+    ) -> Result<R::Reply, HubError> {
+        let outcome = self.execute_audited(change, request.into_command()).await?;
+        R::reply(outcome).map_err(HubError::unexpected)
+    }
+
+    async fn execute_audited(&self, change: Change, command: Command) -> Result<Outcome, HubError> {
         let caller = current_caller();
         let tag = AuditTag {
             actor: caller.name.clone(),
@@ -539,12 +544,8 @@ async fn list_events(
         to_ms: query.get("to").map(|t| instant("to", t)).transpose()?,
         limit,
     };
-    match hub.execute_one(Command::ReadAuditEvents(filter)).await? {
-        Outcome::AuditEvents(events) => {
-            Ok(axum::Json(events.iter().map(event_json).collect::<Vec<_>>()).into_response())
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    let events = hub.ask(ledger::request::ReadAuditEvents(filter)).await??;
+    Ok(axum::Json(events.iter().map(event_json).collect::<Vec<_>>()).into_response())
 }
 
 #[cfg(test)]

@@ -503,13 +503,13 @@ async fn record_change(
     before: Option<&str>,
     after: Option<&str>,
 ) -> Result<(), HubError> {
-    let note = ledger::Command::NoteExternalChange {
+    let note = ledger::request::NoteExternalChange {
         before: key_summary(before),
         after: key_summary(after),
     };
-    hub.execute_audited(crate::audit::Change::external(action, fsp), note)
-        .await
-        .map(|_| ())
+    hub.ask_audited(crate::audit::Change::external(action, fsp), note)
+        .await??;
+    Ok(())
 }
 
 async fn get_key(

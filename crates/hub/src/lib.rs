@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use engine::{BatchTiming, EngineError, EngineHandle};
-use ledger::{Command, ErrorCode, FspName, Outcome};
+use ledger::{Command, ErrorCode, FspName, Outcome, Rejection, Request};
 
 pub mod admin;
 pub mod admin_auth;
@@ -228,25 +228,12 @@ impl Hub {
             admin_refusal_events: admin_refusals::Coalescer::default(),
             started: Instant::now(),
         };
-        match hub
-            .execute_one(Command::ReadParticipants { name: None })
-            .await?
-        {
-            Outcome::Participants(views) => hub.endpoints = Endpoints::load(&views),
-            other => return Err(HubError::from_outcome(other)),
-        }
-        match hub.execute_one(Command::ReadParties).await? {
-            Outcome::Parties(views) => hub.parties = Parties::load(views),
-            other => return Err(HubError::from_outcome(other)),
-        }
-        match hub.execute_one(Command::ReadOracles).await? {
-            Outcome::Oracles(rows) => hub.oracles.replace(rows),
-            other => return Err(HubError::from_outcome(other)),
-        }
-        match hub.execute_one(Command::ReadCertificatePins).await? {
-            Outcome::CertificatePins(views) => hub.pins.replace(&views),
-            other => return Err(HubError::from_outcome(other)),
-        }
+        use ledger::request::{ReadCertificatePins, ReadOracles, ReadParticipants, ReadParties};
+        let views = hub.ask(ReadParticipants { name: None }).await??;
+        hub.endpoints = Endpoints::load(&views);
+        hub.parties = Parties::load(hub.ask(ReadParties {}).await??);
+        hub.oracles.replace(hub.ask(ReadOracles {}).await??);
+        hub.pins.replace(&hub.ask(ReadCertificatePins {}).await??);
         Ok(hub)
     }
 
@@ -386,6 +373,38 @@ impl Hub {
         Ok((outcome, submitted, batch))
     }
 
+    /// Submits one request and waits for its durable, typed reply.
+    pub async fn ask<R: Request>(&self, request: R) -> Result<R::Reply, HubError> {
+        let outcome = self.execute_one(request.into_command()).await?;
+        R::reply(outcome).map_err(HubError::unexpected)
+    }
+
+    /// Submits many requests of one kind, as few batches as the engine's
+    /// limit allows, and waits for their typed replies, in order.
+    pub async fn ask_all<R: Request>(&self, requests: Vec<R>) -> Result<Vec<R::Reply>, HubError> {
+        let max = self.engine_batch_limit().max(1);
+        let mut replies = Vec::with_capacity(requests.len());
+        let mut requests = requests.into_iter().peekable();
+        while requests.peek().is_some() {
+            let commands: Vec<Command> = requests.by_ref().take(max).map(R::into_command).collect();
+            for outcome in self.execute(commands).await.map_err(HubError::from)? {
+                replies.push(R::reply(outcome).map_err(HubError::unexpected)?);
+            }
+        }
+        Ok(replies)
+    }
+
+    /// Like [`ask`](Self::ask), with when the request was handed to the
+    /// engine and the instants of the batch that decided it.
+    pub(crate) async fn ask_timed<R: Request>(
+        &self,
+        request: R,
+    ) -> Result<(R::Reply, Instant, BatchTiming), HubError> {
+        let (outcome, submitted, batch) = self.execute_one_timed(request.into_command()).await?;
+        let reply = R::reply(outcome).map_err(HubError::unexpected)?;
+        Ok((reply, submitted, batch))
+    }
+
     pub async fn execute_one(&self, command: Command) -> Result<Outcome, HubError> {
         let mut outcomes = self.execute(vec![command]).await.map_err(HubError::from)?;
         outcomes
@@ -452,24 +471,29 @@ impl HubError {
     }
 
     /// The error an unexpected ledger outcome stands for.
-    pub fn from_outcome(outcome: Outcome) -> HubError {
-        match outcome {
-            Outcome::Rejected(rejection)
-            | Outcome::Failed {
-                error: rejection, ..
-            } => HubError::new(
-                rejection.code,
-                format!(
-                    "{} - {}",
-                    rejection.code.description(),
-                    rejection.description
-                ),
+    /// An outcome its request cannot come to (see `ledger::request`): a
+    /// bug, answered 2001 and said in the log.
+    pub fn unexpected(outcome: Outcome) -> HubError {
+        tracing::error!(
+            ?outcome,
+            "the ledger answered a request with an outcome of another kind"
+        );
+        HubError::new(
+            ErrorCode::INTERNAL_SERVER_ERROR,
+            format!("unexpected ledger outcome {outcome:?}"),
+        )
+    }
+
+    /// A refusal, in the FSPIOP error shape with its code.
+    pub fn refused(rejection: Rejection) -> HubError {
+        HubError::new(
+            rejection.code,
+            format!(
+                "{} - {}",
+                rejection.code.description(),
+                rejection.description
             ),
-            other => HubError::new(
-                ErrorCode::INTERNAL_SERVER_ERROR,
-                format!("unexpected ledger outcome {other:?}"),
-            ),
-        }
+        )
     }
 
     /// The same error, to be retried after `seconds` (503, `Retry-After`).
@@ -494,6 +518,13 @@ impl std::fmt::Display for HubError {
 }
 
 impl std::error::Error for HubError {}
+
+/// `?` on a typed reply's refusal.
+impl From<Rejection> for HubError {
+    fn from(rejection: Rejection) -> HubError {
+        HubError::refused(rejection)
+    }
+}
 
 impl From<EngineError> for HubError {
     fn from(error: EngineError) -> HubError {

@@ -27,7 +27,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use ledger::{Command, Currency, ErrorCode, FspName, OracleRow, Outcome, PartyKey};
+use ledger::request::{CreateOracle, DeleteOracle, ReadOracles, UpdateOracle};
+use ledger::{Currency, ErrorCode, FspName, OracleRow, PartyKey, Rejection};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -525,10 +526,7 @@ async fn list_oracles(
 }
 
 async fn read_oracles(hub: &Hub) -> Result<Vec<OracleRow>, HubError> {
-    match hub.execute_one(Command::ReadOracles).await? {
-        Outcome::Oracles(rows) => Ok(rows),
-        other => Err(HubError::from_outcome(other)),
-    }
+    Ok(hub.ask(ReadOracles {}).await??)
 }
 
 /// An oracle's configuration as a request gives it.
@@ -649,17 +647,14 @@ fn oracle_id(text: &str) -> Result<u32, HubError> {
 
 /// Runs one oracle change and reloads the in-memory configuration from the
 /// ledger, all under the change lock.
-async fn change(
-    hub: &Hub,
-    change: crate::audit::Change,
-    command: Command,
-) -> Result<Outcome, HubError> {
+async fn change<R, T>(hub: &Hub, change: crate::audit::Change, request: R) -> Result<T, HubError>
+where
+    R: ledger::Request<Reply = Result<T, Rejection>>,
+{
     let _serial = hub.oracles.changes.lock().await;
-    let outcome = hub.execute_audited(change, command).await?;
-    if outcome.error_code().is_none() {
-        hub.oracles.replace(read_oracles(hub).await?);
-    }
-    Ok(outcome)
+    let done = hub.ask_audited(change, request).await??;
+    hub.oracles.replace(read_oracles(hub).await?);
+    Ok(done)
 }
 
 /// `POST /oracles` → 201 `{"oracleId": id}`.
@@ -670,19 +665,15 @@ async fn create_oracle(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<Respo
         &fields.endpoint,
         &hub.config.callback_allow,
     )?;
-    let command = Command::CreateOracle {
+    let command = CreateOracle {
         id_type: fields.id_type,
         endpoint: fields.endpoint,
         currency: fields.currency,
         is_default: fields.is_default,
     };
     let audit = crate::audit::Change::oracles("oracle.create", "oracle".to_string());
-    match change(&hub, audit, command).await? {
-        Outcome::OracleCreated(id) => {
-            Ok((StatusCode::CREATED, axum::Json(json!({ "oracleId": id }))).into_response())
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    let id = change(&hub, audit, command).await?;
+    Ok((StatusCode::CREATED, axum::Json(json!({ "oracleId": id }))).into_response())
 }
 
 fn not_found(id: u32) -> HubError {
@@ -712,7 +703,7 @@ async fn update_oracle(
         &fields.endpoint,
         &hub.config.callback_allow,
     )?;
-    let command = Command::UpdateOracle {
+    let command = UpdateOracle {
         id,
         id_type: fields.id_type,
         endpoint: fields.endpoint,
@@ -720,10 +711,8 @@ async fn update_oracle(
         is_default: fields.is_default,
     };
     let audit = crate::audit::Change::oracles("oracle.update", format!("oracle/{id}"));
-    match change(&hub, audit, command).await? {
-        Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        other => Err(HubError::from_outcome(other)),
-    }
+    change(&hub, audit, command).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 /// `DELETE /oracles/{ID}` → 204.
@@ -733,10 +722,8 @@ async fn delete_oracle(
 ) -> Result<Response, HubError> {
     let id = oracle_id(&id)?;
     let audit = crate::audit::Change::oracles("oracle.delete", format!("oracle/{id}"));
-    match change(&hub, audit, Command::DeleteOracle { id }).await? {
-        Outcome::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        other => Err(HubError::from_outcome(other)),
-    }
+    change(&hub, audit, DeleteOracle { id }).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]

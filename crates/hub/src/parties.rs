@@ -16,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::Resource;
-use ledger::{Command, Currency, ErrorCode, FspName, Outcome, PartyKey, PartyView};
+use ledger::request::{DeleteParty, RegisterParty};
+use ledger::{Currency, ErrorCode, FspName, PartyKey, PartyView};
 
 use crate::answers;
 use crate::notify::Origin;
@@ -320,13 +321,13 @@ async fn register_party(
     let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Post)?;
     let request = fspiop::parse_participant_post(&body)?;
-    let outcome = if let Some(oracle) = hub.oracles.pick(&key.id_type, None) {
+    let reply = if let Some(oracle) = hub.oracles.pick(&key.id_type, None) {
         hub.refuse(
             crate::refused::Class::OracleServed,
             caller.source.as_str(),
             &format!("party {key} registered in the built-in registry"),
         );
-        Outcome::Rejected(ledger::Rejection::new(
+        Err(ledger::Rejection::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!(
                 "party type {} is served by external oracle {}: register the party there",
@@ -334,7 +335,7 @@ async fn register_party(
             ),
         ))
     } else if request.fsp != caller.source {
-        Outcome::Rejected(ledger::Rejection::new(
+        Err(ledger::Rejection::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!(
                 "fspId '{}' is not the FSPIOP-Source '{}': an FSP registers only its own parties",
@@ -342,20 +343,20 @@ async fn register_party(
             ),
         ))
     } else {
-        let command = Command::RegisterParty {
+        let register = RegisterParty {
             key: key.clone(),
             fsp: request.fsp,
             currency: request.currency,
         };
-        hub.execute_one(command).await?
+        hub.ask(register).await?
     };
-    match outcome {
-        Outcome::Done => {
+    match reply {
+        Ok(()) => {
             hub.parties.set(key.clone(), request.fsp, request.currency);
             let body = Bytes::from(fspiop::participant_put_body(&request.fsp));
             send_participant_put(hub, &caller, &key, body);
         }
-        Outcome::Rejected(error) => hub.send_party_error(
+        Err(error) => hub.send_party_error(
             LookupApi::Participants,
             caller.source,
             &key,
@@ -363,7 +364,6 @@ async fn register_party(
             &format!("{} - {}", error.code.description(), error.description),
             caller.reply(),
         ),
-        other => return Err(HubError::from_outcome(other)),
     }
     Ok(StatusCode::ACCEPTED.into_response())
 }
@@ -420,18 +420,18 @@ async fn delete_party(
     let hub = hub.as_ref();
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     match hub
-        .execute_one(Command::DeleteParty {
+        .ask(DeleteParty {
             key: key.clone(),
             caller: caller.source,
         })
         .await?
     {
-        Outcome::Done => {
+        Ok(()) => {
             hub.parties.remove(&key);
             let body = Bytes::from(fspiop::participant_put_body(&caller.source));
             send_participant_put(hub, &caller, &key, body);
         }
-        Outcome::Rejected(error) => hub.send_party_error(
+        Err(error) => hub.send_party_error(
             LookupApi::Participants,
             caller.source,
             &key,
@@ -439,7 +439,6 @@ async fn delete_party(
             &format!("{} - {}", error.code.description(), error.description),
             caller.reply(),
         ),
-        other => return Err(HubError::from_outcome(other)),
     }
     Ok(StatusCode::ACCEPTED.into_response())
 }
@@ -480,27 +479,20 @@ async fn register_batch(
         }
         pending.push(results.len());
         results.push((key.clone(), None));
-        commands.push(Command::RegisterParty {
+        commands.push(RegisterParty {
             key,
             fsp,
             currency: request.currency,
         });
     }
-    let max = hub.engine_batch_limit();
-    let mut outcomes = Vec::with_capacity(commands.len());
-    for chunk in commands.chunks(max) {
-        outcomes.extend(hub.execute(chunk.to_vec()).await.map_err(HubError::from)?);
-    }
-    for (index, outcome) in pending.into_iter().zip(outcomes) {
-        match outcome {
-            Outcome::Done => {
+    let replies = hub.ask_all(commands).await?;
+    for (index, reply) in pending.into_iter().zip(replies) {
+        match reply {
+            Ok(()) => {
                 let key = results[index].0.clone();
                 hub.parties.set(key, caller.source, request.currency);
             }
-            Outcome::Rejected(error) => results[index].1 = Some((error.code, error.description)),
-            other => {
-                results[index].1 = Some((ErrorCode::INTERNAL_SERVER_ERROR, format!("{other:?}")))
-            }
+            Err(error) => results[index].1 = Some((error.code, error.description)),
         }
     }
     let body = Bytes::from(fspiop::participants_batch_put_body(

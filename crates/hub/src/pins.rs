@@ -16,7 +16,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use axum::Router;
-use ledger::{Command, ErrorCode, FspName, Outcome, PinView};
+use ledger::request::{PinCertificate, ReadCertificatePins, UnpinCertificate};
+use ledger::{ErrorCode, FspName, Outcome, PinView, Rejection, Request};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -117,21 +118,17 @@ fn pem_fingerprint(pem: &str) -> Result<[u8; 32], HubError> {
 }
 
 async fn reload(hub: &Hub) -> Result<(), HubError> {
-    match hub.execute_one(Command::ReadCertificatePins).await? {
-        Outcome::CertificatePins(views) => {
-            hub.pins.replace(&views);
-            Ok(())
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    hub.pins.replace(&hub.ask(ReadCertificatePins {}).await??);
+    Ok(())
 }
 
-async fn change(hub: &Hub, change: Change, command: Command) -> Result<(), HubError> {
+async fn change<R>(hub: &Hub, change: Change, request: R) -> Result<(), HubError>
+where
+    R: Request<Reply = Result<(), Rejection>>,
+{
     let _serial = hub.pins.changes.lock().await;
-    match hub.execute_audited(change, command).await? {
-        Outcome::Done => reload(hub).await,
-        other => Err(HubError::from_outcome(other)),
-    }
+    hub.ask_audited(change, request).await??;
+    reload(hub).await
 }
 
 fn pin_json(view: &PinView) -> Value {
@@ -161,17 +158,15 @@ async fn list_pins(
     Path(name): Path<String>,
 ) -> Result<Response, HubError> {
     let name = fsp_name(&name)?;
-    match hub.execute_one(Command::ReadCertificatePins).await? {
-        Outcome::CertificatePins(views) => Ok(axum::Json(
-            views
-                .iter()
-                .filter(|view| view.fsp == name)
-                .map(pin_json)
-                .collect::<Vec<_>>(),
-        )
-        .into_response()),
-        other => Err(HubError::from_outcome(other)),
-    }
+    let views = hub.ask(ReadCertificatePins {}).await??;
+    Ok(axum::Json(
+        views
+            .iter()
+            .filter(|view| view.fsp == name)
+            .map(pin_json)
+            .collect::<Vec<_>>(),
+    )
+    .into_response())
 }
 
 /// `POST /participants/{name}/certificates` with `{"fingerprint":
@@ -208,7 +203,7 @@ async fn pin(
     change(
         &hub,
         Change::certificates("certificate.pin", name),
-        Command::PinCertificate { name, fingerprint },
+        PinCertificate { name, fingerprint },
     )
     .await?;
     Ok((
@@ -227,7 +222,7 @@ async fn unpin(
     change(
         &hub,
         Change::certificates("certificate.unpin", name),
-        Command::UnpinCertificate { name, fingerprint },
+        UnpinCertificate { name, fingerprint },
     )
     .await?;
     Ok(StatusCode::NO_CONTENT.into_response())

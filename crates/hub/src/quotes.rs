@@ -26,7 +26,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
 use fspiop::Resource;
-use ledger::{Command, ErrorCode, Outcome};
+use ledger::request::{AnswerQuote, RecordQuote};
+use ledger::{ErrorCode, QuoteReply};
 
 use crate::routing::{required_destination, Route, Service, Target};
 use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
@@ -59,20 +60,20 @@ async fn post_quote(
         // A quote the ledger no longer holds (past the retention horizon)
         // is read from the store by the pipeline before the ledger applies
         // this: the duplicate rule is the ledger's either way.
-        let outcome = hub
-            .execute_one(Command::RecordQuote {
+        let reply = hub
+            .ask(RecordQuote {
                 quote_id: parsed.quote_id,
                 payer: caller.source,
                 payee: destination,
                 request_hash: parsed.request_hash,
             })
             .await?;
-        match outcome {
-            Outcome::Done => {}
+        match reply {
+            QuoteReply::Recorded => {}
             // Seen before with the same body: resend the answer if there is
             // one; a quote still waiting for its answer is not sent again,
             // but its payee may still answer it (after a restart too).
-            Outcome::QuoteDuplicate(view) => {
+            QuoteReply::Duplicate(view) => {
                 if view.answer.is_none() && view.payer == caller.source {
                     let question = crate::answers::Key::new(Resource::Quotes, quote_id.as_str());
                     hub.await_answer(&question, view.payer, view.payee)?;
@@ -100,14 +101,13 @@ async fn post_quote(
             }
             // The store could not be read for its id: nothing decided,
             // resend (503, Retry-After).
-            Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+            QuoteReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
                 return Err(HubError::new(error.code, error.description));
             }
-            Outcome::Rejected(error) => {
+            QuoteReply::Refused(error) => {
                 send_error(&hub, &caller, &quote_id, &error);
                 return Ok(StatusCode::ACCEPTED.into_response());
             }
-            other => return Err(HubError::from_outcome(other)),
         }
     }
     let forwarded = forwarded_headers(&headers, true);
@@ -152,24 +152,23 @@ async fn record_answer(
             "Malformed syntax - the body is not UTF-8",
         )
     })?;
-    let command = Command::AnswerQuote {
+    let command = AnswerQuote {
         quote_id: transfer_id,
         caller: caller.source,
         is_error,
         body: body_text.to_string(),
         request_hash,
     };
-    match hub.execute_one(command).await? {
+    match hub.ask(command).await? {
         // A resent answer is forwarded again: the payer may have missed it.
-        Outcome::Done | Outcome::QuoteDuplicate(_) => Ok(true),
-        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+        QuoteReply::Recorded | QuoteReply::Duplicate(_) => Ok(true),
+        QuoteReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
             Err(HubError::new(error.code, error.description))
         }
-        Outcome::Rejected(error) => {
+        QuoteReply::Refused(error) => {
             send_error(hub, caller, quote_id, &error);
             Ok(false)
         }
-        other => Err(HubError::from_outcome(other)),
     }
 }
 

@@ -17,9 +17,13 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use ledger::request::{
+    AbortSettlement, CloseSettlementWindow, CreateSettlement, FinalizeSettlement, ReadParticipants,
+    ReadSettlementReport, ReadSettlementWindows, ReadSettlements, UpdateSettlement,
+};
 use ledger::{
-    AccountChange, AccountChangeResult, Amount, Command, ContentRow, Currency, ErrorCode, Outcome,
-    SettlementAccountRow, SettlementView, WindowState, WindowView,
+    AccountChange, AccountChangeResult, Amount, ContentRow, Currency, ErrorCode, Rejection,
+    Request, SettlementAccountRow, SettlementUpdate, SettlementView, WindowState, WindowView,
 };
 use serde_json::{json, Map, Value};
 
@@ -177,17 +181,11 @@ fn filters_text(pairs: &[(String, String)]) -> String {
 }
 
 async fn windows(hub: &Hub) -> Result<Vec<WindowView>, HubError> {
-    match hub.execute_one(Command::ReadSettlementWindows).await? {
-        Outcome::SettlementWindows(windows) => Ok(windows),
-        other => Err(HubError::from_outcome(other)),
-    }
+    Ok(hub.ask(ReadSettlementWindows {}).await??)
 }
 
 async fn settlements(hub: &Hub) -> Result<Vec<SettlementView>, HubError> {
-    match hub.execute_one(Command::ReadSettlements).await? {
-        Outcome::Settlements(settlements) => Ok(settlements),
-        other => Err(HubError::from_outcome(other)),
-    }
+    Ok(hub.ask(ReadSettlements {}).await??)
 }
 
 async fn settlement(hub: &Hub, id: u32) -> Result<SettlementView, HubError> {
@@ -198,31 +196,12 @@ async fn settlement(hub: &Hub, id: u32) -> Result<SettlementView, HubError> {
         .ok_or_else(|| invalid(format!("Settlement with ID '{id}' not found")))
 }
 
-async fn run(hub: &Hub, command: Command) -> Result<Outcome, HubError> {
-    refused_as_error(hub.execute_one(command).await?)
-}
-
-/// Runs a settlement change with its audit event.
-async fn change(
-    hub: &Hub,
-    change: crate::audit::Change,
-    command: Command,
-) -> Result<Outcome, HubError> {
-    refused_as_error(hub.execute_audited(change, command).await?)
-}
-
-fn refused_as_error(outcome: Outcome) -> Result<Outcome, HubError> {
-    match outcome {
-        Outcome::Rejected(rejection) => Err(HubError::new(
-            rejection.code,
-            format!(
-                "{} - {}",
-                rejection.code.description(),
-                rejection.description
-            ),
-        )),
-        other => Ok(other),
-    }
+/// Runs a settlement change with its audit event; a refusal is the error.
+async fn change<R, T>(hub: &Hub, change: crate::audit::Change, request: R) -> Result<T, HubError>
+where
+    R: Request<Reply = Result<T, Rejection>>,
+{
+    Ok(hub.ask_audited(change, request).await??)
 }
 
 fn json(value: Value) -> Response {
@@ -457,24 +436,19 @@ async fn close_window(
     if state != "CLOSED" {
         return Err(invalid("state must be CLOSED"));
     }
-    match change(
+    let next = change(
         &hub,
         crate::audit::Change::window_close(id),
-        Command::CloseSettlementWindow { id, reason },
+        CloseSettlementWindow { id, reason },
     )
-    .await?
-    {
-        Outcome::Window(next) => {
-            hub.metrics.record_window_closed("api");
-            tracing::info!(
-                closed = id,
-                opened = next.row.id,
-                "settlement window closed"
-            );
-            Ok(json(window_json(&next, false)))
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    .await?;
+    hub.metrics.record_window_closed("api");
+    tracing::info!(
+        closed = id,
+        opened = next.row.id,
+        "settlement window closed"
+    );
+    Ok(json(window_json(&next, false)))
 }
 
 // -------------------------------------------------------------- settlements
@@ -587,23 +561,18 @@ async fn create_settlement(State(hub): State<Arc<Hub>>, body: Bytes) -> Result<R
             .ok_or_else(|| invalid("settlementWindows items must be {\"id\": window id}"))?;
         windows.push(id);
     }
-    match change(
+    let view = change(
         &hub,
         crate::audit::Change::settlement("settlement.create", None),
-        Command::CreateSettlement {
+        CreateSettlement {
             model,
             reason,
             windows,
         },
     )
-    .await?
-    {
-        Outcome::Settlement(view) => {
-            tracing::info!(settlement = view.row.id, model = %view.model_name, windows = ?view.row.windows, "settlement created");
-            Ok(json(settlement_json(&view, true)))
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    .await?;
+    tracing::info!(settlement = view.row.id, model = %view.model_name, windows = ?view.row.windows, "settlement created");
+    Ok(json(settlement_json(&view, true)))
 }
 
 async fn get_settlement(
@@ -681,27 +650,22 @@ async fn update_settlement(
         return Err(invalid("Invalid request payload input"));
     }
     let external_reference = optional_text(&map, "externalReference")?;
-    match change(
+    let view = change(
         &hub,
         crate::audit::Change::settlement("settlement.abort", Some(id)),
-        Command::AbortSettlement {
+        AbortSettlement {
             settlement: id,
             reason,
             external_reference,
         },
     )
-    .await?
-    {
-        Outcome::Settlement(view) => {
-            tracing::info!(settlement = id, "settlement aborted");
-            Ok(json(json!({
-                "id": view.row.id,
-                "state": view.row.state.as_str(),
-                "reason": view.row.reason,
-            })))
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    .await?;
+    tracing::info!(settlement = id, "settlement aborted");
+    Ok(json(json!({
+        "id": view.row.id,
+        "state": view.row.state.as_str(),
+        "reason": view.row.reason,
+    })))
 }
 
 /// Applies account transitions and answers as central-settlement does:
@@ -713,25 +677,19 @@ async fn transitions(
     changes: Vec<AccountChange>,
 ) -> Result<Response, HubError> {
     let asked = changes.clone();
-    let Outcome::SettlementUpdated {
+    let SettlementUpdate {
         settlement,
         results,
         changed_windows,
     } = change(
         hub,
         crate::audit::Change::settlement("settlement.update", Some(id)),
-        Command::UpdateSettlement {
+        UpdateSettlement {
             settlement: id,
             changes,
         },
     )
-    .await?
-    else {
-        return Err(HubError::new(
-            ErrorCode::INTERNAL_SERVER_ERROR,
-            "unexpected ledger outcome",
-        ));
-    };
+    .await?;
     let mut by_participant: BTreeMap<u32, Vec<Value>> = BTreeMap::new();
     for (change, result) in asked.iter().zip(&results) {
         by_participant
@@ -789,23 +747,18 @@ async fn finalize_settlement(
     };
     let reason = optional_text(&map, "reason")?.unwrap_or_else(|| "finalized".to_string());
     let external_reference = optional_text(&map, "externalReference")?;
-    match change(
+    let view = change(
         &hub,
         crate::audit::Change::settlement("settlement.finalize", Some(id)),
-        Command::FinalizeSettlement {
+        FinalizeSettlement {
             settlement: id,
             reason,
             external_reference,
         },
     )
-    .await?
-    {
-        Outcome::Settlement(view) => {
-            tracing::info!(settlement = id, "settlement finalized");
-            Ok(json(settlement_json(&view, true)))
-        }
-        other => Err(HubError::from_outcome(other)),
-    }
+    .await?;
+    tracing::info!(settlement = id, "settlement finalized");
+    Ok(json(settlement_json(&view, true)))
 }
 
 // ------------------------------------------------- participant and account
@@ -927,14 +880,7 @@ async fn report(
     let id = id_param(&id, "settlement id")?;
     let view = settlement(&hub, id).await?;
     let names = participant_names(&hub).await?;
-    let Outcome::SettlementReport(report) =
-        run(&hub, Command::ReadSettlementReport { settlement: id }).await?
-    else {
-        return Err(HubError::new(
-            ErrorCode::INTERNAL_SERVER_ERROR,
-            "unexpected ledger outcome",
-        ));
-    };
+    let report = hub.ask(ReadSettlementReport { settlement: id }).await??;
     let name = |participant: u32| {
         names
             .get(&participant)
@@ -1098,16 +1044,11 @@ fn csv_field(text: &str) -> String {
 }
 
 async fn participant_names(hub: &Hub) -> Result<BTreeMap<u32, String>, HubError> {
-    match hub
-        .execute_one(Command::ReadParticipants { name: None })
-        .await?
-    {
-        Outcome::Participants(views) => Ok(views
-            .into_iter()
-            .map(|v| (v.participant.id.0, v.participant.name.to_string()))
-            .collect()),
-        other => Err(HubError::from_outcome(other)),
-    }
+    let views = hub.ask(ReadParticipants { name: None }).await??;
+    Ok(views
+        .into_iter()
+        .map(|v| (v.participant.id.0, v.participant.name.to_string()))
+        .collect())
 }
 
 #[cfg(test)]

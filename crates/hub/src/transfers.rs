@@ -12,8 +12,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use fspiop::{Resource, WireState};
+use ledger::request::GetTransfer;
 use ledger::{
-    Abort, AbortCause, Command, ErrorCode, FspName, Fulfil, Outcome, Rejection, TransferId,
+    Abort, AbortCause, ErrorCode, FspName, Fulfil, Rejection, Request, TransferId, TransferReply,
     TransferState, TransferView,
 };
 
@@ -484,22 +485,22 @@ fn rebuilt_prepare(view: &TransferView, condition: &ledger::Condition) -> Vec<u8
 /// not read is 503/2003, retry later, nothing decided.
 async fn execute_finish(
     hub: &Hub,
-    command: Command,
-) -> Result<(Outcome, Option<(Instant, engine::BatchTiming)>), HubError> {
-    let (outcome, submitted, batch) = hub.execute_one_timed(command).await?;
-    let outcome = retry_later(outcome)?;
-    Ok((outcome, Some((submitted, batch))))
+    request: impl Request<Reply = TransferReply>,
+) -> Result<(TransferReply, Option<(Instant, engine::BatchTiming)>), HubError> {
+    let (reply, submitted, batch) = hub.ask_timed(request).await?;
+    let reply = retry_later(reply)?;
+    Ok((reply, Some((submitted, batch))))
 }
 
 /// A refusal because the store could not be read (an id that left memory):
 /// nothing was decided or recorded, so the sender is told at once to send
 /// it again (503, Retry-After), not by a callback.
-fn retry_later(outcome: Outcome) -> Result<Outcome, HubError> {
-    match outcome {
-        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+fn retry_later(reply: TransferReply) -> Result<TransferReply, HubError> {
+    match reply {
+        TransferReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
             Err(HubError::new(error.code, described(&error)))
         }
-        outcome => Ok(outcome),
+        reply => Ok(reply),
     }
 }
 
@@ -603,10 +604,10 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     // An id that left memory (past the retention horizon) is read from the
     // store by the pipeline before the ledger applies the prepare: the
     // ledger alone says new, duplicate or modified.
-    let (outcome, submitted, batch) = hub.execute_one_timed(Command::Prepare(prepare)).await?;
+    let (reply, submitted, batch) = hub.ask_timed(prepare).await?;
     let timing = Some((submitted, batch));
-    match outcome {
-        Outcome::Transfer(view) => {
+    match retry_later(reply)? {
+        TransferReply::Done(view) => {
             hub.metrics.transfers.record_prepared(view.payer);
             let forwarded = forwarded_headers(headers, true);
             hub.call_back(
@@ -621,23 +622,16 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 prepared(&view),
             );
         }
-        Outcome::Failed { transfer, error } => {
+        TransferReply::Failed { transfer, error } => {
             hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
         }
-        // Nothing decided and nothing recorded (the store could not be read
-        // for its id): the payer sends it again, told so at once (503,
-        // Retry-After), not by a callback.
-        Outcome::Rejected(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
-            return Err(HubError::new(error.code, described(&error)));
-        }
-        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
+        TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         // A resend of a finished transfer gets its state again; one still in
         // flight is ignored, as central-ledger does (its answer is coming).
-        Outcome::Duplicate(view) if view.state.is_final() => {
+        TransferReply::Duplicate(view) if view.state.is_final() => {
             hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
-        Outcome::Duplicate(_) => {}
-        other => return Err(HubError::from_outcome(other)),
+        TransferReply::Duplicate(_) => {}
     }
     if let Some((submitted, batch)) = timing {
         record_stages(
@@ -685,16 +679,16 @@ async fn fulfil(
         WireState::Received | WireState::Reserved | WireState::Committed => {}
     }
     let reserve_only = parsed.transfer_state == WireState::Reserved;
-    let command = Command::Fulfil(Fulfil {
+    let command = Fulfil {
         transfer_id,
         caller: caller.source,
         fulfilment: parsed.fulfilment,
         destination: caller.destination,
         request_hash: parsed.request_hash,
-    });
-    let (outcome, timing) = execute_finish(&hub, command).await?;
-    match outcome {
-        Outcome::Transfer(view) => {
+    };
+    let (reply, timing) = execute_finish(&hub, command).await?;
+    match reply {
+        TransferReply::Done(view) => {
             if view.state == TransferState::Committed {
                 hub.metrics.transfers.record_committed(&view);
             }
@@ -752,7 +746,7 @@ async fn fulfil(
                 );
             }
         }
-        Outcome::Failed { transfer, error } => {
+        TransferReply::Failed { transfer, error } => {
             let description = described(&error);
             // A payee that sent RESERVED gets the PATCH (below). Otherwise
             // the hub's error follows the payer's (ml-api-adapter's
@@ -798,11 +792,10 @@ async fn fulfil(
                 );
             }
         }
-        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
-        Outcome::Duplicate(view) => {
+        TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
+        TransferReply::Duplicate(view) => {
             hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
-        other => return Err(HubError::from_outcome(other)),
     }
     if let Some((submitted, batch)) = timing {
         record_stages(&hub, Phase::Fulfil, transfer_id, &request, submitted, batch);
@@ -820,16 +813,16 @@ async fn abort(
     let caller = check_headers(headers, Resource::Transfers, Shape::Put)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     let parsed = fspiop::parse_error_information(&body)?;
-    let command = Command::Abort(Abort {
+    let command = Abort {
         transfer_id,
         caller: caller.source,
         error_code: parsed.code,
         destination: caller.destination,
         request_hash: parsed.request_hash,
-    });
-    let (outcome, timing) = execute_finish(&hub, command).await?;
-    match outcome {
-        Outcome::Transfer(view) => {
+    };
+    let (reply, timing) = execute_finish(&hub, command).await?;
+    match reply {
+        TransferReply::Done(view) => {
             // The payee's own code and words.
             hub.metrics.transfers.record_failure(
                 &view,
@@ -853,14 +846,13 @@ async fn abort(
         // Addressed to another than the payer: aborted with 3100, which the
         // payer is told instead of the payee's error (and the payee is not,
         // as central-ledger's ABORT_VALIDATION from the switch).
-        Outcome::Failed { transfer, error } => {
+        TransferReply::Failed { transfer, error } => {
             hub.send_failure(&transfer, &error, FailurePhase::Abort, caller.reply());
         }
-        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
-        Outcome::Duplicate(view) => {
+        TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
+        TransferReply::Duplicate(view) => {
             hub.send_state(caller.source, &view, caller.reply(), None, None)
         }
-        other => return Err(HubError::from_outcome(other)),
     }
     if let Some((submitted, batch)) = timing {
         record_stages(&hub, Phase::Abort, transfer_id, &request, submitted, batch);
@@ -876,17 +868,19 @@ async fn get_transfer(
     let caller = check_headers(&headers, Resource::Transfers, Shape::Get)?;
     let transfer_id = fspiop::parse_correlation_id(&id)?;
     // One that left memory is answered from the store's copy.
-    let outcome = hub
-        .execute_one(Command::GetTransfer {
+    let reply = hub
+        .ask(GetTransfer {
             transfer_id,
             caller: caller.source,
         })
         .await?;
-    let outcome = retry_later(outcome)?;
-    match outcome {
-        Outcome::Transfer(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
-        Outcome::Rejected(error) => hub.send_rejection(&caller, transfer_id, &error),
-        other => return Err(HubError::from_outcome(other)),
+    match reply {
+        Ok(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
+        // The store could not be read: resend (503, Retry-After).
+        Err(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
+            return Err(HubError::new(error.code, described(&error)));
+        }
+        Err(error) => hub.send_rejection(&caller, transfer_id, &error),
     }
     Ok(StatusCode::ACCEPTED.into_response())
 }

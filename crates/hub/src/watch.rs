@@ -8,7 +8,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledger::{AccountKind, Command, Outcome, WindowState};
+use ledger::request::{CloseSettlementWindow, ReadParticipants, ReadSettlementWindows};
+use ledger::{AccountKind, WindowState};
 
 use crate::{now_ms, Hub};
 
@@ -86,8 +87,8 @@ pub async fn close_on_schedule(hub: Arc<Hub>, times: Vec<CloseAt>) {
 }
 
 async fn close_open_window(hub: &Hub) {
-    let windows = match hub.execute_one(Command::ReadSettlementWindows).await {
-        Ok(Outcome::SettlementWindows(windows)) => windows,
+    let windows = match hub.ask(ReadSettlementWindows {}).await {
+        Ok(Ok(windows)) => windows,
         other => {
             tracing::error!(
                 ?other,
@@ -105,15 +106,15 @@ async fn close_open_window(hub: &Hub) {
         return;
     };
     let id = open.row.id;
-    let command = Command::CloseSettlementWindow {
+    let close = CloseSettlementWindow {
         id,
         reason: "scheduled close".into(),
     };
     match hub
-        .execute_audited(crate::audit::Change::window_close(id), command)
+        .ask_audited(crate::audit::Change::window_close(id), close)
         .await
     {
-        Ok(Outcome::Window(next)) => {
+        Ok(Ok(next)) => {
             hub.metrics.record_window_closed("schedule");
             tracing::info!(
                 closed = id,
@@ -121,7 +122,7 @@ async fn close_open_window(hub: &Hub) {
                 "settlement window closed on schedule"
             );
         }
-        Ok(Outcome::Rejected(rejection)) if rejection.description.ends_with("is empty") => {
+        Ok(Err(rejection)) if rejection.description.ends_with("is empty") => {
             tracing::info!(window = id, "scheduled close skipped: the window is empty");
         }
         other => tracing::error!(window = id, ?other, "scheduled close failed"),
@@ -137,11 +138,8 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let views = match hub
-            .execute_one(Command::ReadParticipants { name: None })
-            .await
-        {
-            Ok(Outcome::Participants(views)) => views,
+        let views = match hub.ask(ReadParticipants { name: None }).await {
+            Ok(Ok(views)) => views,
             _ => continue,
         };
         for view in views.iter().filter(|v| !v.participant.is_hub) {

@@ -27,6 +27,7 @@ mod participants;
 mod prefetch;
 mod quotes;
 mod registry;
+pub mod request;
 mod restore;
 mod retention;
 mod settlement;
@@ -45,4 +46,5 @@ pub use ids::{
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
 pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredTransfer};
+pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply};
 pub use snapshot::{Archived, Snapshot, WindowPairSum};

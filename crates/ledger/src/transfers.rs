@@ -6,14 +6,9 @@ use crate::crypto::{Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, TransferId};
 use crate::ledger::{modified_prepare, overflow, validation, Finish, Ledger, Transfer};
-use crate::prefetch::StoredTransfer;
-
-/// Where a transfer was read from.
-enum Held {
-    InMemory,
-    InStore,
-}
 use crate::model::*;
+use crate::prefetch::StoredTransfer;
+use crate::request::Held;
 
 impl Ledger {
     pub(crate) fn view(&self, transfer_id: TransferId, transfer: &Transfer) -> TransferView {
