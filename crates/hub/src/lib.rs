@@ -21,6 +21,7 @@ pub mod admin_transfers;
 pub mod answers;
 pub mod audit;
 pub mod body;
+pub mod callback_plan;
 pub mod callback_url;
 pub mod callbacks;
 pub mod connections;
@@ -470,10 +471,9 @@ impl HubError {
         }
     }
 
-    /// The error an unexpected ledger outcome stands for.
     /// An outcome its request cannot come to (see `ledger::request`): a
     /// bug, answered 2001 and said in the log.
-    pub fn unexpected(outcome: Outcome) -> HubError {
+    pub fn unexpected(ledger::Unexpected(outcome): ledger::Unexpected) -> HubError {
         tracing::error!(
             ?outcome,
             "the ledger answered a request with an outcome of another kind"

@@ -14,10 +14,11 @@ use axum::Router;
 use fspiop::{Resource, WireState};
 use ledger::request::GetTransfer;
 use ledger::{
-    Abort, AbortCause, ErrorCode, FspName, Fulfil, Rejection, Request, TransferId, TransferReply,
+    Abort, ErrorCode, FspName, Fulfil, Rejection, Request, TransferId, TransferReply,
     TransferState, TransferView,
 };
 
+use crate::callback_plan::{self, callbacks_for, Event, Facts, Message, Party, Plan, Planned};
 use crate::notify::{Origin, Tracking};
 use crate::stages::{CallbackProbe, Phase, PhaseMarks, Received};
 use crate::transfer_stats::FailurePhase;
@@ -54,6 +55,45 @@ fn prepared(view: &TransferView) -> Option<Tracking> {
         transfer_id: Some(view.transfer_id.to_string()),
         dead_letter: None,
     })
+}
+
+/// What the messages of a plan are made of.
+struct Sources {
+    /// The DFSP's message as it came, to pass on; `None` after a restart
+    /// (the hub rebuilds it).
+    passed_on: Option<Outbound>,
+    /// Its body, for the hub's copy (the payee's confirmation).
+    copied: Option<Bytes>,
+    /// The code and words of the hub's error messages (and of an ABORTED
+    /// PATCH's cause); `None`: the transfer's stored reason.
+    error: Option<(ErrorCode, String)>,
+    reply: Reply,
+    /// The prepare's condition, to rebuild the prepare after a restart.
+    condition: Option<ledger::Condition>,
+}
+
+impl Sources {
+    /// The DFSP's message to pass on (and its body, for the hub's copy).
+    fn passing_on(passed_on: Outbound, copied: Option<Bytes>, reply: Reply) -> Sources {
+        Sources {
+            passed_on: Some(passed_on),
+            copied,
+            error: None,
+            reply,
+            condition: None,
+        }
+    }
+
+    /// Only the hub's own messages.
+    fn hubs(error: (ErrorCode, String), reply: Reply) -> Sources {
+        Sources {
+            passed_on: None,
+            copied: None,
+            error: Some(error),
+            reply,
+            condition: None,
+        }
+    }
 }
 
 /// A transfer callback to build: who wrote it, to whom, on which endpoint.
@@ -202,39 +242,27 @@ impl Hub {
     }
 
     /// A transfer whose refusal is its final state (a prepare over a limit,
-    /// a wrong or late fulfil): counted as a failure, and the payer told.
-    /// The description sent.
-    fn send_failure(
+    /// a wrong or late fulfil, an abort addressed to another than the
+    /// payer): counted as a failure, and the parties told as the plan says.
+    fn fail(
         &self,
+        event: Event,
         transfer: &TransferView,
         error: &ledger::Rejection,
         phase: FailurePhase,
         reply: Reply,
-    ) {
-        self.send_failure_then(transfer, error, phase, reply, None);
-    }
-
-    /// [`send_failure`](Self::send_failure), then `then` after the payer's
-    /// (see [`call_back_in_order`](Self::call_back_in_order)).
-    fn send_failure_then(
-        &self,
-        transfer: &TransferView,
-        error: &ledger::Rejection,
-        phase: FailurePhase,
-        reply: Reply,
-        then: Option<Outbound>,
+        reserve_only: bool,
     ) {
         let description = described(error);
         self.metrics
             .transfers
             .record_failure(transfer, phase, error.code, &description);
-        let to_payer = self.error_message(transfer.payer, error.code, &description, reply);
-        self.call_back_in_order(
-            transfer.transfer_id,
-            to_payer,
+        let plan = callbacks_for(event, transfer, self.facts(reserve_only));
+        self.tell(
+            plan,
+            transfer,
+            Sources::hubs((error.code, description), reply),
             None,
-            then,
-            final_state(transfer),
         );
     }
 
@@ -313,6 +341,134 @@ impl Hub {
         }
     }
 
+    /// Sends the callbacks `plan` says after an outcome that left the
+    /// transfer as `view`, built from `sources`: the first, then the
+    /// second once the first's first attempt has ended.
+    fn tell(
+        &self,
+        plan: Plan,
+        view: &TransferView,
+        mut sources: Sources,
+        probe: Option<CallbackProbe>,
+    ) {
+        let first = self.planned_message(plan.first, view, &mut sources);
+        let then = plan
+            .then
+            .map(|planned| self.planned_message(planned, view, &mut sources));
+        let tracking = match view.state {
+            TransferState::Reserved => prepared(view),
+            _ => final_state(view),
+        };
+        self.call_back_in_order(view.transfer_id, first, probe, then, tracking);
+    }
+
+    /// One planned message's bytes.
+    fn planned_message(
+        &self,
+        planned: Planned,
+        view: &TransferView,
+        sources: &mut Sources,
+    ) -> Outbound {
+        let destination = match planned.to {
+            Party::Payer => view.payer,
+            Party::Payee => view.payee,
+        };
+        let reply = sources.reply;
+        let (code, description) = sources.error.clone().unwrap_or_else(|| reason_of(view));
+        let description = description.as_str();
+        match planned.message {
+            Message::PassedOn => match sources.passed_on.take() {
+                Some(message) => message,
+                None => self.rebuilt(view, destination, sources),
+            },
+            Message::Copy => match &sources.copied {
+                Some(body) => Outbound {
+                    origin: Origin::Hub,
+                    destination,
+                    endpoint_type: TRANSFER_PUT,
+                    method: Method::PUT,
+                    headers: hub_headers(self, destination, reply),
+                    body: body.clone(),
+                },
+                None => self.state_message(destination, view, reply),
+            },
+            Message::State => self.state_message(destination, view, reply),
+            Message::Error => self.error_message(destination, code, description, reply),
+            Message::Patch => {
+                let completed_ms = view.completed_at_ms.unwrap_or_else(crate::now_ms);
+                let body = match view.state {
+                    TransferState::Committed => {
+                        fspiop::transfer_patch_body("COMMITTED", completed_ms)
+                    }
+                    _ => {
+                        let cause = format!("{code}: {description}");
+                        fspiop::transfer_patch_body_with_extensions(
+                            "ABORTED",
+                            completed_ms,
+                            &[("cause", &cause)],
+                        )
+                    }
+                };
+                Outbound {
+                    origin: Origin::Hub,
+                    destination,
+                    endpoint_type: TRANSFER_PUT,
+                    method: Method::PATCH,
+                    headers: hub_headers(self, destination, reply),
+                    body: Bytes::from(body),
+                }
+            }
+        }
+    }
+
+    /// A DFSP's message the hub no longer has (after a restart), rebuilt
+    /// from the stored fields: a prepare still RESERVED for the payee
+    /// (FSPIOP-Source the payer; no `ilpPacket`, which is not stored, and
+    /// no payer signature), a commit as the hub's state, an abort as the
+    /// hub's error with the stored reason.
+    fn rebuilt(&self, view: &TransferView, destination: FspName, sources: &Sources) -> Outbound {
+        let reply = sources.reply;
+        match (view.state, &sources.condition) {
+            (TransferState::Reserved, Some(condition)) => {
+                // The payer's message, rebuilt: it stays the payer's
+                // (FSPIOP-Source the payer), so the hub does not sign it,
+                // and its own signature is lost with its bytes.
+                let mut headers = hub_headers(self, destination, reply);
+                if let Ok(payer) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
+                    headers.insert("fspiop-source", payer);
+                }
+                if let Ok(accept) = axum::http::HeaderValue::from_str(&fspiop::content_type_for(
+                    Resource::Transfers,
+                    reply.version,
+                )) {
+                    headers.insert("accept", accept);
+                }
+                Outbound {
+                    origin: Origin::Forwarded,
+                    destination,
+                    endpoint_type: TRANSFER_POST,
+                    method: Method::POST,
+                    headers,
+                    body: Bytes::from(rebuilt_prepare(view, condition)),
+                }
+            }
+            (TransferState::Committed, _) => self.state_message(destination, view, reply),
+            _ => {
+                let (code, description) = sources.error.clone().unwrap_or_else(|| reason_of(view));
+                self.error_message(destination, code, &description, reply)
+            }
+        }
+    }
+
+    /// The plan's facts beyond the outcome: the hub's setting, and whether
+    /// the payee asked for a PATCH.
+    fn facts(&self, reserve_only: bool) -> Facts {
+        Facts {
+            payee_commit_confirmation: self.config.payee_commit_confirmation,
+            reserve_only,
+        }
+    }
+
     /// The 3303 callbacks of transfers the ledger expired, in the version
     /// each prepare came in.
     pub fn notify_expired(&self, expired: &[TransferView]) {
@@ -328,16 +484,9 @@ impl Hub {
                 ErrorCode::TRANSFER_EXPIRED,
                 description,
             );
-            for destination in [view.payer, view.payee] {
-                self.send_error(
-                    destination,
-                    view.transfer_id,
-                    ErrorCode::TRANSFER_EXPIRED,
-                    description,
-                    reply,
-                    final_state(view),
-                );
-            }
+            let plan = callbacks_for(Event::Expired, view, self.facts(false));
+            let error = (ErrorCode::TRANSFER_EXPIRED, description.to_string());
+            self.tell(plan, view, Sources::hubs(error, reply), None);
         }
     }
 }
@@ -358,84 +507,22 @@ impl Hub {
         transfers: &[(TransferView, ledger::Condition, Option<ledger::FinishKind>)],
         now_ms: i64,
     ) -> usize {
-        use ledger::FinishKind;
         let mut queued = 0;
         for (view, condition, finish) in transfers {
+            let Some(event) = callback_plan::stored_event(view, *finish, now_ms) else {
+                continue;
+            };
             let version =
                 fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
-            let reply = Reply::unprompted(version);
-            let (code, description) = reason_of(view);
-            let error_to = |destination: FspName| {
-                self.send_error(
-                    destination,
-                    view.transfer_id,
-                    code,
-                    &description,
-                    reply,
-                    final_state(view),
-                )
+            let sources = Sources {
+                condition: Some(*condition),
+                ..Sources::hubs(reason_of(view), Reply::unprompted(version))
             };
-            match (view.state, finish) {
-                (TransferState::Reserved, None) if view.expiration_ms > now_ms => {
-                    // The payer's message, rebuilt: it stays the payer's
-                    // (FSPIOP-Source the payer), so the hub does not sign
-                    // it, and its own signature is lost with its bytes.
-                    let body = rebuilt_prepare(view, condition);
-                    let mut headers = hub_headers(self, view.payee, reply);
-                    if let Ok(payer) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
-                        headers.insert("fspiop-source", payer);
-                    }
-                    if let Ok(accept) = axum::http::HeaderValue::from_str(
-                        &fspiop::content_type_for(Resource::Transfers, version),
-                    ) {
-                        headers.insert("accept", accept);
-                    }
-                    self.call_back(
-                        Origin::Forwarded,
-                        view.payee,
-                        TRANSFER_POST,
-                        view.transfer_id,
-                        Method::POST,
-                        headers,
-                        Bytes::from(body),
-                        None,
-                        prepared(view),
-                    );
-                    queued += 1;
-                }
-                (TransferState::Reserved, _) => {}
-                (TransferState::Rejected, _) | (_, Some(FinishKind::Abort)) => {
-                    error_to(view.payer);
-                    queued += 1;
-                }
-                // Addressed to another than the payer: the payer alone was
-                // told (see `fulfil`).
-                _ if view.cause == Some(AbortCause::DestinationNotPayer) => {
-                    error_to(view.payer);
-                    queued += 1;
-                }
-                // The payee's copy as `--payee-commit-confirmation` says
-                // (an expiry is told both, whatever it says).
-                (TransferState::Committed, _) => {
-                    self.send_state(view.payer, view, reply, None, final_state(view));
-                    queued += 1;
-                    if self.config.payee_commit_confirmation {
-                        self.send_state(view.payee, view, reply, None, final_state(view));
-                        queued += 1;
-                    }
-                }
-                // An expiry, and a fulfil too late, are told to the payee
-                // whatever the setting: it may have committed on its side.
-                (TransferState::Aborted | TransferState::Expired, _) => {
-                    error_to(view.payer);
-                    queued += 1;
-                    if view.state == TransferState::Expired || self.config.payee_commit_confirmation
-                    {
-                        error_to(view.payee);
-                        queued += 1;
-                    }
-                }
-            }
+            // Whether the payee sent RESERVED is not stored: after a
+            // restart it is told as one that did not.
+            let plan = callbacks_for(event, view, self.facts(false));
+            queued += 1 + usize::from(plan.then.is_some());
+            self.tell(plan, view, sources, None);
         }
         queued
     }
@@ -609,21 +696,28 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     match retry_later(reply)? {
         TransferReply::Done(view) => {
             hub.metrics.transfers.record_prepared(view.payer);
-            let forwarded = forwarded_headers(headers, true);
-            hub.call_back(
-                Origin::Forwarded,
-                view.payee,
-                TRANSFER_POST,
-                transfer_id,
-                Method::POST,
-                forwarded,
+            let passed_on = Outbound {
+                origin: Origin::Forwarded,
+                destination: view.payee,
+                endpoint_type: TRANSFER_POST,
+                method: Method::POST,
+                headers: forwarded_headers(headers, true),
                 body,
-                Some(hub.stages.callback_probe(Phase::Prepare, transfer_id)),
-                prepared(&view),
-            );
+            };
+            let plan = callbacks_for(Event::Reserved, &view, hub.facts(false));
+            let sources = Sources::passing_on(passed_on, None, caller.reply());
+            let probe = Some(hub.stages.callback_probe(Phase::Prepare, transfer_id));
+            hub.tell(plan, &view, sources, probe);
         }
         TransferReply::Failed { transfer, error } => {
-            hub.send_failure(&transfer, &error, FailurePhase::Prepare, caller.reply());
+            hub.fail(
+                Event::Rejected,
+                &transfer,
+                &error,
+                FailurePhase::Prepare,
+                caller.reply(),
+                false,
+            );
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         // A resend of a finished transfer gets its state again; one still in
@@ -693,104 +787,31 @@ async fn fulfil(
                 hub.metrics.transfers.record_committed(&view);
             }
             // The payer is told first, the payee after (ml-api-adapter's
-            // order).
+            // order): the payee's fulfil passed on to the payer, and the
+            // hub's copy to the payee (or the hub's state and a PATCH, to a
+            // payee that sent RESERVED).
             let probe = Some(hub.stages.callback_probe(Phase::Fulfil, transfer_id));
-            if reserve_only {
-                // The payee asked to be told the commit (v1.1 RESERVED):
-                // the payer gets the hub's PUT, the payee a PATCH.
-                let to_payer = hub.state_message(view.payer, &view, caller.reply());
-                let patch = fspiop::transfer_patch_body(
-                    "COMMITTED",
-                    view.completed_at_ms.unwrap_or_else(crate::now_ms),
-                );
-                let to_payee = Outbound {
-                    origin: Origin::Hub,
-                    destination: view.payee,
-                    endpoint_type: TRANSFER_PUT,
-                    method: Method::PATCH,
-                    headers: hub_headers(&hub, view.payee, caller.reply()),
-                    body: Bytes::from(patch),
-                };
-                hub.call_back_in_order(
-                    transfer_id,
-                    to_payer,
-                    probe,
-                    Some(to_payee),
-                    final_state(&view),
-                );
-            } else {
-                let to_payer = Outbound {
-                    origin: Origin::Forwarded,
-                    destination: view.payer,
-                    endpoint_type: TRANSFER_PUT,
-                    method: Method::PUT,
-                    headers: forwarded_headers(headers, false),
-                    body: body.clone(),
-                };
-                // SEND_TRANSFER_CONFIRMATION_TO_PAYEE (on by default): the
-                // same body, but from the hub, not the payee's own headers.
-                let confirmation = hub.config.payee_commit_confirmation.then(|| Outbound {
-                    origin: Origin::Hub,
-                    destination: view.payee,
-                    endpoint_type: TRANSFER_PUT,
-                    method: Method::PUT,
-                    headers: hub_headers(&hub, view.payee, caller.reply()),
-                    body,
-                });
-                hub.call_back_in_order(
-                    transfer_id,
-                    to_payer,
-                    probe,
-                    confirmation,
-                    final_state(&view),
-                );
-            }
+            let passed_on = Outbound {
+                origin: Origin::Forwarded,
+                destination: view.payer,
+                endpoint_type: TRANSFER_PUT,
+                method: Method::PUT,
+                headers: forwarded_headers(headers, false),
+                body: body.clone(),
+            };
+            let plan = callbacks_for(Event::Fulfilled, &view, hub.facts(reserve_only));
+            let sources = Sources::passing_on(passed_on, Some(body), caller.reply());
+            hub.tell(plan, &view, sources, probe);
         }
         TransferReply::Failed { transfer, error } => {
-            let description = described(&error);
-            // A payee that sent RESERVED gets the PATCH (below). Otherwise
-            // the hub's error follows the payer's (ml-api-adapter's
-            // ABORT_VALIDATION, with SEND_TRANSFER_CONFIRMATION_TO_PAYEE);
-            // but a fulfil addressed to another than the payer is told to
-            // the payer alone, as central-ledger sends that one from the
-            // switch.
-            // A fulfil too late (3303) is told to the payee whatever
-            // `--payee-commit-confirmation` says: it may have committed on
-            // its side, and only this tells it the transfer expired.
-            let to_payee = !reserve_only
-                && (hub.config.payee_commit_confirmation
-                    || transfer.state == TransferState::Expired)
-                && transfer.cause != Some(AbortCause::DestinationNotPayer);
-            let then = to_payee.then(|| {
-                hub.error_message(transfer.payee, error.code, &description, caller.reply())
-            });
-            hub.send_failure_then(
+            hub.fail(
+                Event::Fulfilled,
                 &transfer,
                 &error,
                 FailurePhase::Fulfil,
                 caller.reply(),
-                then,
+                reserve_only,
             );
-            if reserve_only {
-                let cause = format!("{}: {}", error.code, description);
-                let patch = fspiop::transfer_patch_body_with_extensions(
-                    "ABORTED",
-                    transfer.completed_at_ms.unwrap_or_else(crate::now_ms),
-                    &[("cause", &cause)],
-                );
-                let headers = hub_headers(&hub, transfer.payee, caller.reply());
-                hub.call_back(
-                    Origin::Hub,
-                    transfer.payee,
-                    TRANSFER_PUT,
-                    transfer_id,
-                    Method::PATCH,
-                    headers,
-                    Bytes::from(patch),
-                    None,
-                    final_state(&transfer),
-                );
-            }
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         TransferReply::Duplicate(view) => {
@@ -830,24 +851,31 @@ async fn abort(
                 view.reason.unwrap_or(parsed.code),
                 &parsed.description,
             );
-            let forwarded = forwarded_headers(headers, false);
-            hub.call_back(
-                Origin::Forwarded,
-                view.payer,
-                TRANSFER_ERROR,
-                transfer_id,
-                Method::PUT,
-                forwarded,
+            let passed_on = Outbound {
+                origin: Origin::Forwarded,
+                destination: view.payer,
+                endpoint_type: TRANSFER_ERROR,
+                method: Method::PUT,
+                headers: forwarded_headers(headers, false),
                 body,
-                Some(hub.stages.callback_probe(Phase::Abort, transfer_id)),
-                final_state(&view),
-            );
+            };
+            let plan = callbacks_for(Event::AbortedByPayee, &view, hub.facts(false));
+            let sources = Sources::passing_on(passed_on, None, caller.reply());
+            let probe = Some(hub.stages.callback_probe(Phase::Abort, transfer_id));
+            hub.tell(plan, &view, sources, probe);
         }
         // Addressed to another than the payer: aborted with 3100, which the
         // payer is told instead of the payee's error (and the payee is not,
         // as central-ledger's ABORT_VALIDATION from the switch).
         TransferReply::Failed { transfer, error } => {
-            hub.send_failure(&transfer, &error, FailurePhase::Abort, caller.reply());
+            hub.fail(
+                Event::AbortedByPayee,
+                &transfer,
+                &error,
+                FailurePhase::Abort,
+                caller.reply(),
+                false,
+            );
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         TransferReply::Duplicate(view) => {

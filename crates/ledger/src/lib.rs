@@ -46,5 +46,5 @@ pub use ids::{
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
 pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredTransfer};
-pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply};
+pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply, Unexpected};
 pub use snapshot::{Archived, Snapshot, WindowPairSum};

@@ -12,13 +12,21 @@ use crate::ids::{AccountId, Currency, FspName, TransferId};
 use crate::model::*;
 use crate::{Amount, RequestHash};
 
+/// An outcome its request cannot come to (a ledger bug), as it came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unexpected(pub Box<Outcome>);
+
+fn unexpected(outcome: Outcome) -> Unexpected {
+    Unexpected(Box::new(outcome))
+}
+
 /// A command with a typed reply.
 pub trait Request {
     type Reply;
     fn into_command(self) -> Command;
-    /// The reply; `Err` with the outcome as it came when it is not one
-    /// this request can come to (a ledger bug).
-    fn reply(outcome: Outcome) -> Result<Self::Reply, Outcome>;
+    /// The reply, or the outcome as it came when it is not one this
+    /// request can come to (a ledger bug).
+    fn reply(outcome: Outcome) -> Result<Self::Reply, Unexpected>;
 }
 
 /// What a transfer message (prepare, fulfil, abort, GET) or a funds
@@ -67,22 +75,22 @@ pub struct SettlementUpdate {
     pub changed_windows: Vec<u32>,
 }
 
-fn transfer(outcome: Outcome) -> Result<TransferReply, Outcome> {
+fn transfer(outcome: Outcome) -> Result<TransferReply, Unexpected> {
     Ok(match outcome {
         Outcome::Transfer(view) => TransferReply::Done(view),
         Outcome::Duplicate(view) => TransferReply::Duplicate(view),
         Outcome::Failed { transfer, error } => TransferReply::Failed { transfer, error },
         Outcome::Rejected(rejection) => TransferReply::Refused(rejection),
-        other => return Err(other),
+        other => return Err(unexpected(other)),
     })
 }
 
-fn quote(outcome: Outcome) -> Result<QuoteReply, Outcome> {
+fn quote(outcome: Outcome) -> Result<QuoteReply, Unexpected> {
     Ok(match outcome {
         Outcome::Done => QuoteReply::Recorded,
         Outcome::QuoteDuplicate(view) => QuoteReply::Duplicate(view),
         Outcome::Rejected(rejection) => QuoteReply::Refused(rejection),
-        other => return Err(other),
+        other => return Err(unexpected(other)),
     })
 }
 
@@ -90,69 +98,69 @@ fn quote(outcome: Outcome) -> Result<QuoteReply, Outcome> {
 /// that is the answer.
 fn answer<T>(
     outcome: Outcome,
-    answer: impl FnOnce(Outcome) -> Result<T, Outcome>,
-) -> Result<Result<T, Rejection>, Outcome> {
+    answer: impl FnOnce(Outcome) -> Result<T, Unexpected>,
+) -> Result<Result<T, Rejection>, Unexpected> {
     match outcome {
         Outcome::Rejected(rejection) => Ok(Err(rejection)),
         other => answer(other).map(Ok),
     }
 }
 
-type Answer<T> = Result<Result<T, Rejection>, Outcome>;
+type Answer<T> = Result<Result<T, Rejection>, Unexpected>;
 
 fn done(outcome: Outcome) -> Answer<()> {
     answer(outcome, |o| match o {
         Outcome::Done => Ok(()),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn accounts(outcome: Outcome) -> Answer<Vec<AccountId>> {
     answer(outcome, |o| match o {
         Outcome::AccountsCreated(ids) => Ok(ids),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn oracle_created(outcome: Outcome) -> Answer<u32> {
     answer(outcome, |o| match o {
         Outcome::OracleCreated(id) => Ok(id),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn participants(outcome: Outcome) -> Answer<Vec<ParticipantView>> {
     answer(outcome, |o| match o {
         Outcome::Participants(views) => Ok(views),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn parties(outcome: Outcome) -> Answer<Vec<PartyView>> {
     answer(outcome, |o| match o {
         Outcome::Parties(views) => Ok(views),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn settlement_models(outcome: Outcome) -> Answer<Vec<SettlementModelRow>> {
     answer(outcome, |o| match o {
         Outcome::SettlementModels(models) => Ok(models),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn oracles(outcome: Outcome) -> Answer<Vec<OracleRow>> {
     answer(outcome, |o| match o {
         Outcome::Oracles(rows) => Ok(rows),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn transfer_view(outcome: Outcome) -> Answer<TransferView> {
     answer(outcome, |o| match o {
         Outcome::Transfer(view) => Ok(view),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
@@ -160,35 +168,35 @@ fn transfer_read(outcome: Outcome) -> Answer<(TransferView, Held)> {
     answer(outcome, |o| match o {
         Outcome::Transfer(view) => Ok((view, Held::InMemory)),
         Outcome::StoredTransfer(view) => Ok((view, Held::InStore)),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn window(outcome: Outcome) -> Answer<WindowView> {
     answer(outcome, |o| match o {
         Outcome::Window(view) => Ok(view),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn windows(outcome: Outcome) -> Answer<Vec<WindowView>> {
     answer(outcome, |o| match o {
         Outcome::SettlementWindows(views) => Ok(views),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn settlement(outcome: Outcome) -> Answer<SettlementView> {
     answer(outcome, |o| match o {
         Outcome::Settlement(view) => Ok(view),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn settlements(outcome: Outcome) -> Answer<Vec<SettlementView>> {
     answer(outcome, |o| match o {
         Outcome::Settlements(views) => Ok(views),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
@@ -203,28 +211,28 @@ fn settlement_updated(outcome: Outcome) -> Answer<SettlementUpdate> {
             results,
             changed_windows,
         }),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn settlement_report(outcome: Outcome) -> Answer<SettlementReport> {
     answer(outcome, |o| match o {
         Outcome::SettlementReport(report) => Ok(report),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn audit_events(outcome: Outcome) -> Answer<Vec<AuditEventRow>> {
     answer(outcome, |o| match o {
         Outcome::AuditEvents(events) => Ok(events),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
 fn certificate_pins(outcome: Outcome) -> Answer<Vec<PinView>> {
     answer(outcome, |o| match o {
         Outcome::CertificatePins(views) => Ok(views),
-        other => Err(other),
+        other => Err(unexpected(other)),
     })
 }
 
@@ -246,7 +254,7 @@ macro_rules! requests {
                 Command::$name { $($field: self.$field),* }
             }
 
-            fn reply(outcome: Outcome) -> Result<$reply, Outcome> {
+            fn reply(outcome: Outcome) -> Result<$reply, Unexpected> {
                 $convert(outcome)
             }
         }
@@ -314,7 +322,7 @@ macro_rules! wrapped {
                 Command::$name(self.0)
             }
 
-            fn reply(outcome: Outcome) -> Result<$reply, Outcome> {
+            fn reply(outcome: Outcome) -> Result<$reply, Unexpected> {
                 $convert(outcome)
             }
         }
@@ -343,7 +351,7 @@ macro_rules! message {
                 Command::$name(self)
             }
 
-            fn reply(outcome: Outcome) -> Result<TransferReply, Outcome> {
+            fn reply(outcome: Outcome) -> Result<TransferReply, Unexpected> {
                 transfer(outcome)
             }
         }

@@ -12,7 +12,8 @@ use ledger::*;
 fn ask<R: Request>(hub: &mut Hub, request: R) -> R::Reply {
     let command = request.into_command();
     let outcome = hub.one(command.clone());
-    R::reply(outcome).unwrap_or_else(|outcome| panic!("{command:?} came to {outcome:?}"))
+    R::reply(outcome)
+        .unwrap_or_else(|Unexpected(outcome)| panic!("{command:?} came to {outcome:?}"))
 }
 
 fn refused<T: std::fmt::Debug>(reply: Result<T, Rejection>) -> ErrorCode {
