@@ -8,27 +8,28 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use engine::{Engine, EngineConfig, PipelineThreads};
 use hub::notify::{Dispatcher, DispatcherConfig};
-use hub::{Hub, HubConfig};
-use ledger::{Command, FspName, Limits, Outcome};
+use hub::Hub;
+use ledger::{Command, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use tracing::{error, info, warn};
 
 mod plan;
 
 pub use plan::ServeArgs;
+use plan::{AdminPlan, ListenPlan, ServePlan};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    // Decided before the store is opened, so a refused configuration
-    // touches nothing and binds nothing.
-    let settings = Settings::from_args(&args)?;
-    match settings.location.clone() {
+    // Decided from the flags alone, before anything is read, opened or
+    // bound: a refused configuration touches nothing.
+    let plan = args.plan()?;
+    let settings = Settings::load(&plan)?;
+    match plan.store.location.clone() {
         store::StoreLocation::Sqlite(dir) => {
-            let runtime = build_runtime(&args)?;
-            let opened = open_sqlite(&dir, settings.history)?;
-            let limits = limits(&args);
+            let runtime = build_runtime(&plan.listen)?;
+            let opened = open_sqlite(&dir, plan.store.history)?;
             let mut store = opened.store;
             let (ledger, recovery) =
-                engine::recover(store.as_mut(), limits).context("recovery failed")?;
+                engine::recover(store.as_mut(), plan.ledger.limits).context("recovery failed")?;
             let term = Term {
                 store,
                 ledger,
@@ -39,7 +40,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 listeners: None,
                 fence: None,
             };
-            match serve_term(&args, &settings, term, &runtime)? {
+            match serve_term(&plan, &settings, term, &runtime)? {
                 Ended::Stopped => {
                     info!("stopped cleanly");
                     Ok(ExitCode::SUCCESS)
@@ -48,52 +49,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Ended::GaveUp(why) => bail!("stopped serving: {why}"),
             }
         }
-        store::StoreLocation::Postgres(url) => serve_shared(&args, &settings, &url),
+        store::StoreLocation::Postgres(url) => serve_shared(&plan, &settings, &url),
     }
 }
 
-/// What every term of this process shares: the configuration checked
-/// before the store is opened, read once.
+/// What every term of this process shares: what the plan names, read
+/// once (certificates, keys, credentials) and the process's limits.
 struct Settings {
-    hub_name: FspName,
     admin_auth: Arc<hub::admin_auth::AdminAuth>,
-    history: Option<store::sqlite_history::HistoryOptions>,
-    location: store::StoreLocation,
     tls: Option<Tls>,
     callback_tls: Arc<rustls::ClientConfig>,
     signer: Option<hub::notify::CallbackSigner>,
-    jws_verify: hub::jws_keys::VerifyPolicy,
     caps: hub::connections::Caps,
 }
 
 impl Settings {
-    fn from_args(args: &ServeArgs) -> anyhow::Result<Settings> {
-        let hub_name = FspName::new(&args.fspiop.hub_name).with_context(|| {
-            format!(
-                "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
-                args.fspiop.hub_name
-            )
-        })?;
-        let admin_auth = Arc::new(admin_access(args)?);
-        let history = args.ledger.transfer_retention.0.map(|retention_ms| {
-            store::sqlite_history::HistoryOptions {
-                retention_ms,
-                interval: args.ledger.history_snapshot_interval,
-            }
-        });
-        let location = crate::store_location(args.store.store.as_deref())?
-            .unwrap_or_else(|| store::StoreLocation::Sqlite(args.store.data_dir.clone()));
-        let tls = match (&args.tls.tls_cert, &args.tls.tls_key) {
-            (Some(cert), Some(key)) => {
-                let files = hub::tls::CertFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                };
-                let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
-                let api =
-                    hub::tls::server_config(reloading.clone(), args.tls.tls_client_ca.as_deref())
-                        .map_err(anyhow::Error::msg)?;
-                let admin = match &args.admin.admin_client_ca {
+    fn load(plan: &ServePlan) -> anyhow::Result<Settings> {
+        let admin_auth = admin_access(plan)?;
+        let tls = match &plan.tls {
+            Some(tls) => {
+                let reloading =
+                    hub::tls::ReloadingCert::load(tls.cert.clone()).map_err(anyhow::Error::msg)?;
+                let api = hub::tls::server_config(reloading.clone(), tls.client_ca.as_deref())
+                    .map_err(anyhow::Error::msg)?;
+                let admin = match &tls.admin_client_ca {
                     Some(ca) => {
                         hub::admin_auth::server_config_with_client_ca(reloading.clone(), ca)
                     }
@@ -101,8 +80,8 @@ impl Settings {
                 }
                 .map_err(anyhow::Error::msg)?;
                 info!(
-                    cert = %cert.display(),
-                    mutual = args.tls.tls_client_ca.is_some(),
+                    cert = %tls.cert.cert.display(),
+                    mutual = tls.client_ca.is_some(),
                     "TLS on both addresses"
                 );
                 Some(Tls {
@@ -111,7 +90,7 @@ impl Settings {
                     reloading,
                 })
             }
-            _ => None,
+            None => None,
         };
         let open_files = raise_open_files_limit();
         // A file-size limit reached must be a store error the hub retries and
@@ -123,36 +102,25 @@ impl Settings {
         }
         let caps = hub::connections::Caps::size(
             open_files,
-            args.listen.max_connections.map(|max| max as usize),
-            args.listen
-                .max_connections_per_client
-                .map(|max| max as usize),
+            plan.listen.max_connections,
+            plan.listen.max_connections_per_client,
         );
         caps.log(open_files);
-        let callback_identity = match (&args.callbacks.callback_cert, &args.callbacks.callback_key)
-        {
-            (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            _ => None,
-        };
-        let callback_tls = hub::tls::client_config(
-            args.callbacks.callback_ca.as_deref(),
-            callback_identity.as_ref(),
-        )
-        .map_err(anyhow::Error::msg)
-        .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
+        let callbacks = &plan.callbacks;
+        let callback_tls =
+            hub::tls::client_config(callbacks.ca.as_deref(), callbacks.identity.as_ref())
+                .map_err(anyhow::Error::msg)
+                .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
         info!(
-            roots = %args
-                .callbacks.callback_ca
+            roots = %callbacks
+                .ca
                 .as_ref()
                 .map_or("system".to_string(), |path| path.display().to_string()),
-            client_certificate = callback_identity.is_some(),
+            client_certificate = callbacks.identity.is_some(),
             "https callbacks and oracle calls"
         );
-        let signer = match &args.jws.jws_signing_key {
-            Some(path) => {
+        let signer = match &callbacks.signing_key {
+            Some((path, hub_name)) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read --jws-signing-key {}", path.display()))?;
                 let key = hub::jws::SigningKey::from_pem(&text).map_err(|error| {
@@ -169,45 +137,26 @@ impl Settings {
             }
             None => None,
         };
-        let jws_verify = hub::jws_keys::VerifyPolicy {
-            resources: hub::jws_keys::VerifyPolicy::parse_resources(&args.jws.jws_verify)
-                .map_err(|error| anyhow::anyhow!("--jws-verify: {error}"))?,
-            put_parties: args.jws.jws_verify_put_parties,
-            participants: (!args.jws.jws_verify_participants.is_empty())
-                .then(|| args.jws.jws_verify_participants.clone()),
-        };
         Ok(Settings {
-            hub_name,
             admin_auth,
-            history,
-            location,
             tls,
             callback_tls,
             signer,
-            jws_verify,
             caps,
         })
     }
 }
 
-fn build_runtime(args: &ServeArgs) -> anyhow::Result<tokio::runtime::Runtime> {
+fn build_runtime(listen: &ListenPlan) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.listen.http_threads {
-        runtime.worker_threads(usize::from(threads));
+    if let Some(threads) = listen.http_threads {
+        runtime.worker_threads(threads);
     }
     runtime
         .enable_all()
         .thread_name("kasi-http")
         .build()
         .context("cannot start the async runtime")
-}
-
-fn limits(args: &ServeArgs) -> Limits {
-    Limits {
-        transfer_retention_ms: args.ledger.transfer_retention.0,
-        max_finished_in_memory: args.ledger.finished_transfers_in_memory as usize,
-        ..Limits::default()
-    }
 }
 
 /// One term of serving: a recovered ledger on an open store, and what
@@ -242,12 +191,12 @@ enum Ended {
 /// Serves one term: starts the pipeline on the recovered ledger, the
 /// dispatcher and both addresses, until a stop signal or the fence.
 fn serve_term(
-    args: &ServeArgs,
+    plan: &ServePlan,
     settings: &Settings,
     term: Term,
     runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Ended> {
-    let hub_name = settings.hub_name;
+    let hub_name = plan.hub.hub_name;
     let Term {
         store,
         ledger,
@@ -258,7 +207,7 @@ fn serve_term(
         listeners,
         fence,
     } = term;
-    let transfer_lookup = args.ledger.transfer_retention.0.map(|_| reader.clone());
+    let transfer_lookup = plan.ledger.transfer_lookup.then(|| reader.clone());
     if let Some(problem) = &recovery.history_snapshot_dropped {
         warn!(
             %problem,
@@ -304,7 +253,7 @@ fn serve_term(
         if existing != hub_name {
             bail!(
                 "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
-                settings.location
+                plan.store.location
             );
         }
     }
@@ -312,15 +261,11 @@ fn serve_term(
     // Expired transfers come from the committing thread once durable; a task
     // turns them into 3303 callbacks.
     let (expired_sender, mut expired) = tokio::sync::mpsc::unbounded_channel();
-    let threads = args
-        .ledger
-        .pipeline_threads
-        .and_then(PipelineThreads::from_count)
-        .unwrap_or_else(|| {
-            PipelineThreads::for_cores(
-                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            )
-        });
+    let threads = plan.ledger.pipeline_threads.unwrap_or_else(|| {
+        PipelineThreads::for_cores(
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        )
+    });
     let config = EngineConfig {
         on_expired: Some(Box::new(move |views| {
             let _ = expired_sender.send(views);
@@ -349,12 +294,12 @@ fn serve_term(
         }
     }
 
-    let grace = Duration::from_secs(args.callbacks.shutdown_grace_s);
+    let grace = plan.callbacks.shutdown_grace;
     let served = runtime.block_on(async {
         let dispatcher = Dispatcher::new(DispatcherConfig {
             tls: Some(settings.callback_tls.clone()),
             signer: settings.signer.clone(),
-            final_retry_for: Duration::from_secs(args.callbacks.callback_retry_for_s),
+            final_retry_for: plan.callbacks.retry_for,
             ..DispatcherConfig::default()
         });
         // Until the callbacks since `watermark` are queued again, the saved
@@ -368,46 +313,15 @@ fn serve_term(
                 .map(hub::notify::DeadLetter::stored)
                 .collect(),
         );
-        let mut hub_config = HubConfig::new(hub_name);
+        // The plan's configuration, with what only this term can give.
+        let mut hub_config = plan.hub.clone();
         hub_config.callback_tls = Some(settings.callback_tls.clone());
-        hub_config.body_idle_timeout = Duration::from_millis(args.listen.body_timeout_ms);
-        hub_config.admin_base_url = format!(
-            "{}://{}",
-            if settings.tls.is_some() {
-                "https"
-            } else {
-                "http"
-            },
-            args.listen.admin_listen
-        );
-        hub_config.quotes_persistent = args.fspiop.quotes_persistent;
-        hub_config.payee_commit_confirmation = args.fspiop.payee_commit_confirmation;
-        hub_config.answer_window = Duration::from_secs(args.fspiop.answer_window_s);
-        hub_config.pending_answers_max = args.fspiop.pending_answers_max as usize;
-        hub_config.trace_sample_every = args.fspiop.trace_sample_every;
-        let jws_verify = settings.jws_verify.clone();
-        if jws_verify.is_on() {
-            info!(resources = %jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
-        }
-        hub_config.jws_verify = jws_verify;
-        hub_config.jws_keys_dir = args.jws.jws_keys_dir.clone();
         hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.transfer_lookup = transfer_lookup.clone();
         hub_config.role = role.clone();
-        hub_config.callback_allow = args.callbacks.callback_allow.clone();
-        hub_config.max_clock_skew = args.tls.max_clock_skew_s.map(Duration::from_secs);
-        hub_config.identity = hub::tls::IdentityPolicy {
-            client_certificates: args.tls.tls_client_ca.is_some(),
-            proxy: match &args.tls.client_identity_header {
-                Some(name) => Some(hub::tls::ProxyIdentity {
-                    header: axum::http::HeaderName::from_bytes(name.as_bytes()).with_context(
-                        || format!("--client-identity-header {name:?} is not a header name"),
-                    )?,
-                    trusted: args.tls.trusted_proxy.clone(),
-                }),
-                None => None,
-            },
-        };
+        if hub_config.jws_verify.is_on() {
+            info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
+        }
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         if !redeliver.is_empty() {
             let queued = hub.redeliver(&redeliver, hub::now_ms());
@@ -421,25 +335,17 @@ fn serve_term(
         dispatcher.release_watermark(hold);
         hub.metrics.start_runtime_probe();
         hub.start_jws_key_watch();
-        if !args.watch.settlement_close_at.is_empty() {
-            let times: Vec<String> = args
-                .watch
-                .settlement_close_at
-                .iter()
-                .map(ToString::to_string)
-                .collect();
+        let watch = &plan.watch;
+        if !watch.close_at.is_empty() {
+            let times: Vec<String> = watch.close_at.iter().map(ToString::to_string).collect();
             info!(times = %times.join(","), "settlement windows close on schedule (UTC)");
             tokio::spawn(hub::watch::close_on_schedule(
                 hub.clone(),
-                args.watch.settlement_close_at.clone(),
+                watch.close_at.clone(),
             ));
         }
-        if args.watch.position_alarm_percent > 0 {
-            tokio::spawn(hub::watch::watch_positions(
-                hub.clone(),
-                args.watch.position_alarm_percent,
-                Duration::from_millis(args.watch.position_watch_interval_ms),
-            ));
+        if let Some((percent, every)) = watch.position_alarm {
+            tokio::spawn(hub::watch::watch_positions(hub.clone(), percent, every));
         }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
@@ -454,12 +360,12 @@ fn serve_term(
         });
         let listening = Listening {
             caps: settings.caps.clone(),
-            header_read_timeout: Duration::from_millis(args.listen.header_timeout_ms),
+            header_read_timeout: plan.listen.header_read_timeout,
         };
         let serving = serve_http(
             hub,
-            args.listen.api_listen,
-            args.listen.admin_listen,
+            plan.listen.api,
+            plan.listen.admin,
             listeners,
             settings.tls.clone(),
             listening,
@@ -571,8 +477,8 @@ fn open_sqlite(
 /// is a standby again, in the same process, on the same addresses. Only a
 /// stop signal, or a fault no waiting can mend (a refused password, a
 /// store that is not kasi's), ends it.
-fn serve_shared(args: &ServeArgs, settings: &Settings, url: &str) -> anyhow::Result<ExitCode> {
-    let name = args
+fn serve_shared(plan: &ServePlan, settings: &Settings, url: &str) -> anyhow::Result<ExitCode> {
+    let name = plan
         .store
         .instance_name
         .clone()
@@ -580,14 +486,14 @@ fn serve_shared(args: &ServeArgs, settings: &Settings, url: &str) -> anyhow::Res
     let role = Arc::new(hub::role::Role::shared("postgres", &name));
     // Bound once for the process's life: between terms, connections wait
     // in the kernel's queue rather than being refused.
-    let listeners = bind_std_listeners(args.listen.api_listen, args.listen.admin_listen)?;
-    let retention_ms = args.ledger.transfer_retention.0;
+    let listeners = bind_std_listeners(plan.listen.api, plan.listen.admin)?;
+    let retention_ms = plan.ledger.limits.transfer_retention_ms;
     let mut kept: Option<store::pg::PgStore> = None;
     let mut terms: u64 = 0;
     loop {
-        let runtime = build_runtime(args)?;
+        let runtime = build_runtime(&plan.listen)?;
         let ended = serve_shared_term(
-            args,
+            plan,
             settings,
             url,
             &name,
@@ -648,7 +554,7 @@ const REJOIN_PAUSE: Duration = Duration::from_millis(200);
 /// term that gave up before serving into the next.
 #[allow(clippy::too_many_arguments)]
 fn serve_shared_term(
-    args: &ServeArgs,
+    plan: &ServePlan,
     settings: &Settings,
     url: &str,
     name: &str,
@@ -659,7 +565,7 @@ fn serve_shared_term(
     retention_ms: Option<i64>,
     terms: u64,
 ) -> anyhow::Result<Ended> {
-    let location = &settings.location;
+    let location = &plan.store.location;
     // Copies of the listeners for the standby's server, then others for
     // the active's: each server closes its own when it stops.
     let copies = || -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
@@ -682,14 +588,14 @@ fn serve_shared_term(
         horizon_ms: Box::new(move || retention_ms.map(|retention_ms| hub::now_ms() - retention_ms)),
         every: WARM_EVERY,
     };
-    let lease = store::pg_lease::Lease::new(url, name, args.store.lease_ms);
+    let lease = store::pg_lease::Lease::new(url, name, plan.store.lease_ms);
     let standby_options =
         |tls: Option<Arc<rustls::ServerConfig>>, max, per_client| hub::server::ServeOptions {
             tls,
             max_connections: max,
             max_connections_per_client: per_client,
             on_refused: Some(crate::ha::standby_refusals()),
-            header_read_timeout: Duration::from_millis(args.listen.header_timeout_ms),
+            header_read_timeout: plan.listen.header_read_timeout,
             ..hub::server::ServeOptions::default()
         };
     let caps = &settings.caps;
@@ -720,7 +626,7 @@ fn serve_shared_term(
     role.set_lease(name, fencing);
     // The active keeps the history snapshot current (a standby never
     // commits, so it computes none).
-    store.keep_history_snapshot(settings.history);
+    store.keep_history_snapshot(plan.store.history);
     let fence = crate::ha::Fence::new();
     // Renewed from now on, through recovery.
     let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone(), fence.clone());
@@ -749,7 +655,7 @@ fn serve_shared_term(
                 .with_context(|| format!("cannot open the store at {location}"))
         }
     };
-    let (ledger, recovery) = match engine::recover(&mut store, limits(args)) {
+    let (ledger, recovery) = match engine::recover(&mut store, plan.ledger.limits) {
         Ok(recovered) => recovered,
         Err(error) if error.transient => {
             role.set_active(false);
@@ -769,7 +675,7 @@ fn serve_shared_term(
         listeners: Some(copies()?),
         fence: Some(fence),
     };
-    let ended = match serve_term(args, settings, term, runtime) {
+    let ended = match serve_term(plan, settings, term, runtime) {
         Ok(ended) => ended,
         // The store lost while starting to serve (reading the delivery
         // state, say): as any store fault, the term is given up.
@@ -844,26 +750,23 @@ struct Listening {
     header_read_timeout: Duration,
 }
 
-/// Who may use the admin API: the tokens file, or open on loopback (or
-/// when the operator insists); anything else refuses to start.
-fn admin_access(args: &ServeArgs) -> anyhow::Result<hub::admin_auth::AdminAuth> {
-    let credentials = match &args.admin.admin_tokens {
-        Some(path) => Some(hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?),
-        None => None,
-    };
-    let configured = credentials.is_some();
-    let auth = hub::admin_auth::decide(
-        args.listen.admin_listen,
-        credentials,
-        args.admin.admin_insecure,
-    )
-    .map_err(anyhow::Error::msg)?;
-    if configured {
-        info!(tokens = %args.admin.admin_tokens.as_deref().unwrap_or_else(|| std::path::Path::new("")).display(), "admin API requires credentials");
-    } else if !args.listen.admin_listen.ip().is_loopback() {
-        tracing::warn!(admin = %args.listen.admin_listen, "admin API served WITHOUT authentication (--admin-insecure) on a non-loopback address");
+/// Who may use the admin API: the tokens file the plan names, read now,
+/// or the open access the plan decided (on loopback, or as the operator
+/// insisted).
+fn admin_access(plan: &ServePlan) -> anyhow::Result<Arc<hub::admin_auth::AdminAuth>> {
+    match &plan.admin {
+        AdminPlan::Tokens(path) => {
+            let auth = hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?;
+            info!(tokens = %path.display(), "admin API requires credentials");
+            Ok(Arc::new(auth))
+        }
+        AdminPlan::Open(open) => {
+            if !plan.listen.admin.ip().is_loopback() {
+                tracing::warn!(admin = %plan.listen.admin, "admin API served WITHOUT authentication (--admin-insecure) on a non-loopback address");
+            }
+            Ok(open.clone())
+        }
     }
-    Ok(auth)
 }
 
 /// TLS of both listeners, and the certificate SIGHUP reloads.
