@@ -39,7 +39,7 @@ struct Cli {
     #[arg(long, global = true, env = "KASI_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 
-    /// A file of `key = value` settings named like the flags
+    /// A TOML file of settings named like the flags
     /// (`data-dir = "/var/lib/kasi"`). Flags and KASI_* variables win over it.
     #[arg(long, global = true, env = "KASI_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
@@ -261,18 +261,14 @@ fn log_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if let Err(error) = config::apply_config_file::<Cli>(&args) {
-        eprintln!("kasi: {error:#}");
-        return ExitCode::from(2);
-    }
-    // KASI_LOG is the older name of KASI_LOG_LEVEL.
-    if std::env::var_os("KASI_LOG_LEVEL").is_none() {
-        if let Some(level) = std::env::var_os("KASI_LOG") {
-            // Single-threaded here: nothing else reads the environment yet.
-            std::env::set_var("KASI_LOG_LEVEL", level);
+    let cli: Cli = match config::parse(&args) {
+        Ok(cli) => cli,
+        Err(config::Error::Clap(error)) => error.exit(),
+        Err(config::Error::File(error)) => {
+            eprintln!("kasi: {error}");
+            return ExitCode::from(2);
         }
-    }
-    let cli = Cli::parse_from(args);
+    };
     let filter = match log_filter(&cli.log_level) {
         Ok(filter) => filter,
         Err(error) => {

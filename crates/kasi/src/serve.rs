@@ -1,426 +1,35 @@
 //! `kasi serve`: open the store, recover, run the pipeline and both APIs.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use clap::Args;
 use engine::{Engine, EngineConfig, PipelineThreads};
 use hub::notify::{Dispatcher, DispatcherConfig};
-use hub::{Hub, HubConfig};
-use ledger::{Command, FspName, Limits, Outcome};
+use hub::Hub;
+use ledger::{Command, Outcome};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use tracing::{error, info, warn};
 
-#[derive(Args)]
-pub struct ServeArgs {
-    /// Directory holding the hub's store; created on first start. Only one
-    /// kasi process may serve a directory at a time.
-    #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
-    data_dir: PathBuf,
+mod plan;
 
-    /// The store, if not the data directory's: `sqlite:DIR`, or a
-    /// PostgreSQL URL (`postgres://USER[:PASSWORD]@HOST[:PORT][,HOST2...]/DB`,
-    /// with `?target_session_attrs=read-write` to follow a promoted
-    /// primary). Any number of kasi processes may serve one PostgreSQL
-    /// store: one is active, the others are standbys that take over when
-    /// its lease expires.
-    #[arg(long, env = "KASI_STORE", value_name = "STORE")]
-    store: Option<String>,
-
-    /// With a PostgreSQL store: how long the active's lease lasts without
-    /// renewal (it renews every third of it). A standby takes over this
-    /// long after the active stops renewing, at the latest.
-    #[arg(long, env = "KASI_LEASE_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(300..=600_000))]
-    lease_ms: u64,
-
-    /// With a PostgreSQL store: this process's name in the lease (shown to
-    /// operators as the active hub). Default: the host's name and the
-    /// process id. A process restarted under the same name takes its own
-    /// lease back at once.
-    #[arg(long, env = "KASI_INSTANCE_NAME")]
-    instance_name: Option<String>,
-
-    /// Address of the DFSP-facing FSPIOP API (Mojaloop ml-api-adapter's
-    /// port): IP:PORT or HOST:PORT (a host name is resolved once, at start;
-    /// port 0 picks a free one).
-    #[arg(long, env = "KASI_API_LISTEN", default_value = "127.0.0.1:3000", value_parser = parse_listen)]
-    api_listen: SocketAddr,
-
-    /// Address of the operator-facing admin API (Mojaloop central-ledger's
-    /// port), written like --api-listen. The operator console is served
-    /// there too, at /console/.
-    #[arg(long, env = "KASI_ADMIN_LISTEN", default_value = "127.0.0.1:3001", value_parser = parse_listen)]
-    admin_listen: SocketAddr,
-
-    /// Name of the hub participant: created with this name on first start,
-    /// and the FSPIOP-Source of callbacks the hub originates.
-    #[arg(long, env = "KASI_HUB_NAME", default_value = "Hub")]
-    hub_name: String,
-
-    /// Record quotes durably and apply the FSPIOP duplicate rules to them
-    /// (the quoting service's persistent mode). By default quotes are only
-    /// routed, as Mojaloop's SIMPLE_ROUTING_MODE does.
-    #[arg(long, env = "KASI_QUOTES_PERSISTENT")]
-    quotes_persistent: bool,
-
-    /// Whether the payee of a committed transfer gets the hub's PUT
-    /// confirmation (Mojaloop's SEND_TRANSFER_CONFIRMATION_TO_PAYEE), sent
-    /// after the payer's callback; and the hub's error when its fulfilment
-    /// aborted the transfer. A payee that asked with RESERVED
-    /// gets its PATCH either way.
-    #[arg(long, env = "KASI_PAYEE_COMMIT_CONFIRMATION", default_value = "on", value_parser = parse_on_off, action = clap::ArgAction::Set)]
-    payee_commit_confirmation: bool,
-
-    /// Seconds a routed request (a party lookup, a quote, a transaction
-    /// request, an authorization, a bulk quote) waits for its answer. Only
-    /// the DFSP that was asked may answer, only to the DFSP that asked,
-    /// and only within this time; a later or anyone else's answer is
-    /// refused (400, 3100) and not forwarded.
-    #[arg(long, env = "KASI_ANSWER_WINDOW_S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    answer_window_s: u64,
-
-    /// Routed requests awaiting an answer at most (about 150 bytes each);
-    /// one more is refused with 503 (2003) until answers or expiry make
-    /// room.
-    #[arg(long, env = "KASI_PENDING_ANSWERS_MAX", default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(16..=100_000_000))]
-    pending_answers_max: u64,
-
-    /// Trace one transfer in this many stage by stage, its prepare and its
-    /// fulfil (chosen by transfer id), for `GET /stats/traces` on the admin
-    /// address; 0 traces none. Per-stage totals (`/stats/stages`) are kept
-    /// for every transfer either way.
-    #[arg(long, env = "KASI_TRACE_SAMPLE_EVERY", default_value_t = 1000)]
-    trace_sample_every: u64,
-
-    /// Threads serving HTTP (both listeners and the callbacks). Default:
-    /// one per CPU. The ledger pipeline has one or two threads besides
-    /// (--pipeline-threads).
-    #[arg(long, env = "KASI_HTTP_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
-    http_threads: Option<u16>,
-
-    /// Threads carrying the ledger pipeline: 2 applies the next batch on
-    /// the ledger thread while the store thread commits the last; 1 applies
-    /// and commits on one thread, sparing the hand-off between them (a
-    /// wake and a context switch per batch) at the price of the overlap.
-    /// Default: 1 on machines of up to four cores, 2 above. Either way an
-    /// answer waits for its batch's commit.
-    #[arg(long, env = "KASI_PIPELINE_THREADS", value_parser = clap::value_parser!(u8).range(1..=2))]
-    pipeline_threads: Option<u8>,
-
-    /// Open connections at most on each address; one more is answered 503
-    /// (2003) and closed. Default: sized to the open-files limit (raised to
-    /// its hard limit at start): a quarter of it (128 to 1,024) kept for
-    /// the hub's own files and callback connections, the rest 3:1 between
-    /// the FSPIOP and admin addresses, at most 10,000 each (at a limit of
-    /// 1,024: 576 and 192). The start-up log says what was chosen.
-    #[arg(long, env = "KASI_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
-    max_connections: Option<u32>,
-
-    /// Open connections at most from one client address (an IPv6 client by
-    /// its /64) on each address, so that one client cannot take every
-    /// slot: one more is refused at once (503, 2003, closed), counted
-    /// (`kasi_connections_refused_per_client`, refusal class
-    /// `client_connections`) and warned about. Default: half of the
-    /// address's cap. Behind a gateway every DFSP is the gateway's
-    /// address: raise it to the cap.
-    #[arg(long, env = "KASI_MAX_CONNECTIONS_PER_CLIENT", value_parser = clap::value_parser!(u32).range(1..))]
-    max_connections_per_client: Option<u32>,
-
-    /// Milliseconds a client may take to send a request's head; a
-    /// keep-alive connection idle for as long is closed too.
-    #[arg(long, env = "KASI_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-    header_timeout_ms: u64,
-
-    /// Milliseconds a request body may pause between bytes before the
-    /// request is answered 400 (3101) and its connection closed: a body
-    /// shorter than its Content-Length is found out this fast.
-    #[arg(long, env = "KASI_BODY_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
-    body_timeout_ms: u64,
-
-    /// Seconds to keep delivering queued callbacks after a stop signal.
-    #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
-    shutdown_grace_s: u64,
-
-    /// Seconds a callback of a finished transfer (commit, abort, rejection,
-    /// expiry) is retried on transport errors and 5xx answers before it is
-    /// kept as a dead letter (`GET /callbacks/dead-letters` on the admin
-    /// address). A prepare forwarded to the payee is retried until the
-    /// transfer expires.
-    #[arg(long, env = "KASI_CALLBACK_RETRY_FOR_S", default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(1..))]
-    callback_retry_for_s: u64,
-
-    /// Close the open settlement window every day at these UTC times
-    /// (HH:MM or HH:MM:SS), e.g. `--settlement-close-at 00:00,12:00` (a
-    /// window with no committed
-    /// transfer is left open). Without it, windows close only when the
-    /// operator asks (`POST /v2/settlementWindows/{id}`).
-    #[arg(
-        long,
-        env = "KASI_SETTLEMENT_CLOSE_AT",
-        value_delimiter = ',',
-        value_name = "HH:MM"
-    )]
-    settlement_close_at: Vec<hub::watch::CloseAt>,
-
-    /// Flag a DFSP whose position (reservations included) reaches this
-    /// percentage of its net debit cap: a warning in the log and
-    /// `kasi_position_alarm` = 1 on `/metrics` (Mojaloop's alarm
-    /// percentage). 0 turns the watch off.
-    #[arg(long, env = "KASI_POSITION_ALARM_PERCENT", default_value_t = 90)]
-    position_alarm_percent: u8,
-
-    /// Serve both addresses over TLS (1.2 and 1.3) with this certificate
-    /// chain (PEM); re-read with its key on SIGHUP, without dropping
-    /// connections.
-    #[arg(long, env = "KASI_TLS_CERT", value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-
-    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, env = "KASI_TLS_KEY", value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-
-    /// Mutual TLS on the FSPIOP address: clients must present a certificate
-    /// this CA (the scheme's) signed, or the handshake fails; its subject CN
-    /// or a DNS name is the FSP id the client may act as, and a request
-    /// whose FSPIOP-Source is any other is refused (400, 3100).
-    #[arg(
-        long,
-        env = "KASI_TLS_CLIENT_CA",
-        value_name = "FILE",
-        requires = "tls_cert"
-    )]
-    tls_client_ca: Option<PathBuf>,
-
-    /// Behind a gateway that terminates mutual TLS: the addresses (CIDR,
-    /// comma-separated or repeated) whose --client-identity-header is
-    /// believed. The header from any other address is refused.
-    #[arg(
-        long,
-        env = "KASI_TRUSTED_PROXY",
-        value_delimiter = ',',
-        value_name = "CIDR",
-        requires = "client_identity_header"
-    )]
-    trusted_proxy: Vec<hub::tls::Cidr>,
-
-    /// The header in which a trusted gateway names the client's FSP id
-    /// (e.g. X-Client-Id); FSPIOP-Source must then be that id. A request
-    /// carrying the header twice is refused (400, 3101).
-    #[arg(
-        long,
-        env = "KASI_CLIENT_IDENTITY_HEADER",
-        value_name = "NAME",
-        requires = "trusted_proxy"
-    )]
-    client_identity_header: Option<String>,
-
-    /// Refuse an FSPIOP request whose Date header is more than this many
-    /// seconds from the hub's clock, ahead or behind (400, 3100): a
-    /// captured request cannot be replayed later. Off by default, as in
-    /// Mojaloop; DFSPs' clocks must then be kept in time (NTP).
-    #[arg(long, env = "KASI_MAX_CLOCK_SKEW_S", value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..))]
-    max_clock_skew_s: Option<u64>,
-
-    /// Trust anchors (PEM bundle, e.g. the scheme CA) for the servers of
-    /// `https://` callback endpoints and oracles. Without it, the system's
-    /// roots.
-    #[arg(long, env = "KASI_CALLBACK_CA", value_name = "FILE")]
-    callback_ca: Option<PathBuf>,
-
-    /// The certificate chain (PEM) the hub presents to DFSPs and oracles
-    /// that require mutual TLS on their `https://` endpoints.
-    #[arg(
-        long,
-        env = "KASI_CALLBACK_CERT",
-        value_name = "FILE",
-        requires = "callback_key"
-    )]
-    callback_cert: Option<PathBuf>,
-
-    /// The private key of --callback-cert (PEM).
-    #[arg(
-        long,
-        env = "KASI_CALLBACK_KEY",
-        value_name = "FILE",
-        requires = "callback_cert"
-    )]
-    callback_key: Option<PathBuf>,
-
-    /// Sign every callback the hub originates (FSPIOP-Source = the hub:
-    /// its errors, the commit confirmation to the payee, PATCH, GET
-    /// answers) with this PEM private key (PKCS#8, PKCS#1 or SEC1): RS256
-    /// for an RSA key (at least 2048 bits), ES256 for a P-256 key. DFSPs
-    /// verify with the public half, installed under the hub's name.
-    /// Forwarded DFSP messages keep their own signature. Without it nothing
-    /// is signed.
-    #[arg(long, env = "KASI_JWS_SIGNING_KEY", value_name = "FILE")]
-    jws_signing_key: Option<PathBuf>,
-
-    /// Require a valid FSPIOP-Signature on inbound non-GET requests of
-    /// these resources (comma-separated: transfers, quotes, parties,
-    /// participants, transactionRequests, authorizations, bulkQuotes,
-    /// bulkTransfers, fxQuotes, fxTransfers; or `all`). A request that
-    /// fails is answered 400 with error 3105 and changes nothing. Off by
-    /// default, as in Mojaloop. Keys come from --jws-keys-dir.
-    #[arg(
-        long,
-        env = "KASI_JWS_VERIFY",
-        value_delimiter = ',',
-        value_name = "RESOURCES",
-        requires = "jws_keys_dir"
-    )]
-    jws_verify: Vec<String>,
-
-    /// Also check PUT /parties (Mojaloop's JWS_VALIDATE_PUT_PARTIES); by
-    /// default party answers are not checked even when `parties` is listed.
-    #[arg(long, env = "KASI_JWS_VERIFY_PUT_PARTIES")]
-    jws_verify_put_parties: bool,
-
-    /// Check signatures only on requests from these FSPs (comma-separated),
-    /// to turn verification on one DFSP at a time; by default every
-    /// FSPIOP-Source is checked (and one without a key is refused).
-    #[arg(
-        long,
-        env = "KASI_JWS_VERIFY_PARTICIPANTS",
-        value_delimiter = ',',
-        value_name = "FSP"
-    )]
-    jws_verify_participants: Vec<String>,
-
-    /// Directory of the DFSPs' JWS public keys, one `<fspId>.pem` each (a
-    /// public key or a certificate); created if missing, re-read within a
-    /// second of any change, and written by the admin API's
-    /// `PUT`/`DELETE /participants/{name}/jwsKey`.
-    #[arg(long, env = "KASI_JWS_KEYS_DIR", value_name = "DIR")]
-    jws_keys_dir: Option<PathBuf>,
-
-    /// Credentials of the admin API: one `name role credential` per line,
-    /// role `operator` (everything) or `viewer` (GET/HEAD only), credential
-    /// the sha256 hex of a bearer token (`kasi admin-token` makes one) or
-    /// `cert:sha256:<hex>` of a client certificate (--admin-client-ca). With
-    /// this file every admin request but /health needs a credential (401
-    /// without, 403 for a viewer's write). Without it the admin API is
-    /// open, which is allowed only on a loopback --admin-listen.
-    #[arg(long, env = "KASI_ADMIN_TOKENS", value_name = "FILE")]
-    admin_tokens: Option<PathBuf>,
-
-    /// Serve a non-loopback --admin-listen without --admin-tokens (every
-    /// caller is an operator). For a network that authenticates by other
-    /// means; logged as a warning at start.
-    #[arg(long, env = "KASI_ADMIN_INSECURE")]
-    admin_insecure: bool,
-
-    /// Ask admin clients for a certificate this CA signed (optional for
-    /// the client: bearer tokens still work); its fingerprint is looked up
-    /// in the `cert:` lines of --admin-tokens.
-    #[arg(
-        long,
-        env = "KASI_ADMIN_CLIENT_CA",
-        value_name = "FILE",
-        requires_all = ["tls_cert", "admin_tokens"]
-    )]
-    admin_client_ca: Option<PathBuf>,
-
-    /// Hosts that DFSP callback URLs and oracle endpoints may name, checked
-    /// when they are set (repeat the flag or separate with commas): a host
-    /// name (dfsp1.example.com), every subdomain (*.example.com), or an
-    /// address range (10.0.0.0/8; matches URLs written with an address,
-    /// names are not resolved). By default any host; either way a URL must
-    /// be http(s) with a host and without user:password@.
-    #[arg(
-        long,
-        env = "KASI_CALLBACK_ALLOW",
-        value_delimiter = ',',
-        value_name = "HOST|*.DOMAIN|CIDR"
-    )]
-    callback_allow: Vec<hub::callback_url::Allowed>,
-
-    /// How often positions are checked against the alarm share, in ms.
-    #[arg(long, env = "KASI_POSITION_WATCH_INTERVAL_MS", default_value_t = 5_000,
-          value_parser = clap::value_parser!(u64).range(10..))]
-    position_watch_interval_ms: u64,
-
-    /// How long a finished transfer stays in the ledger's memory (`90s`,
-    /// `30m`, `24h`, `7d`, or `forever`). Older ones are answered from the
-    /// store: GETs and duplicate resends alike.
-    #[arg(long, env = "KASI_TRANSFER_RETENTION", default_value = "24h",
-          value_parser = parse_retention, value_name = "DURATION")]
-    transfer_retention: Retention,
-
-    /// At most this many finished transfers stay in memory (~650 bytes
-    /// each): beyond it the oldest leave before --transfer-retention, and
-    /// are answered from the store like older ones.
-    #[arg(long, env = "KASI_FINISHED_TRANSFERS_IN_MEMORY", default_value_t = 2_000_000,
-          value_parser = clap::value_parser!(u64).range(1_000..), value_name = "COUNT")]
-    finished_transfers_in_memory: u64,
-
-    /// How often the history snapshot advances (`30s`, `5m`, ...): it sums
-    /// the transfers that finished before the retention horizon, so that a
-    /// restart reads only what came since. Unused with
-    /// `--transfer-retention forever`.
-    #[arg(long, env = "KASI_HISTORY_SNAPSHOT_INTERVAL", default_value = "30s",
-          value_parser = parse_interval, value_name = "DURATION")]
-    history_snapshot_interval: Duration,
-}
-
-/// `--transfer-retention`: milliseconds, or `None` for ever.
-#[derive(Clone, Copy, Debug)]
-struct Retention(Option<i64>);
-
-fn parse_retention(text: &str) -> Result<Retention, String> {
-    if text == "forever" {
-        return Ok(Retention(None));
-    }
-    match parse_duration_ms(text) {
-        Ok(ms) if ms >= 1_000 => Ok(Retention(Some(ms))),
-        Ok(_) => Err("at least 1s (or `forever`)".into()),
-        Err(error) => Err(format!("{error}, or `forever`")),
-    }
-}
-
-/// How often the history snapshot advances: at least 10 ms.
-fn parse_interval(text: &str) -> Result<Duration, String> {
-    match parse_duration_ms(text)? {
-        ms if ms >= 10 => Ok(Duration::from_millis(ms as u64)),
-        _ => Err("at least 10ms".into()),
-    }
-}
-
-/// `90s`, `30m`, `24h`, `7d`, `250ms`: milliseconds.
-fn parse_duration_ms(text: &str) -> Result<i64, String> {
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit_ms = match &text[digits.len()..] {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err("a number with ms, s, m, h or d (`24h`)".into()),
-    };
-    let count: i64 = digits
-        .parse()
-        .map_err(|_| format!("{digits:?} is not a whole number"))?;
-    count
-        .checked_mul(unit_ms)
-        .ok_or_else(|| "absurdly long".to_string())
-}
+pub use plan::ServeArgs;
+use plan::{AdminPlan, ListenPlan, ServePlan};
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    // Decided before the store is opened, so a refused configuration
-    // touches nothing and binds nothing.
-    let settings = Settings::from_args(&args)?;
-    match settings.location.clone() {
+    // Decided from the flags alone, before anything is read, opened or
+    // bound: a refused configuration touches nothing.
+    let plan = args.plan()?;
+    let settings = Settings::load(&plan)?;
+    match plan.store.location.clone() {
         store::StoreLocation::Sqlite(dir) => {
-            let runtime = build_runtime(&args)?;
-            let opened = open_sqlite(&dir, settings.history)?;
-            let limits = limits(&args);
+            let runtime = build_runtime(&plan.listen)?;
+            let opened = open_sqlite(&dir, plan.store.history)?;
             let mut store = opened.store;
             let (ledger, recovery) =
-                engine::recover(store.as_mut(), limits).context("recovery failed")?;
+                engine::recover(store.as_mut(), plan.ledger.limits).context("recovery failed")?;
             let term = Term {
                 store,
                 ledger,
@@ -431,7 +40,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 listeners: None,
                 fence: None,
             };
-            match serve_term(&args, &settings, term, &runtime)? {
+            match serve_term(&plan, &settings, term, &runtime)? {
                 Ended::Stopped => {
                     info!("stopped cleanly");
                     Ok(ExitCode::SUCCESS)
@@ -440,52 +49,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Ended::GaveUp(why) => bail!("stopped serving: {why}"),
             }
         }
-        store::StoreLocation::Postgres(url) => serve_shared(&args, &settings, &url),
+        store::StoreLocation::Postgres(url) => serve_shared(&plan, &settings, &url),
     }
 }
 
-/// What every term of this process shares: the configuration checked
-/// before the store is opened, read once.
+/// What every term of this process shares: what the plan names, read
+/// once (certificates, keys, credentials) and the process's limits.
 struct Settings {
-    hub_name: FspName,
     admin_auth: Arc<hub::admin_auth::AdminAuth>,
-    history: Option<store::sqlite_history::HistoryOptions>,
-    location: store::StoreLocation,
     tls: Option<Tls>,
     callback_tls: Arc<rustls::ClientConfig>,
     signer: Option<hub::notify::CallbackSigner>,
-    jws_verify: hub::jws_keys::VerifyPolicy,
     caps: hub::connections::Caps,
 }
 
 impl Settings {
-    fn from_args(args: &ServeArgs) -> anyhow::Result<Settings> {
-        let hub_name = FspName::new(&args.hub_name).with_context(|| {
-            format!(
-                "--hub-name {:?} must be 1-32 printable ASCII characters without spaces or '/'",
-                args.hub_name
-            )
-        })?;
-        let admin_auth = Arc::new(admin_access(args)?);
-        let history =
-            args.transfer_retention
-                .0
-                .map(|retention_ms| store::sqlite_history::HistoryOptions {
-                    retention_ms,
-                    interval: args.history_snapshot_interval,
-                });
-        let location = crate::store_location(args.store.as_deref())?
-            .unwrap_or_else(|| store::StoreLocation::Sqlite(args.data_dir.clone()));
-        let tls = match (&args.tls_cert, &args.tls_key) {
-            (Some(cert), Some(key)) => {
-                let files = hub::tls::CertFiles {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                };
-                let reloading = hub::tls::ReloadingCert::load(files).map_err(anyhow::Error::msg)?;
-                let api = hub::tls::server_config(reloading.clone(), args.tls_client_ca.as_deref())
+    fn load(plan: &ServePlan) -> anyhow::Result<Settings> {
+        let admin_auth = admin_access(plan)?;
+        let tls = match &plan.tls {
+            Some(tls) => {
+                let reloading =
+                    hub::tls::ReloadingCert::load(tls.cert.clone()).map_err(anyhow::Error::msg)?;
+                let api = hub::tls::server_config(reloading.clone(), tls.client_ca.as_deref())
                     .map_err(anyhow::Error::msg)?;
-                let admin = match &args.admin_client_ca {
+                let admin = match &tls.admin_client_ca {
                     Some(ca) => {
                         hub::admin_auth::server_config_with_client_ca(reloading.clone(), ca)
                     }
@@ -493,8 +80,8 @@ impl Settings {
                 }
                 .map_err(anyhow::Error::msg)?;
                 info!(
-                    cert = %cert.display(),
-                    mutual = args.tls_client_ca.is_some(),
+                    cert = %tls.cert.cert.display(),
+                    mutual = tls.client_ca.is_some(),
                     "TLS on both addresses"
                 );
                 Some(Tls {
@@ -503,7 +90,7 @@ impl Settings {
                     reloading,
                 })
             }
-            _ => None,
+            None => None,
         };
         let open_files = raise_open_files_limit();
         // A file-size limit reached must be a store error the hub retries and
@@ -515,31 +102,25 @@ impl Settings {
         }
         let caps = hub::connections::Caps::size(
             open_files,
-            args.max_connections.map(|max| max as usize),
-            args.max_connections_per_client.map(|max| max as usize),
+            plan.listen.max_connections,
+            plan.listen.max_connections_per_client,
         );
         caps.log(open_files);
-        let callback_identity = match (&args.callback_cert, &args.callback_key) {
-            (Some(cert), Some(key)) => Some(hub::tls::CertFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            _ => None,
-        };
+        let callbacks = &plan.callbacks;
         let callback_tls =
-            hub::tls::client_config(args.callback_ca.as_deref(), callback_identity.as_ref())
+            hub::tls::client_config(callbacks.ca.as_deref(), callbacks.identity.as_ref())
                 .map_err(anyhow::Error::msg)
                 .context("outbound TLS (--callback-ca, --callback-cert, --callback-key)")?;
         info!(
-            roots = %args
-                .callback_ca
+            roots = %callbacks
+                .ca
                 .as_ref()
                 .map_or("system".to_string(), |path| path.display().to_string()),
-            client_certificate = callback_identity.is_some(),
+            client_certificate = callbacks.identity.is_some(),
             "https callbacks and oracle calls"
         );
-        let signer = match &args.jws_signing_key {
-            Some(path) => {
+        let signer = match &callbacks.signing_key {
+            Some((path, hub_name)) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read --jws-signing-key {}", path.display()))?;
                 let key = hub::jws::SigningKey::from_pem(&text).map_err(|error| {
@@ -556,45 +137,26 @@ impl Settings {
             }
             None => None,
         };
-        let jws_verify = hub::jws_keys::VerifyPolicy {
-            resources: hub::jws_keys::VerifyPolicy::parse_resources(&args.jws_verify)
-                .map_err(|error| anyhow::anyhow!("--jws-verify: {error}"))?,
-            put_parties: args.jws_verify_put_parties,
-            participants: (!args.jws_verify_participants.is_empty())
-                .then(|| args.jws_verify_participants.clone()),
-        };
         Ok(Settings {
-            hub_name,
             admin_auth,
-            history,
-            location,
             tls,
             callback_tls,
             signer,
-            jws_verify,
             caps,
         })
     }
 }
 
-fn build_runtime(args: &ServeArgs) -> anyhow::Result<tokio::runtime::Runtime> {
+fn build_runtime(listen: &ListenPlan) -> anyhow::Result<tokio::runtime::Runtime> {
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(threads) = args.http_threads {
-        runtime.worker_threads(usize::from(threads));
+    if let Some(threads) = listen.http_threads {
+        runtime.worker_threads(threads);
     }
     runtime
         .enable_all()
         .thread_name("kasi-http")
         .build()
         .context("cannot start the async runtime")
-}
-
-fn limits(args: &ServeArgs) -> Limits {
-    Limits {
-        transfer_retention_ms: args.transfer_retention.0,
-        max_finished_in_memory: args.finished_transfers_in_memory as usize,
-        ..Limits::default()
-    }
 }
 
 /// One term of serving: a recovered ledger on an open store, and what
@@ -629,12 +191,12 @@ enum Ended {
 /// Serves one term: starts the pipeline on the recovered ledger, the
 /// dispatcher and both addresses, until a stop signal or the fence.
 fn serve_term(
-    args: &ServeArgs,
+    plan: &ServePlan,
     settings: &Settings,
     term: Term,
     runtime: &tokio::runtime::Runtime,
 ) -> anyhow::Result<Ended> {
-    let hub_name = settings.hub_name;
+    let hub_name = plan.hub.hub_name;
     let Term {
         store,
         ledger,
@@ -690,7 +252,7 @@ fn serve_term(
         if existing != hub_name {
             bail!(
                 "the hub in {} is named '{existing}', not '{hub_name}': pass --hub-name {existing}",
-                settings.location
+                plan.store.location
             );
         }
     }
@@ -698,14 +260,11 @@ fn serve_term(
     // Expired transfers come from the committing thread once durable; a task
     // turns them into 3303 callbacks.
     let (expired_sender, mut expired) = tokio::sync::mpsc::unbounded_channel();
-    let threads = args
-        .pipeline_threads
-        .and_then(PipelineThreads::from_count)
-        .unwrap_or_else(|| {
-            PipelineThreads::for_cores(
-                std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
-            )
-        });
+    let threads = plan.ledger.pipeline_threads.unwrap_or_else(|| {
+        PipelineThreads::for_cores(
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get),
+        )
+    });
     let config = EngineConfig {
         on_expired: Some(Box::new(move |views| {
             let _ = expired_sender.send(views);
@@ -734,12 +293,12 @@ fn serve_term(
         }
     }
 
-    let grace = Duration::from_secs(args.shutdown_grace_s);
+    let grace = plan.callbacks.shutdown_grace;
     let served = runtime.block_on(async {
         let dispatcher = Dispatcher::new(DispatcherConfig {
             tls: Some(settings.callback_tls.clone()),
             signer: settings.signer.clone(),
-            final_retry_for: Duration::from_secs(args.callback_retry_for_s),
+            final_retry_for: plan.callbacks.retry_for,
             ..DispatcherConfig::default()
         });
         // Until the callbacks since `watermark` are queued again, the saved
@@ -753,45 +312,14 @@ fn serve_term(
                 .map(hub::notify::DeadLetter::stored)
                 .collect(),
         );
-        let mut hub_config = HubConfig::new(hub_name);
+        // The plan's configuration, with what only this term can give.
+        let mut hub_config = plan.hub.clone();
         hub_config.callback_tls = Some(settings.callback_tls.clone());
-        hub_config.body_idle_timeout = Duration::from_millis(args.body_timeout_ms);
-        hub_config.admin_base_url = format!(
-            "{}://{}",
-            if settings.tls.is_some() {
-                "https"
-            } else {
-                "http"
-            },
-            args.admin_listen
-        );
-        hub_config.quotes_persistent = args.quotes_persistent;
-        hub_config.payee_commit_confirmation = args.payee_commit_confirmation;
-        hub_config.answer_window = Duration::from_secs(args.answer_window_s);
-        hub_config.pending_answers_max = args.pending_answers_max as usize;
-        hub_config.trace_sample_every = args.trace_sample_every;
-        let jws_verify = settings.jws_verify.clone();
-        if jws_verify.is_on() {
-            info!(resources = %jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
-        }
-        hub_config.jws_verify = jws_verify;
-        hub_config.jws_keys_dir = args.jws_keys_dir.clone();
         hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.role = role.clone();
-        hub_config.callback_allow = args.callback_allow.clone();
-        hub_config.max_clock_skew = args.max_clock_skew_s.map(Duration::from_secs);
-        hub_config.identity = hub::tls::IdentityPolicy {
-            client_certificates: args.tls_client_ca.is_some(),
-            proxy: match &args.client_identity_header {
-                Some(name) => Some(hub::tls::ProxyIdentity {
-                    header: axum::http::HeaderName::from_bytes(name.as_bytes()).with_context(
-                        || format!("--client-identity-header {name:?} is not a header name"),
-                    )?,
-                    trusted: args.trusted_proxy.clone(),
-                }),
-                None => None,
-            },
-        };
+        if hub_config.jws_verify.is_on() {
+            info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
+        }
         let hub = Arc::new(Hub::new(hub_config, engine.handle(), dispatcher.clone()).await?);
         if !redeliver.is_empty() {
             let queued = hub.redeliver(&redeliver, hub::now_ms());
@@ -805,24 +333,17 @@ fn serve_term(
         dispatcher.release_watermark(hold);
         hub.metrics.start_runtime_probe();
         hub.start_jws_key_watch();
-        if !args.settlement_close_at.is_empty() {
-            let times: Vec<String> = args
-                .settlement_close_at
-                .iter()
-                .map(ToString::to_string)
-                .collect();
+        let watch = &plan.watch;
+        if !watch.close_at.is_empty() {
+            let times: Vec<String> = watch.close_at.iter().map(ToString::to_string).collect();
             info!(times = %times.join(","), "settlement windows close on schedule (UTC)");
             tokio::spawn(hub::watch::close_on_schedule(
                 hub.clone(),
-                args.settlement_close_at.clone(),
+                watch.close_at.clone(),
             ));
         }
-        if args.position_alarm_percent > 0 {
-            tokio::spawn(hub::watch::watch_positions(
-                hub.clone(),
-                args.position_alarm_percent,
-                Duration::from_millis(args.position_watch_interval_ms),
-            ));
+        if let Some((percent, every)) = watch.position_alarm {
+            tokio::spawn(hub::watch::watch_positions(hub.clone(), percent, every));
         }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
@@ -837,12 +358,12 @@ fn serve_term(
         });
         let listening = Listening {
             caps: settings.caps.clone(),
-            header_read_timeout: Duration::from_millis(args.header_timeout_ms),
+            header_read_timeout: plan.listen.header_read_timeout,
         };
         let serving = serve_http(
             hub,
-            args.api_listen,
-            args.admin_listen,
+            plan.listen.api,
+            plan.listen.admin,
             listeners,
             settings.tls.clone(),
             listening,
@@ -954,22 +475,23 @@ fn open_sqlite(
 /// is a standby again, in the same process, on the same addresses. Only a
 /// stop signal, or a fault no waiting can mend (a refused password, a
 /// store that is not kasi's), ends it.
-fn serve_shared(args: &ServeArgs, settings: &Settings, url: &str) -> anyhow::Result<ExitCode> {
-    let name = args
+fn serve_shared(plan: &ServePlan, settings: &Settings, url: &str) -> anyhow::Result<ExitCode> {
+    let name = plan
+        .store
         .instance_name
         .clone()
         .unwrap_or_else(crate::ha::default_instance_name);
     let role = Arc::new(hub::role::Role::shared("postgres", &name));
     // Bound once for the process's life: between terms, connections wait
     // in the kernel's queue rather than being refused.
-    let listeners = bind_std_listeners(args.api_listen, args.admin_listen)?;
-    let retention_ms = args.transfer_retention.0;
+    let listeners = bind_std_listeners(plan.listen.api, plan.listen.admin)?;
+    let retention_ms = plan.ledger.limits.transfer_retention_ms;
     let mut kept: Option<store::pg::PgStore> = None;
     let mut terms: u64 = 0;
     loop {
-        let runtime = build_runtime(args)?;
+        let runtime = build_runtime(&plan.listen)?;
         let ended = serve_shared_term(
-            args,
+            plan,
             settings,
             url,
             &name,
@@ -1030,7 +552,7 @@ const REJOIN_PAUSE: Duration = Duration::from_millis(200);
 /// term that gave up before serving into the next.
 #[allow(clippy::too_many_arguments)]
 fn serve_shared_term(
-    args: &ServeArgs,
+    plan: &ServePlan,
     settings: &Settings,
     url: &str,
     name: &str,
@@ -1041,7 +563,7 @@ fn serve_shared_term(
     retention_ms: Option<i64>,
     terms: u64,
 ) -> anyhow::Result<Ended> {
-    let location = &settings.location;
+    let location = &plan.store.location;
     // Copies of the listeners for the standby's server, then others for
     // the active's: each server closes its own when it stops.
     let copies = || -> anyhow::Result<(tokio::net::TcpListener, tokio::net::TcpListener)> {
@@ -1064,14 +586,14 @@ fn serve_shared_term(
         horizon_ms: Box::new(move || retention_ms.map(|retention_ms| hub::now_ms() - retention_ms)),
         every: WARM_EVERY,
     };
-    let lease = store::pg_lease::Lease::new(url, name, args.lease_ms);
+    let lease = store::pg_lease::Lease::new(url, name, plan.store.lease_ms);
     let standby_options =
         |tls: Option<Arc<rustls::ServerConfig>>, max, per_client| hub::server::ServeOptions {
             tls,
             max_connections: max,
             max_connections_per_client: per_client,
             on_refused: Some(crate::ha::standby_refusals()),
-            header_read_timeout: Duration::from_millis(args.header_timeout_ms),
+            header_read_timeout: plan.listen.header_read_timeout,
             ..hub::server::ServeOptions::default()
         };
     let caps = &settings.caps;
@@ -1102,7 +624,7 @@ fn serve_shared_term(
     role.set_lease(name, fencing);
     // The active keeps the history snapshot current (a standby never
     // commits, so it computes none).
-    store.keep_history_snapshot(settings.history);
+    store.keep_history_snapshot(plan.store.history);
     let fence = crate::ha::Fence::new();
     // Renewed from now on, through recovery.
     let lease_keeper = crate::ha::keep_lease(lease, fencing, role.clone(), fence.clone());
@@ -1131,7 +653,7 @@ fn serve_shared_term(
                 .with_context(|| format!("cannot open the store at {location}"))
         }
     };
-    let (ledger, recovery) = match engine::recover(&mut store, limits(args)) {
+    let (ledger, recovery) = match engine::recover(&mut store, plan.ledger.limits) {
         Ok(recovered) => recovered,
         Err(error) if error.transient => {
             role.set_active(false);
@@ -1151,7 +673,7 @@ fn serve_shared_term(
         listeners: Some(copies()?),
         fence: Some(fence),
     };
-    let ended = match serve_term(args, settings, term, runtime) {
+    let ended = match serve_term(plan, settings, term, runtime) {
         Ok(ended) => ended,
         // The store lost while starting to serve (reading the delivery
         // state, say): as any store fault, the term is given up.
@@ -1226,22 +748,23 @@ struct Listening {
     header_read_timeout: Duration,
 }
 
-/// Who may use the admin API: the tokens file, or open on loopback (or
-/// when the operator insists); anything else refuses to start.
-fn admin_access(args: &ServeArgs) -> anyhow::Result<hub::admin_auth::AdminAuth> {
-    let credentials = match &args.admin_tokens {
-        Some(path) => Some(hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?),
-        None => None,
-    };
-    let configured = credentials.is_some();
-    let auth = hub::admin_auth::decide(args.admin_listen, credentials, args.admin_insecure)
-        .map_err(anyhow::Error::msg)?;
-    if configured {
-        info!(tokens = %args.admin_tokens.as_deref().unwrap_or_else(|| std::path::Path::new("")).display(), "admin API requires credentials");
-    } else if !args.admin_listen.ip().is_loopback() {
-        tracing::warn!(admin = %args.admin_listen, "admin API served WITHOUT authentication (--admin-insecure) on a non-loopback address");
+/// Who may use the admin API: the tokens file the plan names, read now,
+/// or the open access the plan decided (on loopback, or as the operator
+/// insisted).
+fn admin_access(plan: &ServePlan) -> anyhow::Result<Arc<hub::admin_auth::AdminAuth>> {
+    match &plan.admin {
+        AdminPlan::Tokens(path) => {
+            let auth = hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?;
+            info!(tokens = %path.display(), "admin API requires credentials");
+            Ok(Arc::new(auth))
+        }
+        AdminPlan::Open(open) => {
+            if !plan.listen.admin.ip().is_loopback() {
+                tracing::warn!(admin = %plan.listen.admin, "admin API served WITHOUT authentication (--admin-insecure) on a non-loopback address");
+            }
+            Ok(open.clone())
+        }
     }
-    Ok(auth)
 }
 
 /// TLS of both listeners, and the certificate SIGHUP reloads.
@@ -1395,30 +918,6 @@ fn raise_open_files_limit() -> Option<u64> {
         );
     }
     Some(limit.rlim_cur)
-}
-
-/// A switch: `on` or `off`.
-fn parse_on_off(text: &str) -> Result<bool, String> {
-    match text {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        other => Err(format!("expected on or off, not {other:?}")),
-    }
-}
-
-/// A listen address: `IP:PORT`, or `HOST:PORT` resolved now (its first
-/// address, which for `localhost` is a loopback one).
-fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    if let Ok(address) = text.parse() {
-        return Ok(address);
-    }
-    use std::net::ToSocketAddrs as _;
-    let mut addresses = text.to_socket_addrs().map_err(|error| {
-        format!("{text:?} is neither IP:PORT nor a HOST:PORT that resolves ({error})")
-    })?;
-    addresses
-        .next()
-        .ok_or_else(|| format!("{text:?} resolves to no address"))
 }
 
 /// Transfers logged by id in one expiry line, at most; the rest are counted.

@@ -676,6 +676,69 @@ fn the_example_config_names_every_serve_setting_and_every_key_is_known() {
     assert!(stderr.contains("no kasi store"), "{stderr}");
 }
 
+/// The config file is TOML: a `#` inside a quoted value (a PostgreSQL
+/// password) is part of it, and a flag wins over a KASI_* variable, which
+/// wins over the file, which wins over the built-in default.
+#[test]
+fn the_config_file_is_toml_and_gives_way_to_variables_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("kasi.toml");
+    let audit = |extra: &[&str], env: Option<&Path>| {
+        let mut command = kasi();
+        command.args(["audit", "--config"]).arg(&config).args(extra);
+        command.env_remove("KASI_STORE");
+        if let Some(dir) = env {
+            command.env("KASI_DATA_DIR", dir);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+
+    // Nothing listens on port 1: the audit fails to connect, naming the
+    // whole URL (the password redacted), not a URL cut at the `#`.
+    std::fs::write(
+        &config,
+        "# the hub's database\nstore = \"postgres://kasi:pa#ss@127.0.0.1:1/kasi\" # password and all\n",
+    )
+    .unwrap();
+    let stderr = audit(&[], None);
+    assert!(stderr.contains("127.0.0.1:1"), "{stderr}");
+    assert!(
+        !stderr.contains("pa#ss") && !stderr.contains("not a store"),
+        "{stderr}"
+    );
+
+    let from = |name: &str| dir.path().join(name);
+    std::fs::write(
+        &config,
+        format!("data_dir = \"{}\"\n", from("file").display()),
+    )
+    .unwrap();
+    let stderr = audit(&[], None);
+    assert!(
+        stderr.contains(&from("file").display().to_string()),
+        "{stderr}"
+    );
+    let stderr = audit(&[], Some(&from("env")));
+    assert!(
+        stderr.contains(&from("env").display().to_string()),
+        "{stderr}"
+    );
+    let flag = from("flag").display().to_string();
+    let stderr = audit(&["--data-dir", &flag], Some(&from("env")));
+    assert!(stderr.contains(&flag), "{stderr}");
+
+    // An unquoted string is not TOML: the error says how to write it.
+    std::fs::write(&config, "data-dir = /var/lib/kasi\n").unwrap();
+    let stderr = audit(&[], None);
+    assert!(stderr.contains("kasi.toml"), "{stderr}");
+    assert!(
+        stderr.contains("`data-dir = \"/var/lib/kasi\"`"),
+        "{stderr}"
+    );
+}
+
 /// `kasi bench ledger --history`: the history it builds is summed by the
 /// snapshot, and recovery from the snapshot loads only what it must (the
 /// DFSPs' deposits), reporting both recoveries.
