@@ -14,41 +14,85 @@ use axum::Router;
 use engine::{BatchTiming, EngineError, EngineHandle};
 use ledger::{Command, ErrorCode, FspName, Outcome, Rejection, Request};
 
-pub mod admin;
-pub mod admin_auth;
-pub mod admin_refusals;
-pub mod admin_transfers;
-pub mod answers;
-pub mod audit;
-pub mod body;
-pub mod callback_plan;
-pub mod callback_url;
-pub mod callbacks;
-pub mod connections;
-pub mod door;
-pub mod endpoints;
-pub mod jws;
-pub mod jws_keys;
-pub mod metrics;
-pub mod notify;
-pub mod oracles;
-pub mod parties;
-pub mod pins;
-pub mod quotes;
-pub mod refusals;
-pub mod refused;
-pub mod requests;
-pub mod role;
-pub mod routing;
-pub mod server;
-pub mod settlement;
-pub mod stages;
-pub mod tls;
-pub mod trace;
-pub mod transfer_stats;
-pub mod transfers;
-pub mod watch;
-pub mod wire;
+// The folders show the architecture: the FSPIOP resources a DFSP calls,
+// the operator's admin API, who may do what, what the hub sends out, what
+// it tells the operator about itself, and the HTTP server under them all.
+// Each module is also re-exported at the crate root (`hub::transfers`,
+// `hub::notify`, …), its one path.
+
+/// The FSPIOP API a DFSP calls: transfers, quotes, account lookup, the
+/// routed services, the answer rule, the headers.
+pub mod resources {
+    pub mod answers;
+    pub mod parties;
+    pub mod quotes;
+    pub mod requests;
+    pub mod routing;
+    pub mod transfers;
+    pub mod wire;
+}
+
+/// The operator's admin API (central-ledger's and central-settlement's
+/// paths), its audit trail, and the scheduled operator work.
+pub mod operator {
+    pub mod admin;
+    pub mod admin_refusals;
+    pub mod admin_transfers;
+    pub mod audit;
+    pub mod jws_keys;
+    pub mod oracles;
+    pub mod pins;
+    pub mod settlement;
+    pub mod watch;
+}
+
+/// Who may do what: admin credentials and roles, TLS identities, JWS
+/// signatures, and the refusals' counters.
+pub mod security {
+    pub mod admin_auth;
+    pub mod jws;
+    pub mod refused;
+    pub mod tls;
+}
+
+/// What the hub sends: who is told what (`callback_plan`), the dispatcher
+/// (`notify`), the DFSPs' endpoints and the URLs they may name.
+pub mod outbound {
+    pub mod callback_plan;
+    pub mod callback_url;
+    pub mod callbacks;
+    pub mod endpoints;
+    pub mod notify;
+}
+
+/// What the hub tells the operator about itself: metrics, stage timings,
+/// traces, transfer statistics, its role.
+pub mod observability {
+    pub mod metrics;
+    pub mod role;
+    pub mod stages;
+    pub mod trace;
+    pub mod transfer_stats;
+}
+
+/// The HTTP server under both APIs: connections and their caps, bodies,
+/// the door before the handlers, framework refusals in FSPIOP's shape.
+pub mod http {
+    pub mod body;
+    pub mod connections;
+    pub mod door;
+    pub mod refusals;
+    pub mod server;
+}
+
+pub use http::{body, connections, door, refusals, server};
+pub use observability::{metrics, role, stages, trace, transfer_stats};
+pub use operator::{
+    admin, admin_refusals, admin_transfers, audit, jws_keys, oracles, pins, settlement, watch,
+};
+pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
+pub use resources::{answers, parties, quotes, requests, routing, transfers, wire};
+pub use security::{admin_auth, jws, refused, tls};
 
 use endpoints::Endpoints;
 use notify::Dispatcher;
