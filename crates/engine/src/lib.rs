@@ -95,6 +95,13 @@ pub struct BatchTiming {
 /// Receives transfers that expired, after the expiry is durable.
 pub type ExpiredSink = Box<dyn FnMut(Vec<TransferView>) + Send>;
 
+/// Receives the records of every committed batch, in commit order, once
+/// they are durable and before the batch's outcomes are released: whoever
+/// keeps an in-memory copy of reference data (endpoints, parties, oracles,
+/// pins) is current by the time a submitter hears back. Runs on the
+/// committing thread: keep it short.
+pub type CommittedSink = Box<dyn FnMut(&[Record]) + Send>;
+
 /// Milliseconds since the Unix epoch.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -287,6 +294,8 @@ impl Stats {
 }
 
 struct Shared {
+    /// See [`EngineHandle::on_committed`].
+    on_committed: Mutex<Option<CommittedSink>>,
     stopped: AtomicBool,
     /// Set by [`Engine::abandon`]: nothing more is committed, not even a
     /// retry of the commit in hand.
@@ -571,6 +580,16 @@ impl EngineHandle {
         )
     }
 
+    /// From now on, `sink` gets the records of every committed batch (see
+    /// [`CommittedSink`]); it replaces an earlier one.
+    pub fn on_committed(&self, sink: CommittedSink) {
+        *self
+            .shared
+            .on_committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(sink);
+    }
+
     /// Most commands one submission may hold.
     pub fn max_batch_commands(&self) -> usize {
         self.max_batch_commands
@@ -673,6 +692,7 @@ impl Engine {
         let max_batch_commands = config.max_batch_commands.max(1);
         let (sender, receiver) = mpsc::sync_channel(config.queue_capacity.max(1));
         let shared = Arc::new(Shared {
+            on_committed: Mutex::new(None),
             stopped: AtomicBool::new(false),
             abandoned: AtomicBool::new(false),
             on_failed: config.on_failed,
@@ -1278,9 +1298,24 @@ impl Committer {
                 commit_until_done(&mut *self.store, &batches, shared, idle)
             }
         };
+        // One lock per commit, not per batch.
+        let mut on_committed = match &result {
+            Ok(_) => Some(
+                shared
+                    .on_committed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            ),
+            Err(_) => None,
+        };
         for job in jobs {
             match &result {
                 Ok((commit_started_at, durable_at)) => {
+                    if let Some(sink) = on_committed.as_mut().and_then(|sink| sink.as_mut()) {
+                        if !job.records.is_empty() {
+                            sink(&job.records);
+                        }
+                    }
                     let timing = BatchTiming {
                         apply_started_at: job.apply_started_at,
                         applied_at: job.applied_at,

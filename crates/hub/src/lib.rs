@@ -85,6 +85,8 @@ pub mod http {
     pub mod server;
 }
 
+mod references;
+
 pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats};
 pub use operator::{
@@ -196,14 +198,14 @@ impl HubConfig {
 pub struct Hub {
     pub config: HubConfig,
     pub engine: EngineHandle,
-    pub endpoints: Endpoints,
-    pub parties: Parties,
+    pub endpoints: Arc<Endpoints>,
+    pub parties: Arc<Parties>,
     /// Routed requests awaiting their answers: who asked whom about what.
     pub answers: Arc<answers::Answers>,
     /// External oracles, asked when the built-in registry has no holder.
-    pub oracles: Oracles,
+    pub oracles: Arc<Oracles>,
     /// Client certificates pinned to participants (see [`pins`]).
-    pub pins: pins::Pins,
+    pub pins: Arc<pins::Pins>,
     pub dispatcher: Dispatcher,
     /// Prometheus metrics, served on the admin address.
     pub metrics: Arc<metrics::Metrics>,
@@ -228,7 +230,7 @@ impl Hub {
         engine: EngineHandle,
         dispatcher: Dispatcher,
     ) -> Result<Hub, HubError> {
-        let oracles = Oracles::new(&config);
+        let oracles = Arc::new(Oracles::new(&config));
         let pending_answers = Arc::new(answers::Answers::new(
             config.answer_window,
             config.pending_answers_max,
@@ -257,15 +259,15 @@ impl Hub {
             })?)),
             None => None,
         };
-        let mut hub = Hub {
+        let hub = Hub {
             jws_keys,
             config,
             engine,
-            endpoints: Endpoints::default(),
-            parties: Parties::default(),
+            endpoints: Arc::default(),
+            parties: Arc::default(),
             answers: pending_answers,
             oracles,
-            pins: pins::Pins::default(),
+            pins: Arc::default(),
             dispatcher,
             metrics,
             stages,
@@ -274,11 +276,22 @@ impl Hub {
             started: Instant::now(),
         };
         use ledger::request::{ReadCertificatePins, ReadOracles, ReadParticipants, ReadParties};
+        // Loaded before serving (nothing changes meanwhile), then kept
+        // current from what the engine commits.
         let views = hub.ask(ReadParticipants { name: None }).await??;
-        hub.endpoints = Endpoints::load(&views);
-        hub.parties = Parties::load(hub.ask(ReadParties {}).await??);
+        hub.endpoints.load(&views);
+        hub.parties.load(hub.ask(ReadParties {}).await??);
         hub.oracles.replace(hub.ask(ReadOracles {}).await??);
         hub.pins.replace(&hub.ask(ReadCertificatePins {}).await??);
+        let mut copies = references::Copies::new(
+            hub.endpoints.clone(),
+            hub.parties.clone(),
+            hub.oracles.clone(),
+            hub.pins.clone(),
+            &views,
+        );
+        hub.engine
+            .on_committed(Box::new(move |records| copies.apply(records)));
         Ok(hub)
     }
 

@@ -223,8 +223,6 @@ async fn create_participant(
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
-    hub.endpoints
-        .note_participant(view.participant.name, view.participant.active);
     Ok(created(participant_json(&hub, &view)))
 }
 
@@ -268,8 +266,6 @@ async fn set_participant_active(
     )
     .await?;
     let view = read_participant(&hub, name.as_str()).await?;
-    hub.endpoints
-        .note_participant(view.participant.name, view.participant.active);
     Ok(axum::Json(participant_json(&hub, &view)).into_response())
 }
 
@@ -652,7 +648,6 @@ async fn set_endpoint(
         },
     )
     .await?;
-    hub.endpoints.set(name, &request.kind, &request.value);
     Ok(StatusCode::CREATED.into_response())
 }
 

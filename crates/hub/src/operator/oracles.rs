@@ -208,9 +208,6 @@ pub struct Oracles {
     cache: LookupCache,
     client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     request_timeout: Duration,
-    /// Serializes admin changes, so that the directory reloaded after one
-    /// is never older than one loaded after an earlier change.
-    changes: tokio::sync::Mutex<()>,
     next_warning_ms: AtomicU64,
     failures: AtomicU64,
     epoch: Instant,
@@ -234,7 +231,6 @@ impl Oracles {
             cache: LookupCache::new(config.oracle_cache_ttl, config.oracle_cache_capacity),
             client,
             request_timeout: config.oracle_request_timeout,
-            changes: tokio::sync::Mutex::new(()),
             next_warning_ms: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -246,6 +242,31 @@ impl Oracles {
     pub fn replace(&self, rows: Vec<OracleRow>) {
         let live = rows.into_iter().filter(|row| row.active).collect();
         *self.directory.write().unwrap_or_else(|e| e.into_inner()) = live;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.clear();
+    }
+
+    /// One oracle created or changed (a committed record): its row
+    /// replaces the old, cached answers are forgotten.
+    pub(crate) fn upsert(&self, row: OracleRow) {
+        {
+            let mut directory = self.directory.write().unwrap_or_else(|e| e.into_inner());
+            directory.retain(|live| live.id != row.id);
+            if row.active {
+                let at = directory.partition_point(|live| live.id < row.id);
+                directory.insert(at, row);
+            }
+        }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.clear();
+    }
+
+    /// One oracle deleted (a committed record).
+    pub(crate) fn delete(&self, id: u32) {
+        self.directory
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|live| live.id != id);
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.cache.clear();
     }
@@ -645,16 +666,13 @@ fn oracle_id(text: &str) -> Result<u32, HubError> {
         })
 }
 
-/// Runs one oracle change and reloads the in-memory configuration from the
-/// ledger, all under the change lock.
+/// Runs one oracle change with its audit event (the hub's copy of the
+/// configuration follows from the committed record: `references.rs`).
 async fn change<R, T>(hub: &Hub, change: crate::audit::Change, request: R) -> Result<T, HubError>
 where
     R: ledger::Request<Reply = Result<T, Rejection>>,
 {
-    let _serial = hub.oracles.changes.lock().await;
-    let done = hub.ask_audited(change, request).await??;
-    hub.oracles.replace(read_oracles(hub).await?);
-    Ok(done)
+    Ok(hub.ask_audited(change, request).await??)
 }
 
 /// `POST /oracles` → 201 `{"oracleId": id}`.

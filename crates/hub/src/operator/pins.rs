@@ -29,9 +29,6 @@ use crate::{format_time, Hub, HubError};
 #[derive(Default)]
 pub struct Pins {
     by_fingerprint: RwLock<HashMap<String, String>>,
-    /// One change (and its reload) at a time, so the copy follows the
-    /// ledger's order.
-    changes: tokio::sync::Mutex<()>,
 }
 
 impl Pins {
@@ -44,6 +41,22 @@ impl Pins {
             .by_fingerprint
             .write()
             .unwrap_or_else(|e| e.into_inner()) = map;
+    }
+
+    /// One certificate pinned (a committed record).
+    pub(crate) fn pin(&self, fingerprint: &[u8; 32], participant: FspName) {
+        self.by_fingerprint
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(hex(fingerprint), participant.to_string());
+    }
+
+    /// One pin removed (a committed record).
+    pub(crate) fn unpin(&self, fingerprint: &[u8; 32]) {
+        self.by_fingerprint
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&hex(fingerprint));
     }
 
     /// The participant a certificate (its SHA-256, hex) is pinned to.
@@ -117,18 +130,14 @@ fn pem_fingerprint(pem: &str) -> Result<[u8; 32], HubError> {
     }
 }
 
-async fn reload(hub: &Hub) -> Result<(), HubError> {
-    hub.pins.replace(&hub.ask(ReadCertificatePins {}).await??);
-    Ok(())
-}
-
+/// Runs one pin change with its audit event (the hub's copy follows from
+/// the committed record: `references.rs`).
 async fn change<R>(hub: &Hub, change: Change, request: R) -> Result<(), HubError>
 where
     R: Request<Reply = Result<(), Rejection>>,
 {
-    let _serial = hub.pins.changes.lock().await;
     hub.ask_audited(change, request).await??;
-    reload(hub).await
+    Ok(())
 }
 
 fn pin_json(view: &PinView) -> Value {

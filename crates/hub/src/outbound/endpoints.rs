@@ -77,19 +77,18 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    pub fn load(views: &[ParticipantView]) -> Endpoints {
-        let endpoints = Endpoints::default();
+    /// Adds every participant's endpoints as the ledger holds them.
+    pub fn load(&self, views: &[ParticipantView]) {
         for view in views {
-            endpoints.note_participant(view.participant.name, view.participant.active);
+            self.note_participant(view.participant.name, view.participant.active);
             for endpoint in &view.endpoints {
-                endpoints.set(
+                self.set(
                     view.participant.name,
                     &endpoint.endpoint_type,
                     &endpoint.value,
                 );
             }
         }
-        endpoints
     }
 
     pub fn set(&self, participant: FspName, endpoint_type: &str, value: &str) {

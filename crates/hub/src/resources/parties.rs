@@ -35,15 +35,12 @@ pub struct Parties {
 }
 
 impl Parties {
-    pub fn load(views: Vec<PartyView>) -> Parties {
-        let parties = Parties::default();
-        {
-            let mut map = parties.by_key.write().unwrap_or_else(|e| e.into_inner());
-            for view in views {
-                map.insert(view.key, (view.fsp, view.currency));
-            }
+    /// Adds every registered party as the ledger holds them.
+    pub fn load(&self, views: Vec<PartyView>) {
+        let mut map = self.by_key.write().unwrap_or_else(|e| e.into_inner());
+        for view in views {
+            map.insert(view.key, (view.fsp, view.currency));
         }
-        parties
     }
 
     pub fn holder(&self, key: &PartyKey) -> Option<FspName> {
@@ -54,14 +51,14 @@ impl Parties {
             .map(|(fsp, _)| *fsp)
     }
 
-    fn set(&self, key: PartyKey, fsp: FspName, currency: Option<Currency>) {
+    pub(crate) fn set(&self, key: PartyKey, fsp: FspName, currency: Option<Currency>) {
         self.by_key
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, (fsp, currency));
     }
 
-    fn remove(&self, key: &PartyKey) {
+    pub(crate) fn remove(&self, key: &PartyKey) {
         self.by_key
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -352,7 +349,6 @@ async fn register_party(
     };
     match reply {
         Ok(()) => {
-            hub.parties.set(key.clone(), request.fsp, request.currency);
             let body = Bytes::from(fspiop::participant_put_body(&request.fsp));
             send_participant_put(hub, &caller, &key, body);
         }
@@ -427,7 +423,6 @@ async fn delete_party(
         .await?
     {
         Ok(()) => {
-            hub.parties.remove(&key);
             let body = Bytes::from(fspiop::participant_put_body(&caller.source));
             send_participant_put(hub, &caller, &key, body);
         }
@@ -487,12 +482,8 @@ async fn register_batch(
     }
     let replies = hub.ask_all(commands).await?;
     for (index, reply) in pending.into_iter().zip(replies) {
-        match reply {
-            Ok(()) => {
-                let key = results[index].0.clone();
-                hub.parties.set(key, caller.source, request.currency);
-            }
-            Err(error) => results[index].1 = Some((error.code, error.description)),
+        if let Err(error) = reply {
+            results[index].1 = Some((error.code, error.description));
         }
     }
     let body = Bytes::from(fspiop::participants_batch_put_body(
