@@ -1543,7 +1543,7 @@ impl Store for PgStore {
     }
 
     fn open_prefetcher(&self) -> Result<Box<dyn crate::Prefetch>, StoreError> {
-        Ok(Box::new(crate::pg_reader::PgPrefetcher::open(&self.url)?))
+        Ok(Box::new(crate::pg_reader::PgPrefetcher::open(&self.url)))
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {

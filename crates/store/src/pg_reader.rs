@@ -274,12 +274,15 @@ pub(crate) struct PgPrefetcher {
 }
 
 impl PgPrefetcher {
-    pub(crate) fn open(url: &str) -> Result<PgPrefetcher, StoreError> {
-        Ok(PgPrefetcher {
+    /// Connects on the first read (and again after a lost connection), so
+    /// that a database unreachable when the pipeline starts fails only the
+    /// reads made while it is, not the pipeline's whole life.
+    pub(crate) fn open(url: &str) -> PgPrefetcher {
+        PgPrefetcher {
             url: url.to_string(),
-            client: Some(connect(url)?),
+            client: None,
             statements: None,
-        })
+        }
     }
 }
 

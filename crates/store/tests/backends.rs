@@ -64,6 +64,31 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
     }
     let unknown = TransferId::new(u128::MAX - 7);
     assert_eq!(reader.find_transfer(unknown).expect("find"), None);
+    // The pipeline's prefetch reads the same on both, on the writer and on
+    // a reader of the ledger thread's own, unknown ids included.
+    let mut ids = PrefetchIds {
+        transfers: whole.transfers.iter().map(|t| t.transfer_id).collect(),
+        quotes: whole.quotes.iter().map(|q| q.quote_id).collect(),
+    };
+    ids.transfers.push(unknown);
+    ids.quotes.push(unknown);
+    let from_sqlite = harness.store.prefetch(&ids).expect("prefetch on SQLite");
+    let pg = harness.pg.as_mut().expect("a PostgreSQL store");
+    for (which, prefetched) in [
+        ("writer", pg.prefetch(&ids).expect("prefetch on PostgreSQL")),
+        (
+            "reader",
+            pg.open_prefetcher()
+                .expect("a PostgreSQL prefetcher")
+                .prefetch(&ids)
+                .expect("prefetch on a PostgreSQL reader"),
+        ),
+    ] {
+        assert_eq!(prefetched.transfers, from_sqlite.transfers, "{which}");
+        assert_eq!(prefetched.quotes, from_sqlite.quotes, "{which}");
+        assert!(prefetched.unreadable.is_empty(), "{which}");
+        assert_eq!(prefetched.transfers[&unknown], Lookup::Absent);
+    }
     let sorted = |mut touched: Vec<store::Touched>| {
         touched.sort_by_key(|(view, _, _)| view.transfer_id);
         touched
@@ -99,6 +124,19 @@ fn a_transfer_whose_participant_is_missing_is_an_error_to_the_reader() {
     assert_eq!(deleted, 1);
     let found = reader.find_transfer(transfer_id);
     assert!(found.is_err(), "{found:?}");
+    // The prefetch refuses the damaged row alone: the id asked beside it
+    // is still answered.
+    let unknown = TransferId::new(u128::MAX);
+    let prefetched = PgStore::open(&url)
+        .expect("open")
+        .prefetch(&PrefetchIds {
+            transfers: vec![transfer_id, unknown],
+            quotes: vec![],
+        })
+        .expect("the read as a whole");
+    assert_eq!(prefetched.transfers[&transfer_id], Lookup::Failed);
+    assert_eq!(prefetched.transfers[&unknown], Lookup::Absent);
+    assert_eq!(prefetched.unreadable.len(), 1, "{prefetched:?}");
     let touched = reader.transfers_touched_since(0);
     assert!(
         touched.is_err(),
