@@ -67,6 +67,11 @@ impl TransferId {
         }
     }
 
+    /// The form the id was written in (see the field).
+    pub(crate) const fn form_tag(self) -> u8 {
+        self.tag
+    }
+
     /// The low 128 bits (all of them, but for an out-of-range ULID's two
     /// extra ones).
     pub const fn bits(self) -> u128 {

@@ -22,6 +22,14 @@
 //! never guessed.
 //!
 //! Without a horizon memory holds everything and nothing is prefetched.
+//!
+//! Nearly every id a batch names that memory does not hold is new (a fresh
+//! prepare). [`LeftMemory`] remembers, without false negatives, every id
+//! that left memory, so that such an id is read only when the filter says
+//! it may have left; a fresh one needs no read at all. That holds only
+//! while the filter saw every departure: a ledger restored with transfers
+//! it did not load (summed past the horizon) does not know their ids, and
+//! reads every id memory does not hold, as before. Quotes are always read.
 
 use std::collections::HashMap;
 
@@ -140,6 +148,73 @@ impl Prefetched {
     }
 }
 
+/// The ids of the transfers that left memory: a Bloom filter (no false
+/// negatives; a false positive costs one read), of a fixed size however
+/// many leave, so that as it fills it only reads more. Allocated at the
+/// first departure.
+#[derive(Clone, Debug)]
+pub(crate) struct LeftMemory {
+    words: Vec<u64>,
+    /// Whether every id that ever left memory is in the filter.
+    complete: bool,
+}
+
+/// 2^27 bits (16 MiB): 4 % false positives at 20 M departures, 36 % at 50 M
+/// (then most fresh ids are read again, as without the filter).
+const LEFT_MEMORY_BITS: u64 = 1 << 27;
+const LEFT_MEMORY_HASHES: u64 = 4;
+
+impl Default for LeftMemory {
+    fn default() -> LeftMemory {
+        LeftMemory {
+            words: Vec::new(),
+            complete: true,
+        }
+    }
+}
+
+impl LeftMemory {
+    /// From now on the filter does not know every id that left memory.
+    pub(crate) fn incomplete(&mut self) {
+        self.complete = false;
+    }
+
+    pub(crate) fn insert(&mut self, transfer_id: TransferId) {
+        if self.words.is_empty() {
+            self.words = vec![0; (LEFT_MEMORY_BITS / 64) as usize];
+        }
+        for bit in bits_of(transfer_id) {
+            self.words[(bit / 64) as usize] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether `transfer_id` may have left memory (and so must be read).
+    pub(crate) fn may_hold(&self, transfer_id: TransferId) -> bool {
+        if !self.complete {
+            return true;
+        }
+        !self.words.is_empty()
+            && bits_of(transfer_id)
+                .all(|bit| self.words[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
+    }
+}
+
+/// The filter's bits of an id: double hashing of its 128 bits (and form).
+fn bits_of(transfer_id: TransferId) -> impl Iterator<Item = u64> {
+    let bits = transfer_id.bits();
+    let tag = u64::from(transfer_id.form_tag());
+    let h1 = mix((bits as u64) ^ mix((bits >> 64) as u64 ^ tag));
+    let h2 = mix(h1 ^ 0x9e37_79b9_7f4a_7c15) | 1;
+    (0..LEFT_MEMORY_HASHES).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) % LEFT_MEMORY_BITS)
+}
+
+/// SplitMix64's finaliser.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
 /// Where the ids of one command are.
 fn ids_of(command: &Command, transfers: &mut Vec<TransferId>, quotes: &mut Vec<TransferId>) {
     match command {
@@ -187,7 +262,8 @@ impl Ledger {
         for command in commands {
             ids_of(command, &mut transfers, &mut quotes);
         }
-        transfers.retain(|id| !self.holds_transfer(*id));
+        let left = &self.retention.left;
+        transfers.retain(|id| !self.holds_transfer(*id) && left.may_hold(*id));
         quotes.retain(|id| !self.quotes.contains_key(id));
         transfers.sort_unstable();
         transfers.dedup();
@@ -217,7 +293,7 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
     ) -> Result<Option<&StoredTransfer>, Rejection> {
-        if !self.memory_is_partial() {
+        if !self.memory_is_partial() || !self.retention.left.may_hold(transfer_id) {
             return Ok(None);
         }
         match self.prefetched.transfers.get(&transfer_id) {
@@ -262,4 +338,30 @@ fn not_prefetched(what: &str, id: TransferId) -> Rejection {
         ErrorCode::SERVICE_UNAVAILABLE,
         format!("{what} {id} was not read from the store; retry later"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No false negatives, few false positives, and nothing known before
+    /// anything left.
+    #[test]
+    fn the_filter_of_ids_that_left_holds_every_one_of_them() {
+        let mut left = LeftMemory::default();
+        let id =
+            |n: u128| TransferId::new(n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834));
+        assert!(!left.may_hold(id(1)), "nothing left yet");
+        for n in 0..100_000 {
+            left.insert(id(n));
+        }
+        assert!((0..100_000).all(|n| left.may_hold(id(n))));
+        let false_positives = (100_000..200_000).filter(|&n| left.may_hold(id(n))).count();
+        assert!(false_positives < 10, "{false_positives} in 100,000");
+        left.incomplete();
+        assert!(
+            left.may_hold(id(1_000_000)),
+            "incomplete: everything may have left"
+        );
+    }
 }

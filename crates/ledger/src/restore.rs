@@ -296,6 +296,9 @@ impl Ledger {
         let archived = snapshot.archived;
         ledger.last_seq = ledger.last_seq.max(archived.last_seq);
         if archived.transfers > 0 {
+            // Their ids are the store's alone: every id memory does not
+            // hold is read (`prefetch.rs`).
+            ledger.retention.left.incomplete();
             now_ms = now_ms.max(archived.last_at_ms);
         }
         ledger.retention.restored(restored_finished);

@@ -26,6 +26,8 @@ pub(crate) struct Retention {
     /// (finished at, batch that finished it, id).
     finished: VecDeque<(i64, u64, TransferId)>,
     evicted_total: u64,
+    /// The ids that left (see `prefetch.rs`).
+    pub(crate) left: crate::prefetch::LeftMemory,
     /// Recorded quotes (persistent mode) in memory, in the order received:
     /// (received at, batch that recorded it, id).
     quotes: VecDeque<(i64, u64, TransferId)>,
@@ -121,6 +123,7 @@ impl Ledger {
                     retention.finished.pop_front();
                     if self.transfers.remove(&id).is_some() {
                         retention.evicted_total += 1;
+                        retention.left.insert(id);
                         evicted += 1;
                     }
                     spent += 1;
