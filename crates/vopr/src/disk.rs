@@ -264,6 +264,7 @@ fn prefetch(disk: &Disk, generation: u64, ids: &PrefetchIds) -> Result<Prefetche
     }
     let mut prefetched = Prefetched::default();
     let mut found = 0;
+    let mut reserved = Vec::new();
     for &id in &ids.transfers {
         let lookup = match (failed_row == Some(id), state.rows.find_transfer(id)) {
             (true, _) => {
@@ -274,6 +275,12 @@ fn prefetch(disk: &Disk, generation: u64, ids: &PrefetchIds) -> Result<Prefetche
             }
             (false, Some(stored)) => {
                 found += 1;
+                // Only finished transfers leave memory, and only once
+                // their finish is durable: memory asking for a reserved
+                // one lost it, or let it go too early.
+                if stored.view.state == TransferState::Reserved {
+                    reserved.push(id);
+                }
                 Lookup::Found(stored)
             }
             (false, None) => Lookup::Absent,
@@ -297,6 +304,11 @@ fn prefetch(disk: &Disk, generation: u64, ids: &PrefetchIds) -> Result<Prefetche
         prefetched.quotes.insert(id, lookup);
     }
     state.counters.prefetch_found += found;
+    for id in reserved {
+        state.violations.push(format!(
+            "the pipeline read transfer {id} from the store while it was RESERVED there"
+        ));
+    }
     Ok(prefetched)
 }
 

@@ -321,8 +321,8 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         false => Limits::default(),
         true => Limits {
             transfer_retention_ms: Some(faults.range(200, 4_000)),
-            max_finished_in_memory: faults.range(2, 40) as usize,
-            max_quotes: faults.range(2, 20) as usize,
+            max_finished_in_memory: faults.range(0, 12) as usize,
+            max_quotes: faults.range(0, 8) as usize,
             ..Limits::default()
         },
     };
@@ -489,9 +489,11 @@ impl Sim {
         self.now += advance;
         self.clock.store(self.now, Ordering::SeqCst);
         let plan = self.plan();
-        if self.faults.percent(15) {
-            let pause = Duration::from_millis(1 + self.faults.below(4));
-            let (commits, reads) = (self.faults.below(4) as u32, self.faults.below(3) as u32);
+        // Commits as slow as a real fsync, now and then, so that batches
+        // queue behind them (group commit) and reads race with them.
+        if self.faults.percent(40) {
+            let pause = Duration::from_micros(self.faults.range(300, 3_000) as u64);
+            let (commits, reads) = (1 + self.faults.below(8) as u32, self.faults.below(3) as u32);
             self.disk.arm_slow(commits, reads, pause);
         }
         self.trace.push(format!("{step}: +{advance}ms {plan:?}"));
@@ -546,7 +548,19 @@ impl Sim {
                 }
             }
         }
-        let sent: Vec<Sent> = submissions.into_iter().map(|c| self.submit(c)).collect();
+        // Back to back (one batch, or a few behind a commit), or spaced
+        // out so that batches form while others commit.
+        let gap = match self.faults.percent(40) {
+            true => Some(Duration::from_micros(self.faults.range(50, 1_500) as u64)),
+            false => None,
+        };
+        let mut sent = Vec::with_capacity(submissions.len());
+        for commands in submissions {
+            sent.push(self.submit(commands));
+            if let Some(gap) = gap {
+                std::thread::sleep(gap);
+            }
+        }
         let indexes: Vec<usize> = sent.iter().map(|s| s.index).collect();
         self.replies.wait(&indexes)?;
         let hit = matches!(plan, Plan::Commit { .. }) && !self.disk.commit_fault_pending();
@@ -578,7 +592,7 @@ impl Sim {
     }
 
     fn work_count(&mut self) -> usize {
-        self.time.index(6)
+        self.time.index(8)
     }
 
     fn work_read_only(&mut self) -> bool {

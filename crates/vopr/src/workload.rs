@@ -45,6 +45,8 @@ pub struct Workload {
     quotes: Vec<(TransferId, usize, usize)>,
     /// Commands that create or finish something, for resends.
     history: Vec<Command>,
+    /// The last fulfils and aborts.
+    finishing: Vec<Command>,
     next_id: u64,
 }
 
@@ -82,6 +84,7 @@ impl Workload {
             funds_out: Vec::new(),
             quotes: Vec::new(),
             history: Vec::new(),
+            finishing: Vec::new(),
             next_id: 0,
         }
     }
@@ -323,6 +326,8 @@ impl Workload {
             1,  // deactivate
             1,  // close window
             1,  // endpoint
+            6,  // resend of a fulfil or abort just sent
+            4,  // GET of a transfer a fulfil or abort just named
         ];
         let command = match self.rng.weighted(&weights) {
             0 => self.prepare(now_ms),
@@ -366,11 +371,38 @@ impl Workload {
                 },
                 None => self.prepare(now_ms),
             },
-            _ => {
+            14 => {
                 let (d, value) = (self.dfsp(), self.rng.below(1_000));
                 self.endpoint(d, value)
             }
+            // A payee that got no answer yet sends its message again, or
+            // a party asks at once: the id may have just left memory.
+            15 => match self.finishing.len() {
+                0 => self.fulfil(),
+                n => self.finishing[n - 1 - self.rng.index(n.min(3))].clone(),
+            },
+            _ => match self.finishing.len() {
+                0 => self.get(),
+                n => {
+                    let (transfer_id, payee) =
+                        match &self.finishing[n - 1 - self.rng.index(n.min(3))] {
+                            Command::Fulfil(f) => (f.transfer_id, f.caller),
+                            Command::Abort(a) => (a.transfer_id, a.caller),
+                            _ => unreachable!("only fulfils and aborts are kept"),
+                        };
+                    Command::GetTransfer {
+                        transfer_id,
+                        caller: payee,
+                    }
+                }
+            },
         };
+        if matches!(command, Command::Fulfil(_) | Command::Abort(_)) {
+            self.finishing.push(command.clone());
+            if self.finishing.len() > 8 {
+                self.finishing.remove(0);
+            }
+        }
         self.remember(&command);
         command
     }
