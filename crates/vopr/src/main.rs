@@ -7,10 +7,16 @@
 //! ```
 //!
 //! Every seed runs in the four shapes (1 or 2 pipeline threads, retention
-//! off or on: `1`, `1r`, `2`, `2r`) unless `--shape` picks one. Stops at
-//! the first failure, printing how to run it again; exits 1 then.
+//! off or on: `1`, `1r`, `2`, `2r`) unless `--shape` picks one. A run
+//! spends most of its time waiting on its simulated slow disk, so
+//! `--jobs N` (default: the cores) runs N seeds at once. Stops at the
+//! first failure, printing how to run it again; exits 1 then. A release
+//! build leaves out the pipeline's `debug_assert!`s; `cargo run -p vopr`
+//! (a debug build) keeps them, at a fraction of the speed.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use vopr::{run, Config, Report};
@@ -22,9 +28,11 @@ struct Args {
     seconds: Option<u64>,
     shape: Option<String>,
     steps: usize,
+    jobs: usize,
 }
 
-const USAGE: &str = "usage: vopr [--seed N | --seeds COUNT [--from N] | --seconds S] [--shape 1|1r|2|2r] [--steps N]";
+const USAGE: &str = "usage: vopr [--seed N | --seeds COUNT [--from N] | --seconds S] \
+                     [--shape 1|1r|2|2r] [--steps N] [--jobs N]";
 
 fn parse() -> Result<Args, String> {
     let mut args = Args {
@@ -34,6 +42,7 @@ fn parse() -> Result<Args, String> {
         seconds: None,
         shape: None,
         steps: 200,
+        jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let mut words = std::env::args().skip(1);
     while let Some(flag) = words.next() {
@@ -49,6 +58,7 @@ fn parse() -> Result<Args, String> {
             "--seconds" => args.seconds = Some(number(value()?)?),
             "--shape" => args.shape = Some(value()?),
             "--steps" => args.steps = number(value()?)? as usize,
+            "--jobs" => args.jobs = (number(value()?)? as usize).max(1),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -88,26 +98,48 @@ fn main() -> ExitCode {
         .seconds
         .map(|s| Instant::now() + Duration::from_secs(s));
     let started = Instant::now();
-    let mut total = Report::default();
-    let mut runs = 0u64;
-    for seed in (0..count).map(|i| first.wrapping_add(i)) {
-        if until.is_some_and(|until| Instant::now() >= until) {
-            break;
-        }
-        for &config in &configs {
-            match run(seed, config) {
-                Ok(report) => total.add(&report),
-                Err(failure) => {
-                    eprintln!("{failure}");
-                    return ExitCode::from(1);
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let total = Mutex::new((Report::default(), 0u64));
+    std::thread::scope(|scope| {
+        for _ in 0..args.jobs {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count
+                    || failed.load(Ordering::Relaxed)
+                    || until.is_some_and(|until| Instant::now() >= until)
+                {
+                    return;
                 }
-            }
-            runs += 1;
+                let seed = first.wrapping_add(i);
+                for &config in &configs {
+                    match run(seed, config) {
+                        Ok(report) => {
+                            let mut total = total.lock().unwrap_or_else(|e| e.into_inner());
+                            total.0.add(&report);
+                            total.1 += 1;
+                            if total.1 % 400 == 0 {
+                                eprintln!(
+                                    "{} runs, up to seed {seed}, {:.0?}",
+                                    total.1,
+                                    started.elapsed()
+                                );
+                            }
+                        }
+                        Err(failure) => {
+                            failed.store(true, Ordering::Relaxed);
+                            eprintln!("{failure}");
+                            return;
+                        }
+                    }
+                }
+            });
         }
-        if runs % 400 == 0 {
-            eprintln!("{runs} runs, last seed {seed}, {:.0?}", started.elapsed());
-        }
+    });
+    if failed.load(Ordering::Relaxed) {
+        return ExitCode::from(1);
     }
+    let (total, runs) = total.into_inner().unwrap_or_else(|e| e.into_inner());
     println!(
         "{runs} runs from seed {first} passed in {:.1?}: {} steps, {} submissions, {} commits, \
          {} crashes or fatal faults, {} clean restarts, {} transient faults, {} ids read back \
