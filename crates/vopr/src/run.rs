@@ -300,6 +300,8 @@ struct Sim {
     disk: Arc<Disk>,
     limits: Limits,
     engine_config: (usize, usize),
+    /// How often each [`Plan`] comes up in this run.
+    mix: [u64; 7],
     engine: Option<Engine>,
     handle: Option<EngineHandle>,
     replies: Arc<Replies>,
@@ -327,6 +329,18 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         },
     };
     let engine_config = (faults.range(8, 64) as usize, faults.range(1, 8) as usize);
+    // Swarm testing: each seed its own mix of faults, some of them left
+    // out, so that runs differ in kind and not only in detail (a run full
+    // of crashes rarely lets retention get far, a calm one does).
+    let mut mix = [60, 8, 5, 4, 7, 6, 4];
+    for weight in &mut mix[1..] {
+        *weight = match faults.below(4) {
+            0 => 0,
+            1 => *weight / 2,
+            2 => *weight,
+            _ => *weight * 3,
+        };
+    }
     let mut sim = Sim {
         config,
         work,
@@ -337,6 +351,7 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         disk: Disk::new(),
         limits,
         engine_config,
+        mix,
         engine: None,
         handle: None,
         replies: Arc::default(),
@@ -346,7 +361,17 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         report: Report::default(),
         trace: Vec::new(),
     };
-    let result = sim.run();
+    // A panic (the driver's, or a ledger's on the driver's thread) is a
+    // failure like any other: reported with its seed.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sim.run()))
+        .unwrap_or_else(|panic| {
+            let text = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("a panic");
+            Err(format!("panicked: {text}"))
+        });
     let report = sim.report.clone();
     let step = sim.report.steps;
     // A run that failed may leave a stuck pipeline: abandoned, not joined.
@@ -457,7 +482,7 @@ impl Sim {
 
     fn plan(&mut self) -> Plan {
         let rng = &mut self.faults;
-        match rng.weighted(&[62, 8, 5, 4, 7, 6, 4]) {
+        match rng.weighted(&self.mix) {
             0 => Plan::Calm,
             1 => Plan::Prefetch(match rng.percent(50) {
                 true => PrefetchFault::Whole,
@@ -985,7 +1010,7 @@ impl Sim {
 /// Applies [`Command::Expire`] if a reservation is due at `now_ms`, as the
 /// pipeline does before a batch; whether it did.
 fn expire_if_due(ledger: &mut Ledger, now_ms: i64, expired: &mut Vec<TransferView>) -> bool {
-    if !ledger.next_expiry_ms().is_some_and(|at_ms| at_ms <= now_ms) {
+    if ledger.next_expiry_ms().is_none_or(|at_ms| at_ms > now_ms) {
         return false;
     }
     let result = ledger.apply_batch(now_ms, &[Command::Expire]);
