@@ -308,6 +308,8 @@ struct Sim {
     expired: Arc<Mutex<Vec<TransferView>>>,
     /// What was acknowledged, in memory whole (no retention horizon).
     shadow: Ledger,
+    /// What the shadow expired since the pipeline last told its expiries.
+    expected_expired: Vec<TransferView>,
     next_index: usize,
     report: Report,
     trace: Vec<String>,
@@ -357,6 +359,7 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         replies: Arc::default(),
         expired: Arc::default(),
         shadow: Ledger::new(Limits::default()),
+        expected_expired: Vec::new(),
         next_index: 0,
         report: Report::default(),
         trace: Vec::new(),
@@ -601,6 +604,8 @@ impl Sim {
                     "submissions {unknown:?} failed with no fault that could explain it"
                 ));
             }
+            self.barrier()?;
+            self.check_expired()?;
             return self.check_durable();
         }
         self.report.crashes += 1;
@@ -630,6 +635,9 @@ impl Sim {
     /// fault passes, or turns fatal.
     fn held_step(&mut self, step: u64) -> Result<(), String> {
         self.report.transient += 1;
+        // The batch in hand must be the first submission's, not an expiry
+        // the pipeline would apply on its own.
+        self.barrier()?;
         self.disk.hold();
         let mut commands = vec![self.work.recorded_change(step)];
         commands.extend(self.work.submission(self.now, &self.shadow));
@@ -687,6 +695,7 @@ impl Sim {
             self.wait_until("the store reported healthy again", |sim| {
                 sim.handle().store_health() == StoreHealth::Healthy
             })?;
+            self.check_expired()?;
             return self.check_durable();
         };
         if unknown.is_empty() {
@@ -731,7 +740,6 @@ impl Sim {
         if !order.is_sorted() {
             return Err(format!("replies came in the order {order:?}"));
         }
-        let mut expired = Vec::new();
         let mut unknown = Vec::new();
         // Reads from memory may show any state from the step's start to
         // their own place.
@@ -779,7 +787,7 @@ impl Sim {
                     sub.commands
                 ));
             }
-            if expire_if_due(&mut self.shadow, self.now, &mut expired) {
+            if expire_if_due(&mut self.shadow, self.now, &mut self.expected_expired) {
                 note(&self.shadow, pos, &mut candidates);
             }
             if sub.read_only {
@@ -826,21 +834,6 @@ impl Sim {
                 }
             }
         }
-        self.report.expired += expired.len() as u64;
-        if unknown.is_empty() {
-            let want = expired.len();
-            self.wait_until("expired transfers told once durable", |sim| {
-                sim.expired.lock().unwrap_or_else(|e| e.into_inner()).len() >= want
-            })?;
-        }
-        let told = std::mem::take(&mut *self.expired.lock().unwrap_or_else(|e| e.into_inner()));
-        if unknown.is_empty() && told != expired {
-            return Err(format!(
-                "the pipeline told these transfers expired: {:?}; a ledger holding everything expired {:?}",
-                told.iter().map(|v| v.transfer_id).collect::<Vec<_>>(),
-                expired.iter().map(|v| v.transfer_id).collect::<Vec<_>>()
-            ));
-        }
         Ok(unknown)
     }
 
@@ -884,6 +877,47 @@ impl Sim {
             ));
         }
         self.shadow = copy;
+        Ok(())
+    }
+
+    /// Makes the pipeline apply an expiry that is due, if one is: the
+    /// shadow expires in its place in the order of submissions, while the
+    /// pipeline may do it in a batch of its own, before them, or (when
+    /// every submission of a step was refused) not yet. A read goes into a
+    /// batch after it either way.
+    fn barrier(&mut self) -> Result<(), String> {
+        if self
+            .shadow
+            .next_expiry_ms()
+            .is_none_or(|at_ms| at_ms > self.now)
+        {
+            return Ok(());
+        }
+        let read = self.submit(vec![Command::ReadSettlementWindows]);
+        let unknown = self.settle(&[read], false)?;
+        match unknown.is_empty() {
+            true => Ok(()),
+            false => Err("a read after the step failed".into()),
+        }
+    }
+
+    /// The pipeline told, once durable, exactly the expiries the shadow
+    /// applied since the last check.
+    fn check_expired(&mut self) -> Result<(), String> {
+        let expected = std::mem::take(&mut self.expected_expired);
+        self.report.expired += expected.len() as u64;
+        let want = expected.len();
+        self.wait_until("expired transfers told once durable", |sim| {
+            sim.expired.lock().unwrap_or_else(|e| e.into_inner()).len() >= want
+        })?;
+        let told = std::mem::take(&mut *self.expired.lock().unwrap_or_else(|e| e.into_inner()));
+        if told != expected {
+            return Err(format!(
+                "the pipeline told these transfers expired: {:?}; a ledger holding everything expired {:?}",
+                told.iter().map(|v| v.transfer_id).collect::<Vec<_>>(),
+                expected.iter().map(|v| v.transfer_id).collect::<Vec<_>>()
+            ));
+        }
         Ok(())
     }
 
@@ -976,11 +1010,12 @@ impl Sim {
                 }
             }
         }
-        // What the dead process delivered late belongs to no one.
+        // What the stopped process told or left untold belongs to no one.
         self.expired
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
+        self.expected_expired.clear();
         self.check_durable()?;
         let mut store = self.disk.open();
         let (ledger, _) = recover_at(&mut store, self.limits, self.now)
@@ -988,19 +1023,8 @@ impl Sim {
         self.compare_memory("the recovered ledger", &ledger, true)?;
         self.start(ledger, store);
         // What expired while the process was down expires at once, now.
-        let mut expired = Vec::new();
-        if expire_if_due(&mut self.shadow, self.now, &mut expired) {
-            self.report.expired += expired.len() as u64;
-            let want = expired.len();
-            self.wait_until("transfers due expired after the restart", |sim| {
-                sim.expired.lock().unwrap_or_else(|e| e.into_inner()).len() >= want
-            })?;
-            let told = std::mem::take(&mut *self.expired.lock().unwrap_or_else(|e| e.into_inner()));
-            if told != expired {
-                return Err(format!(
-                    "after the restart the pipeline expired {told:?}; a ledger holding everything expired {expired:?}"
-                ));
-            }
+        if expire_if_due(&mut self.shadow, self.now, &mut self.expected_expired) {
+            self.check_expired()?;
             self.check_durable()?;
         }
         Ok(())
