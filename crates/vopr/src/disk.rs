@@ -820,3 +820,197 @@ impl Rows {
         snapshot
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ledger::{Command, Ledger, Limits, Outcome, Prepare, RequestHash};
+
+    const T0: i64 = 1_700_000_000_000;
+
+    fn name(text: &str) -> FspName {
+        FspName::new(text).expect("a valid name")
+    }
+
+    /// A hub with two funded DFSPs and one committed transfer, and the
+    /// records of each batch.
+    fn history() -> (Ledger, Vec<Vec<Record>>) {
+        let usd = ledger::Currency::parse("USD").expect("ISO 4217");
+        let mut ledger = Ledger::new(Limits::default());
+        let mut batches = Vec::new();
+        let mut apply = |ledger: &mut Ledger, at: i64, commands: Vec<Command>| {
+            let result = ledger.apply_batch(T0 + at, &commands);
+            batches.push(result.records);
+            result.outcomes
+        };
+        let mut onboarding = vec![Command::CreateHub { name: name("Hub") }];
+        for kind in [
+            ledger::AccountKind::HubMultilateralSettlement,
+            ledger::AccountKind::HubReconciliation,
+        ] {
+            onboarding.push(Command::CreateHubAccount {
+                currency: usd,
+                kind,
+            });
+        }
+        for dfsp in ["payer", "payee"] {
+            onboarding.push(Command::CreateParticipant {
+                name: name(dfsp),
+                currency: usd,
+            });
+            onboarding.push(Command::InitNetDebitCap {
+                name: name(dfsp),
+                currency: usd,
+                net_debit_cap: Amount::from_whole(1_000),
+            });
+        }
+        apply(&mut ledger, 0, onboarding);
+        let funds = Command::FundsIn(ledger::Funds {
+            transfer_id: TransferId::new(100),
+            participant: name("payer"),
+            account: AccountId(4),
+            amount: Amount::from_whole(500),
+            currency: usd,
+            memo: Default::default(),
+            request_hash: RequestHash([1; 32]),
+        });
+        let fulfilment = ledger::Fulfilment::from_preimage([7; 32]);
+        let prepare = Command::Prepare(Prepare {
+            transfer_id: TransferId::new(1),
+            payer: name("payer"),
+            payee: name("payee"),
+            amount: Amount::from_whole(10),
+            currency: usd,
+            condition: fulfilment.condition(),
+            expiration_ms: T0 + 60_000,
+            request_hash: RequestHash([2; 32]),
+            wire_version: 1,
+        });
+        let outcomes = apply(&mut ledger, 10, vec![funds, prepare]);
+        assert!(matches!(outcomes[1], Outcome::Transfer(_)), "{outcomes:?}");
+        let fulfil = Command::Fulfil(ledger::Fulfil {
+            transfer_id: TransferId::new(1),
+            caller: name("payee"),
+            fulfilment: Some(fulfilment),
+            destination: None,
+            request_hash: RequestHash([3; 32]),
+        });
+        apply(&mut ledger, 20, vec![fulfil]);
+        (ledger, batches)
+    }
+
+    fn commit_all(store: &mut SimStore, batches: &[Vec<Record>]) {
+        for batch in batches {
+            store.commit(&[batch]).expect("a commit");
+        }
+    }
+
+    #[test]
+    fn what_is_committed_loads_back_as_the_ledger_holds_it() {
+        let (ledger, batches) = history();
+        let disk = Disk::new();
+        let mut store = disk.open();
+        commit_all(&mut store, &batches);
+        let loaded = store.load().expect("a load");
+        assert_eq!(loaded, ledger.snapshot());
+        assert!(loaded.audit().is_empty());
+        // With a horizon after the commit, the committed transfer is summed.
+        let recent = store.load_recent(T0 + 1_000).expect("a load");
+        assert_eq!(recent.archived.transfers, 1);
+        assert_eq!(recent.transfers.len(), 1, "the funds movement stays");
+        assert!(recent.audit().is_empty(), "{:?}", recent.audit());
+        let restored = Ledger::restore(recent, Limits::default()).expect("a restore");
+        assert_eq!(restored.snapshot().accounts, ledger.snapshot().accounts);
+        assert!(disk.take_violations().is_empty());
+    }
+
+    #[test]
+    fn a_prefetch_reads_what_is_committed_and_fails_as_armed() {
+        let (_, batches) = history();
+        let disk = Disk::new();
+        let mut store = disk.open();
+        let ids = PrefetchIds {
+            transfers: vec![TransferId::new(1), TransferId::new(2)],
+            quotes: vec![TransferId::new(3)],
+        };
+        let mut reader = store.open_prefetcher().expect("a reader");
+        let before = reader.prefetch(&ids).expect("a read");
+        assert_eq!(before.transfers[&TransferId::new(1)], Lookup::Absent);
+        commit_all(&mut store, &batches);
+        let after = reader.prefetch(&ids).expect("a read");
+        match &after.transfers[&TransferId::new(1)] {
+            Lookup::Found(stored) => {
+                assert_eq!(stored.view.state, TransferState::Committed);
+                assert_eq!(stored.view.payer, name("payer"));
+            }
+            other => panic!("transfer 1 read as {other:?}"),
+        }
+        assert_eq!(after.transfers[&TransferId::new(2)], Lookup::Absent);
+        assert_eq!(after.quotes[&TransferId::new(3)], Lookup::Absent);
+        disk.arm_prefetch(PrefetchFault::OneRow);
+        let one = store.prefetch(&ids).expect("a read");
+        assert_eq!(one.transfers[&TransferId::new(1)], Lookup::Failed);
+        assert_eq!(one.transfers[&TransferId::new(2)], Lookup::Absent);
+        disk.arm_prefetch(PrefetchFault::Whole);
+        assert!(reader.prefetch(&ids).is_err());
+        assert_eq!(disk.take_unread().len(), 1 + 3);
+    }
+
+    #[test]
+    fn a_crash_keeps_only_what_was_durable_and_ends_the_process() {
+        let (_, batches) = history();
+        for durable in [false, true] {
+            let disk = Disk::new();
+            let mut store = disk.open();
+            commit_all(&mut store, &batches[..2]);
+            disk.arm_commit(0, CommitFault::Crash { durable });
+            assert!(!store.commit(&[&batches[2]]).expect_err("a crash").transient);
+            assert!(store.load().is_err(), "a dead process reads nothing");
+            assert!(store.commit(&[&batches[2]]).is_err());
+            let loaded = disk.open().load().expect("a load after restart");
+            assert_eq!(loaded.finishes.len(), usize::from(durable));
+        }
+    }
+
+    #[test]
+    fn a_held_commit_fails_transiently_until_released() {
+        let (_, batches) = history();
+        let disk = Disk::new();
+        let mut store = disk.open();
+        disk.hold();
+        for _ in 0..3 {
+            assert!(store.commit(&[&batches[0]]).expect_err("held").transient);
+        }
+        assert_eq!(disk.transfer_count(), 0);
+        assert!(disk.snapshot(None).participants.is_empty());
+        disk.release(None);
+        store
+            .commit(&[&batches[0]])
+            .expect("a commit once released");
+        assert_eq!(disk.counters().transient_failures, 3);
+    }
+
+    #[test]
+    fn an_id_recorded_twice_or_a_second_finish_is_a_violation() {
+        let (_, batches) = history();
+        let disk = Disk::new();
+        let mut store = disk.open();
+        commit_all(&mut store, &batches);
+        let mut again = batches[1].clone();
+        for record in &mut again {
+            if let Record::Transfer(row) = record {
+                row.seq += 100;
+            }
+        }
+        store.commit(&[&again, &batches[2]]).expect("a commit");
+        let violations = disk.take_violations();
+        assert!(
+            violations.iter().any(|v| v.contains("recorded twice")),
+            "{violations:?}"
+        );
+        assert!(
+            violations.iter().any(|v| v.contains("inserted twice")),
+            "{violations:?}"
+        );
+    }
+}

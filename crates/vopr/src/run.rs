@@ -293,7 +293,11 @@ enum Stop {
 struct Sim {
     config: Config,
     work: Workload,
+    /// The fault plan, the engine's limits and batch sizes, pacing.
     faults: Rng,
+    /// The clock's steps and each step's number of submissions: apart
+    /// from the workload's own stream, so that one does not shift the
+    /// other.
     time: Rng,
     now: i64,
     clock: Arc<AtomicI64>,
