@@ -45,7 +45,7 @@ pub struct Workload {
     quotes: Vec<(TransferId, usize, usize)>,
     /// Commands that create or finish something, for resends.
     history: Vec<Command>,
-    /// The last fulfils and aborts.
+    /// The last fulfils, aborts and quote answers.
     finishing: Vec<Command>,
     next_id: u64,
 }
@@ -326,7 +326,7 @@ impl Workload {
             1,  // deactivate
             1,  // close window
             1,  // endpoint
-            6,  // resend of a fulfil or abort just sent
+            6,  // a fulfil, abort or quote answer just sent, again or changed
             4,  // GET of a transfer a fulfil or abort just named
         ];
         let command = match self.rng.weighted(&weights) {
@@ -379,25 +379,38 @@ impl Workload {
             // a party asks at once: the id may have just left memory.
             15 => match self.finishing.len() {
                 0 => self.fulfil(),
-                n => self.finishing[n - 1 - self.rng.index(n.min(3))].clone(),
-            },
-            _ => match self.finishing.len() {
-                0 => self.get(),
                 n => {
-                    let (transfer_id, payee) =
-                        match &self.finishing[n - 1 - self.rng.index(n.min(3))] {
-                            Command::Fulfil(f) => (f.transfer_id, f.caller),
-                            Command::Abort(a) => (a.transfer_id, a.caller),
-                            _ => unreachable!("only fulfils and aborts are kept"),
-                        };
-                    Command::GetTransfer {
-                        transfer_id,
-                        caller: payee,
+                    let recent = self.finishing[n - 1 - self.rng.index(n.min(3))].clone();
+                    match self.rng.percent(70) {
+                        true => recent,
+                        false => modify(recent),
                     }
                 }
             },
+            _ => match self.finishing.len() {
+                0 => self.get(),
+                n => match &self.finishing[n - 1 - self.rng.index(n.min(3))] {
+                    Command::Fulfil(ledger::Fulfil {
+                        transfer_id,
+                        caller,
+                        ..
+                    })
+                    | Command::Abort(ledger::Abort {
+                        transfer_id,
+                        caller,
+                        ..
+                    }) => Command::GetTransfer {
+                        transfer_id: *transfer_id,
+                        caller: *caller,
+                    },
+                    _ => self.get(),
+                },
+            },
         };
-        if matches!(command, Command::Fulfil(_) | Command::Abort(_)) {
+        if matches!(
+            command,
+            Command::Fulfil(_) | Command::Abort(_) | Command::AnswerQuote { .. }
+        ) {
             self.finishing.push(command.clone());
             if self.finishing.len() > 8 {
                 self.finishing.remove(0);
