@@ -188,8 +188,12 @@ impl Disk {
         self.lock().rows.snapshot(horizon_ms)
     }
 
-    /// The transfer seqs the store holds per id (one each, unless a
-    /// violation said otherwise).
+    /// A copy of the rows, for a model that follows them from here on.
+    pub fn rows(&self) -> Rows {
+        self.lock().rows.clone()
+    }
+
+    /// How many transfer rows the store holds.
     pub fn transfer_count(&self) -> usize {
         self.lock().rows.transfers.len()
     }
@@ -411,8 +415,8 @@ impl SimStore {
 }
 
 /// The tables, by primary key.
-#[derive(Default)]
-struct Rows {
+#[derive(Clone, Default)]
+pub struct Rows {
     participants: BTreeMap<u32, ParticipantRow>,
     accounts: BTreeMap<u32, AccountRow>,
     transfers: BTreeMap<u64, TransferRow>,
@@ -454,7 +458,7 @@ fn insert<K: Ord + std::fmt::Debug, V>(
 impl Rows {
     /// Applies one transaction's records, as the SQL statements of the
     /// real stores would.
-    fn commit(&mut self, batches: &[&[Record]], violations: &mut Vec<String>) {
+    pub fn commit(&mut self, batches: &[&[Record]], violations: &mut Vec<String>) {
         for record in batches.iter().flat_map(|batch| batch.iter()) {
             self.apply(record, violations);
         }
@@ -708,7 +712,7 @@ impl Rows {
     /// Every row in the stores' load order; with a horizon, FSPIOP
     /// transfers finished before it summed into `archived` instead (as
     /// the stores' history read does without a history snapshot).
-    fn snapshot(&self, horizon_ms: Option<i64>) -> Snapshot {
+    pub fn snapshot(&self, horizon_ms: Option<i64>) -> Snapshot {
         let mut snapshot = Snapshot {
             participants: self.participants.values().cloned().collect(),
             accounts: self.accounts.values().cloned().collect(),

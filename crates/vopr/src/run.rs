@@ -38,7 +38,7 @@ use engine::{
 use ledger::{Command, ErrorCode, Ledger, Limits, Outcome, TransferId, TransferView};
 
 use crate::check::{as_whole, difference, ids_named, memory_difference, normalize, Partial};
-use crate::disk::{CommitFault, Disk, DiskCounters, PrefetchFault, SimStore};
+use crate::disk::{CommitFault, Disk, DiskCounters, PrefetchFault, Rows, SimStore};
 use crate::rng::Rng;
 use crate::workload::Workload;
 
@@ -310,6 +310,10 @@ struct Sim {
     handle: Option<EngineHandle>,
     replies: Arc<Replies>,
     expired: Arc<Mutex<Vec<TransferView>>>,
+    /// The rows as the pipeline's committed records tell them
+    /// (`EngineHandle::on_committed`: what keeps the hub's reference
+    /// copies current), from the store's rows at the engine's start.
+    told: Arc<Mutex<Rows>>,
     /// What was acknowledged, in memory whole (no retention horizon).
     shadow: Ledger,
     /// What the shadow expired since the pipeline last told its expiries.
@@ -362,6 +366,7 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         handle: None,
         replies: Arc::default(),
         expired: Arc::default(),
+        told: Arc::default(),
         shadow: Ledger::new(Limits::default()),
         expected_expired: Vec::new(),
         next_index: 0,
@@ -435,7 +440,18 @@ impl Sim {
             retry_first: Duration::from_millis(1),
         };
         let engine = Engine::start(ledger, Box::new(store), config);
-        self.handle = Some(engine.handle());
+        let handle = engine.handle();
+        let told = self.told.clone();
+        handle.on_committed(Box::new(move |records| {
+            told.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .commit(&[records], &mut Vec::new())
+        }));
+        // After the sink, so that no commit falls between the two: one
+        // before is in the rows, one after is told (both, harmlessly:
+        // upserts again, inserts already there).
+        *self.told.lock().unwrap_or_else(|e| e.into_inner()) = self.disk.rows();
+        self.handle = Some(handle);
         self.engine = Some(engine);
     }
 
@@ -926,10 +942,24 @@ impl Sim {
     }
 
     /// The store holds exactly what was acknowledged, audits clean, and the
-    /// books balance.
+    /// books balance; while the engine that wrote it runs, its committed
+    /// records told the same rows.
     fn check_durable(&mut self) -> Result<(), String> {
         let mut durable = self.disk.snapshot(None);
         normalize(&mut durable);
+        if self.engine.is_some() {
+            let mut told = self
+                .told
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .snapshot(None);
+            normalize(&mut told);
+            if let Some(problem) = difference(&told, &durable) {
+                return Err(format!(
+                    "the records told as committed are not what the store holds: {problem}"
+                ));
+            }
+        }
         let mut expected = self.shadow.snapshot();
         normalize(&mut expected);
         if let Some(problem) = difference(&durable, &expected) {
