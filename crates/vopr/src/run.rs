@@ -447,10 +447,13 @@ impl Sim {
                 .unwrap_or_else(|e| e.into_inner())
                 .commit(&[records], &mut Vec::new())
         }));
-        // After the sink, so that no commit falls between the two: one
-        // before is in the rows, one after is told (both, harmlessly:
-        // upserts again, inserts already there).
-        *self.told.lock().unwrap_or_else(|e| e.into_inner()) = self.disk.rows();
+        // After the sink, and the rows read under the copy's lock (not
+        // `*lock = rows()`, which reads first), so that no commit falls
+        // between the two: one before is in the rows, one after is told
+        // (both, harmlessly: upserts again, inserts already there).
+        let mut told = self.told.lock().unwrap_or_else(|e| e.into_inner());
+        *told = self.disk.rows();
+        drop(told);
         self.handle = Some(handle);
         self.engine = Some(engine);
     }
