@@ -211,6 +211,10 @@ pub struct EngineConfig {
     /// good and the pipeline stops (a process on a shared store then gives
     /// up serving: see `kasi::ha`).
     pub on_failed: Option<FailedSink>,
+    /// The pause before the first retry of a transient store failure; it
+    /// doubles up to 2 s. 50 ms by default; a simulation, whose faults
+    /// last a few attempts, shortens it.
+    pub retry_first: Duration,
 }
 
 /// Told why the pipeline stopped for good.
@@ -226,6 +230,7 @@ impl Default for EngineConfig {
             on_expired: None,
             threads: PipelineThreads::default(),
             on_failed: None,
+            retry_first: RETRY_FIRST,
         }
     }
 }
@@ -630,10 +635,20 @@ pub struct Recovery {
 /// slow start, never a refused one. If the whole history does not add up
 /// either, recovery fails as it always has.
 pub fn recover(store: &mut dyn Store, limits: Limits) -> Result<(Ledger, Recovery), StoreError> {
+    recover_at(store, limits, (system_clock())())
+}
+
+/// [`recover`] at `now_ms` on the pipeline's clock (a simulation's), which
+/// places the retention horizon.
+pub fn recover_at(
+    store: &mut dyn Store,
+    limits: Limits,
+    now_ms: i64,
+) -> Result<(Ledger, Recovery), StoreError> {
     let started = Instant::now();
     let load = |store: &mut dyn Store| match limits.transfer_retention_ms {
         None => store.load(),
-        Some(retention_ms) => store.load_recent((system_clock())() - retention_ms),
+        Some(retention_ms) => store.load_recent(now_ms - retention_ms),
     };
     let mut snapshot = load(store)?;
     let mut history_snapshot_through = store.history_snapshot_through();
@@ -715,6 +730,8 @@ impl Engine {
             store,
             shared: shared.clone(),
             on_expired: config.on_expired,
+            retry_first: config.retry_first,
+            last_transfer_seq: 0,
         };
         let (to_store, store_thread) = match config.threads {
             PipelineThreads::One => (ToStore::Inline(committer), None),
@@ -954,6 +971,11 @@ impl LedgerLoop {
     /// read before the clock, so whatever is evicted was committed before.
     fn evict(&mut self, extra: usize) {
         let durable = self.shared.durable_batches.load(Ordering::Acquire);
+        debug_assert!(
+            durable <= self.ledger.batches_applied(),
+            "{durable} batches durable of {} applied",
+            self.ledger.batches_applied()
+        );
         let now_ms = (self.clock)();
         if self
             .ledger
@@ -1023,6 +1045,18 @@ impl LedgerLoop {
             .fetch_add(ids.len() as u64, Ordering::Relaxed);
         let (prefetched, failed) = match read {
             Ok(prefetched) => {
+                // A store that leaves an id unanswered gets its commands
+                // refused (`prefetch.rs`); in a debug build it is a bug.
+                debug_assert!(
+                    ids.transfers
+                        .iter()
+                        .all(|id| prefetched.transfers.contains_key(id))
+                        && ids
+                            .quotes
+                            .iter()
+                            .all(|id| prefetched.quotes.contains_key(id)),
+                    "the store answered every id asked: {ids:?}"
+                );
                 let failed = match prefetched.unreadable.is_empty() {
                     true => None,
                     false => Some((
@@ -1109,6 +1143,12 @@ impl LedgerLoop {
             .fetch_add(commands.len() as u64, Ordering::Relaxed);
         let count = commands.len();
         commands.clear();
+        debug_assert_eq!(result.outcomes.len(), count, "one outcome per command");
+        debug_assert_eq!(
+            replies.iter().map(|(_, n)| n).sum::<usize>() + usize::from(expire),
+            count,
+            "the submissions hold the batch's commands"
+        );
 
         let mut outcomes = result.outcomes.into_iter();
         let expired = match expire {
@@ -1122,6 +1162,7 @@ impl LedgerLoop {
             .drain(..)
             .map(|(reply, count)| (reply, outcomes.by_ref().take(count).collect()))
             .collect();
+        debug_assert!(outcomes.next().is_none(), "every outcome went to a reply");
         self.evict(self.max_batch_commands.min(4 * count));
         let job = StoreJob {
             batch: self.ledger.batches_applied(),
@@ -1165,10 +1206,11 @@ fn commit_until_done(
     store: &mut dyn Store,
     batches: &[&[Record]],
     shared: &Shared,
+    retry_first: Duration,
     idle: &mut dyn FnMut(Duration),
 ) -> Result<(Instant, Instant), EngineError> {
     let stats = &shared.stats;
-    let mut pause = RETRY_FIRST;
+    let mut pause = retry_first;
     let mut first_failed_at: Option<Instant> = None;
     let mut logged_at = Instant::now();
     let mut stop_seen_at: Option<Instant> = None;
@@ -1272,6 +1314,10 @@ struct Committer {
     store: Box<dyn Store>,
     shared: Arc<Shared>,
     on_expired: Option<ExpiredSink>,
+    retry_first: Duration,
+    /// The highest transfer seq handed to the store (checked in debug
+    /// builds only: seqs reach the store in increasing order).
+    last_transfer_seq: u64,
 }
 
 impl Committer {
@@ -1295,7 +1341,14 @@ impl Committer {
             None => {
                 let batches: Vec<&[Record]> =
                     jobs.iter().map(|job| job.records.as_slice()).collect();
-                commit_until_done(&mut *self.store, &batches, shared, idle)
+                debug_assert!(
+                    jobs.windows(2).all(|pair| pair[0].batch < pair[1].batch),
+                    "batches reach the store in the order they were applied"
+                );
+                if cfg!(debug_assertions) {
+                    self.last_transfer_seq = check_transfer_seqs(self.last_transfer_seq, &batches);
+                }
+                commit_until_done(&mut *self.store, &batches, shared, self.retry_first, idle)
             }
         };
         // One lock per commit, not per batch.
@@ -1322,9 +1375,15 @@ impl Committer {
                         commit_started_at: *commit_started_at,
                         durable_at: *durable_at,
                     };
-                    shared
+                    let durable_before = shared
                         .durable_batches
                         .fetch_max(job.batch, Ordering::Release);
+                    // Eviction trusts this watermark: it only ever grows.
+                    debug_assert!(
+                        durable_before < job.batch,
+                        "batch {} made durable after batch {durable_before}",
+                        job.batch
+                    );
                     for (reply, outcomes) in job.replies {
                         reply.ok(outcomes, timing);
                     }
@@ -1341,6 +1400,23 @@ impl Committer {
             }
         }
     }
+}
+
+/// Debug builds: every transfer row reaches the store with a seq above
+/// those committed before it (the ledger numbers them in order, and
+/// batches commit in order); returns the highest.
+fn check_transfer_seqs(mut last: u64, batches: &[&[Record]]) -> u64 {
+    for record in batches.iter().flat_map(|batch| batch.iter()) {
+        if let Record::Transfer(row) = record {
+            assert!(
+                row.seq > last,
+                "transfer seq {} committed after seq {last}",
+                row.seq
+            );
+            last = row.seq;
+        }
+    }
+    last
 }
 
 fn store_loop(

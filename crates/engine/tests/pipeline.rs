@@ -985,6 +985,11 @@ impl store::Prefetch for FailingReads {
             };
             prefetched.transfers.insert(id, lookup);
         }
+        // One answer per id asked, as the trait says (a debug build of the
+        // pipeline checks it): no quote is stored.
+        for &id in &ids.quotes {
+            prefetched.quotes.insert(id, Lookup::Absent);
+        }
         Ok(prefetched)
     }
 }

@@ -119,9 +119,14 @@ impl Ledger {
         row.answer = Some(answer);
         self.records.push(Record::Quote(row.clone()));
         // One answered after it left memory is held again, as newly
-        // recorded (its answer is resent on a duplicate request).
-        if self.quotes.insert(quote_id, row).is_none() {
-            self.retention.quote_recorded(self.now_ms, quote_id);
+        // recorded (its answer is resent on a duplicate request); one
+        // held stays until its answer is durable (`retention.rs`).
+        match self.quotes.insert(quote_id, row) {
+            None => self.retention.quote_recorded(self.now_ms, quote_id),
+            Some(_) if self.limits.transfer_retention_ms.is_some() => {
+                self.retention.quote_answered(quote_id)
+            }
+            Some(_) => {}
         }
         Ok(Outcome::Done)
     }

@@ -13,7 +13,7 @@
 //!
 //! Funds movements (admin) are few and never leave memory.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::ids::TransferId;
 use crate::ledger::Ledger;
@@ -31,6 +31,11 @@ pub(crate) struct Retention {
     /// Recorded quotes (persistent mode) in memory, in the order received:
     /// (received at, batch that recorded it, id).
     quotes: VecDeque<(i64, u64, TransferId)>,
+    /// Quotes answered while in memory: the batch of the answer. A quote
+    /// changes once after it is recorded, and the store's copy has the
+    /// answer only once that batch is durable, so eviction waits for it
+    /// too (the pipeline reads the store's copy of what left memory).
+    quote_answers: HashMap<TransferId, u64>,
     quotes_evicted_total: u64,
 }
 
@@ -41,6 +46,11 @@ impl Retention {
 
     pub(crate) fn quote_recorded(&mut self, at_ms: i64, quote_id: TransferId) {
         self.quotes.push_back((at_ms, self.batches, quote_id));
+    }
+
+    /// A quote memory holds was answered in the batch being applied.
+    pub(crate) fn quote_answered(&mut self, quote_id: TransferId) {
+        self.quote_answers.insert(quote_id, self.batches);
     }
 
     /// Restored quotes are durable: batch 0.
@@ -135,12 +145,18 @@ impl Ledger {
         let most_quotes = self.limits().max_quotes;
         while spent < budget {
             let crowded = self.quotes.len() > most_quotes;
-            match self.retention.quotes.front() {
+            let retention = &mut self.retention;
+            match retention.quotes.front() {
                 Some(&(at_ms, batch, id))
                     if (crowded || at_ms.saturating_add(retention_ms) <= now_ms)
-                        && batch <= durable_batches =>
+                        && batch <= durable_batches
+                        && retention
+                            .quote_answers
+                            .get(&id)
+                            .is_none_or(|&answered| answered <= durable_batches) =>
                 {
-                    self.retention.quotes.pop_front();
+                    retention.quotes.pop_front();
+                    retention.quote_answers.remove(&id);
                     if self.quotes.remove(&id).is_some() {
                         self.retention.quotes_evicted_total += 1;
                     }

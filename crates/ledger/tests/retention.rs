@@ -431,3 +431,45 @@ fn only_ids_that_may_have_left_memory_are_read() {
     );
     hub.assert_duplicate(prepare(1, payer, payee, 10, T0 + TTL));
 }
+
+/// An answer changes a quote memory holds: until the batch that answered
+/// it is durable, the store's copy has no answer, so the quote stays (as a
+/// finished transfer waits for its finish). Found by the pipeline's
+/// simulation (`vopr`, seed 200543, two pipeline threads, retention on):
+/// the quote left memory right after its answer was applied, the next
+/// batch read the store's copy, not yet answered, and took a second,
+/// different answer as the first.
+#[test]
+fn an_answered_quote_stays_in_memory_until_its_answer_is_durable() {
+    let (mut hub, payer, payee) = two();
+    let quote_id = TransferId::new(7);
+    let recorded = Command::RecordQuote {
+        quote_id,
+        payer: payer.name,
+        payee: payee.name,
+        request_hash: hash(1),
+    };
+    assert_eq!(hub.one(recorded), Outcome::Done);
+    let recorded_in = hub.ledger.batches_applied();
+    hub.advance(RETENTION);
+    let answer = |hash_byte: u8| Command::AnswerQuote {
+        quote_id,
+        caller: payee.name,
+        is_error: false,
+        body: "{}".into(),
+        request_hash: hash(hash_byte),
+    };
+    assert_eq!(hub.one(answer(50)), Outcome::Done);
+    // Only the recording is durable: the quote stays.
+    hub.ledger.evict(hub.now, recorded_in, usize::MAX);
+    assert_eq!(
+        hub.ledger.quote_count(),
+        1,
+        "left before its answer was durable"
+    );
+    hub.assert_rejected(answer(51), ErrorCode::MODIFIED_REQUEST);
+    // Once the answer is, it goes, and the store's copy has the answer.
+    evict_all(&mut hub);
+    assert_eq!(hub.ledger.quote_count(), 0);
+    hub.assert_rejected(answer(51), ErrorCode::MODIFIED_REQUEST);
+}
