@@ -951,6 +951,23 @@ fn persistent_quotes_apply_the_duplicate_rules_across_a_restart() {
     assert_eq!(resent.header("fspiop-source"), Some("Hub"));
     d.payee.assert_quiet(QUIET_WAIT);
 
+    // The payee resending the payer's request (it saw its bytes) is not
+    // the payer: refused (3100), never told the answer.
+    let as_payee = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), true);
+    assert_eq!(
+        d.hub
+            .api("POST", "/quotes", &as_payee, body.as_bytes())
+            .status,
+        202
+    );
+    let error = d.payee.expect("PUT", &format!("/quotes/{quote_id}/error"));
+    assert_eq!(
+        error.json()["errorInformation"]["errorCode"],
+        "3100",
+        "{error:?}"
+    );
+    d.payer.assert_quiet(QUIET_WAIT);
+
     // An answer for a quote the hub never saw is refused at once.
     let unknown = new_id();
     let refused = d.hub.api(

@@ -73,8 +73,23 @@ async fn post_quote(
             // Seen before with the same body: resend the answer if there is
             // one; a quote still waiting for its answer is not sent again,
             // but its payee may still answer it (after a restart too).
+            // Another DFSP resending the payer's request (the payee saw its
+            // bytes) is not the payer: it hears no answer, it is refused.
+            QuoteReply::Duplicate(view) if view.payer != caller.source => {
+                let description =
+                    format!("'{}' is not the payer of quote {quote_id}", caller.source);
+                hub.refuse(
+                    crate::refused::Class::NotParty,
+                    caller.source.as_str(),
+                    &description,
+                );
+                let error =
+                    ledger::Rejection::not_party(ErrorCode::GENERIC_VALIDATION_ERROR, description);
+                send_error(&hub, &caller, &quote_id, &error);
+                return Ok(StatusCode::ACCEPTED.into_response());
+            }
             QuoteReply::Duplicate(view) => {
-                if view.answer.is_none() && view.payer == caller.source {
+                if view.answer.is_none() {
                     let question = crate::answers::Key::new(Resource::Quotes, quote_id.as_str());
                     hub.await_answer(&question, view.payer, view.payee)?;
                 }
