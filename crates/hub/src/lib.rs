@@ -541,6 +541,14 @@ impl HubError {
         )
     }
 
+    /// Whether a refusal is the ledger's "the store could not be read"
+    /// (an id that left memory): nothing was decided or recorded, so the
+    /// sender is told at once to send it again — [`HubError::refused`]
+    /// makes that 503 with `Retry-After` — never by a callback.
+    pub(crate) fn is_retry_later(rejection: &Rejection) -> bool {
+        rejection.code == ErrorCode::SERVICE_UNAVAILABLE
+    }
+
     /// A refusal, in the FSPIOP error shape with its code.
     pub fn refused(rejection: Rejection) -> HubError {
         HubError::new(

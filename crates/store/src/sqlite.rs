@@ -1743,36 +1743,43 @@ impl Prefetch for TransferLookup {
 /// the command naming it.
 fn prefetch(connection: &Connection, ids: &PrefetchIds) -> Prefetched {
     let mut unreadable = Vec::new();
-    let mut lookup = |id: TransferId, found| match found {
-        Ok(Some(row)) => Lookup::Found(row),
-        Ok(None) => Lookup::Absent,
-        Err(error) => {
-            unreadable.push(format!("{id}: {error}"));
-            Lookup::Failed
-        }
-    };
     let transfers = ids
         .transfers
         .iter()
-        .map(|&id| (id, lookup(id, find_transfer(connection, id))))
+        .map(|&id| {
+            let found = find_transfer(connection, id);
+            (id, lookup(found, || id.to_string(), &mut unreadable))
+        })
         .collect();
-    let mut lookup_quote = |id: TransferId, found| match found {
-        Ok(Some(row)) => Lookup::Found(row),
-        Ok(None) => Lookup::Absent,
-        Err(error) => {
-            unreadable.push(format!("quote {id}: {error}"));
-            Lookup::Failed
-        }
-    };
     let quotes = ids
         .quotes
         .iter()
-        .map(|&id| (id, lookup_quote(id, find_quote(connection, id))))
+        .map(|&id| {
+            let found = find_quote(connection, id);
+            (id, lookup(found, || format!("quote {id}"), &mut unreadable))
+        })
         .collect();
     Prefetched {
         transfers,
         quotes,
         unreadable,
+    }
+}
+
+/// One id's answer; a row that cannot be read is said in `unreadable`
+/// (named by `what`) and answered `Failed`.
+fn lookup<T>(
+    found: Result<Option<T>, StoreError>,
+    what: impl FnOnce() -> String,
+    unreadable: &mut Vec<String>,
+) -> Lookup<T> {
+    match found {
+        Ok(Some(row)) => Lookup::Found(row),
+        Ok(None) => Lookup::Absent,
+        Err(error) => {
+            unreadable.push(format!("{}: {error}", what()));
+            Lookup::Failed
+        }
     }
 }
 

@@ -114,10 +114,8 @@ async fn post_quote(
                 }
                 return Ok(StatusCode::ACCEPTED.into_response());
             }
-            // The store could not be read for its id: nothing decided,
-            // resend (503, Retry-After).
-            QuoteReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
-                return Err(HubError::new(error.code, error.description));
+            QuoteReply::Refused(error) if HubError::is_retry_later(&error) => {
+                return Err(HubError::refused(error));
             }
             QuoteReply::Refused(error) => {
                 send_error(&hub, &caller, &quote_id, &error);
@@ -177,8 +175,8 @@ async fn record_answer(
     match hub.ask(command).await? {
         // A resent answer is forwarded again: the payer may have missed it.
         QuoteReply::Recorded | QuoteReply::Duplicate(_) => Ok(true),
-        QuoteReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
-            Err(HubError::new(error.code, error.description))
+        QuoteReply::Refused(error) if HubError::is_retry_later(&error) => {
+            Err(HubError::refused(error))
         }
         QuoteReply::Refused(error) => {
             send_error(hub, caller, quote_id, &error);

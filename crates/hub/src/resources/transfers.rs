@@ -579,13 +579,12 @@ async fn execute_finish(
     Ok((reply, Some((submitted, batch))))
 }
 
-/// A refusal because the store could not be read (an id that left memory):
-/// nothing was decided or recorded, so the sender is told at once to send
-/// it again (503, Retry-After), not by a callback.
+/// A refusal because the store could not be read is answered at once
+/// (see [`HubError::is_retry_later`]).
 fn retry_later(reply: TransferReply) -> Result<TransferReply, HubError> {
     match reply {
-        TransferReply::Refused(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
-            Err(HubError::new(error.code, described(&error)))
+        TransferReply::Refused(error) if HubError::is_retry_later(&error) => {
+            Err(HubError::refused(error))
         }
         reply => Ok(reply),
     }
@@ -904,10 +903,7 @@ async fn get_transfer(
         .await?;
     match reply {
         Ok(view) => hub.send_state(caller.source, &view, caller.reply(), None, None),
-        // The store could not be read: resend (503, Retry-After).
-        Err(error) if error.code == ErrorCode::SERVICE_UNAVAILABLE => {
-            return Err(HubError::new(error.code, described(&error)));
-        }
+        Err(error) if HubError::is_retry_later(&error) => return Err(HubError::refused(error)),
         Err(error) => hub.send_rejection(&caller, transfer_id, &error),
     }
     Ok(StatusCode::ACCEPTED.into_response())
