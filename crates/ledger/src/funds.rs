@@ -137,6 +137,7 @@ impl Ledger {
                 fulfilment: None,
                 memo: Some(Box::new(funds.memo.clone())),
                 wire_version: 0,
+                fx: None,
             },
         );
     }

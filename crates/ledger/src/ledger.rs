@@ -105,6 +105,17 @@ pub(crate) struct Transfer {
     pub(crate) fulfilment: Option<Fulfilment>,
     pub(crate) memo: Option<Box<FundsMemo>>,
     pub(crate) wire_version: u8,
+    /// FX transfers only (boxed: most transfers are not).
+    pub(crate) fx: Option<Box<FxSlot>>,
+}
+
+/// What a conversion or a dependent transfer holds beyond a transfer.
+pub(crate) struct FxSlot {
+    pub(crate) link: FxLink,
+    /// A conversion the FXP accepted: its fulfilment, request hash and
+    /// when, kept after the conversion ends (the transfer's own fulfilment
+    /// is cleared by an abort).
+    pub(crate) fxp_fulfil: Option<ConversionFulfilRow>,
 }
 
 /// What one batch produced: an outcome per command, in order, and the
@@ -135,6 +146,11 @@ pub struct Ledger {
     /// inactive, so that ids are never reused.
     pub(crate) oracles: Vec<OracleRow>,
     pub(crate) quotes: HashMap<TransferId, QuoteRow>,
+    /// The latest conversion in memory for each determining transfer id:
+    /// how a `POST /transfers` finds the conversion it depends on.
+    pub(crate) conversions_by_determining: HashMap<TransferId, TransferId>,
+    /// Declared FXPs and the corridors each serves.
+    pub(crate) fxps: BTreeMap<ParticipantId, Vec<Corridor>>,
     /// Settlement windows, their content and settlements.
     pub(crate) book: SettlementBook,
     /// The newest audit events, oldest first (at most
@@ -187,6 +203,8 @@ impl Ledger {
             parties: HashMap::new(),
             oracles: Vec::new(),
             quotes: HashMap::new(),
+            conversions_by_determining: HashMap::new(),
+            fxps: BTreeMap::new(),
             book: SettlementBook::default(),
             audit_events: VecDeque::new(),
             last_audit_id: 0,
@@ -281,6 +299,12 @@ impl Ledger {
                 net_debit_cap,
             } => self.set_net_debit_cap(*name, *currency, *net_debit_cap, false),
             Command::Prepare(prepare) => self.prepare(prepare),
+            Command::PrepareConversion(prepare) => self.prepare_conversion(prepare),
+            Command::FulfilConversion(fulfil) => self.fulfil_conversion(fulfil),
+            Command::AbortConversion(abort) => self.abort_conversion(abort),
+            Command::SetFxpCorridors { name, corridors } => {
+                self.set_fxp_corridors(*name, corridors)
+            }
             Command::Fulfil(fulfil) => self.fulfil(fulfil),
             Command::Abort(abort) => self.abort(abort),
             Command::FundsIn(funds) => self.funds_in(funds),
@@ -358,6 +382,8 @@ impl Ledger {
             }
             Command::NoteExternalChange { .. } | Command::NoteRefused { .. } => Ok(Outcome::Done),
             Command::GetTransfer { .. }
+            | Command::GetConversion { .. }
+            | Command::ReadFxps
             | Command::ReadTransfer { .. }
             | Command::ReadSettlementWindows
             | Command::ReadSettlements
@@ -390,6 +416,11 @@ impl Ledger {
                 caller,
             } => self.get_transfer(*transfer_id, *caller),
             Command::ReadTransfer { transfer_id } => self.read_transfer(*transfer_id),
+            Command::GetConversion {
+                commit_request_id,
+                caller,
+            } => self.get_conversion(*commit_request_id, *caller),
+            Command::ReadFxps => Ok(self.read_fxps()),
             Command::ReadSettlementWindows => Ok(self.read_windows()),
             Command::ReadSettlements => Ok(self.read_settlements()),
             Command::ReadSettlementReport { settlement } => self.settlement_report(*settlement),

@@ -20,6 +20,7 @@ mod audit;
 mod crypto;
 mod error;
 mod funds;
+mod fx;
 mod ids;
 mod ledger;
 mod model;
@@ -45,6 +46,6 @@ pub use ids::{
 };
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
-pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredTransfer};
+pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredParties, StoredTransfer};
 pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply, Unexpected};
 pub use snapshot::{Archived, Snapshot, WindowPairSum};

@@ -56,6 +56,10 @@ pub enum TransferKind {
     Fspiop,
     FundsIn,
     FundsOut,
+    /// An FSPIOP v2.0 conversion (an fxTransfer): the initiating DFSP's
+    /// source-currency position to the FXP's, by the source amount. Its
+    /// terms are in [`FxLink::Conversion`].
+    FxConversion,
 }
 
 impl TransferKind {
@@ -64,6 +68,7 @@ impl TransferKind {
             TransferKind::Fspiop => "TRANSFER",
             TransferKind::FundsIn => "FUNDS_IN",
             TransferKind::FundsOut => "FUNDS_OUT",
+            TransferKind::FxConversion => "FX_CONVERSION",
         }
     }
 
@@ -72,9 +77,17 @@ impl TransferKind {
             TransferKind::Fspiop,
             TransferKind::FundsIn,
             TransferKind::FundsOut,
+            TransferKind::FxConversion,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
+    }
+
+    /// A movement between two DFSPs' positions (a transfer or a
+    /// conversion), as opposed to an operator's funds movement: it
+    /// settles in windows, and leaves memory past the retention horizon.
+    pub fn is_between_positions(self) -> bool {
+        matches!(self, TransferKind::Fspiop | TransferKind::FxConversion)
     }
 }
 
@@ -141,6 +154,10 @@ pub enum FinishKind {
     Abort,
     /// The expiration instant passed.
     Expiry,
+    /// Its linked partner finished in the same step: a conversion with its
+    /// dependent transfer, or the dependent transfer with its conversion
+    /// (committed together, or aborted or expired together).
+    Linked,
 }
 
 impl FinishKind {
@@ -149,13 +166,19 @@ impl FinishKind {
             FinishKind::Fulfil => "FULFIL",
             FinishKind::Abort => "ABORT",
             FinishKind::Expiry => "EXPIRY",
+            FinishKind::Linked => "LINKED",
         }
     }
 
     pub fn parse(text: &str) -> Option<FinishKind> {
-        [FinishKind::Fulfil, FinishKind::Abort, FinishKind::Expiry]
-            .into_iter()
-            .find(|k| k.as_str() == text)
+        [
+            FinishKind::Fulfil,
+            FinishKind::Abort,
+            FinishKind::Expiry,
+            FinishKind::Linked,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
     }
 }
 
@@ -254,6 +277,107 @@ pub struct Abort {
     pub request_hash: RequestHash,
 }
 
+/// FSPIOP v2.0 `POST /fxTransfers` (payer conversion), parsed: the
+/// initiating DFSP asks the FXP to convert `source` into `target` for the
+/// transfer `determining_transfer_id`.
+#[derive(Clone, Debug)]
+pub struct PrepareConversion {
+    pub commit_request_id: TransferId,
+    /// The initiating DFSP (the payer); the caller.
+    pub initiating: FspName,
+    /// The FXP (`counterPartyFsp`).
+    pub fxp: FspName,
+    pub source_amount: Amount,
+    pub source_currency: Currency,
+    pub terms: ConversionTerms,
+    pub condition: Condition,
+    pub expiration_ms: i64,
+    pub request_hash: RequestHash,
+    /// As [`Prepare::wire_version`].
+    pub wire_version: u8,
+}
+
+/// FSPIOP v2.0 `PUT /fxTransfers/{ID}` from the FXP (conversionState
+/// RESERVED or COMMITTED): it will convert once the dependent transfer
+/// commits. Moves no position.
+#[derive(Clone, Debug)]
+pub struct FulfilConversion {
+    pub commit_request_id: TransferId,
+    /// `FSPIOP-Source`; must be the FXP.
+    pub caller: FspName,
+    /// `None` or one that does not match the condition aborts the
+    /// conversion (3100): a conversion without the FXP's fulfilment is
+    /// not one it agreed to (central-ledger accepts it, fx-research §10.3).
+    pub fulfilment: Option<Fulfilment>,
+    /// As [`Fulfil::destination`]: anyone but the initiating DFSP aborts
+    /// the conversion (3100).
+    pub destination: Option<FspName>,
+    pub request_hash: RequestHash,
+}
+
+/// What a conversion converts into, beyond what a transfer row holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConversionTerms {
+    /// The transfer whose commit this conversion depends on (payer
+    /// conversion): its `transferId`.
+    pub determining_transfer_id: TransferId,
+    pub target_currency: Currency,
+    pub target_amount: Amount,
+}
+
+/// How an FX transfer is linked to its partner, kept with its row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FxLink {
+    /// The row is a conversion ([`TransferKind::FxConversion`]).
+    Conversion(ConversionTerms),
+    /// The row is the transfer a conversion depends on: its debit is the
+    /// FXP's target-currency position, and its FSPIOP payer is `payer`,
+    /// the conversion's initiating DFSP.
+    Dependent {
+        commit_request_id: TransferId,
+        payer: ParticipantId,
+    },
+}
+
+/// A currency pair an FXP converts: from `source` into `target`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Corridor {
+    pub source: Currency,
+    pub target: Currency,
+}
+
+/// Most corridors one FXP declares.
+pub const CORRIDORS_PER_FXP_MAX: usize = 256;
+
+/// An FXP as the operator declared it, as stored (an upsert; no corridors
+/// means it is no longer offered as an FXP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FxpRow {
+    pub participant: ParticipantId,
+    /// Sorted, without repeats.
+    pub corridors: Vec<Corridor>,
+}
+
+/// An FXP as the API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FxpView {
+    pub fsp: FspName,
+    pub active: bool,
+    pub corridors: Vec<Corridor>,
+}
+
+/// The FXP's acceptance of a conversion (`PUT /fxTransfers/{ID}`), as
+/// stored: the conversion stays RESERVED (Mojaloop's
+/// RECEIVED_FULFIL_DEPENDENT) until its dependent transfer finishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConversionFulfilRow {
+    /// The conversion's transfer seq.
+    pub seq: u64,
+    pub fulfilment: Fulfilment,
+    pub request_hash: RequestHash,
+    pub at_ms: i64,
+}
+
 /// Operator's `recordFundsIn` / `recordFundsOutPrepareReserve`.
 #[derive(Clone, Debug)]
 pub struct Funds {
@@ -325,7 +449,26 @@ pub enum Command {
     FundsOutReserve(Funds),
     FundsOutCommit(FundsFinish),
     FundsOutAbort(FundsFinish),
-    /// `GET /transfers/{id}`: only the payer or the payee may ask.
+    /// `POST /fxTransfers`.
+    PrepareConversion(PrepareConversion),
+    /// `PUT /fxTransfers/{ID}` from the FXP.
+    FulfilConversion(FulfilConversion),
+    /// `PUT /fxTransfers/{ID}/error` from the FXP (`transfer_id` is the
+    /// commitRequestId): aborts the conversion and its dependent transfer.
+    AbortConversion(Abort),
+    /// `GET /fxTransfers/{ID}`: only the initiating DFSP or the FXP may ask.
+    GetConversion {
+        commit_request_id: TransferId,
+        caller: FspName,
+    },
+    /// The admin API's `PUT /fxps/{name}`: the corridors an FXP serves
+    /// (replacing any before; none withdraws it), for `GET /services/FXP`.
+    SetFxpCorridors {
+        name: FspName,
+        corridors: Vec<Corridor>,
+    },
+    /// Every declared FXP, in name order.
+    ReadFxps,
     /// `POST /participants/{name}/endpoints`: sets (or replaces) one endpoint.
     SetEndpoint {
         name: FspName,
@@ -608,6 +751,30 @@ pub struct TransferView {
     pub fulfilment: Option<Fulfilment>,
     /// [`Prepare::wire_version`] (0 for funds movements).
     pub wire_version: u8,
+    /// A conversion's terms, or a dependent transfer's conversion, with
+    /// the partner's state.
+    pub fx: Option<FxView>,
+}
+
+/// The FX side of a [`TransferView`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FxView {
+    /// The view is of a conversion.
+    Conversion {
+        terms: ConversionTerms,
+        /// When the FXP accepted it (its fulfilment is the view's).
+        fxp_fulfilled_at_ms: Option<i64>,
+        /// Its dependent transfer, once prepared: the payee and state
+        /// (`None` in a copy read from the store).
+        dependent: Option<(FspName, TransferState)>,
+    },
+    /// The view is of the transfer a conversion depends on.
+    Dependent {
+        commit_request_id: TransferId,
+        fxp: FspName,
+        /// The conversion's state (`None` in a copy read from the store).
+        conversion: Option<TransferState>,
+    },
 }
 
 /// The result of one command.
@@ -664,6 +831,8 @@ pub enum Outcome {
     /// Newest first.
     AuditEvents(Vec<AuditEventRow>),
     CertificatePins(Vec<PinView>),
+    /// Declared FXPs, in name order.
+    Fxps(Vec<FxpView>),
 }
 
 impl Outcome {
@@ -730,6 +899,8 @@ pub struct TransferRow {
     pub memo: Option<Box<FundsMemo>>,
     /// [`Prepare::wire_version`] (0 for funds movements).
     pub wire_version: u8,
+    /// A conversion's terms or a dependent transfer's link.
+    pub fx: Option<FxLink>,
 }
 
 /// How a reserved transfer finished. Written once per transfer.
@@ -787,6 +958,10 @@ pub enum Record {
     CertificatePin(PinRow),
     /// The pin of this fingerprint removed.
     CertificateUnpinned([u8; 32]),
+    /// The FXP accepted a conversion (an insert, once per conversion).
+    ConversionFulfilled(ConversionFulfilRow),
+    /// An FXP's corridors as declared (an upsert of the whole row).
+    Fxp(FxpRow),
 }
 
 /// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).

@@ -36,7 +36,10 @@ use std::collections::HashMap;
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{Currency, FspName, TransferId};
 use crate::ledger::Ledger;
-use crate::model::{Command, FinishKind, FinishRow, QuoteRow, TransferRow, TransferView};
+use crate::model::{
+    Command, ConversionFulfilRow, FinishKind, FinishRow, FxLink, FxView, QuoteRow, TransferRow,
+    TransferView,
+};
 use crate::{BatchResult, RequestHash};
 
 /// A transfer as the store holds it, with what the duplicate rules need.
@@ -47,6 +50,20 @@ pub struct StoredTransfer {
     pub request_hash: RequestHash,
     /// What finished it, with that request's hash.
     pub finish: Option<(FinishKind, RequestHash)>,
+    /// A conversion the FXP accepted: that request's hash, and when.
+    pub fxp_fulfil: Option<(RequestHash, i64)>,
+}
+
+/// Who a stored transfer's accounts belong to, as the store names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredParties {
+    /// The debit account's participant (the payer, or for a transfer a
+    /// conversion depends on, the FXP).
+    pub debit_owner: FspName,
+    pub credit_owner: FspName,
+    /// The payer of a transfer a conversion depends on: the participant
+    /// of its [`FxLink::Dependent`].
+    pub fx_payer: Option<FspName>,
 }
 
 impl StoredTransfer {
@@ -55,30 +72,50 @@ impl StoredTransfer {
     pub fn from_rows(
         transfer: &TransferRow,
         finish: Option<&FinishRow>,
-        payer: FspName,
-        payee: FspName,
+        parties: StoredParties,
         currency: Currency,
+        conversion_fulfil: Option<&ConversionFulfilRow>,
     ) -> StoredTransfer {
+        let fx = transfer.fx.map(|link| match link {
+            FxLink::Conversion(terms) => FxView::Conversion {
+                terms,
+                fxp_fulfilled_at_ms: conversion_fulfil.map(|row| row.at_ms),
+                dependent: None,
+            },
+            FxLink::Dependent {
+                commit_request_id, ..
+            } => FxView::Dependent {
+                commit_request_id,
+                fxp: parties.debit_owner,
+                conversion: None,
+            },
+        });
+        let fulfilment = |finish: &FinishRow| {
+            finish
+                .fulfilment
+                .or_else(|| conversion_fulfil.map(|row| row.fulfilment))
+                .filter(|_| finish.state == crate::model::TransferState::Committed)
+        };
         let (state, reason, completed_at_ms, fulfilment) = match finish {
             Some(finish) => (
                 finish.state,
                 finish.reason,
                 Some(finish.finished_at_ms),
-                finish.fulfilment,
+                fulfilment(finish),
             ),
             None => (
                 transfer.state,
                 transfer.reason,
                 transfer.state.is_final().then_some(transfer.prepared_at_ms),
-                None,
+                conversion_fulfil.map(|row| row.fulfilment),
             ),
         };
         StoredTransfer {
             view: TransferView {
                 transfer_id: transfer.transfer_id,
                 kind: transfer.kind,
-                payer,
-                payee,
+                payer: parties.fx_payer.unwrap_or(parties.debit_owner),
+                payee: parties.credit_owner,
                 amount: transfer.amount,
                 currency,
                 state,
@@ -89,9 +126,11 @@ impl StoredTransfer {
                 completed_at_ms,
                 fulfilment,
                 wire_version: transfer.wire_version,
+                fx,
             },
             request_hash: transfer.request_hash,
             finish: finish.map(|finish| (finish.kind, finish.request_hash)),
+            fxp_fulfil: conversion_fulfil.map(|row| (row.request_hash, row.at_ms)),
         }
     }
 }
@@ -230,6 +269,15 @@ fn ids_of(command: &Command, transfers: &mut Vec<TransferId>, quotes: &mut Vec<T
         Command::GetTransfer { transfer_id, .. } | Command::ReadTransfer { transfer_id } => {
             transfers.push(*transfer_id)
         }
+        Command::PrepareConversion(prepare) => {
+            transfers.push(prepare.commit_request_id);
+            transfers.push(prepare.terms.determining_transfer_id);
+        }
+        Command::FulfilConversion(fulfil) => transfers.push(fulfil.commit_request_id),
+        Command::AbortConversion(abort) => transfers.push(abort.transfer_id),
+        Command::GetConversion {
+            commit_request_id, ..
+        } => transfers.push(*commit_request_id),
         Command::RecordQuote { quote_id, .. } | Command::AnswerQuote { quote_id, .. } => {
             quotes.push(*quote_id)
         }

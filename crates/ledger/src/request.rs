@@ -229,6 +229,13 @@ fn audit_events(outcome: Outcome) -> Answer<Vec<AuditEventRow>> {
     })
 }
 
+fn fxps(outcome: Outcome) -> Answer<Vec<FxpView>> {
+    answer(outcome, |o| match o {
+        Outcome::Fxps(views) => Ok(views),
+        other => Err(unexpected(other)),
+    })
+}
+
 fn certificate_pins(outcome: Outcome) -> Answer<Vec<PinView>> {
     answer(outcome, |o| match o {
         Outcome::CertificatePins(views) => Ok(views),
@@ -291,6 +298,10 @@ requests! {
     /// `GET /transfers/{ID}`: only the payer or the payee may ask.
     GetTransfer { transfer_id: TransferId, caller: FspName } => Changed<TransferView> = transfer_view;
     ReadTransfer { transfer_id: TransferId } => Changed<(TransferView, Held)> = transfer_read;
+    /// `GET /fxTransfers/{ID}`: only the initiating DFSP or the FXP may ask.
+    GetConversion { commit_request_id: TransferId, caller: FspName } => Changed<TransferView> = transfer_view;
+    SetFxpCorridors { name: FspName, corridors: Vec<Corridor> } => Changed<()> = done;
+    ReadFxps {} => Changed<Vec<FxpView>> = fxps;
 
     CloseSettlementWindow { id: u32, reason: String } => Changed<WindowView> = window;
     CreateSettlement { model: String, reason: String, windows: Vec<u32> } => Changed<SettlementView> = settlement;
@@ -339,6 +350,8 @@ wrapped! {
     /// `recordFundsOutAbort`.
     FundsOutAbort(FundsFinish) => TransferReply = transfer;
     ReadAuditEvents(AuditQuery) => Changed<Vec<AuditEventRow>> = audit_events;
+    /// `PUT /fxTransfers/{ID}/error` from the FXP.
+    AbortConversion(Abort) => TransferReply = transfer;
 }
 
 /// The FSPIOP transfer messages are their own requests.
@@ -358,4 +371,4 @@ macro_rules! message {
     )*};
 }
 
-message!(Prepare, Fulfil, Abort);
+message!(Prepare, Fulfil, Abort, PrepareConversion, FulfilConversion);

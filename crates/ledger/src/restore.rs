@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use crate::amount::Amount;
 use crate::ids::{AccountId, ParticipantId};
 use crate::ledger::{
-    account_row, index, participant_row, Account, Finish, Ledger, Limits, Participant, PartyEntry,
-    Transfer,
+    account_row, index, participant_row, Account, Finish, FxSlot, Ledger, Limits, Participant,
+    PartyEntry, Transfer,
 };
 use crate::model::*;
 use crate::snapshot::Snapshot;
@@ -30,6 +30,7 @@ impl Ledger {
             .collect();
         let mut transfers = Vec::with_capacity(self.transfers.len());
         let mut finishes = Vec::new();
+        let mut conversion_fulfils = Vec::new();
         for (&transfer_id, transfer) in self.transfers.iter() {
             let initial_state = if transfer.finish.is_some() {
                 TransferState::Reserved
@@ -55,7 +56,11 @@ impl Ledger {
                 },
                 memo: transfer.memo.clone(),
                 wire_version: transfer.wire_version,
+                fx: transfer.fx.as_ref().map(|slot| slot.link),
             });
+            if let Some(row) = transfer.fx.as_ref().and_then(|slot| slot.fxp_fulfil.clone()) {
+                conversion_fulfils.push(row);
+            }
             if let Some(finish) = transfer.finish {
                 finishes.push(FinishRow {
                     seq: transfer.seq,
@@ -72,6 +77,7 @@ impl Ledger {
         }
         transfers.sort_unstable_by_key(|row| row.seq);
         finishes.sort_unstable_by_key(|row| row.seq);
+        conversion_fulfils.sort_unstable_by_key(|row| row.seq);
         let mut endpoints: Vec<EndpointRow> = self
             .participants
             .iter()
@@ -120,6 +126,15 @@ impl Ledger {
             entries: self.book.entries.clone(),
             audit_events: self.audit_events.iter().cloned().collect(),
             certificate_pins: self.pin_rows(),
+            conversion_fulfils,
+            fxps: self
+                .fxps
+                .iter()
+                .map(|(&participant, corridors)| FxpRow {
+                    participant,
+                    corridors: corridors.clone(),
+                })
+                .collect(),
             // Evicted transfers are the store's to give; a snapshot holds
             // what is in memory.
             archived: Default::default(),
@@ -241,9 +256,18 @@ impl Ledger {
             now_ms = now_ms.max(event.at_ms);
         }
         ledger.restore_audit(snapshot.audit_events, snapshot.certificate_pins);
+        for row in snapshot.fxps {
+            ledger.fxps.insert(row.participant, row.corridors);
+        }
+        let mut conversion_fulfils: HashMap<u64, ConversionFulfilRow> = snapshot
+            .conversion_fulfils
+            .into_iter()
+            .map(|row| (row.seq, row))
+            .collect();
         let mut finishes = snapshot.finishes.into_iter().peekable();
         let mut restored_finished = Vec::with_capacity(snapshot.transfers.len());
         ledger.transfers.reserve(snapshot.transfers.len());
+        let mut transfer_fulfilment = None;
         for row in snapshot.transfers {
             now_ms = now_ms.max(row.prepared_at_ms);
             let mut transfer = Transfer {
@@ -262,7 +286,21 @@ impl Ledger {
                 fulfilment: None,
                 memo: row.memo,
                 wire_version: row.wire_version,
+                fx: row.fx.map(|link| {
+                    let fxp_fulfil = conversion_fulfils.remove(&row.seq);
+                    if let Some(accepted) = &fxp_fulfil {
+                        now_ms = now_ms.max(accepted.at_ms);
+                        transfer_fulfilment = Some(accepted.fulfilment);
+                    }
+                    Box::new(FxSlot { link, fxp_fulfil })
+                }),
             };
+            transfer.fulfilment = transfer_fulfilment.take();
+            if let Some(FxLink::Conversion(terms)) = row.fx {
+                ledger
+                    .conversions_by_determining
+                    .insert(terms.determining_transfer_id, row.transfer_id);
+            }
             // Both lists are in seq order (the audit checked it).
             if let Some(finish) = finishes.next_if(|finish| finish.seq == row.seq) {
                 now_ms = now_ms.max(finish.finished_at_ms);
@@ -279,13 +317,13 @@ impl Ledger {
                 if finish.settlement_window.is_some() && finish.settlement_window == open_window {
                     open_commits.add(row.debit, row.credit, row.amount);
                 }
-                if row.kind == TransferKind::Fspiop {
+                if row.kind.is_between_positions() {
                     restored_finished.push((finish.finished_at_ms, row.transfer_id));
                 }
-            } else if row.kind == TransferKind::Fspiop && row.state.is_final() {
+            } else if row.kind.is_between_positions() && row.state.is_final() {
                 restored_finished.push((row.prepared_at_ms, row.transfer_id));
             }
-            if transfer.state == TransferState::Reserved && transfer.kind == TransferKind::Fspiop {
+            if transfer.state == TransferState::Reserved && transfer.kind.is_between_positions() {
                 ledger
                     .expiry
                     .insert((transfer.expiration_ms, row.transfer_id));

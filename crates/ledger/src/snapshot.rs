@@ -42,6 +42,10 @@ pub struct Snapshot {
     pub audit_events: Vec<AuditEventRow>,
     /// Pinned client certificates, in fingerprint order.
     pub certificate_pins: Vec<PinRow>,
+    /// The FXPs' acceptances of the conversions loaded, in seq order.
+    pub conversion_fulfils: Vec<ConversionFulfilRow>,
+    /// Declared FXPs, in participant order.
+    pub fxps: Vec<FxpRow>,
     /// Transfers the store holds but did not load (finished before the
     /// retention horizon), summed; empty when everything was loaded.
     pub archived: Archived,
@@ -306,7 +310,7 @@ impl Snapshot {
                 ));
             }
             let expected_first_state = match row.kind {
-                TransferKind::Fspiop => {
+                TransferKind::Fspiop | TransferKind::FxConversion => {
                     matches!(row.state, TransferState::Reserved | TransferState::Rejected)
                 }
                 TransferKind::FundsIn => row.state == TransferState::Committed,
@@ -347,6 +351,8 @@ impl Snapshot {
                 Ok(i) => finished[i] = Some(finish.state),
             }
         }
+
+        self.audit_fx(&finished, &mut problem);
 
         for (row, finish) in self.transfers.iter().zip(&finished) {
             if self.check_transfer_accounts(row).is_err() {
@@ -466,6 +472,79 @@ impl Snapshot {
         problems
     }
 
+    /// Conversions and their dependent transfers: the links are well
+    /// formed, and a linked pair both loaded never ends apart (committed
+    /// together, or neither). `finished[i]` is the final state of
+    /// `self.transfers[i]`, if it finished.
+    fn audit_fx(&self, finished: &[Option<TransferState>], problem: &mut impl FnMut(String)) {
+        let by_id: HashMap<TransferId, usize> = self
+            .transfers
+            .iter()
+            .enumerate()
+            .filter(|(_, row)| row.fx.is_some())
+            .map(|(i, row)| (row.transfer_id, i))
+            .collect();
+        let state_of = |i: usize| finished[i].unwrap_or(self.transfers[i].state);
+        for (&id, &i) in &by_id {
+            let row = &self.transfers[i];
+            match (row.kind, row.fx) {
+                (TransferKind::FxConversion, Some(FxLink::Conversion(terms))) => {
+                    if !terms.target_amount.is_valid_transfer_amount() {
+                        problem(format!("conversion {id} converts into {}", terms.target_amount));
+                    }
+                    let source = self
+                        .accounts
+                        .get((row.debit.0 as usize).wrapping_sub(1))
+                        .map(|a| a.currency);
+                    if source == Some(terms.target_currency) {
+                        problem(format!("conversion {id} converts a currency into itself"));
+                    }
+                }
+                (TransferKind::Fspiop, Some(FxLink::Dependent { commit_request_id, payer })) => {
+                    if self.participants.get((payer.0 as usize).wrapping_sub(1)).is_none() {
+                        problem(format!("transfer {id} is paid by missing participant {}", payer.0));
+                    }
+                    let Some(&conversion) = by_id.get(&commit_request_id) else {
+                        continue; // archived, or not loaded
+                    };
+                    let linked = matches!(
+                        self.transfers[conversion].fx,
+                        Some(FxLink::Conversion(terms)) if terms.determining_transfer_id == id
+                    );
+                    if !linked {
+                        problem(format!(
+                            "transfer {id} depends on {commit_request_id}, not its conversion"
+                        ));
+                        continue;
+                    }
+                    let (mine, theirs) = (state_of(i), state_of(conversion));
+                    let committed = TransferState::Committed;
+                    let reserved = TransferState::Reserved;
+                    let apart = (mine == committed) != (theirs == committed)
+                        || (mine == reserved) != (theirs == reserved);
+                    if apart {
+                        problem(format!(
+                            "transfer {id} is {} but its conversion {commit_request_id} is {}",
+                            mine.as_str(),
+                            theirs.as_str()
+                        ));
+                    }
+                }
+                _ => problem(format!("{} {id} carries the wrong FX link", row.kind.as_str())),
+            }
+        }
+        for fulfil in &self.conversion_fulfils {
+            let conversion = self
+                .transfers
+                .binary_search_by_key(&fulfil.seq, |row| row.seq)
+                .ok()
+                .map(|i| &self.transfers[i]);
+            if conversion.is_some_and(|row| row.kind != TransferKind::FxConversion) {
+                problem(format!("seq {} is accepted by an FXP but is no conversion", fulfil.seq));
+            }
+        }
+    }
+
     fn check_transfer_accounts(&self, row: &TransferRow) -> Result<(), String> {
         let account = |id: crate::ids::AccountId| {
             self.accounts
@@ -480,7 +559,9 @@ impl Snapshot {
             ));
         }
         let expected = match row.kind {
-            TransferKind::Fspiop => (AccountKind::Position, AccountKind::Position),
+            TransferKind::Fspiop | TransferKind::FxConversion => {
+                (AccountKind::Position, AccountKind::Position)
+            }
             TransferKind::FundsIn => (AccountKind::HubReconciliation, AccountKind::Settlement),
             TransferKind::FundsOut => (AccountKind::Settlement, AccountKind::HubReconciliation),
         };

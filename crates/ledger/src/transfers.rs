@@ -5,7 +5,7 @@ use crate::amount::Amount;
 use crate::crypto::{Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, TransferId};
-use crate::ledger::{modified_prepare, overflow, validation, Finish, Ledger, Transfer};
+use crate::ledger::{modified_prepare, overflow, validation, Finish, FxSlot, Ledger, Transfer};
 use crate::model::*;
 use crate::prefetch::StoredTransfer;
 use crate::request::Held;
@@ -14,10 +14,15 @@ impl Ledger {
     pub(crate) fn view(&self, transfer_id: TransferId, transfer: &Transfer) -> TransferView {
         let debit = self.account(transfer.debit);
         let credit = self.account(transfer.credit);
+        let debit_owner = self.participant(debit.participant).name;
+        let (payer, fx) = match transfer.fx.as_deref() {
+            None => (debit_owner, None),
+            Some(slot) => self.fx_view(transfer_id, slot, debit_owner),
+        };
         TransferView {
             transfer_id,
             kind: transfer.kind,
-            payer: self.participant(debit.participant).name,
+            payer,
             payee: self.participant(credit.participant).name,
             amount: transfer.amount,
             currency: debit.currency,
@@ -36,6 +41,7 @@ impl Ledger {
             },
             fulfilment: transfer.fulfilment,
             wire_version: transfer.wire_version,
+            fx,
         }
     }
 
@@ -106,9 +112,7 @@ impl Ledger {
         let view = stored.view;
         let id = view.transfer_id;
         if view.kind != TransferKind::Fspiop {
-            return Err(validation(format!(
-                "transfer {id} is a funds movement, not an FSPIOP transfer"
-            )));
+            return Err(Self::not_a_transfer(id, view.kind));
         }
         if view.payee != caller {
             return Err(Rejection::not_party(
@@ -156,6 +160,18 @@ impl Ledger {
         }
     }
 
+    /// A transfer message naming a funds movement or a conversion.
+    pub(crate) fn not_a_transfer(transfer_id: TransferId, kind: TransferKind) -> Rejection {
+        match kind {
+            TransferKind::FxConversion => validation(format!(
+                "{transfer_id} is a conversion (see /fxTransfers), not a transfer"
+            )),
+            _ => validation(format!(
+                "transfer {transfer_id} is a funds movement, not an FSPIOP transfer"
+            )),
+        }
+    }
+
     pub(crate) fn not_reserved(transfer_id: TransferId, state: TransferState) -> Rejection {
         if state == TransferState::Expired {
             return Rejection::new(
@@ -172,7 +188,11 @@ impl Ledger {
     /// A DFSP's POSITION account in `currency`, required to be usable; the
     /// refusals in central-ledger's words (`Participant payerfsp is
     /// inactive`), which Mojaloop's collections look for.
-    fn active_position(&self, name: FspName, currency: Currency) -> Result<AccountId, Rejection> {
+    pub(crate) fn active_position(
+        &self,
+        name: FspName,
+        currency: Currency,
+    ) -> Result<AccountId, Rejection> {
         let id = self
             .participant_by_name
             .get(&name)
@@ -211,27 +231,100 @@ impl Ledger {
                 prepare.payer
             )));
         }
-        let payer_position = self.active_position(prepare.payer, prepare.currency)?;
+        // The transfer a conversion depends on is paid from the FXP's
+        // position in the target currency, not the payer's (fx.rs).
+        let (debit_position, fx, debtor) = match self.conversion_for(transfer_id) {
+            Some(conversion) => {
+                let (fxp_position, link) = self.dependent_debit(prepare, conversion)?;
+                (fxp_position, Some(link), Debtor::Fxp)
+            }
+            None => (
+                self.active_position(prepare.payer, prepare.currency)?,
+                None,
+                Debtor::Payer,
+            ),
+        };
         let payee_position = self.active_position(prepare.payee, prepare.currency)?;
-        let payer = self.account(payer_position).participant;
-        let settlement = self
-            .find_account(payer, prepare.currency, AccountKind::Settlement)
-            .ok_or_else(|| {
-                validation(format!(
-                    "payer FSP '{}' has no {} SETTLEMENT account",
-                    prepare.payer, prepare.currency
-                ))
-            })?;
         if prepare.expiration_ms <= self.now_ms {
             return Err(Rejection::new(
                 ErrorCode::TRANSFER_EXPIRED,
                 format!("transfer {transfer_id} expired before it was prepared"),
             ));
         }
+        let refusal = self.position_refusal(debit_position, prepare.amount, debtor)?;
+        let state = match refusal {
+            Some(_) => TransferState::Rejected,
+            None => TransferState::Reserved,
+        };
+        if state == TransferState::Reserved {
+            self.reserve(debit_position, prepare.amount)?;
+            self.expiry.insert((prepare.expiration_ms, transfer_id));
+        }
+        self.insert_transfer(
+            transfer_id,
+            Transfer {
+                seq: 0,
+                kind: TransferKind::Fspiop,
+                debit: debit_position,
+                credit: payee_position,
+                amount: prepare.amount,
+                condition: prepare.condition,
+                expiration_ms: prepare.expiration_ms,
+                prepared_at_ms: self.now_ms,
+                request_hash: prepare.request_hash,
+                state,
+                reason: refusal.as_ref().map(|r| r.code),
+                finish: None,
+                fulfilment: None,
+                memo: None,
+                wire_version: prepare.wire_version,
+                fx: fx.map(|link| {
+                    Box::new(FxSlot {
+                        link,
+                        fxp_fulfil: None,
+                    })
+                }),
+            },
+        );
+        if let (Some(error), Some(FxLink::Dependent { commit_request_id, .. })) = (&refusal, fx) {
+            // The FXP cannot pay it: the conversion cannot complete, so it
+            // ends now rather than hold the payer's funds until it
+            // expires (central-ledger keeps it, fx-research §10.7).
+            self.finish_linked_now(commit_request_id, TransferState::Aborted, error.code)?;
+        }
+        let transfer = self.view_of(transfer_id);
+        Ok(match refusal {
+            Some(error) => Outcome::Failed { transfer, error },
+            None => Outcome::Transfer(transfer),
+        })
+    }
 
-        // Mojaloop's position check (central-ledger position facade), with the
-        // headroom of each reservation taken before the next command runs.
-        let position = self.account(payer_position);
+    /// Mojaloop's position check (central-ledger position facade) of
+    /// reserving `amount` on `position`, with the headroom of each
+    /// reservation taken before the next command runs: the refusal (4001
+    /// over the liquidity cover, 4200 over the net debit cap), or `None`
+    /// when it fits. Changes nothing.
+    pub(crate) fn position_refusal(
+        &self,
+        position_id: AccountId,
+        amount: Amount,
+        debtor: Debtor,
+    ) -> Result<Option<Rejection>, Rejection> {
+        let position = self.account(position_id);
+        let owner = self.participant(position.participant).name;
+        let settlement = self
+            .find_account(
+                position.participant,
+                position.currency,
+                AccountKind::Settlement,
+            )
+            .ok_or_else(|| {
+                validation(format!(
+                    "{} '{owner}' has no {} SETTLEMENT account",
+                    debtor.word(),
+                    position.currency
+                ))
+            })?;
         let settlement = self.account(settlement);
         let effective = position
             .value
@@ -247,64 +340,38 @@ impl Ledger {
             .ok_or_else(overflow)?;
         let net_debit_cap = position.net_debit_cap.unwrap_or(Amount::ZERO);
         let available_limit = net_debit_cap.checked_sub(effective).ok_or_else(overflow)?;
-        let new_reserved = position
+        position
             .reserved
-            .checked_add(prepare.amount)
+            .checked_add(amount)
             .ok_or_else(overflow)?;
-
-        let refusal = if prepare.amount > available_liquidity {
+        let debtor = match debtor {
+            Debtor::Payer => "the payer's".to_string(),
+            Debtor::Fxp => format!("the FXP {owner}'s {}", position.currency),
+        };
+        Ok(if amount > available_liquidity {
             Some(Rejection::new(
                 ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
-                format!(
-                    "amount {} exceeds the payer's available liquidity of {available_liquidity}",
-                    prepare.amount
-                ),
+                format!("amount {amount} exceeds {debtor} available liquidity of {available_liquidity}"),
             ))
-        } else if prepare.amount > available_limit {
+        } else if amount > available_limit {
             Some(Rejection::new(
                 ErrorCode::PAYER_LIMIT_ERROR,
-                format!(
-                    "amount {} exceeds the payer's available net debit cap of {available_limit}",
-                    prepare.amount
-                ),
+                format!("amount {amount} exceeds {debtor} available net debit cap of {available_limit}"),
             ))
         } else {
             None
-        };
-        let state = if refusal.is_some() {
-            TransferState::Rejected
-        } else {
-            TransferState::Reserved
-        };
-        if state == TransferState::Reserved {
-            self.balance_mut(payer_position).reserved = new_reserved;
-            self.expiry.insert((prepare.expiration_ms, transfer_id));
-        }
-        self.insert_transfer(
-            transfer_id,
-            Transfer {
-                seq: 0,
-                kind: TransferKind::Fspiop,
-                debit: payer_position,
-                credit: payee_position,
-                amount: prepare.amount,
-                condition: prepare.condition,
-                expiration_ms: prepare.expiration_ms,
-                prepared_at_ms: self.now_ms,
-                request_hash: prepare.request_hash,
-                state,
-                reason: refusal.as_ref().map(|r| r.code),
-                finish: None,
-                fulfilment: None,
-                memo: None,
-                wire_version: prepare.wire_version,
-            },
-        );
-        let transfer = self.view_of(transfer_id);
-        Ok(match refusal {
-            Some(error) => Outcome::Failed { transfer, error },
-            None => Outcome::Transfer(transfer),
         })
+    }
+
+    /// Holds `amount` on `position` (after [`Self::position_refusal`]).
+    pub(crate) fn reserve(&mut self, position: AccountId, amount: Amount) -> Result<(), Rejection> {
+        let reserved = self
+            .account(position)
+            .reserved
+            .checked_add(amount)
+            .ok_or_else(overflow)?;
+        self.balance_mut(position).reserved = reserved;
+        Ok(())
     }
 
     pub(crate) fn insert_transfer(&mut self, transfer_id: TransferId, mut transfer: Transfer) {
@@ -325,8 +392,9 @@ impl Ledger {
             reason: transfer.reason,
             memo: transfer.memo.clone(),
             wire_version: transfer.wire_version,
+            fx: transfer.fx.as_ref().map(|slot| slot.link),
         }));
-        if transfer.kind == TransferKind::Fspiop && transfer.state.is_final() {
+        if transfer.kind.is_between_positions() && transfer.state.is_final() {
             self.retention.finished(self.now_ms, transfer_id);
         }
         let previous = self.transfers.insert(transfer_id, transfer);
@@ -338,7 +406,9 @@ impl Ledger {
 
     /// Moves a reserved transfer to its final state: releases the hold on the
     /// debit account and, on commit, posts the amount from credit to debit.
-    /// Checks every sum before changing anything.
+    /// A conversion and its dependent transfer finish together, in this one
+    /// step (the partner in the same state, [`FinishKind::Linked`]). Checks
+    /// every sum of both before changing anything.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn finish(
         &mut self,
@@ -350,18 +420,55 @@ impl Ledger {
         request_hash: RequestHash,
         fulfilment: Option<Fulfilment>,
     ) -> Result<TransferView, Rejection> {
+        let partner = self.reserved_partner(transfer_id);
+        let plan = self.plan_finish(transfer_id, state)?;
+        let partner_plan = match partner {
+            Some(partner) => Some((partner, self.plan_finish(partner, state)?)),
+            None => None,
+        };
+        self.apply_finish(plan, kind, reason, cause, request_hash, fulfilment);
+        if let Some((partner, plan)) = partner_plan {
+            // A committed conversion keeps the FXP's fulfilment; an ended
+            // one has none, as an aborted transfer.
+            let fulfilment = match state {
+                TransferState::Committed => self.transfers[&partner].fulfilment,
+                _ => None,
+            };
+            let hash = RequestHash::default();
+            self.apply_finish(plan, FinishKind::Linked, reason, None, hash, fulfilment);
+        }
+        Ok(self.view_of(transfer_id))
+    }
+
+    /// Finishes a reserved conversion or dependent transfer whose partner
+    /// just ended without it being reserved (a rejected dependent
+    /// transfer): alone, [`FinishKind::Linked`].
+    pub(crate) fn finish_linked_now(
+        &mut self,
+        transfer_id: TransferId,
+        state: TransferState,
+        reason: ErrorCode,
+    ) -> Result<(), Rejection> {
+        let plan = self.plan_finish(transfer_id, state)?;
+        let hash = RequestHash::default();
+        self.apply_finish(plan, FinishKind::Linked, Some(reason), None, hash, None);
+        Ok(())
+    }
+
+    /// What finishing a reserved transfer in `state` changes, every sum
+    /// checked; nothing changed yet.
+    fn plan_finish(
+        &self,
+        transfer_id: TransferId,
+        state: TransferState,
+    ) -> Result<FinishPlan, Rejection> {
         let transfer = &self.transfers[&transfer_id];
         assert_eq!(
             transfer.state,
             TransferState::Reserved,
             "only a reserved transfer can finish"
         );
-        let (debit, credit, amount, expiration_ms) = (
-            transfer.debit,
-            transfer.credit,
-            transfer.amount,
-            transfer.expiration_ms,
-        );
+        let (debit, credit, amount) = (transfer.debit, transfer.credit, transfer.amount);
         let debit_account = self.account(debit);
         let released = debit_account
             .reserved
@@ -385,10 +492,11 @@ impl Ledger {
         } else {
             None
         };
-        // A committed FSPIOP transfer belongs to the window open now, in
-        // this same step, so no close can race it; under a GROSS model it
-        // also settles at once. Both are checked before anything changes.
-        let settles = posted.is_some() && transfer.kind == TransferKind::Fspiop;
+        // A committed transfer or conversion belongs to the window open
+        // now, in this same step, so no close can race it; under a GROSS
+        // model it also settles at once. Both are checked before anything
+        // changes.
+        let settles = posted.is_some() && transfer.kind.is_between_positions();
         let window_commit = match settles {
             true => Some(self.plan_window_commit(debit, credit, amount)?),
             false => None,
@@ -397,19 +505,44 @@ impl Ledger {
             true => self.plan_gross(debit, credit, amount)?,
             false => None,
         };
+        Ok(FinishPlan {
+            transfer_id,
+            state,
+            released,
+            posted,
+            window_commit,
+            gross,
+        })
+    }
 
-        self.balance_mut(debit).reserved = released;
-        if let Some((debit_value, credit_value)) = posted {
+    fn apply_finish(
+        &mut self,
+        plan: FinishPlan,
+        kind: FinishKind,
+        reason: Option<ErrorCode>,
+        cause: Option<AbortCause>,
+        request_hash: RequestHash,
+        fulfilment: Option<Fulfilment>,
+    ) {
+        let transfer_id = plan.transfer_id;
+        let transfer = &self.transfers[&transfer_id];
+        let (debit, credit, expiration_ms) =
+            (transfer.debit, transfer.credit, transfer.expiration_ms);
+        self.balance_mut(debit).reserved = plan.released;
+        if let Some((debit_value, credit_value)) = plan.posted {
             assert_eq!(self.account(debit).currency, self.account(credit).currency);
             self.balance_mut(debit).value = debit_value;
             self.balance_mut(credit).value = credit_value;
         }
-        let settlement_window = window_commit.and_then(|plan| self.apply_window_commit(plan, 1));
-        if let Some(entries) = gross {
+        let settlement_window = plan
+            .window_commit
+            .and_then(|commit| self.apply_window_commit(commit, 1));
+        if let Some(entries) = plan.gross {
             self.post_entries(&entries, None, Some(transfer_id));
         }
         self.expiry.remove(&(expiration_ms, transfer_id));
         let now_ms = self.now_ms;
+        let state = plan.state;
         let transfer = self
             .transfers
             .get_mut(&transfer_id)
@@ -425,7 +558,7 @@ impl Ledger {
             cause,
         });
         let seq = transfer.seq;
-        if transfer.kind == TransferKind::Fspiop {
+        if transfer.kind.is_between_positions() {
             self.retention.finished(now_ms, transfer_id);
         }
         self.records.push(Record::Finish(FinishRow {
@@ -439,7 +572,6 @@ impl Ledger {
             fulfilment,
             settlement_window,
         }));
-        Ok(self.view_of(transfer_id))
     }
 
     /// Finds a transfer that `caller` may finish as its payee.
@@ -455,9 +587,7 @@ impl Ledger {
             )
         })?;
         if transfer.kind != TransferKind::Fspiop {
-            return Err(validation(format!(
-                "transfer {transfer_id} is a funds movement, not an FSPIOP transfer"
-            )));
+            return Err(Self::not_a_transfer(transfer_id, transfer.kind));
         }
         let payee = self
             .participant(self.account(transfer.credit).participant)
@@ -635,6 +765,9 @@ impl Ledger {
         caller: FspName,
     ) -> Result<Outcome, Rejection> {
         let (view, _) = self.transfer_view(transfer_id)?;
+        if view.kind == TransferKind::FxConversion {
+            return Err(Self::transfer_not_found(transfer_id));
+        }
         if caller != view.payer && caller != view.payee {
             return Err(Rejection::not_party(
                 ErrorCode::GENERIC_CLIENT_ERROR,
@@ -653,16 +786,23 @@ impl Ledger {
         })
     }
 
-    fn transfer_view(&self, transfer_id: TransferId) -> Result<(TransferView, Held), Rejection> {
+    pub(crate) fn transfer_not_found(transfer_id: TransferId) -> Rejection {
+        Rejection::new(
+            ErrorCode::TRANSFER_ID_NOT_FOUND,
+            format!("transfer {transfer_id} not found"),
+        )
+    }
+
+    pub(crate) fn transfer_view(
+        &self,
+        transfer_id: TransferId,
+    ) -> Result<(TransferView, Held), Rejection> {
         if let Some(transfer) = self.transfers.get(&transfer_id) {
             return Ok((self.view(transfer_id, transfer), Held::InMemory));
         }
         match self.beyond_memory(transfer_id)? {
             Some(stored) => Ok((stored.view, Held::InStore)),
-            None => Err(Rejection::new(
-                ErrorCode::TRANSFER_ID_NOT_FOUND,
-                format!("transfer {transfer_id} not found"),
-            )),
+            None => Err(Self::transfer_not_found(transfer_id)),
         }
     }
 
@@ -673,6 +813,7 @@ impl Ledger {
                 break;
             }
             let code = Some(ErrorCode::TRANSFER_EXPIRED);
+            let partner = self.reserved_partner(transfer_id);
             match self.finish(
                 transfer_id,
                 FinishKind::Expiry,
@@ -682,7 +823,10 @@ impl Ledger {
                 RequestHash::default(),
                 None,
             ) {
-                Ok(view) => expired.push(view),
+                Ok(view) => {
+                    expired.push(view);
+                    expired.extend(partner.map(|partner| self.view_of(partner)));
+                }
                 // Releasing a hold cannot overflow; should it, keep the
                 // transfer reserved rather than spin on it.
                 Err(_) => {
@@ -692,4 +836,32 @@ impl Ledger {
         }
         Outcome::Expired(expired)
     }
+}
+
+/// Whose position a prepare reserves: the payer's, or (for the transfer a
+/// conversion depends on) the FXP's in the target currency. Names the
+/// debtor in a refusal's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Debtor {
+    Payer,
+    Fxp,
+}
+
+impl Debtor {
+    fn word(self) -> &'static str {
+        match self {
+            Debtor::Payer => "payer FSP",
+            Debtor::Fxp => "FXP",
+        }
+    }
+}
+
+/// A finish checked by [`Ledger::plan_finish`], to apply.
+pub(crate) struct FinishPlan {
+    transfer_id: TransferId,
+    state: TransferState,
+    released: Amount,
+    posted: Option<(Amount, Amount)>,
+    window_commit: Option<crate::settlement::WindowCommit>,
+    gross: Option<[crate::settlement::Posting; 2]>,
 }

@@ -609,6 +609,9 @@ impl Mirror {
                 Record::Oracle(_) | Record::OracleDeleted(_) | Record::Quote(_) => {
                     unreachable!("oracles are not generated here")
                 }
+                Record::ConversionFulfilled(_) | Record::Fxp(_) => {
+                    unreachable!("FX is checked by tests/fx.rs")
+                }
                 Record::Window(row) => {
                     self.windows.insert(row.id, row.clone());
                 }
@@ -808,8 +811,14 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UnpinCertificate { .. }
         | Command::ReadCertificatePins
         | Command::NoteExternalChange { .. }
-        | Command::NoteRefused { .. } => {
-            unreachable!("reference-data and settlement commands are not generated here")
+        | Command::NoteRefused { .. }
+        | Command::PrepareConversion(_)
+        | Command::FulfilConversion(_)
+        | Command::AbortConversion(_)
+        | Command::GetConversion { .. }
+        | Command::SetFxpCorridors { .. }
+        | Command::ReadFxps => {
+            unreachable!("reference-data, settlement and FX commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
         Command::CreateHubAccount { .. } => (Expect::Created(1), vec![]),

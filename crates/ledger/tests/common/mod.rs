@@ -67,6 +67,7 @@ pub struct StoreCopy {
     pub transfers: std::collections::HashMap<TransferId, TransferRow>,
     pub finishes: std::collections::HashMap<u64, FinishRow>,
     pub quotes: std::collections::HashMap<TransferId, QuoteRow>,
+    pub conversion_fulfils: std::collections::HashMap<u64, ConversionFulfilRow>,
     /// Ids whose rows the test says cannot be read.
     pub unreadable: std::collections::HashSet<TransferId>,
     /// How many ids were read so far.
@@ -93,6 +94,9 @@ impl StoreCopy {
                 Record::Quote(row) => {
                     self.quotes.insert(row.quote_id, row.clone());
                 }
+                Record::ConversionFulfilled(row) => {
+                    self.conversion_fulfils.insert(row.seq, row.clone());
+                }
                 _ => {}
             }
         }
@@ -100,14 +104,23 @@ impl StoreCopy {
 
     pub fn stored(&self, transfer_id: TransferId) -> Option<StoredTransfer> {
         let row = self.transfers.get(&transfer_id)?;
-        let (payer, currency) = self.accounts[&row.debit];
-        let (payee, _) = self.accounts[&row.credit];
+        let (debit_owner, currency) = self.accounts[&row.debit];
+        let (credit_owner, _) = self.accounts[&row.credit];
+        let fx_payer = match row.fx {
+            Some(FxLink::Dependent { payer, .. }) => Some(self.participants[&payer]),
+            _ => None,
+        };
+        let parties = StoredParties {
+            debit_owner: self.participants[&debit_owner],
+            credit_owner: self.participants[&credit_owner],
+            fx_payer,
+        };
         Some(StoredTransfer::from_rows(
             row,
             self.finishes.get(&row.seq),
-            self.participants[&payer],
-            self.participants[&payee],
+            parties,
             currency,
+            self.conversion_fulfils.get(&row.seq),
         ))
     }
 
