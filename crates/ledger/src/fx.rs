@@ -120,8 +120,7 @@ impl Ledger {
         commit_request_id: TransferId,
     ) -> Result<(AccountId, FxLink), Rejection> {
         let conversion = &self.transfers[&commit_request_id];
-        let Some(FxLink::Conversion(terms)) = conversion.fx.as_deref().map(|slot| slot.link)
-        else {
+        let Some(FxLink::Conversion(terms)) = conversion.fx.as_deref().map(|slot| slot.link) else {
             unreachable!("the index holds conversions only");
         };
         let id = prepare.transfer_id;
@@ -131,7 +130,11 @@ impl Ledger {
                 conversion.state.as_str()
             )));
         }
-        if conversion.fx.as_deref().is_some_and(|slot| slot.fxp_fulfil.is_none()) {
+        if conversion
+            .fx
+            .as_deref()
+            .is_some_and(|slot| slot.fxp_fulfil.is_none())
+        {
             // Central-ledger's words.
             return Err(validation(format!(
                 "Related FX Transfer is not fulfilled: conversion {commit_request_id} awaits the FXP"
@@ -140,7 +143,9 @@ impl Ledger {
         if conversion.expiration_ms <= self.now_ms {
             return Err(Rejection::new(
                 ErrorCode::TRANSFER_EXPIRED,
-                format!("conversion {commit_request_id}, which transfer {id} depends on, has expired"),
+                format!(
+                    "conversion {commit_request_id}, which transfer {id} depends on, has expired"
+                ),
             ));
         }
         let initiating = self.account(conversion.debit).participant;
@@ -156,7 +161,10 @@ impl Ledger {
         }
         let payer = self.participant(initiating);
         if !payer.active {
-            return Err(validation(format!("Participant {} is inactive", payer.name)));
+            return Err(validation(format!(
+                "Participant {} is inactive",
+                payer.name
+            )));
         }
         if prepare.currency != terms.target_currency {
             return Err(validation(format!(
@@ -354,10 +362,18 @@ impl Ledger {
         let id = fulfil.commit_request_id;
         let hash = fulfil.request_hash;
         if let Some(stored) = self.beyond_memory(id)? {
-            return Self::answer_stored_conversion(&stored, fulfil.caller, FinishKind::Fulfil, hash);
+            return Self::answer_stored_conversion(
+                &stored,
+                fulfil.caller,
+                FinishKind::Fulfil,
+                hash,
+            );
         }
         let conversion = self.fxp_conversion(id, fulfil.caller)?;
-        let accepted = conversion.fx.as_deref().and_then(|slot| slot.fxp_fulfil.as_ref());
+        let accepted = conversion
+            .fx
+            .as_deref()
+            .and_then(|slot| slot.fxp_fulfil.as_ref());
         match accepted.map(|row| row.request_hash) {
             Some(seen) if seen == hash => {
                 return Ok(Outcome::Duplicate(self.view(id, conversion)));
@@ -406,7 +422,10 @@ impl Ledger {
             request_hash: hash,
             at_ms: now_ms,
         };
-        let slot = conversion.fx.as_deref_mut().expect("a conversion has terms");
+        let slot = conversion
+            .fx
+            .as_deref_mut()
+            .expect("a conversion has terms");
         slot.fxp_fulfil = Some(row.clone());
         self.push_record(Record::ConversionFulfilled(row));
         Ok(Outcome::Transfer(self.view_of(id)))

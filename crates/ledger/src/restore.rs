@@ -58,7 +58,11 @@ impl Ledger {
                 wire_version: transfer.wire_version,
                 fx: transfer.fx.as_ref().map(|slot| slot.link),
             });
-            if let Some(row) = transfer.fx.as_ref().and_then(|slot| slot.fxp_fulfil.clone()) {
+            if let Some(row) = transfer
+                .fx
+                .as_ref()
+                .and_then(|slot| slot.fxp_fulfil.clone())
+            {
                 conversion_fulfils.push(row);
             }
             if let Some(finish) = transfer.finish {

@@ -490,7 +490,10 @@ impl Snapshot {
             match (row.kind, row.fx) {
                 (TransferKind::FxConversion, Some(FxLink::Conversion(terms))) => {
                     if !terms.target_amount.is_valid_transfer_amount() {
-                        problem(format!("conversion {id} converts into {}", terms.target_amount));
+                        problem(format!(
+                            "conversion {id} converts into {}",
+                            terms.target_amount
+                        ));
                     }
                     let source = self
                         .accounts
@@ -500,9 +503,22 @@ impl Snapshot {
                         problem(format!("conversion {id} converts a currency into itself"));
                     }
                 }
-                (TransferKind::Fspiop, Some(FxLink::Dependent { commit_request_id, payer })) => {
-                    if self.participants.get((payer.0 as usize).wrapping_sub(1)).is_none() {
-                        problem(format!("transfer {id} is paid by missing participant {}", payer.0));
+                (
+                    TransferKind::Fspiop,
+                    Some(FxLink::Dependent {
+                        commit_request_id,
+                        payer,
+                    }),
+                ) => {
+                    if self
+                        .participants
+                        .get((payer.0 as usize).wrapping_sub(1))
+                        .is_none()
+                    {
+                        problem(format!(
+                            "transfer {id} is paid by missing participant {}",
+                            payer.0
+                        ));
                     }
                     let Some(&conversion) = by_id.get(&commit_request_id) else {
                         continue; // archived, or not loaded
@@ -530,7 +546,10 @@ impl Snapshot {
                         ));
                     }
                 }
-                _ => problem(format!("{} {id} carries the wrong FX link", row.kind.as_str())),
+                _ => problem(format!(
+                    "{} {id} carries the wrong FX link",
+                    row.kind.as_str()
+                )),
             }
         }
         for fulfil in &self.conversion_fulfils {
@@ -540,7 +559,10 @@ impl Snapshot {
                 .ok()
                 .map(|i| &self.transfers[i]);
             if conversion.is_some_and(|row| row.kind != TransferKind::FxConversion) {
-                problem(format!("seq {} is accepted by an FXP but is no conversion", fulfil.seq));
+                problem(format!(
+                    "seq {} is accepted by an FXP but is no conversion",
+                    fulfil.seq
+                ));
             }
         }
     }

@@ -45,6 +45,19 @@ impl Ledger {
         }
     }
 
+    /// The transfer's FSPIOP payer: its debit account's participant, or
+    /// for the transfer a conversion depends on (paid from the FXP's
+    /// position), the conversion's initiating DFSP.
+    pub(crate) fn fspiop_payer(&self, transfer: &Transfer) -> FspName {
+        match transfer.fx.as_deref().map(|slot| slot.link) {
+            Some(FxLink::Dependent { payer, .. }) => self.participant(payer).name,
+            _ => {
+                self.participant(self.account(transfer.debit).participant)
+                    .name
+            }
+        }
+    }
+
     pub(crate) fn view_of(&self, transfer_id: TransferId) -> TransferView {
         self.view(transfer_id, &self.transfers[&transfer_id])
     }
@@ -286,7 +299,13 @@ impl Ledger {
                 }),
             },
         );
-        if let (Some(error), Some(FxLink::Dependent { commit_request_id, .. })) = (&refusal, fx) {
+        if let (
+            Some(error),
+            Some(FxLink::Dependent {
+                commit_request_id, ..
+            }),
+        ) = (&refusal, fx)
+        {
             // The FXP cannot pay it: the conversion cannot complete, so it
             // ends now rather than hold the payer's funds until it
             // expires (central-ledger keeps it, fx-research §10.7).
@@ -340,10 +359,7 @@ impl Ledger {
             .ok_or_else(overflow)?;
         let net_debit_cap = position.net_debit_cap.unwrap_or(Amount::ZERO);
         let available_limit = net_debit_cap.checked_sub(effective).ok_or_else(overflow)?;
-        position
-            .reserved
-            .checked_add(amount)
-            .ok_or_else(overflow)?;
+        position.reserved.checked_add(amount).ok_or_else(overflow)?;
         let debtor = match debtor {
             Debtor::Payer => "the payer's".to_string(),
             Debtor::Fxp => format!("the FXP {owner}'s {}", position.currency),
@@ -351,12 +367,16 @@ impl Ledger {
         Ok(if amount > available_liquidity {
             Some(Rejection::new(
                 ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
-                format!("amount {amount} exceeds {debtor} available liquidity of {available_liquidity}"),
+                format!(
+                    "amount {amount} exceeds {debtor} available liquidity of {available_liquidity}"
+                ),
             ))
         } else if amount > available_limit {
             Some(Rejection::new(
                 ErrorCode::PAYER_LIMIT_ERROR,
-                format!("amount {amount} exceeds {debtor} available net debit cap of {available_limit}"),
+                format!(
+                    "amount {amount} exceeds {debtor} available net debit cap of {available_limit}"
+                ),
             ))
         } else {
             None
@@ -724,8 +744,7 @@ impl Ledger {
         let Some(destination) = destination else {
             return Ok(None);
         };
-        let debit = self.transfers[&transfer_id].debit;
-        let payer = self.participant(self.account(debit).participant).name;
+        let payer = self.fspiop_payer(&self.transfers[&transfer_id]);
         if payer == destination {
             return Ok(None);
         }
