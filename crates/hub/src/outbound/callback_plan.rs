@@ -66,6 +66,9 @@ pub enum Event {
     AbortedByPayee,
     /// The ledger expired it.
     Expired,
+    /// The conversion it depended on ended first (the FXP's error, or its
+    /// wrong fulfilment), and ended it ([`ledger::FinishKind::Linked`]).
+    EndedWithConversion,
 }
 
 /// The hub's setting and what the request said beyond the outcome.
@@ -111,7 +114,7 @@ pub fn callbacks_for(event: Event, view: &TransferView, facts: Facts) -> Plan {
             then: None,
         },
         // Both parties: the payee may be holding funds for it.
-        Event::Expired => Plan {
+        Event::Expired | Event::EndedWithConversion => Plan {
             first: to(Payer, Error),
             then: Some(to(Payee, Error)),
         },
@@ -166,6 +169,7 @@ pub fn stored_event(
         (TransferState::Rejected, _) => Event::Rejected,
         (_, Some(FinishKind::Abort)) => Event::AbortedByPayee,
         (_, Some(FinishKind::Fulfil)) => Event::Fulfilled,
+        (_, Some(FinishKind::Linked)) => Event::EndedWithConversion,
         // Finished by the ledger's expiry (its finish has no request).
         (_, Some(FinishKind::Expiry)) | (_, None) => Event::Expired,
     })

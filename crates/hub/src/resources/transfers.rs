@@ -473,6 +473,10 @@ impl Hub {
     /// each prepare came in.
     pub fn notify_expired(&self, expired: &[TransferView]) {
         for view in expired {
+            if view.kind == ledger::TransferKind::FxConversion {
+                self.notify_expired_conversion(view);
+                continue;
+            }
             let version =
                 fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
             let reply = Reply::unprompted(version);
@@ -492,6 +496,21 @@ impl Hub {
 }
 
 impl Hub {
+    /// A transfer ended because the conversion it depended on ended first:
+    /// its payer and payee hear the hub's error (`code`, `description`).
+    pub(crate) fn tell_transfer_ended_by_conversion(
+        &self,
+        view: &TransferView,
+        code: ErrorCode,
+        description: &str,
+    ) {
+        let version =
+            fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
+        let plan = callbacks_for(Event::EndedWithConversion, view, self.facts(false));
+        let error = (code, description.to_string());
+        self.tell(plan, view, Sources::hubs(error, Reply::unprompted(version)), None);
+    }
+
     /// After a restart: queues again the callbacks of transfers prepared or
     /// finished since the saved delivery watermark (from the store's
     /// `transfers_touched_since`), each as the hub would send it now. The
@@ -509,6 +528,10 @@ impl Hub {
     ) -> usize {
         let mut queued = 0;
         for (view, condition, finish) in transfers {
+            if view.kind == ledger::TransferKind::FxConversion {
+                queued += self.redeliver_conversion(view, condition, *finish, now_ms);
+                continue;
+            }
             let Some(event) = callback_plan::stored_event(view, *finish, now_ms) else {
                 continue;
             };
@@ -717,6 +740,8 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
                 caller.reply(),
                 false,
             );
+            // Refused on the FXP's limits: its conversion ended too.
+            hub.tell_fxp(&transfer);
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         // A resend of a finished transfer gets its state again; one still in
@@ -801,6 +826,7 @@ async fn fulfil(
             let plan = callbacks_for(Event::Fulfilled, &view, hub.facts(reserve_only));
             let sources = Sources::passing_on(passed_on, Some(body), caller.reply());
             hub.tell(plan, &view, sources, probe);
+            hub.tell_fxp(&view);
         }
         TransferReply::Failed { transfer, error } => {
             hub.fail(
@@ -811,6 +837,7 @@ async fn fulfil(
                 caller.reply(),
                 reserve_only,
             );
+            hub.tell_fxp(&transfer);
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         TransferReply::Duplicate(view) => {
@@ -862,6 +889,7 @@ async fn abort(
             let sources = Sources::passing_on(passed_on, None, caller.reply());
             let probe = Some(hub.stages.callback_probe(Phase::Abort, transfer_id));
             hub.tell(plan, &view, sources, probe);
+            hub.tell_fxp(&view);
         }
         // Addressed to another than the payer: aborted with 3100, which the
         // payer is told instead of the payee's error (and the payee is not,
@@ -875,6 +903,7 @@ async fn abort(
                 caller.reply(),
                 false,
             );
+            hub.tell_fxp(&transfer);
         }
         TransferReply::Refused(error) => hub.send_rejection(&caller, transfer_id, &error),
         TransferReply::Duplicate(view) => {
