@@ -29,6 +29,7 @@ pub mod resources {
     pub mod quotes;
     pub mod requests;
     pub mod routing;
+    pub mod services;
     pub mod transfers;
     pub mod wire;
 }
@@ -40,6 +41,7 @@ pub mod operator {
     pub mod admin_refusals;
     pub mod admin_transfers;
     pub mod audit;
+    pub mod fxps;
     pub mod jws_keys;
     pub mod oracles;
     pub mod pins;
@@ -91,10 +93,12 @@ mod references;
 pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats};
 pub use operator::{
-    admin, admin_refusals, admin_transfers, audit, jws_keys, oracles, pins, settlement, watch,
+    admin, admin_refusals, admin_transfers, audit, fxps, jws_keys, oracles, pins, settlement, watch,
 };
 pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
-pub use resources::{answers, fx_transfers, parties, quotes, requests, routing, transfers, wire};
+pub use resources::{
+    answers, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
+};
 pub use security::{admin_auth, jws, refused, tls};
 
 use endpoints::Endpoints;
@@ -650,6 +654,7 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
     let binding = hub.clone();
     let fspiop = transfers::router(hub.clone())
         .merge(fx_transfers::routes().with_state(hub.clone()))
+        .merge(services::routes().with_state(hub.clone()))
         .merge(quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
@@ -865,6 +870,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         });
     admin::router(hub.clone())
         .merge(oracles::router(hub.clone()))
+        .merge(fxps::router(hub.clone()))
         .merge(settlement::router(hub.clone()))
         .merge(stages::router(hub.clone()))
         .merge(jws_keys::router(hub.clone()))

@@ -82,7 +82,7 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, HubError> {
     })
 }
 
-fn fsp_name(text: &str) -> Result<FspName, HubError> {
+pub(crate) fn participant_name(text: &str) -> Result<FspName, HubError> {
     FspName::new(text).ok_or_else(|| {
         HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
@@ -165,8 +165,8 @@ async fn read_participants(
     Ok(hub.ask(ReadParticipants { name }).await??)
 }
 
-async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubError> {
-    let name = fsp_name(name)?;
+pub(crate) async fn read_participant(hub: &Hub, name: &str) -> Result<ParticipantView, HubError> {
+    let name = participant_name(name)?;
     let mut views = read_participants(hub, Some(name)).await?;
     views.pop().ok_or_else(|| {
         HubError::new(
@@ -212,7 +212,7 @@ async fn create_participant(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: NewParticipant = parse(&body)?;
-    let name = fsp_name(&request.name)?;
+    let name = participant_name(&request.name)?;
     apply(
         &hub,
         Change::participant("participant.create", name),
@@ -250,7 +250,7 @@ async fn set_participant_active(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
-    let name = fsp_name(&name)?;
+    let name = participant_name(&name)?;
     let active = active_flag(&request.is_active)?;
     apply(
         &hub,
@@ -356,7 +356,7 @@ async fn set_account_active(
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: ActiveFlag = parse(&body)?;
-    let name = fsp_name(&name)?;
+    let name = participant_name(&name)?;
     let active = active_flag(&request.is_active)?;
     let command = SetAccountActive {
         name,
@@ -421,7 +421,7 @@ async fn record_funds(
     }
     let funds = Funds {
         transfer_id: transfer_id(&request.transfer_id)?,
-        participant: fsp_name(&name)?,
+        participant: participant_name(&name)?,
         account: account_id(&id)?,
         amount: amount(&request.amount.amount, "amount.amount")?,
         currency: currency(&request.amount.currency)?,
@@ -472,7 +472,7 @@ async fn finish_funds_out(
     let request: FundsFinishRequest = parse(&body)?;
     let finish = FundsFinish {
         transfer_id: transfer_id(&transfer)?,
-        participant: fsp_name(&name)?,
+        participant: participant_name(&name)?,
         account: account_id(&id)?,
         request_hash: RequestHash::of(&body),
     };
@@ -536,7 +536,7 @@ async fn initial_position_and_limits(
             ));
         }
     }
-    let name = fsp_name(&name)?;
+    let name = participant_name(&name)?;
     let command = InitNetDebitCap {
         name,
         currency: currency(&request.currency)?,
@@ -559,7 +559,7 @@ async fn set_limits(
 ) -> Result<Response, HubError> {
     let request: SetLimits = parse(&body)?;
     let cap = net_debit_cap(&request.limit)?;
-    let name = fsp_name(&name)?;
+    let name = participant_name(&name)?;
     let command = SetNetDebitCap {
         name,
         currency: currency(&request.currency)?,
@@ -637,7 +637,7 @@ async fn set_endpoint(
     if request.kind.contains("_URL") {
         crate::callback_url::check("value", &request.value, &hub.config.callback_allow)?;
     }
-    let name = fsp_name(&name)?;
+    let name = participant_name(&name)?;
     apply(
         &hub,
         Change::participant("endpoint.set", name),

@@ -59,6 +59,17 @@ impl Change {
         }
     }
 
+    /// An FXP's corridors declared: the event shows its corridors before
+    /// and after.
+    pub fn fxp(action: &str, name: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: name.to_string(),
+            view: Some(Command::ReadFxps),
+            render: crate::fxps::render_fxp,
+        }
+    }
+
     /// An oracle change: the event shows the live oracles before and after.
     pub fn oracles(action: &str, target: String) -> Change {
         Change {
