@@ -20,16 +20,16 @@
 //! are separate checks the caller applies
 //! ([`ParsedFxPrepare::check_payer_conversion`]).
 
-use crate::datetime::format_date_time;
 use crate::json::{self, JsonArr, JsonObj, JsonStr};
-use crate::quotes::{amount_type, AmountType};
+use crate::quotes::{amount_type, optional_date_time, AmountType};
 use crate::schema::{
     correlation_id_field, currency, money, optional_correlation_id, optional_money, Child, Item,
     Money,
 };
 use crate::transfers::{
-    bounded_text, check_extension_list, date_time, fsp_id, optional_str, parse_object,
-    required_obj, required_str, ExtensionListRaw, FieldPath, MoneyRaw,
+    bounded_text, check_extension_list, date_time, fsp_id, optional_fulfilment, optional_str,
+    parse_object, required_obj, required_str, state_body, wire_state, ExtensionListRaw, FieldPath,
+    MoneyRaw,
 };
 use crate::{FspiopError, WireState};
 use ledger::{Amount, Condition, Currency, FspName, Fulfilment, RequestHash, TransferId};
@@ -146,17 +146,6 @@ struct ServicesFxpPutRaw<'a> {
 
 // ----------------------------------------------------------------- checks
 
-/// A `DateTime` property that may be absent.
-fn optional_date_time(
-    value: &JsonStr<'_>,
-    path: impl fmt::Display + Copy,
-) -> Result<Option<i64>, FspiopError> {
-    match optional_str(value, path)? {
-        Some(text) => date_time(text, path).map(Some),
-        None => Ok(None),
-    }
-}
-
 /// A required `DateTime` property.
 fn required_date_time(
     value: &JsonStr<'_>,
@@ -188,19 +177,6 @@ fn movable_money(
         ));
     }
     Ok(money)
-}
-
-/// A required `TransferState` property (the `conversionState` of v2.0).
-fn conversion_state(
-    value: &JsonStr<'_>,
-    path: impl fmt::Display + Copy,
-) -> Result<WireState, FspiopError> {
-    WireState::parse(required_str(value, path)?).ok_or_else(|| {
-        FspiopError::invalid(
-            path,
-            "must be one of RECEIVED, RESERVED, COMMITTED, ABORTED",
-        )
-    })
 }
 
 // ----------------------------------------------------------- FxConversion
@@ -509,14 +485,8 @@ pub struct ParsedFxFulfil {
 /// are ignored.
 pub fn parse_fx_transfer_fulfil(body: &[u8]) -> Result<ParsedFxFulfil, FspiopError> {
     let raw: FxStateRaw<'_> = parse_object(body)?;
-    let conversion_state = conversion_state(&raw.conversion_state, "conversionState")?;
-    let path = FieldPath::new("fulfilment");
-    let fulfilment = match optional_str(&raw.fulfilment, path)? {
-        Some(text) => Some(Fulfilment::from_base64url_lenient(text).ok_or_else(|| {
-            FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)")
-        })?),
-        None => None,
-    };
+    let conversion_state = wire_state(&raw.conversion_state, "conversionState")?;
+    let fulfilment = optional_fulfilment(&raw.fulfilment, FieldPath::new("fulfilment"))?;
     let completed_ms = optional_date_time(
         &raw.completed_timestamp,
         FieldPath::new("completedTimestamp"),
@@ -546,7 +516,7 @@ pub struct ParsedFxPatch {
 /// ignored like any unknown property.
 pub fn parse_fx_transfer_patch(body: &[u8]) -> Result<ParsedFxPatch, FspiopError> {
     let raw: FxStateRaw<'_> = parse_object(body)?;
-    let conversion_state = conversion_state(&raw.conversion_state, "conversionState")?;
+    let conversion_state = wire_state(&raw.conversion_state, "conversionState")?;
     let completed_ms = optional_date_time(
         &raw.completed_timestamp,
         FieldPath::new("completedTimestamp"),
@@ -600,12 +570,6 @@ pub fn parse_services_fxp_put(body: &[u8]) -> Result<ParsedServicesFxpPut, Fspio
 
 // ------------------------------------------------------- callback bodies
 
-/// Appends `"conversionState":"<state>"`.
-fn push_conversion_state(out: &mut Vec<u8>, state: WireState) {
-    out.extend_from_slice(b"\"conversionState\":");
-    json::push_str(out, state.as_str());
-}
-
 /// The `PUT /fxTransfers/{ID}` body the hub sends (FxTransfersIDPutResponse):
 /// `{"fulfilment":..,"completedTimestamp":..,"conversionState":..}`,
 /// leaving out the optional properties given as `None`.
@@ -614,21 +578,13 @@ pub fn fx_transfer_put_body(
     fulfilment: Option<&Fulfilment>,
     completed_ms: Option<i64>,
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.push(b'{');
-    if let Some(fulfilment) = fulfilment {
-        out.extend_from_slice(b"\"fulfilment\":\"");
-        out.extend_from_slice(fulfilment.to_base64url().as_bytes());
-        out.extend_from_slice(b"\",");
-    }
-    if let Some(ms) = completed_ms {
-        out.extend_from_slice(b"\"completedTimestamp\":\"");
-        out.extend_from_slice(format_date_time(ms).as_bytes());
-        out.extend_from_slice(b"\",");
-    }
-    push_conversion_state(&mut out, state);
-    out.push(b'}');
-    out
+    state_body(
+        "conversionState",
+        state.as_str(),
+        fulfilment,
+        completed_ms,
+        &[],
+    )
 }
 
 /// The `PATCH /fxTransfers/{ID}` body the hub sends the FXP at the
