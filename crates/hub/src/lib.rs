@@ -24,6 +24,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome, Rejection, Request};
 /// routed services, the answer rule, the headers.
 pub mod resources {
     pub mod answers;
+    pub mod fx_quotes;
     pub mod parties;
     pub mod quotes;
     pub mod requests;
@@ -93,7 +94,7 @@ pub use operator::{
     admin, admin_refusals, admin_transfers, audit, jws_keys, oracles, pins, settlement, watch,
 };
 pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
-pub use resources::{answers, parties, quotes, requests, routing, transfers, wire};
+pub use resources::{answers, fx_quotes, parties, quotes, requests, routing, transfers, wire};
 pub use security::{admin_auth, jws, refused, tls};
 
 use endpoints::Endpoints;
@@ -649,6 +650,7 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
     let binding = hub.clone();
     let fspiop = transfers::router(hub.clone())
         .merge(quotes::routes().with_state(hub.clone()))
+        .merge(fx_quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
     // Layers run outside in: repeated headers and stale dates (see
