@@ -18,10 +18,16 @@ pub enum Resource {
     TransactionRequests,
     Authorizations,
     BulkQuotes,
+    /// v2.0: a payer DFSP asks an FXP for a conversion's terms.
+    FxQuotes,
+    /// v2.0: a payer DFSP asks an FXP to convert (the conversion).
+    FxTransfers,
+    /// v2.0: `/services/FXP[/{Source}/{Target}]`, which FXPs convert.
+    Services,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 7] = [
+    pub const ALL: [Resource; 10] = [
         Resource::Transfers,
         Resource::Parties,
         Resource::Participants,
@@ -29,6 +35,9 @@ impl Resource {
         Resource::TransactionRequests,
         Resource::Authorizations,
         Resource::BulkQuotes,
+        Resource::FxQuotes,
+        Resource::FxTransfers,
+        Resource::Services,
     ];
 
     /// The media-type word, also the first path segment.
@@ -41,7 +50,41 @@ impl Resource {
             Resource::TransactionRequests => "transactionRequests",
             Resource::Authorizations => "authorizations",
             Resource::BulkQuotes => "bulkQuotes",
+            Resource::FxQuotes => "fxQuotes",
+            Resource::FxTransfers => "fxTransfers",
+            Resource::Services => "services",
         }
+    }
+
+    /// The first FSPIOP version that has this resource: 1.0, except v2.0's
+    /// foreign exchange (`fxQuotes`, `fxTransfers`) and `/services/FXP`.
+    ///
+    /// It limits only what the hub writes (see [`Resource::hub_version`]).
+    /// What it reads is the same for every resource, [`Version::SUPPORTED`]:
+    /// kasi accepts what Mojaloop's hub accepts, and Mojaloop's header
+    /// check is not per resource — ml-api-adapter validates `fxTransfers`
+    /// with `transfers`' list (content 1.0, 1.1, 2.0; accept 1, 1.0, 1.1, 2,
+    /// 2.0), and quoting-service checks the headers of `quotes` only, so
+    /// an `fxQuotes` request passes whatever its version. A body is judged
+    /// by its schema, which for FX is v2.0's whatever the label says.
+    pub fn since(self) -> Version {
+        match self {
+            Resource::FxQuotes | Resource::FxTransfers | Resource::Services => Version::V2_0,
+            _ => Version::V1_0,
+        }
+    }
+
+    /// The version of a message the hub writes itself about this resource
+    /// (an error from the hub, a PATCH, a state callback), given the one
+    /// negotiated with its addressee: that one, but never older than the
+    /// resource ([`Resource::since`]). So FX messages are always 2.0, as
+    /// Mojaloop's hub writes them (central-services-shared's default
+    /// versions for `fxQuotes` and `fxTransfers`: content 2.0, accept 2)
+    /// — a v1.x label on a body only v2.0 defines would describe nothing.
+    /// Mojaloop's default for `services` is 1.0, a resource v1.x does not
+    /// have; kasi writes it as the v2.0 it comes from.
+    pub fn hub_version(self, negotiated: Version) -> Version {
+        negotiated.max(self.since())
     }
 
     /// The resource named by a path's first segment (`transfers`, ...).
@@ -823,6 +866,46 @@ mod tests {
             );
         }
         assert_eq!(Resource::from_path_segment("bulkTransfers"), None);
+        assert_eq!(
+            Resource::from_path_segment("fxQuotes"),
+            Some(Resource::FxQuotes)
+        );
+        assert_eq!(Resource::from_path_segment("fxquotes"), None);
+    }
+
+    #[test]
+    fn fx_resources_are_read_in_every_version_and_written_in_2_0() {
+        for resource in [
+            Resource::FxQuotes,
+            Resource::FxTransfers,
+            Resource::Services,
+        ] {
+            for version in Version::SUPPORTED {
+                let header = content_type_for(resource, version);
+                assert_eq!(check_content_type(resource, Some(&header)), Ok(version));
+                assert_eq!(resource.hub_version(version), Version::V2_0);
+            }
+            let accept = format!("application/vnd.interoperability.{resource}+json;version=2");
+            assert_eq!(negotiate_accept(resource, Some(&accept)), Ok(Version::V2_0));
+        }
+        assert_eq!(
+            content_type_for(Resource::FxTransfers, Version::V2_0),
+            "application/vnd.interoperability.fxTransfers+json;version=2.0"
+        );
+        for version in Version::SUPPORTED {
+            assert_eq!(Resource::Quotes.hub_version(version), version);
+        }
+        // One resource's media type is not another's.
+        let (c, _, _) = code(check_content_type(
+            Resource::FxQuotes,
+            Some("application/vnd.interoperability.quotes+json;version=2.0"),
+        ));
+        assert_eq!(c, 3101);
+        let (c, _, _) = code(check_content_type(
+            Resource::Transfers,
+            Some("application/vnd.interoperability.fxTransfers+json;version=2.0"),
+        ));
+        assert_eq!(c, 3101);
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! The FSPIOP v1.1 wire format, as a pure library: request headers and
-//! version negotiation, transfer, quote, bulk quote, transaction request,
-//! authorization and participant-registry bodies with schema validation,
+//! The FSPIOP v1.1 wire format, and v2.0's foreign exchange, as a pure
+//! library: request headers and version negotiation, transfer, quote, bulk
+//! quote, transaction request, authorization and participant-registry
+//! bodies with schema validation, v2.0's fxQuotes, fxTransfers and
+//! `/services/FXP` bodies (`fx.rs`),
 //! the query of `GET /authorizations/{ID}`, party path parameters, the bodies the hub sends
 //! back, error answers, and FSPIOP's `DateTime`.
 //!
@@ -50,6 +52,7 @@ mod bulk_quotes;
 mod datetime;
 mod endpoints;
 mod error;
+mod fx;
 mod headers;
 mod json;
 mod participants;
@@ -70,6 +73,13 @@ pub use endpoints::{DISCOVERY_CALLBACKS, TRANSFER_CALLBACKS};
 pub use error::{
     answer_body, error_body, error_body_with_extensions, http_status_for, FspiopError,
     ERROR_DESCRIPTION_MAX_CHARS,
+};
+pub use fx::{
+    fx_transfer_patch_body, fx_transfer_put_body, parse_fx_quote_post, parse_fx_quote_put,
+    parse_fx_transfer_fulfil, parse_fx_transfer_patch, parse_fx_transfer_prepare,
+    parse_services_fxp_put, services_fxp_put_body, FxMoney, ParsedFxConversion, ParsedFxFulfil,
+    ParsedFxPatch, ParsedFxPrepare, ParsedFxQuotePost, ParsedFxQuotePut, ParsedServicesFxpPut,
+    FXP_PROVIDERS_MAX_ITEMS, FX_CHARGES_MAX_ITEMS, FX_CHARGE_TYPE_MAX_CHARS,
 };
 pub(crate) use headers::SUPPORTED_VERSION_EXTENSIONS;
 pub use headers::{

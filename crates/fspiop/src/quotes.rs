@@ -186,9 +186,10 @@ pub(crate) fn transaction_type(
     Ok((scenario, initiator, initiator_type))
 }
 
+/// A `DateTime` property that may be absent.
 pub(crate) fn optional_date_time(
     value: &JsonStr<'_>,
-    path: FieldPath<'static>,
+    path: impl fmt::Display + Copy,
 ) -> Result<Option<i64>, FspiopError> {
     match optional_str(value, path)? {
         Some(text) => date_time(text, path).map(Some),

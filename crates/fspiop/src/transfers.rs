@@ -524,20 +524,8 @@ impl ParsedFulfil {
 pub fn parse_transfer_fulfil(body: &[u8]) -> Result<ParsedFulfil, FspiopError> {
     let raw: FulfilRaw<'_> = parse_object(body)?;
 
-    let path = FieldPath::new("transferState");
-    let state = WireState::parse(required_str(&raw.transfer_state, path)?).ok_or_else(|| {
-        FspiopError::invalid(
-            path,
-            "must be one of RECEIVED, RESERVED, COMMITTED, ABORTED",
-        )
-    })?;
-    let path = FieldPath::new("fulfilment");
-    let fulfilment = match optional_str(&raw.fulfilment, path)? {
-        Some(text) => Some(Fulfilment::from_base64url_lenient(text).ok_or_else(|| {
-            FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)")
-        })?),
-        None => None,
-    };
+    let state = wire_state(&raw.transfer_state, FieldPath::new("transferState"))?;
+    let fulfilment = optional_fulfilment(&raw.fulfilment, FieldPath::new("fulfilment"))?;
     let path = FieldPath::new("completedTimestamp");
     let completed_ms = match optional_str(&raw.completed_timestamp, path)? {
         Some(text) => Some(date_time(text, path)?),
@@ -551,6 +539,37 @@ pub fn parse_transfer_fulfil(body: &[u8]) -> Result<ParsedFulfil, FspiopError> {
         completed_ms,
         request_hash: RequestHash::of(body),
     })
+}
+
+/// A required `TransferState` property (a transfer's `transferState`, a
+/// conversion's `conversionState`): one of the four values.
+pub(crate) fn wire_state(
+    value: &JsonStr<'_>,
+    path: impl fmt::Display + Copy,
+) -> Result<WireState, FspiopError> {
+    WireState::parse(required_str(value, path)?).ok_or_else(|| {
+        FspiopError::invalid(
+            path,
+            "must be one of RECEIVED, RESERVED, COMMITTED, ABORTED",
+        )
+    })
+}
+
+/// An optional `IlpFulfilment` property, judged by its 32 bytes: the two
+/// bits its last character carries beyond them are ignored, as
+/// central-ledger's decoder ignores them.
+pub(crate) fn optional_fulfilment(
+    value: &JsonStr<'_>,
+    path: impl fmt::Display + Copy,
+) -> Result<Option<Fulfilment>, FspiopError> {
+    match optional_str(value, path)? {
+        Some(text) => Fulfilment::from_base64url_lenient(text)
+            .map(Some)
+            .ok_or_else(|| {
+                FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)")
+            }),
+        None => Ok(None),
+    }
 }
 
 /// ml-api-adapter's synchronous check of a fulfil's `completedTimestamp`
@@ -667,16 +686,49 @@ pub(crate) fn error_information<'b>(
 
 // ------------------------------------------------------- callback bodies
 
-/// Appends `"transferState":"<state>"`. `state` must be one of FSPIOP's
-/// four `TransferState` values (checked in debug builds); it is escaped
+/// Appends `"<key>":"<state>"`. `state` must be one of FSPIOP's four
+/// `TransferState` values (checked in debug builds); it is escaped
 /// regardless, so the body is always JSON.
-fn push_transfer_state(out: &mut Vec<u8>, state: &str) {
+fn push_state(out: &mut Vec<u8>, key: &str, state: &str) {
     debug_assert!(
         WireState::parse(state).is_some(),
         "{state:?} is not an FSPIOP TransferState"
     );
-    out.extend_from_slice(b"\"transferState\":");
+    json::push_str(out, key);
+    out.push(b':');
     json::push_str(out, state);
+}
+
+/// A state callback body: `{"fulfilment":..,"completedTimestamp":..,
+/// "<state_key>":..,"extensionList":..}`, leaving out what is `None` or
+/// empty. A transfer's PUT and PATCH (`transferState`) and a conversion's
+/// (`conversionState`) are all this shape.
+pub(crate) fn state_body(
+    state_key: &str,
+    state: &str,
+    fulfilment: Option<&Fulfilment>,
+    completed_ms: Option<i64>,
+    extensions: &[(&str, &str)],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    out.push(b'{');
+    if let Some(fulfilment) = fulfilment {
+        out.extend_from_slice(b"\"fulfilment\":\"");
+        out.extend_from_slice(fulfilment.to_base64url().as_bytes());
+        out.extend_from_slice(b"\",");
+    }
+    if let Some(ms) = completed_ms {
+        out.extend_from_slice(b"\"completedTimestamp\":\"");
+        out.extend_from_slice(format_date_time(ms).as_bytes());
+        out.extend_from_slice(b"\",");
+    }
+    push_state(&mut out, state_key, state);
+    if !extensions.is_empty() {
+        out.push(b',');
+        json::push_extension_list(&mut out, extensions);
+    }
+    out.push(b'}');
+    out
 }
 
 /// The `PUT /transfers/{ID}` body the hub sends (TransfersIDPutResponse):
@@ -701,25 +753,7 @@ pub fn transfer_put_body_with_extensions(
     completed_ms: Option<i64>,
     extensions: &[(&str, &str)],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    out.push(b'{');
-    if let Some(fulfilment) = fulfilment {
-        out.extend_from_slice(b"\"fulfilment\":\"");
-        out.extend_from_slice(fulfilment.to_base64url().as_bytes());
-        out.extend_from_slice(b"\",");
-    }
-    if let Some(ms) = completed_ms {
-        out.extend_from_slice(b"\"completedTimestamp\":\"");
-        out.extend_from_slice(format_date_time(ms).as_bytes());
-        out.extend_from_slice(b"\",");
-    }
-    push_transfer_state(&mut out, state);
-    if !extensions.is_empty() {
-        out.push(b',');
-        json::push_extension_list(&mut out, extensions);
-    }
-    out.push(b'}');
-    out
+    state_body("transferState", state, fulfilment, completed_ms, extensions)
 }
 
 /// The `PATCH /transfers/{ID}` body the hub sends a payee that asked for
@@ -737,17 +771,7 @@ pub fn transfer_patch_body_with_extensions(
     completed_ms: i64,
     extensions: &[(&str, &str)],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(96);
-    out.extend_from_slice(b"{\"completedTimestamp\":\"");
-    out.extend_from_slice(format_date_time(completed_ms).as_bytes());
-    out.extend_from_slice(b"\",");
-    push_transfer_state(&mut out, state);
-    if !extensions.is_empty() {
-        out.push(b',');
-        json::push_extension_list(&mut out, extensions);
-    }
-    out.push(b'}');
-    out
+    state_body("transferState", state, None, Some(completed_ms), extensions)
 }
 
 #[cfg(test)]

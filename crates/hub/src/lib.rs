@@ -24,6 +24,7 @@ use ledger::{Command, ErrorCode, FspName, Outcome, Rejection, Request};
 /// routed services, the answer rule, the headers.
 pub mod resources {
     pub mod answers;
+    pub mod fx_quotes;
     pub mod fx_transfers;
     pub mod parties;
     pub mod quotes;
@@ -97,7 +98,8 @@ pub use operator::{
 };
 pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
-    answers, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
+    answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers,
+    wire,
 };
 pub use security::{admin_auth, jws, refused, tls};
 
@@ -656,6 +658,7 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(fx_transfers::routes().with_state(hub.clone()))
         .merge(services::routes().with_state(hub.clone()))
         .merge(quotes::routes().with_state(hub.clone()))
+        .merge(fx_quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
     // Layers run outside in: repeated headers and stale dates (see

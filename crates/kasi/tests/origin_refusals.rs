@@ -23,6 +23,7 @@ const ROUTED_ENDPOINTS: &[(&str, &str)] = &[
     ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
     ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
     ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
+    ("FSPIOP_CALLBACK_URL_FX_QUOTES", ""),
 ];
 
 fn all_endpoints() -> Vec<(&'static str, &'static str)> {
@@ -195,6 +196,17 @@ fn as_hub_requests() -> Vec<Attempt> {
             "/bulkQuotes".to_string(),
             resource_headers("bulkQuotes", "1.1", HUB_NAME, Some(PAYEE), true),
             bulk_quote_body(&new_id()),
+        ),
+        (
+            "POST",
+            "/fxQuotes".to_string(),
+            resource_headers("fxQuotes", "2.0", HUB_NAME, Some(PAYEE), true),
+            format!(
+                r#"{{"conversionRequestId":"{}","conversionTerms":{{"conversionId":"{}","initiatingFsp":"{HUB_NAME}","counterPartyFsp":"{PAYEE}","amountType":"SEND","sourceAmount":{{"currency":"USD","amount":"10"}},"targetAmount":{{"currency":"EUR"}},"expiration":"{}"}}}}"#,
+                new_id(),
+                new_id(),
+                fspiop_time(far_future())
+            ),
         ),
     ]
 }

@@ -16,6 +16,10 @@
 //! `PUT {its base}/quotes/{ID}/error` with 3201 "Destination FSP Error".
 //! No ledger command is involved, so the answer does not wait on the
 //! pipeline.
+//!
+//! The quoting service routes v2.0's FX quotes the same way
+//! ([`crate::fx_quotes`]): [`Quoting`] is the one handler of both, a
+//! resource's service and body checks its only differences.
 
 use std::sync::Arc;
 
@@ -25,9 +29,9 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
-use fspiop::Resource;
+use fspiop::{FspiopError, Resource};
 use ledger::request::{AnswerQuote, RecordQuote};
-use ledger::{ErrorCode, QuoteReply};
+use ledger::{ErrorCode, QuoteReply, RequestHash, TransferId};
 
 use crate::routing::{required_destination, Route, Service, Target};
 use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
@@ -35,250 +39,287 @@ use crate::{Hub, HubError};
 
 /// The endpoint type holding a DFSP's quotes base URL.
 pub const QUOTES_ENDPOINT: &str = "FSPIOP_CALLBACK_URL_QUOTES";
-const QUOTES: Service = Service {
-    resource: Resource::Quotes,
-    endpoint_type: QUOTES_ENDPOINT,
+
+static QUOTES: Quoting = Quoting {
+    service: Service {
+        resource: Resource::Quotes,
+        endpoint_type: QUOTES_ENDPOINT,
+    },
+    post: |body| {
+        let parsed = fspiop::parse_quote_post(body)?;
+        Ok((parsed.quote_id, parsed.request_hash))
+    },
+    put: |body| Ok(fspiop::parse_quote_put(body)?.request_hash),
+    noun: "quote",
 };
 
 pub fn routes() -> Router<Arc<Hub>> {
-    Router::new()
-        .route("/quotes", post(post_quote))
-        .route("/quotes/:id", put(put_quote).get(get_quote))
-        .route("/quotes/:id/error", put(put_quote_error))
+    QUOTES.routes()
 }
 
-async fn post_quote(
-    State(hub): State<Arc<Hub>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Quotes, Shape::Post)?;
-    let destination = required_destination(&headers)?;
-    let parsed = fspiop::parse_quote_post(&body)?;
-    let quote_id = parsed.quote_id.to_string();
-    if hub.config.quotes_persistent {
-        // A quote the ledger no longer holds (past the retention horizon)
-        // is read from the store by the pipeline before the ledger applies
-        // this: the duplicate rule is the ledger's either way.
-        let reply = hub
-            .ask(RecordQuote {
-                quote_id: parsed.quote_id,
-                payer: caller.source,
-                payee: destination,
-                request_hash: parsed.request_hash,
-            })
-            .await?;
-        match reply {
-            QuoteReply::Recorded => {}
-            // Seen before with the same body: resend the answer if there is
-            // one; a quote still waiting for its answer is not sent again,
-            // but its payee may still answer it (after a restart too).
-            // Another DFSP resending the payer's request (the payee saw its
-            // bytes) is not the payer: it hears no answer, it is refused.
-            QuoteReply::Duplicate(view) if view.payer != caller.source => {
-                let description =
-                    format!("'{}' is not the payer of quote {quote_id}", caller.source);
-                hub.refuse(
-                    crate::refused::Class::NotParty,
-                    caller.source.as_str(),
-                    &description,
-                );
-                let error =
-                    ledger::Rejection::not_party(ErrorCode::GENERIC_VALIDATION_ERROR, description);
-                send_error(&hub, &caller, &quote_id, &error);
-                return Ok(StatusCode::ACCEPTED.into_response());
+/// Checks a `POST` body and returns the request's id and the hash of its
+/// bytes.
+pub(crate) type CheckPost = fn(&[u8]) -> Result<(TransferId, RequestHash), FspiopError>;
+
+/// A resource the quoting service routes as it routes quotes: where it
+/// goes (its [`Service`]) and how its bodies are checked. In persistent
+/// mode (`--quotes-persistent`) each is recorded through the ledger's
+/// quote requests (`RecordQuote`, `AnswerQuote`), the request as its
+/// requester and addressee, its id and the hash of its bytes, the answer
+/// as its bytes, so the duplicate rules are the ledger's.
+pub(crate) struct Quoting {
+    pub(crate) service: Service,
+    /// Checks a `POST` body: the request's id and the hash of its bytes.
+    pub(crate) post: CheckPost,
+    /// Checks a `PUT /{ID}` body: the hash of its bytes.
+    pub(crate) put: fn(&[u8]) -> Result<RequestHash, FspiopError>,
+    /// What the hub's own words call one request ("quote").
+    pub(crate) noun: &'static str,
+}
+
+impl Quoting {
+    pub(crate) fn routes(&'static self) -> Router<Arc<Hub>> {
+        let collection = format!("/{}", self.service.resource);
+        let item = format!("{collection}/:id");
+        let error = format!("{item}/error");
+        let answer = move |is_error| {
+            move |State(hub): State<Arc<Hub>>,
+                  Path(id): Path<String>,
+                  headers: HeaderMap,
+                  body: Bytes| async move {
+                self.route_answer(&hub, &id, &headers, body, is_error).await
             }
-            QuoteReply::Duplicate(view) => {
-                if view.answer.is_none() {
-                    let question = crate::answers::Key::new(Resource::Quotes, quote_id.as_str());
-                    hub.await_answer(&question, view.payer, view.payee)?;
-                }
-                if let Some(answer) = view.answer {
-                    let target = if answer.is_error {
-                        Target::Error(&quote_id)
-                    } else {
-                        Target::Item(&quote_id)
-                    };
-                    let headers = QUOTES.hub_headers(&hub, caller.source, caller.reply());
-                    // The known answer again, from the hub (the payee's
-                    // signature was over its own message, not this one).
-                    QUOTES.send(
-                        &hub,
-                        crate::notify::Origin::Hub,
-                        caller.source,
-                        target,
-                        Method::PUT,
-                        headers,
-                        Bytes::from(answer.body),
+        };
+        let get_item = move |State(hub): State<Arc<Hub>>,
+                             Path(id): Path<String>,
+                             headers: HeaderMap| async move {
+            self.get(&hub, &id, &headers)
+        };
+        let post_new = move |State(hub): State<Arc<Hub>>, headers: HeaderMap, body: Bytes| async move {
+            self.post(&hub, &headers, body).await
+        };
+        Router::new()
+            .route(&collection, post(post_new))
+            .route(&item, put(answer(false)).get(get_item))
+            .route(&error, put(answer(true)))
+    }
+
+    async fn post(
+        &self,
+        hub: &Arc<Hub>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, HubError> {
+        let resource = self.service.resource;
+        let caller = check_headers(headers, resource, Shape::Post)?;
+        let destination = required_destination(headers)?;
+        let (request_id, request_hash) = (self.post)(&body)?;
+        let id = request_id.to_string();
+        if hub.config.quotes_persistent {
+            // A request the ledger no longer holds (past the retention
+            // horizon) is read from the store by the pipeline before the
+            // ledger applies this: the duplicate rule is the ledger's
+            // either way.
+            let reply = hub
+                .ask(RecordQuote {
+                    quote_id: request_id,
+                    payer: caller.source,
+                    payee: destination,
+                    request_hash,
+                })
+                .await?;
+            match reply {
+                QuoteReply::Recorded => {}
+                // Seen before with the same body: resend the answer if
+                // there is one; a request still waiting for its answer is
+                // not sent again, but its addressee may still answer it
+                // (after a restart too). Another DFSP resending the
+                // requester's bytes (the addressee saw them) is not the
+                // requester: it hears no answer, it is refused.
+                QuoteReply::Duplicate(view) if view.payer != caller.source => {
+                    let description =
+                        format!("'{}' is not the payer of {} {id}", caller.source, self.noun);
+                    hub.refuse(
+                        crate::refused::Class::NotParty,
+                        caller.source.as_str(),
+                        &description,
                     );
+                    let error = ledger::Rejection::not_party(
+                        ErrorCode::GENERIC_VALIDATION_ERROR,
+                        description,
+                    );
+                    self.send_error(hub, &caller, &id, &error);
+                    return Ok(StatusCode::ACCEPTED.into_response());
                 }
-                return Ok(StatusCode::ACCEPTED.into_response());
+                QuoteReply::Duplicate(view) => {
+                    if view.answer.is_none() {
+                        let question = crate::answers::Key::new(resource, id.as_str());
+                        hub.await_answer(&question, view.payer, view.payee)?;
+                    }
+                    if let Some(answer) = view.answer {
+                        let target = if answer.is_error {
+                            Target::Error(&id)
+                        } else {
+                            Target::Item(&id)
+                        };
+                        let headers = self.service.hub_headers(hub, caller.source, caller.reply());
+                        // The known answer again, from the hub (the
+                        // addressee's signature was over its own message,
+                        // not this one).
+                        self.service.send(
+                            hub,
+                            crate::notify::Origin::Hub,
+                            caller.source,
+                            target,
+                            Method::PUT,
+                            headers,
+                            Bytes::from(answer.body),
+                        );
+                    }
+                    return Ok(StatusCode::ACCEPTED.into_response());
+                }
+                QuoteReply::Refused(error) if HubError::is_retry_later(&error) => {
+                    return Err(HubError::refused(error));
+                }
+                QuoteReply::Refused(error) => {
+                    self.send_error(hub, &caller, &id, &error);
+                    return Ok(StatusCode::ACCEPTED.into_response());
+                }
             }
+        }
+        self.service.ask(
+            hub,
+            Route {
+                caller,
+                destination,
+                id: &id,
+                target: Target::Collection,
+                method: Method::POST,
+                headers: forwarded_headers(headers, true),
+                body,
+            },
+        )?;
+        Ok(StatusCode::ACCEPTED.into_response())
+    }
+
+    /// An error callback from the hub to the caller about its request.
+    fn send_error(&self, hub: &Hub, caller: &Caller, id: &str, error: &ledger::Rejection) {
+        let description = format!("{} - {}", error.code.description(), error.description);
+        self.service
+            .send_error(hub, caller, id, error.code, &description);
+    }
+
+    /// In persistent mode, records the addressee's answer before it is
+    /// forwarded; false when the answer was refused (the addressee has
+    /// been told why).
+    #[allow(clippy::too_many_arguments)]
+    async fn record_answer(
+        &self,
+        hub: &Hub,
+        caller: &Caller,
+        id: &str,
+        request_id: TransferId,
+        is_error: bool,
+        body: &Bytes,
+        request_hash: RequestHash,
+    ) -> Result<bool, HubError> {
+        if !hub.config.quotes_persistent {
+            return Ok(true);
+        }
+        let body_text = std::str::from_utf8(body).map_err(|_| {
+            HubError::new(
+                ErrorCode::MALFORMED_SYNTAX,
+                "Malformed syntax - the body is not UTF-8",
+            )
+        })?;
+        let command = AnswerQuote {
+            quote_id: request_id,
+            caller: caller.source,
+            is_error,
+            body: body_text.to_string(),
+            request_hash,
+        };
+        match hub.ask(command).await? {
+            // A resent answer is forwarded again: the requester may have
+            // missed it.
+            QuoteReply::Recorded | QuoteReply::Duplicate(_) => Ok(true),
             QuoteReply::Refused(error) if HubError::is_retry_later(&error) => {
-                return Err(HubError::refused(error));
+                Err(HubError::refused(error))
             }
             QuoteReply::Refused(error) => {
-                send_error(&hub, &caller, &quote_id, &error);
-                return Ok(StatusCode::ACCEPTED.into_response());
+                self.send_error(hub, caller, id, &error);
+                Ok(false)
             }
         }
     }
-    let forwarded = forwarded_headers(&headers, true);
-    QUOTES.ask(
-        &hub,
-        Route {
-            caller,
-            destination,
-            id: &quote_id,
-            target: Target::Collection,
-            method: Method::POST,
-            headers: forwarded,
-            body,
-        },
-    )?;
-    Ok(StatusCode::ACCEPTED.into_response())
-}
 
-/// An error callback from the hub to the caller about its quote request.
-fn send_error(hub: &Hub, caller: &Caller, quote_id: &str, error: &ledger::Rejection) {
-    let description = format!("{} - {}", error.code.description(), error.description);
-    QUOTES.send_error(hub, caller, quote_id, error.code, &description);
-}
-
-/// In persistent mode, records the payee's answer before it is forwarded;
-/// false when the answer was refused (the payee has been told why).
-async fn record_answer(
-    hub: &Hub,
-    caller: &Caller,
-    quote_id: &str,
-    transfer_id: ledger::TransferId,
-    is_error: bool,
-    body: &Bytes,
-    request_hash: ledger::RequestHash,
-) -> Result<bool, HubError> {
-    if !hub.config.quotes_persistent {
-        return Ok(true);
-    }
-    let body_text = std::str::from_utf8(body).map_err(|_| {
-        HubError::new(
-            ErrorCode::MALFORMED_SYNTAX,
-            "Malformed syntax - the body is not UTF-8",
-        )
-    })?;
-    let command = AnswerQuote {
-        quote_id: transfer_id,
-        caller: caller.source,
-        is_error,
-        body: body_text.to_string(),
-        request_hash,
-    };
-    match hub.ask(command).await? {
-        // A resent answer is forwarded again: the payer may have missed it.
-        QuoteReply::Recorded | QuoteReply::Duplicate(_) => Ok(true),
-        QuoteReply::Refused(error) if HubError::is_retry_later(&error) => {
-            Err(HubError::refused(error))
+    /// The addressee's answer (`PUT /{resource}/{ID}`, or `.../error`),
+    /// recorded in persistent mode, then forwarded as its bytes to the
+    /// destination.
+    async fn route_answer(
+        &self,
+        hub: &Hub,
+        id: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+        is_error: bool,
+    ) -> Result<Response, HubError> {
+        let caller = check_headers(headers, self.service.resource, Shape::Put)?;
+        let destination = required_destination(headers)?;
+        let request_id = fspiop::parse_correlation_id(id)?;
+        let id = request_id.to_string();
+        let request_hash = match is_error {
+            true => fspiop::parse_error_information(&body)?.request_hash,
+            false => (self.put)(&body)?,
+        };
+        // Only the addressee asked, only to the requester that asked, only
+        // while pending; in persistent mode the ledger then checks the
+        // stored request.
+        self.service.check_answer(hub, &caller, &id, destination)?;
+        if !self
+            .record_answer(hub, &caller, &id, request_id, is_error, &body, request_hash)
+            .await?
+        {
+            return Ok(StatusCode::OK.into_response());
         }
-        QuoteReply::Refused(error) => {
-            send_error(hub, caller, quote_id, &error);
-            Ok(false)
-        }
+        let target = if is_error {
+            Target::Error(&id)
+        } else {
+            Target::Item(&id)
+        };
+        self.service.route(
+            hub,
+            Route {
+                caller,
+                destination,
+                id: &id,
+                target,
+                method: Method::PUT,
+                headers: forwarded_headers(headers, false),
+                body,
+            },
+        );
+        Ok(StatusCode::OK.into_response())
     }
-}
 
-async fn put_quote(
-    State(hub): State<Arc<Hub>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    route_answer(&hub, &id, &headers, body, false).await
-}
-
-async fn put_quote_error(
-    State(hub): State<Arc<Hub>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, HubError> {
-    route_answer(&hub, &id, &headers, body, true).await
-}
-
-/// The payee's answer (`PUT /quotes/{ID}`, or `.../error`), recorded in
-/// persistent mode, then forwarded as its bytes to the destination.
-async fn route_answer(
-    hub: &Hub,
-    id: &str,
-    headers: &HeaderMap,
-    body: Bytes,
-    is_error: bool,
-) -> Result<Response, HubError> {
-    let caller = check_headers(headers, Resource::Quotes, Shape::Put)?;
-    let destination = required_destination(headers)?;
-    let transfer_id = fspiop::parse_correlation_id(id)?;
-    let quote_id = transfer_id.to_string();
-    let request_hash = match is_error {
-        true => fspiop::parse_error_information(&body)?.request_hash,
-        false => fspiop::parse_quote_put(&body)?.request_hash,
-    };
-    // Only the payee asked, only to the payer that asked, only while
-    // pending; in persistent mode the ledger then checks the stored quote.
-    QUOTES.check_answer(hub, &caller, &quote_id, destination)?;
-    if !record_answer(
-        hub,
-        &caller,
-        &quote_id,
-        transfer_id,
-        is_error,
-        &body,
-        request_hash,
-    )
-    .await?
-    {
-        return Ok(StatusCode::OK.into_response());
+    fn get(&self, hub: &Arc<Hub>, id: &str, headers: &HeaderMap) -> Result<Response, HubError> {
+        let caller = check_headers(headers, self.service.resource, Shape::Get)?;
+        let destination = required_destination(headers)?;
+        let id = fspiop::parse_correlation_id(id)?.to_string();
+        self.service.ask(
+            hub,
+            Route {
+                caller,
+                destination,
+                id: &id,
+                target: Target::Item(&id),
+                method: Method::GET,
+                headers: forwarded_headers(headers, true),
+                body: Bytes::new(),
+            },
+        )?;
+        Ok(StatusCode::ACCEPTED.into_response())
     }
-    let target = if is_error {
-        Target::Error(&quote_id)
-    } else {
-        Target::Item(&quote_id)
-    };
-    let headers = forwarded_headers(headers, false);
-    QUOTES.route(
-        hub,
-        Route {
-            caller,
-            destination,
-            id: &quote_id,
-            target,
-            method: Method::PUT,
-            headers,
-            body,
-        },
-    );
-    Ok(StatusCode::OK.into_response())
-}
-
-async fn get_quote(
-    State(hub): State<Arc<Hub>>,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, HubError> {
-    let caller = check_headers(&headers, Resource::Quotes, Shape::Get)?;
-    let destination = required_destination(&headers)?;
-    let quote_id = fspiop::parse_correlation_id(&id)?.to_string();
-    let forwarded = forwarded_headers(&headers, true);
-    QUOTES.ask(
-        &hub,
-        Route {
-            caller,
-            destination,
-            id: &quote_id,
-            target: Target::Item(&quote_id),
-            method: Method::GET,
-            headers: forwarded,
-            body: Bytes::new(),
-        },
-    )?;
-    Ok(StatusCode::ACCEPTED.into_response())
 }
 
 #[cfg(test)]
@@ -293,20 +334,22 @@ mod tests {
     fn urls_hang_off_the_base() {
         for base in ["http://payee:4000", "http://payee:4000/"] {
             assert_eq!(
-                QUOTES.url(base, Target::Collection),
+                QUOTES.service.url(base, Target::Collection),
                 "http://payee:4000/quotes"
             );
             assert_eq!(
-                QUOTES.url(base, Target::Item(ID)),
+                QUOTES.service.url(base, Target::Item(ID)),
                 format!("http://payee:4000/quotes/{ID}")
             );
             assert_eq!(
-                QUOTES.url(base, Target::Error(ID)),
+                QUOTES.service.url(base, Target::Error(ID)),
                 format!("http://payee:4000/quotes/{ID}/error")
             );
         }
         assert_eq!(
-            QUOTES.url("http://sdk/inbound/", Target::Collection),
+            QUOTES
+                .service
+                .url("http://sdk/inbound/", Target::Collection),
             "http://sdk/inbound/quotes"
         );
     }

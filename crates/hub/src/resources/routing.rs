@@ -29,7 +29,7 @@ const DESTINATION_COMMUNICATION_ERROR: ErrorCode = ErrorCode(1001);
 
 /// The error the hub tells a requester whose request to `addressee` was
 /// not delivered, as the Mojaloop service routing `resource` words it:
-/// quoting-service (quotes, bulk quotes) passes on the errorInformation
+/// quoting-service (quotes, bulk quotes, FX quotes) passes on the errorInformation
 /// of a refusal that carries one, answers any other 4xx with 3000 and
 /// everything else (no connection, no answer in time, 5xx) with 1001;
 /// account-lookup-service and transaction-requests-service send 1001
@@ -50,7 +50,10 @@ pub(crate) fn undelivered_error(
     let Undelivered::Refused { status, body } = undelivered else {
         return unreachable();
     };
-    if !matches!(resource, Resource::Quotes | Resource::BulkQuotes) {
+    if !matches!(
+        resource,
+        Resource::Quotes | Resource::BulkQuotes | Resource::FxQuotes
+    ) {
         return unreachable();
     }
     match fspiop::parse_error_information(body) {
@@ -364,7 +367,7 @@ mod tests {
             r#"{"errorInformation":{"errorCode":"5104","errorDescription":"No"}}"#,
         );
         // quoting-service: a refusal's own error, else 3000; no answer 1001.
-        for resource in [Resource::Quotes, Resource::BulkQuotes] {
+        for resource in [Resource::Quotes, Resource::BulkQuotes, Resource::FxQuotes] {
             let (code, description) = undelivered_error(resource, payee, &with_error);
             assert_eq!((code, description.as_str()), (ErrorCode(5104), "No"));
             let (code, description) = undelivered_error(resource, payee, &refused(404, ""));

@@ -130,11 +130,13 @@ pub fn forwarded_headers(original: &HeaderMap, keep_accept: bool) -> HeaderMap {
 }
 
 /// Headers of a callback the hub itself originates (FSPIOP-Source is the
-/// hub), in `reply`'s version and trace. FSPIOP-URI and FSPIOP-HTTP-Method
-/// are set by the dispatcher, which knows where the callback goes.
+/// hub), in `reply`'s version — never older than the resource, so FX
+/// messages are 2.0 ([`Resource::hub_version`]) — and trace. FSPIOP-URI
+/// and FSPIOP-HTTP-Method are set by the dispatcher, which knows where the
+/// callback goes.
 pub fn hub_headers(hub: &Hub, resource: Resource, destination: FspName, reply: Reply) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    let content_type = fspiop::content_type_for(resource, reply.version);
+    let content_type = fspiop::content_type_for(resource, resource.hub_version(reply.version));
     let date = httpdate::fmt_http_date(std::time::SystemTime::now());
     for (name, value) in [
         ("content-type", content_type.as_str()),

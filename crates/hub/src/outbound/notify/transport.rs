@@ -293,6 +293,7 @@ const FSPIOP_RESOURCES: &[&str] = &[
     "bulkTransfers",
     "fxQuotes",
     "fxTransfers",
+    "services",
 ];
 
 /// The `FSPIOP-URI` of a callback to `uri`: its path from the last FSPIOP
@@ -379,6 +380,11 @@ mod tests {
             ("http://payer:4000/transfers", "/transfers"),
             ("http://payee/parties/MSISDN/123", "/parties/MSISDN/123"),
             ("http://payee/api/quotes/x", "/quotes/x"),
+            ("http://fxp/inbound/fxQuotes/x/error", "/fxQuotes/x/error"),
+            (
+                "http://payer/inbound/services/FXP/BWP/TZS",
+                "/services/FXP/BWP/TZS",
+            ),
             (
                 "http://payer/authorizations/x?retriesLeft=2&amount=1",
                 "/authorizations/x?retriesLeft=2&amount=1",
