@@ -166,6 +166,10 @@ pub fn stored_event(
         (TransferState::Rejected, _) => Event::Rejected,
         (_, Some(FinishKind::Abort)) => Event::AbortedByPayee,
         (_, Some(FinishKind::Fulfil)) => Event::Fulfilled,
+        // Finished with its conversion, in the same step: committed by
+        // the payee's fulfil of its partner, or ended by the hub.
+        (TransferState::Committed, Some(FinishKind::Linked)) => Event::Fulfilled,
+        (_, Some(FinishKind::Linked)) => Event::Expired,
         // Finished by the ledger's expiry (its finish has no request).
         (_, Some(FinishKind::Expiry)) | (_, None) => Event::Expired,
     })
@@ -192,6 +196,7 @@ mod tests {
             completed_at_ms: Some(2_000),
             fulfilment: None,
             wire_version: 0,
+            fx: None,
         }
     }
 
