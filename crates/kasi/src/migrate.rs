@@ -259,7 +259,10 @@ fn count(copied: &mut BTreeMap<&'static str, u64>, record: &Record) {
     match record {
         Record::Participant(_) => add("participants", 1),
         Record::Account(_) => add("accounts", 1),
-        Record::Transfer(_) => add("transfers", 1),
+        Record::Transfer(row) => {
+            add("transfers", 1);
+            add("transfer_fx", usize::from(row.fx.is_some()));
+        }
         Record::Finish(_) => add("transfer_finishes", 1),
         Record::Endpoint(_) => add("endpoints", 1),
         Record::SettlementModel(_) => add("settlement_models", 1),
@@ -277,6 +280,9 @@ fn count(copied: &mut BTreeMap<&'static str, u64>, record: &Record) {
         Record::Entry(_) => add("settlement_entries", 1),
         Record::AuditEvent(_) => add("audit_events", 1),
         Record::CertificatePin(_) => add("certificate_pins", 1),
+        Record::ConversionFulfilled(_) => add("conversion_fulfils", 1),
+        // An FXP withdrawn has no row.
+        Record::Fxp(row) => add("fxps", usize::from(!row.corridors.is_empty())),
         // An export writes rows as they are: no deletions.
         Record::PartyDeleted(_) | Record::OracleDeleted(_) | Record::CertificateUnpinned(_) => {}
     }

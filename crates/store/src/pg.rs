@@ -1144,6 +1144,11 @@ impl<'r> Columns<'r> {
         record: &'r Record,
     ) -> Result<(), StoreError> {
         match record {
+            Record::Transfer(row) if row.fx.is_some() => {
+                return Err(StoreError::fatal(
+                    "the PostgreSQL store does not keep conversions yet",
+                ))
+            }
             Record::Transfer(row) => self.transfers.push(row),
             Record::Finish(row) => self.finishes.push(row),
             Record::Account(row) => match self.account_at.get(&row.id.0) {
@@ -1230,6 +1235,11 @@ impl<'r> Columns<'r> {
             }
             Record::CertificateUnpinned(fingerprint) => {
                 transaction.execute(&statements.unpin, &[&&fingerprint[..]])?;
+            }
+            Record::ConversionFulfilled(_) | Record::Fxp(_) => {
+                return Err(StoreError::fatal(
+                    "the PostgreSQL store does not keep conversions yet",
+                ))
             }
             Record::Window(_)
             | Record::Content(_)

@@ -76,9 +76,13 @@ impl PgReader {
         Ok(StoredTransfer::from_rows(
             &transfer,
             finish.as_ref(),
-            parsed(row, NAMES_AT, "participant name", FspName::new)?,
-            parsed(row, NAMES_AT + 1, "participant name", FspName::new)?,
+            ledger::StoredParties {
+                debit_owner: parsed(row, NAMES_AT, "participant name", FspName::new)?,
+                credit_owner: parsed(row, NAMES_AT + 1, "participant name", FspName::new)?,
+                fx_payer: None,
+            },
             parsed(row, NAMES_AT + 2, "currency", ledger::Currency::parse)?,
+            None,
         ))
     }
 }

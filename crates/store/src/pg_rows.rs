@@ -175,6 +175,7 @@ pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
                 StoreError::fatal(format!("bad wire version {version} in the store"))
             })?
         },
+        fx: None,
     })
 }
 

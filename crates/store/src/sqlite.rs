@@ -593,6 +593,11 @@ impl SqliteStore {
                             row.changed_at_ms,
                         ])?;
                     }
+                    Record::Transfer(row) if row.fx.is_some() => {
+                        return Err(StoreError::fatal(
+                            "the SQLite store does not keep conversions yet",
+                        ))
+                    }
                     Record::Transfer(row) => {
                         text.clear();
                         write!(text, "{}", row.amount).expect("writing to a String");
@@ -719,6 +724,11 @@ impl SqliteStore {
                         transaction
                             .prepare_cached("DELETE FROM certificate_pins WHERE fingerprint = ?1")?
                             .execute(params![&fingerprint[..]])?;
+                    }
+                    Record::ConversionFulfilled(_) | Record::Fxp(_) => {
+                        return Err(StoreError::fatal(
+                            "the SQLite store does not keep conversions yet",
+                        ))
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -1484,6 +1494,7 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
             completed_at_ms,
             fulfilment,
             wire_version: row.get(10)?,
+            fx: None,
         };
         let condition = Condition(blob(row, 9)?);
         found.push((view, condition, finish_kind));
@@ -1636,6 +1647,7 @@ pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
         reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
         memo,
         wire_version: row.get(14)?,
+        fx: None,
     })
 }
 
@@ -1861,9 +1873,11 @@ fn find_transfer(
             completed_at_ms,
             fulfilment,
             wire_version: row.get(7)?,
+            fx: None,
         },
         request_hash: RequestHash(blob(row, 4)?),
         finish,
+        fxp_fulfil: None,
     }))
 }
 

@@ -595,6 +595,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
         reason: None,
         memo: None,
         wire_version: 0x11,
+        fx: None,
     };
     let finish = |seq: u64, kind: FinishKind, state: TransferState, reason: u16| FinishRow {
         seq,

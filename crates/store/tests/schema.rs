@@ -26,6 +26,7 @@ fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
         reason: None,
         memo: None,
         wire_version,
+        fx: None,
     })
 }
 

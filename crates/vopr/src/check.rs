@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fmt::Debug;
 
-use ledger::{Command, Outcome, Snapshot, TransferId, TransferKind, TransferState};
+use ledger::{Command, Outcome, Snapshot, TransferId, TransferState};
 
 /// Rows whose order the ledger and the stores need not agree on, in one
 /// order.
@@ -129,7 +129,7 @@ pub fn memory_difference(memory: &Snapshot, whole: &Snapshot, how: Partial) -> O
             Some(finish) => Some(finish.finished_at_ms),
             None => row.state.is_final().then_some(row.prepared_at_ms),
         };
-        let must = row.kind != TransferKind::Fspiop
+        let must = !row.kind.is_between_positions()
             || finished_at_ms.is_none()
             || how
                 .loaded_from_ms

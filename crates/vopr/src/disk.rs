@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use ledger::{
     AccountId, AccountRow, Amount, Archived, AuditEventRow, Condition, ContentAccountRow,
-    ContentPairRow, ContentRow, EndpointRow, EntryRow, FinishRow, FspName, Lookup, OracleRow,
-    ParticipantRow, PartyKey, PartyRow, PinRow, PrefetchIds, Prefetched, QuoteRow, Record,
-    SettlementAccountRow, SettlementModelRow, SettlementRow, Snapshot, StoredTransfer, TransferId,
-    TransferKind, TransferRow, TransferState, WindowPairSum, WindowRow, WindowState,
-    AUDIT_EVENTS_IN_MEMORY,
+    ContentPairRow, ContentRow, ConversionFulfilRow, EndpointRow, EntryRow, FinishRow, FspName,
+    FxLink, FxpRow, Lookup, OracleRow, ParticipantRow, PartyKey, PartyRow, PinRow, PrefetchIds,
+    Prefetched, QuoteRow, Record, SettlementAccountRow, SettlementModelRow, SettlementRow,
+    Snapshot, StoredParties, StoredTransfer, TransferId, TransferKind, TransferRow, TransferState,
+    WindowPairSum, WindowRow, WindowState, AUDIT_EVENTS_IN_MEMORY,
 };
 use store::{Prefetch, Store, StoreError};
 
@@ -437,6 +437,10 @@ pub struct Rows {
     entries: BTreeMap<u64, EntryRow>,
     audit_events: BTreeMap<u64, AuditEventRow>,
     pins: BTreeMap<[u8; 32], PinRow>,
+    /// By the conversion's seq.
+    conversion_fulfils: BTreeMap<u64, ConversionFulfilRow>,
+    /// By participant id; only FXPs with corridors (a withdrawal deletes).
+    fxps: BTreeMap<u32, FxpRow>,
     last_transfer_seq: u64,
 }
 
@@ -505,7 +509,7 @@ impl Rows {
                 let mut stored = row.clone();
                 // What the tables keep of a funds movement: no condition,
                 // no expiration (NULL columns, read back as these).
-                if row.kind != TransferKind::Fspiop {
+                if !row.kind.is_between_positions() {
                     stored.condition = Condition::default();
                     stored.expiration_ms = i64::MAX;
                 }
@@ -685,6 +689,31 @@ impl Rows {
             Record::CertificateUnpinned(fingerprint) => {
                 self.pins.remove(fingerprint);
             }
+            Record::ConversionFulfilled(row) => {
+                let conversion = self.transfers.get(&row.seq);
+                if conversion.is_none_or(|t| t.kind != TransferKind::FxConversion) {
+                    violations.push(format!("seq {} accepted by an FXP is no conversion", row.seq));
+                } else if self.finishes.contains_key(&row.seq) {
+                    violations.push(format!("conversion seq {} accepted once finished", row.seq));
+                }
+                insert(
+                    &mut self.conversion_fulfils,
+                    row.seq,
+                    row.clone(),
+                    "conversion fulfil of seq",
+                    violations,
+                );
+            }
+            // ON CONFLICT (participant_id) DO UPDATE SET corridors; no
+            // corridors: DELETE.
+            Record::Fxp(row) => match row.corridors.is_empty() {
+                true => {
+                    self.fxps.remove(&row.participant.0);
+                }
+                false => {
+                    self.fxps.insert(row.participant.0, row.clone());
+                }
+            },
         }
     }
 
@@ -698,14 +727,23 @@ impl Rows {
     fn find_transfer(&self, id: TransferId) -> Option<StoredTransfer> {
         let seq = self.by_id.get(&id)?;
         let transfer = &self.transfers[seq];
-        let (payer, currency) = self.name_of_owner(transfer.debit)?;
-        let (payee, _) = self.name_of_owner(transfer.credit)?;
+        let (debit_owner, currency) = self.name_of_owner(transfer.debit)?;
+        let (credit_owner, _) = self.name_of_owner(transfer.credit)?;
+        let fx_payer = match transfer.fx {
+            Some(FxLink::Dependent { payer, .. }) => Some(self.participants.get(&payer.0)?.name),
+            _ => None,
+        };
+        let parties = StoredParties {
+            debit_owner,
+            credit_owner,
+            fx_payer,
+        };
         Some(StoredTransfer::from_rows(
             transfer,
             self.finishes.get(seq),
-            payer,
-            payee,
+            parties,
             currency,
+            self.conversion_fulfils.get(seq),
         ))
     }
 
@@ -761,11 +799,13 @@ impl Rows {
                 .cloned()
                 .collect(),
             certificate_pins: self.pins.values().cloned().collect(),
+            fxps: self.fxps.values().cloned().collect(),
             ..Snapshot::default()
         };
         let Some(horizon_ms) = horizon_ms else {
             snapshot.transfers = self.transfers.values().cloned().collect();
             snapshot.finishes = self.finishes.values().cloned().collect();
+            snapshot.conversion_fulfils = self.conversion_fulfils.values().cloned().collect();
             return snapshot;
         };
         let open_window = self
@@ -783,11 +823,13 @@ impl Rows {
                 Some(finish) => Some(finish.finished_at_ms),
                 None => transfer.state.is_final().then_some(transfer.prepared_at_ms),
             };
-            let summed = transfer.kind == TransferKind::Fspiop
+            let summed = transfer.kind.is_between_positions()
                 && finished_at_ms.is_some_and(|at_ms| at_ms < horizon_ms);
             if !summed {
                 snapshot.transfers.push(transfer.clone());
                 snapshot.finishes.extend(finish.cloned());
+                let accepted = self.conversion_fulfils.get(seq);
+                snapshot.conversion_fulfils.extend(accepted.cloned());
                 continue;
             }
             archived.transfers += 1;

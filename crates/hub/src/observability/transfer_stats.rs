@@ -503,6 +503,7 @@ mod tests {
             completed_at_ms: completed_ms,
             fulfilment: None,
             wire_version: 0,
+            fx: None,
         }
     }
 

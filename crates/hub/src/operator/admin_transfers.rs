@@ -47,6 +47,7 @@ pub fn kind_name(kind: TransferKind) -> &'static str {
         TransferKind::Fspiop => "transfer",
         TransferKind::FundsIn => "fundsIn",
         TransferKind::FundsOut => "fundsOut",
+        TransferKind::FxConversion => "fxTransfer",
     }
 }
 
@@ -154,6 +155,7 @@ mod tests {
             completed_at_ms: completed,
             fulfilment: None,
             wire_version: 0,
+            fx: None,
         }
     }
 

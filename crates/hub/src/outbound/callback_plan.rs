@@ -169,6 +169,8 @@ pub fn stored_event(
         (TransferState::Rejected, _) => Event::Rejected,
         (_, Some(FinishKind::Abort)) => Event::AbortedByPayee,
         (_, Some(FinishKind::Fulfil)) => Event::Fulfilled,
+        // A transfer ended by its conversion (a conversion's own callbacks
+        // are planned in `fx_transfers.rs`).
         (_, Some(FinishKind::Linked)) => Event::EndedWithConversion,
         // Finished by the ledger's expiry (its finish has no request).
         (_, Some(FinishKind::Expiry)) | (_, None) => Event::Expired,
@@ -196,6 +198,7 @@ mod tests {
             completed_at_ms: Some(2_000),
             fulfilment: None,
             wire_version: 0,
+            fx: None,
         }
     }
 
