@@ -98,8 +98,7 @@ pub use operator::{
 };
 pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
-    answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers,
-    wire,
+    answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
 pub use security::{admin_auth, jws, refused, tls};
 

@@ -18,8 +18,14 @@ const FX_ACCEPT: &str = "application/vnd.interoperability.fxTransfers+json;versi
 fn fx_endpoints(hub: &Hub, name: &str, base: &str) {
     for (kind, path) in [
         ("FSPIOP_CALLBACK_URL_FX_TRANSFER_POST", "/fxTransfers"),
-        ("FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT", "/fxTransfers/{{commitRequestId}}"),
-        ("FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR", "/fxTransfers/{{commitRequestId}}/error"),
+        (
+            "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
+            "/fxTransfers/{{commitRequestId}}",
+        ),
+        (
+            "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+            "/fxTransfers/{{commitRequestId}}/error",
+        ),
         ("FSPIOP_CALLBACK_URL_FX_QUOTES", ""),
     ] {
         hub.add_endpoint(name, kind, &format!("{base}{path}"));
@@ -29,8 +35,14 @@ fn fx_endpoints(hub: &Hub, name: &str, base: &str) {
 fn transfer_endpoints(hub: &Hub, name: &str, base: &str) {
     for (kind, path) in [
         ("FSPIOP_CALLBACK_URL_TRANSFER_POST", "/transfers"),
-        ("FSPIOP_CALLBACK_URL_TRANSFER_PUT", "/transfers/{{transferId}}"),
-        ("FSPIOP_CALLBACK_URL_TRANSFER_ERROR", "/transfers/{{transferId}}/error"),
+        (
+            "FSPIOP_CALLBACK_URL_TRANSFER_PUT",
+            "/transfers/{{transferId}}",
+        ),
+        (
+            "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
+            "/transfers/{{transferId}}/error",
+        ),
     ] {
         hub.add_endpoint(name, kind, &format!("{base}{path}"));
     }
@@ -92,7 +104,12 @@ impl Fx {
         ]
     }
 
-    fn fx_headers(&self, source: &str, destination: &str, with_accept: bool) -> Vec<(String, String)> {
+    fn fx_headers(
+        &self,
+        source: &str,
+        destination: &str,
+        with_accept: bool,
+    ) -> Vec<(String, String)> {
         let mut headers = vec![("Content-Type".to_string(), FX_CONTENT_TYPE.to_string())];
         if with_accept {
             headers.push(("Accept".to_string(), FX_ACCEPT.to_string()));
@@ -107,7 +124,9 @@ impl Fx {
     fn convert(&self, commit_request_id: &str, determining: &str, expiration_ms: i64) -> String {
         let body = conversion_body(commit_request_id, determining, "300", expiration_ms);
         let headers = self.fx_headers(PAYER, FXP, true);
-        let response = self.hub.api("POST", "/fxTransfers", &headers, body.as_bytes());
+        let response = self
+            .hub
+            .api("POST", "/fxTransfers", &headers, body.as_bytes());
         assert_eq!(response.status, 202, "{response:?}");
         body
     }
@@ -147,24 +166,47 @@ impl Fx {
         let (conversion, transfer) = (new_id(), new_id());
         let sent = self.convert(&conversion, &transfer, far_future());
         let forwarded = self.fxp.expect("POST", "/fxTransfers");
-        assert_eq!(forwarded.body, sent.as_bytes(), "the FXP gets the payer's bytes");
+        assert_eq!(
+            forwarded.body,
+            sent.as_bytes(),
+            "the FXP gets the payer's bytes"
+        );
         assert_eq!(forwarded.header("fspiop-source"), Some(PAYER));
         assert_eq!(self.positions(), [300.0, 0.0, 0.0, 0.0]);
 
         let accepted = self.accept(&conversion);
-        let told = self.payer.expect("PUT", &format!("/fxTransfers/{conversion}"));
-        assert_eq!(told.body, accepted.as_bytes(), "the payer gets the FXP's bytes");
-        assert_eq!(self.positions(), [300.0, 0.0, 0.0, 0.0], "acceptance moves nothing");
+        let told = self
+            .payer
+            .expect("PUT", &format!("/fxTransfers/{conversion}"));
+        assert_eq!(
+            told.body,
+            accepted.as_bytes(),
+            "the payer gets the FXP's bytes"
+        );
+        assert_eq!(
+            self.positions(),
+            [300.0, 0.0, 0.0, 0.0],
+            "acceptance moves nothing"
+        );
 
         let sent = self.transfer(&transfer, "750000");
         let forwarded = self.payee.expect("POST", "/transfers");
         assert_eq!(forwarded.body, sent.as_bytes());
-        assert_eq!(self.positions(), [300.0, 0.0, 750_000.0, 0.0], "the FXP's TZS is held");
+        assert_eq!(
+            self.positions(),
+            [300.0, 0.0, 750_000.0, 0.0],
+            "the FXP's TZS is held"
+        );
         (conversion, transfer)
     }
 }
 
-fn conversion_body(commit_request_id: &str, determining: &str, source: &str, expiration_ms: i64) -> String {
+fn conversion_body(
+    commit_request_id: &str,
+    determining: &str,
+    source: &str,
+    expiration_ms: i64,
+) -> String {
     format!(
         r#"{{"commitRequestId":"{commit_request_id}","determiningTransferId":"{determining}","initiatingFsp":"{PAYER}","counterPartyFsp":"{FXP}","amountType":"SEND","sourceAmount":{{"currency":"USD","amount":"{source}"}},"targetAmount":{{"currency":"TZS","amount":"750000"}},"condition":"{CONDITION}","expiration":"{}"}}"#,
         fspiop_time(expiration_ms)
@@ -190,12 +232,19 @@ fn a_cross_currency_payment_commits_both_legs_and_tells_the_fxp() {
     fx.commit(&transfer);
     let told = fx.payer.expect("PUT", &format!("/transfers/{transfer}"));
     assert_eq!(told.json()["transferState"], json!("COMMITTED"));
-    let patch = fx.fxp.expect("PATCH", &format!("/fxTransfers/{conversion}"));
-    assert_eq!(patch.json()["conversionState"], json!("COMMITTED"), "{patch:?}");
+    let patch = fx
+        .fxp
+        .expect("PATCH", &format!("/fxTransfers/{conversion}"));
+    assert_eq!(
+        patch.json()["conversionState"],
+        json!("COMMITTED"),
+        "{patch:?}"
+    );
     assert_eq!(patch.header("fspiop-source"), Some(HUB_NAME));
     assert!(patch
         .header("content-type")
-        .is_some_and(|value| value.starts_with("application/vnd.interoperability.fxTransfers+json;version=2")));
+        .is_some_and(|value| value
+            .starts_with("application/vnd.interoperability.fxTransfers+json;version=2")));
     assert_eq!(
         fx.positions(),
         [300.0, -300.0, 750_000.0, -750_000.0],
@@ -213,7 +262,8 @@ fn a_cross_currency_payment_commits_both_legs_and_tells_the_fxp() {
     assert_eq!(fx.hub.api("GET", &path, &headers, b"").status, 202);
     let refused = fx.payee.expect("PUT", &format!("{path}/error"));
     assert_eq!(error_code(&refused), json!("3000"));
-    fx.hub.await_metric_line("kasi_refused_total{class=\"not_party\"} 1");
+    fx.hub
+        .await_metric_line("kasi_refused_total{class=\"not_party\"} 1");
 }
 
 #[test]
@@ -223,13 +273,18 @@ fn the_fxps_error_releases_every_hold_and_tells_payer_and_payee() {
     let body = error_body("5100", "FXP cannot convert");
     let headers = fx.fx_headers(FXP, PAYER, false);
     let path = format!("/fxTransfers/{conversion}/error");
-    assert_eq!(fx.hub.api("PUT", &path, &headers, body.as_bytes()).status, 200);
+    assert_eq!(
+        fx.hub.api("PUT", &path, &headers, body.as_bytes()).status,
+        200
+    );
     let to_payer = next_requests(&fx.payer, 2);
     assert_eq!(to_payer[0].path, format!("/fxTransfers/{conversion}/error"));
     assert_eq!(to_payer[0].body, body.as_bytes(), "the FXP's own words");
     assert_eq!(to_payer[1].path, format!("/transfers/{transfer}/error"));
     assert_eq!(error_code(&to_payer[1]), json!("5100"));
-    let to_payee = fx.payee.expect("PUT", &format!("/transfers/{transfer}/error"));
+    let to_payee = fx
+        .payee
+        .expect("PUT", &format!("/transfers/{transfer}/error"));
     assert_eq!(error_code(&to_payee), json!("5100"));
     assert_eq!(fx.positions(), [0.0; 4], "every hold released once");
 }
@@ -241,9 +296,14 @@ fn the_payees_error_ends_the_conversion_and_the_fxp_hears_aborted() {
     let body = error_body("5104", "payee refused");
     let headers = fspiop_headers(PAYEE, PAYER, false);
     let path = format!("/transfers/{transfer}/error");
-    assert_eq!(fx.hub.api("PUT", &path, &headers, body.as_bytes()).status, 200);
+    assert_eq!(
+        fx.hub.api("PUT", &path, &headers, body.as_bytes()).status,
+        200
+    );
     fx.payer.expect("PUT", &path);
-    let patch = fx.fxp.expect("PATCH", &format!("/fxTransfers/{conversion}"));
+    let patch = fx
+        .fxp
+        .expect("PATCH", &format!("/fxTransfers/{conversion}"));
     assert_eq!(patch.json()["conversionState"], json!("ABORTED"));
     assert_eq!(fx.positions(), [0.0; 4]);
 }
@@ -259,7 +319,8 @@ fn a_dependent_transfer_that_does_not_match_its_conversion_is_refused() {
     let refused = fx.payer.expect_error(&transfer, "3100");
     assert!(refused.text().contains("not fulfilled"), "{refused:?}");
     fx.accept(&conversion);
-    fx.payer.expect("PUT", &format!("/fxTransfers/{conversion}"));
+    fx.payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}"));
     // Above what was converted.
     fx.transfer(&transfer, "750001");
     fx.payer.expect_error(&transfer, "3100");
@@ -269,7 +330,8 @@ fn a_dependent_transfer_that_does_not_match_its_conversion_is_refused() {
     fx.payee.expect("POST", "/transfers");
     fx.commit(&transfer);
     fx.payer.expect("PUT", &format!("/transfers/{transfer}"));
-    fx.fxp.expect("PATCH", &format!("/fxTransfers/{conversion}"));
+    fx.fxp
+        .expect("PATCH", &format!("/fxTransfers/{conversion}"));
     assert_eq!(fx.positions(), [300.0, -300.0, 750_000.0, -750_000.0]);
 }
 
@@ -295,19 +357,36 @@ fn resends_get_the_state_and_a_modified_resend_3106() {
     let body = fx.convert(&conversion, &transfer, far_future());
     fx.fxp.expect("POST", "/fxTransfers");
     let headers = fx.fx_headers(PAYER, FXP, true);
-    assert_eq!(fx.hub.api("POST", "/fxTransfers", &headers, body.as_bytes()).status, 202);
-    let state = fx.payer.expect("PUT", &format!("/fxTransfers/{conversion}"));
+    assert_eq!(
+        fx.hub
+            .api("POST", "/fxTransfers", &headers, body.as_bytes())
+            .status,
+        202
+    );
+    let state = fx
+        .payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}"));
     assert_eq!(state.json()["conversionState"], json!("RESERVED"));
     let modified = body.replace("\"300\"", "\"301\"");
-    assert_eq!(fx.hub.api("POST", "/fxTransfers", &headers, modified.as_bytes()).status, 202);
-    let refused = fx.payer.expect("PUT", &format!("/fxTransfers/{conversion}/error"));
+    assert_eq!(
+        fx.hub
+            .api("POST", "/fxTransfers", &headers, modified.as_bytes())
+            .status,
+        202
+    );
+    let refused = fx
+        .payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}/error"));
     assert_eq!(error_code(&refused), json!("3106"));
     assert_eq!(fx.positions(), [300.0, 0.0, 0.0, 0.0]);
     // Only the FXP answers: the payee's PUT is refused and changes nothing.
     let accept = format!(r#"{{"conversionState":"RESERVED","fulfilment":"{FULFILMENT}"}}"#);
     let headers = fx.fx_headers(PAYEE, PAYER, false);
     let path = format!("/fxTransfers/{conversion}");
-    assert_eq!(fx.hub.api("PUT", &path, &headers, accept.as_bytes()).status, 200);
+    assert_eq!(
+        fx.hub.api("PUT", &path, &headers, accept.as_bytes()).status,
+        200
+    );
     fx.payee.expect("PUT", &format!("{path}/error"));
     fx.payer.assert_quiet(QUIET_WAIT);
     // conversionState ABORTED in a PUT is refused at once.
@@ -365,6 +444,9 @@ fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
     assert_eq!(response.status, 202);
     let answer = fx.payer.expect("PUT", "/services/FXP/TZS/USD");
     assert_eq!(answer.json(), json!({"providers": []}));
-    let events = fx.hub.admin_expect("GET", "/audit/events?action=fxp.corridors", None, 200).json();
+    let events = fx
+        .hub
+        .admin_expect("GET", "/audit/events?action=fxp.corridors", None, 200)
+        .json();
     assert!(events.to_string().contains("USD"), "{events}");
 }

@@ -692,7 +692,10 @@ impl Rows {
             Record::ConversionFulfilled(row) => {
                 let conversion = self.transfers.get(&row.seq);
                 if conversion.is_none_or(|t| t.kind != TransferKind::FxConversion) {
-                    violations.push(format!("seq {} accepted by an FXP is no conversion", row.seq));
+                    violations.push(format!(
+                        "seq {} accepted by an FXP is no conversion",
+                        row.seq
+                    ));
                 } else if self.finishes.contains_key(&row.seq) {
                     violations.push(format!("conversion seq {} accepted once finished", row.seq));
                 }

@@ -87,14 +87,6 @@ fn tracking(view: &TransferView) -> Option<Tracking> {
     })
 }
 
-/// The FXP of a conversion's view, or of a dependent transfer's.
-fn fxp_of(view: &TransferView) -> FspName {
-    match view.fx {
-        Some(FxView::Dependent { fxp, .. }) => fxp,
-        _ => view.payee,
-    }
-}
-
 impl Hub {
     fn fx_reply(reply: Reply) -> Reply {
         Reply {
@@ -104,10 +96,20 @@ impl Hub {
     }
 
     fn fx_headers(&self, destination: FspName, reply: Reply) -> HeaderMap {
-        crate::wire::hub_headers(self, Resource::FxTransfers, destination, Self::fx_reply(reply))
+        crate::wire::hub_headers(
+            self,
+            Resource::FxTransfers,
+            destination,
+            Self::fx_reply(reply),
+        )
     }
 
-    fn send_fx(&self, commit_request_id: TransferId, message: FxMessage, tracking: Option<Tracking>) {
+    fn send_fx(
+        &self,
+        commit_request_id: TransferId,
+        message: FxMessage,
+        tracking: Option<Tracking>,
+    ) {
         let id = commit_request_id.to_string();
         let sent = self.send_callback_tracked(
             message.origin,
@@ -126,7 +128,13 @@ impl Hub {
     }
 
     /// The hub's `PUT /fxTransfers/{ID}/error`.
-    fn fx_error(&self, destination: FspName, code: ErrorCode, description: &str, reply: Reply) -> FxMessage {
+    fn fx_error(
+        &self,
+        destination: FspName,
+        code: ErrorCode,
+        description: &str,
+        reply: Reply,
+    ) -> FxMessage {
         FxMessage {
             origin: Origin::Hub,
             destination,
@@ -157,7 +165,13 @@ impl Hub {
 
     /// The hub's `PATCH /fxTransfers/{ID}` to the FXP: the final state
     /// (the commit's time as `completedTimestamp`).
-    fn fx_patch(&self, fxp: FspName, state: TransferState, completed_ms: Option<i64>, reply: Reply) -> FxMessage {
+    fn fx_patch(
+        &self,
+        fxp: FspName,
+        state: TransferState,
+        completed_ms: Option<i64>,
+        reply: Reply,
+    ) -> FxMessage {
         let body = fspiop::fx_transfer_patch_body(wire_state(state), completed_ms);
         FxMessage {
             origin: Origin::Hub,
@@ -174,7 +188,11 @@ impl Hub {
     fn refuse_fx(&self, caller: &Caller, commit_request_id: TransferId, error: &ledger::Rejection) {
         let description = format!("{} - {}", error.code.description(), error.description);
         if error.not_party {
-            self.refuse(refused::Class::NotParty, caller.source.as_str(), &description);
+            self.refuse(
+                refused::Class::NotParty,
+                caller.source.as_str(),
+                &description,
+            );
         }
         let message = self.fx_error(caller.source, error.code, &description, caller.reply());
         self.send_fx(commit_request_id, message, None);
@@ -243,11 +261,19 @@ impl Hub {
         use ledger::FinishKind;
         let reply = Reply::unprompted(FX_VERSION);
         let fxp = view.payee;
-        let accepted = matches!(view.fx, Some(FxView::Conversion { fxp_fulfilled_at_ms: Some(_), .. }));
+        let accepted = matches!(
+            view.fx,
+            Some(FxView::Conversion {
+                fxp_fulfilled_at_ms: Some(_),
+                ..
+            })
+        );
         let (code, description) = reason_of(view);
         let messages: Vec<FxMessage> = match (view.state, finish) {
             (TransferState::Reserved, _) if view.expiration_ms <= now_ms => vec![],
-            (TransferState::Reserved, _) if accepted => vec![self.fx_state(view.payer, view, reply)],
+            (TransferState::Reserved, _) if accepted => {
+                vec![self.fx_state(view.payer, view, reply)]
+            }
             (TransferState::Reserved, _) => vec![self.rebuilt_fx_prepare(view, condition, reply)],
             (TransferState::Rejected, _) => {
                 vec![self.fx_error(view.payer, code, &description, reply)]
@@ -275,7 +301,12 @@ impl Hub {
     /// The initiating DFSP's `POST /fxTransfers`, rebuilt for the FXP from
     /// the stored fields after a restart (FSPIOP-Source the initiating
     /// DFSP; its signature is lost with its bytes).
-    fn rebuilt_fx_prepare(&self, view: &TransferView, condition: &ledger::Condition, reply: Reply) -> FxMessage {
+    fn rebuilt_fx_prepare(
+        &self,
+        view: &TransferView,
+        condition: &ledger::Condition,
+        reply: Reply,
+    ) -> FxMessage {
         let mut headers = self.fx_headers(view.payee, reply);
         if let Ok(source) = axum::http::HeaderValue::from_str(view.payer.as_str()) {
             headers.insert("fspiop-source", source);
@@ -315,8 +346,18 @@ impl Hub {
     /// that transfer ended with it, and its payer and payee are told with
     /// the hub's `PUT /transfers/{ID}/error` (central-ledger tells the
     /// payer only; the payee held a reservation too).
-    async fn tell_dependent_ended(&self, conversion: &TransferView, code: ErrorCode, description: &str) {
-        let Some(FxView::Conversion { terms, dependent: Some(_), .. }) = conversion.fx else {
+    async fn tell_dependent_ended(
+        &self,
+        conversion: &TransferView,
+        code: ErrorCode,
+        description: &str,
+    ) {
+        let Some(FxView::Conversion {
+            terms,
+            dependent: Some(_),
+            ..
+        }) = conversion.fx
+        else {
             return;
         };
         let transfer_id = terms.determining_transfer_id;
@@ -361,7 +402,11 @@ fn reason_of(view: &TransferView) -> (ErrorCode, String) {
 }
 
 fn not_the_party(hub: &Hub, caller: &Caller, description: String) -> HubError {
-    hub.refuse(refused::Class::NotParty, caller.source.as_str(), &description);
+    hub.refuse(
+        refused::Class::NotParty,
+        caller.source.as_str(),
+        &description,
+    );
     HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, description)
 }
 
@@ -411,7 +456,8 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     if hub.endpoints.participant_active(fxp).is_some()
         && hub.endpoints.url(fxp, FX_TRANSFER_POST, &[]).is_none()
     {
-        let description = format!("Destination FSP Error - {fxp} has no {FX_TRANSFER_POST} endpoint");
+        let description =
+            format!("Destination FSP Error - {fxp} has no {FX_TRANSFER_POST} endpoint");
         let message = hub.fx_error(caller.source, ErrorCode(3201), &description, caller.reply());
         hub.send_fx(commit_request_id, message, None);
         return Ok(StatusCode::ACCEPTED.into_response());
@@ -447,9 +493,12 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
         }
         TransferReply::Failed { transfer, error } => {
             let description = format!("{} - {}", error.code.description(), error.description);
-            hub.metrics
-                .transfers
-                .record_failure(&transfer, FailurePhase::Prepare, error.code, &description);
+            hub.metrics.transfers.record_failure(
+                &transfer,
+                FailurePhase::Prepare,
+                error.code,
+                &description,
+            );
             let message = hub.fx_error(transfer.payer, error.code, &description, caller.reply());
             hub.send_fx(commit_request_id, message, tracking(&transfer));
         }
@@ -508,14 +557,18 @@ async fn fulfil(
         // late: both parties hear it (central-ledger's FX_ABORT_VALIDATION).
         TransferReply::Failed { transfer, error } => {
             let description = format!("{} - {}", error.code.description(), error.description);
-            hub.metrics
-                .transfers
-                .record_failure(&transfer, FailurePhase::Fulfil, error.code, &description);
+            hub.metrics.transfers.record_failure(
+                &transfer,
+                FailurePhase::Fulfil,
+                error.code,
+                &description,
+            );
             for party in [transfer.payer, transfer.payee] {
                 let message = hub.fx_error(party, error.code, &description, caller.reply());
                 hub.send_fx(commit_request_id, message, tracking(&transfer));
             }
-            hub.tell_dependent_ended(&transfer, error.code, &description).await;
+            hub.tell_dependent_ended(&transfer, error.code, &description)
+                .await;
         }
         TransferReply::Refused(error) => hub.refuse_fx(&caller, commit_request_id, &error),
         TransferReply::Duplicate(view) => {
@@ -562,13 +615,15 @@ async fn abort(
                 body,
             };
             hub.send_fx(commit_request_id, message, tracking(&view));
-            hub.tell_dependent_ended(&view, parsed.code, &parsed.description).await;
+            hub.tell_dependent_ended(&view, parsed.code, &parsed.description)
+                .await;
         }
         TransferReply::Failed { transfer, error } => {
             let description = format!("{} - {}", error.code.description(), error.description);
             let message = hub.fx_error(transfer.payer, error.code, &description, caller.reply());
             hub.send_fx(commit_request_id, message, tracking(&transfer));
-            hub.tell_dependent_ended(&transfer, error.code, &description).await;
+            hub.tell_dependent_ended(&transfer, error.code, &description)
+                .await;
         }
         TransferReply::Refused(error) => hub.refuse_fx(&caller, commit_request_id, &error),
         TransferReply::Duplicate(view) => {
@@ -611,35 +666,12 @@ mod tests {
     fn a_conversion_reads_as_fspiops_four_states() {
         assert_eq!(wire_state(TransferState::Reserved), WireState::Reserved);
         assert_eq!(wire_state(TransferState::Committed), WireState::Committed);
-        for ended in [TransferState::Aborted, TransferState::Expired, TransferState::Rejected] {
+        for ended in [
+            TransferState::Aborted,
+            TransferState::Expired,
+            TransferState::Rejected,
+        ] {
             assert_eq!(wire_state(ended), WireState::Aborted);
         }
-    }
-
-    #[test]
-    fn the_fxp_of_a_dependent_transfer_is_its_links() {
-        let fxp = FspName::new("fxp").unwrap();
-        let view = TransferView {
-            transfer_id: TransferId::new(1),
-            kind: ledger::TransferKind::Fspiop,
-            payer: FspName::new("payer").unwrap(),
-            payee: FspName::new("payee").unwrap(),
-            amount: ledger::Amount::from_whole(1),
-            currency: ledger::Currency::parse("TZS").unwrap(),
-            state: TransferState::Committed,
-            reason: None,
-            cause: None,
-            expiration_ms: 0,
-            prepared_at_ms: 0,
-            completed_at_ms: None,
-            fulfilment: None,
-            wire_version: 0,
-            fx: Some(FxView::Dependent {
-                commit_request_id: TransferId::new(2),
-                fxp,
-                conversion: Some(TransferState::Committed),
-            }),
-        };
-        assert_eq!(fxp_of(&view), fxp);
     }
 }

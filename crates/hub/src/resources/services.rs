@@ -62,7 +62,11 @@ async fn corridor_fxps(
 }
 
 /// The FXPs offered to `asker` for `corridor` (any, when `None`).
-pub fn offered(fxps: &[ledger::FxpView], asker: FspName, corridor: Option<Corridor>) -> Vec<FspName> {
+pub fn offered(
+    fxps: &[ledger::FxpView],
+    asker: FspName,
+    corridor: Option<Corridor>,
+) -> Vec<FspName> {
     let mut offered: Vec<FspName> = fxps
         .iter()
         .filter(|fxp| fxp.active && fxp.fsp != asker)
@@ -73,7 +77,11 @@ pub fn offered(fxps: &[ledger::FxpView], asker: FspName, corridor: Option<Corrid
     offered
 }
 
-async fn answer(hub: &Arc<Hub>, headers: &HeaderMap, corridor: Option<Corridor>) -> Result<Response, HubError> {
+async fn answer(
+    hub: &Arc<Hub>,
+    headers: &HeaderMap,
+    corridor: Option<Corridor>,
+) -> Result<Response, HubError> {
     let caller = check_headers(headers, Resource::Services, Shape::Get)?;
     let fxps = hub.ask(ReadFxps {}).await??;
     let providers = offered(&fxps, caller.source, corridor);
@@ -83,7 +91,10 @@ async fn answer(hub: &Arc<Hub>, headers: &HeaderMap, corridor: Option<Corridor>)
     };
     let base = base.strip_suffix('/').unwrap_or(&base);
     let url = match corridor {
-        Some(corridor) => format!("{base}/services/FXP/{}/{}", corridor.source, corridor.target),
+        Some(corridor) => format!(
+            "{base}/services/FXP/{}/{}",
+            corridor.source, corridor.target
+        ),
         None => format!("{base}/services/FXP"),
     };
     hub.dispatcher.send(Callback {
@@ -110,15 +121,43 @@ mod tests {
             target: Currency::parse(t).unwrap(),
         };
         let fxps = vec![
-            FxpView { fsp: name("zeta"), active: true, corridors: vec![c("USD", "TZS")] },
-            FxpView { fsp: name("alpha"), active: true, corridors: vec![c("USD", "TZS"), c("TZS", "USD")] },
-            FxpView { fsp: name("asleep"), active: false, corridors: vec![c("USD", "TZS")] },
-            FxpView { fsp: name("other"), active: true, corridors: vec![c("EUR", "XOF")] },
+            FxpView {
+                fsp: name("zeta"),
+                active: true,
+                corridors: vec![c("USD", "TZS")],
+            },
+            FxpView {
+                fsp: name("alpha"),
+                active: true,
+                corridors: vec![c("USD", "TZS"), c("TZS", "USD")],
+            },
+            FxpView {
+                fsp: name("asleep"),
+                active: false,
+                corridors: vec![c("USD", "TZS")],
+            },
+            FxpView {
+                fsp: name("other"),
+                active: true,
+                corridors: vec![c("EUR", "XOF")],
+            },
         ];
         let asker = name("payerfsp");
-        assert_eq!(offered(&fxps, asker, Some(c("USD", "TZS"))), [name("alpha"), name("zeta")]);
-        assert_eq!(offered(&fxps, asker, Some(c("TZS", "USD"))), [name("alpha")]);
-        assert_eq!(offered(&fxps, asker, None), [name("alpha"), name("other"), name("zeta")]);
-        assert_eq!(offered(&fxps, name("alpha"), Some(c("TZS", "USD"))), Vec::<FspName>::new());
+        assert_eq!(
+            offered(&fxps, asker, Some(c("USD", "TZS"))),
+            [name("alpha"), name("zeta")]
+        );
+        assert_eq!(
+            offered(&fxps, asker, Some(c("TZS", "USD"))),
+            [name("alpha")]
+        );
+        assert_eq!(
+            offered(&fxps, asker, None),
+            [name("alpha"), name("other"), name("zeta")]
+        );
+        assert_eq!(
+            offered(&fxps, name("alpha"), Some(c("TZS", "USD"))),
+            Vec::<FspName>::new()
+        );
     }
 }

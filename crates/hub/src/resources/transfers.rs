@@ -504,11 +504,15 @@ impl Hub {
         code: ErrorCode,
         description: &str,
     ) {
-        let version =
-            fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
+        let version = fspiop::Version::unpacked(view.wire_version).unwrap_or(fspiop::Version::V1_1);
         let plan = callbacks_for(Event::EndedWithConversion, view, self.facts(false));
         let error = (code, description.to_string());
-        self.tell(plan, view, Sources::hubs(error, Reply::unprompted(version)), None);
+        self.tell(
+            plan,
+            view,
+            Sources::hubs(error, Reply::unprompted(version)),
+            None,
+        );
     }
 
     /// After a restart: queues again the callbacks of transfers prepared or
