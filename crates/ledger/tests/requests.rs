@@ -411,3 +411,91 @@ fn settlement_requests_reply_in_their_types() {
         },
     ));
 }
+
+#[test]
+fn fx_requests_reply_in_their_types() {
+    let tzs = cur("TZS");
+    let mut hub = Hub::new(&[usd(), tzs]);
+    let payer = hub.dfsp("payerfsp", 1000, 1000);
+    let fxp = hub.dfsp("fxp", 0, 0);
+    hub.dfsp_in("fxp", tzs, 1_000_000, 1_000_000);
+    let conversion = |id: u128, source: i64| PrepareConversion {
+        commit_request_id: TransferId::new(id),
+        initiating: payer.name,
+        fxp: fxp.name,
+        source_amount: whole(source),
+        source_currency: usd(),
+        terms: ConversionTerms {
+            determining_transfer_id: TransferId::new(id + 1),
+            target_currency: tzs,
+            target_amount: whole(1_000),
+        },
+        condition: secret(7).condition(),
+        expiration_ms: T0 + TTL,
+        request_hash: hash(id as u8),
+        wire_version: 0x20,
+    };
+    let prepared = ask(&mut hub, conversion(0x10, 100));
+    assert!(matches!(prepared, TransferReply::Done(ref v) if v.kind == TransferKind::FxConversion));
+    let again = ask(&mut hub, conversion(0x10, 100));
+    assert!(matches!(again, TransferReply::Duplicate(_)), "{again:?}");
+    let over = ask(&mut hub, conversion(0x20, 5_000));
+    assert!(matches!(over, TransferReply::Failed { .. }), "{over:?}");
+    let accepted = ask(
+        &mut hub,
+        FulfilConversion {
+            commit_request_id: TransferId::new(0x10),
+            caller: fxp.name,
+            fulfilment: Some(secret(7)),
+            destination: None,
+            request_hash: hash(0x11),
+        },
+    );
+    assert!(matches!(accepted, TransferReply::Done(_)), "{accepted:?}");
+    let foreign = ask(
+        &mut hub,
+        FulfilConversion {
+            commit_request_id: TransferId::new(0x10),
+            caller: payer.name,
+            fulfilment: Some(secret(7)),
+            destination: None,
+            request_hash: hash(0x12),
+        },
+    );
+    assert!(matches!(foreign, TransferReply::Refused(_)), "{foreign:?}");
+    let read = ask(
+        &mut hub,
+        GetConversion {
+            commit_request_id: TransferId::new(0x10),
+            caller: payer.name,
+        },
+    );
+    assert_eq!(read.unwrap().state, TransferState::Reserved);
+    let aborted = ask(
+        &mut hub,
+        AbortConversion(Abort {
+            transfer_id: TransferId::new(0x10),
+            caller: fxp.name,
+            error_code: ErrorCode(5100),
+            destination: None,
+            request_hash: hash(0x13),
+        }),
+    );
+    assert!(matches!(aborted, TransferReply::Done(ref v) if v.state == TransferState::Aborted));
+    let corridors = vec![Corridor {
+        source: usd(),
+        target: tzs,
+    }];
+    let name = fxp.name;
+    ask(&mut hub, SetFxpCorridors { name, corridors }).unwrap();
+    let fxps = ask(&mut hub, ReadFxps {}).unwrap();
+    assert_eq!(fxps.len(), 1);
+    let refused_code = refused(ask(
+        &mut hub,
+        SetFxpCorridors {
+            name: fsp("nobody"),
+            corridors: vec![],
+        },
+    ));
+    assert_eq!(refused_code, ErrorCode::ID_NOT_FOUND);
+}
