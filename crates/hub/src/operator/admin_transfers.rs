@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use ledger::request::ReadTransfer;
-use ledger::{ErrorCode, Held, TransferKind, TransferState, TransferView};
+use ledger::{ErrorCode, FxView, Held, TransferKind, TransferState, TransferView};
 use serde_json::{json, Map, Value};
 
 use crate::{format_time, Hub, HubError};
@@ -98,6 +98,9 @@ pub fn transfer_json(view: &TransferView, source: Source) -> Value {
         body.insert("completedAt".into(), json!(format_time(completed)));
     }
     body.insert("hasFulfilment".into(), json!(view.fulfilment.is_some()));
+    if let Some(fx) = view.fx {
+        body.insert("fx".into(), fx_json(&fx));
+    }
     body.insert("source".into(), json!(source.as_str()));
     let timeline: Vec<Value> = timeline(view)
         .into_iter()
@@ -105,6 +108,51 @@ pub fn transfer_json(view: &TransferView, source: Source) -> Value {
         .collect();
     body.insert("timeline".into(), Value::Array(timeline));
     Value::Object(body)
+}
+
+/// The FX side of a transfer: a conversion's terms and its dependent
+/// transfer, or a dependent transfer's conversion and FXP (the partner's
+/// state absent when read from the store).
+fn fx_json(fx: &FxView) -> Value {
+    match *fx {
+        FxView::Conversion {
+            terms,
+            fxp_fulfilled_at_ms,
+            dependent,
+        } => {
+            let mut body = json!({
+                "role": "conversion",
+                "determiningTransferId": terms.determining_transfer_id.to_string(),
+                "targetAmount": {
+                    "amount": terms.target_amount.to_string(),
+                    "currency": terms.target_currency.to_string(),
+                },
+            });
+            if let Some(at) = fxp_fulfilled_at_ms {
+                body["fxpAcceptedAt"] = json!(format_time(at));
+            }
+            if let Some((payee, state)) = dependent {
+                body["dependentPayeeFsp"] = json!(payee.as_str());
+                body["dependentState"] = json!(state.as_str());
+            }
+            body
+        }
+        FxView::Dependent {
+            commit_request_id,
+            fxp,
+            conversion,
+        } => {
+            let mut body = json!({
+                "role": "dependentTransfer",
+                "commitRequestId": commit_request_id.to_string(),
+                "fxpFsp": fxp.as_str(),
+            });
+            if let Some(state) = conversion {
+                body["conversionState"] = json!(state.as_str());
+            }
+            body
+        }
+    }
 }
 
 async fn get_transfer(
@@ -157,6 +205,24 @@ mod tests {
             wire_version: 0,
             fx: None,
         }
+    }
+
+    #[test]
+    fn a_dependent_transfer_names_its_conversion_and_fxp() {
+        let mut dependent = view(TransferState::Committed, Some(1_700_000_000_500));
+        dependent.fx = Some(FxView::Dependent {
+            commit_request_id: TransferId::new(9),
+            fxp: FspName::new("fxp").unwrap(),
+            conversion: Some(TransferState::Committed),
+        });
+        let body = transfer_json(&dependent, Source::Memory);
+        assert_eq!(body["fx"]["role"], "dependentTransfer");
+        assert_eq!(body["fx"]["fxpFsp"], "fxp");
+        assert_eq!(body["fx"]["conversionState"], "COMMITTED");
+        assert_eq!(body["fx"]["commitRequestId"], TransferId::new(9).to_string());
+        assert!(transfer_json(&view(TransferState::Reserved, None), Source::Memory)
+            .get("fx")
+            .is_none());
     }
 
     #[test]
