@@ -108,7 +108,8 @@ impl Ledger {
     /// The conversion a `POST /transfers` with this id depends on: the
     /// latest one in memory whose `determiningTransferId` it is.
     pub(crate) fn conversion_for(&self, transfer_id: TransferId) -> Option<TransferId> {
-        self.conversions_by_determining.get(&transfer_id).copied()
+        let conversion = *self.conversions_by_determining.get(&transfer_id)?;
+        self.holds_transfer(conversion).then_some(conversion)
     }
 
     /// Checks a transfer against the conversion it depends on (central-

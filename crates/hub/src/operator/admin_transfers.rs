@@ -219,10 +219,15 @@ mod tests {
         assert_eq!(body["fx"]["role"], "dependentTransfer");
         assert_eq!(body["fx"]["fxpFsp"], "fxp");
         assert_eq!(body["fx"]["conversionState"], "COMMITTED");
-        assert_eq!(body["fx"]["commitRequestId"], TransferId::new(9).to_string());
-        assert!(transfer_json(&view(TransferState::Reserved, None), Source::Memory)
-            .get("fx")
-            .is_none());
+        assert_eq!(
+            body["fx"]["commitRequestId"],
+            TransferId::new(9).to_string()
+        );
+        assert!(
+            transfer_json(&view(TransferState::Reserved, None), Source::Memory)
+                .get("fx")
+                .is_none()
+        );
     }
 
     #[test]
