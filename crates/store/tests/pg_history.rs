@@ -329,3 +329,75 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     );
     assert_eq!(recent, expected());
 }
+
+/// A version 5 store (before FX) is read as it is by `kasi audit` (its
+/// history snapshot through the funds movements' index with the old
+/// predicate; no FXPs), and a hub migrates it: the FX tables appear, the
+/// index is built again without conversions, and conversions written
+/// then are summed, kept and loaded as on SQLite.
+#[test]
+fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = Harness::with_pg(dir.path(), Some(PgStore::open(&url).expect("open")));
+    // A version 5 store holds no conversions.
+    history_with(&mut harness, 12, false);
+    let cut_ms = harness.now - 1_000;
+    harness.snapshot(cut_ms);
+    drop(harness.pg.take());
+    let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    raw.batch_execute(
+        "DROP TABLE transfer_fx, conversion_fulfils, fxps;
+         DROP INDEX transfers_funds;
+         CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
+         UPDATE kasi_meta SET value = '5' WHERE key = 'schema_version'",
+    )
+    .expect("downgrade");
+
+    let mut old = PgStore::open_read_only(&url).expect("open read-only");
+    let check = old.check_history_snapshot().expect("check");
+    assert!(matches!(check, Some((_, Ok(())))), "{check:?}");
+    let recent = old.load_recent(cut_ms).expect("load as it is");
+    assert!(old.history_snapshot_through().is_some());
+    let sqlite = harness.store.load_recent(cut_ms).expect("SQLite");
+    assert_eq!(
+        recent,
+        Snapshot {
+            fxps: Vec::new(),
+            ..sqlite
+        },
+        "the FXP declared at the start: version 5 had none"
+    );
+    drop(old);
+
+    harness.pg = Some(PgStore::open(&url).expect("migrate"));
+    let version: String = raw
+        .query_one(
+            "SELECT value FROM kasi_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "6");
+    // Declared again, on both.
+    harness.run(Op::Corridors(false));
+    harness.run(Op::Corridors(true));
+    some_history(&mut harness, 12);
+    harness.snapshot(harness.now - 1_000);
+    let horizon_ms = harness.now - 500;
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    let recent = pg.load_recent(horizon_ms).expect("load");
+    assert!(pg.history_snapshot_through().is_some());
+    assert!(
+        recent.transfers.iter().any(|t| t.fx.is_some()),
+        "{recent:?}"
+    );
+    assert_eq!(
+        recent,
+        harness.store.load_recent(horizon_ms).expect("SQLite")
+    );
+    let check = pg.check_history_snapshot().expect("check");
+    assert!(matches!(check, Some((_, Ok(())))), "{check:?}");
+    Ledger::restore(recent, retention()).expect("restore");
+}

@@ -470,3 +470,132 @@ fn a_version_3_store_with_a_history_snapshot_is_audited_as_it_is() {
          ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 3;",
     );
 }
+
+/// A row of `kind` with an FX link, prepared at 500.
+fn fx_transfer(seq: u64, kind: TransferKind, fx: ledger::FxLink) -> TransferRow {
+    let Record::Transfer(row) = transfer(seq, UUID, 0x20) else {
+        unreachable!("a transfer");
+    };
+    TransferRow {
+        transfer_id: TransferId::new(0xF0_0000 + u128::from(seq)),
+        kind,
+        fx: Some(fx),
+        ..row
+    }
+}
+
+/// A version 5 store (before FX) with a history snapshot is read as it is
+/// (no FX rows; its funds movements' index with the old predicate, which
+/// counted every kind but TRANSFER); a hub migrates it: the FX tables
+/// appear and the index is built again without conversions, so that a
+/// conversion written then is summed, kept and loaded as a transfer is,
+/// never read as a funds movement.
+#[test]
+fn a_version_5_store_gains_fx_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [UUID, ULID, "0b9e3c53-7d2c-4d1e-9d6b-2f7f3a0c9d11"];
+    {
+        let mut store = open(dir.path()).unwrap();
+        let transfers: Vec<Record> = (1..=3)
+            .map(|seq| transfer(seq, ids[seq as usize - 1], 0x11))
+            .collect();
+        let finished = [
+            Record::Finish(finish(
+                1,
+                FinishKind::Fulfil,
+                TransferState::Committed,
+                None,
+            )),
+            Record::Finish(FinishRow {
+                finished_at_ms: 100,
+                ..finish(2, FinishKind::Abort, TransferState::Aborted, Some(5101))
+            }),
+        ];
+        store.commit(&[&transfers, &finished]).unwrap();
+        let snapshot = store.advance_history_snapshot(500).unwrap();
+        assert_eq!(
+            (snapshot.transfers, snapshot.kept.as_slice()),
+            (1, &[3][..])
+        );
+    }
+    downgrade(dir.path(), "PRAGMA user_version = 5;");
+
+    let mut old = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(old.check_history_snapshot().unwrap(), Some((3, Ok(()))));
+    let recent = old.load_recent(500).unwrap();
+    assert_eq!(recent.transfers.len(), 2);
+    assert!(recent.fxps.is_empty() && recent.conversion_fulfils.is_empty());
+    assert_eq!(old.load().unwrap().transfers.len(), 3);
+    drop(old);
+    assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 6);
+    let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'transfers_funds'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(index.contains("'FUNDS_IN', 'FUNDS_OUT'"), "{index}");
+    // A conversion and the transfer depending on it, committed together
+    // long ago (summed by the next snapshot); another still reserved,
+    // accepted by its FXP (kept).
+    let terms = |determining: u128| {
+        ledger::FxLink::Conversion(ledger::ConversionTerms {
+            determining_transfer_id: TransferId::new(determining),
+            target_currency: ledger::Currency::parse("EUR").unwrap(),
+            target_amount: Amount::from_whole(9),
+        })
+    };
+    let conversion = fx_transfer(4, TransferKind::FxConversion, terms(0xF0_0005));
+    let dependent = fx_transfer(
+        5,
+        TransferKind::Fspiop,
+        ledger::FxLink::Dependent {
+            commit_request_id: conversion.transfer_id,
+            payer: ledger::ParticipantId(2),
+        },
+    );
+    let reserved = fx_transfer(6, TransferKind::FxConversion, terms(0xF0_0099));
+    let accepted = |seq: u64| ledger::ConversionFulfilRow {
+        seq,
+        fulfilment: ledger::Fulfilment::from_preimage([5; 32]),
+        request_hash: RequestHash([0xC2; 32]),
+        at_ms: 550,
+    };
+    let committed = |seq: u64, kind: FinishKind| FinishRow {
+        finished_at_ms: 600,
+        ..finish(seq, kind, TransferState::Committed, None)
+    };
+    store
+        .commit(&[&[
+            Record::Transfer(conversion.clone()),
+            Record::Transfer(dependent.clone()),
+            Record::Transfer(reserved.clone()),
+            Record::ConversionFulfilled(accepted(4)),
+            Record::ConversionFulfilled(accepted(6)),
+            Record::Finish(committed(5, FinishKind::Fulfil)),
+            Record::Finish(committed(4, FinishKind::Linked)),
+        ]])
+        .unwrap();
+    let whole = store.load().unwrap();
+    assert_eq!(
+        whole.transfers[3..],
+        [conversion, dependent, reserved.clone()]
+    );
+    assert_eq!(whole.conversion_fulfils, [accepted(4), accepted(6)]);
+    let snapshot = store.advance_history_snapshot(700).unwrap();
+    assert_eq!(snapshot.transfers, 1 + 3, "seqs 1, 2, 4 and 5 summed");
+    assert_eq!(snapshot.kept, [3, 6]);
+    assert_eq!(store.check_history_snapshot().unwrap(), Some((6, Ok(()))));
+    let recent = store.load_recent(700).unwrap();
+    let loaded: Vec<u64> = recent.transfers.iter().map(|t| t.seq).collect();
+    assert_eq!(loaded, [3, 6], "the reserved ones, no conversion as funds");
+    assert_eq!(recent.transfers[1], reserved);
+    assert_eq!(recent.conversion_fulfils, [accepted(6)]);
+    assert!(store.forget_history_snapshot().unwrap());
+    assert_eq!(store.load_recent(700).unwrap(), recent);
+}
