@@ -129,8 +129,10 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
     /// Every FSPIOP transfer prepared or finished at or after `since_ms`
     /// (ledger time), with its condition and how it finished: what the
     /// callback dispatcher derives its callbacks from again after a
-    /// restart. In no particular order. Read by index, not by a scan of
-    /// the whole history.
+    /// restart. A transfer a conversion depends on is there with its
+    /// FSPIOP payer (the initiating DFSP) and its link; conversions are
+    /// not. In no particular order. Read by index, not by a scan of the
+    /// whole history.
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
 
     /// Whether a read waits on the network (a database server) rather than
@@ -179,7 +181,8 @@ pub trait Store: Send {
     }
 
     /// Reads what recovery needs with a retention horizon: every row, but
-    /// FSPIOP transfers finished before `horizon_ms` only as the sums in
+    /// transfers and conversions (with their FX rows) finished before
+    /// `horizon_ms` only as the sums in
     /// [`Snapshot::archived`]. A backend may load everything instead.
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
         let _ = horizon_ms;

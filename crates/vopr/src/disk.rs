@@ -778,9 +778,10 @@ impl Rows {
         ))
     }
 
-    /// Every row in the stores' load order; with a horizon, FSPIOP
-    /// transfers finished before it summed into `archived` instead (as
-    /// the stores' history read does without a history snapshot).
+    /// Every row in the stores' load order; with a horizon, transfers and
+    /// conversions finished before it summed into `archived` instead, the
+    /// FX rows of those loaded loaded with them (as the stores' history
+    /// read does without a history snapshot).
     pub fn snapshot(&self, horizon_ms: Option<i64>) -> Snapshot {
         let mut snapshot = Snapshot {
             participants: self.participants.values().cloned().collect(),
