@@ -57,6 +57,10 @@ fn view_select() -> String {
 /// the acceptance's four columns.
 const NAMES_AT: usize = FULFIL_AT + 4;
 
+/// Where a conversion's determining transfer id is in a row of
+/// [`view_select`]: its FX row's second column, after the transfer's 15.
+const DETERMINING_AT: usize = 16;
+
 impl PgReader {
     /// Connects to the store at `url` (it must exist: open the writable
     /// store first).
@@ -231,6 +235,31 @@ pub(crate) fn prefetch(
             prefetched.transfers.insert(id, lookup);
         }
     }
+    if !ids.conversions.is_empty() {
+        let blobs: Vec<Vec<u8>> = ids
+            .conversions
+            .iter()
+            .map(|id| id.to_blob().as_slice().to_vec())
+            .collect();
+        let rows = client.query(&statements.conversions, &[&blobs])?;
+        prefetched.conversions = ids
+            .conversions
+            .iter()
+            .map(|&id| (id, Lookup::Absent))
+            .collect();
+        for row in &rows {
+            let id = row_id(row, DETERMINING_AT)?;
+            let lookup = match PgReader::stored(row) {
+                Ok(stored) => Lookup::Found(stored),
+                Err(error) => {
+                    let what = format!("the conversion for transfer {id}");
+                    prefetched.unreadable.push(format!("{what}: {error}"));
+                    Lookup::Failed
+                }
+            };
+            prefetched.conversions.insert(id, lookup);
+        }
+    }
     if !ids.quotes.is_empty() {
         let blobs: Vec<Vec<u8>> = ids
             .quotes
@@ -259,6 +288,8 @@ pub(crate) fn prefetch(
 pub(crate) struct PrefetchStatements {
     transfers: postgres::Statement,
     quotes: postgres::Statement,
+    /// By determining transfer id: the latest conversion naming each.
+    conversions: postgres::Statement,
 }
 
 impl PrefetchStatements {
@@ -268,6 +299,11 @@ impl PrefetchStatements {
                 .prepare(&format!("{} WHERE t.transfer_id = ANY($1)", view_select()))?,
             quotes: client.prepare(&format!(
                 "SELECT {QUOTE_COLUMNS} FROM quotes WHERE quote_id = ANY($1)"
+            ))?,
+            conversions: client.prepare(&format!(
+                "{} WHERE t.seq IN (SELECT max(seq) FROM transfer_fx
+                    WHERE determining_transfer_id = ANY($1) GROUP BY determining_transfer_id)",
+                view_select()
             ))?,
         })
     }

@@ -87,10 +87,12 @@ CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
 
 /// FX (FSPIOP v2.0 payer conversion): a conversion's terms or a dependent
 /// transfer's link, one row per FX transfer written with its `transfers`
-/// row; the FXP's acceptance of a conversion (one insert); the declared
-/// FXPs (an upsert of the whole row, a withdrawn one deleted). The funds
-/// movements' index is built again without conversions, which its old
-/// predicate (`kind <> 'TRANSFER'`) would count as funds movements.
+/// row, indexed by the determining transfer (the prefetch reads the latest
+/// conversion for a prepare's id); the FXP's acceptance of a conversion
+/// (one insert); the declared FXPs (an upsert of the whole row, a
+/// withdrawn one deleted). The funds movements' index is built again
+/// without conversions, which its old predicate (`kind <> 'TRANSFER'`)
+/// would count as funds movements.
 const MIGRATION_6: &str = "
 CREATE TABLE transfer_fx (
     seq                     BIGINT PRIMARY KEY,
@@ -106,6 +108,8 @@ CREATE TABLE conversion_fulfils (
     request_hash BYTEA  NOT NULL,
     at_ms        BIGINT NOT NULL
 );
+CREATE INDEX transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
+    WHERE determining_transfer_id IS NOT NULL;
 CREATE TABLE fxps (
     participant_id BIGINT PRIMARY KEY,
     corridors      TEXT   NOT NULL

@@ -249,6 +249,10 @@ CREATE TABLE IF NOT EXISTS fxps (
     participant_id INTEGER PRIMARY KEY,
     corridors      TEXT    NOT NULL  -- SOURCE>TARGET pairs, comma-separated, sorted
 ) STRICT;
+-- The latest conversion for a prepare's id (the prefetch's), once the
+-- conversion left memory.
+CREATE INDEX IF NOT EXISTS transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
+    WHERE determining_transfer_id IS NOT NULL;
 ";
 
 /// Version 3 → 4: when each account's balance last changed (the
@@ -1932,13 +1936,14 @@ fn prefetch(connection: &Connection, ids: &PrefetchIds) -> Prefetched {
             (id, lookup(found, || format!("quote {id}"), &mut unreadable))
         })
         .collect();
-    // FX rows are not stored yet on this branch: every lookup of a
-    // conversion by its determining transfer is unread (the ledger refuses
-    // 2003) rather than guessed absent.
     let conversions = ids
         .conversions
         .iter()
-        .map(|&id| (id, Lookup::Failed))
+        .map(|&id| {
+            let found = find_conversion_for(connection, id);
+            let what = || format!("the conversion for transfer {id}");
+            (id, lookup(found, what, &mut unreadable))
+        })
         .collect();
     Prefetched {
         transfers,
@@ -1997,6 +2002,26 @@ fn find_transfer(
     });
     let mut statement = connection.prepare_cached(&SQL)?;
     let mut rows = statement.query(params![transfer_id.to_blob().as_slice()])?;
+    match rows.next()? {
+        Some(row) => stored_transfer(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The latest conversion (the highest seq) whose determining transfer is
+/// `determining`, if `connection` sees one: by `transfer_fx`'s index.
+fn find_conversion_for(
+    connection: &Connection,
+    determining: TransferId,
+) -> Result<Option<StoredTransfer>, StoreError> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} WHERE t.seq = (SELECT max(seq) FROM transfer_fx WHERE determining_transfer_id = ?1)",
+            view_select()
+        )
+    });
+    let mut statement = connection.prepare_cached(&SQL)?;
+    let mut rows = statement.query(params![determining.to_blob().as_slice()])?;
     match rows.next()? {
         Some(row) => stored_transfer(row).map(Some),
         None => Ok(None),

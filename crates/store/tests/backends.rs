@@ -703,32 +703,6 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
     }
 }
 
-/// A view as a store's copy gives it: the partner's state is not read
-/// with it (`None`), the rest as memory says.
-fn as_stored(mut view: TransferView) -> TransferView {
-    view.fx = view.fx.map(|fx| match fx {
-        FxView::Conversion {
-            terms,
-            fxp_fulfilled_at_ms,
-            ..
-        } => FxView::Conversion {
-            terms,
-            fxp_fulfilled_at_ms,
-            dependent: None,
-        },
-        FxView::Dependent {
-            commit_request_id,
-            fxp,
-            ..
-        } => FxView::Dependent {
-            commit_request_id,
-            fxp,
-            conversion: None,
-        },
-    });
-    view
-}
-
 /// The finish row of `transfer_id` in `snapshot`, as (kind, state).
 fn finish_of(snapshot: &Snapshot, transfer_id: TransferId) -> Option<(FinishKind, TransferState)> {
     let seq = snapshot
@@ -852,9 +826,9 @@ fn conversions_round_trip_alike() {
     );
     assert_eq!(whole.fxps.len(), 1);
 
-    // Every read of the stores shows what memory shows (partners' states
-    // aside): a dependent transfer paid by the initiating DFSP, a
-    // conversion with the FXP's acceptance.
+    // Every read of the stores shows what memory shows: a dependent
+    // transfer paid by the initiating DFSP, a conversion with the FXP's
+    // acceptance; and for a prepare's id, the latest conversion naming it.
     let fx_ids: Vec<TransferId> = whole
         .transfers
         .iter()
@@ -864,11 +838,20 @@ fn conversions_round_trip_alike() {
     assert_eq!(fx_ids.len(), 6 + 3, "six conversions, three dependents");
     let reader = PgReader::open(&url).expect("a PostgreSQL reader");
     let lookup = harness.lookup();
+    let all_converted = [committed, aborted, refused, expired, waiting, accepted];
+    let unknown = TransferId::new(u128::MAX - 3);
     let mut ids = PrefetchIds {
         transfers: fx_ids.clone(),
         quotes: vec![],
+        conversions: all_converted
+            .iter()
+            .map(|c| c.determining_transfer_id)
+            .collect(),
     };
-    ids.transfers.push(TransferId::new(u128::MAX - 3));
+    ids.transfers.push(unknown);
+    ids.conversions.push(unknown);
+    // A conversion's own id names none.
+    ids.conversions.push(committed.commit_request_id);
     let from_sqlite = harness.store.prefetch(&ids).expect("prefetch on SQLite");
     let pg = harness.pg.as_mut().expect("PostgreSQL");
     let prefetches = [
@@ -890,7 +873,7 @@ fn conversions_round_trip_alike() {
         let Outcome::Transfer(in_memory) = &outcomes[0] else {
             panic!("{outcomes:?}");
         };
-        let expected = as_stored(*in_memory);
+        let expected = *in_memory;
         for found in [
             lookup.find_transfer(id).expect("find on SQLite"),
             reader.find_transfer(id).expect("find on PostgreSQL"),
@@ -907,7 +890,23 @@ fn conversions_round_trip_alike() {
     }
     for prefetched in &prefetches {
         assert_eq!(prefetched.transfers, from_sqlite.transfers);
+        assert_eq!(prefetched.conversions, from_sqlite.conversions);
         assert!(prefetched.unreadable.is_empty());
+        for conversion in all_converted {
+            let Lookup::Found(latest) =
+                &prefetched.conversions[&conversion.determining_transfer_id]
+            else {
+                panic!("{conversion:?}: {:?}", prefetched.conversions);
+            };
+            assert_eq!(latest.view.transfer_id, conversion.commit_request_id);
+            let stored = lookup.find_transfer(conversion.commit_request_id).unwrap();
+            assert_eq!(Some(latest), stored.as_ref());
+        }
+        assert_eq!(prefetched.conversions[&unknown], Lookup::Absent);
+        assert_eq!(
+            prefetched.conversions[&committed.commit_request_id],
+            Lookup::Absent
+        );
     }
     let dependent = lookup
         .find_transfer(committed.determining_transfer_id)
@@ -921,7 +920,6 @@ fn conversions_round_trip_alike() {
         Some(FxView::Dependent {
             commit_request_id: committed.commit_request_id,
             fxp: support::fxp(),
-            conversion: None,
         })
     );
     let fxp_fulfilment = Fulfilment::from_preimage(support::CONVERSION_PREIMAGE);
@@ -938,7 +936,7 @@ fn conversions_round_trip_alike() {
         assert_eq!(hash, RequestHash([0xC2; 32]));
         assert!(matches!(
             stored.view.fx,
-            Some(FxView::Conversion { terms, fxp_fulfilled_at_ms: Some(at), dependent: None })
+            Some(FxView::Conversion { terms, fxp_fulfilled_at_ms: Some(at) })
                 if at == at_ms && terms.determining_transfer_id == conversion.determining_transfer_id
         ));
     }

@@ -227,6 +227,7 @@ fn a_dependent_transfer_whose_payer_is_missing_is_an_error() {
         let asked = PrefetchIds {
             transfers: vec![transfer_id],
             quotes: vec![],
+            conversions: vec![],
         };
         let prefetched = harness.store.prefetch(&asked).expect("the read as a whole");
         assert_eq!(

@@ -1144,8 +1144,14 @@ mod tests {
         let ids = PrefetchIds {
             transfers: vec![TransferId::new(1), TransferId::new(2)],
             quotes: vec![],
+            conversions: vec![TransferId::new(2), TransferId::new(1)],
         };
         let prefetched = store.prefetch(&ids).expect("a read");
+        let Lookup::Found(latest) = &prefetched.conversions[&TransferId::new(2)] else {
+            panic!("{prefetched:?}");
+        };
+        assert_eq!(latest.view.transfer_id, TransferId::new(1));
+        assert_eq!(prefetched.conversions[&TransferId::new(1)], Lookup::Absent);
         let Lookup::Found(dependent) = &prefetched.transfers[&TransferId::new(2)] else {
             panic!("{prefetched:?}");
         };
