@@ -1535,14 +1535,14 @@ impl<'r> Columns<'r> {
             })
             .collect();
         // Funds movements have neither condition nor expiration.
-        let fspiop = |r: &TransferRow| r.kind.is_between_positions();
+        let conditional = |r: &TransferRow| r.kind.is_between_positions();
         let condition: Vec<Option<&[u8]>> = rows
             .iter()
-            .map(|r| fspiop(r).then_some(&r.condition.0[..]))
+            .map(|r| conditional(r).then_some(&r.condition.0[..]))
             .collect();
         let expiration: Vec<Option<i64>> = rows
             .iter()
-            .map(|r| fspiop(r).then_some(r.expiration_ms))
+            .map(|r| conditional(r).then_some(r.expiration_ms))
             .collect();
         let prepared: Vec<i64> = rows.iter().map(|r| r.prepared_at_ms).collect();
         let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();

@@ -642,7 +642,7 @@ impl SqliteStore {
                         text.clear();
                         write!(text, "{}", row.amount).expect("writing to a String");
                         // Funds movements have neither condition nor expiration.
-                        let fspiop = row.kind.is_between_positions();
+                        let conditional = row.kind.is_between_positions();
                         transfer.execute(params![
                             row.seq as i64,
                             row.transfer_id.to_blob().as_slice(),
@@ -650,8 +650,8 @@ impl SqliteStore {
                             row.debit.0,
                             row.credit.0,
                             text.as_str(),
-                            fspiop.then_some(&row.condition.0[..]),
-                            fspiop.then_some(row.expiration_ms),
+                            conditional.then_some(&row.condition.0[..]),
+                            conditional.then_some(row.expiration_ms),
                             row.prepared_at_ms,
                             &row.request_hash.0[..],
                             row.state.as_str(),
