@@ -232,6 +232,8 @@ fn a_cross_currency_payment_commits_both_legs_and_tells_the_fxp() {
     fx.commit(&transfer);
     let told = fx.payer.expect("PUT", &format!("/transfers/{transfer}"));
     assert_eq!(told.json()["transferState"], json!("COMMITTED"));
+    // The hub's confirmation to the payee (SEND_TRANSFER_CONFIRMATION_TO_PAYEE).
+    fx.payee.expect("PUT", &format!("/transfers/{transfer}"));
     let patch = fx
         .fxp
         .expect("PATCH", &format!("/fxTransfers/{conversion}"));
@@ -262,8 +264,7 @@ fn a_cross_currency_payment_commits_both_legs_and_tells_the_fxp() {
     assert_eq!(fx.hub.api("GET", &path, &headers, b"").status, 202);
     let refused = fx.payee.expect("PUT", &format!("{path}/error"));
     assert_eq!(error_code(&refused), json!("3000"));
-    fx.hub
-        .await_metric_line("kasi_refused_total{class=\"not_party\"} 1");
+    fx.hub.await_refusals("not_party", Some(PAYEE), 1);
 }
 
 #[test]
@@ -446,7 +447,7 @@ fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
     assert_eq!(answer.json(), json!({"providers": []}));
     let events = fx
         .hub
-        .admin_expect("GET", "/audit/events?action=fxp.corridors", None, 200)
+        .admin_expect("GET", "/audit-events?action=fxp.corridors", None, 200)
         .json();
     assert!(events.to_string().contains("USD"), "{events}");
 }

@@ -129,10 +129,10 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
     /// Every FSPIOP transfer prepared or finished at or after `since_ms`
     /// (ledger time), with its condition and how it finished: what the
     /// callback dispatcher derives its callbacks from again after a
-    /// restart. A transfer a conversion depends on is there with its
-    /// FSPIOP payer (the initiating DFSP) and its link; conversions are
-    /// not. In no particular order. Read by index, not by a scan of the
-    /// whole history.
+    /// restart. Conversions too (an FXP's acceptance since then counts as
+    /// a touch), and a transfer a conversion depends on with its FSPIOP
+    /// payer (the initiating DFSP) and its link. In no particular order.
+    /// Read by index, not by a scan of the whole history.
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
 
     /// Whether a read waits on the network (a database server) rather than

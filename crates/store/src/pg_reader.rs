@@ -151,7 +151,8 @@ impl StoreReader for PgReader {
             let seqs: Vec<i64> = client
                 .query(
                     "SELECT seq FROM transfers WHERE seq >= $2
-                     UNION SELECT seq FROM transfer_finishes WHERE finished_at_ms >= $1",
+                     UNION SELECT seq FROM transfer_finishes WHERE finished_at_ms >= $1
+                     UNION SELECT seq FROM conversion_fulfils WHERE at_ms >= $1",
                     &[&since_ms, &first_seq],
                 )?
                 .iter()
@@ -159,8 +160,8 @@ impl StoreReader for PgReader {
                 .collect();
             let rows = client.query(
                 &format!(
-                    "{} WHERE t.seq = ANY($2) AND t.kind = 'TRANSFER'
-                        AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)",
+                    "{} WHERE t.seq = ANY($2) AND t.kind IN ('TRANSFER', 'FX_CONVERSION')
+                        AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1 OR c.at_ms >= $1)",
                     view_select()
                 ),
                 &[&since_ms, &seqs],

@@ -1550,10 +1550,18 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     while let Some(row) = rows.next()? {
         seqs.insert(row.get::<_, i64>(0)?);
     }
+    // An FXP's acceptance is a conversion's step too (its callback to the
+    // payer); few rows, one per conversion.
+    let mut statement =
+        connection.prepare_cached("SELECT seq FROM conversion_fulfils WHERE at_ms >= ?1")?;
+    let mut rows = statement.query(params![since_ms])?;
+    while let Some(row) = rows.next()? {
+        seqs.insert(row.get::<_, i64>(0)?);
+    }
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "SELECT {} WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
-                AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
+            "SELECT {} WHERE t.seq = ?2 AND t.kind IN ('TRANSFER', 'FX_CONVERSION')
+                AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1 OR c.at_ms >= ?1)",
             view_select()
         )
     });
