@@ -153,7 +153,7 @@ fn conversion_side(t: &Value, fx: &Value) -> Markup {
         section.fx aria-labelledby="fx-title" {
             h3 #fx-title { "Currency conversion" }
             dl.effect.fx {
-                dt { "Converts" } dd.num { (page::money(&source_amount, &source_currency)) " → " (page::money(&target_amount, &target_currency)) }
+                dt { "Converts" } dd { (page::money(&source_amount, &source_currency)) " → " (page::money(&target_amount, &target_currency)) }
                 @if let Some(rate) = rate(&source_amount, &target_amount) {
                     dt { "Rate" } dd { "1 " (source_currency) " = " (rate) " " (target_currency) }
                 }
