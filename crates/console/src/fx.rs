@@ -236,8 +236,11 @@ fn corridors_form(visitor: &Visitor, set_up: &SetUp) -> Markup {
             @if set_up.held.len() < 2 {
                 p.flash.warn role="status" {
                     (name) " holds a position in " (if set_up.held.is_empty() { "no currency".to_string() } else { format!("{} only", set_up.held.join(", ")) })
-                    ": an FXP converts between currencies it holds positions in. Onboard " (name) " again with another currency on the "
-                    a href="/console/participants#onboard" { "participants page" } " first."
+                    ": an FXP converts between currencies it holds positions in."
+                    @if visitor.may_change() {
+                        " Onboard " (name) " again with another currency on the "
+                        a href="/console/participants#onboard" { "participants page" } " first."
+                    }
                 }
             }
             @if visitor.may_change() && !offered.is_empty() {
