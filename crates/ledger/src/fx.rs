@@ -35,22 +35,12 @@ use crate::transfers::Debtor;
 
 impl Ledger {
     /// The FX side of a transfer's view, and its FSPIOP payer.
-    pub(crate) fn fx_view(
-        &self,
-        transfer_id: TransferId,
-        slot: &FxSlot,
-        debit_owner: FspName,
-    ) -> (FspName, Option<FxView>) {
+    pub(crate) fn fx_view(&self, slot: &FxSlot, debit_owner: FspName) -> (FspName, Option<FxView>) {
         match slot.link {
             FxLink::Conversion(terms) => {
-                let dependent = self.dependent_of(transfer_id, &terms).map(|dependent| {
-                    let payee = self.account(dependent.credit).participant;
-                    (self.participant(payee).name, dependent.state)
-                });
                 let view = FxView::Conversion {
                     terms,
                     fxp_fulfilled_at_ms: slot.fxp_fulfil.as_ref().map(|row| row.at_ms),
-                    dependent,
                 };
                 (debit_owner, Some(view))
             }
@@ -61,10 +51,6 @@ impl Ledger {
                 let view = FxView::Dependent {
                     commit_request_id,
                     fxp: debit_owner,
-                    conversion: self
-                        .transfers
-                        .get(&commit_request_id)
-                        .map(|conversion| conversion.state),
                 };
                 (self.participant(payer).name, Some(view))
             }
@@ -126,10 +112,11 @@ impl Ledger {
         };
         let id = prepare.transfer_id;
         if conversion.state != TransferState::Reserved {
-            return Err(validation(format!(
-                "transfer {id} depends on conversion {commit_request_id}, which is {}",
-                conversion.state.as_str()
-            )));
+            return Err(Self::conversion_ended(
+                id,
+                commit_request_id,
+                conversion.state,
+            ));
         }
         if conversion
             .fx
@@ -193,6 +180,18 @@ impl Ledger {
                 commit_request_id,
                 payer: initiating,
             },
+        ))
+    }
+
+    /// The refusal of a transfer whose conversion ended before it came.
+    pub(crate) fn conversion_ended(
+        transfer_id: TransferId,
+        commit_request_id: TransferId,
+        state: TransferState,
+    ) -> Rejection {
+        validation(format!(
+            "transfer {transfer_id} depends on conversion {commit_request_id}, which is {}",
+            state.as_str()
         ))
     }
 

@@ -136,8 +136,7 @@ impl Ledger {
                         retention.evicted_total += 1;
                         retention.left.insert(id);
                         evicted += 1;
-                        // A finished conversion no transfer can depend on
-                        // any more (it is not RESERVED): forgotten with it.
+                        // A finished conversion leaves the index with it.
                         if let Some(FxLink::Conversion(terms)) =
                             transfer.fx.as_deref().map(|slot| slot.link)
                         {
@@ -146,6 +145,9 @@ impl Ledger {
                             if by_determining.get(&determining) == Some(&id) {
                                 by_determining.remove(&determining);
                             }
+                            // A prepare with this id must still find it
+                            // (prefetch.rs reads it back).
+                            retention.left.insert(determining);
                         }
                     }
                     spent += 1;
