@@ -127,13 +127,12 @@ fn kind_name(kind: &str) -> &str {
     }
 }
 
-/// A partner leg's state, or why it is not known: the partner of a copy
-/// read from the store is not read with it.
-fn partner_state(state: &Value, read_from_store: bool, absent: &str) -> Markup {
+/// The other leg's state, as the hub read it (absent: no such leg, or
+/// one that does not point back).
+fn partner_state(state: &Value, absent: &str) -> Markup {
     html! {
         @match state.as_str() {
             Some(state) => (page::state_badge(state)),
-            None if read_from_store => span.muted { "not read (this copy is the store's)" },
             None => span.muted { (absent) },
         }
     }
@@ -148,7 +147,6 @@ fn conversion_side(t: &Value, fx: &Value) -> Markup {
     let source_currency = page::text(&t["amount"]["currency"]);
     let target_amount = page::text(&fx["targetAmount"]["amount"]);
     let target_currency = page::text(&fx["targetAmount"]["currency"]);
-    let from_store = t["source"] == "store";
     html! {
         section.fx aria-labelledby="fx-title" {
             h3 #fx-title { "Currency conversion" }
@@ -163,7 +161,7 @@ fn conversion_side(t: &Value, fx: &Value) -> Markup {
                 }
                 dt { "Dependent transfer" } dd.dependent {
                     a href=(transfer_path(&determining)) { code { (determining) } } " "
-                    (partner_state(&fx["dependentState"], from_store, "not prepared yet"))
+                    (partner_state(&fx["dependentState"], "not prepared (yet)"))
                 }
                 @if let Some(payee) = fx["dependentPayeeFsp"].as_str() {
                     dt { "Paid to" } dd { (participant_link(payee)) " in " (target_currency) }
@@ -185,7 +183,7 @@ fn dependent_side(t: &Value, fx: &Value) -> Markup {
             dl.effect.fx {
                 dt { "Conversion" } dd.conversion {
                     a href=(transfer_path(&commit_request)) { code { (commit_request) } } " "
-                    (partner_state(&fx["conversionState"], t["source"] == "store", "not known"))
+                    (partner_state(&fx["conversionState"], "not found"))
                 }
                 dt { "FXP" } dd { (participant_link(&fxp)) " (its " (page::text(&t["amount"]["currency"])) " position pays the payee)" }
             }
@@ -371,6 +369,6 @@ mod tests {
             html.contains(r#"href="/console/participants/fxp""#),
             "{html}"
         );
-        assert!(html.contains("the store"), "a partner not read: {html}");
+        assert!(html.contains("not found"), "no conversion read: {html}");
     }
 }

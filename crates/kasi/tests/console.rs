@@ -1430,7 +1430,7 @@ async fn an_fxp_is_set_up_and_a_conversion_is_followed_to_its_transfer_and_back(
         "300 USD → 750,000 TZS",
         "1 USD = 2,500 TZS",
         "FXP accepted\nnot yet",
-        "not prepared yet",
+        "not prepared (yet)",
         PAYER,
         FXP,
     ] {
