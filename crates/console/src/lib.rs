@@ -24,6 +24,7 @@
 
 mod api;
 mod audit;
+mod fx;
 mod overview;
 mod page;
 mod participants;
@@ -106,6 +107,8 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, hub_name: &str, secure_cookies:
             "/console/participants/:name/funds/abort",
             post(participants::funds_abort),
         )
+        .route("/console/fx", get(fx::show))
+        .route("/console/fx/corridors", post(fx::set_corridors))
         .route("/console/transfers", get(transfers::show))
         .route(
             "/console/transfers/dead-letters/resend",

@@ -18,19 +18,21 @@ const SCRIPT: &str = include_str!("../assets/console.js");
 pub(crate) enum Section {
     Overview,
     Participants,
+    Fx,
     Transfers,
     Settlement,
     Audit,
     Scheme,
 }
 
-const SECTIONS: [(Section, &str, &str); 6] = [
+const SECTIONS: [(Section, &str, &str); 7] = [
     (Section::Overview, "Overview", "/console/"),
     (
         Section::Participants,
         "Participants",
         "/console/participants",
     ),
+    (Section::Fx, "FX", "/console/fx"),
     (Section::Transfers, "Transfers", "/console/transfers"),
     (Section::Settlement, "Settlement", "/console/settlement"),
     (Section::Audit, "Audit", "/console/audit"),
@@ -346,6 +348,18 @@ pub(crate) fn float(value: &Value) -> Option<f64> {
     value
         .as_f64()
         .or_else(|| value.as_str().and_then(|text| text.parse().ok()))
+}
+
+/// A transfer's or conversion's state (the FSPIOP or the store's name),
+/// coloured by what it means: committed, still open, or ended without
+/// moving funds.
+pub(crate) fn state_badge(state: &str) -> Markup {
+    let class = match state {
+        "COMMITTED" => "ok",
+        "RESERVED" | "RECEIVED" => "warn",
+        _ => "alarm",
+    };
+    html! { span class={ "status " (class) } { (state) } }
 }
 
 /// A count as a person reads it.

@@ -1,6 +1,7 @@
-//! Participants: the list, one DFSP's page, onboarding, limits,
-//! activation, funds in and out (with a confirmation of the effect on
-//! liquidity), endpoints.
+//! Participants: the list, one DFSP's page (its position in each currency
+//! it holds, and its FX corridors if it is a declared FXP), onboarding,
+//! limits, activation, funds in and out (with a confirmation of the effect
+//! on liquidity), endpoints.
 
 use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
@@ -28,13 +29,22 @@ pub(crate) struct ListQuery {
 }
 
 pub(crate) async fn list(visitor: Visitor, Query(query): Query<ListQuery>) -> Response {
-    let (participants, limits) = tokio::join!(
+    let (participants, limits, fxps) = tokio::join!(
         visitor.get("/participants"),
-        visitor.get("/participants/limits")
+        visitor.get("/participants/limits"),
+        visitor.get("/fxps"),
     );
-    let (participants, limits) = match (participants, limits) {
-        (Ok(p), Ok(l)) => (p, l),
-        (Err(e), _) | (_, Err(e)) => return page::api_failure(&visitor, Section::Participants, &e),
+    let (participants, limits, fxps) = match (participants, limits, fxps) {
+        (Ok(p), Ok(l), Ok(f)) => (p, l, f),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            return page::api_failure(&visitor, Section::Participants, &e)
+        }
+    };
+    let is_fxp = |name: &str| {
+        fxps.as_array()
+            .into_iter()
+            .flatten()
+            .any(|f| f["name"] == name)
     };
     let cap_of = |name: &str, currency: &str| {
         limits.as_array().into_iter().flatten().find_map(|l| {
@@ -82,7 +92,10 @@ pub(crate) async fn list(visitor: Visitor, Query(query): Query<ListQuery>) -> Re
                         @let name = page::text(&p["name"]);
                         @let currencies: Vec<String> = currencies(p);
                         tr {
-                            th scope="row" { a href=(console_path(&name)) { (name) } }
+                            th scope="row" {
+                                a href=(console_path(&name)) { (name) }
+                                @if is_fxp(&name) { " " a.badge.fxp href="/console/fx" title="a declared foreign-exchange provider" { "FXP" } }
+                            }
                             td { (active_badge(p["isActive"] == 1)) }
                             td { (currencies.join(", ")) }
                             td.num {
@@ -127,7 +140,8 @@ fn onboard_form(visitor: &Visitor) -> Markup {
     html! {
         section #onboard {
             h2 { "Onboard a DFSP" }
-            p.hint { "Creates the participant and its accounts, sets its net debit cap, registers its callback endpoints under one base URL and, if given, records its first funds in: the same admin API calls a Mojaloop onboarding collection makes." }
+            p.hint { "Creates the participant and its accounts, sets its net debit cap, registers its callback endpoints under one base URL and, if given, records its first funds in: the same admin API calls a Mojaloop onboarding collection makes. "
+                "A participant already onboarded gains the currency: an FXP holds a position in each currency it converts." }
             form.grid method="post" action="/console/participants" {
                 (page::csrf(visitor))
                 label for="onboard-name" { "Name" }
@@ -204,7 +218,8 @@ async fn onboarding(
         // collections register them.
         let standard = fspiop::TRANSFER_CALLBACKS
             .iter()
-            .chain(fspiop::DISCOVERY_CALLBACKS);
+            .chain(fspiop::DISCOVERY_CALLBACKS)
+            .chain(fspiop::FX_CALLBACKS);
         for (kind, suffix) in standard.clone() {
             visitor
                 .call(
@@ -285,7 +300,7 @@ pub(crate) fn new_uuid() -> String {
 
 pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Response {
     let path = participant_path(&name);
-    let (participant, accounts, limits, endpoints, health, audit) = tokio::join!(
+    let (participant, accounts, limits, endpoints, health, audit, corridors) = tokio::join!(
         visitor.get(&path),
         visitor.get(&format!("{path}/accounts")),
         visitor.get(&format!("{path}/limits")),
@@ -298,19 +313,30 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
             "/audit-events?participant={}&limit=10",
             page::encode(&name)
         )),
+        visitor.get(&format!("{path}/fxCorridors")),
     );
-    let (participant, accounts, limits, endpoints, health, audit) =
-        match (participant, accounts, limits, endpoints, health, audit) {
-            (Ok(p), Ok(a), Ok(l), Ok(e), Ok(h), Ok(au)) => (p, a, l, e, h, au),
-            (Err(e), ..)
-            | (_, Err(e), ..)
-            | (_, _, Err(e), ..)
-            | (_, _, _, Err(e), ..)
-            | (_, _, _, _, Err(e), _)
-            | (.., Err(e)) => return page::api_failure(&visitor, Section::Participants, &e),
-        };
+    let read = || {
+        Ok::<_, ApiError>((
+            participant?,
+            accounts?,
+            limits?,
+            endpoints?,
+            health?,
+            audit?,
+            corridors?,
+        ))
+    };
+    let (participant, accounts_read, limits, endpoints, health, audit, corridors) = match read() {
+        Ok(read) => read,
+        Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
+    };
     let active = participant["isActive"] == 1;
-    let accounts: Vec<&Value> = accounts.as_array().into_iter().flatten().collect();
+    let standings = standings(
+        &accounts_read,
+        &limits.as_array().into_iter().flatten().collect::<Vec<_>>(),
+    );
+    let corridors: Vec<(String, String)> = corridor_pairs(&corridors);
+    let accounts: Vec<&Value> = accounts_read.as_array().into_iter().flatten().collect();
     let currencies: Vec<String> = {
         let mut c: Vec<String> = accounts
             .iter()
@@ -359,14 +385,13 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
             }
         }
         p.hint { "A settlement account's balance is negative by the funds deposited (Mojaloop's sign): its liquidity cover is minus the balance." }
-        h2 { "Net debit cap" }
+        h2 #positions { "Positions per currency" }
         div.table-wrap {
-            table {
-                thead { tr { th scope="col" { "Currency" } th.num scope="col" { "Net debit cap" } } }
+            table.positions {
+                thead { tr { (standing_headers()) } }
                 tbody {
-                    @for l in limits.as_array().into_iter().flatten() {
-                        @let currency = page::text(&l["currency"]);
-                        tr { td { (currency) } td.num { (page::money(&page::text(&l["limit"]["value"]), &currency)) } }
+                    @for standing in &standings {
+                        tr data-currency=(standing.currency) { (standing_cells(standing)) }
                     }
                 }
             }
@@ -396,6 +421,16 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 input #funds-reason name="reason" placeholder="e.g. deposit received 2026-11-23";
                 button type="submit" { "Review…" }
             }
+        }
+        h2 #fx { "Foreign exchange" }
+        @if corridors.is_empty() {
+            p { (name) " is not a declared FXP: " code { "GET /services/FXP" } " does not name it." }
+        } @else {
+            p { (name) " is a declared FXP (foreign-exchange provider), for these corridors:" }
+            (corridor_list(&corridors, &standings.iter().map(|s| s.currency.clone()).collect::<Vec<_>>()))
+        }
+        @if may_change {
+            p { a href={ "/console/fx?participant=" (page::encode(&name)) "#corridors" } { "Set up " (name) "'s corridors" } }
         }
         h2 { "Callback endpoints" }
         div.table-wrap {
@@ -433,6 +468,117 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
         p { a href={ "/console/audit?participant=" (page::encode(&name)) } { "All changes to " (name) } }
     };
     page::render(&visitor, Section::Participants, &name, content)
+}
+
+/// One participant's standing in one currency it holds a position in.
+pub(crate) struct Standing {
+    pub currency: String,
+    /// Reservations included, as Mojaloop shows a position.
+    pub position: String,
+    /// What reserved transfers hold of it.
+    pub held: String,
+    pub net_debit_cap: Option<String>,
+    /// Funds deposited and not yet used: −(the settlement account's value).
+    pub liquidity: Option<Amount>,
+}
+
+/// A participant's standing in each currency, from its accounts and its
+/// net debit caps (`limits`: entries with `currency` and `limit.value`, as
+/// `GET /participants/{name}/limits` and `GET /participants/limits` give
+/// them). An FXP holds a position in each currency it converts.
+pub(crate) fn standings(accounts: &Value, limits: &[&Value]) -> Vec<Standing> {
+    let accounts: Vec<&Value> = accounts.as_array().into_iter().flatten().collect();
+    let mut standings: Vec<Standing> = accounts
+        .iter()
+        .filter(|a| a["ledgerAccountType"] == "POSITION")
+        .map(|position| {
+            let currency = page::text(&position["currency"]);
+            let liquidity = accounts
+                .iter()
+                .find(|a| {
+                    a["ledgerAccountType"] == "SETTLEMENT" && a["currency"] == currency.as_str()
+                })
+                .and_then(|a| page::signed_amount(&a["value"]))
+                .and_then(|value| value.checked_neg());
+            let net_debit_cap = limits
+                .iter()
+                .find(|l| l["currency"] == currency.as_str())
+                .map(|l| page::text(&l["limit"]["value"]));
+            Standing {
+                position: page::text(&position["value"]),
+                held: page::text(&position["heldValue"]),
+                net_debit_cap,
+                liquidity,
+                currency,
+            }
+        })
+        .collect();
+    standings.sort_by(|a, b| a.currency.cmp(&b.currency));
+    standings
+}
+
+pub(crate) fn standing_headers() -> Markup {
+    html! {
+        th scope="col" { "Currency" }
+        th.num scope="col" { "Position" }
+        th.num scope="col" { "Held by reserved transfers" }
+        th.num scope="col" { "Net debit cap" }
+        th.num scope="col" { "Liquidity cover" }
+    }
+}
+
+pub(crate) fn standing_cells(standing: &Standing) -> Markup {
+    let currency = &standing.currency;
+    html! {
+        td { (currency) }
+        td.num { (page::money(&standing.position, currency)) }
+        td.num { (page::money(&standing.held, currency)) }
+        td.num {
+            @match &standing.net_debit_cap {
+                Some(cap) => (page::money(cap, currency)),
+                None => span.muted { "none set (0)" },
+            }
+        }
+        td.num {
+            @match &standing.liquidity {
+                Some(liquidity) => (page::money(&liquidity.to_string(), currency)),
+                None => span.muted { "no settlement account" },
+            }
+        }
+    }
+}
+
+/// The corridors of a `{"corridors":[{"sourceCurrency","targetCurrency"}]}`
+/// answer (or a `GET /fxps` entry), as (source, target).
+pub(crate) fn corridor_pairs(answer: &Value) -> Vec<(String, String)> {
+    answer["corridors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                page::text(&c["sourceCurrency"]),
+                page::text(&c["targetCurrency"]),
+            )
+        })
+        .collect()
+}
+
+/// An FXP's corridors, each marked when the FXP holds no position in one
+/// of its currencies (the ledger then refuses its conversions there).
+pub(crate) fn corridor_list(corridors: &[(String, String)], held: &[String]) -> Markup {
+    html! {
+        ul.corridors {
+            @for (source, target) in corridors {
+                li data-corridor={ (source) ":" (target) } {
+                    (source) " → " (target)
+                    @for missing in [source, target].into_iter().filter(|c| !held.contains(c)) {
+                        " " span.status.warn { "no " (missing) " position" }
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn currency_select(id: &str, currencies: &[String]) -> Markup {
@@ -756,6 +902,40 @@ pub(crate) async fn funds_abort(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_fxp_stands_in_each_currency_it_holds() {
+        let accounts = json!([
+            {"ledgerAccountType": "POSITION", "currency": "USD", "value": "-300", "heldValue": 0},
+            {"ledgerAccountType": "SETTLEMENT", "currency": "USD", "value": 0},
+            {"ledgerAccountType": "POSITION", "currency": "TZS", "value": "750000", "heldValue": "750000"},
+            {"ledgerAccountType": "SETTLEMENT", "currency": "TZS", "value": "-1000000"},
+        ]);
+        let limits =
+            [json!({"currency": "TZS", "limit": {"type": "NET_DEBIT_CAP", "value": 1000000}})];
+        let limits: Vec<&Value> = limits.iter().collect();
+        let standings = standings(&accounts, &limits);
+        let shown: Vec<String> = standings
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {} held {} cap {:?} cover {:?}",
+                    s.currency,
+                    s.position,
+                    s.held,
+                    s.net_debit_cap,
+                    s.liquidity.map(|l| l.to_string())
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                r#"TZS 750000 held 750000 cap Some("1000000") cover Some("1000000")"#,
+                r#"USD -300 held 0 cap None cover Some("0")"#,
+            ]
+        );
+    }
 
     #[test]
     fn funds_ids_are_version_4_uuids() {

@@ -1,5 +1,8 @@
-//! Transfers: one found by id with the timeline of its phases, the recent
-//! failures by error code, and the callbacks the hub could not deliver.
+//! Transfers: one found by id with the timeline of its phases (a
+//! conversion, found by its `commitRequestId`, with its terms and a link to
+//! the transfer it was made for; that transfer with a link back to it), the
+//! recent failures by error code, and the callbacks the hub could not
+//! deliver.
 
 use axum::extract::Query;
 use axum::http::Method;
@@ -42,7 +45,7 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
     let content = html! {
         h1 { "Transfers" }
         form.search method="get" action="/console/transfers" role="search" {
-            label for="transfer-id" { "Transfer id" }
+            label for="transfer-id" { "Transfer or conversion id" }
             input #transfer-id name="id" value=(id.unwrap_or("")) placeholder="UUID or ULID" autocomplete="off" required;
             button type="submit" { "Find" }
         }
@@ -65,29 +68,44 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
     page::render(&visitor, Section::Transfers, "Transfers", content)
 }
 
+fn transfer_path(id: &str) -> String {
+    format!("/console/transfers?id={}", page::encode(id))
+}
+
+fn participant_link(name: &str) -> Markup {
+    html! { a href={ "/console/participants/" (page::encode(name)) } { (name) } }
+}
+
 fn transfer_detail(t: &Value) -> Markup {
     let currency = page::text(&t["amount"]["currency"]);
     let state = page::text(&t["transferState"]);
-    let state_class = match state.as_str() {
-        "COMMITTED" => "ok",
-        "RESERVED" | "RECEIVED" => "warn",
-        _ => "alarm",
+    let fx = &t["fx"];
+    let conversion = t["kind"] == "fxTransfer";
+    let (payer_label, payee_label, amount_label) = if conversion {
+        ("Initiating DFSP", "FXP", "Source amount")
+    } else {
+        ("Payer", "Payee", "Amount")
     };
     html! {
         section.transfer aria-labelledby="transfer-title" {
-            h2 #transfer-title { "Transfer " code { (page::text(&t["transferId"])) } }
+            h2 #transfer-title { (if conversion { "Conversion " } else { "Transfer " }) code { (page::text(&t["transferId"])) } }
             dl.effect {
-                dt { "State" } dd { span class={ "status " (state_class) } { (state) }
+                dt { "State" } dd { (page::state_badge(&state))
                     @if let Some(internal) = t["internalState"].as_str() { @if internal != state { " (" (internal) ")" } } }
-                dt { "Kind" } dd { (page::text(&t["kind"])) }
-                dt { "Payer" } dd { a href={ "/console/participants/" (page::encode(&page::text(&t["payerFsp"]))) } { (page::text(&t["payerFsp"])) } }
-                dt { "Payee" } dd { a href={ "/console/participants/" (page::encode(&page::text(&t["payeeFsp"]))) } { (page::text(&t["payeeFsp"])) } }
-                dt { "Amount" } dd.num { (page::money(&page::text(&t["amount"]["amount"]), &currency)) }
+                dt { "Kind" } dd { (kind_name(&page::text(&t["kind"]))) }
+                dt { (payer_label) } dd { (participant_link(&page::text(&t["payerFsp"]))) }
+                dt { (payee_label) } dd { (participant_link(&page::text(&t["payeeFsp"]))) }
+                dt { (amount_label) } dd.num { (page::money(&page::text(&t["amount"]["amount"]), &currency)) }
                 dt { "Expiration" } dd { (page::time_cell(&t["expiration"])) }
                 @if t["errorCode"].is_string() {
                     dt { "Error" } dd { code { (page::text(&t["errorCode"])) } " " (page::text(&t["errorDescription"])) }
                 }
                 dt { "Read from" } dd { (if t["source"] == "store" { "the store (past the hub's memory horizon)" } else { "the ledger's memory" }) }
+            }
+            @match fx["role"].as_str() {
+                Some("conversion") => (conversion_side(t, fx)),
+                Some("dependentTransfer") => (dependent_side(t, fx)),
+                _ => {}
             }
             h3 { "Timeline" }
             ol.timeline {
@@ -97,6 +115,94 @@ fn transfer_detail(t: &Value) -> Markup {
             }
         }
     }
+}
+
+/// The admin API's kind, as a person reads it.
+fn kind_name(kind: &str) -> &str {
+    match kind {
+        "fxTransfer" => "currency conversion (fxTransfer)",
+        "fundsIn" => "funds in",
+        "fundsOut" => "funds out",
+        other => other,
+    }
+}
+
+/// The other leg's state, as the hub read it (absent: no such leg, or
+/// one that does not point back).
+fn partner_state(state: &Value, absent: &str) -> Markup {
+    html! {
+        @match state.as_str() {
+            Some(state) => (page::state_badge(state)),
+            None => span.muted { (absent) },
+        }
+    }
+}
+
+/// A conversion's terms and the transfer it was made for: the FXP's
+/// source-currency position is credited with the source amount when that
+/// transfer commits, and its target-currency position pays the payee.
+fn conversion_side(t: &Value, fx: &Value) -> Markup {
+    let determining = page::text(&fx["determiningTransferId"]);
+    let source_amount = page::text(&t["amount"]["amount"]);
+    let source_currency = page::text(&t["amount"]["currency"]);
+    let target_amount = page::text(&fx["targetAmount"]["amount"]);
+    let target_currency = page::text(&fx["targetAmount"]["currency"]);
+    html! {
+        section.fx aria-labelledby="fx-title" {
+            h3 #fx-title { "Currency conversion" }
+            dl.effect.fx {
+                dt { "Converts" } dd { (page::money(&source_amount, &source_currency)) " → " (page::money(&target_amount, &target_currency)) }
+                @if let Some(rate) = rate(&source_amount, &target_amount) {
+                    dt { "Rate" } dd { "1 " (source_currency) " = " (rate) " " (target_currency) }
+                }
+                dt { "FXP accepted" } dd {
+                    @if fx["fxpAcceptedAt"].is_string() { (page::time_cell_ms(&fx["fxpAcceptedAt"])) }
+                    @else { span.muted { "not yet" } }
+                }
+                dt { "Dependent transfer" } dd.dependent {
+                    a href=(transfer_path(&determining)) { code { (determining) } } " "
+                    (partner_state(&fx["dependentState"], "not prepared (yet)"))
+                }
+                @if let Some(payee) = fx["dependentPayeeFsp"].as_str() {
+                    dt { "Paid to" } dd { (participant_link(payee)) " in " (target_currency) }
+                }
+            }
+            p.hint { "The conversion and its dependent transfer commit together, in one ledger step, or neither does." }
+        }
+    }
+}
+
+/// The conversion a transfer depends on: its FXP's target-currency
+/// position pays the payee.
+fn dependent_side(t: &Value, fx: &Value) -> Markup {
+    let commit_request = page::text(&fx["commitRequestId"]);
+    let fxp = page::text(&fx["fxpFsp"]);
+    html! {
+        section.fx aria-labelledby="fx-title" {
+            h3 #fx-title { "Paid through a currency conversion" }
+            dl.effect.fx {
+                dt { "Conversion" } dd.conversion {
+                    a href=(transfer_path(&commit_request)) { code { (commit_request) } } " "
+                    (partner_state(&fx["conversionState"], "not found"))
+                }
+                dt { "FXP" } dd { (participant_link(&fxp)) " (its " (page::text(&t["amount"]["currency"])) " position pays the payee)" }
+            }
+            p.hint { "The transfer and its conversion commit together, in one ledger step, or neither does." }
+        }
+    }
+}
+
+/// Target units per source unit, for reading (never used as an amount):
+/// up to 6 decimals, trailing zeros dropped.
+fn rate(source: &str, target: &str) -> Option<String> {
+    let source: f64 = source.parse().ok()?;
+    let target: f64 = target.parse().ok()?;
+    if source <= 0.0 || !target.is_finite() {
+        return None;
+    }
+    let shown = format!("{:.6}", target / source);
+    let shown = shown.trim_end_matches('0').trim_end_matches('.');
+    Some(page::grouped(shown))
 }
 
 fn failures(errors: &Value) -> Markup {
@@ -215,4 +321,54 @@ pub(crate) async fn resend(
         )
     };
     visitor.after_change(result, done, "/console/transfers#dead-letters")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_is_shown_grouped_without_trailing_zeros() {
+        assert_eq!(rate("300", "750000").as_deref(), Some("2,500"));
+        assert_eq!(rate("750000", "300").as_deref(), Some("0.0004"));
+        assert_eq!(rate("3", "1").as_deref(), Some("0.333333"));
+        assert_eq!(rate("0", "1"), None);
+        assert_eq!(rate("x", "1"), None);
+    }
+
+    #[test]
+    fn both_legs_link_to_each_other() {
+        let conversion = serde_json::json!({
+            "transferId": "c1", "kind": "fxTransfer", "payerFsp": "payerfsp", "payeeFsp": "fxp",
+            "amount": {"amount": "300", "currency": "USD"}, "transferState": "RESERVED",
+            "source": "memory", "timeline": [],
+            "fx": {"role": "conversion", "determiningTransferId": "t1",
+                   "targetAmount": {"amount": "750000", "currency": "TZS"},
+                   "dependentPayeeFsp": "payeefsp", "dependentState": "RESERVED"},
+        });
+        let html = transfer_detail(&conversion).into_string();
+        assert!(
+            html.contains(r#"href="/console/transfers?id=t1""#),
+            "{html}"
+        );
+        assert!(html.contains("750,000"), "{html}");
+        assert!(html.contains("1 USD = 2,500 TZS"), "{html}");
+        assert!(html.contains("not yet"), "not accepted: {html}");
+        let dependent = serde_json::json!({
+            "transferId": "t1", "kind": "transfer", "payerFsp": "payerfsp", "payeeFsp": "payeefsp",
+            "amount": {"amount": "750000", "currency": "TZS"}, "transferState": "COMMITTED",
+            "source": "store", "timeline": [],
+            "fx": {"role": "dependentTransfer", "commitRequestId": "c1", "fxpFsp": "fxp"},
+        });
+        let html = transfer_detail(&dependent).into_string();
+        assert!(
+            html.contains(r#"href="/console/transfers?id=c1""#),
+            "{html}"
+        );
+        assert!(
+            html.contains(r#"href="/console/participants/fxp""#),
+            "{html}"
+        );
+        assert!(html.contains("not found"), "no conversion read: {html}");
+    }
 }

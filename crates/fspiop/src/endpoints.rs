@@ -52,3 +52,19 @@ pub const DISCOVERY_CALLBACKS: &[(&str, &str)] = &[
     ("FSPIOP_CALLBACK_URL_AUTHORIZATIONS", ""),
     ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
 ];
+
+/// Foreign exchange (FSPIOP v2.0): conversions and FX quotes, for a payer
+/// DFSP that converts and for an FXP alike.
+pub const FX_CALLBACKS: &[(&str, &str)] = &[
+    ("FSPIOP_CALLBACK_URL_FX_TRANSFER_POST", "/fxTransfers"),
+    (
+        "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
+        "/fxTransfers/{{commitRequestId}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+        "/fxTransfers/{{commitRequestId}}/error",
+    ),
+    // A bare base URL: the hub appends `/fxQuotes[/{ID}[/error]]`.
+    ("FSPIOP_CALLBACK_URL_FX_QUOTES", ""),
+];

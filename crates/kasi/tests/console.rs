@@ -19,7 +19,8 @@ use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::json;
 use support::{
-    far_future, fulfil_body, new_id, prepare_body, tokens_file, Hub, Stub, FULFILMENT, PAYEE, PAYER,
+    far_future, fspiop_headers, fspiop_time, fulfil_body, http_date, new_id, now_ms, prepare_body,
+    tokens_file, Hub, Stub, CONDITION, FULFILMENT, PAYEE, PAYER,
 };
 
 const INSTALL: &str = "apt-get install -y chromium chromium-driver";
@@ -896,6 +897,15 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
         200,
     );
+    // The payee declared an FXP (of a currency it does not hold: the API
+    // takes it, the console marks it).
+    let corridors = json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]});
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYEE}/fxCorridors"),
+        Some(corridors.clone()),
+        200,
+    );
     let browser = Browser::start("viewer", &hub).await;
     browser.sign_in(&tokens.viewer).await;
     assert!(browser.text(".who").await.contains("grafana · viewer"));
@@ -912,6 +922,11 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ("/console/transfers", "transfers"),
         ("/console/audit", "audit"),
         ("/console/scheme", "scheme"),
+        ("/console/fx", "fx"),
+        (
+            &format!("/console/fx?participant={PAYEE}") as &str,
+            "fx-corridors",
+        ),
     ] {
         browser.goto(page).await;
         assert_eq!(browser.path().await, page);
@@ -1049,6 +1064,43 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     );
     assert_eq!(no_token.status, 403);
 
+    // The viewer sees the FXP's corridors, and cannot change them: a
+    // forged form is refused by the API and changes nothing.
+    browser.goto("/console/fx").await;
+    let fxps = browser.text("table.fxps").await;
+    assert!(
+        fxps.contains("USD → TZS") && fxps.contains("no TZS position"),
+        "{fxps}"
+    );
+    let forged = support::http(
+        hub.admin,
+        "POST",
+        "/console/fx/corridors",
+        &[
+            ("Cookie".to_string(), browser.cookie().await),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        format!("csrf={csrf}&participant={PAYEE}").as_bytes(),
+    );
+    assert_eq!(forged.status, 303, "{forged:?}");
+    browser
+        .goto(&format!("/console/fx?participant={PAYEE}"))
+        .await;
+    assert!(browser.flash().await.contains("Forbidden"));
+    assert_eq!(
+        hub.admin_expect(
+            "GET",
+            &format!("/participants/{PAYEE}/fxCorridors"),
+            None,
+            200
+        )
+        .json(),
+        corridors
+    );
+
     // Signing out ends the session.
     browser.click("header form button[type=submit]").await;
     assert!(browser.path().await.starts_with("/console/sign-in"));
@@ -1171,4 +1223,304 @@ async fn a_fresh_hub_is_set_up_from_the_console() {
     browser.fill("#onboard-base", &payer.base_url()).await;
     browser.click("#onboard button[type=submit]").await;
     assert!(browser.flash().await.contains("payerfsp onboarded in USD"));
+}
+
+const FXP: &str = "fxp";
+
+/// FSPIOP v2.0 headers for `/fxTransfers`.
+fn fx_headers(source: &str, destination: &str, with_accept: bool) -> Vec<(String, String)> {
+    let mut headers = vec![(
+        "Content-Type".to_string(),
+        "application/vnd.interoperability.fxTransfers+json;version=2.0".to_string(),
+    )];
+    if with_accept {
+        headers.push((
+            "Accept".to_string(),
+            "application/vnd.interoperability.fxTransfers+json;version=2".to_string(),
+        ));
+    }
+    headers.push(("Date".to_string(), http_date(now_ms())));
+    headers.push(("FSPIOP-Source".to_string(), source.to_string()));
+    headers.push(("FSPIOP-Destination".to_string(), destination.to_string()));
+    headers
+}
+
+/// The payer converts USD 300 into TZS 750,000 through the FXP, for the
+/// transfer `determining`; the FXP is asked.
+fn convert(hub: &Hub, fxp: &Stub, commit_request_id: &str, determining: &str) {
+    let body = format!(
+        r#"{{"commitRequestId":"{commit_request_id}","determiningTransferId":"{determining}","initiatingFsp":"{PAYER}","counterPartyFsp":"{FXP}","amountType":"SEND","sourceAmount":{{"currency":"USD","amount":"300"}},"targetAmount":{{"currency":"TZS","amount":"750000"}},"condition":"{CONDITION}","expiration":"{}"}}"#,
+        fspiop_time(far_future())
+    );
+    let headers = fx_headers(PAYER, FXP, true);
+    let response = hub.api("POST", "/fxTransfers", &headers, body.as_bytes());
+    assert_eq!(response.status, 202, "{response:?}");
+    fxp.expect("POST", "/fxTransfers");
+}
+
+/// The FXP accepts the conversion; the payer is told.
+fn accept_conversion(hub: &Hub, payer: &Stub, commit_request_id: &str) {
+    let body = format!(
+        r#"{{"conversionState":"RESERVED","fulfilment":"{FULFILMENT}","completedTimestamp":"{}"}}"#,
+        fspiop_time(now_ms())
+    );
+    let headers = fx_headers(FXP, PAYER, false);
+    let path = format!("/fxTransfers/{commit_request_id}");
+    let response = hub.api("PUT", &path, &headers, body.as_bytes());
+    assert_eq!(response.status, 200, "{response:?}");
+    payer.expect("PUT", &path);
+}
+
+/// Clicks a checkbox (no page follows).
+async fn tick(browser: &Browser, css: &str) {
+    browser
+        .client
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|error| panic!("no {css}: {error}"))
+        .click()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fxp_is_set_up_and_a_conversion_is_followed_to_its_transfer_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (hub, tokens) = hub_with_tokens(dir.path());
+    let payer = Stub::start(PAYER);
+    let fxp = Stub::start(FXP);
+    let payee = Stub::start(PAYEE);
+    let browser = Browser::start("fx", &hub).await;
+    browser.sign_in(&tokens.operator).await;
+
+    // The scheme in TZS too; the payer in USD, the payee in TZS, the FXP in
+    // both: the onboarding form twice (a known name gains the currency),
+    // each time with the FX callbacks under the DFSP's base URL.
+    browser.goto("/console/scheme").await;
+    browser.fill("#hub-currency-code", "TZS").await;
+    browser.click("#hub-currency button[type=submit]").await;
+    assert!(browser
+        .flash()
+        .await
+        .contains("The hub's TZS accounts are created"));
+    for (stub, currency, funds) in [
+        (&payer, "USD", "1000"),
+        (&fxp, "USD", ""),
+        (&fxp, "TZS", "1000000"),
+        (&payee, "TZS", ""),
+    ] {
+        browser.goto("/console/participants").await;
+        browser.fill("#onboard-name", &stub.name).await;
+        browser.fill("#onboard-currency", currency).await;
+        browser.fill("#onboard-cap", "1000000").await;
+        browser.fill("#onboard-base", &stub.base_url()).await;
+        browser.fill("#onboard-funds", funds).await;
+        browser.click("#onboard button[type=submit]").await;
+        let done = browser.flash().await;
+        assert!(
+            done.contains(&format!("{} onboarded in {currency}", stub.name)),
+            "{done}"
+        );
+    }
+    let endpoints = hub
+        .admin_expect("GET", &format!("/participants/{FXP}/endpoints"), None, 200)
+        .json();
+    assert!(
+        endpoints
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT"
+                && e["value"] == format!("{}/fxTransfers/{{{{commitRequestId}}}}", fxp.base_url())),
+        "{endpoints}"
+    );
+
+    // The FXP's page: a position in each currency; not yet an FXP.
+    browser.goto(&format!("/console/participants/{FXP}")).await;
+    assert_eq!(browser.count("table.positions tbody tr").await, 2);
+    let tzs = browser
+        .text("table.positions tr[data-currency='TZS']")
+        .await;
+    assert!(
+        tzs.contains("1,000,000 TZS"),
+        "the cap and the cover: {tzs}"
+    );
+    assert!(browser
+        .text("#fx + p")
+        .await
+        .contains("is not a declared FXP"));
+    browser.shot("fxp-two-currencies").await;
+
+    // Declared from the FX page: every direction between its currencies
+    // is offered; the one ticked is declared, audited as the operator's.
+    browser.goto("/console/fx").await;
+    assert!(browser
+        .text("main")
+        .await
+        .contains("No participant is a declared FXP"));
+    browser.select("#fx-participant", FXP).await;
+    browser.click("form.search button[type=submit]").await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/fx?participant={FXP}")
+    );
+    assert_eq!(
+        browser
+            .count("#corridors input[type=checkbox]:not(:checked)")
+            .await,
+        2
+    );
+    tick(&browser, "#corridor-USD-TZS").await;
+    browser.click("form.corridors button[type=submit]").await;
+    let done = browser.flash().await;
+    assert!(done.contains("fxp's corridors set: USD → TZS"), "{done}");
+    assert_eq!(
+        hub.admin_expect("GET", "/fxps", None, 200).json(),
+        json!([{"name": FXP, "isActive": 1, "corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]}])
+    );
+    assert_eq!(browser.count("#corridor-USD-TZS:checked").await, 1);
+    assert!(browser
+        .text(&format!("table.fxps tr[data-fxp='{FXP}']"))
+        .await
+        .contains("USD → TZS"));
+    assert_eq!(
+        browser
+            .count(&format!("table.fxp-positions tr[data-fxp='{FXP}']"))
+            .await,
+        2
+    );
+    browser.shot("fx-declared").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let events = loop {
+        let events = hub
+            .admin_expect("GET", "/audit-events?action=fxp.corridors", None, 200)
+            .json();
+        if !events.as_array().unwrap().is_empty() || std::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(events[0]["actor"], "alice", "{events}");
+    assert_eq!(events[0]["target"], FXP, "{events}");
+    assert!(events[0]["after"].to_string().contains("TZS"), "{events}");
+
+    // A DFSP of one currency is offered no corridor, and told why.
+    browser
+        .goto(&format!("/console/fx?participant={PAYER}"))
+        .await;
+    assert!(browser.text(".flash.warn").await.contains("USD only"));
+    assert_eq!(browser.count("form.corridors").await, 0);
+    // The list marks the FXP; its page names its corridor.
+    browser.goto("/console/participants").await;
+    assert_eq!(browser.count("a.badge.fxp").await, 1);
+    browser.goto(&format!("/console/participants/{FXP}")).await;
+    assert!(browser.text("ul.corridors").await.contains("USD → TZS"));
+
+    // A conversion, found by its commitRequestId: reserved, not yet
+    // accepted, its transfer not yet prepared (but linked).
+    let (conversion, transfer) = (new_id(), new_id());
+    convert(&hub, &fxp, &conversion, &transfer);
+    browser.goto("/console/transfers").await;
+    browser.fill("#transfer-id", &conversion).await;
+    browser.click("form.search button[type=submit]").await;
+    let found = browser.text("section.transfer").await;
+    for expected in [
+        "Conversion",
+        "RESERVED",
+        "300 USD → 750,000 TZS",
+        "1 USD = 2,500 TZS",
+        "FXP accepted\nnot yet",
+        "not prepared (yet)",
+        PAYER,
+        FXP,
+    ] {
+        assert!(found.contains(expected), "{expected} in {found}");
+    }
+    browser.shot("conversion-reserved").await;
+
+    // Accepted, the transfer prepared and committed: both legs commit.
+    accept_conversion(&hub, &payer, &conversion);
+    let body =
+        prepare_body(&transfer, PAYER, PAYEE, "750000", far_future()).replace("\"USD\"", "\"TZS\"");
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    payee.expect("POST", "/transfers");
+    browser
+        .goto(&format!("/console/transfers?id={conversion}"))
+        .await;
+    let side = browser.text("section.fx").await;
+    assert!(
+        side.contains("RESERVED") && side.contains(&format!("Paid to\n{PAYEE} in TZS")),
+        "{side}"
+    );
+    let headers = fspiop_headers(PAYEE, PAYER, false);
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    let response = hub.api(
+        "PUT",
+        &format!("/transfers/{transfer}"),
+        &headers,
+        fulfil.as_bytes(),
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    payer.expect("PUT", &format!("/transfers/{transfer}"));
+    fxp.expect("PATCH", &format!("/fxTransfers/{conversion}"));
+
+    // From the conversion to its transfer, and back.
+    browser
+        .goto(&format!("/console/transfers?id={conversion}"))
+        .await;
+    assert!(browser
+        .text("#transfer-title")
+        .await
+        .starts_with("Conversion"));
+    let side = browser.text("section.fx").await;
+    assert!(!side.contains("not yet"), "accepted: {side}");
+    assert!(
+        browser.text("dd.dependent").await.contains("COMMITTED"),
+        "{side}"
+    );
+    browser.shot("conversion-committed").await;
+    browser.click("dd.dependent a").await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/transfers?id={transfer}")
+    );
+    let found = browser.text("section.transfer").await;
+    for expected in [
+        "COMMITTED",
+        "750,000 TZS",
+        "Paid through a currency conversion",
+        FXP,
+    ] {
+        assert!(found.contains(expected), "{expected} in {found}");
+    }
+    assert!(browser.text("dd.conversion").await.contains("COMMITTED"));
+    browser.shot("dependent-transfer").await;
+    browser.click("dd.conversion a").await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/transfers?id={conversion}")
+    );
+
+    // The FXP's positions, per currency: owed the USD, owing the TZS.
+    browser.goto("/console/fx").await;
+    let row = |currency: &str| {
+        format!("table.fxp-positions tr[data-fxp='{FXP}'][data-currency='{currency}']")
+    };
+    let usd = browser.text(&row("USD")).await;
+    assert!(usd.contains("-300 USD"), "{usd}");
+    let tzs = browser.text(&row("TZS")).await;
+    assert!(tzs.contains("750,000 TZS"), "{tzs}");
+    browser.shot("fxp-positions").await;
+
+    // Nothing ticked withdraws the FXP.
+    browser
+        .goto(&format!("/console/fx?participant={FXP}"))
+        .await;
+    tick(&browser, "#corridor-USD-TZS").await;
+    browser.click("form.corridors button[type=submit]").await;
+    assert!(browser.flash().await.contains("fxp is no longer an FXP"));
+    assert_eq!(
+        hub.admin_expect("GET", "/fxps", None, 200).json(),
+        json!([])
+    );
 }
