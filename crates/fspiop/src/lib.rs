@@ -69,7 +69,7 @@ pub use bulk_quotes::{
     BULK_QUOTE_MAX_ITEMS,
 };
 pub use datetime::{format_date_time, parse_date_time};
-pub use endpoints::{DISCOVERY_CALLBACKS, TRANSFER_CALLBACKS};
+pub use endpoints::{DISCOVERY_CALLBACKS, FX_CALLBACKS, TRANSFER_CALLBACKS};
 pub use error::{
     answer_body, error_body, error_body_with_extensions, http_status_for, FspiopError,
     ERROR_DESCRIPTION_MAX_CHARS,
