@@ -243,11 +243,15 @@ fn fx_quote_answer(fxp: &Fxp, body: &[u8]) -> (String, String) {
             (source_amount, target_amount)
         }
         (kind, Some((amount, None))) => {
+            let currency = match kind {
+                fspiop::AmountType::Send => source,
+                fspiop::AmountType::Receive => target,
+            };
             return refusal(
                 &path,
                 "5100",
-                &format!("Generic Payee rejection: {amount} at {rate} converts to no amount a transfer can carry ({kind})"),
-            )
+                &format!("Generic Payee rejection: {amount} {currency} at {rate} converts to no amount a transfer can carry"),
+            );
         }
         (kind, None) => {
             let side = match kind {
@@ -257,7 +261,9 @@ fn fx_quote_answer(fxp: &Fxp, body: &[u8]) -> (String, String) {
             return refusal(
                 &path,
                 "3102",
-                &format!("Missing mandatory element - conversionTerms.{side}.amount (amountType {kind})"),
+                &format!(
+                    "Missing mandatory element - conversionTerms.{side}.amount (amountType {kind})"
+                ),
             );
         }
     };
