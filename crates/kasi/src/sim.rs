@@ -1110,7 +1110,7 @@ async fn payment(
         ));
     }
     progress.step(format!(
-        "   {} is paid in {target}: {payer} converts {} {source} through an FXP",
+        "   {} is to be paid in {target}: {payer} converts {} {source} through an FXP",
         payee.fsp, request.amount
     ));
     let offer = fx::find_and_quote(

@@ -401,7 +401,7 @@ fn sim_fxp_converts_and_a_cross_currency_send_moves_both_currencies() {
     for expected in [
         "1. lookup",
         "held by payeefsp, paid in TZS",
-        "payeefsp is paid in TZS: payerfsp converts 10 USD through an FXP",
+        "payeefsp is to be paid in TZS: payerfsp converts 10 USD through an FXP",
         "2. FXPs: payerfsp asks the hub who converts USD to TZS (GET /services/FXP/USD/TZS)",
         "offered: fxp",
         "3. FX quote: payerfsp asks fxp to convert 10 USD to TZS",
