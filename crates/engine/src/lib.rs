@@ -1054,7 +1054,11 @@ impl LedgerLoop {
                         && ids
                             .quotes
                             .iter()
-                            .all(|id| prefetched.quotes.contains_key(id)),
+                            .all(|id| prefetched.quotes.contains_key(id))
+                        && ids
+                            .conversions
+                            .iter()
+                            .all(|id| prefetched.conversions.contains_key(id)),
                     "the store answered every id asked: {ids:?}"
                 );
                 let failed = match prefetched.unreadable.is_empty() {

@@ -35,22 +35,12 @@ use crate::transfers::Debtor;
 
 impl Ledger {
     /// The FX side of a transfer's view, and its FSPIOP payer.
-    pub(crate) fn fx_view(
-        &self,
-        transfer_id: TransferId,
-        slot: &FxSlot,
-        debit_owner: FspName,
-    ) -> (FspName, Option<FxView>) {
+    pub(crate) fn fx_view(&self, slot: &FxSlot, debit_owner: FspName) -> (FspName, Option<FxView>) {
         match slot.link {
             FxLink::Conversion(terms) => {
-                let dependent = self.dependent_of(transfer_id, &terms).map(|dependent| {
-                    let payee = self.account(dependent.credit).participant;
-                    (self.participant(payee).name, dependent.state)
-                });
                 let view = FxView::Conversion {
                     terms,
                     fxp_fulfilled_at_ms: slot.fxp_fulfil.as_ref().map(|row| row.at_ms),
-                    dependent,
                 };
                 (debit_owner, Some(view))
             }
@@ -61,10 +51,6 @@ impl Ledger {
                 let view = FxView::Dependent {
                     commit_request_id,
                     fxp: debit_owner,
-                    conversion: self
-                        .transfers
-                        .get(&commit_request_id)
-                        .map(|conversion| conversion.state),
                 };
                 (self.participant(payer).name, Some(view))
             }
@@ -108,7 +94,8 @@ impl Ledger {
     /// The conversion a `POST /transfers` with this id depends on: the
     /// latest one in memory whose `determiningTransferId` it is.
     pub(crate) fn conversion_for(&self, transfer_id: TransferId) -> Option<TransferId> {
-        self.conversions_by_determining.get(&transfer_id).copied()
+        let conversion = *self.conversions_by_determining.get(&transfer_id)?;
+        self.holds_transfer(conversion).then_some(conversion)
     }
 
     /// Checks a transfer against the conversion it depends on (central-
@@ -125,10 +112,11 @@ impl Ledger {
         };
         let id = prepare.transfer_id;
         if conversion.state != TransferState::Reserved {
-            return Err(validation(format!(
-                "transfer {id} depends on conversion {commit_request_id}, which is {}",
-                conversion.state.as_str()
-            )));
+            return Err(Self::conversion_ended(
+                id,
+                commit_request_id,
+                conversion.state,
+            ));
         }
         if conversion
             .fx
@@ -192,6 +180,18 @@ impl Ledger {
                 commit_request_id,
                 payer: initiating,
             },
+        ))
+    }
+
+    /// The refusal of a transfer whose conversion ended before it came.
+    pub(crate) fn conversion_ended(
+        transfer_id: TransferId,
+        commit_request_id: TransferId,
+        state: TransferState,
+    ) -> Rejection {
+        validation(format!(
+            "transfer {transfer_id} depends on conversion {commit_request_id}, which is {}",
+            state.as_str()
         ))
     }
 

@@ -756,7 +756,11 @@ pub struct TransferView {
     pub fx: Option<FxView>,
 }
 
-/// The FX side of a [`TransferView`].
+/// The FX side of a [`TransferView`]: what the transfer's own rows say, so
+/// that a view read back from the store is the view memory gave. A linked
+/// pair ends together, so a dependent transfer's state says its
+/// conversion's ([`FxView::conversion_state`]); the other leg is read by
+/// its id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FxView {
     /// The view is of a conversion.
@@ -764,17 +768,24 @@ pub enum FxView {
         terms: ConversionTerms,
         /// When the FXP accepted it (its fulfilment is the view's).
         fxp_fulfilled_at_ms: Option<i64>,
-        /// Its dependent transfer, once prepared: the payee and state
-        /// (`None` in a copy read from the store).
-        dependent: Option<(FspName, TransferState)>,
     },
     /// The view is of the transfer a conversion depends on.
     Dependent {
         commit_request_id: TransferId,
         fxp: FspName,
-        /// The conversion's state (`None` in a copy read from the store).
-        conversion: Option<TransferState>,
     },
+}
+
+impl FxView {
+    /// The state of the conversion a dependent transfer in `state` depends
+    /// on: the same, but for a transfer refused on the FXP's limits, whose
+    /// conversion was aborted.
+    pub fn conversion_state(state: TransferState) -> TransferState {
+        match state {
+            TransferState::Rejected => TransferState::Aborted,
+            state => state,
+        }
+    }
 }
 
 /// The result of one command.

@@ -80,14 +80,12 @@ impl StoredTransfer {
             FxLink::Conversion(terms) => FxView::Conversion {
                 terms,
                 fxp_fulfilled_at_ms: conversion_fulfil.map(|row| row.at_ms),
-                dependent: None,
             },
             FxLink::Dependent {
                 commit_request_id, ..
             } => FxView::Dependent {
                 commit_request_id,
                 fxp: parties.debit_owner,
-                conversion: None,
             },
         });
         let fulfilment = |finish: &FinishRow| {
@@ -151,15 +149,20 @@ pub enum Lookup<T> {
 pub struct PrefetchIds {
     pub transfers: Vec<TransferId>,
     pub quotes: Vec<TransferId>,
+    /// Prepares' ids that may be the `determiningTransferId` of a
+    /// conversion that left memory: the store's latest conversion naming
+    /// each (fx.rs: a transfer whose conversion ended is refused, not
+    /// taken as an ordinary one).
+    pub conversions: Vec<TransferId>,
 }
 
 impl PrefetchIds {
     pub fn is_empty(&self) -> bool {
-        self.transfers.is_empty() && self.quotes.is_empty()
+        self.transfers.is_empty() && self.quotes.is_empty() && self.conversions.is_empty()
     }
 
     pub fn len(&self) -> usize {
-        self.transfers.len() + self.quotes.len()
+        self.transfers.len() + self.quotes.len() + self.conversions.len()
     }
 }
 
@@ -168,6 +171,8 @@ impl PrefetchIds {
 pub struct Prefetched {
     pub transfers: HashMap<TransferId, Lookup<StoredTransfer>>,
     pub quotes: HashMap<TransferId, Lookup<QuoteRow>>,
+    /// By determining transfer id: the latest conversion naming it.
+    pub conversions: HashMap<TransferId, Lookup<StoredTransfer>>,
     /// Why each [`Lookup::Failed`] row could not be read, for the log.
     pub unreadable: Vec<String>,
 }
@@ -182,6 +187,11 @@ impl Prefetched {
                 .map(|&id| (id, Lookup::Failed))
                 .collect(),
             quotes: ids.quotes.iter().map(|&id| (id, Lookup::Failed)).collect(),
+            conversions: ids
+                .conversions
+                .iter()
+                .map(|&id| (id, Lookup::Failed))
+                .collect(),
             unreadable: Vec::new(),
         }
     }
@@ -311,13 +321,30 @@ impl Ledger {
             ids_of(command, &mut transfers, &mut quotes);
         }
         let left = &self.retention.left;
+        // A prepare's id without a conversion in memory may name one that
+        // left: retention puts the determining ids of the conversions it
+        // evicts into the same filter.
+        let mut conversions: Vec<TransferId> = commands
+            .iter()
+            .filter_map(|command| match command {
+                Command::Prepare(prepare) => Some(prepare.transfer_id),
+                _ => None,
+            })
+            .filter(|id| self.conversion_for(*id).is_none() && left.may_hold(*id))
+            .collect();
+        conversions.sort_unstable();
+        conversions.dedup();
         transfers.retain(|id| !self.holds_transfer(*id) && left.may_hold(*id));
         quotes.retain(|id| !self.quotes.contains_key(id));
         transfers.sort_unstable();
         transfers.dedup();
         quotes.sort_unstable();
         quotes.dedup();
-        PrefetchIds { transfers, quotes }
+        PrefetchIds {
+            transfers,
+            quotes,
+            conversions,
+        }
     }
 
     /// [`Ledger::apply_batch`] with the store's answers for the batch's
@@ -349,6 +376,24 @@ impl Ledger {
             Some(Lookup::Found(stored)) => Ok(Some(stored)),
             Some(Lookup::Failed) => Err(store_unread()),
             None => Err(not_prefetched("transfer", transfer_id)),
+        }
+    }
+
+    /// The store's latest conversion whose determining transfer is
+    /// `transfer_id`, when memory holds none (one that left memory is
+    /// finished): `None` when there is none.
+    pub(crate) fn stored_conversion_for(
+        &self,
+        transfer_id: TransferId,
+    ) -> Result<Option<&StoredTransfer>, Rejection> {
+        if !self.memory_is_partial() || !self.retention.left.may_hold(transfer_id) {
+            return Ok(None);
+        }
+        match self.prefetched.conversions.get(&transfer_id) {
+            Some(Lookup::Absent) => Ok(None),
+            Some(Lookup::Found(stored)) => Ok(Some(stored)),
+            Some(Lookup::Failed) => Err(store_unread()),
+            None => Err(not_prefetched("conversion for transfer", transfer_id)),
         }
     }
 

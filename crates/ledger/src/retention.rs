@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::ids::TransferId;
 use crate::ledger::Ledger;
+use crate::model::FxLink;
 
 #[derive(Default)]
 pub(crate) struct Retention {
@@ -131,10 +132,23 @@ impl Ledger {
                         && batch <= durable_batches =>
                 {
                     retention.finished.pop_front();
-                    if self.transfers.remove(&id).is_some() {
+                    if let Some(transfer) = self.transfers.remove(&id) {
                         retention.evicted_total += 1;
                         retention.left.insert(id);
                         evicted += 1;
+                        // A finished conversion leaves the index with it.
+                        if let Some(FxLink::Conversion(terms)) =
+                            transfer.fx.as_deref().map(|slot| slot.link)
+                        {
+                            let by_determining = &mut self.conversions_by_determining;
+                            let determining = terms.determining_transfer_id;
+                            if by_determining.get(&determining) == Some(&id) {
+                                by_determining.remove(&determining);
+                            }
+                            // A prepare with this id must still find it
+                            // (prefetch.rs reads it back).
+                            retention.left.insert(determining);
+                        }
                     }
                     spent += 1;
                 }

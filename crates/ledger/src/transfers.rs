@@ -17,7 +17,7 @@ impl Ledger {
         let debit_owner = self.participant(debit.participant).name;
         let (payer, fx) = match transfer.fx.as_deref() {
             None => (debit_owner, None),
-            Some(slot) => self.fx_view(transfer_id, slot, debit_owner),
+            Some(slot) => self.fx_view(slot, debit_owner),
         };
         TransferView {
             transfer_id,
@@ -251,11 +251,23 @@ impl Ledger {
                 let (fxp_position, link) = self.dependent_debit(prepare, conversion)?;
                 (fxp_position, Some(link), Debtor::Fxp)
             }
-            None => (
-                self.active_position(prepare.payer, prepare.currency)?,
-                None,
-                Debtor::Payer,
-            ),
+            None => {
+                // One that left memory is finished, so this is refused as
+                // it would have been while memory held it.
+                if let Some(ended) = self.stored_conversion_for(transfer_id)? {
+                    let conversion = ended.view.transfer_id;
+                    return Err(Self::conversion_ended(
+                        transfer_id,
+                        conversion,
+                        ended.view.state,
+                    ));
+                }
+                (
+                    self.active_position(prepare.payer, prepare.currency)?,
+                    None,
+                    Debtor::Payer,
+                )
+            }
         };
         let payee_position = self.active_position(prepare.payee, prepare.currency)?;
         if prepare.expiration_ms <= self.now_ms {

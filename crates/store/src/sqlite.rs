@@ -1771,9 +1771,18 @@ fn prefetch(connection: &Connection, ids: &PrefetchIds) -> Prefetched {
             (id, lookup(found, || format!("quote {id}"), &mut unreadable))
         })
         .collect();
+    // FX rows are not stored yet on this branch: every lookup of a
+    // conversion by its determining transfer is unread (the ledger refuses
+    // 2003) rather than guessed absent.
+    let conversions = ids
+        .conversions
+        .iter()
+        .map(|&id| (id, Lookup::Failed))
+        .collect();
     Prefetched {
         transfers,
         quotes,
+        conversions,
         unreadable,
     }
 }

@@ -69,6 +69,7 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
     let mut ids = PrefetchIds {
         transfers: whole.transfers.iter().map(|t| t.transfer_id).collect(),
         quotes: whole.quotes.iter().map(|q| q.quote_id).collect(),
+        conversions: vec![],
     };
     ids.transfers.push(unknown);
     ids.quotes.push(unknown);
@@ -132,6 +133,7 @@ fn a_transfer_whose_participant_is_missing_is_an_error_to_the_reader() {
         .prefetch(&PrefetchIds {
             transfers: vec![transfer_id, unknown],
             quotes: vec![],
+            conversions: vec![],
         })
         .expect("the read as a whole");
     assert_eq!(prefetched.transfers[&transfer_id], Lookup::Failed);

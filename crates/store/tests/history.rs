@@ -71,7 +71,11 @@ proptest! {
         // unknown ids included.
         let mut ids: Vec<TransferId> = all.transfers.iter().map(|t| t.transfer_id).collect();
         ids.insert(ids.len() / 2, TransferId::new(u128::MAX - 1));
-        let ids = PrefetchIds { transfers: ids, quotes: vec![] };
+        let ids = PrefetchIds {
+            transfers: ids,
+            quotes: vec![],
+            conversions: vec![],
+        };
         let reader = harness.lookup();
         let expected: std::collections::HashMap<_, _> = ids
             .transfers
@@ -109,6 +113,7 @@ fn a_transfer_whose_participant_is_missing_is_an_error_not_unknown() {
     let asked = |ids: Vec<TransferId>| PrefetchIds {
         transfers: ids,
         quotes: vec![],
+        conversions: vec![],
     };
     let found = harness
         .store

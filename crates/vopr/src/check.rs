@@ -75,6 +75,7 @@ fn reference_difference(left: &Snapshot, right: &Snapshot) -> Option<String> {
                 &right.certificate_pins,
             )
         })
+        .or_else(|| rows("FXPs", &left.fxps, &right.fxps))
 }
 
 /// The first difference between two whole states (`archived` aside).
@@ -83,6 +84,13 @@ pub fn difference(left: &Snapshot, right: &Snapshot) -> Option<String> {
         .or_else(|| rows("transfers", &left.transfers, &right.transfers))
         .or_else(|| rows("finishes", &left.finishes, &right.finishes))
         .or_else(|| rows("quotes", &left.quotes, &right.quotes))
+        .or_else(|| {
+            rows(
+                "conversion acceptances",
+                &left.conversion_fulfils,
+                &right.conversion_fulfils,
+            )
+        })
 }
 
 /// How a partial memory must relate to the whole state.
@@ -118,6 +126,19 @@ pub fn memory_difference(memory: &Snapshot, whole: &Snapshot, how: Partial) -> O
             return Some(format!(
                 "memory holds finish {row:?}; the whole state has {:?}",
                 finishes.get(&row.seq)
+            ));
+        }
+    }
+    let accepted: HashMap<u64, _> = whole
+        .conversion_fulfils
+        .iter()
+        .map(|f| (f.seq, f))
+        .collect();
+    for row in &memory.conversion_fulfils {
+        if accepted.get(&row.seq) != Some(&row) {
+            return Some(format!(
+                "memory holds the acceptance {row:?}; the whole state has {:?}",
+                accepted.get(&row.seq)
             ));
         }
     }
@@ -199,6 +220,15 @@ pub fn ids_named(command: &Command, into: &mut Vec<TransferId>) {
         Command::RecordQuote { quote_id, .. } | Command::AnswerQuote { quote_id, .. } => {
             into.push(*quote_id)
         }
+        Command::PrepareConversion(prepare) => {
+            into.push(prepare.commit_request_id);
+            into.push(prepare.terms.determining_transfer_id);
+        }
+        Command::FulfilConversion(fulfil) => into.push(fulfil.commit_request_id),
+        Command::AbortConversion(abort) => into.push(abort.transfer_id),
+        Command::GetConversion {
+            commit_request_id, ..
+        } => into.push(*commit_request_id),
         Command::Audited { command, tag } => {
             ids_named(command, into);
             if let Some(view) = tag.view.as_deref() {

@@ -255,7 +255,12 @@ fn prefetch(disk: &Disk, generation: u64, ids: &PrefetchIds) -> Result<Prefetche
     match state.armed.prefetch.take() {
         Some(PrefetchFault::Whole) => {
             state.counters.prefetch_failures += 1;
-            let all = ids.transfers.iter().chain(&ids.quotes).copied();
+            let all = ids
+                .transfers
+                .iter()
+                .chain(&ids.quotes)
+                .chain(&ids.conversions)
+                .copied();
             state.unread.extend(all);
             return Err(StoreError::transient("sim: the read failed"));
         }
@@ -290,6 +295,16 @@ fn prefetch(disk: &Disk, generation: u64, ids: &PrefetchIds) -> Result<Prefetche
             (false, None) => Lookup::Absent,
         };
         prefetched.transfers.insert(id, lookup);
+    }
+    for &id in &ids.conversions {
+        let lookup = match state.rows.find_conversion_for(id) {
+            Some(stored) => {
+                found += 1;
+                Lookup::Found(stored)
+            }
+            None => Lookup::Absent,
+        };
+        prefetched.conversions.insert(id, lookup);
     }
     for &id in &ids.quotes {
         let lookup = match (failed_row == Some(id), state.rows.quotes.get(&id)) {
@@ -727,6 +742,19 @@ impl Rows {
     }
 
     /// The transfer as the real stores' joined read gives it.
+    /// The latest conversion whose determining transfer is `determining`
+    /// (as the stores' `transfer_fx` index answers it).
+    fn find_conversion_for(&self, determining: TransferId) -> Option<StoredTransfer> {
+        let latest = self
+            .transfers
+            .values()
+            .rev()
+            .find(|row| {
+                matches!(row.fx, Some(FxLink::Conversion(terms)) if terms.determining_transfer_id == determining)
+            })?;
+        self.find_transfer(latest.transfer_id)
+    }
+
     fn find_transfer(&self, id: TransferId) -> Option<StoredTransfer> {
         let seq = self.by_id.get(&id)?;
         let transfer = &self.transfers[seq];
@@ -981,6 +1009,7 @@ mod tests {
         let ids = PrefetchIds {
             transfers: vec![TransferId::new(1), TransferId::new(2)],
             quotes: vec![TransferId::new(3)],
+            conversions: vec![],
         };
         let mut reader = store.open_prefetcher().expect("a reader");
         let before = reader.prefetch(&ids).expect("a read");

@@ -8,8 +8,9 @@
 //! created and the open settlement window.
 
 use ledger::{
-    AccountId, Amount, AuditRender, AuditTag, Command, Currency, ErrorCode, FspName, Fulfilment,
-    Funds, FundsFinish, FundsMemo, Ledger, ModelRules, Outcome, Prepare, RequestHash, TransferId,
+    AccountId, Amount, AuditRender, AuditTag, Command, ConversionTerms, Currency, ErrorCode,
+    FspName, FulfilConversion, Fulfilment, Funds, FundsFinish, FundsMemo, Ledger, ModelRules,
+    Outcome, Prepare, PrepareConversion, RequestHash, TransferId,
 };
 
 use crate::rng::Rng;
@@ -34,6 +35,19 @@ struct Prepared {
     preimage: u8,
 }
 
+/// A conversion as generated (two currencies only): what its answers and
+/// its dependent transfer need.
+#[derive(Clone, Copy)]
+struct Conversion {
+    commit_request_id: TransferId,
+    determining: TransferId,
+    payer: usize,
+    fxp: usize,
+    payee: usize,
+    preimage: u8,
+    target: Amount,
+}
+
 pub struct Workload {
     rng: Rng,
     pub currencies: Vec<Currency>,
@@ -43,6 +57,7 @@ pub struct Workload {
     funds_out: Vec<(TransferId, usize, usize)>,
     /// Quotes recorded: (id, payer, payee).
     quotes: Vec<(TransferId, usize, usize)>,
+    conversions: Vec<Conversion>,
     /// Commands that create or finish something, for resends.
     history: Vec<Command>,
     /// The last fulfils, aborts and quote answers.
@@ -83,6 +98,7 @@ impl Workload {
             prepared: Vec::new(),
             funds_out: Vec::new(),
             quotes: Vec::new(),
+            conversions: Vec::new(),
             history: Vec::new(),
             finishing: Vec::new(),
             next_id: 0,
@@ -235,6 +251,9 @@ impl Workload {
                 | Command::FundsOutAbort(_)
                 | Command::RecordQuote { .. }
                 | Command::AnswerQuote { .. }
+                | Command::PrepareConversion(_)
+                | Command::FulfilConversion(_)
+                | Command::AbortConversion(_)
         ) {
             self.history.push(command.clone());
         }
@@ -328,6 +347,10 @@ impl Workload {
             1,  // endpoint
             6,  // a fulfil, abort or quote answer just sent, again or changed
             4,  // GET of a transfer a fulfil or abort just named
+            match self.currencies.len() {
+                1 => 0,
+                _ => 12, // a conversion's step
+            },
         ];
         let command = match self.rng.weighted(&weights) {
             0 => self.prepare(now_ms),
@@ -387,6 +410,7 @@ impl Workload {
                     }
                 }
             },
+            17 => self.fx_step(now_ms),
             _ => match self.finishing.len() {
                 0 => self.get(),
                 n => match &self.finishing[n - 1 - self.rng.index(n.min(3))] {
@@ -418,6 +442,143 @@ impl Workload {
         }
         self.remember(&command);
         command
+    }
+
+    /// A step of a payer conversion (first currency into the second):
+    /// a new conversion, the FXP's acceptance or error (or another's), the
+    /// transfer that depends on it — then fulfilled, aborted or expired as
+    /// any prepared transfer.
+    fn fx_step(&mut self, now_ms: i64) -> Command {
+        let existing = Self::pick(&mut self.rng, &self.conversions);
+        match (existing, self.rng.weighted(&[35, 30, 8, 27])) {
+            (Some(conversion), 1) => {
+                let caller = self.payee_or_other(conversion.fxp);
+                let preimage = match self.rng.percent(92) {
+                    true => conversion.preimage,
+                    false => conversion.preimage ^ 0x33,
+                };
+                let salt = self.rng.below(2);
+                Command::FulfilConversion(FulfilConversion {
+                    commit_request_id: conversion.commit_request_id,
+                    caller,
+                    fulfilment: Some(Fulfilment::from_preimage([preimage; 32])),
+                    destination: self.destination(conversion.payer),
+                    request_hash: hash_of((
+                        "fx-accept",
+                        conversion.commit_request_id,
+                        preimage,
+                        salt,
+                    )),
+                })
+            }
+            (Some(conversion), 2) => {
+                let caller = self.payee_or_other(conversion.fxp);
+                Command::AbortConversion(ledger::Abort {
+                    transfer_id: conversion.commit_request_id,
+                    caller,
+                    error_code: ErrorCode(5100),
+                    destination: None,
+                    request_hash: hash_of(("fx-abort", conversion.commit_request_id)),
+                })
+            }
+            (Some(conversion), 3) => self.dependent(conversion, now_ms),
+            _ => self.conversion(now_ms),
+        }
+    }
+
+    fn conversion(&mut self, now_ms: i64) -> Command {
+        let holders: Vec<usize> = (0..self.dfsps.len())
+            .filter(|&d| self.dfsps[d].second)
+            .collect();
+        let payer = self.dfsp();
+        let fxp = holders[self.rng.index(holders.len())];
+        let payee = holders[self.rng.index(holders.len())];
+        let commit_request_id = self.fresh_id();
+        let determining = self.fresh_id();
+        let preimage = self.rng.below(256) as u8;
+        let source = Amount::from_whole(self.rng.range(1, 600));
+        let target = Amount::from_whole(self.rng.range(1, 900));
+        let expiration_ms = now_ms + self.rng.range(200, 5_000);
+        self.conversions.push(Conversion {
+            commit_request_id,
+            determining,
+            payer,
+            fxp,
+            payee,
+            preimage,
+            target,
+        });
+        let (initiating, fxp) = (self.dfsps[payer].name, self.dfsps[fxp].name);
+        let (source_currency, target_currency) = (self.currencies[0], self.currencies[1]);
+        Command::PrepareConversion(PrepareConversion {
+            commit_request_id,
+            initiating,
+            fxp,
+            source_amount: source,
+            source_currency,
+            terms: ConversionTerms {
+                determining_transfer_id: determining,
+                target_currency,
+                target_amount: target,
+            },
+            condition: Fulfilment::from_preimage([preimage; 32]).condition(),
+            expiration_ms,
+            request_hash: hash_of((
+                "conversion",
+                commit_request_id,
+                determining,
+                source,
+                target,
+                preimage,
+                expiration_ms,
+            )),
+            wire_version: 0x20,
+        })
+    }
+
+    /// The transfer a conversion depends on, mostly as it should be.
+    fn dependent(&mut self, conversion: Conversion, now_ms: i64) -> Command {
+        let amount = match self.rng.weighted(&[80, 15, 5]) {
+            0 => conversion.target,
+            1 => Amount::from_whole(1),
+            _ => conversion
+                .target
+                .checked_add(Amount::from_units(1))
+                .unwrap_or(conversion.target),
+        };
+        let payer = match self.rng.percent(95) {
+            true => conversion.payer,
+            false => self.dfsp(),
+        };
+        let preimage = self.rng.below(256) as u8;
+        let transfer_id = conversion.determining;
+        let expiration_ms = now_ms + self.rng.range(100, 4_000);
+        let (payer_name, payee_name) = (self.dfsps[payer].name, self.dfsps[conversion.payee].name);
+        let currency = self.currencies[1];
+        self.prepared.push(Prepared {
+            id: transfer_id,
+            payer,
+            payee: conversion.payee,
+            preimage,
+        });
+        Command::Prepare(Prepare {
+            transfer_id,
+            payer: payer_name,
+            payee: payee_name,
+            amount,
+            currency,
+            condition: Fulfilment::from_preimage([preimage; 32]).condition(),
+            expiration_ms,
+            request_hash: hash_of((
+                "dependent",
+                transfer_id,
+                payer_name,
+                amount,
+                preimage,
+                expiration_ms,
+            )),
+            wire_version: 1,
+        })
     }
 
     fn prepare(&mut self, now_ms: i64) -> Command {
@@ -670,6 +831,20 @@ fn modify(command: Command) -> Command {
         Command::FundsOutAbort(mut f) => {
             f.request_hash = modified(f.request_hash);
             Command::FundsOutAbort(f)
+        }
+        Command::PrepareConversion(mut c) => {
+            c.source_amount = c.source_amount.checked_add(one).unwrap_or(c.source_amount);
+            c.request_hash = modified(c.request_hash);
+            Command::PrepareConversion(c)
+        }
+        Command::FulfilConversion(mut f) => {
+            f.request_hash = modified(f.request_hash);
+            Command::FulfilConversion(f)
+        }
+        Command::AbortConversion(mut a) => {
+            a.error_code = ErrorCode(a.error_code.0 + 1);
+            a.request_hash = modified(a.request_hash);
+            Command::AbortConversion(a)
         }
         Command::RecordQuote {
             quote_id,

@@ -72,7 +72,7 @@ pub fn timeline(view: &TransferView) -> Vec<(&'static str, i64)> {
 }
 
 /// The admin API's JSON for a transfer (see docs/operations.md).
-pub fn transfer_json(view: &TransferView, source: Source) -> Value {
+pub fn transfer_json(view: &TransferView, partner: Option<&TransferView>, source: Source) -> Value {
     let mut body = Map::new();
     body.insert("transferId".into(), json!(view.transfer_id.to_string()));
     body.insert("kind".into(), json!(kind_name(view.kind)));
@@ -99,7 +99,7 @@ pub fn transfer_json(view: &TransferView, source: Source) -> Value {
     }
     body.insert("hasFulfilment".into(), json!(view.fulfilment.is_some()));
     if let Some(fx) = view.fx {
-        body.insert("fx".into(), fx_json(&fx));
+        body.insert("fx".into(), fx_json(&fx, partner));
     }
     body.insert("source".into(), json!(source.as_str()));
     let timeline: Vec<Value> = timeline(view)
@@ -110,15 +110,13 @@ pub fn transfer_json(view: &TransferView, source: Source) -> Value {
     Value::Object(body)
 }
 
-/// The FX side of a transfer: a conversion's terms and its dependent
-/// transfer, or a dependent transfer's conversion and FXP (the partner's
-/// state absent when read from the store).
-fn fx_json(fx: &FxView) -> Value {
+/// The FX side of a transfer: a conversion's terms, or a dependent
+/// transfer's conversion and FXP; with `partner`, the other leg as read.
+fn fx_json(fx: &FxView, partner: Option<&TransferView>) -> Value {
     match *fx {
         FxView::Conversion {
             terms,
             fxp_fulfilled_at_ms,
-            dependent,
         } => {
             let mut body = json!({
                 "role": "conversion",
@@ -131,27 +129,45 @@ fn fx_json(fx: &FxView) -> Value {
             if let Some(at) = fxp_fulfilled_at_ms {
                 body["fxpAcceptedAt"] = json!(format_time(at));
             }
-            if let Some((payee, state)) = dependent {
-                body["dependentPayeeFsp"] = json!(payee.as_str());
-                body["dependentState"] = json!(state.as_str());
+            if let Some(dependent) = partner {
+                body["dependentPayeeFsp"] = json!(dependent.payee.as_str());
+                body["dependentState"] = json!(dependent.state.as_str());
             }
             body
         }
         FxView::Dependent {
             commit_request_id,
             fxp,
-            conversion,
         } => {
             let mut body = json!({
                 "role": "dependentTransfer",
                 "commitRequestId": commit_request_id.to_string(),
                 "fxpFsp": fxp.as_str(),
             });
-            if let Some(state) = conversion {
-                body["conversionState"] = json!(state.as_str());
+            if let Some(conversion) = partner {
+                body["conversionState"] = json!(conversion.state.as_str());
             }
             body
         }
+    }
+}
+
+/// The other leg of an FX transfer, when it exists and points back.
+async fn partner_of(hub: &Hub, view: &TransferView) -> Option<TransferView> {
+    let (other, points_back): (_, fn(&TransferView, ledger::TransferId) -> bool) = match view.fx? {
+        FxView::Conversion { terms, .. } => (
+            terms.determining_transfer_id,
+            |partner, id| matches!(partner.fx, Some(FxView::Dependent { commit_request_id, .. }) if commit_request_id == id),
+        ),
+        FxView::Dependent {
+            commit_request_id, ..
+        } => (commit_request_id, |partner, _| {
+            partner.kind == TransferKind::FxConversion
+        }),
+    };
+    match hub.ask(ReadTransfer { transfer_id: other }).await {
+        Ok(Ok((partner, _))) if points_back(&partner, view.transfer_id) => Some(partner),
+        _ => None,
     }
 }
 
@@ -176,7 +192,8 @@ async fn get_transfer(
         }
         Err(error) => return Err(HubError::refused(error)),
     };
-    Ok(Json(transfer_json(&view, source)).into_response())
+    let partner = partner_of(&hub, &view).await;
+    Ok(Json(transfer_json(&view, partner.as_ref(), source)).into_response())
 }
 
 #[cfg(test)]
@@ -213,21 +230,27 @@ mod tests {
         dependent.fx = Some(FxView::Dependent {
             commit_request_id: TransferId::new(9),
             fxp: FspName::new("fxp").unwrap(),
-            conversion: Some(TransferState::Committed),
         });
-        let body = transfer_json(&dependent, Source::Memory);
+        let mut conversion = view(TransferState::Committed, Some(1_700_000_000_500));
+        conversion.kind = TransferKind::FxConversion;
+        let body = transfer_json(&dependent, Some(&conversion), Source::Memory);
         assert_eq!(body["fx"]["role"], "dependentTransfer");
         assert_eq!(body["fx"]["fxpFsp"], "fxp");
         assert_eq!(body["fx"]["conversionState"], "COMMITTED");
-        assert_eq!(body["fx"]["commitRequestId"], TransferId::new(9).to_string());
-        assert!(transfer_json(&view(TransferState::Reserved, None), Source::Memory)
-            .get("fx")
-            .is_none());
+        assert_eq!(
+            body["fx"]["commitRequestId"],
+            TransferId::new(9).to_string()
+        );
+        assert!(
+            transfer_json(&view(TransferState::Reserved, None), None, Source::Memory)
+                .get("fx")
+                .is_none()
+        );
     }
 
     #[test]
     fn a_reserved_transfer_has_no_completion_nor_error() {
-        let body = transfer_json(&view(TransferState::Reserved, None), Source::Memory);
+        let body = transfer_json(&view(TransferState::Reserved, None), None, Source::Memory);
         assert_eq!(body["transferState"], "RESERVED");
         assert_eq!(body["amount"], json!({"amount": "10.5", "currency": "USD"}));
         assert_eq!(body["source"], "memory");
@@ -242,7 +265,11 @@ mod tests {
     #[test]
     fn an_expired_transfer_is_aborted_with_3303_and_its_expiry_in_the_timeline() {
         let completed = Some(1_700_000_010_004);
-        let body = transfer_json(&view(TransferState::Expired, completed), Source::Store);
+        let body = transfer_json(
+            &view(TransferState::Expired, completed),
+            None,
+            Source::Store,
+        );
         assert_eq!(body["transferState"], "ABORTED");
         assert_eq!(body["internalState"], "EXPIRED_RESERVED");
         assert_eq!(body["errorCode"], "3303");

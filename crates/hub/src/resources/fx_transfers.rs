@@ -206,11 +206,12 @@ impl Hub {
         let Some(FxView::Dependent {
             commit_request_id,
             fxp,
-            conversion: Some(state),
         }) = view.fx
         else {
             return;
         };
+        // The pair ends together: the transfer's state is its conversion's.
+        let state = FxView::conversion_state(view.state);
         let reply = Reply::unprompted(FX_VERSION);
         let tracking = Some(Tracking {
             event_ms: Some(view.completed_at_ms.unwrap_or(view.prepared_at_ms)),
@@ -352,20 +353,22 @@ impl Hub {
         code: ErrorCode,
         description: &str,
     ) {
-        let Some(FxView::Conversion {
-            terms,
-            dependent: Some(_),
-            ..
-        }) = conversion.fx
-        else {
+        let Some(FxView::Conversion { terms, .. }) = conversion.fx else {
             return;
         };
         let transfer_id = terms.determining_transfer_id;
+        let depends = |view: &TransferView| {
+            matches!(view.fx, Some(FxView::Dependent { commit_request_id, .. })
+                if commit_request_id == conversion.transfer_id)
+        };
         match self.ask(ReadTransfer { transfer_id }).await {
-            Ok(Ok((view, _))) => self.tell_transfer_ended_by_conversion(&view, code, description),
-            Ok(Err(error)) => {
-                tracing::warn!(transfer = %transfer_id, error = %error.description, "the dependent transfer could not be read; its parties were not told")
+            // Prepared for this conversion, and (the pair ends together)
+            // ended with it now.
+            Ok(Ok((view, _))) if depends(&view) => {
+                self.tell_transfer_ended_by_conversion(&view, code, description)
             }
+            // No transfer depends on it: nobody else to tell.
+            Ok(_) => {}
             Err(error) => {
                 tracing::warn!(transfer = %transfer_id, %error, "the dependent transfer could not be read; its parties were not told")
             }

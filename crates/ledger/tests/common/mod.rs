@@ -125,7 +125,11 @@ impl StoreCopy {
     }
 
     pub fn prefetch(&mut self, ids: &PrefetchIds) -> Prefetched {
-        self.reads += ids.len();
+        // Ids read: a prepare's id is looked up as a transfer and as a
+        // conversion's determining transfer in the same read.
+        let transfer_ids: std::collections::HashSet<_> =
+            ids.transfers.iter().chain(&ids.conversions).collect();
+        self.reads += transfer_ids.len() + ids.quotes.len();
         let mut prefetched = Prefetched::default();
         for &id in &ids.transfers {
             let lookup = match (self.unreadable.contains(&id), self.stored(id)) {
@@ -134,6 +138,20 @@ impl StoreCopy {
                 (false, None) => Lookup::Absent,
             };
             prefetched.transfers.insert(id, lookup);
+        }
+        for &determining in &ids.conversions {
+            let latest = self
+                .transfers
+                .values()
+                .filter(|row| {
+                    matches!(row.fx, Some(FxLink::Conversion(terms)) if terms.determining_transfer_id == determining)
+                })
+                .max_by_key(|row| row.seq);
+            let lookup = match latest.and_then(|row| self.stored(row.transfer_id)) {
+                Some(stored) => Lookup::Found(stored),
+                None => Lookup::Absent,
+            };
+            prefetched.conversions.insert(determining, lookup);
         }
         for &id in &ids.quotes {
             let lookup = match self.quotes.get(&id) {
