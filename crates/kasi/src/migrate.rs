@@ -219,6 +219,8 @@ fn first_difference(source: &Snapshot, target: &Snapshot) -> Option<String> {
         entries,
         audit_events,
         certificate_pins,
+        conversion_fulfils,
+        fxps,
     );
     if source.archived != target.archived {
         return Some(format!(

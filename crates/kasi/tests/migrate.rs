@@ -8,7 +8,12 @@ mod support;
 use std::path::Path;
 use std::process::Output;
 
-use ledger::{AuditEventRow, Record, Snapshot};
+use ledger::{
+    AccountKind, Amount, Command, ConversionTerms, Corridor, Currency, FspName, FulfilConversion,
+    Fulfilment, Funds, Ledger, Limits, Outcome, Prepare, PrepareConversion, Record, RequestHash,
+    Snapshot, TransferId,
+};
+use ledger::{AuditEventRow, Fulfil};
 use store::delivery::{DeadLetterRow, Delivery, DeliveryDb};
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store;
@@ -54,12 +59,124 @@ fn dead_letter() -> DeadLetterRow {
     }
 }
 
+/// Conversions through an FXP, made by the ledger itself on the stopped
+/// hub's state and committed to its store as a hub would: the payer's USD
+/// into EUR for the payee, committed with its transfer; another accepted
+/// by the FXP, awaiting its transfer; the FXP's corridors.
+fn convert(store: &mut SqliteStore) {
+    let mut ledger = Ledger::restore(store.load().unwrap(), Limits::default()).unwrap();
+    let fsp = |name: &str| FspName::new(name).unwrap();
+    let (usd, eur) = (
+        Currency::parse("USD").unwrap(),
+        Currency::parse("EUR").unwrap(),
+    );
+    let (fxp, payer, payee) = (fsp("fxp0001"), fsp(PAYER), fsp(PAYEE));
+    let mut at = now_ms();
+    let mut apply = |commands: Vec<Command>| -> Vec<Outcome> {
+        at += 1;
+        let result = ledger.apply_batch(at, &commands);
+        for outcome in &result.outcomes {
+            assert!(!matches!(outcome, Outcome::Rejected(_)), "{outcome:?}");
+        }
+        store.commit(&[&result.records]).unwrap();
+        result.outcomes
+    };
+    let mut onboarding = Vec::new();
+    for kind in [
+        AccountKind::HubMultilateralSettlement,
+        AccountKind::HubReconciliation,
+    ] {
+        onboarding.push(Command::CreateHubAccount {
+            currency: eur,
+            kind,
+        });
+    }
+    for (name, currency) in [(payee, eur), (fxp, usd), (fxp, eur)] {
+        onboarding.push(Command::CreateParticipant { name, currency });
+        onboarding.push(Command::InitNetDebitCap {
+            name,
+            currency,
+            net_debit_cap: Amount::from_whole(1_000),
+        });
+    }
+    onboarding.push(Command::SetFxpCorridors {
+        name: fxp,
+        corridors: vec![Corridor {
+            source: usd,
+            target: eur,
+        }],
+    });
+    let outcomes = apply(onboarding);
+    let Outcome::AccountsCreated(fxp_eur) = &outcomes[6] else {
+        panic!("{outcomes:?}");
+    };
+    apply(vec![Command::FundsIn(Funds {
+        transfer_id: TransferId::new(0xF0_0001),
+        participant: fxp,
+        account: fxp_eur[1],
+        amount: Amount::from_whole(1_000),
+        currency: eur,
+        memo: Default::default(),
+        request_hash: RequestHash([1; 32]),
+    })]);
+    let fxp_fulfilment = Fulfilment::from_preimage([5; 32]);
+    let fulfilment = Fulfilment::from_preimage([6; 32]);
+    for (n, pay) in [(0xF0_0010u128, true), (0xF0_0020, false)] {
+        let (commit_request_id, determining_transfer_id) =
+            (TransferId::new(n), TransferId::new(n + 1));
+        apply(vec![Command::PrepareConversion(PrepareConversion {
+            commit_request_id,
+            initiating: payer,
+            fxp,
+            source_amount: Amount::from_whole(20),
+            source_currency: usd,
+            terms: ConversionTerms {
+                determining_transfer_id,
+                target_currency: eur,
+                target_amount: Amount::from_whole(18),
+            },
+            condition: fxp_fulfilment.condition(),
+            expiration_ms: far_future(),
+            request_hash: RequestHash([2; 32]),
+            wire_version: 0x20,
+        })]);
+        apply(vec![Command::FulfilConversion(FulfilConversion {
+            commit_request_id,
+            caller: fxp,
+            fulfilment: Some(fxp_fulfilment),
+            destination: None,
+            request_hash: RequestHash([3; 32]),
+        })]);
+        if !pay {
+            continue;
+        }
+        apply(vec![Command::Prepare(Prepare {
+            transfer_id: determining_transfer_id,
+            payer,
+            payee,
+            amount: Amount::from_whole(18),
+            currency: eur,
+            condition: fulfilment.condition(),
+            expiration_ms: far_future(),
+            request_hash: RequestHash([4; 32]),
+            wire_version: 0x20,
+        })]);
+        apply(vec![Command::Fulfil(Fulfil {
+            transfer_id: determining_transfer_id,
+            caller: payee,
+            fulfilment: Some(fulfilment),
+            destination: None,
+            request_hash: RequestHash([6; 32]),
+        })]);
+    }
+}
+
 /// A stopped SQLite hub with real history: `kasi bench ledger` (transfers
 /// and settlement), a transfer through `kasi serve` (whose id it returns),
 /// then audit events (more than a hub keeps in memory), a
-/// pinned certificate, a registered party and the callback dispatcher's
-/// watermark and a dead letter, written with the store's API. Its
-/// snapshot.
+/// pinned certificate, a registered party, conversions, and the callback
+/// dispatcher's watermark and a dead letter, written with the store's
+/// API. Its snapshot.
 fn sqlite_hub(dir: &Path) -> (Snapshot, String) {
     let output = kasi()
         .args([
@@ -139,6 +256,7 @@ fn sqlite_hub(dir: &Path) -> (Snapshot, String) {
         registered_at_ms: 1_700_000_000_000,
     }));
     store.commit(&[&records]).unwrap();
+    convert(&mut store);
     let snapshot = store.load().unwrap();
     drop(store);
     let mut delivery = DeliveryDb::open(dir).unwrap();
@@ -146,6 +264,8 @@ fn sqlite_hub(dir: &Path) -> (Snapshot, String) {
         .apply(Some(now_ms()), &[dead_letter()], &[])
         .unwrap();
     assert!(!snapshot.windows.is_empty(), "the bench settled nothing");
+    assert_eq!(snapshot.conversion_fulfils.len(), 2);
+    assert_eq!(snapshot.fxps.len(), 1);
     assert!(!snapshot.entries.is_empty() || !snapshot.settlements.is_empty());
     (snapshot, id)
 }
@@ -180,16 +300,23 @@ fn a_sqlite_hub_moves_to_postgresql_whole_audits_and_serves_there() {
             .ends_with(&format!(" {}", source_events.len())),
         "{audit_line}"
     );
-    let transfers_line = stdout
-        .lines()
-        .find(|line| line.trim_start().starts_with("transfers "))
-        .unwrap_or_else(|| panic!("no transfers count: {stdout}"));
-    assert!(
-        transfers_line
-            .trim_end()
-            .ends_with(&format!(" {}", source.transfers.len())),
-        "{transfers_line}"
+    let fx_transfers = source.transfers.iter().filter(|t| t.fx.is_some()).count();
+    assert_eq!(
+        fx_transfers, 3,
+        "two conversions, one transfer depending on one"
     );
+    for (table, rows) in [
+        ("transfers", source.transfers.len()),
+        ("transfer_fx", fx_transfers),
+        ("conversion_fulfils", source.conversion_fulfils.len()),
+        ("fxps", source.fxps.len()),
+    ] {
+        let line = stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{table} ")))
+            .unwrap_or_else(|| panic!("no {table} count: {stdout}"));
+        assert!(line.trim_end().ends_with(&format!(" {rows}")), "{line}");
+    }
 
     // The target, as PostgreSQL holds it.
     let mut target = store::pg::PgStore::open_read_only(&url).unwrap();

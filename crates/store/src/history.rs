@@ -5,13 +5,17 @@
 //! (SQLite: `sqlite_history.rs`, PostgreSQL: `pg_history.rs`) and stores
 //! the snapshot in the same four tables.
 //!
-//! A snapshot, computed from some state of the store, says:
-//! - every FSPIOP transfer with `seq <= through_seq` that finished before
+//! What it sums, keeps and loads are the movements between two DFSPs'
+//! positions (`TransferKind::is_between_positions`): FSPIOP transfers and
+//! conversions alike, each with its FX rows (`transfer_fx`, a conversion's
+//! acceptance), read with it. A snapshot, computed from some state of the
+//! store, says:
+//! - every such transfer with `seq <= through_seq` that finished before
 //!   `cut_ms` (by its `transfer_finishes` row, or a REJECTED prepare by its
 //!   own instant) is *folded*: counted, what its commit moved summed per
 //!   account, and per (payer, payee) pair if it committed in `window`, the
 //!   window open when the snapshot was computed;
-//! - `kept` lists the other FSPIOP transfers with `seq <= through_seq`
+//! - `kept` lists the other such transfers with `seq <= through_seq`
 //!   that have no finish row there: unfinished ones, and REJECTED prepares
 //!   not yet folded;
 //! - every other transfer with `seq <= through_seq` is a funds movement
@@ -41,14 +45,15 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AccountId, Amount, Archived, FinishRow, Snapshot, TransferKind, TransferRow, TransferState,
-    WindowPairSum,
+    AccountId, Amount, Archived, ConversionFulfilRow, FinishRow, Snapshot, TransferRow,
+    TransferState, WindowPairSum,
 };
 
 use crate::StoreError;
 
-/// A transfer and its finish, if it has one.
-pub(crate) type Joined = (TransferRow, Option<FinishRow>);
+/// A transfer (with its FX link), its finish, if it has one, and a
+/// conversion's acceptance by its FXP, if it has one.
+pub(crate) type Joined = (TransferRow, Option<FinishRow>, Option<ConversionFulfilRow>);
 
 /// What a [`HistorySource`] calls for each row it reads.
 pub(crate) type Each<'a> = &'a mut dyn FnMut(Joined) -> Result<(), StoreError>;
@@ -133,7 +138,7 @@ pub(crate) fn is_archived(
     finish: Option<&FinishRow>,
     horizon_ms: i64,
 ) -> bool {
-    transfer.kind == TransferKind::Fspiop
+    transfer.kind.is_between_positions()
         && finished_at_ms(transfer, finish).is_some_and(|at_ms| at_ms < horizon_ms)
 }
 
@@ -181,7 +186,7 @@ impl HistorySnapshot {
         }
     }
 
-    /// Adds a finished FSPIOP transfer.
+    /// Adds a finished transfer or conversion.
     pub(crate) fn fold(
         &mut self,
         transfer: &TransferRow,
@@ -263,7 +268,7 @@ enum Place {
 }
 
 fn place(transfer: &TransferRow, finish: Option<&FinishRow>, cut_ms: i64) -> Place {
-    if transfer.kind != TransferKind::Fspiop {
+    if !transfer.kind.is_between_positions() {
         return Place::Elsewhere;
     }
     match finished_at_ms(transfer, finish) {
@@ -297,7 +302,7 @@ pub(crate) fn advance(
     next.cut_ms = cut_ms;
     next.kept.clear();
     let through_seq = next.through_seq;
-    let mut sort = |(transfer, finish): Joined| match place(&transfer, finish.as_ref(), cut_ms) {
+    let mut sort = |(transfer, finish, _): Joined| match place(&transfer, finish.as_ref(), cut_ms) {
         Place::Fold => next.fold(&transfer, finish.as_ref()),
         Place::Keep => {
             next.kept.push(transfer.seq);
@@ -314,20 +319,21 @@ pub(crate) fn advance(
             after: 0,
             through: base.through_seq,
         };
-        source.each_finished_between(base.cut_ms, cut_ms, older, &mut |(transfer, finish)| {
+        let mut older_finished = |(transfer, finish, _): Joined| {
             if base.kept.binary_search(&transfer.seq).is_ok() {
                 return Ok(());
             }
             match place(&transfer, finish.as_ref(), cut_ms) {
                 Place::Fold => next.fold(&transfer, finish.as_ref()),
                 // A funds out that finished: read with the funds movements.
-                Place::Elsewhere if transfer.kind != TransferKind::Fspiop => Ok(()),
+                Place::Elsewhere if !transfer.kind.is_between_positions() => Ok(()),
                 _ => Err(StoreError::fatal(format!(
                     "seq {} finished before the cut but cannot be summed",
                     transfer.seq
                 ))),
             }
-        })?;
+        };
+        source.each_finished_between(base.cut_ms, cut_ms, older, &mut older_finished)?;
     }
     next.kept.sort_unstable();
     Ok(next)
@@ -342,12 +348,13 @@ struct Loader<'s> {
 }
 
 impl Loader<'_> {
-    fn add(&mut self, (transfer, finish): Joined) -> Result<(), StoreError> {
+    fn add(&mut self, (transfer, finish, accepted): Joined) -> Result<(), StoreError> {
         if is_archived(&transfer, finish.as_ref(), self.horizon_ms) {
             return self.archived.fold(&transfer, finish.as_ref());
         }
         self.into.transfers.push(transfer);
         self.into.finishes.extend(finish);
+        self.into.conversion_fulfils.extend(accepted);
         Ok(())
     }
 
@@ -380,6 +387,7 @@ impl Loader<'_> {
         };
         if seqs.after < seqs.through {
             let (transfers, finishes) = (self.into.transfers.len(), self.into.finishes.len());
+            let accepted = self.into.conversion_fulfils.len();
             let kept = &snapshot.kept;
             let kept = &kept[kept.partition_point(|&seq| seq <= seqs.after)
                 ..kept.partition_point(|&seq| seq <= seqs.through)];
@@ -388,7 +396,7 @@ impl Loader<'_> {
             source.each_finished_between(snapshot.cut_ms, i64::MAX, seqs, &mut |row| {
                 // Read above already: kept ones that finished since, funds
                 // movements.
-                if row.0.kind != TransferKind::Fspiop || kept.binary_search(&row.0.seq).is_ok() {
+                if !row.0.kind.is_between_positions() || kept.binary_search(&row.0.seq).is_ok() {
                     return Ok(());
                 }
                 self.add(row)
@@ -403,6 +411,10 @@ impl Loader<'_> {
             let finishes = &mut self.into.finishes[finishes..];
             if !finishes.is_sorted_by_key(|f| f.seq) {
                 finishes.sort_unstable_by_key(|f| f.seq);
+            }
+            let accepted = &mut self.into.conversion_fulfils[accepted..];
+            if !accepted.is_sorted_by_key(|c| c.seq) {
+                accepted.sort_unstable_by_key(|c| c.seq);
             }
         }
         let after = after.max(snapshot.through_seq);
@@ -491,6 +503,10 @@ fn read(
     let (mut part, archived) = upper;
     loader.into.transfers.append(&mut part.transfers);
     loader.into.finishes.append(&mut part.finishes);
+    loader
+        .into
+        .conversion_fulfils
+        .append(&mut part.conversion_fulfils);
     loader.archived.merge(archived)?;
     Ok(loader.archived)
 }
@@ -514,7 +530,7 @@ pub(crate) fn read_since(
 
 /// Recovery without a history snapshot, in one streaming pass over the
 /// transfers and their finishes, into `into` (in seq order): with a
-/// horizon, a finished FSPIOP transfer that finished before it is not
+/// horizon, a transfer or conversion that finished before it is not
 /// loaded but summed into `into.archived` (what its commit moved, and
 /// whether it counts in the open window); every other transfer is loaded.
 pub(crate) fn read_whole(
@@ -551,7 +567,9 @@ pub(crate) fn check(source: &mut dyn HistorySource) -> Result<Option<HistoryChec
             "its sums differ from the history's: {:?} against {:?}",
             from_snapshot.archived, whole.archived
         ))
-    } else if from_snapshot.transfers != whole.transfers || from_snapshot.finishes != whole.finishes
+    } else if from_snapshot.transfers != whole.transfers
+        || from_snapshot.finishes != whole.finishes
+        || from_snapshot.conversion_fulfils != whole.conversion_fulfils
     {
         Err(format!(
             "it leaves {} transfers to read, the history {}",

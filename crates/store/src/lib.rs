@@ -10,7 +10,10 @@
 //! What is written per transfer phase: one `transfers` row at prepare (or
 //! funds in/out), one `transfer_finishes` row when it commits, aborts or
 //! expires, and the touched `accounts` rows once per batch, however many
-//! transfers touched them.
+//! transfers touched them. A conversion is a transfer of its own kind,
+//! written the same way; it and the transfer depending on it each have a
+//! `transfer_fx` row besides (ordinary transfers none), and a conversion
+//! the FXP accepted a `conversion_fulfils` row.
 
 use std::fmt;
 
@@ -126,8 +129,10 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
     /// Every FSPIOP transfer prepared or finished at or after `since_ms`
     /// (ledger time), with its condition and how it finished: what the
     /// callback dispatcher derives its callbacks from again after a
-    /// restart. In no particular order. Read by index, not by a scan of
-    /// the whole history.
+    /// restart. A transfer a conversion depends on is there with its
+    /// FSPIOP payer (the initiating DFSP) and its link; conversions are
+    /// not. In no particular order. Read by index, not by a scan of the
+    /// whole history.
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
 
     /// Whether a read waits on the network (a database server) rather than
@@ -176,7 +181,8 @@ pub trait Store: Send {
     }
 
     /// Reads what recovery needs with a retention horizon: every row, but
-    /// FSPIOP transfers finished before `horizon_ms` only as the sums in
+    /// transfers and conversions (with their FX rows) finished before
+    /// `horizon_ms` only as the sums in
     /// [`Snapshot::archived`]. A backend may load everything instead.
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
         let _ = horizon_ms;
@@ -229,6 +235,94 @@ pub(crate) fn model_rules(
         auto_position_reset: auto_position_reset.unwrap_or(false),
         require_liquidity_check: require_liquidity_check.unwrap_or(false),
     })
+}
+
+/// A `transfer_fx` row as both backends read and write it: a conversion's
+/// terms (the first three), or a dependent transfer's link (the last two).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FxColumns {
+    pub(crate) determining_transfer_id: Option<ledger::TransferId>,
+    pub(crate) target_currency: Option<ledger::Currency>,
+    pub(crate) target_amount: Option<ledger::Amount>,
+    pub(crate) commit_request_id: Option<ledger::TransferId>,
+    pub(crate) payer: Option<ledger::ParticipantId>,
+}
+
+impl FxColumns {
+    pub(crate) fn of(link: &ledger::FxLink) -> FxColumns {
+        match *link {
+            ledger::FxLink::Conversion(terms) => FxColumns {
+                determining_transfer_id: Some(terms.determining_transfer_id),
+                target_currency: Some(terms.target_currency),
+                target_amount: Some(terms.target_amount),
+                ..FxColumns::default()
+            },
+            ledger::FxLink::Dependent {
+                commit_request_id,
+                payer,
+            } => FxColumns {
+                commit_request_id: Some(commit_request_id),
+                payer: Some(payer),
+                ..FxColumns::default()
+            },
+        }
+    }
+
+    /// The link the row of transfer `seq` holds: one or the other, whole.
+    pub(crate) fn link(self, seq: u64) -> Result<ledger::FxLink, StoreError> {
+        match self {
+            FxColumns {
+                determining_transfer_id: Some(determining_transfer_id),
+                target_currency: Some(target_currency),
+                target_amount: Some(target_amount),
+                commit_request_id: None,
+                payer: None,
+            } => Ok(ledger::FxLink::Conversion(ledger::ConversionTerms {
+                determining_transfer_id,
+                target_currency,
+                target_amount,
+            })),
+            FxColumns {
+                determining_transfer_id: None,
+                target_currency: None,
+                target_amount: None,
+                commit_request_id: Some(commit_request_id),
+                payer: Some(payer),
+            } => Ok(ledger::FxLink::Dependent {
+                commit_request_id,
+                payer,
+            }),
+            other => Err(StoreError::fatal(format!(
+                "the FX row of seq {seq} is neither a conversion's terms nor a dependent \
+                 transfer's link: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// An FXP's corridors as both backends store them: `SOURCE>TARGET`
+/// pairs, comma-separated, in the ledger's order (sorted, no repeats).
+pub(crate) fn corridors_text(corridors: &[ledger::Corridor]) -> String {
+    let pairs: Vec<String> = corridors
+        .iter()
+        .map(|corridor| format!("{}>{}", corridor.source, corridor.target))
+        .collect();
+    pairs.join(",")
+}
+
+/// [`corridors_text`] read back.
+pub(crate) fn parse_corridors(text: &str) -> Result<Vec<ledger::Corridor>, StoreError> {
+    let bad = || StoreError::fatal(format!("bad FXP corridors {text:?} in the store"));
+    text.split(',')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (source, target) = pair.split_once('>').ok_or_else(bad)?;
+            Ok(ledger::Corridor {
+                source: ledger::Currency::parse(source).ok_or_else(bad)?,
+                target: ledger::Currency::parse(target).ok_or_else(bad)?,
+            })
+        })
+        .collect()
 }
 
 /// A settlement's window ids as stored: comma-separated, as asked.

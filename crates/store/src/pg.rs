@@ -20,16 +20,17 @@ use std::time::Duration;
 
 use ledger::{
     AccountKind, AccountRow, EndpointRow, FspName, OracleRow, ParticipantRow, PartyKey, PartyRow,
-    QuoteRow, Record, SettlementModelRow, Snapshot, TransferKind, TransferRow,
+    QuoteRow, Record, SettlementModelRow, Snapshot, TransferRow,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::pg_rows::{
-    self, col, currency, finish_columns, finish_row, narrow, parsed, parsed_opt, participant,
-    quote_row, transfer_row, QUOTE_COLUMNS, TRANSFER_COLUMNS,
+    self, col, conversion_fulfil_row, currency, finish_columns, finish_row, fulfil_columns,
+    joined_columns, joined_from, narrow, parsed, parsed_opt, participant, quote_row, transfer_row,
+    FINISH_AT, FULFIL_AT, QUOTE_COLUMNS,
 };
-use crate::pg_schema::{MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
+use crate::pg_schema::{FX_SINCE, MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -55,6 +56,9 @@ pub const TABLES: &[&str] = &[
     "callback_watermark",
     "dead_letters",
     "certificate_pins",
+    "transfer_fx",
+    "conversion_fulfils",
+    "fxps",
 ];
 
 /// How long connecting may take before start-up fails with a clear error.
@@ -327,6 +331,10 @@ struct Statements {
     audit_event: Statement,
     pin: Statement,
     unpin: Statement,
+    transfer_fx: Statement,
+    conversion_fulfils: Statement,
+    fxp: Statement,
+    fxp_withdrawn: Statement,
 }
 
 impl Statements {
@@ -445,6 +453,21 @@ impl Statements {
                 "INSERT INTO certificate_pins (fingerprint, participant_id, pinned_at_ms) VALUES ($1, $2, $3)",
             )?,
             unpin: prepare("DELETE FROM certificate_pins WHERE fingerprint = $1")?,
+            transfer_fx: prepare(
+                "INSERT INTO transfer_fx (seq, determining_transfer_id, target_currency, target_amount,
+                    commit_request_id, payer_id)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $4::text[], $5::bytea[],
+                    $6::bigint[])",
+            )?,
+            conversion_fulfils: prepare(
+                "INSERT INTO conversion_fulfils (seq, fulfilment, request_hash, at_ms)
+                 SELECT * FROM UNNEST($1::bigint[], $2::bytea[], $3::bytea[], $4::bigint[])",
+            )?,
+            fxp: prepare(
+                "INSERT INTO fxps (participant_id, corridors) VALUES ($1, $2)
+                 ON CONFLICT (participant_id) DO UPDATE SET corridors = excluded.corridors",
+            )?,
+            fxp_withdrawn: prepare("DELETE FROM fxps WHERE participant_id = $1")?,
         })
     }
 }
@@ -912,24 +935,41 @@ impl PgStore {
                     .filter(|&&seq| late.binary_search_by_key(&(seq as u64), |f| f.seq).is_err()),
             );
         }
+        // The FXP's acceptances of conversions that were open (those read
+        // with their conversion included: dropped below).
+        let mut late_accepted = Vec::new();
+        if !open_seqs.is_empty() && version >= FX_SINCE {
+            let rows = transaction.query(
+                &format!(
+                    "SELECT {} FROM conversion_fulfils c WHERE c.seq = ANY($1)",
+                    fulfil_columns(version)
+                ),
+                &[&open_seqs],
+            )?;
+            for row in &rows {
+                late_accepted.extend(conversion_fulfil_row(row, 0)?);
+            }
+        }
         // The transfers committed since.
         let query = format!(
-            "SELECT {TRANSFER_COLUMNS}, {finish_columns}
-             FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.seq > $1 ORDER BY t.seq"
+            "SELECT {} FROM {} WHERE t.seq > $1 ORDER BY t.seq",
+            joined_columns(version),
+            joined_from(version)
         );
         let mut newest = last_seq;
         let mut rows = transaction.query_raw(query.as_str(), [&last_seq])?;
         let (mut new_transfers, mut new_finishes) = (Vec::new(), Vec::new());
+        let mut new_accepted = Vec::new();
         while let Some(row) = rows.next()? {
             let transfer = transfer_row(&row)?;
-            let finish = finish_row(&row, 15)?;
+            let finish = finish_row(&row, FINISH_AT)?;
             newest = transfer.seq as i64;
             if finish.is_none() && !transfer.state.is_final() {
                 still_open.push(newest);
             }
             new_transfers.push(transfer);
             new_finishes.extend(finish);
+            new_accepted.extend(conversion_fulfil_row(&row, FULFIL_AT)?);
         }
         drop(rows);
         transaction.commit()?;
@@ -943,8 +983,20 @@ impl PgStore {
             finishes.sort_by_key(|f| f.seq);
         }
         finishes.append(&mut new_finishes);
+        let mut accepted = old.conversion_fulfils;
+        late_accepted.retain(|row| {
+            accepted
+                .binary_search_by_key(&row.seq, |held| held.seq)
+                .is_err()
+        });
+        if !late_accepted.is_empty() {
+            accepted.extend(late_accepted);
+            accepted.sort_by_key(|row| row.seq);
+        }
+        accepted.append(&mut new_accepted);
         snapshot.transfers = transfers;
         snapshot.finishes = finishes;
+        snapshot.conversion_fulfils = accepted;
         snapshot.archived = old.archived;
         warm.snapshot = snapshot;
         warm.last_seq = newest;
@@ -1099,6 +1151,17 @@ fn read_state(
                 pinned_at_ms: col(&row, 2)?,
             });
         }
+        if version >= FX_SINCE {
+            for row in transaction.query(
+                "SELECT participant_id, corridors FROM fxps ORDER BY participant_id",
+                &[],
+            )? {
+                snapshot.fxps.push(ledger::FxpRow {
+                    participant: participant(&row, 0)?,
+                    corridors: crate::parse_corridors(col(&row, 1)?)?,
+                });
+            }
+        }
         crate::pg_settlement::load(transaction, snapshot)?;
         Ok(())
     }
@@ -1125,6 +1188,7 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
 struct Columns<'r> {
     transfers: Vec<&'r TransferRow>,
     finishes: Vec<&'r ledger::FinishRow>,
+    conversion_fulfils: Vec<&'r ledger::ConversionFulfilRow>,
     accounts: Vec<&'r AccountRow>,
     account_at: HashMap<u32, usize>,
     quotes: Vec<&'r QuoteRow>,
@@ -1144,12 +1208,8 @@ impl<'r> Columns<'r> {
         record: &'r Record,
     ) -> Result<(), StoreError> {
         match record {
-            Record::Transfer(row) if row.fx.is_some() => {
-                return Err(StoreError::fatal(
-                    "the PostgreSQL store does not keep conversions yet",
-                ))
-            }
             Record::Transfer(row) => self.transfers.push(row),
+            Record::ConversionFulfilled(row) => self.conversion_fulfils.push(row),
             Record::Finish(row) => self.finishes.push(row),
             Record::Account(row) => match self.account_at.get(&row.id.0) {
                 Some(&at) => self.accounts[at] = row,
@@ -1236,10 +1296,17 @@ impl<'r> Columns<'r> {
             Record::CertificateUnpinned(fingerprint) => {
                 transaction.execute(&statements.unpin, &[&&fingerprint[..]])?;
             }
-            Record::ConversionFulfilled(_) | Record::Fxp(_) => {
-                return Err(StoreError::fatal(
-                    "the PostgreSQL store does not keep conversions yet",
-                ))
+            Record::Fxp(row) if row.corridors.is_empty() => {
+                transaction.execute(&statements.fxp_withdrawn, &[&i64::from(row.participant.0)])?;
+            }
+            Record::Fxp(row) => {
+                transaction.execute(
+                    &statements.fxp,
+                    &[
+                        &i64::from(row.participant.0),
+                        &crate::corridors_text(&row.corridors),
+                    ],
+                )?;
             }
             Record::Window(_)
             | Record::Content(_)
@@ -1307,6 +1374,18 @@ impl<'r> Columns<'r> {
                     &window,
                     &cause,
                 ],
+            )?;
+        }
+        if !self.conversion_fulfils.is_empty() {
+            let rows = &self.conversion_fulfils;
+            let seq: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
+            let fulfilment: Vec<&[u8]> =
+                rows.iter().map(|r| &r.fulfilment.preimage()[..]).collect();
+            let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
+            let at: Vec<i64> = rows.iter().map(|r| r.at_ms).collect();
+            transaction.execute(
+                &statements.conversion_fulfils,
+                &[&seq, &fulfilment, &hash, &at],
             )?;
         }
         if !self.accounts.is_empty() {
@@ -1455,14 +1534,15 @@ impl<'r> Columns<'r> {
                 text
             })
             .collect();
-        let fspiop = |r: &TransferRow| r.kind == TransferKind::Fspiop;
+        // Funds movements have neither condition nor expiration.
+        let conditional = |r: &TransferRow| r.kind.is_between_positions();
         let condition: Vec<Option<&[u8]>> = rows
             .iter()
-            .map(|r| fspiop(r).then_some(&r.condition.0[..]))
+            .map(|r| conditional(r).then_some(&r.condition.0[..]))
             .collect();
         let expiration: Vec<Option<i64>> = rows
             .iter()
-            .map(|r| fspiop(r).then_some(r.expiration_ms))
+            .map(|r| conditional(r).then_some(r.expiration_ms))
             .collect();
         let prepared: Vec<i64> = rows.iter().map(|r| r.prepared_at_ms).collect();
         let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
@@ -1500,6 +1580,45 @@ impl<'r> Columns<'r> {
                 &wire,
             ],
         )?;
+        // One row per FX transfer, in the same statement's transaction.
+        let fx: Vec<(i64, crate::FxColumns)> = rows
+            .iter()
+            .filter_map(|r| Some((r.seq as i64, crate::FxColumns::of(r.fx.as_ref()?))))
+            .collect();
+        if !fx.is_empty() {
+            let blob =
+                |id: Option<ledger::TransferId>| id.map(|id| id.to_blob().as_slice().to_vec());
+            let seq: Vec<i64> = fx.iter().map(|(seq, _)| *seq).collect();
+            let determining: Vec<Option<Vec<u8>>> = fx
+                .iter()
+                .map(|(_, x)| blob(x.determining_transfer_id))
+                .collect();
+            let currency: Vec<Option<String>> = fx
+                .iter()
+                .map(|(_, x)| x.target_currency.map(|c| c.to_string()))
+                .collect();
+            let amount: Vec<Option<String>> = fx
+                .iter()
+                .map(|(_, x)| x.target_amount.map(|a| a.to_string()))
+                .collect();
+            let commit_request: Vec<Option<Vec<u8>>> =
+                fx.iter().map(|(_, x)| blob(x.commit_request_id)).collect();
+            let payer: Vec<Option<i64>> = fx
+                .iter()
+                .map(|(_, x)| x.payer.map(|p| i64::from(p.0)))
+                .collect();
+            transaction.execute(
+                &statements.transfer_fx,
+                &[
+                    &seq,
+                    &determining,
+                    &currency,
+                    &amount,
+                    &commit_request,
+                    &payer,
+                ],
+            )?;
+        }
         Ok(())
     }
 }

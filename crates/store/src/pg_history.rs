@@ -19,9 +19,11 @@ use crate::history::{
     SnapshotReader, Snapshotter,
 };
 use crate::pg::PgStore;
-use crate::pg_rows::TRANSFER_COLUMNS;
-use crate::pg_rows::{amount, col, finish_columns, finish_row, narrow, narrow_opt, transfer_row};
-use crate::pg_schema::HISTORY_SNAPSHOT_SINCE;
+use crate::pg_rows::{
+    amount, col, conversion_fulfil_row, finish_row, fx_joins, joined_columns, joined_from, narrow,
+    narrow_opt, transfer_row, FINISH_AT, FULFIL_AT,
+};
+use crate::pg_schema::{FX_SINCE, HISTORY_SNAPSHOT_SINCE};
 use crate::{Store as _, StoreError};
 
 /// The rows of a PostgreSQL store the algorithm reads, in one REPEATABLE
@@ -30,8 +32,10 @@ pub(crate) struct Source<'t, C: GenericClient> {
     transaction: &'t mut C,
     /// The store's schema version (one read as it is may be older).
     version: i64,
-    /// The transfer and finish columns for it.
+    /// The transfer, finish and FX columns for it ([`joined_columns`]).
     columns: String,
+    /// [`joined_from`] for it.
+    from: String,
     /// Where a second connection may read the same state from
     /// ([`HistorySource::fork`]).
     fork_url: Option<String>,
@@ -42,7 +46,8 @@ impl<'t, C: GenericClient> Source<'t, C> {
         Source {
             transaction,
             version,
-            columns: format!("{TRANSFER_COLUMNS}, {}", finish_columns(version)),
+            columns: joined_columns(version),
+            from: joined_from(version),
             fork_url: None,
         }
     }
@@ -67,7 +72,11 @@ impl<'t, C: GenericClient> Source<'t, C> {
             .query_raw(sql, parameters.iter().copied())?;
         let mut count = 0;
         while let Some(row) = rows.next()? {
-            each((transfer_row(&row)?, finish_row(&row, 15)?))?;
+            each((
+                transfer_row(&row)?,
+                finish_row(&row, FINISH_AT)?,
+                conversion_fulfil_row(&row, FULFIL_AT)?,
+            ))?;
             count += 1;
         }
         Ok(count)
@@ -100,9 +109,8 @@ impl<C: GenericClient> HistorySource for Source<'_, C> {
         let wanted: Vec<i64> = seqs.iter().map(|&seq| seq as i64).collect();
         let mut found = Vec::with_capacity(seqs.len());
         let sql = format!(
-            "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.seq = ANY($1)",
-            self.columns
+            "SELECT {} FROM {} WHERE t.seq = ANY($1)",
+            self.columns, self.from
         );
         self.each(&sql, &[&wanted], &mut |row| {
             found.push(row.0.seq);
@@ -122,9 +130,8 @@ impl<C: GenericClient> HistorySource for Source<'_, C> {
 
     fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.seq > $1 AND t.seq <= $2 ORDER BY t.seq",
-            self.columns
+            "SELECT {} FROM {} WHERE t.seq > $1 AND t.seq <= $2 ORDER BY t.seq",
+            self.columns, self.from
         );
         self.each(&sql, &[&(after as i64), &(through as i64)], each)?;
         Ok(())
@@ -138,9 +145,10 @@ impl<C: GenericClient> HistorySource for Source<'_, C> {
         each: Each<'_>,
     ) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT {} FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq
+            "SELECT {} FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq{}
              WHERE f.finished_at_ms >= $1 AND f.finished_at_ms < $2 AND f.seq > $3 AND f.seq <= $4",
-            self.columns
+            self.columns,
+            fx_joins(self.version)
         );
         let (after, through) = (seqs.after as i64, seqs.through as i64);
         self.each(&sql, &[&from_ms, &until_ms, &after, &through], each)?;
@@ -148,10 +156,15 @@ impl<C: GenericClient> HistorySource for Source<'_, C> {
     }
 
     fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError> {
+        // As the predicate of the version's `transfers_funds` (before
+        // migration 6 there were no conversions: the same rows).
+        let funds_movements = match self.version >= FX_SINCE {
+            true => "t.kind IN ('FUNDS_IN', 'FUNDS_OUT')",
+            false => "t.kind <> 'TRANSFER'",
+        };
         let sql = format!(
-            "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.kind <> 'TRANSFER' AND t.seq > $1 AND t.seq <= $2",
-            self.columns
+            "SELECT {} FROM {} WHERE {funds_movements} AND t.seq > $1 AND t.seq <= $2",
+            self.columns, self.from
         );
         self.each(&sql, &[&(seqs.after as i64), &(seqs.through as i64)], each)?;
         Ok(())

@@ -8,9 +8,10 @@ use postgres::Client;
 
 use crate::pg::{connect, redact_url};
 use crate::pg_rows::{
-    col, finish_row, fixed, parsed, quote_row, transfer_row, FINISH_COLUMNS, QUOTE_COLUMNS,
-    TRANSFER_COLUMNS,
+    col, conversion_fulfil_row, finish_row, fixed, joined_columns, joined_from, parsed, quote_row,
+    transfer_row, FINISH_AT, FULFIL_AT, QUOTE_COLUMNS,
 };
+use crate::pg_schema::SCHEMA_VERSION;
 use crate::pg_worker::PgWorker;
 use crate::{Prefetch, StoreError, StoreReader, StoredTransfer, Touched};
 
@@ -32,21 +33,33 @@ impl std::fmt::Debug for PgReader {
     }
 }
 
-/// A transfer with its finish and the names and currency its view needs.
-/// Outer joins: a transfer whose account or participant row is missing is
-/// an error, never "not found" (which would let its id be used again) nor
-/// silently left out.
-const VIEW_SELECT: &str = "pd.name, pc.name, ad.currency
-     FROM transfers t
-     LEFT JOIN accounts ad ON ad.id = t.debit_account_id
-     LEFT JOIN participants pd ON pd.id = ad.participant_id
-     LEFT JOIN accounts ac ON ac.id = t.credit_account_id
-     LEFT JOIN participants pc ON pc.id = ac.participant_id
-     LEFT JOIN transfer_finishes f ON f.seq = t.seq";
+/// A transfer with its finish and FX rows and the names and currency its
+/// view needs (a dependent transfer's FSPIOP payer's too), a `WHERE` to
+/// follow; the reader's reads are of a store a hub opened, which migrated
+/// it. Outer joins: a transfer whose account or participant row is missing
+/// is an error, never "not found" (which would let its id be used again)
+/// nor silently left out.
+fn view_select() -> String {
+    format!(
+        "SELECT {}, pd.name, pc.name, ad.currency, pp.name
+         FROM {}
+         LEFT JOIN accounts ad ON ad.id = t.debit_account_id
+         LEFT JOIN participants pd ON pd.id = ad.participant_id
+         LEFT JOIN accounts ac ON ac.id = t.credit_account_id
+         LEFT JOIN participants pc ON pc.id = ac.participant_id
+         LEFT JOIN participants pp ON pp.id = x.payer_id",
+        joined_columns(SCHEMA_VERSION),
+        joined_from(SCHEMA_VERSION)
+    )
+}
 
-/// Where the names and currency are in a row of [`VIEW_SELECT`]: after the
-/// transfer's 15 columns and the finish's 9.
-const NAMES_AT: usize = 24;
+/// Where the names and currency are in a row of [`view_select`]: after
+/// the acceptance's four columns.
+const NAMES_AT: usize = FULFIL_AT + 4;
+
+/// Where a conversion's determining transfer id is in a row of
+/// [`view_select`]: its FX row's second column, after the transfer's 15.
+const DETERMINING_AT: usize = 16;
 
 impl PgReader {
     /// Connects to the store at `url` (it must exist: open the writable
@@ -72,17 +85,23 @@ impl PgReader {
 
     fn stored(row: &postgres::Row) -> Result<StoredTransfer, StoreError> {
         let transfer = transfer_row(row)?;
-        let finish = finish_row(row, 15)?;
+        let finish = finish_row(row, FINISH_AT)?;
+        let accepted = conversion_fulfil_row(row, FULFIL_AT)?;
+        let name = |at: usize| parsed(row, at, "participant name", FspName::new);
+        let fx_payer = match transfer.fx {
+            Some(ledger::FxLink::Dependent { .. }) => Some(name(NAMES_AT + 3)?),
+            _ => None,
+        };
         Ok(StoredTransfer::from_rows(
             &transfer,
             finish.as_ref(),
             ledger::StoredParties {
-                debit_owner: parsed(row, NAMES_AT, "participant name", FspName::new)?,
-                credit_owner: parsed(row, NAMES_AT + 1, "participant name", FspName::new)?,
-                fx_payer: None,
+                debit_owner: name(NAMES_AT)?,
+                credit_owner: name(NAMES_AT + 1)?,
+                fx_payer,
             },
             parsed(row, NAMES_AT + 2, "currency", ledger::Currency::parse)?,
-            None,
+            accepted.as_ref(),
         ))
     }
 }
@@ -96,9 +115,7 @@ impl StoreReader for PgReader {
         self.with_client(move |client| {
             let id = transfer_id.to_blob();
             let row = client.query_opt(
-                &format!(
-                    "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT} WHERE t.transfer_id = $1"
-                ),
+                &format!("{} WHERE t.transfer_id = $1", view_select()),
                 &[&id.as_slice()],
             )?;
             let Some(row) = row else {
@@ -142,9 +159,9 @@ impl StoreReader for PgReader {
                 .collect();
             let rows = client.query(
                 &format!(
-                    "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT}
-                     WHERE t.seq = ANY($2) AND t.kind = 'TRANSFER'
-                        AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)"
+                    "{} WHERE t.seq = ANY($2) AND t.kind = 'TRANSFER'
+                        AND (t.prepared_at_ms >= $1 OR f.finished_at_ms >= $1)",
+                    view_select()
                 ),
                 &[&since_ms, &seqs],
             )?;
@@ -218,6 +235,31 @@ pub(crate) fn prefetch(
             prefetched.transfers.insert(id, lookup);
         }
     }
+    if !ids.conversions.is_empty() {
+        let blobs: Vec<Vec<u8>> = ids
+            .conversions
+            .iter()
+            .map(|id| id.to_blob().as_slice().to_vec())
+            .collect();
+        let rows = client.query(&statements.conversions, &[&blobs])?;
+        prefetched.conversions = ids
+            .conversions
+            .iter()
+            .map(|&id| (id, Lookup::Absent))
+            .collect();
+        for row in &rows {
+            let id = row_id(row, DETERMINING_AT)?;
+            let lookup = match PgReader::stored(row) {
+                Ok(stored) => Lookup::Found(stored),
+                Err(error) => {
+                    let what = format!("the conversion for transfer {id}");
+                    prefetched.unreadable.push(format!("{what}: {error}"));
+                    Lookup::Failed
+                }
+            };
+            prefetched.conversions.insert(id, lookup);
+        }
+    }
     if !ids.quotes.is_empty() {
         let blobs: Vec<Vec<u8>> = ids
             .quotes
@@ -246,16 +288,22 @@ pub(crate) fn prefetch(
 pub(crate) struct PrefetchStatements {
     transfers: postgres::Statement,
     quotes: postgres::Statement,
+    /// By determining transfer id: the latest conversion naming each.
+    conversions: postgres::Statement,
 }
 
 impl PrefetchStatements {
     fn prepare(client: &mut Client) -> Result<PrefetchStatements, StoreError> {
         Ok(PrefetchStatements {
-            transfers: client.prepare(&format!(
-                "SELECT {TRANSFER_COLUMNS}, {FINISH_COLUMNS}, {VIEW_SELECT} WHERE t.transfer_id = ANY($1)"
-            ))?,
+            transfers: client
+                .prepare(&format!("{} WHERE t.transfer_id = ANY($1)", view_select()))?,
             quotes: client.prepare(&format!(
                 "SELECT {QUOTE_COLUMNS} FROM quotes WHERE quote_id = ANY($1)"
+            ))?,
+            conversions: client.prepare(&format!(
+                "{} WHERE t.seq IN (SELECT max(seq) FROM transfer_fx
+                    WHERE determining_transfer_id = ANY($1) GROUP BY determining_transfer_id)",
+                view_select()
             ))?,
         })
     }

@@ -3,10 +3,12 @@
 //! not write) into a [`StoreError`] naming the column, never a panic.
 
 use ledger::{
-    AbortCause, AccountId, Amount, Condition, Currency, ErrorCode, FinishKind, FinishRow,
-    Fulfilment, FundsMemo, ParticipantId, QuoteAnswer, QuoteRow, RequestHash, TransferId,
-    TransferKind, TransferRow, TransferState,
+    AbortCause, AccountId, Amount, Condition, ConversionFulfilRow, Currency, ErrorCode, FinishKind,
+    FinishRow, Fulfilment, FundsMemo, FxLink, ParticipantId, QuoteAnswer, QuoteRow, RequestHash,
+    TransferId, TransferKind, TransferRow, TransferState,
 };
+
+use crate::pg_schema::FX_SINCE;
 use postgres::types::FromSql;
 use postgres::Row;
 
@@ -118,10 +120,71 @@ pub(crate) fn id(row: &Row, index: usize) -> Result<TransferId, StoreError> {
     })
 }
 
-/// The `transfers` columns in table order, as selected by [`TRANSFER_COLUMNS`].
-pub(crate) const TRANSFER_COLUMNS: &str = "t.seq, t.transfer_id, t.kind, t.debit_account_id,
+/// The `transfers` columns in table order, then its `transfer_fx` row's
+/// (`x`, the row's seq first), as [`transfer_row`] reads them.
+const TRANSFER_COLUMNS: &str = "t.seq, t.transfer_id, t.kind, t.debit_account_id,
     t.credit_account_id, t.amount, t.condition, t.expiration_ms, t.prepared_at_ms, t.request_hash,
-    t.state, t.reason, t.external_reference, t.memo, t.wire_version";
+    t.state, t.reason, t.external_reference, t.memo, t.wire_version,
+    x.seq, x.determining_transfer_id, x.target_currency, x.target_amount, x.commit_request_id,
+    x.payer_id";
+
+/// [`TRANSFER_COLUMNS`] for a database at schema `version`: before
+/// migration 6 there is no `transfer_fx` (nor any FX transfer).
+pub(crate) fn transfer_columns(version: i64) -> std::borrow::Cow<'static, str> {
+    match version >= FX_SINCE {
+        true => TRANSFER_COLUMNS.into(),
+        false => "t.seq, t.transfer_id, t.kind, t.debit_account_id,
+            t.credit_account_id, t.amount, t.condition, t.expiration_ms, t.prepared_at_ms,
+            t.request_hash, t.state, t.reason, t.external_reference, t.memo, t.wire_version,
+            NULL::bigint, NULL::bytea, NULL::text, NULL::text, NULL::bytea, NULL::bigint"
+            .into(),
+    }
+}
+
+/// The `conversion_fulfils` columns (`c`) in table order, as
+/// [`conversion_fulfil_row`] reads them (of a database at schema
+/// `version`: none before migration 6).
+pub(crate) fn fulfil_columns(version: i64) -> &'static str {
+    match version >= FX_SINCE {
+        true => "c.seq, c.fulfilment, c.request_hash, c.at_ms",
+        false => "NULL::bigint, NULL::bytea, NULL::bytea, NULL::bigint",
+    }
+}
+
+/// The joins that give a transfer `t` its FX row `x` and a conversion its
+/// acceptance by the FXP `c` (none before migration 6).
+pub(crate) fn fx_joins(version: i64) -> &'static str {
+    match version >= FX_SINCE {
+        true => " LEFT JOIN transfer_fx x ON x.seq = t.seq LEFT JOIN conversion_fulfils c ON c.seq = t.seq",
+        false => "",
+    }
+}
+
+/// A transfer with its FX row, its finish and its acceptance, as
+/// [`transfer_row`], [`finish_row`] at [`FINISH_AT`] and
+/// [`conversion_fulfil_row`] at [`FULFIL_AT`] read them, for a database at
+/// schema `version`.
+pub(crate) fn joined_columns(version: i64) -> String {
+    format!(
+        "{}, {}, {}",
+        transfer_columns(version),
+        finish_columns(version),
+        fulfil_columns(version)
+    )
+}
+
+/// Transfers `t` with their finishes `f` and FX rows `x`, `c`.
+pub(crate) fn joined_from(version: i64) -> String {
+    format!(
+        "transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq{}",
+        fx_joins(version)
+    )
+}
+
+/// Where a row of [`joined_columns`] has the finish (after the transfer's
+/// 15 columns and its FX row's 6), and the acceptance (after the finish's 9).
+pub(crate) const FINISH_AT: usize = 21;
+pub(crate) const FULFIL_AT: usize = 30;
 
 /// The `transfer_finishes` columns in table order (of a database at the
 /// current schema version: see [`finish_columns`]).
@@ -142,6 +205,7 @@ pub(crate) fn finish_columns(version: i64) -> std::borrow::Cow<'static, str> {
     }
 }
 
+/// A `transfers` row with its FX link, from [`transfer_columns`].
 pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
     let external_reference: Option<String> = col(row, 12)?;
     let memo_reason: Option<String> = col(row, 13)?;
@@ -152,8 +216,9 @@ pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
             reason: reason.unwrap_or_default(),
         })),
     };
+    let seq = narrow(row, 0)?;
     Ok(TransferRow {
-        seq: narrow(row, 0)?,
+        seq,
         transfer_id: id(row, 1)?,
         kind: parsed(row, 2, "transfer kind", TransferKind::parse)?,
         debit: account(row, 3)?,
@@ -175,8 +240,50 @@ pub(crate) fn transfer_row(row: &Row) -> Result<TransferRow, StoreError> {
                 StoreError::fatal(format!("bad wire version {version} in the store"))
             })?
         },
-        fx: None,
+        fx: fx_link(row, seq, 15)?,
     })
+}
+
+/// A transfer's FX link from its `transfer_fx` columns at `at` (the
+/// row's seq first); `None` without a row.
+fn fx_link(row: &Row, seq: u64, at: usize) -> Result<Option<FxLink>, StoreError> {
+    if col::<Option<i64>>(row, at)?.is_none() {
+        return Ok(None);
+    }
+    let optional_id = |index: usize| match col::<Option<&[u8]>>(row, index)? {
+        None => Ok(None),
+        Some(_) => id(row, index).map(Some),
+    };
+    let columns = crate::FxColumns {
+        determining_transfer_id: optional_id(at + 1)?,
+        target_currency: parsed_opt(row, at + 2, "target currency", Currency::parse)?,
+        target_amount: parsed_opt(row, at + 3, "target amount", |t| {
+            Amount::parse_signed(t).ok()
+        })?,
+        commit_request_id: optional_id(at + 4)?,
+        payer: match col::<Option<i64>>(row, at + 5)? {
+            None => None,
+            Some(_) => Some(participant(row, at + 5)?),
+        },
+    };
+    columns.link(seq).map(Some)
+}
+
+/// A `conversion_fulfils` row from its columns starting at `at`; `None`
+/// when they are NULL (a LEFT JOIN without one).
+pub(crate) fn conversion_fulfil_row(
+    row: &Row,
+    at: usize,
+) -> Result<Option<ConversionFulfilRow>, StoreError> {
+    if col::<Option<i64>>(row, at)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(ConversionFulfilRow {
+        seq: narrow(row, at)?,
+        fulfilment: Fulfilment::from_preimage(fixed(row, at + 1)?),
+        request_hash: RequestHash(fixed(row, at + 2)?),
+        at_ms: col(row, at + 3)?,
+    }))
 }
 
 /// A `transfer_finishes` row from its columns starting at `at`; `None`

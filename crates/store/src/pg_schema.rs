@@ -13,6 +13,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_3,
     MIGRATION_4,
     MIGRATION_5,
+    MIGRATION_6,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -21,6 +22,9 @@ pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 /// The version from which the history snapshot's tables exist (a store
 /// read as it is by `kasi audit` may predate them).
 pub(crate) const HISTORY_SNAPSHOT_SINCE: i64 = 5;
+
+/// The version from which the FX tables exist (migration 6).
+pub(crate) const FX_SINCE: i64 = 6;
 
 /// Held (transaction-scoped) while a kasi creates or migrates the schema,
 /// so that two hubs starting on one empty database do not both create it.
@@ -79,6 +83,39 @@ CREATE TABLE history_snapshot_kept (
     seq BIGINT PRIMARY KEY
 );
 CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
+";
+
+/// FX (FSPIOP v2.0 payer conversion): a conversion's terms or a dependent
+/// transfer's link, one row per FX transfer written with its `transfers`
+/// row, indexed by the determining transfer (the prefetch reads the latest
+/// conversion for a prepare's id); the FXP's acceptance of a conversion
+/// (one insert); the declared FXPs (an upsert of the whole row, a
+/// withdrawn one deleted). The funds movements' index is built again
+/// without conversions, which its old predicate (`kind <> 'TRANSFER'`)
+/// would count as funds movements.
+const MIGRATION_6: &str = "
+CREATE TABLE transfer_fx (
+    seq                     BIGINT PRIMARY KEY,
+    determining_transfer_id BYTEA,
+    target_currency         TEXT,
+    target_amount           TEXT,
+    commit_request_id       BYTEA,
+    payer_id                BIGINT
+);
+CREATE TABLE conversion_fulfils (
+    seq          BIGINT PRIMARY KEY,
+    fulfilment   BYTEA  NOT NULL,
+    request_hash BYTEA  NOT NULL,
+    at_ms        BIGINT NOT NULL
+);
+CREATE INDEX transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
+    WHERE determining_transfer_id IS NOT NULL;
+CREATE TABLE fxps (
+    participant_id BIGINT PRIMARY KEY,
+    corridors      TEXT   NOT NULL
+);
+DROP INDEX transfers_funds;
+CREATE INDEX transfers_funds ON transfers (seq) WHERE kind IN ('FUNDS_IN', 'FUNDS_OUT');
 ";
 
 const MIGRATION_1: &str = "

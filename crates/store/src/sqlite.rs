@@ -10,11 +10,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ledger::{
-    AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, Currency, EndpointRow,
-    ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo, Lookup, OracleRow,
-    ParticipantId, ParticipantRow, PartyKey, PartyRow, PrefetchIds, Prefetched, QuoteAnswer,
-    QuoteRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId, TransferKind,
-    TransferRow, TransferState, TransferView,
+    AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, ConversionFulfilRow,
+    Currency, EndpointRow, ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo,
+    Lookup, OracleRow, ParticipantId, ParticipantRow, PartyKey, PartyRow, PrefetchIds, Prefetched,
+    QuoteAnswer, QuoteRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId,
+    TransferKind, TransferRow, TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -35,8 +35,13 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// finishes' settlement window, and settlement's tables; version 3 the
 /// admin API's `audit_events` and `certificate_pins`; version 4
 /// `accounts.changed_at_ms`; version 5 the finishes' `cause` (why the hub
-/// aborted a transfer on the payee's message).
-const SCHEMA_VERSION: i64 = 5;
+/// aborted a transfer on the payee's message); version 6 FX (`transfer_fx`,
+/// `conversion_fulfils`, `fxps`), and `transfers_funds` no longer counts
+/// conversions as funds movements.
+const SCHEMA_VERSION: i64 = 6;
+/// The version from which a store holds FX rows (a store read as it is
+/// by `kasi audit` may predate them: it has none).
+const FX_SINCE: i64 = 6;
 /// The oldest version this kasi migrates (on a writable open) or reads.
 const OLDEST_SCHEMA_VERSION: i64 = 1;
 
@@ -221,6 +226,33 @@ CREATE TABLE IF NOT EXISTS certificate_pins (
     participant_id INTEGER NOT NULL,
     pinned_at_ms   INTEGER NOT NULL
 ) STRICT;
+-- One row per FX transfer, written with its transfers row, never updated:
+-- a conversion's terms, or the link of the transfer a conversion depends on.
+CREATE TABLE IF NOT EXISTS transfer_fx (
+    seq                     INTEGER PRIMARY KEY,
+    determining_transfer_id BLOB,
+    target_currency         TEXT,
+    target_amount           TEXT,
+    commit_request_id       BLOB,
+    payer_id                INTEGER  -- the dependent transfer's FSPIOP payer
+) STRICT;
+-- The FXP's acceptance of a conversion (one insert; the conversion stays
+-- RESERVED until it finishes with its dependent transfer).
+CREATE TABLE IF NOT EXISTS conversion_fulfils (
+    seq          INTEGER PRIMARY KEY,
+    fulfilment   BLOB    NOT NULL,
+    request_hash BLOB    NOT NULL,
+    at_ms        INTEGER NOT NULL
+) STRICT;
+-- Declared FXPs; a withdrawn one (no corridors) has no row.
+CREATE TABLE IF NOT EXISTS fxps (
+    participant_id INTEGER PRIMARY KEY,
+    corridors      TEXT    NOT NULL  -- SOURCE>TARGET pairs, comma-separated, sorted
+) STRICT;
+-- The latest conversion for a prepare's id (the prefetch's), once the
+-- conversion left memory.
+CREATE INDEX IF NOT EXISTS transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
+    WHERE determining_transfer_id IS NOT NULL;
 ";
 
 /// Version 3 → 4: when each account's balance last changed (the
@@ -261,6 +293,12 @@ ALTER TABLE transfer_finishes ADD COLUMN cause TEXT;
 UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
  WHERE kind = 'FULFIL' AND state = 'ABORTED' AND reason = 3100;
 ";
+
+/// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
+/// movements' index is built again without conversions (its old predicate,
+/// `kind <> 'TRANSFER'`, would count them as funds movements), by
+/// `sqlite_history::SCHEMA` right after.
+const MIGRATE_5_TO_6: &str = "DROP INDEX IF EXISTS transfers_funds;";
 
 /// The `transfer_finishes` columns [`finish_row`] reads, each prefixed with
 /// `prefix` (a table alias and its dot, or nothing), for a store of
@@ -385,7 +423,7 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 only adds tables, which SCHEMA creates.
-            1..=4 => {
+            1..=5 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -397,13 +435,15 @@ impl SqliteStore {
                 if !has_column(&migration, "transfer_finishes", "cause")? {
                     migration.execute_batch(MIGRATE_4_TO_5)?;
                 }
+                migration.execute_batch(MIGRATE_5_TO_6)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
             }
             other => return Err(newer_schema(&path, other)),
         }
         // Within version 3: the history snapshot's tables and the indexes
-        // recovery reads it with (built once on a store that predates them).
+        // recovery reads it with (built once on a store that predates them,
+        // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
         let checkpointer = Checkpointer::start(&path)?;
         let history = match options.history {
@@ -523,6 +563,11 @@ impl SqliteStore {
                     expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
             )?;
+            let mut transfer_fx = transaction.prepare_cached(
+                "INSERT INTO transfer_fx (seq, determining_transfer_id, target_currency, target_amount,
+                    commit_request_id, payer_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
             let mut finish = transaction.prepare_cached(
                 "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
                     settlement_window, cause)
@@ -593,15 +638,11 @@ impl SqliteStore {
                             row.changed_at_ms,
                         ])?;
                     }
-                    Record::Transfer(row) if row.fx.is_some() => {
-                        return Err(StoreError::fatal(
-                            "the SQLite store does not keep conversions yet",
-                        ))
-                    }
                     Record::Transfer(row) => {
                         text.clear();
                         write!(text, "{}", row.amount).expect("writing to a String");
-                        let fspiop = row.kind == TransferKind::Fspiop;
+                        // Funds movements have neither condition nor expiration.
+                        let conditional = row.kind.is_between_positions();
                         transfer.execute(params![
                             row.seq as i64,
                             row.transfer_id.to_blob().as_slice(),
@@ -609,8 +650,8 @@ impl SqliteStore {
                             row.debit.0,
                             row.credit.0,
                             text.as_str(),
-                            fspiop.then_some(&row.condition.0[..]),
-                            fspiop.then_some(row.expiration_ms),
+                            conditional.then_some(&row.condition.0[..]),
+                            conditional.then_some(row.expiration_ms),
                             row.prepared_at_ms,
                             &row.request_hash.0[..],
                             row.state.as_str(),
@@ -621,6 +662,19 @@ impl SqliteStore {
                             row.memo.as_ref().map(|memo| memo.reason.as_str()),
                             row.wire_version,
                         ])?;
+                        if let Some(link) = &row.fx {
+                            let fx = crate::FxColumns::of(link);
+                            transfer_fx.execute(params![
+                                row.seq as i64,
+                                fx.determining_transfer_id
+                                    .map(|id| id.to_blob().as_slice().to_vec()),
+                                fx.target_currency.map(|c| c.to_string()),
+                                fx.target_amount.map(|a| a.to_string()),
+                                fx.commit_request_id
+                                    .map(|id| id.to_blob().as_slice().to_vec()),
+                                fx.payer.map(|p| p.0),
+                            ])?;
+                        }
                     }
                     Record::Endpoint(row) => {
                         endpoint.execute(params![
@@ -725,10 +779,34 @@ impl SqliteStore {
                             .prepare_cached("DELETE FROM certificate_pins WHERE fingerprint = ?1")?
                             .execute(params![&fingerprint[..]])?;
                     }
-                    Record::ConversionFulfilled(_) | Record::Fxp(_) => {
-                        return Err(StoreError::fatal(
-                            "the SQLite store does not keep conversions yet",
-                        ))
+                    Record::ConversionFulfilled(row) => {
+                        transaction
+                            .prepare_cached(
+                                "INSERT INTO conversion_fulfils (seq, fulfilment, request_hash, at_ms)
+                                 VALUES (?1, ?2, ?3, ?4)",
+                            )?
+                            .execute(params![
+                                row.seq as i64,
+                                &row.fulfilment.preimage()[..],
+                                &row.request_hash.0[..],
+                                row.at_ms,
+                            ])?;
+                    }
+                    Record::Fxp(row) if row.corridors.is_empty() => {
+                        transaction
+                            .prepare_cached("DELETE FROM fxps WHERE participant_id = ?1")?
+                            .execute(params![row.participant.0])?;
+                    }
+                    Record::Fxp(row) => {
+                        transaction
+                            .prepare_cached(
+                                "INSERT INTO fxps (participant_id, corridors) VALUES (?1, ?2)
+                                 ON CONFLICT (participant_id) DO UPDATE SET corridors = excluded.corridors",
+                            )?
+                            .execute(params![
+                                row.participant.0,
+                                crate::corridors_text(&row.corridors)
+                            ])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![
@@ -922,6 +1000,7 @@ impl SqliteStore {
             settlements,
             entries,
             certificate_pins,
+            fxps,
             ..
         } = small;
         let mut records: Vec<Record> = Vec::new();
@@ -931,6 +1010,7 @@ impl SqliteStore {
         records.extend(settlement_models.into_iter().map(Record::SettlementModel));
         records.extend(oracles.into_iter().map(Record::Oracle));
         records.extend(certificate_pins.into_iter().map(Record::CertificatePin));
+        records.extend(fxps.into_iter().map(Record::Fxp));
         records.extend(windows.into_iter().map(Record::Window));
         records.extend(content.into_iter().map(Record::Content));
         records.extend(settlements.into_iter().map(Record::Settlement));
@@ -949,8 +1029,9 @@ impl SqliteStore {
         let mut rows = statement.query([])?;
         let (mut batch, mut transfers) = (Vec::with_capacity(2 * chunk), 0);
         while let Some(row) = rows.next()? {
-            let (transfer, finish) = sqlite_history::joined(row)?;
+            let (transfer, finish, accepted) = sqlite_history::joined(row)?;
             batch.push(Record::Transfer(transfer));
+            batch.extend(accepted.map(Record::ConversionFulfilled));
             batch.extend(finish.map(Record::Finish));
             transfers += 1;
             if transfers == chunk {
@@ -988,6 +1069,18 @@ impl SqliteStore {
             ),
             &|row| Ok(Record::Finish(finish_row(row, 0)?)),
         )?;
+        if version >= FX_SINCE {
+            // Acceptances of no transfer, likewise.
+            stream(
+                "SELECT seq, fulfilment, request_hash, at_ms
+                 FROM conversion_fulfils c WHERE NOT EXISTS (SELECT 1 FROM transfers t WHERE t.seq = c.seq)
+                 ORDER BY seq",
+                &|row| {
+                    let accepted = conversion_fulfil_row(row, 0)?.expect("seq is NOT NULL");
+                    Ok(Record::ConversionFulfilled(accepted))
+                },
+            )?;
+        }
         stream(
             "SELECT id_type, identifier, sub_id, participant_id, currency, registered_at_ms FROM parties",
             &|row| Ok(Record::Party(party_row(row)?)),
@@ -1114,11 +1207,13 @@ fn read_rows(
             });
         }
         if bulk {
-            let wire_version = if version >= 2 { "wire_version" } else { "0" };
+            let fx_join = match version >= FX_SINCE {
+                true => "LEFT JOIN transfer_fx x ON x.seq = t.seq",
+                false => "",
+            };
             let mut statement = transaction.prepare(&format!(
-                "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition, expiration_ms,
-                    prepared_at_ms, request_hash, state, reason, external_reference, memo, {wire_version}
-                 FROM transfers ORDER BY seq"
+                "SELECT {} FROM transfers t {fx_join} ORDER BY t.seq",
+                transfer_columns(version)
             ))?;
             match horizon_ms {
                 None => {
@@ -1152,6 +1247,17 @@ fn read_rows(
                 let mut rows = statement.query([])?;
                 while let Some(row) = rows.next()? {
                     snapshot.finishes.push(finish_row(row, 0)?);
+                }
+                if version >= FX_SINCE {
+                    let mut statement = transaction.prepare(
+                        "SELECT seq, fulfilment, request_hash, at_ms FROM conversion_fulfils ORDER BY seq",
+                    )?;
+                    let mut rows = statement.query([])?;
+                    while let Some(row) = rows.next()? {
+                        snapshot
+                            .conversion_fulfils
+                            .extend(conversion_fulfil_row(row, 0)?);
+                    }
                 }
             }
         }
@@ -1237,6 +1343,18 @@ fn read_rows(
                     fingerprint: blob(row, 0)?,
                     participant: ParticipantId(row.get(1)?),
                     pinned_at_ms: row.get(2)?,
+                });
+            }
+        }
+        if version >= FX_SINCE {
+            let mut statement = transaction
+                .prepare("SELECT participant_id, corridors FROM fxps ORDER BY participant_id")?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                let corridors: String = row.get(1)?;
+                snapshot.fxps.push(ledger::FxpRow {
+                    participant: ParticipantId(row.get(0)?),
+                    corridors: crate::parse_corridors(&corridors)?,
                 });
             }
         }
@@ -1432,97 +1550,94 @@ fn touched_since(connection: &Connection, since_ms: i64) -> Result<Vec<Touched>,
     while let Some(row) = rows.next()? {
         seqs.insert(row.get::<_, i64>(0)?);
     }
-    let mut statement = connection.prepare_cached(
-        "SELECT t.transfer_id, pa.name, pb.name, t.amount, a.currency, t.state, t.reason,
-                t.expiration_ms, t.prepared_at_ms, t.condition, t.wire_version,
-                f.kind, f.state, f.reason, f.finished_at_ms, f.fulfilment, f.cause
-         FROM transfers t
-         LEFT JOIN accounts a ON a.id = t.debit_account_id
-         LEFT JOIN participants pa ON pa.id = a.participant_id
-         LEFT JOIN accounts b ON b.id = t.credit_account_id
-         LEFT JOIN participants pb ON pb.id = b.participant_id
-         LEFT JOIN transfer_finishes f ON f.seq = t.seq
-         WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
-            AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
-    )?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} WHERE t.seq = ?2 AND t.kind = 'TRANSFER'
+                AND (t.prepared_at_ms >= ?1 OR f.finished_at_ms >= ?1)",
+            view_select()
+        )
+    });
+    let mut statement = connection.prepare_cached(&SQL)?;
     let mut found = Vec::new();
     for seq in seqs {
         let mut rows = statement.query(params![since_ms, seq])?;
         let Some(row) = rows.next()? else {
             continue;
         };
-        let transfer_id = id_blob(row, 0)?;
-        let finish_kind = match row.get_ref(11)? {
-            ValueRef::Null => None,
-            _ => Some(parse(row, 11, "finish kind", FinishKind::parse)?),
-        };
-        let (state, reason, completed_at_ms, fulfilment, cause) = match finish_kind {
-            Some(_) => (
-                parse(row, 12, "transfer state", TransferState::parse)?,
-                row.get::<_, Option<u16>>(13)?.map(ErrorCode),
-                Some(row.get::<_, i64>(14)?),
-                match row.get_ref(15)? {
-                    ValueRef::Null => None,
-                    _ => Some(Fulfilment::from_preimage(blob(row, 15)?)),
-                },
-                abort_cause(row, 16)?,
-            ),
-            None => {
-                let state = parse(row, 5, "transfer state", TransferState::parse)?;
-                let prepared: i64 = row.get(8)?;
-                (
-                    state,
-                    row.get::<_, Option<u16>>(6)?.map(ErrorCode),
-                    (state != TransferState::Reserved).then_some(prepared),
-                    None,
-                    None,
-                )
-            }
-        };
-        let view = TransferView {
-            transfer_id,
-            kind: TransferKind::Fspiop,
-            payer: parse(row, 1, "participant name", FspName::new)?,
-            payee: parse(row, 2, "participant name", FspName::new)?,
-            amount: parse(row, 3, "amount", |t| Amount::parse_signed(t).ok())?,
-            currency: parse(row, 4, "currency", Currency::parse)?,
-            state,
-            reason,
-            cause,
-            expiration_ms: row.get(7)?,
-            prepared_at_ms: row.get(8)?,
-            completed_at_ms,
-            fulfilment,
-            wire_version: row.get(10)?,
-            fx: None,
-        };
-        let condition = Condition(blob(row, 9)?);
-        found.push((view, condition, finish_kind));
+        let stored = stored_transfer(row)?;
+        let condition = Condition(blob(row, 6)?);
+        found.push((stored.view, condition, stored.finish.map(|(kind, _)| kind)));
     }
     Ok(found)
 }
 
-/// A transfer (`t`) and its finish (`f`), in the columns
-/// `sqlite_history::joined` reads, for a store of `version`.
-pub(crate) fn joined_columns(version: i64) -> String {
+/// Where a row of [`joined_columns`] has the finish's columns (after the
+/// transfer's 15 and its FX row's 6), and the conversion's acceptance
+/// (after the finish's 9).
+pub(crate) const FINISH_AT: usize = 21;
+pub(crate) const FULFIL_AT: usize = 30;
+
+/// A transfer (`t`) and its FX row (`x`, see [`fx_joins`]), in the
+/// columns [`transfer_row`] reads, for a store of `version`: a column it
+/// predates reads as its migration fills it in (no FX before version 6).
+pub(crate) fn transfer_columns(version: i64) -> String {
     let wire_version = match version >= 2 {
         true => "t.wire_version",
         false => "0",
     };
-    let finish = finish_columns(version, "f.");
+    let fx = match version >= FX_SINCE {
+        true => "x.seq, x.determining_transfer_id, x.target_currency, x.target_amount, x.commit_request_id,
+            x.payer_id",
+        false => "NULL, NULL, NULL, NULL, NULL, NULL",
+    };
     format!(
         "t.seq, t.transfer_id, t.kind, t.debit_account_id, t.credit_account_id, t.amount, t.condition,
             t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason, t.external_reference, t.memo,
-            {wire_version}, {finish}"
+            {wire_version}, {fx}"
     )
 }
 
-/// Every transfer with its finish, in seq order (columns as
+/// The joins that give a transfer `t` its FX row `x` and, for a
+/// conversion, the FXP's acceptance `c`: none before version 6, whose
+/// stores have neither table.
+pub(crate) fn fx_joins(version: i64) -> &'static str {
+    match version >= FX_SINCE {
+        true => " LEFT JOIN transfer_fx x ON x.seq = t.seq LEFT JOIN conversion_fulfils c ON c.seq = t.seq",
+        false => "",
+    }
+}
+
+/// A transfer (`t`, with its FX row `x`), its finish (`f`) and its
+/// acceptance by an FXP (`c`), in the columns `sqlite_history::joined`
+/// reads, for a store of `version`.
+pub(crate) fn joined_columns(version: i64) -> String {
+    let fulfil = match version >= FX_SINCE {
+        true => "c.seq, c.fulfilment, c.request_hash, c.at_ms",
+        false => "NULL, NULL, NULL, NULL",
+    };
+    format!(
+        "{}, {}, {fulfil}",
+        transfer_columns(version),
+        finish_columns(version, "f.")
+    )
+}
+
+/// A transfer with its finish and FX rows (`t`, `f`, `x`, `c`), for a
+/// store of `version`.
+pub(crate) fn joined_from(version: i64) -> String {
+    format!(
+        "transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq{}",
+        fx_joins(version)
+    )
+}
+
+/// Every transfer with its finish and FX rows, in seq order (columns as
 /// `sqlite_history::joined` reads them), for a store of `version`.
 fn whole_history_query(version: i64) -> String {
     format!(
-        "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq ORDER BY t.seq",
-        joined_columns(version)
+        "SELECT {} FROM {} ORDER BY t.seq",
+        joined_columns(version),
+        joined_from(version)
     )
 }
 
@@ -1617,7 +1732,8 @@ pub(crate) fn id_blob(row: &Row<'_>, column: usize) -> Result<TransferId, StoreE
 }
 
 /// A `transfers` row, from a query of its columns in table order (the
-/// external reference and memo at 12 and 13, the wire version at 14).
+/// external reference and memo at 12 and 13, the wire version at 14) and
+/// its `transfer_fx` row's (from 15, as [`transfer_columns`] selects them).
 pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
     let kind = parse(row, 2, "transfer kind", TransferKind::parse)?;
     let external_reference: Option<String> = row.get(12)?;
@@ -1629,8 +1745,9 @@ pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
             reason: reason.unwrap_or_default(),
         })),
     };
+    let seq = row.get::<_, i64>(0)? as u64;
     Ok(TransferRow {
-        seq: row.get::<_, i64>(0)? as u64,
+        seq,
         transfer_id: id_blob(row, 1)?,
         kind,
         debit: AccountId(row.get(3)?),
@@ -1647,8 +1764,56 @@ pub(crate) fn transfer_row(row: &Row<'_>) -> Result<TransferRow, StoreError> {
         reason: row.get::<_, Option<u16>>(11)?.map(ErrorCode),
         memo,
         wire_version: row.get(14)?,
-        fx: None,
+        fx: fx_link(row, seq, 15)?,
     })
+}
+
+/// A transfer's FX link from its `transfer_fx` columns (the row's seq
+/// first) at `at`; `None` without a row.
+fn fx_link(row: &Row<'_>, seq: u64, at: usize) -> Result<Option<ledger::FxLink>, StoreError> {
+    if let ValueRef::Null = row.get_ref(at)? {
+        return Ok(None);
+    }
+    let id = |column: usize| match row.get_ref(column)? {
+        ValueRef::Null => Ok(None),
+        _ => id_blob(row, column).map(Some),
+    };
+    let text = |column: usize| row.get::<_, Option<String>>(column);
+    let columns = crate::FxColumns {
+        determining_transfer_id: id(at + 1)?,
+        target_currency: match text(at + 2)? {
+            None => None,
+            Some(code) => Some(Currency::parse(&code).ok_or_else(|| {
+                StoreError::fatal(format!("bad target currency {code:?} in the store"))
+            })?),
+        },
+        target_amount: match text(at + 3)? {
+            None => None,
+            Some(amount) => Some(Amount::parse_signed(&amount).map_err(|_| {
+                StoreError::fatal(format!("bad target amount {amount:?} in the store"))
+            })?),
+        },
+        commit_request_id: id(at + 4)?,
+        payer: row.get::<_, Option<u32>>(at + 5)?.map(ParticipantId),
+    };
+    columns.link(seq).map(Some)
+}
+
+/// A `conversion_fulfils` row from its four columns at `at` (as
+/// [`joined_columns`] selects them); `None` when they are NULL.
+pub(crate) fn conversion_fulfil_row(
+    row: &Row<'_>,
+    at: usize,
+) -> Result<Option<ConversionFulfilRow>, StoreError> {
+    if let ValueRef::Null = row.get_ref(at)? {
+        return Ok(None);
+    }
+    Ok(Some(ConversionFulfilRow {
+        seq: row.get::<_, i64>(at)? as u64,
+        fulfilment: Fulfilment::from_preimage(blob(row, at + 1)?),
+        request_hash: RequestHash(blob(row, at + 2)?),
+        at_ms: row.get(at + 3)?,
+    }))
 }
 
 /// A `transfer_finishes` row, from its nine columns starting at `at` (as
@@ -1771,13 +1936,14 @@ fn prefetch(connection: &Connection, ids: &PrefetchIds) -> Prefetched {
             (id, lookup(found, || format!("quote {id}"), &mut unreadable))
         })
         .collect();
-    // FX rows are not stored yet on this branch: every lookup of a
-    // conversion by its determining transfer is unread (the ledger refuses
-    // 2003) rather than guessed absent.
     let conversions = ids
         .conversions
         .iter()
-        .map(|&id| (id, Lookup::Failed))
+        .map(|&id| {
+            let found = find_conversion_for(connection, id);
+            let what = || format!("the conversion for transfer {id}");
+            (id, lookup(found, what, &mut unreadable))
+        })
         .collect();
     Prefetched {
         transfers,
@@ -1828,66 +1994,88 @@ fn find_transfer(
     connection: &Connection,
     transfer_id: TransferId,
 ) -> Result<Option<StoredTransfer>, StoreError> {
-    let mut statement = connection.prepare_cached(
-            "SELECT t.kind, t.amount, t.expiration_ms, t.prepared_at_ms, t.request_hash, t.state, t.reason,
-                t.wire_version, pd.name, pc.name, ad.currency,
-                f.kind, f.state, f.reason, f.finished_at_ms, f.request_hash, f.fulfilment, f.cause
-             FROM transfers t
-             LEFT JOIN accounts ad ON ad.id = t.debit_account_id
-             LEFT JOIN participants pd ON pd.id = ad.participant_id
-             LEFT JOIN accounts ac ON ac.id = t.credit_account_id
-             LEFT JOIN participants pc ON pc.id = ac.participant_id
-             LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.transfer_id = ?1",
-        )?;
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {VIEW_SELECT} WHERE t.transfer_id = ?1",
+            VIEW_SELECT = view_select()
+        )
+    });
+    let mut statement = connection.prepare_cached(&SQL)?;
     let mut rows = statement.query(params![transfer_id.to_blob().as_slice()])?;
-    let Some(row) = rows.next()? else {
-        return Ok(None);
+    match rows.next()? {
+        Some(row) => stored_transfer(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The latest conversion (the highest seq) whose determining transfer is
+/// `determining`, if `connection` sees one: by `transfer_fx`'s index.
+fn find_conversion_for(
+    connection: &Connection,
+    determining: TransferId,
+) -> Result<Option<StoredTransfer>, StoreError> {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} WHERE t.seq = (SELECT max(seq) FROM transfer_fx WHERE determining_transfer_id = ?1)",
+            view_select()
+        )
+    });
+    let mut statement = connection.prepare_cached(&SQL)?;
+    let mut rows = statement.query(params![determining.to_blob().as_slice()])?;
+    match rows.next()? {
+        Some(row) => stored_transfer(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// What [`stored_transfer`] reads: a transfer with its finish and FX
+/// rows, the names of its accounts' participants, its currency and a
+/// dependent transfer's FSPIOP payer (of a store at the current version:
+/// the hub's reads are of a store a hub opened, which migrated it); a
+/// `WHERE` to follow.
+fn view_select() -> String {
+    format!(
+        "{}, pd.name, pc.name, ad.currency, pp.name
+         FROM {}
+         LEFT JOIN accounts ad ON ad.id = t.debit_account_id
+         LEFT JOIN participants pd ON pd.id = ad.participant_id
+         LEFT JOIN accounts ac ON ac.id = t.credit_account_id
+         LEFT JOIN participants pc ON pc.id = ac.participant_id
+         LEFT JOIN participants pp ON pp.id = x.payer_id",
+        joined_columns(SCHEMA_VERSION),
+        joined_from(SCHEMA_VERSION)
+    )
+}
+
+/// Where a row of [`view_select`] has the names and currency: after
+/// [`joined_columns`]' last, the acceptance's four.
+const NAMES_AT: usize = FULFIL_AT + 4;
+
+/// A transfer as the hub's reads give it, from a row of [`view_select`].
+fn stored_transfer(row: &Row<'_>) -> Result<StoredTransfer, StoreError> {
+    let transfer = transfer_row(row)?;
+    let finish = match row.get_ref(FINISH_AT)? {
+        ValueRef::Null => None,
+        _ => Some(finish_row(row, FINISH_AT)?),
     };
-    let mut state = parse(row, 5, "transfer state", TransferState::parse)?;
-    let mut reason = row.get::<_, Option<u16>>(6)?.map(ErrorCode);
-    let mut cause = None;
-    let prepared_at_ms: i64 = row.get(3)?;
-    let (finish, completed_at_ms, fulfilment) = match row.get_ref(11)? {
-        ValueRef::Null => (None, state.is_final().then_some(prepared_at_ms), None),
-        _ => {
-            state = parse(row, 12, "transfer state", TransferState::parse)?;
-            reason = row.get::<_, Option<u16>>(13)?.map(ErrorCode);
-            cause = abort_cause(row, 17)?;
-            let kind = parse(row, 11, "finish kind", FinishKind::parse)?;
-            let fulfilment = match row.get_ref(16)? {
-                ValueRef::Null => None,
-                _ => Some(Fulfilment::from_preimage(blob(row, 16)?)),
-            };
-            (
-                Some((kind, RequestHash(blob(row, 15)?))),
-                Some(row.get::<_, i64>(14)?),
-                fulfilment,
-            )
-        }
+    let accepted = conversion_fulfil_row(row, FULFIL_AT)?;
+    let name = |at: usize| parse(row, at, "participant name", FspName::new);
+    let fx_payer = match transfer.fx {
+        Some(ledger::FxLink::Dependent { .. }) => Some(name(NAMES_AT + 3)?),
+        _ => None,
     };
-    Ok(Some(StoredTransfer {
-        view: ledger::TransferView {
-            transfer_id,
-            kind: parse(row, 0, "transfer kind", TransferKind::parse)?,
-            payer: parse(row, 8, "participant name", FspName::new)?,
-            payee: parse(row, 9, "participant name", FspName::new)?,
-            amount: parse(row, 1, "amount", |t| Amount::parse_signed(t).ok())?,
-            currency: parse(row, 10, "currency", Currency::parse)?,
-            state,
-            reason,
-            cause,
-            expiration_ms: row.get::<_, Option<i64>>(2)?.unwrap_or(i64::MAX),
-            prepared_at_ms,
-            completed_at_ms,
-            fulfilment,
-            wire_version: row.get(7)?,
-            fx: None,
-        },
-        request_hash: RequestHash(blob(row, 4)?),
-        finish,
-        fxp_fulfil: None,
-    }))
+    let parties = ledger::StoredParties {
+        debit_owner: name(NAMES_AT)?,
+        credit_owner: name(NAMES_AT + 1)?,
+        fx_payer,
+    };
+    Ok(StoredTransfer::from_rows(
+        &transfer,
+        finish.as_ref(),
+        parties,
+        parse(row, NAMES_AT + 2, "currency", Currency::parse)?,
+        accepted.as_ref(),
+    ))
 }
 
 impl Store for SqliteStore {

@@ -13,7 +13,10 @@ use crate::history::{
     kept_changes, missing_kept, Each, HistorySource, Joined, Seqs, SnapshotReader,
 };
 pub use crate::history::{HistoryCheck, HistoryOptions, HistorySnapshot};
-use crate::sqlite::{finish_row, joined_columns, parse, transfer_row};
+use crate::sqlite::{
+    conversion_fulfil_row, finish_row, fx_joins, joined_columns, joined_from, parse, transfer_row,
+    FINISH_AT, FULFIL_AT,
+};
 use crate::StoreError;
 
 pub(crate) const SCHEMA: &str = "
@@ -41,17 +44,28 @@ CREATE TABLE IF NOT EXISTS history_snapshot_kept (
     seq INTEGER PRIMARY KEY
 ) STRICT;
 CREATE INDEX IF NOT EXISTS transfer_finishes_by_time ON transfer_finishes (finished_at_ms);
-CREATE INDEX IF NOT EXISTS transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
+CREATE INDEX IF NOT EXISTS transfers_funds ON transfers (seq) WHERE kind IN ('FUNDS_IN', 'FUNDS_OUT');
 CREATE INDEX IF NOT EXISTS quotes_by_time ON quotes (received_at_ms);
 ";
 
+/// The funds movements as `transfers_funds` holds them, for a store of
+/// `version`: before version 6 its predicate is `kind <> 'TRANSFER'` (the
+/// same rows then: there were no conversions), and a query must say the
+/// index's own predicate for SQLite to use it.
+fn funds_movements(version: i64) -> &'static str {
+    match version >= 6 {
+        true => "t.kind IN ('FUNDS_IN', 'FUNDS_OUT')",
+        false => "t.kind <> 'TRANSFER'",
+    }
+}
+
 pub(crate) fn joined(row: &Row<'_>) -> Result<Joined, StoreError> {
     let transfer = transfer_row(row)?;
-    let finish = match row.get_ref(15)? {
+    let finish = match row.get_ref(FINISH_AT)? {
         ValueRef::Null => None,
-        _ => Some(finish_row(row, 15)?),
+        _ => Some(finish_row(row, FINISH_AT)?),
     };
-    Ok((transfer, finish))
+    Ok((transfer, finish, conversion_fulfil_row(row, FULFIL_AT)?))
 }
 
 /// The rows of a SQLite store the algorithm reads, on a connection inside
@@ -63,6 +77,8 @@ pub(crate) struct Source<C> {
     version: i64,
     /// [`joined_columns`] for it.
     columns: String,
+    /// [`joined_from`] for it.
+    from: String,
     /// The database, when nobody else can write it meanwhile (this process
     /// holds the data directory's lock and is not writing): a second
     /// connection then reads the same state.
@@ -76,6 +92,7 @@ impl<'c> Source<&'c Connection> {
             connection,
             version,
             columns: joined_columns(version),
+            from: joined_from(version),
             fork_from: None,
         })
     }
@@ -126,8 +143,8 @@ impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
 
     fn each_of(&mut self, seqs: &[u64], each: Each<'_>) -> Result<(), StoreError> {
         let mut statement = self.connection.prepare_cached(&format!(
-            "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq WHERE t.seq = ?1",
-            self.columns
+            "SELECT {} FROM {} WHERE t.seq = ?1",
+            self.columns, self.from
         ))?;
         for &seq in seqs {
             let mut rows = statement.query(params![seq as i64])?;
@@ -141,9 +158,8 @@ impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
 
     fn each_between(&mut self, after: u64, through: u64, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
-            "SELECT {} FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.seq > ?1 AND t.seq <= ?2 ORDER BY t.seq",
-            self.columns
+            "SELECT {} FROM {} WHERE t.seq > ?1 AND t.seq <= ?2 ORDER BY t.seq",
+            self.columns, self.from
         );
         self.each(&sql, params![after as i64, through as i64], each)
     }
@@ -157,9 +173,10 @@ impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
     ) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfer_finishes f INDEXED BY transfer_finishes_by_time
-                JOIN transfers t ON t.seq = f.seq
+                JOIN transfers t ON t.seq = f.seq{}
              WHERE f.finished_at_ms >= ?1 AND f.finished_at_ms < ?2 AND f.seq > ?3 AND f.seq <= ?4",
-            self.columns
+            self.columns,
+            fx_joins(self.version)
         );
         let (after, through) = (seqs.after as i64, seqs.through as i64);
         self.each(&sql, params![from_ms, until_ms, after, through], each)
@@ -168,9 +185,11 @@ impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
     fn each_funds_movement(&mut self, seqs: Seqs, each: Each<'_>) -> Result<(), StoreError> {
         let sql = format!(
             "SELECT {} FROM transfers t INDEXED BY transfers_funds
-                LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE t.kind <> 'TRANSFER' AND t.seq > ?1 AND t.seq <= ?2",
-            self.columns
+                LEFT JOIN transfer_finishes f ON f.seq = t.seq{}
+             WHERE {} AND t.seq > ?1 AND t.seq <= ?2",
+            self.columns,
+            fx_joins(self.version),
+            funds_movements(self.version)
         );
         self.each(&sql, params![seqs.after as i64, seqs.through as i64], each)
     }
@@ -188,6 +207,7 @@ impl<C: Deref<Target = Connection>> HistorySource for Source<C> {
             connection: Box::new(connection),
             version: self.version,
             columns: self.columns.clone(),
+            from: self.from.clone(),
             fork_from: None,
         })))
     }

@@ -176,6 +176,7 @@ fn both_backends_give_back_the_same_history() {
     );
     let warm_used = std::cell::Cell::new(0u32);
     let snapshot_used = std::cell::Cell::new(0u32);
+    let linked_finishes = std::cell::Cell::new(0u32);
     runner
         .run(&strategy, |(ops, behind_ms, warm_at, warm_behind_ms)| {
             case.set(case.get() + 1);
@@ -226,6 +227,12 @@ fn both_backends_give_back_the_same_history() {
             );
             let horizon_ms = harness.now - behind_ms;
             assert_same(&mut harness, &url, horizon_ms, horizon_ms);
+            let whole = harness.store.load().expect("load");
+            let linked = whole
+                .finishes
+                .iter()
+                .filter(|finish| finish.kind == FinishKind::Linked);
+            linked_finishes.set(linked_finishes.get() + linked.count() as u32);
             // Recovery drops a snapshot it started from (it did not add
             // up): the next load reads the whole history, which at a
             // horizon at or after the cut gives the same.
@@ -260,6 +267,13 @@ fn both_backends_give_back_the_same_history() {
         snapshot_used.get() >= 4,
         "a load started from a history snapshot {} times",
         snapshot_used.get()
+    );
+    // Conversions and their transfers finished together (committed,
+    // aborted, expired): the FX rows went through every read above.
+    assert!(
+        linked_finishes.get() >= 2,
+        "{} conversions finished with their transfers",
+        linked_finishes.get()
     );
 }
 
@@ -570,6 +584,10 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 6 (FX) added; its new `transfers_funds` goes with
+/// migration 5's.
+const UNDO_MIGRATION_6: &str = "DROP TABLE transfer_fx, conversion_fulfils, fxps";
+
 /// What migration 5 (the history snapshot) added.
 const UNDO_MIGRATION_5: &str = "DROP TABLE history_snapshot, history_snapshot_values,
     history_snapshot_pairs, history_snapshot_kept; DROP INDEX transfers_funds";
@@ -653,7 +671,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");
@@ -682,5 +700,357 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
         let now = migrated.load().expect("load migrated");
         assert_eq!(causes(&now), back_filled, "version {version}, migrated");
         assert_eq!(now.accounts[0].changed_at_ms, changed_at_ms);
+    }
+}
+
+/// The finish row of `transfer_id` in `snapshot`, as (kind, state).
+fn finish_of(snapshot: &Snapshot, transfer_id: TransferId) -> Option<(FinishKind, TransferState)> {
+    let seq = snapshot
+        .transfers
+        .iter()
+        .find(|row| row.transfer_id == transfer_id)?
+        .seq;
+    let finish = snapshot.finishes.iter().find(|row| row.seq == seq)?;
+    Some((finish.kind, finish.state))
+}
+
+/// Conversions round-trip through both stores alike: one committed with
+/// its dependent transfer (the payee's FULFIL, the conversion's LINKED
+/// finish), a pair aborted by the payee, a pair expired together, one the
+/// FXP refused, one accepted and awaiting its transfer, one awaiting the
+/// FXP; the FXP's corridors, withdrawn and declared again. A load gives
+/// back exactly what the ledger holds; every point read, prefetch and
+/// restart's redelivery read shows a stored dependent transfer with the
+/// initiating DFSP as its payer and a conversion with its FXP's
+/// acceptance; with a horizon and a history snapshot, the finished ones
+/// are summed and the reserved ones kept, with their FX rows; a standby's
+/// warm copy picks up an acceptance that came after it was made.
+#[test]
+fn conversions_round_trip_alike() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("fx");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pg = PgStore::open(&url).expect("open");
+    let mut harness = Harness::with_pg(dir.path(), Some(pg));
+    let convert = |harness: &mut Harness, payer: u8, ttl_ms: i64| {
+        harness.run(Op::Convert {
+            payer,
+            amount: 20,
+            ttl_ms,
+        });
+        *harness.conversions.last().expect("reserved")
+    };
+    let accept = |harness: &mut Harness| harness.run(Op::FxpAnswer { n: 0, accept: true });
+
+    // Committed together: the payee's fulfil of the dependent transfer.
+    let committed = convert(&mut harness, 0, 60_000);
+    accept(&mut harness);
+    harness.run(Op::Dependent(0));
+    harness.run(Op::Fulfil(0));
+    // Aborted together by the payee.
+    let aborted = convert(&mut harness, 1, 60_000);
+    accept(&mut harness);
+    harness.run(Op::Dependent(0));
+    harness.run(Op::Abort(0));
+    // Refused by the FXP.
+    let refused = convert(&mut harness, 2, 60_000);
+    harness.run(Op::FxpAnswer {
+        n: 0,
+        accept: false,
+    });
+    // Expired together.
+    let expired = convert(&mut harness, 0, 1_000);
+    accept(&mut harness);
+    harness.run(Op::Dependent(0));
+    harness.run(Op::Advance(2_000));
+    assert!(harness.conversions.is_empty() && harness.accepted.is_empty());
+    // The harness does not follow expiries: the expired transfer is still
+    // in its list.
+    assert_eq!(harness.reserved.len(), 1);
+    harness.reserved.clear();
+    // Still reserved: one awaiting the FXP (a standby's copy is made now),
+    // one the FXP accepted after that.
+    let waiting = convert(&mut harness, 1, 60_000);
+    let warm_horizon_ms = harness.now - 100;
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    pg.warm(Some(warm_horizon_ms)).expect("warm");
+    let accepted = convert(&mut harness, 2, 60_000);
+    harness.run(Op::FxpAnswer { n: 1, accept: true });
+    assert_eq!(harness.conversions.len(), 1);
+    assert_eq!(harness.accepted.len(), 1);
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    let warm = pg.load_recent(warm_horizon_ms).expect("the warm copy");
+    assert!(pg.loaded_from_warm_copy());
+    let cold = harness
+        .store
+        .load_recent(warm_horizon_ms)
+        .expect("a cold load");
+    assert_eq!(warm, cold, "the warm copy differs from a cold load");
+    // The acceptances of the expired conversion and of the one awaiting
+    // its transfer; the others finished before the horizon, summed.
+    assert_eq!(cold.conversion_fulfils.len(), 2, "{cold:?}");
+
+    // A load is exactly what the ledger holds, on both.
+    let memory = harness.ledger.snapshot();
+    let whole = harness.store.load().expect("load from SQLite");
+    assert_eq!(whole, memory);
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    assert_eq!(pg.load().expect("load from PostgreSQL"), memory);
+    assert!(whole.audit().is_empty(), "{:?}", whole.audit());
+    let linked = |state| Some((FinishKind::Linked, state));
+    let conversion_end = [
+        (committed, linked(TransferState::Committed)),
+        (aborted, linked(TransferState::Aborted)),
+        (expired, Some((FinishKind::Expiry, TransferState::Expired))),
+    ];
+    for (conversion, finish) in conversion_end {
+        assert_eq!(finish_of(&whole, conversion.commit_request_id), finish);
+    }
+    let dependent_end = [
+        (
+            committed,
+            Some((FinishKind::Fulfil, TransferState::Committed)),
+        ),
+        (aborted, Some((FinishKind::Abort, TransferState::Aborted))),
+        (expired, linked(TransferState::Expired)),
+    ];
+    for (conversion, finish) in dependent_end {
+        assert_eq!(
+            finish_of(&whole, conversion.determining_transfer_id),
+            finish
+        );
+    }
+    assert_eq!(
+        finish_of(&whole, refused.commit_request_id),
+        Some((FinishKind::Abort, TransferState::Aborted))
+    );
+    assert_eq!(whole.fxps.len(), 1);
+
+    // Every read of the stores shows what memory shows: a dependent
+    // transfer paid by the initiating DFSP, a conversion with the FXP's
+    // acceptance; and for a prepare's id, the latest conversion naming it.
+    let fx_ids: Vec<TransferId> = whole
+        .transfers
+        .iter()
+        .filter(|row| row.fx.is_some())
+        .map(|row| row.transfer_id)
+        .collect();
+    assert_eq!(fx_ids.len(), 6 + 3, "six conversions, three dependents");
+    let reader = PgReader::open(&url).expect("a PostgreSQL reader");
+    let lookup = harness.lookup();
+    let all_converted = [committed, aborted, refused, expired, waiting, accepted];
+    let unknown = TransferId::new(u128::MAX - 3);
+    let mut ids = PrefetchIds {
+        transfers: fx_ids.clone(),
+        quotes: vec![],
+        conversions: all_converted
+            .iter()
+            .map(|c| c.determining_transfer_id)
+            .collect(),
+    };
+    ids.transfers.push(unknown);
+    ids.conversions.push(unknown);
+    // A conversion's own id names none.
+    ids.conversions.push(committed.commit_request_id);
+    let from_sqlite = harness.store.prefetch(&ids).expect("prefetch on SQLite");
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    let prefetches = [
+        from_sqlite.clone(),
+        harness
+            .store
+            .open_prefetcher()
+            .expect("a SQLite prefetcher")
+            .prefetch(&ids)
+            .expect("prefetch on a SQLite reader"),
+        pg.prefetch(&ids).expect("prefetch on PostgreSQL"),
+        pg.open_prefetcher()
+            .expect("a PostgreSQL prefetcher")
+            .prefetch(&ids)
+            .expect("prefetch on a PostgreSQL reader"),
+    ];
+    for &id in &fx_ids {
+        let outcomes = harness.apply(vec![Command::ReadTransfer { transfer_id: id }]);
+        let Outcome::Transfer(in_memory) = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        let expected = *in_memory;
+        for found in [
+            lookup.find_transfer(id).expect("find on SQLite"),
+            reader.find_transfer(id).expect("find on PostgreSQL"),
+        ] {
+            assert_eq!(found.map(|stored| stored.view), Some(expected), "{id}");
+        }
+        for prefetched in &prefetches {
+            let Lookup::Found(stored) = &prefetched.transfers[&id] else {
+                panic!("{id}: {:?}", prefetched.transfers[&id]);
+            };
+            assert_eq!(stored.view, expected, "{id}");
+            assert_eq!(Some(stored), lookup.find_transfer(id).unwrap().as_ref());
+        }
+    }
+    for prefetched in &prefetches {
+        assert_eq!(prefetched.transfers, from_sqlite.transfers);
+        assert_eq!(prefetched.conversions, from_sqlite.conversions);
+        assert!(prefetched.unreadable.is_empty());
+        for conversion in all_converted {
+            let Lookup::Found(latest) =
+                &prefetched.conversions[&conversion.determining_transfer_id]
+            else {
+                panic!("{conversion:?}: {:?}", prefetched.conversions);
+            };
+            assert_eq!(latest.view.transfer_id, conversion.commit_request_id);
+            let stored = lookup.find_transfer(conversion.commit_request_id).unwrap();
+            assert_eq!(Some(latest), stored.as_ref());
+        }
+        assert_eq!(prefetched.conversions[&unknown], Lookup::Absent);
+        assert_eq!(
+            prefetched.conversions[&committed.commit_request_id],
+            Lookup::Absent
+        );
+    }
+    let dependent = lookup
+        .find_transfer(committed.determining_transfer_id)
+        .expect("find")
+        .expect("stored");
+    assert_eq!(dependent.view.payer, committed.initiating, "not the FXP");
+    assert_eq!(dependent.view.payee, committed.payee);
+    assert_eq!(dependent.view.currency, support::eur());
+    assert_eq!(
+        dependent.view.fx,
+        Some(FxView::Dependent {
+            commit_request_id: committed.commit_request_id,
+            fxp: support::fxp(),
+        })
+    );
+    let fxp_fulfilment = Fulfilment::from_preimage(support::CONVERSION_PREIMAGE);
+    for conversion in [committed, accepted] {
+        let stored = reader
+            .find_transfer(conversion.commit_request_id)
+            .expect("find")
+            .expect("stored");
+        assert_eq!(stored.view.kind, TransferKind::FxConversion);
+        assert_eq!(stored.view.payer, conversion.initiating);
+        assert_eq!(stored.view.payee, support::fxp());
+        assert_eq!(stored.view.fulfilment, Some(fxp_fulfilment));
+        let (hash, at_ms) = stored.fxp_fulfil.expect("accepted by the FXP");
+        assert_eq!(hash, RequestHash([0xC2; 32]));
+        assert!(matches!(
+            stored.view.fx,
+            Some(FxView::Conversion { terms, fxp_fulfilled_at_ms: Some(at) })
+                if at == at_ms && terms.determining_transfer_id == conversion.determining_transfer_id
+        ));
+    }
+    let waiting_stored = reader
+        .find_transfer(waiting.commit_request_id)
+        .expect("find")
+        .expect("stored");
+    assert_eq!(waiting_stored.fxp_fulfil, None);
+    assert_eq!(waiting_stored.view.fulfilment, None);
+    // A restart's redelivery: the dependent transfers (not conversions),
+    // each with its FSPIOP payer.
+    let sorted = |mut touched: Vec<store::Touched>| {
+        touched.sort_by_key(|(view, _, _)| view.transfer_id);
+        touched
+    };
+    let touched = sorted(lookup.transfers_touched_since(0).expect("touched"));
+    assert_eq!(
+        touched,
+        sorted(reader.transfers_touched_since(0).expect("touched"))
+    );
+    for conversion in [committed, aborted, expired] {
+        let (view, _, _) = touched
+            .iter()
+            .find(|(view, _, _)| view.transfer_id == conversion.determining_transfer_id)
+            .expect("a dependent transfer is notified again");
+        assert_eq!(view.payer, conversion.initiating);
+    }
+    assert!(touched
+        .iter()
+        .all(|(view, _, _)| view.kind == TransferKind::Fspiop));
+
+    // With a horizon after all this and a history snapshot: the finished
+    // pairs summed, the reserved conversions kept with their FX rows.
+    let cut_ms = harness.now + 1;
+    harness.snapshot(cut_ms);
+    let stored = harness
+        .store
+        .history_snapshot()
+        .expect("read")
+        .expect("a snapshot");
+    let seq_of = |id: TransferId| {
+        whole
+            .transfers
+            .iter()
+            .find(|row| row.transfer_id == id)
+            .expect("stored")
+            .seq
+    };
+    for conversion in [waiting, accepted] {
+        assert!(
+            stored.kept.contains(&seq_of(conversion.commit_request_id)),
+            "{stored:?}"
+        );
+    }
+    let recent = harness.store.load_recent(cut_ms).expect("load_recent");
+    assert_eq!(
+        harness.store.history_snapshot_through(),
+        Some(stored.through_seq)
+    );
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    assert_eq!(pg.load_recent(cut_ms).expect("load_recent"), recent);
+    let loaded_fx: Vec<TransferId> = recent
+        .transfers
+        .iter()
+        .filter(|row| row.fx.is_some())
+        .map(|row| row.transfer_id)
+        .collect();
+    assert_eq!(
+        loaded_fx,
+        [waiting.commit_request_id, accepted.commit_request_id]
+    );
+    let accepted_seq = seq_of(accepted.commit_request_id);
+    assert_eq!(
+        recent
+            .conversion_fulfils
+            .iter()
+            .map(|row| row.seq)
+            .collect::<Vec<_>>(),
+        [accepted_seq]
+    );
+    // Every finished transfer and conversion summed, each once.
+    let between_positions = whole
+        .transfers
+        .iter()
+        .filter(|row| row.kind.is_between_positions())
+        .count();
+    assert_eq!(recent.archived.transfers, between_positions as u64 - 2);
+    for store in [
+        &mut harness.store as &mut dyn Store,
+        harness.pg.as_mut().unwrap(),
+    ] {
+        assert_eq!(
+            store.load_recent(cut_ms).expect("load_recent").archived,
+            recent.archived
+        );
+    }
+    let limits = Limits {
+        transfer_retention_ms: Some(1_000),
+        ..Limits::default()
+    };
+    let restored = Ledger::restore(recent, limits).expect("restore with a horizon");
+    assert_eq!(restored.snapshot().accounts, memory.accounts);
+    assert_eq!(
+        harness.store.check_history_snapshot().expect("check"),
+        Some((stored.through_seq, Ok(())))
+    );
+
+    // The FXP withdrawn: no row; declared again: the row back.
+    for offered in [false, true] {
+        harness.run(Op::Corridors(offered));
+        let memory = harness.ledger.snapshot();
+        assert_eq!(memory.fxps.len(), usize::from(offered));
+        assert_eq!(harness.store.load().expect("load").fxps, memory.fxps);
+        let pg = harness.pg.as_mut().expect("PostgreSQL");
+        assert_eq!(pg.load().expect("load").fxps, memory.fxps);
     }
 }

@@ -197,3 +197,49 @@ fn a_snapshot_that_does_not_add_up_is_refused_by_the_audit() {
     let loaded = store.load_recent(horizon_ms).expect("load");
     support::assert_tampered_snapshot_caught(check, stored.through_seq, loaded, limits);
 }
+
+/// A transfer a conversion depends on names its FSPIOP payer in its FX
+/// row: with that participant's row gone, or the FX row damaged, reading
+/// it is an error, never the FXP shown as its payer nor "not found".
+#[test]
+fn a_dependent_transfer_whose_payer_is_missing_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = Harness::new(dir.path());
+    harness.run(Op::Convert {
+        payer: 0,
+        amount: 10,
+        ttl_ms: 60_000,
+    });
+    harness.run(Op::FxpAnswer { n: 0, accept: true });
+    harness.run(Op::Dependent(0));
+    let (transfer_id, _) = harness.reserved[0];
+    let found = harness.lookup().find(transfer_id).expect("find");
+    assert_eq!(found.expect("stored").view.payer, support::fsp("dfspa"));
+    for damage in [
+        "UPDATE transfer_fx SET payer_id = NULL WHERE payer_id IS NOT NULL",
+        "DELETE FROM participants WHERE name = 'dfspa'",
+    ] {
+        let raw = rusqlite::Connection::open(dir.path().join("kasi.db")).expect("raw");
+        assert_eq!(raw.execute(damage, []).expect("damage"), 1, "{damage}");
+        drop(raw);
+        let found = harness.lookup().find(transfer_id);
+        assert!(found.is_err(), "{damage}: {found:?}");
+        let asked = PrefetchIds {
+            transfers: vec![transfer_id],
+            quotes: vec![],
+            conversions: vec![],
+        };
+        let prefetched = harness.store.prefetch(&asked).expect("the read as a whole");
+        assert_eq!(
+            prefetched.transfers[&transfer_id],
+            Lookup::Failed,
+            "{damage}"
+        );
+        let raw = rusqlite::Connection::open(dir.path().join("kasi.db")).expect("raw");
+        raw.execute(
+            "UPDATE transfer_fx SET payer_id = 2 WHERE commit_request_id IS NOT NULL",
+            [],
+        )
+        .expect("mend");
+    }
+}

@@ -26,7 +26,27 @@ fn retention() -> Limits {
 /// Some history: transfers committed, aborted, expired, rejected and still
 /// open, a funds out, a window closed, time passing.
 fn some_history(harness: &mut Harness, rounds: u8) {
+    history_with(harness, rounds, true);
+}
+
+/// [`some_history`], with conversions (and their dependent transfers:
+/// fulfilled, aborted, expired with them) or without.
+fn history_with(harness: &mut Harness, rounds: u8, conversions: bool) {
     for round in 0..rounds {
+        if conversions {
+            harness.run(Op::Convert {
+                payer: round % 3,
+                amount: 4,
+                ttl_ms: if round % 4 == 2 { 1_000 } else { 60_000 },
+            });
+            harness.run(Op::FxpAnswer {
+                n: 0,
+                accept: round % 5 != 3,
+            });
+            if round % 3 != 1 {
+                harness.run(Op::Dependent(0));
+            }
+        }
         harness.run(Op::Prepare {
             payer: round % 3,
             amount: 5,
@@ -234,7 +254,7 @@ fn a_standby_warms_from_the_snapshot_and_the_tail() {
     );
 }
 
-/// A version 4 store (before the history snapshot) is read as it is by
+/// A version 4 store (before the history snapshot and FX) is read as it is by
 /// `kasi audit` (no snapshot to check, nothing created), and a hub
 /// migrates it: the tables and the funds movements' index appear, and a
 /// snapshot can be kept.
@@ -244,26 +264,31 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     let url = cluster.create_database("hub");
     let dir = tempfile::tempdir().expect("tempdir");
     let mut harness = Harness::with_pg(dir.path(), Some(PgStore::open(&url).expect("open")));
-    some_history(&mut harness, 12);
+    // A version 4 store holds no conversions.
+    history_with(&mut harness, 12, false);
     let horizon_ms = harness.now - 1_000;
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE history_snapshot, history_snapshot_values, history_snapshot_pairs,
+        "DROP TABLE transfer_fx, conversion_fulfils, fxps;
+         DROP TABLE history_snapshot, history_snapshot_values, history_snapshot_pairs,
             history_snapshot_kept;
          DROP INDEX transfers_funds;
          UPDATE kasi_meta SET value = '4' WHERE key = 'schema_version'",
     )
     .expect("downgrade");
 
+    // The SQLite store's, but the FXP declared at the start: version 4
+    // had no FXPs.
+    let mut expected = || Snapshot {
+        fxps: Vec::new(),
+        ..harness.store.load_recent(horizon_ms).expect("SQLite")
+    };
     let mut old = PgStore::open_read_only(&url).expect("open read-only");
     assert_eq!(old.check_history_snapshot().expect("check"), None);
     let recent = old.load_recent(horizon_ms).expect("load as it is");
     assert_eq!(old.history_snapshot_through(), None);
-    assert_eq!(
-        recent,
-        harness.store.load_recent(horizon_ms).expect("SQLite")
-    );
+    assert_eq!(recent, expected());
     let tables: i64 = raw
         .query_one(
             "SELECT count(*) FROM pg_class WHERE relname LIKE 'history_snapshot%'",
@@ -281,15 +306,18 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "5");
-    let funds_index: i64 = raw
+    assert_eq!(version, "6");
+    let funds_index: String = raw
         .query_one(
-            "SELECT count(*) FROM pg_indexes WHERE indexname = 'transfers_funds'",
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
             &[],
         )
         .unwrap()
         .get(0);
-    assert_eq!(funds_index, 1);
+    assert!(
+        funds_index.contains("FUNDS_IN") && !funds_index.contains("<>"),
+        "conversions are no funds movements: {funds_index}"
+    );
     let snapshot = migrated
         .advance_history_snapshot(horizon_ms)
         .expect("a first snapshot");
@@ -299,8 +327,77 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         migrated.history_snapshot_through(),
         Some(snapshot.through_seq)
     );
+    assert_eq!(recent, expected());
+}
+
+/// A version 5 store (before FX) is read as it is by `kasi audit` (its
+/// history snapshot through the funds movements' index with the old
+/// predicate; no FXPs), and a hub migrates it: the FX tables appear, the
+/// index is built again without conversions, and conversions written
+/// then are summed, kept and loaded as on SQLite.
+#[test]
+fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = Harness::with_pg(dir.path(), Some(PgStore::open(&url).expect("open")));
+    // A version 5 store holds no conversions.
+    history_with(&mut harness, 12, false);
+    let cut_ms = harness.now - 1_000;
+    harness.snapshot(cut_ms);
+    drop(harness.pg.take());
+    let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
+    raw.batch_execute(
+        "DROP TABLE transfer_fx, conversion_fulfils, fxps;
+         DROP INDEX transfers_funds;
+         CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
+         UPDATE kasi_meta SET value = '5' WHERE key = 'schema_version'",
+    )
+    .expect("downgrade");
+
+    let mut old = PgStore::open_read_only(&url).expect("open read-only");
+    let check = old.check_history_snapshot().expect("check");
+    assert!(matches!(check, Some((_, Ok(())))), "{check:?}");
+    let recent = old.load_recent(cut_ms).expect("load as it is");
+    assert!(old.history_snapshot_through().is_some());
+    let sqlite = harness.store.load_recent(cut_ms).expect("SQLite");
+    assert_eq!(
+        recent,
+        Snapshot {
+            fxps: Vec::new(),
+            ..sqlite
+        },
+        "the FXP declared at the start: version 5 had none"
+    );
+    drop(old);
+
+    harness.pg = Some(PgStore::open(&url).expect("migrate"));
+    let version: String = raw
+        .query_one(
+            "SELECT value FROM kasi_meta WHERE key = 'schema_version'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(version, "6");
+    // Declared again, on both.
+    harness.run(Op::Corridors(false));
+    harness.run(Op::Corridors(true));
+    some_history(&mut harness, 12);
+    harness.snapshot(harness.now - 1_000);
+    let horizon_ms = harness.now - 500;
+    let pg = harness.pg.as_mut().expect("PostgreSQL");
+    let recent = pg.load_recent(horizon_ms).expect("load");
+    assert!(pg.history_snapshot_through().is_some());
+    assert!(
+        recent.transfers.iter().any(|t| t.fx.is_some()),
+        "{recent:?}"
+    );
     assert_eq!(
         recent,
         harness.store.load_recent(horizon_ms).expect("SQLite")
     );
+    let check = pg.check_history_snapshot().expect("check");
+    assert!(matches!(check, Some((_, Ok(())))), "{check:?}");
+    Ledger::restore(recent, retention()).expect("restore");
 }

@@ -69,6 +69,22 @@ fn loaded_id(record: &Record) -> String {
     }
 }
 
+/// What version 6 added (FX), undone: a store as kasi wrote it before,
+/// its funds movements' index with the old predicate.
+const UNDO_VERSION_6: &str =
+    "DROP TABLE transfer_fx; DROP TABLE conversion_fulfils; DROP TABLE fxps;
+    DROP INDEX transfers_funds;
+    CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';";
+
+/// Makes the store in `dir` what kasi wrote before version 6, then runs
+/// `downgrade` (down to an older version still).
+fn downgrade(dir: &std::path::Path, downgrade: &str) {
+    let connection = rusqlite::Connection::open(dir.join("kasi.db")).unwrap();
+    connection
+        .execute_batch(&format!("{UNDO_VERSION_6} {downgrade}"))
+        .unwrap();
+}
+
 fn user_version(dir: &std::path::Path) -> i64 {
     let connection = rusqlite::Connection::open(dir.join("kasi.db")).unwrap();
     connection
@@ -84,11 +100,9 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
         store.commit(&[&[transfer(1, UUID, 0x11)]]).unwrap();
     }
     // Make it what kasi wrote before version 2.
-    {
-        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection
-            .execute_batch(
-                "ALTER TABLE transfers DROP COLUMN wire_version;
+    downgrade(
+        dir.path(),
+        "ALTER TABLE transfers DROP COLUMN wire_version;
                  ALTER TABLE transfer_finishes DROP COLUMN settlement_window;
                  ALTER TABLE transfer_finishes DROP COLUMN cause;
                  ALTER TABLE accounts DROP COLUMN changed_at_ms;
@@ -108,9 +122,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
                     (1, 'DEFERREDNET', '{\"settlementGranularity\":\"NET\",\"settlementInterchange\":\"MULTILATERAL\",\"settlementDelay\":\"DEFERRED\",\"ledgerAccountType\":\"POSITION\",\"autoPositionReset\":true,\"requireLiquidityCheck\":false,\"currency\":\"USD\"}'),
                     (2, 'BROKEN', 'not json');
                  PRAGMA user_version = 1;",
-            )
-            .unwrap();
-    }
+    );
     assert_eq!(user_version(dir.path()), 1);
 
     let old = SqliteStore::open_read_only(dir.path())
@@ -122,7 +134,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(user_version(dir.path()), 6);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -146,7 +158,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 6).unwrap();
+        connection.pragma_update(None, "user_version", 7).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -155,7 +167,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 6"), "{text}");
+        assert!(text.contains("schema version 7"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -194,14 +206,10 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
         let finished: Vec<Record> = finishes.iter().cloned().map(Record::Finish).collect();
         store.commit(&[&transfers, &finished]).unwrap();
     }
-    {
-        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection
-            .execute_batch(
-                "ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 4;",
-            )
-            .unwrap();
-    }
+    downgrade(
+        dir.path(),
+        "ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 4;",
+    );
     // Read as it is, the cause as the migration would fill it in (what
     // `kasi audit` and `kasi migrate-store` see).
     let old = SqliteStore::open_read_only(dir.path())
@@ -220,7 +228,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(user_version(dir.path()), 6);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -260,16 +268,12 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
         store.commit(&[&[transfer(1, UUID, 0x11)]]).unwrap();
     }
     // Make it what kasi wrote before version 3.
-    {
-        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection
-            .execute_batch(
-                "DROP TABLE audit_events; DROP TABLE certificate_pins;
+    downgrade(
+        dir.path(),
+        "DROP TABLE audit_events; DROP TABLE certificate_pins;
                  ALTER TABLE transfer_finishes DROP COLUMN cause;
                  ALTER TABLE accounts DROP COLUMN changed_at_ms; PRAGMA user_version = 2;",
-            )
-            .unwrap();
-    }
+    );
     // Read as it is (no events), without changing it.
     let old = SqliteStore::open_read_only(dir.path())
         .unwrap()
@@ -280,7 +284,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(user_version(dir.path()), 6);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -357,15 +361,11 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
         assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 70);
     }
     // Make it what kasi wrote before version 4.
-    {
-        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection
-            .execute_batch(
-                "ALTER TABLE accounts DROP COLUMN changed_at_ms;
+    downgrade(
+        dir.path(),
+        "ALTER TABLE accounts DROP COLUMN changed_at_ms;
                  ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 3;",
-            )
-            .unwrap();
-    }
+    );
     // Read as it is: the creation stands in for the last change.
     let old = SqliteStore::open_read_only(dir.path())
         .unwrap()
@@ -375,16 +375,16 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(user_version(dir.path()), 6);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
 }
 
-/// A store of `version` (made so by `downgrade`) with a history snapshot:
+/// A store of `version` (made so by `older`) with a history snapshot:
 /// `kasi audit` reads it as it is, checks the snapshot and reads the
 /// causes as the migration to version 5 would fill them in.
-fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, downgrade: &str) {
+fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ids = [
         UUID,
@@ -416,10 +416,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, downgr
         assert_eq!((snapshot.through_seq, snapshot.transfers), (5, 1));
         assert_eq!(snapshot.kept, [5]);
     }
-    {
-        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.execute_batch(downgrade).unwrap();
-    }
+    downgrade(dir.path(), older);
     assert_eq!(user_version(dir.path()), version);
 
     let mut old = SqliteStore::open_read_only(dir.path()).unwrap();
@@ -449,7 +446,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, downgr
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 5);
+    assert_eq!(user_version(dir.path()), 6);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -472,4 +469,133 @@ fn a_version_3_store_with_a_history_snapshot_is_audited_as_it_is() {
         "ALTER TABLE accounts DROP COLUMN changed_at_ms;
          ALTER TABLE transfer_finishes DROP COLUMN cause; PRAGMA user_version = 3;",
     );
+}
+
+/// A row of `kind` with an FX link, prepared at 500.
+fn fx_transfer(seq: u64, kind: TransferKind, fx: ledger::FxLink) -> TransferRow {
+    let Record::Transfer(row) = transfer(seq, UUID, 0x20) else {
+        unreachable!("a transfer");
+    };
+    TransferRow {
+        transfer_id: TransferId::new(0xF0_0000 + u128::from(seq)),
+        kind,
+        fx: Some(fx),
+        ..row
+    }
+}
+
+/// A version 5 store (before FX) with a history snapshot is read as it is
+/// (no FX rows; its funds movements' index with the old predicate, which
+/// counted every kind but TRANSFER); a hub migrates it: the FX tables
+/// appear and the index is built again without conversions, so that a
+/// conversion written then is summed, kept and loaded as a transfer is,
+/// never read as a funds movement.
+#[test]
+fn a_version_5_store_gains_fx_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = [UUID, ULID, "0b9e3c53-7d2c-4d1e-9d6b-2f7f3a0c9d11"];
+    {
+        let mut store = open(dir.path()).unwrap();
+        let transfers: Vec<Record> = (1..=3)
+            .map(|seq| transfer(seq, ids[seq as usize - 1], 0x11))
+            .collect();
+        let finished = [
+            Record::Finish(finish(
+                1,
+                FinishKind::Fulfil,
+                TransferState::Committed,
+                None,
+            )),
+            Record::Finish(FinishRow {
+                finished_at_ms: 100,
+                ..finish(2, FinishKind::Abort, TransferState::Aborted, Some(5101))
+            }),
+        ];
+        store.commit(&[&transfers, &finished]).unwrap();
+        let snapshot = store.advance_history_snapshot(500).unwrap();
+        assert_eq!(
+            (snapshot.transfers, snapshot.kept.as_slice()),
+            (1, &[3][..])
+        );
+    }
+    downgrade(dir.path(), "PRAGMA user_version = 5;");
+
+    let mut old = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert_eq!(old.check_history_snapshot().unwrap(), Some((3, Ok(()))));
+    let recent = old.load_recent(500).unwrap();
+    assert_eq!(recent.transfers.len(), 2);
+    assert!(recent.fxps.is_empty() && recent.conversion_fulfils.is_empty());
+    assert_eq!(old.load().unwrap().transfers.len(), 3);
+    drop(old);
+    assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 6);
+    let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'transfers_funds'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(index.contains("'FUNDS_IN', 'FUNDS_OUT'"), "{index}");
+    // A conversion and the transfer depending on it, committed together
+    // long ago (summed by the next snapshot); another still reserved,
+    // accepted by its FXP (kept).
+    let terms = |determining: u128| {
+        ledger::FxLink::Conversion(ledger::ConversionTerms {
+            determining_transfer_id: TransferId::new(determining),
+            target_currency: ledger::Currency::parse("EUR").unwrap(),
+            target_amount: Amount::from_whole(9),
+        })
+    };
+    let conversion = fx_transfer(4, TransferKind::FxConversion, terms(0xF0_0005));
+    let dependent = fx_transfer(
+        5,
+        TransferKind::Fspiop,
+        ledger::FxLink::Dependent {
+            commit_request_id: conversion.transfer_id,
+            payer: ledger::ParticipantId(2),
+        },
+    );
+    let reserved = fx_transfer(6, TransferKind::FxConversion, terms(0xF0_0099));
+    let accepted = |seq: u64| ledger::ConversionFulfilRow {
+        seq,
+        fulfilment: ledger::Fulfilment::from_preimage([5; 32]),
+        request_hash: RequestHash([0xC2; 32]),
+        at_ms: 550,
+    };
+    let committed = |seq: u64, kind: FinishKind| FinishRow {
+        finished_at_ms: 600,
+        ..finish(seq, kind, TransferState::Committed, None)
+    };
+    store
+        .commit(&[&[
+            Record::Transfer(conversion.clone()),
+            Record::Transfer(dependent.clone()),
+            Record::Transfer(reserved.clone()),
+            Record::ConversionFulfilled(accepted(4)),
+            Record::ConversionFulfilled(accepted(6)),
+            Record::Finish(committed(5, FinishKind::Fulfil)),
+            Record::Finish(committed(4, FinishKind::Linked)),
+        ]])
+        .unwrap();
+    let whole = store.load().unwrap();
+    assert_eq!(
+        whole.transfers[3..],
+        [conversion, dependent, reserved.clone()]
+    );
+    assert_eq!(whole.conversion_fulfils, [accepted(4), accepted(6)]);
+    let snapshot = store.advance_history_snapshot(700).unwrap();
+    assert_eq!(snapshot.transfers, 1 + 3, "seqs 1, 2, 4 and 5 summed");
+    assert_eq!(snapshot.kept, [3, 6]);
+    assert_eq!(store.check_history_snapshot().unwrap(), Some((6, Ok(()))));
+    let recent = store.load_recent(700).unwrap();
+    let loaded: Vec<u64> = recent.transfers.iter().map(|t| t.seq).collect();
+    assert_eq!(loaded, [3, 6], "the reserved ones, no conversion as funds");
+    assert_eq!(recent.transfers[1], reserved);
+    assert_eq!(recent.conversion_fulfils, [accepted(6)]);
+    assert!(store.forget_history_snapshot().unwrap());
+    assert_eq!(store.load_recent(700).unwrap(), recent);
 }

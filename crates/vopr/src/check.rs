@@ -142,6 +142,11 @@ pub fn memory_difference(memory: &Snapshot, whole: &Snapshot, how: Partial) -> O
             ));
         }
     }
+    let held_accepted: HashMap<u64, _> = memory
+        .conversion_fulfils
+        .iter()
+        .map(|c| (c.seq, c))
+        .collect();
     let held: HashMap<u64, _> = memory.transfers.iter().map(|t| (t.seq, t)).collect();
     let held_finishes: HashMap<u64, _> = memory.finishes.iter().map(|f| (f.seq, f)).collect();
     for row in &whole.transfers {
@@ -164,6 +169,13 @@ pub fn memory_difference(memory: &Snapshot, whole: &Snapshot, how: Partial) -> O
         }
         if must && finish.is_some() && !held_finishes.contains_key(&row.seq) {
             return Some(format!("memory lacks the finish of seq {}", row.seq));
+        }
+        let acceptance = accepted.contains_key(&row.seq);
+        if held.contains_key(&row.seq) && acceptance && !held_accepted.contains_key(&row.seq) {
+            return Some(format!(
+                "memory holds conversion seq {} without its acceptance",
+                row.seq
+            ));
         }
         if row.state == TransferState::Reserved && finish.is_none() && !held.contains_key(&row.seq)
         {

@@ -778,9 +778,10 @@ impl Rows {
         ))
     }
 
-    /// Every row in the stores' load order; with a horizon, FSPIOP
-    /// transfers finished before it summed into `archived` instead (as
-    /// the stores' history read does without a history snapshot).
+    /// Every row in the stores' load order; with a horizon, transfers and
+    /// conversions finished before it summed into `archived` instead, the
+    /// FX rows of those loaded loaded with them (as the stores' history
+    /// read does without a history snapshot).
     pub fn snapshot(&self, horizon_ms: Option<i64>) -> Snapshot {
         let mut snapshot = Snapshot {
             participants: self.participants.values().cloned().collect(),
@@ -980,6 +981,186 @@ mod tests {
         for batch in batches {
             store.commit(&[batch]).expect("a commit");
         }
+    }
+
+    /// A hub where DFSP `payer` converts USD into EUR through `fxp` for a
+    /// transfer to `payee`, committed together, and the records of each
+    /// batch.
+    fn fx_history() -> (Ledger, Vec<Vec<Record>>) {
+        let (usd, eur) = (
+            ledger::Currency::parse("USD").expect("ISO 4217"),
+            ledger::Currency::parse("EUR").expect("ISO 4217"),
+        );
+        let mut ledger = Ledger::new(Limits::default());
+        let mut batches = Vec::new();
+        let mut apply = |ledger: &mut Ledger, at: i64, commands: Vec<Command>| {
+            let result = ledger.apply_batch(T0 + at, &commands);
+            batches.push(result.records);
+            result.outcomes
+        };
+        let mut onboarding = vec![Command::CreateHub { name: name("Hub") }];
+        for currency in [usd, eur] {
+            for kind in [
+                ledger::AccountKind::HubMultilateralSettlement,
+                ledger::AccountKind::HubReconciliation,
+            ] {
+                onboarding.push(Command::CreateHubAccount { currency, kind });
+            }
+        }
+        for (dfsp, currency) in [("payer", usd), ("payee", eur), ("fxp", usd), ("fxp", eur)] {
+            onboarding.push(Command::CreateParticipant {
+                name: name(dfsp),
+                currency,
+            });
+            onboarding.push(Command::InitNetDebitCap {
+                name: name(dfsp),
+                currency,
+                net_debit_cap: Amount::from_whole(1_000),
+            });
+        }
+        onboarding.push(Command::SetFxpCorridors {
+            name: name("fxp"),
+            corridors: vec![ledger::Corridor {
+                source: usd,
+                target: eur,
+            }],
+        });
+        let outcomes = apply(&mut ledger, 0, onboarding);
+        assert!(
+            outcomes.iter().all(|o| !matches!(o, Outcome::Rejected(_))),
+            "{outcomes:?}"
+        );
+        let settlement = |ledger: &Ledger, dfsp: &str, currency| {
+            let snapshot = ledger.snapshot();
+            let owner = snapshot
+                .participants
+                .iter()
+                .find(|p| p.name == name(dfsp))
+                .expect("onboarded")
+                .id;
+            snapshot
+                .accounts
+                .iter()
+                .find(|a| {
+                    a.participant == owner
+                        && a.currency == currency
+                        && a.kind == ledger::AccountKind::Settlement
+                })
+                .expect("onboarded")
+                .id
+        };
+        let funds = |transfer_id: u128, dfsp: &str, account, currency| {
+            Command::FundsIn(ledger::Funds {
+                transfer_id: TransferId::new(transfer_id),
+                participant: name(dfsp),
+                account,
+                amount: Amount::from_whole(500),
+                currency,
+                memo: Default::default(),
+                request_hash: RequestHash([1; 32]),
+            })
+        };
+        let funding = vec![
+            funds(100, "payer", settlement(&ledger, "payer", usd), usd),
+            funds(101, "fxp", settlement(&ledger, "fxp", eur), eur),
+        ];
+        apply(&mut ledger, 5, funding);
+        let fxp_fulfilment = ledger::Fulfilment::from_preimage([5; 32]);
+        let conversion = Command::PrepareConversion(ledger::PrepareConversion {
+            commit_request_id: TransferId::new(1),
+            initiating: name("payer"),
+            fxp: name("fxp"),
+            source_amount: Amount::from_whole(20),
+            source_currency: usd,
+            terms: ledger::ConversionTerms {
+                determining_transfer_id: TransferId::new(2),
+                target_currency: eur,
+                target_amount: Amount::from_whole(18),
+            },
+            condition: fxp_fulfilment.condition(),
+            expiration_ms: T0 + 60_000,
+            request_hash: RequestHash([2; 32]),
+            wire_version: 0x20,
+        });
+        let accepted = Command::FulfilConversion(ledger::FulfilConversion {
+            commit_request_id: TransferId::new(1),
+            caller: name("fxp"),
+            fulfilment: Some(fxp_fulfilment),
+            destination: None,
+            request_hash: RequestHash([3; 32]),
+        });
+        let fulfilment = ledger::Fulfilment::from_preimage([7; 32]);
+        let dependent = Command::Prepare(Prepare {
+            transfer_id: TransferId::new(2),
+            payer: name("payer"),
+            payee: name("payee"),
+            amount: Amount::from_whole(18),
+            currency: eur,
+            condition: fulfilment.condition(),
+            expiration_ms: T0 + 60_000,
+            request_hash: RequestHash([4; 32]),
+            wire_version: 0x20,
+        });
+        let fulfil = Command::Fulfil(ledger::Fulfil {
+            transfer_id: TransferId::new(2),
+            caller: name("payee"),
+            fulfilment: Some(fulfilment),
+            destination: None,
+            request_hash: RequestHash([6; 32]),
+        });
+        for (at, command) in [
+            (10, conversion),
+            (20, accepted),
+            (30, dependent),
+            (40, fulfil),
+        ] {
+            let outcomes = apply(&mut ledger, at, vec![command]);
+            assert!(
+                matches!(&outcomes[0], Outcome::Transfer(_)),
+                "at {at}: {outcomes:?}"
+            );
+        }
+        (ledger, batches)
+    }
+
+    #[test]
+    fn conversions_load_back_as_the_ledger_holds_them() {
+        let (ledger, batches) = fx_history();
+        let disk = Disk::new();
+        let mut store = disk.open();
+        commit_all(&mut store, &batches);
+        let loaded = store.load().expect("a load");
+        assert_eq!(loaded, ledger.snapshot());
+        assert_eq!(loaded.conversion_fulfils.len(), 1);
+        assert_eq!(loaded.fxps.len(), 1);
+        assert!(loaded.audit().is_empty(), "{:?}", loaded.audit());
+        // Finished before the horizon: both summed, with the acceptance.
+        let recent = store.load_recent(T0 + 1_000).expect("a load");
+        assert_eq!(recent.archived.transfers, 2);
+        assert!(recent.transfers.iter().all(|t| t.fx.is_none()));
+        assert!(recent.conversion_fulfils.is_empty());
+        assert!(recent.audit().is_empty(), "{:?}", recent.audit());
+        // Read back, the dependent transfer is the payer's, not the FXP's.
+        let ids = PrefetchIds {
+            transfers: vec![TransferId::new(1), TransferId::new(2)],
+            quotes: vec![],
+            conversions: vec![TransferId::new(2), TransferId::new(1)],
+        };
+        let prefetched = store.prefetch(&ids).expect("a read");
+        let Lookup::Found(latest) = &prefetched.conversions[&TransferId::new(2)] else {
+            panic!("{prefetched:?}");
+        };
+        assert_eq!(latest.view.transfer_id, TransferId::new(1));
+        assert_eq!(prefetched.conversions[&TransferId::new(1)], Lookup::Absent);
+        let Lookup::Found(dependent) = &prefetched.transfers[&TransferId::new(2)] else {
+            panic!("{prefetched:?}");
+        };
+        assert_eq!(dependent.view.payer, name("payer"));
+        let Lookup::Found(conversion) = &prefetched.transfers[&TransferId::new(1)] else {
+            panic!("{prefetched:?}");
+        };
+        assert_eq!(conversion.fxp_fulfil, Some((RequestHash([3; 32]), T0 + 20)));
+        assert!(disk.take_violations().is_empty());
     }
 
     #[test]

@@ -19,6 +19,19 @@ pub fn usd() -> Currency {
     Currency::parse("USD").expect("currency")
 }
 
+pub fn eur() -> Currency {
+    Currency::parse("EUR").expect("currency")
+}
+
+/// The FXP every harness has: it converts USD into EUR.
+pub fn fxp() -> FspName {
+    fsp("fxp")
+}
+
+/// A conversion's fulfilment (the FXP's), and a transfer's (the payee's).
+pub const CONVERSION_PREIMAGE: [u8; 32] = [5; 32];
+pub const TRANSFER_PREIMAGE: [u8; 32] = [9; 32];
+
 /// What a test does to the hub, one batch each.
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -43,6 +56,25 @@ pub enum Op {
     Snapshot {
         behind_ms: i64,
     },
+    /// A conversion (`POST /fxTransfers`) from DFSP `payer`'s USD to the
+    /// FXP, into EUR for a transfer to the next DFSP; amounts above the
+    /// payer's liquidity are rejected at prepare.
+    Convert {
+        payer: u8,
+        amount: i64,
+        ttl_ms: i64,
+    },
+    /// The FXP answers the `n`-th conversion awaiting it (modulo):
+    /// accepts it, or aborts it (`PUT /fxTransfers/{ID}/error`).
+    FxpAnswer {
+        n: usize,
+        accept: bool,
+    },
+    /// The transfer the `n`-th accepted conversion depends on is prepared
+    /// (then fulfilled or aborted by its payee as any reserved transfer).
+    Dependent(usize),
+    /// The FXP's corridors: USD into EUR, or none (withdrawn).
+    Corridors(bool),
 }
 
 pub fn op() -> impl Strategy<Value = Op> {
@@ -55,7 +87,24 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::CloseWindow),
         1 => (0u8..3, any::<bool>()).prop_map(|(dfsp, commit)| Op::FundsOut { dfsp, commit }),
         2 => (0i64..5_000).prop_map(|behind_ms| Op::Snapshot { behind_ms }),
+        // Longer lived than transfers: a conversion takes three more steps
+        // to commit (the FXP's answer, its transfer's prepare and fulfil).
+        3 => (0u8..3, prop_oneof![9 => 1i64..50, 1 => 5_000i64..6_000], prop_oneof![1 => 100i64..2_000, 3 => 50_000i64..100_000])
+            .prop_map(|(payer, amount, ttl_ms)| Op::Convert { payer, amount, ttl_ms }),
+        4 => (any::<usize>(), prop::bool::weighted(0.8)).prop_map(|(n, accept)| Op::FxpAnswer { n, accept }),
+        4 => any::<usize>().prop_map(Op::Dependent),
+        1 => any::<bool>().prop_map(Op::Corridors),
     ]
+}
+
+/// A conversion the harness made, and what its dependent transfer will be.
+#[derive(Clone, Copy, Debug)]
+pub struct Conversion {
+    pub commit_request_id: TransferId,
+    pub determining_transfer_id: TransferId,
+    pub initiating: FspName,
+    pub payee: FspName,
+    pub target_amount: Amount,
 }
 
 pub struct Harness {
@@ -68,6 +117,10 @@ pub struct Harness {
     pub dfsps: Vec<(FspName, AccountId)>,
     pub reserved: Vec<(TransferId, FspName)>,
     pub funds_out: Vec<(TransferId, usize)>,
+    /// Conversions reserved, awaiting the FXP.
+    pub conversions: Vec<Conversion>,
+    /// Conversions the FXP accepted, awaiting their dependent transfer.
+    pub accepted: Vec<Conversion>,
     pub next_id: u128,
     pub last_cut: i64,
 }
@@ -96,41 +149,77 @@ impl Harness {
             dfsps: Vec::new(),
             reserved: Vec::new(),
             funds_out: Vec::new(),
+            conversions: Vec::new(),
+            accepted: Vec::new(),
             next_id: 1,
             last_cut: i64::MIN,
         };
         harness.apply(vec![Command::CreateHub { name: fsp("Hub") }]);
-        for kind in [
-            AccountKind::HubMultilateralSettlement,
-            AccountKind::HubReconciliation,
-        ] {
-            harness.apply(vec![Command::CreateHubAccount {
-                currency: usd(),
-                kind,
-            }]);
+        for currency in [usd(), eur()] {
+            for kind in [
+                AccountKind::HubMultilateralSettlement,
+                AccountKind::HubReconciliation,
+            ] {
+                harness.apply(vec![Command::CreateHubAccount { currency, kind }]);
+            }
         }
         for name in ["dfspa", "dfspb", "dfspc"] {
             let name = fsp(name);
-            let outcomes = harness.apply(vec![Command::CreateParticipant {
-                name,
-                currency: usd(),
-            }]);
-            let Outcome::AccountsCreated(ids) = &outcomes[0] else {
-                panic!("{outcomes:?}");
-            };
-            let settlement = ids[1];
+            let settlement = harness.participant(name, usd(), 1_000);
             harness.dfsps.push((name, settlement));
-            let id = harness.id();
-            harness.apply(vec![
-                Command::FundsIn(harness.funds(id, harness.dfsps.len() - 1, 1_000)),
-                Command::InitNetDebitCap {
-                    name,
-                    currency: usd(),
-                    net_debit_cap: Amount::from_whole(1_000),
-                },
-            ]);
+            // Payees of the transfers conversions depend on.
+            harness.participant(name, eur(), 0);
         }
+        harness.participant(fxp(), usd(), 0);
+        harness.participant(fxp(), eur(), 1_000);
+        harness.run(Op::Corridors(true));
         harness
+    }
+
+    /// Accounts in `currency` for `name` (created if new), `liquidity`
+    /// funded in and as its net debit cap; its settlement account.
+    fn participant(&mut self, name: FspName, currency: Currency, liquidity: i64) -> AccountId {
+        let outcomes = self.apply(vec![Command::CreateParticipant { name, currency }]);
+        let Outcome::AccountsCreated(ids) = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        let settlement = ids[1];
+        if liquidity > 0 {
+            let transfer_id = self.id();
+            let funds = Funds {
+                participant: name,
+                account: settlement,
+                currency,
+                ..self.funds_into(transfer_id, settlement, liquidity)
+            };
+            let outcomes = self.apply(vec![Command::FundsIn(funds)]);
+            assert!(
+                matches!(&outcomes[0], Outcome::Transfer(view) if view.state == TransferState::Committed),
+                "{outcomes:?}"
+            );
+        }
+        let outcomes = self.apply(vec![Command::InitNetDebitCap {
+            name,
+            currency,
+            net_debit_cap: Amount::from_whole(liquidity),
+        }]);
+        assert_eq!(outcomes[0], Outcome::Done);
+        settlement
+    }
+
+    fn funds_into(&self, transfer_id: TransferId, account: AccountId, amount: i64) -> Funds {
+        Funds {
+            transfer_id,
+            participant: fsp("nobody"),
+            account,
+            amount: Amount::from_whole(amount),
+            currency: usd(),
+            memo: FundsMemo {
+                external_reference: "ref".into(),
+                reason: "test".into(),
+            },
+            request_hash: RequestHash([7; 32]),
+        }
     }
 
     fn id(&mut self) -> TransferId {
@@ -140,16 +229,8 @@ impl Harness {
 
     fn funds(&self, transfer_id: TransferId, dfsp: usize, amount: i64) -> Funds {
         Funds {
-            transfer_id,
             participant: self.dfsps[dfsp].0,
-            account: self.dfsps[dfsp].1,
-            amount: Amount::from_whole(amount),
-            currency: usd(),
-            memo: FundsMemo {
-                external_reference: "ref".into(),
-                reason: "test".into(),
-            },
-            request_hash: RequestHash([7; 32]),
+            ..self.funds_into(transfer_id, self.dfsps[dfsp].1, amount)
         }
     }
 
@@ -183,7 +264,7 @@ impl Harness {
                     payee,
                     amount: Amount::from_whole(amount),
                     currency: usd(),
-                    condition: Fulfilment::from_preimage([9; 32]).condition(),
+                    condition: Fulfilment::from_preimage(TRANSFER_PREIMAGE).condition(),
                     expiration_ms: self.now + ttl_ms,
                     request_hash: RequestHash([1; 32]),
                     wire_version: 0x11,
@@ -199,7 +280,7 @@ impl Harness {
                     Op::Fulfil(_) => Command::Fulfil(Fulfil {
                         transfer_id,
                         caller: payee,
-                        fulfilment: Some(Fulfilment::from_preimage([9; 32])),
+                        fulfilment: Some(Fulfilment::from_preimage(TRANSFER_PREIMAGE)),
                         destination: None,
                         request_hash: RequestHash([2; 32]),
                     }),
@@ -252,7 +333,115 @@ impl Harness {
                 }
             },
             Op::Snapshot { behind_ms } => self.snapshot(self.now - behind_ms),
+            Op::Convert {
+                payer,
+                amount,
+                ttl_ms,
+            } => {
+                let conversion = Conversion {
+                    commit_request_id: self.id(),
+                    determining_transfer_id: self.id(),
+                    initiating: self.dfsps[payer as usize].0,
+                    payee: self.dfsps[(payer as usize + 1) % self.dfsps.len()].0,
+                    target_amount: Amount::from_whole(amount * 9 / 10 + 1),
+                };
+                let outcomes =
+                    self.apply(vec![self.prepare_conversion(conversion, amount, ttl_ms)]);
+                if matches!(&outcomes[0], Outcome::Transfer(view) if view.state == TransferState::Reserved)
+                {
+                    self.conversions.push(conversion);
+                }
+            }
+            Op::FxpAnswer { n, accept } if !self.conversions.is_empty() => {
+                let conversion = self.conversions.remove(n % self.conversions.len());
+                let outcomes = self.apply(vec![self.fxp_answer(conversion, accept)]);
+                let accepted = matches!(&outcomes[0], Outcome::Transfer(view)
+                    if view.state == TransferState::Reserved);
+                if accepted {
+                    self.accepted.push(conversion);
+                }
+            }
+            Op::FxpAnswer { .. } => {}
+            Op::Dependent(n) if !self.accepted.is_empty() => {
+                let conversion = self.accepted.remove(n % self.accepted.len());
+                let outcomes = self.apply(vec![self.dependent(conversion)]);
+                if matches!(&outcomes[0], Outcome::Transfer(view) if view.state == TransferState::Reserved)
+                {
+                    self.reserved
+                        .push((conversion.determining_transfer_id, conversion.payee));
+                }
+            }
+            Op::Dependent(_) => {}
+            Op::Corridors(offered) => {
+                let corridors = match offered {
+                    true => vec![Corridor {
+                        source: usd(),
+                        target: eur(),
+                    }],
+                    false => vec![],
+                };
+                self.apply(vec![Command::SetFxpCorridors {
+                    name: fxp(),
+                    corridors,
+                }]);
+            }
         }
+    }
+
+    /// `POST /fxTransfers` for `conversion`, of `amount` USD.
+    pub fn prepare_conversion(&self, conversion: Conversion, amount: i64, ttl_ms: i64) -> Command {
+        Command::PrepareConversion(PrepareConversion {
+            commit_request_id: conversion.commit_request_id,
+            initiating: conversion.initiating,
+            fxp: fxp(),
+            source_amount: Amount::from_whole(amount),
+            source_currency: usd(),
+            terms: ConversionTerms {
+                determining_transfer_id: conversion.determining_transfer_id,
+                target_currency: eur(),
+                target_amount: conversion.target_amount,
+            },
+            condition: Fulfilment::from_preimage(CONVERSION_PREIMAGE).condition(),
+            expiration_ms: self.now + ttl_ms,
+            request_hash: RequestHash([0xC1; 32]),
+            wire_version: 0x20,
+        })
+    }
+
+    /// The FXP's `PUT /fxTransfers/{ID}` (accepting) or `…/error`.
+    pub fn fxp_answer(&self, conversion: Conversion, accept: bool) -> Command {
+        match accept {
+            true => Command::FulfilConversion(FulfilConversion {
+                commit_request_id: conversion.commit_request_id,
+                caller: fxp(),
+                fulfilment: Some(Fulfilment::from_preimage(CONVERSION_PREIMAGE)),
+                destination: Some(conversion.initiating),
+                request_hash: RequestHash([0xC2; 32]),
+            }),
+            false => Command::AbortConversion(Abort {
+                transfer_id: conversion.commit_request_id,
+                caller: fxp(),
+                error_code: ErrorCode(5001),
+                destination: None,
+                request_hash: RequestHash([0xC3; 32]),
+            }),
+        }
+    }
+
+    /// `POST /transfers` of the transfer `conversion` depends on: from the
+    /// initiating DFSP (paid by the FXP's EUR position) to its payee.
+    pub fn dependent(&self, conversion: Conversion) -> Command {
+        Command::Prepare(Prepare {
+            transfer_id: conversion.determining_transfer_id,
+            payer: conversion.initiating,
+            payee: conversion.payee,
+            amount: conversion.target_amount,
+            currency: eur(),
+            condition: Fulfilment::from_preimage(TRANSFER_PREIMAGE).condition(),
+            expiration_ms: self.now + 60_000,
+            request_hash: RequestHash([0xC4; 32]),
+            wire_version: 0x20,
+        })
     }
 
     /// Advances the stored history snapshot to `cut_ms`, on both stores
