@@ -37,6 +37,10 @@ pub enum Api {
     Parties,
     Participants,
     TransactionRequests,
+    /// FSPIOP v2.0 foreign exchange: these resources exist at 2.0 only.
+    FxQuotes,
+    FxTransfers,
+    Services,
 }
 
 impl Api {
@@ -49,6 +53,9 @@ impl Api {
             Api::TransactionRequests => {
                 "application/vnd.interoperability.transactionRequests+json;version=1.1"
             }
+            Api::FxQuotes => "application/vnd.interoperability.fxQuotes+json;version=2.0",
+            Api::FxTransfers => "application/vnd.interoperability.fxTransfers+json;version=2.0",
+            Api::Services => "application/vnd.interoperability.services+json;version=2.0",
         }
     }
 
@@ -61,6 +68,9 @@ impl Api {
             Api::TransactionRequests => {
                 "application/vnd.interoperability.transactionRequests+json;version=1"
             }
+            Api::FxQuotes => "application/vnd.interoperability.fxQuotes+json;version=2",
+            Api::FxTransfers => "application/vnd.interoperability.fxTransfers+json;version=2",
+            Api::Services => "application/vnd.interoperability.services+json;version=2",
         }
     }
 }

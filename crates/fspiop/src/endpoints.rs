@@ -53,9 +53,15 @@ pub const DISCOVERY_CALLBACKS: &[(&str, &str)] = &[
     ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
 ];
 
-/// Foreign exchange (FSPIOP v2.0): conversions and FX quotes, for a payer
-/// DFSP that converts and for an FXP alike.
+/// Foreign exchange (FSPIOP v2.0): what a payer DFSP needs to convert
+/// (the FXP's answers to its FX quotes and conversions, the hub's FXP
+/// lists) and what an FXP needs to be asked. The FX quotes entry is a bare
+/// base URL, as for quotes: the hub appends `/fxQuotes[/{ID}[/error]]`,
+/// and `/services/FXP[/{Source}/{Target}]` for its FXP lists. The PUT
+/// endpoint also takes the hub's `PATCH /fxTransfers/{ID}` to the FXP
+/// (FSPIOP names no endpoint type for it).
 pub const FX_CALLBACKS: &[(&str, &str)] = &[
+    ("FSPIOP_CALLBACK_URL_FX_QUOTES", ""),
     ("FSPIOP_CALLBACK_URL_FX_TRANSFER_POST", "/fxTransfers"),
     (
         "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
@@ -65,6 +71,4 @@ pub const FX_CALLBACKS: &[(&str, &str)] = &[
         "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
         "/fxTransfers/{{commitRequestId}}/error",
     ),
-    // A bare base URL: the hub appends `/fxQuotes[/{ID}[/error]]`.
-    ("FSPIOP_CALLBACK_URL_FX_QUOTES", ""),
 ];

@@ -157,6 +157,13 @@ enum Command {
     /// --listen) to have payerfsp look the party up, ask its DFSP for a
     /// quote and send the transfer, and prints each step; the payer's
     /// callbacks come back to the sim, which is where the hub sends them.
+    ///
+    /// Across currencies: `kasi sim --dfsps payerfsp,payeefsp:TZS --fxp fxp
+    /// --fx-rate USD:TZS=2500 --onboard` plays a payee paid in TZS and an
+    /// FXP converting USD to TZS (its corridor declared to the hub); the
+    /// same `kasi sim send` to one of payeefsp's numbers then finds the FXP
+    /// (`GET /services/FXP/USD/TZS`), gets its terms (`POST /fxQuotes`),
+    /// converts (`POST /fxTransfers`) and transfers the TZS.
     Sim(Box<sim::SimCli>),
     /// The null hub of `kasi bench` as a process of its own (it starts one).
     ///

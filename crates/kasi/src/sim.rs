@@ -1,13 +1,16 @@
 //! `kasi sim`: a few simulated DFSPs for people to watch (not for load).
 //!
-//! One HTTP server plays every DFSP named in `--dfsps`: their callbacks are
-//! `http://{listen}/{dfsp}/...`. As a payee a DFSP answers lookups of its
-//! parties, quotes (no fees) and prepares (after `--delay-ms`, committed
-//! with the fulfilment, or refused at `--reject-percent`); as a payer it
-//! makes a whole discovery + quote + transfer when asked on the control
-//! endpoint `POST /_sim/send`, which `kasi sim send` calls. Every message
-//! seen or sent is printed as one line. The wire shapes, the onboarding and
-//! the ILP condition are `kasi bench`'s ([`bench::dfsp`]).
+//! One HTTP server plays every DFSP named in `--dfsps` (and the FXP of
+//! `--fxp`): their callbacks are `http://{listen}/{dfsp}/...`. As a payee a
+//! DFSP answers lookups of its parties (saying the currency it takes),
+//! quotes (no fees) and prepares (after `--delay-ms`, committed with the
+//! fulfilment, or refused at `--reject-percent`); as a payer it makes a
+//! whole discovery + quote + transfer when asked on the control endpoint
+//! `POST /_sim/send`, which `kasi sim send` calls — with an FXP's
+//! conversion first when the payee takes another currency. The FXP
+//! converts at `--fx-rate` ([`fx`]). Every message seen or sent is printed
+//! as one line. The wire shapes, the onboarding and the ILP condition are
+//! `kasi bench`'s ([`bench::dfsp`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,8 +42,10 @@ use bench::dfsp::{
 
 /// How long a payer waits for each callback of a send.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
-/// A prepare's expiration, from its sending.
+/// A prepare's (and a conversion's) expiration, from its sending.
 const TRANSFER_EXPIRY_MS: i64 = 60_000;
+
+mod fx;
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -60,10 +65,25 @@ enum SimCommand {
     /// have DFSP --from pay --to: a lookup (`GET /parties/{Type}/{ID}`,
     /// answered by whichever DFSP holds the party), a quote (`POST /quotes`
     /// to that DFSP) and the transfer (`POST /transfers`), each callback
-    /// awaited. Prints every step; exits 0 when the transfer is COMMITTED,
-    /// 1 with the FSPIOP error code and description otherwise, 2 when the
-    /// sim cannot be reached. The sim prints the same messages as they
-    /// happen.
+    /// awaited.
+    ///
+    /// Across currencies (FSPIOP v2.0 payer conversion) when the payee is
+    /// paid in another currency than --amount's: the one given with
+    /// --to-currency, else the payee's when its lookup answer names the
+    /// currencies it takes (`supportedCurrencies`, as the sim's DFSPs do)
+    /// and the amount's is not one of them. After the lookup the payer
+    /// asks the hub which FXPs convert (`GET /services/FXP/{SOURCE}/{TARGET}`),
+    /// asks the first for terms (`POST /fxQuotes`: the FXP fills in the
+    /// target amount), quotes the payee in the target currency, has the
+    /// FXP convert (`POST /fxTransfers`, its `determiningTransferId` the
+    /// transfer's id: the payer's source currency is held), then
+    /// transfers the target amount (`POST /transfers` in the target
+    /// currency: the FXP's target currency is held). The payee's commit
+    /// commits both; the hub tells the FXP with `PATCH /fxTransfers/{ID}`.
+    ///
+    /// Prints every step; exits 0 when the transfer is COMMITTED, 1 with
+    /// the FSPIOP error code and description otherwise, 2 when the sim
+    /// cannot be reached. The sim prints the same messages as they happen.
     Send(SendArgs),
 }
 
@@ -96,19 +116,28 @@ pub struct SimArgs {
     #[arg(long, default_value = "Hub")]
     hub_name: String,
 
-    /// The DFSPs to play, comma-separated: `payerfsp,payeefsp`.
-    #[arg(long, value_delimiter = ',', required = true, value_name = "NAME,...")]
+    /// The DFSPs to play, comma-separated, each in --currency or in the
+    /// currency named after it: `payerfsp,payeefsp`, or
+    /// `payerfsp,payeefsp:TZS` for a payee paid in TZS (pay it from a USD
+    /// DFSP through --fxp).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        required = true,
+        value_name = "NAME[:CURRENCY],..."
+    )]
     dfsps: Vec<String>,
 
-    /// Onboard the DFSPs first through --hub-admin: the hub's accounts for
-    /// --currency and, unless a settlement model already settles it (one
-    /// for the currency, or a default one without a currency, such as
-    /// examples/onboard.sh's DEFERREDNET, which is kept), a deferred net
-    /// model DEFERREDNET<currency>; then each DFSP (participant, net
-    /// debit cap, funds in, callback endpoints pointing here) and its
-    /// parties. A DFSP that exists already is reported and its endpoints
-    /// re-pointed here. Without --onboard the hub is not changed: the DFSPs'
-    /// endpoints must already point at --listen.
+    /// Onboard the DFSPs first through --hub-admin: the hub's accounts in
+    /// each currency played and, unless a settlement model already settles
+    /// it (one for the currency, or a default one without a currency, such
+    /// as examples/onboard.sh's DEFERREDNET, which is kept), a deferred net
+    /// model DEFERREDNET<currency>; then each DFSP in its currency
+    /// (participant, net debit cap, funds in, callback endpoints pointing
+    /// here — the FX ones too, so that any DFSP may pay across currencies)
+    /// and its parties; then --fxp. A DFSP that exists already is reported
+    /// and its endpoints re-pointed here. Without --onboard the hub is not
+    /// changed: the DFSPs' endpoints must already point at --listen.
     #[arg(long)]
     onboard: bool,
 
@@ -129,9 +158,32 @@ pub struct SimArgs {
           value_parser = clap::value_parser!(u8).range(0..=100))]
     reject_percent: u8,
 
-    /// The currency of the DFSPs' accounts (with --onboard) and parties.
+    /// The currency of the DFSPs named without one in --dfsps: of their
+    /// accounts (with --onboard) and parties.
     #[arg(long, default_value = "USD")]
     currency: String,
+
+    /// Also play a foreign-exchange provider called NAME, converting at
+    /// each --fx-rate. It answers FX quotes (`POST /fxQuotes`: both
+    /// amounts at its rate, no charges, a condition of its own) and
+    /// accepts conversions of what it quoted (`POST /fxTransfers`:
+    /// RESERVED with the fulfilment), and prints the hub's `PATCH
+    /// /fxTransfers/{ID}` when the transfer a conversion depends on ends.
+    /// It holds no parties. With --onboard: its accounts in every currency
+    /// of its rates (net debit cap and funds in of each), its callback
+    /// endpoints, and its corridors declared to the hub (`PUT
+    /// /participants/NAME/fxCorridors`), so that `GET /services/FXP/...`
+    /// offers it.
+    #[arg(long, value_name = "NAME", requires = "fx_rates")]
+    fxp: Option<String>,
+
+    /// A corridor of --fxp and its rate: one SOURCE unit buys RATE TARGET
+    /// units, in that direction only (repeat the flag for the way back,
+    /// e.g. `--fx-rate USD:TZS=2500 --fx-rate TZS:USD=0.0004`). Amounts
+    /// convert exactly, rounded in the FXP's favour at 4 decimals.
+    #[arg(long = "fx-rate", value_name = "SOURCE:TARGET=RATE", requires = "fxp",
+          value_parser = clap::builder::ValueParser::new(|text: &str| text.parse::<fx::FxRate>()))]
+    fx_rates: Vec<fx::FxRate>,
 
     /// How many MSISDNs each DFSP holds (printed at the start).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -153,9 +205,15 @@ struct SendArgs {
     #[arg(long, value_name = "TYPE:ID")]
     to: String,
 
-    /// The amount and, optionally, its currency: `--amount 10 USD`.
+    /// The amount the payer sends and, optionally, its currency (else the
+    /// payer's): `--amount 10 USD`.
     #[arg(long, num_args = 1..=2, required = true, value_names = ["AMOUNT", "CURRENCY"])]
     amount: Vec<String>,
+
+    /// Pay the payee in this currency, converting --amount through an FXP
+    /// when it differs. Without it the payee's lookup answer decides.
+    #[arg(long, value_name = "CURRENCY")]
+    to_currency: Option<String>,
 }
 
 /// What `kasi sim send` asks the sim for.
@@ -166,6 +224,8 @@ struct SendRequest {
     party_id: String,
     amount: String,
     currency: Option<String>,
+    #[serde(default)]
+    to_currency: Option<String>,
 }
 
 pub fn run(cli: SimCli) -> anyhow::Result<ExitCode> {
@@ -217,14 +277,39 @@ fn summary(body: &[u8]) -> String {
             }
         }
     }
-    if let Some(state) = value["transferState"].as_str() {
-        parts.push(format!("state {state}"));
+    // An FX quote's terms, or a conversion's own amounts.
+    let terms = value.get("conversionTerms").unwrap_or(&value);
+    if let (Some(source), Some(target)) = (
+        terms["sourceAmount"]["currency"].as_str(),
+        terms["targetAmount"]["currency"].as_str(),
+    ) {
+        let amount = |side: &str| terms[side]["amount"].as_str().unwrap_or("?").to_string();
+        parts.push(format!(
+            "convert {} {source} to {} {target}",
+            amount("sourceAmount"),
+            amount("targetAmount")
+        ));
+    }
+    for key in ["transferState", "conversionState"] {
+        if let Some(state) = value[key].as_str() {
+            parts.push(format!("state {state}"));
+        }
+    }
+    if let Some(providers) = value["providers"].as_array() {
+        let names: Vec<&str> = providers.iter().filter_map(Value::as_str).collect();
+        parts.push(format!("FXPs [{}]", names.join(", ")));
     }
     if let Some(fsp) = value["party"]["partyIdInfo"]["fspId"].as_str() {
         parts.push(format!("held by {fsp}"));
     }
     if let (Some(payer), Some(payee)) = (value["payerFsp"].as_str(), value["payeeFsp"].as_str()) {
         parts.push(format!("{payer} -> {payee}"));
+    }
+    if let (Some(payer), Some(fxp)) = (
+        terms["initiatingFsp"].as_str(),
+        terms["counterPartyFsp"].as_str(),
+    ) {
+        parts.push(format!("{payer} with FXP {fxp}"));
     }
     if let Some(list) = value["partyList"].as_array() {
         parts.push(format!("{} parties", list.len()));
@@ -247,9 +332,14 @@ type Answer = Result<Value, (String, String)>;
 struct Sim {
     client: HttpClient,
     api: String,
+    /// Every DFSP played, the FXP included.
     names: Vec<String>,
+    /// DFSP → the currency it pays and is paid in (the FXP: its first
+    /// rate's source).
+    currencies: HashMap<String, String>,
     /// MSISDN → the DFSP holding it.
     parties: HashMap<String, String>,
+    fxp: Option<fx::Fxp>,
     delay: Duration,
     reject_percent: u8,
     rng: AtomicU64,
@@ -364,19 +454,62 @@ impl Sim {
     }
 }
 
-async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
-    if args.dfsps.is_empty() || args.dfsps.iter().any(|name| name.is_empty()) {
+/// `--dfsps`' DFSPs and their currencies, each once, in order.
+fn played_dfsps(args: &SimArgs) -> anyhow::Result<Vec<(String, String)>> {
+    let known = |currency: &str, what: &str| {
+        if ledger::Currency::parse(currency).is_none() {
+            bail!("{what}: {currency} is not an ISO 4217 currency FSPIOP knows");
+        }
+        Ok(())
+    };
+    known(&args.currency, "--currency")?;
+    let mut dfsps: Vec<(String, String)> = Vec::new();
+    for entry in &args.dfsps {
+        let (name, currency) = entry
+            .split_once(':')
+            .unwrap_or((entry.as_str(), args.currency.as_str()));
+        if name.is_empty() {
+            bail!("--dfsps: name at least one DFSP, e.g. --dfsps payerfsp,payeefsp");
+        }
+        known(currency, &format!("--dfsps {entry}"))?;
+        match dfsps.iter().find(|(known, _)| known == name) {
+            Some((_, first)) if first != currency => bail!(
+                "--dfsps: {name} is named in {first} and in {currency}; a simulated DFSP pays and is paid in one currency"
+            ),
+            Some(_) => {}
+            None => dfsps.push((name.to_string(), currency.to_string())),
+        }
+    }
+    if dfsps.is_empty() {
         bail!("--dfsps: name at least one DFSP, e.g. --dfsps payerfsp,payeefsp");
     }
-    let mut names = args.dfsps.clone();
-    names.dedup();
+    if let Some(fxp) = &args.fxp {
+        if dfsps.iter().any(|(name, _)| name == fxp) {
+            bail!(
+                "--fxp {fxp}: also named in --dfsps; the FXP is played apart (it holds no parties)"
+            );
+        }
+    }
+    Ok(dfsps)
+}
+
+async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
+    let dfsps = played_dfsps(&args)?;
+    let mut names: Vec<String> = dfsps.iter().map(|(name, _)| name.clone()).collect();
+    let mut currencies: HashMap<String, String> = dfsps.iter().cloned().collect();
+    let fxp = args.fxp.as_ref().map(|name| {
+        names.push(name.clone());
+        let source = args.fx_rates[0].source.to_string();
+        currencies.insert(name.clone(), source);
+        fx::Fxp::new(name.clone(), args.fx_rates.clone(), seed())
+    });
     let api = args.hub_api.trim_end_matches('/').to_string();
     let admin = args.hub_admin.trim_end_matches('/').to_string();
     if let Some(path) = &args.admin_token_file {
         dfsp::present_admin_token(&admin, dfsp::read_admin_token_file(path)?);
     }
     let mut parties = HashMap::new();
-    for name in &names {
+    for (name, _) in &dfsps {
         for index in 1..=args.parties {
             parties.insert(party_msisdn(name, index), name.clone());
         }
@@ -385,7 +518,9 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
         client: Client::builder(TokioExecutor::new()).build_http(),
         api: api.clone(),
         names: names.clone(),
+        currencies,
         parties,
+        fxp,
         delay: Duration::from_millis(args.delay_ms),
         reject_percent: args.reject_percent,
         rng: AtomicU64::new(seed()),
@@ -406,18 +541,29 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
     );
 
     if args.onboard {
-        onboard(&sim, &args, &admin, local).await?;
+        onboard(&sim, &args, &dfsps, &admin, local).await?;
     }
-    for name in &names {
+    for (name, currency) in &dfsps {
         let list: Vec<String> = (1..=args.parties)
             .map(|index| party_msisdn(name, index))
             .collect();
-        println!("{name} holds MSISDN {}", list.join(", "));
+        println!(
+            "{name} holds MSISDN {} (paid in {currency})",
+            list.join(", ")
+        );
     }
-    let example_to = party_msisdn(names.last().expect("one DFSP"), 1);
+    if let Some(fxp) = &sim.fxp {
+        let rates: Vec<String> = fxp
+            .rates
+            .iter()
+            .map(|rate| format!("{} to {} at {}", rate.source, rate.target, rate.rate()))
+            .collect();
+        println!("{} converts {}", fxp.name, rates.join(", "));
+    }
+    let (payer, currency) = &dfsps[0];
+    let example_to = party_msisdn(&dfsps[dfsps.len() - 1].0, 1);
     println!(
-        "ready: try `kasi sim send --sim http://{local} --from {} --to MSISDN:{example_to} --amount 10 {}` (Ctrl-C to stop)",
-        names[0], args.currency
+        "ready: try `kasi sim send --sim http://{local} --from {payer} --to MSISDN:{example_to} --amount 10 {currency}` (Ctrl-C to stop)"
     );
     tokio::select! {
         served = server => {
@@ -428,31 +574,34 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn onboard(sim: &Sim, args: &SimArgs, admin: &str, local: SocketAddr) -> anyhow::Result<()> {
-    dfsp::onboard_hub(&sim.client, admin, &args.hub_name, &args.currency)
-        .await
-        .with_context(|| format!("onboarding through --hub-admin {admin}"))?;
-    for name in &sim.names {
-        let funds_id = sim.uuid();
-        let new = dfsp::onboard_dfsp(
-            &sim.client,
-            &dfsp::Onboarding {
-                admin,
-                name,
-                currency: &args.currency,
-                callback_addr: local,
-                discovers: true,
-                funds_id: &funds_id,
-                existing_ok: true,
-            },
-        )
-        .await
-        .with_context(|| format!("onboarding {name}"))?;
-        if new {
+async fn onboard(
+    sim: &Sim,
+    args: &SimArgs,
+    dfsps: &[(String, String)],
+    admin: &str,
+    local: SocketAddr,
+) -> anyhow::Result<()> {
+    // The hub's accounts, and a model that settles them, in every currency
+    // played.
+    let mut currencies: Vec<String> = dfsps.iter().map(|(_, currency)| currency.clone()).collect();
+    if let Some(fxp) = &sim.fxp {
+        currencies.extend(fxp.currencies().iter().map(|currency| currency.to_string()));
+    }
+    let mut onboarded_hub = Vec::new();
+    for currency in currencies {
+        if onboarded_hub.contains(&currency) {
+            continue;
+        }
+        dfsp::onboard_hub(&sim.client, admin, &args.hub_name, &currency)
+            .await
+            .with_context(|| format!("onboarding through --hub-admin {admin}"))?;
+        onboarded_hub.push(currency);
+    }
+    for (name, currency) in dfsps {
+        if onboard_dfsp(sim, admin, local, name, currency, true).await? {
             println!(
-                "{} {name}: onboarded (net debit cap and funds in of {})",
-                clock(),
-                args.currency
+                "{} {name}: onboarded (net debit cap and funds in of {currency})",
+                clock()
             );
         } else {
             println!(
@@ -460,21 +609,103 @@ async fn onboard(sim: &Sim, args: &SimArgs, admin: &str, local: SocketAddr) -> a
                 clock()
             );
         }
-        register_parties(sim, name, args).await?;
+        register_parties(sim, name, currency, args.parties).await?;
+    }
+    if let Some(fxp) = &sim.fxp {
+        let name = &fxp.name;
+        for currency in fxp.currencies() {
+            let currency = currency.to_string();
+            if onboard_dfsp(sim, admin, local, name, &currency, false).await? {
+                println!(
+                    "{} {name}: onboarded as an FXP in {currency} (net debit cap and funds in)",
+                    clock()
+                );
+            } else {
+                println!(
+                    "{} {name}: exists in the hub already in {currency}: its endpoints now point here",
+                    clock()
+                );
+            }
+        }
+        dfsp::admin_call(
+            &sim.client,
+            Method::PUT,
+            &format!("{admin}/participants/{name}/fxCorridors"),
+            Some(fxp.corridors_body()),
+            false,
+        )
+        .await
+        .with_context(|| format!("declaring {name}'s corridors"))?;
+        let corridors: Vec<String> = fxp
+            .rates
+            .iter()
+            .map(|rate| format!("{} to {}", rate.source, rate.target))
+            .collect();
+        println!(
+            "{} {name}: its corridors declared (PUT /participants/{name}/fxCorridors): {}",
+            clock(),
+            corridors.join(", ")
+        );
     }
     Ok(())
 }
 
-/// `name` registers its MSISDNs with one batch `POST /participants` and
-/// waits for `PUT /participants/{requestId}`.
-async fn register_parties(sim: &Sim, name: &str, args: &SimArgs) -> anyhow::Result<()> {
-    let identifiers: Vec<String> = (1..=args.parties)
+/// Onboards `name` in `currency` (a DFSP that exists is re-pointed here),
+/// with its transfer, FX and, for a DFSP that `discovers`, discovery
+/// callbacks: every DFSP may pay across currencies. Whether it was new in
+/// that currency.
+async fn onboard_dfsp(
+    sim: &Sim,
+    admin: &str,
+    local: SocketAddr,
+    name: &str,
+    currency: &str,
+    discovers: bool,
+) -> anyhow::Result<bool> {
+    let funds_id = sim.uuid();
+    let new = dfsp::onboard_dfsp(
+        &sim.client,
+        &dfsp::Onboarding {
+            admin,
+            name,
+            currency,
+            callback_addr: local,
+            discovers,
+            funds_id: &funds_id,
+            existing_ok: true,
+        },
+    )
+    .await
+    .with_context(|| format!("onboarding {name} in {currency}"))?;
+    for (kind, path) in fspiop::FX_CALLBACKS {
+        dfsp::admin_call(
+            &sim.client,
+            Method::POST,
+            &format!("{admin}/participants/{name}/endpoints"),
+            Some(json!({ "type": kind, "value": format!("http://{local}/{name}{path}") })),
+            false,
+        )
+        .await
+        .with_context(|| format!("registering {name}'s FX endpoints"))?;
+    }
+    Ok(new)
+}
+
+/// `name` registers its MSISDNs in `currency` with one batch
+/// `POST /participants` and waits for `PUT /participants/{requestId}`.
+async fn register_parties(
+    sim: &Sim,
+    name: &str,
+    currency: &str,
+    parties: u32,
+) -> anyhow::Result<()> {
+    let identifiers: Vec<String> = (1..=parties)
         .map(|index| party_msisdn(name, index))
         .collect();
     let request_id = sim.uuid();
     let key = format!("participants:{request_id}");
     let answer = sim.wait_for(key.clone());
-    let body = participants_batch_body(&request_id, name, &identifiers, &args.currency);
+    let body = participants_batch_body(&request_id, name, &identifiers, currency);
     if let Err(error) = sim
         .to_hub(
             Method::POST,
@@ -596,8 +827,47 @@ async fn on_message(
             sim.deliver(&format!("transfer:{dfsp}:{id}"), failure());
             StatusCode::OK
         }
-        // Notifications (PATCH /transfers/{ID}) and anything else: seen,
-        // printed, acknowledged.
+        (&Method::PUT, ["services", "FXP", source, target]) => {
+            sim.deliver(&format!("services:{dfsp}:{source}/{target}"), answer());
+            StatusCode::OK
+        }
+        (&Method::PUT, ["services", "FXP", source, target, "error"]) => {
+            sim.deliver(&format!("services:{dfsp}:{source}/{target}"), failure());
+            StatusCode::OK
+        }
+        (&Method::POST, [kind @ ("fxQuotes" | "fxTransfers")]) => {
+            let path = format!("/{kind}");
+            tokio::spawn(async move {
+                match &sim.fxp {
+                    Some(fxp) if fxp.name == dfsp && path == "/fxQuotes" => {
+                        fx::answer_fx_quote(&sim, fxp, &source, &body).await
+                    }
+                    Some(fxp) if fxp.name == dfsp => {
+                        fx::answer_conversion(&sim, fxp, &source, &body).await
+                    }
+                    _ => fx::refuse_as_no_fxp(&sim, &dfsp, &source, &path, &body).await,
+                }
+            });
+            StatusCode::ACCEPTED
+        }
+        (&Method::PUT, ["fxQuotes", id]) => {
+            sim.deliver(&format!("fxquote:{dfsp}:{id}"), answer());
+            StatusCode::OK
+        }
+        (&Method::PUT, ["fxQuotes", id, "error"]) => {
+            sim.deliver(&format!("fxquote:{dfsp}:{id}"), failure());
+            StatusCode::OK
+        }
+        (&Method::PUT, ["fxTransfers", id]) => {
+            sim.deliver(&format!("conversion:{dfsp}:{id}"), answer());
+            StatusCode::OK
+        }
+        (&Method::PUT, ["fxTransfers", id, "error"]) => {
+            sim.deliver(&format!("conversion:{dfsp}:{id}"), failure());
+            StatusCode::OK
+        }
+        // Notifications (PATCH /transfers/{ID}, and to the FXP PATCH
+        // /fxTransfers/{ID}) and anything else: seen, printed, acknowledged.
         _ => StatusCode::OK,
     }
 }
@@ -607,13 +877,25 @@ async fn answer_party(sim: &Sim, dfsp: &str, source: &str, kind: &str, id: &str)
     let path = format!("/parties/{kind}/{id}");
     let held = kind == "MSISDN" && sim.parties.get(id).is_some_and(|holder| holder == dfsp);
     let sent = if held {
+        // With the currency it is paid in: FSPIOP v2.0's
+        // `supportedCurrencies`, which tells a payer to convert (unknown
+        // to v1.x, whose parsers ignore it; the hub passes it on).
+        let mut party: Value = serde_json::from_str(&party_put_body_named(
+            id,
+            dfsp,
+            &format!("Sim party {id} of {dfsp}"),
+        ))
+        .expect("a JSON body");
+        if let Some(currency) = sim.currencies.get(dfsp) {
+            party["party"]["supportedCurrencies"] = json!([currency]);
+        }
         sim.to_hub(
             Method::PUT,
             &path,
             Api::Parties,
             dfsp,
             Some(source),
-            party_put_body_named(id, dfsp, &format!("Sim party {id} of {dfsp}")),
+            party.to_string(),
         )
         .await
     } else {
@@ -748,6 +1030,24 @@ async fn ask(
     }
 }
 
+/// A send's steps as they happen: printed, and kept for `kasi sim send`.
+struct Progress<'a>(&'a mut Vec<String>);
+
+impl Progress<'_> {
+    fn step(&mut self, line: String) {
+        println!("{} send: {line}", clock());
+        self.0.push(line);
+    }
+}
+
+/// The payee as the lookup found it.
+struct Payee {
+    fsp: String,
+    /// The currencies it is paid in, when its answer says
+    /// (`supportedCurrencies`).
+    currencies: Vec<String>,
+}
+
 /// The payment `request` asks for, each step logged in `steps`; the final
 /// line, or why it failed.
 async fn payment(
@@ -762,15 +1062,105 @@ async fn payment(
             sim.names.join(", ")
         ));
     }
-    let mut step = |line: String| {
-        println!("{} send: {line}", clock());
-        steps.push(line);
+    let mut progress = Progress(steps);
+    let payee = lookup(
+        sim,
+        &mut progress,
+        payer,
+        &request.party_type,
+        &request.party_id,
+    )
+    .await?;
+    let source = request
+        .currency
+        .clone()
+        .or_else(|| sim.currencies.get(payer).cloned())
+        .unwrap_or_else(|| "USD".to_string());
+    let target = match &request.to_currency {
+        Some(currency) => currency.clone(),
+        None if payee.currencies.is_empty() || payee.currencies.contains(&source) => source.clone(),
+        None => payee.currencies[0].clone(),
     };
-    let (kind, id) = (&request.party_type, &request.party_id);
+    let transfer_id = sim.uuid();
+    if target == source {
+        let quote = quote(
+            sim,
+            &mut progress,
+            2,
+            payer,
+            request,
+            &payee,
+            (&request.amount, &source),
+        )
+        .await?;
+        let (amount, currency) = transfer(
+            sim,
+            &mut progress,
+            3,
+            payer,
+            &payee,
+            &quote,
+            &transfer_id,
+            None,
+        )
+        .await?;
+        return Ok(format!(
+            "COMMITTED: transfer {transfer_id}, {amount} {currency} from {payer} to {}",
+            payee.fsp
+        ));
+    }
+    progress.step(format!(
+        "   {} is to be paid in {target}: {payer} converts {} {source} through an FXP",
+        payee.fsp, request.amount
+    ));
+    let offer = fx::find_and_quote(
+        sim,
+        &mut progress,
+        2,
+        payer,
+        &transfer_id,
+        (&request.amount, &source),
+        &target,
+    )
+    .await?;
+    let quote = quote(
+        sim,
+        &mut progress,
+        4,
+        payer,
+        request,
+        &payee,
+        (&offer.target.0, &target),
+    )
+    .await?;
+    fx::convert(sim, &mut progress, 5, payer, &offer, &transfer_id).await?;
+    let (amount, currency) = transfer(
+        sim,
+        &mut progress,
+        6,
+        payer,
+        &payee,
+        &quote,
+        &transfer_id,
+        Some(&offer.fxp),
+    )
+    .await?;
+    Ok(format!(
+        "COMMITTED: transfer {transfer_id}, {amount} {currency} from {payer} to {}, converted from {} {} by {} (conversion {})",
+        payee.fsp, offer.source.0, offer.source.1, offer.fxp, offer.conversion_id
+    ))
+}
 
-    // 1. Discovery.
+/// Step 1: who holds party `kind` `id`.
+async fn lookup(
+    sim: &Sim,
+    progress: &mut Progress<'_>,
+    payer: &str,
+    kind: &str,
+    id: &str,
+) -> Result<Payee, String> {
     let path = format!("/parties/{kind}/{id}");
-    step(format!(
+    progress.step(format!(
         "1. lookup: {payer} asks the hub who holds {kind} {id} (GET {path})"
     ));
     let sent = sim.to_hub(Method::GET, &path, Api::Parties, payer, None, String::new());
@@ -782,44 +1172,89 @@ async fn payment(
     )
     .await
     .map_err(|error| format!("lookup of {kind} {id}: {error}"))?;
-    let payee = party["party"]["partyIdInfo"]["fspId"]
+    let fsp = party["party"]["partyIdInfo"]["fspId"]
         .as_str()
         .ok_or("lookup: the answer names no fspId")?
         .to_string();
     let name = party["party"]["name"].as_str().unwrap_or("(no name)");
-    step(format!("   {kind} {id} is {name:?}, held by {payee}"));
+    let currencies: Vec<String> = party["party"]["supportedCurrencies"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let takes = if currencies.is_empty() {
+        String::new()
+    } else {
+        format!(", paid in {}", currencies.join(", "))
+    };
+    progress.step(format!("   {kind} {id} is {name:?}, held by {fsp}{takes}"));
+    Ok(Payee { fsp, currencies })
+}
 
-    // 2. Quote.
-    let currency = request
-        .currency
-        .clone()
-        .unwrap_or_else(|| "USD".to_string());
+/// Step `number`: the payee's terms for `amount` (`POST /quotes`).
+async fn quote(
+    sim: &Sim,
+    progress: &mut Progress<'_>,
+    number: u32,
+    payer: &str,
+    request: &SendRequest,
+    payee: &Payee,
+    (amount, currency): (&str, &str),
+) -> Result<Value, String> {
+    let payee_fsp = payee.fsp.as_str();
     let quote_id = sim.uuid();
     let transaction_id = sim.uuid();
-    step(format!(
-        "2. quote: {payer} asks {payee} for terms to send {} {currency} (POST /quotes {quote_id})",
-        request.amount
+    progress.step(format!(
+        "{number}. quote: {payer} asks {payee_fsp} for terms to send {amount} {currency} (POST /quotes {quote_id})"
     ));
     let payer_party = party_msisdn(payer, 1);
     let body = quote_post_body(
         &quote_id,
         &transaction_id,
         (payer, &payer_party),
-        (&payee, id),
-        (&request.amount, &currency),
+        (payee_fsp, &request.party_id),
+        (amount, currency),
     );
     let sent = sim.to_hub(
         Method::POST,
         "/quotes",
         Api::Quotes,
         payer,
-        Some(&payee),
+        Some(payee_fsp),
         body,
     );
     let quote = ask(sim, format!("quote:{payer}:{quote_id}"), sent, STEP_TIMEOUT)
         .await
         .map_err(|error| format!("quote {quote_id}: {error}"))?;
-    let (amount, quoted_currency) = (
+    progress.step(format!(
+        "   {payee_fsp} quotes: transfer {} {}, condition {}",
+        quote["transferAmount"]["amount"].as_str().unwrap_or("?"),
+        quote["transferAmount"]["currency"].as_str().unwrap_or("?"),
+        quote["condition"].as_str().unwrap_or("?")
+    ));
+    Ok(quote)
+}
+
+/// Step `number`: the transfer `quote` agreed (`POST /transfers`), awaited
+/// to its end; with `fxp`, the transfer a conversion by it depends on.
+/// The amount and currency moved.
+#[allow(clippy::too_many_arguments)]
+async fn transfer(
+    sim: &Sim,
+    progress: &mut Progress<'_>,
+    number: u32,
+    payer: &str,
+    payee: &Payee,
+    quote: &Value,
+    transfer_id: &str,
+    fxp: Option<&str>,
+) -> Result<(String, String), String> {
+    let payee_fsp = payee.fsp.as_str();
+    let (amount, currency) = (
         quote["transferAmount"]["amount"]
             .as_str()
             .unwrap_or_default()
@@ -829,21 +1264,18 @@ async fn payment(
             .unwrap_or_default()
             .to_string(),
     );
-    step(format!(
-        "   {payee} quotes: transfer {amount} {quoted_currency}, condition {}",
-        quote["condition"].as_str().unwrap_or("?")
-    ));
-
-    // 3. Transfer.
-    let transfer_id = sim.uuid();
-    step(format!(
-        "3. transfer: {payer} prepares {amount} {quoted_currency} to {payee} (POST /transfers {transfer_id})"
+    let paid_by = match fxp {
+        Some(fxp) => format!(", paid from {fxp}'s {currency} under the conversion"),
+        None => String::new(),
+    };
+    progress.step(format!(
+        "{number}. transfer: {payer} prepares {amount} {currency} to {payee_fsp}{paid_by} (POST /transfers {transfer_id})"
     ));
     let body = json!({
         "transferId": transfer_id,
         "payerFsp": payer,
-        "payeeFsp": payee,
-        "amount": { "amount": amount, "currency": quoted_currency },
+        "payeeFsp": payee_fsp,
+        "amount": { "amount": amount, "currency": currency },
         "ilpPacket": quote["ilpPacket"],
         "condition": quote["condition"],
         "expiration": fspiop::format_date_time(now_ms() + TRANSFER_EXPIRY_MS),
@@ -854,7 +1286,7 @@ async fn payment(
         "/transfers",
         Api::Transfers,
         payer,
-        Some(&payee),
+        Some(payee_fsp),
         body,
     );
     let timeout = Duration::from_millis(TRANSFER_EXPIRY_MS as u64) + STEP_TIMEOUT;
@@ -867,9 +1299,7 @@ async fn payment(
     .await
     .map_err(|error| format!("transfer {transfer_id}: {error}"))?;
     match transfer["transferState"].as_str() {
-        Some("COMMITTED") => Ok(format!(
-            "COMMITTED: transfer {transfer_id}, {amount} {quoted_currency} from {payer} to {payee}"
-        )),
+        Some("COMMITTED") => Ok((amount, currency)),
         state => Err(format!(
             "transfer {transfer_id} ended {}",
             state.unwrap_or("in no state")
@@ -888,6 +1318,7 @@ async fn send_through_sim(args: SendArgs) -> anyhow::Result<ExitCode> {
         party_id: party_id.to_string(),
         amount: args.amount[0].clone(),
         currency: args.amount.get(1).cloned(),
+        to_currency: args.to_currency.clone(),
     };
     let url = format!("{}/_sim/send", args.sim.trim_end_matches('/'));
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
@@ -942,5 +1373,54 @@ mod tests {
         assert_eq!(line, "state COMMITTED");
         let line = summary(error_body("5104", "no").as_bytes());
         assert_eq!(line, "error 5104 no");
+        let line = summary(
+            br#"{"conversionTerms":{"initiatingFsp":"payerfsp","counterPartyFsp":"fxp","sourceAmount":{"currency":"USD","amount":"10"},"targetAmount":{"currency":"TZS"}}}"#,
+        );
+        assert_eq!(line, "convert 10 USD to ? TZS, payerfsp with FXP fxp");
+        let line = summary(br#"{"conversionState":"COMMITTED"}"#);
+        assert_eq!(line, "state COMMITTED");
+        let line = summary(br#"{"providers":["fxp","fxp2"]}"#);
+        assert_eq!(line, "FXPs [fxp, fxp2]");
+    }
+
+    fn sim_args(args: &[&str]) -> SimArgs {
+        #[derive(clap::Parser)]
+        struct Command {
+            #[command(flatten)]
+            sim: SimArgs,
+        }
+        let args = std::iter::once("sim").chain(args.iter().copied());
+        <Command as clap::Parser>::try_parse_from(args).unwrap().sim
+    }
+
+    #[test]
+    fn each_dfsp_has_one_currency_and_the_fxp_is_apart() {
+        let dfsps = |args: &[&str]| played_dfsps(&sim_args(args)).map_err(|e| e.to_string());
+        let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+            list.iter()
+                .map(|(n, c)| (n.to_string(), c.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            dfsps(&["--dfsps", "payerfsp,payeefsp:TZS,payerfsp"]).unwrap(),
+            pairs(&[("payerfsp", "USD"), ("payeefsp", "TZS")])
+        );
+        assert_eq!(
+            dfsps(&["--dfsps", "a,b", "--currency", "KES"]).unwrap(),
+            pairs(&[("a", "KES"), ("b", "KES")])
+        );
+        for (args, says) in [
+            (&["--dfsps", "a,b:XYZ"][..], "XYZ is not an ISO 4217"),
+            (&["--dfsps", "a", "--currency", "usd"], "--currency: usd"),
+            (&["--dfsps", "a,a:TZS"], "a is named in USD and in TZS"),
+            (&["--dfsps", "a,:TZS"], "name at least one DFSP"),
+            (
+                &["--dfsps", "a,fxp", "--fxp", "fxp", "--fx-rate", "USD:TZS=1"],
+                "--fxp fxp: also named in --dfsps",
+            ),
+        ] {
+            let error = dfsps(args).unwrap_err();
+            assert!(error.contains(says), "{args:?}: {error}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! `kasi sim` against a real hub: the sim onboards two DFSPs, `kasi sim
 //! send` makes a whole lookup + quote + transfer happen, the hub's positions
 //! move by the amount; a sim refusing every prepare makes the send fail with
-//! the payee's error and leaves the positions alone.
+//! the payee's error and leaves the positions alone. With an FXP, a send to
+//! a payee paid in another currency converts through it, and the positions
+//! move in both currencies.
 
 mod support;
 
@@ -26,18 +28,17 @@ struct Sim {
 
 impl Sim {
     fn start(hub: &Hub, extra: &[&str]) -> Sim {
+        Sim::playing(hub, "payerfsp,payeefsp", extra)
+    }
+
+    /// A sim playing `dfsps` (its --dfsps).
+    fn playing(hub: &Hub, dfsps: &str, extra: &[&str]) -> Sim {
         let mut child = kasi()
             .args(["sim", "--hub-api"])
             .arg(format!("http://{}", hub.api))
             .arg("--hub-admin")
             .arg(format!("http://{}", hub.admin))
-            .args([
-                "--dfsps",
-                "payerfsp,payeefsp",
-                "--onboard",
-                "--listen",
-                "127.0.0.1:0",
-            ])
+            .args(["--dfsps", dfsps, "--onboard", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -99,17 +100,35 @@ impl Sim {
             .iter()
             .find(|line| line.starts_with(&prefix))
             .unwrap_or_else(|| panic!("no parties printed for {dfsp}: {:?}", self.seen));
-        line[prefix.len()..].split(", ").next().unwrap().to_string()
+        line[prefix.len()..]
+            .split([',', ' '])
+            .next()
+            .unwrap()
+            .to_string()
     }
 
     fn send(&self, from: &str, to: &str, amount: &str) -> Output {
+        self.send_with(from, to, &["--amount", amount, "USD"])
+    }
+
+    fn send_with(&self, from: &str, to: &str, args: &[&str]) -> Output {
         kasi()
             .args([
                 "sim", "send", "--sim", &self.url, "--from", from, "--to", to,
             ])
-            .args(["--amount", amount, "USD"])
+            .args(args)
             .output()
             .unwrap()
+    }
+
+    /// Waits until every one of `matchers` has matched a line, in any
+    /// order (from the last line taken on).
+    fn await_lines(&mut self, matchers: &[&dyn Fn(&str) -> bool]) {
+        let mut left: Vec<_> = matchers.iter().collect();
+        while !left.is_empty() {
+            let line = self.await_line(|line| left.iter().any(|matches| matches(line)));
+            left.retain(|matches| !matches(&line));
+        }
     }
 }
 
@@ -320,4 +339,121 @@ fn sim_onboarding_keeps_the_hubs_default_settlement_model() {
     );
     assert_eq!(settlement.status, 200, "{settlement:?}");
     assert_eq!(settlement.json()["state"], "PENDING_SETTLEMENT");
+}
+
+/// `kasi sim --fxp`: the sim onboards an FXP in both currencies with its
+/// corridors, a payee paid in TZS, and `kasi sim send` of 10 USD to that
+/// payee finds the FXP, takes its terms, converts and transfers 25,000
+/// TZS; the payer owes USD, the FXP is owed USD and owes TZS, the payee is
+/// owed TZS. A currency no FXP converts to ends the send at once.
+#[test]
+fn sim_fxp_converts_and_a_cross_currency_send_moves_both_currencies() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    let mut sim = Sim::playing(
+        &hub,
+        "payerfsp,payeefsp:TZS",
+        &[
+            "--fxp",
+            "fxp",
+            "--fx-rate",
+            "USD:TZS=2500",
+            "--fx-rate",
+            "TZS:USD=0.0004",
+        ],
+    );
+    for expected in [
+        "payerfsp: onboarded (net debit cap and funds in of USD)",
+        "payeefsp: onboarded (net debit cap and funds in of TZS)",
+        "fxp: onboarded as an FXP in USD",
+        "fxp: onboarded as an FXP in TZS",
+        "fxp: its corridors declared (PUT /participants/fxp/fxCorridors): USD to TZS, TZS to USD",
+        "fxp converts USD to TZS at 2500, TZS to USD at 0.0004",
+    ] {
+        assert!(
+            sim.seen.iter().any(|line| line.contains(expected)),
+            "{expected:?} in {:#?}",
+            sim.seen
+        );
+    }
+    assert_eq!(model_names(&hub), ["DEFERREDNETUSD", "DEFERREDNETTZS"]);
+    let fxps = hub.admin_expect("GET", "/fxps", None, 200).json();
+    assert_eq!(fxps[0]["name"], "fxp", "{fxps}");
+    assert_eq!(fxps[0]["corridors"].as_array().unwrap().len(), 2, "{fxps}");
+    let positions = |hub: &Hub| {
+        [
+            hub.position_in("payerfsp", "USD"),
+            hub.position_in("fxp", "USD"),
+            hub.position_in("fxp", "TZS"),
+            hub.position_in("payeefsp", "TZS"),
+        ]
+    };
+    assert_eq!(positions(&hub), [0.0; 4]);
+
+    let payee_party = sim.party_of("payeefsp");
+    let output = sim.send("payerfsp", &format!("MSISDN:{payee_party}"), "10");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "send failed: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "1. lookup",
+        "held by payeefsp, paid in TZS",
+        "payeefsp is to be paid in TZS: payerfsp converts 10 USD through an FXP",
+        "2. FXPs: payerfsp asks the hub who converts USD to TZS (GET /services/FXP/USD/TZS)",
+        "offered: fxp",
+        "3. FX quote: payerfsp asks fxp to convert 10 USD to TZS",
+        "fxp offers 25000 TZS for 10 USD",
+        "4. quote: payerfsp asks payeefsp for terms to send 25000 TZS",
+        "5. conversion: payerfsp asks fxp to convert 10 USD into 25000 TZS",
+        "fxp accepted: RESERVED",
+        "6. transfer: payerfsp prepares 25000 TZS to payeefsp, paid from fxp's TZS",
+    ] {
+        assert!(text.contains(expected), "{expected:?} in {text}");
+    }
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.starts_with("COMMITTED: transfer ")
+            && last.contains("25000 TZS from payerfsp to payeefsp, converted from 10 USD by fxp"),
+        "{text}"
+    );
+    // The sim printed what each party saw: the FXP's questions, the
+    // payee's transfer in TZS, and the hub's PATCH telling the FXP.
+    sim.await_line(|l| {
+        l.contains("fxp <- POST /fxQuotes") && l.contains("convert 10 USD to ? TZS")
+    });
+    sim.await_line(|l| {
+        l.contains("payerfsp <- PUT /fxQuotes/") && l.contains("convert 10 USD to 25000 TZS")
+    });
+    sim.await_line(|l| l.contains("fxp <- POST /fxTransfers"));
+    sim.await_line(|l| l.contains("payerfsp <- PUT /fxTransfers/") && l.contains("state RESERVED"));
+    sim.await_line(|l| l.contains("payeefsp <- POST /transfers") && l.contains("amount 25000 TZS"));
+    sim.await_lines(&[
+        &|l| l.contains("fxp <- PATCH /fxTransfers/") && l.contains("state COMMITTED"),
+        &|l| l.contains("payerfsp <- PUT /transfers/") && l.contains("state COMMITTED"),
+    ]);
+    assert_eq!(
+        positions(&hub),
+        [10.0, -10.0, 25_000.0, -25_000.0],
+        "payer owes USD; the FXP is owed USD and owes TZS; the payee is owed TZS"
+    );
+
+    // No FXP converts USD to KES: the send ends after the hub's empty list.
+    let output = sim.send_with(
+        "payerfsp",
+        &format!("MSISDN:{payee_party}"),
+        &["--amount", "10", "USD", "--to-currency", "KES"],
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("error: no FXP converts USD to KES"),
+        "{text}"
+    );
+    assert_eq!(positions(&hub), [10.0, -10.0, 25_000.0, -25_000.0]);
 }

@@ -1,7 +1,7 @@
 //! The tutorial, run as written: every ```sh block of docs/tutorial.md (and
 //! so examples/onboard.sh) in order, in one bash, against the real binary,
-//! with real callback stubs standing in for the DFSPs. If the tutorial
-//! rots, this fails.
+//! with real callback stubs standing in for the DFSPs and the FXP. If the
+//! tutorial rots, this fails.
 
 mod support;
 
@@ -82,6 +82,7 @@ fn the_tutorial_runs_as_written() {
     let hub = Hub::start(&dir.path().join("data"));
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
+    let fxp = Stub::start("fxp");
     let script = format!("set -euo pipefail\n{}", blocks.join("\n"));
     let output = Command::new("bash")
         .arg("-c")
@@ -91,6 +92,7 @@ fn the_tutorial_runs_as_written() {
         .env("KASI_ADMIN", format!("http://{}", hub.admin))
         .env("PAYER_URL", payer.base_url())
         .env("PAYEE_URL", payee.base_url())
+        .env("FXP_URL", fxp.base_url())
         .env_remove("KASI_TOKEN")
         .output()
         .unwrap();
@@ -101,8 +103,10 @@ fn the_tutorial_runs_as_written() {
         "the tutorial failed:\n{stdout}\n{stderr}\nhub log:\n{}",
         hub.log()
     );
-    assert_eq!(stdout.matches(" -> 202").count(), 4, "{stdout}");
-    assert_eq!(stdout.matches(" -> 200").count(), 3, "{stdout}");
+    // Requests (202) and callbacks (200): 4 and 3 in one currency, 7 and
+    // 5 more across currencies.
+    assert_eq!(stdout.matches(" -> 202").count(), 11, "{stdout}");
+    assert_eq!(stdout.matches(" -> 200").count(), 8, "{stdout}");
 
     let id_of = |received: &[Received], path: &str, key: &str| -> String {
         received
@@ -140,9 +144,60 @@ fn the_tutorial_runs_as_written() {
         confirmation.last().unwrap().json()["transferState"],
         "COMMITTED"
     );
-    assert_eq!(hub.position(PAYER), 100.0);
-    assert_eq!(hub.position(PAYEE), -100.0);
     assert!(stdout.contains("payerfsp: [{"), "{stdout}");
+
+    // Across currencies: the FXP was asked for terms and to convert, the
+    // payer heard the FXP list, the terms and the acceptance, the payee
+    // got the transfer in TZS, and the hub told the FXP of the commit.
+    let at_fxp = await_all(
+        &fxp,
+        &[
+            ("POST", "/fxQuotes".into()),
+            ("POST", "/fxTransfers".into()),
+        ],
+    );
+    let fx_quote_id = id_of(&at_fxp, "/fxQuotes", "conversionRequestId");
+    let conversion_id = id_of(&at_fxp, "/fxTransfers", "commitRequestId");
+    let patch = await_all(&fxp, &[("PATCH", format!("/fxTransfers/{conversion_id}"))]);
+    assert_eq!(patch.last().unwrap().json()["conversionState"], "COMMITTED");
+    let at_payee = await_all(&payee, &[("POST", "/transfers".into())]);
+    let dependent_id = id_of(&at_payee, "/transfers", "transferId");
+    assert_eq!(
+        at_payee.last().unwrap().json()["amount"],
+        serde_json::json!({"currency": "TZS", "amount": "25000"})
+    );
+    let at_payer = await_all(
+        &payer,
+        &[
+            ("PUT", "/services/FXP/USD/TZS".into()),
+            ("PUT", format!("/fxQuotes/{fx_quote_id}")),
+            ("PUT", format!("/fxTransfers/{conversion_id}")),
+            ("PUT", format!("/transfers/{dependent_id}")),
+        ],
+    );
+    let fxps = at_payer
+        .iter()
+        .find(|r| r.path == "/services/FXP/USD/TZS")
+        .unwrap();
+    assert_eq!(fxps.json()["providers"], serde_json::json!(["fxp"]));
+    let committed = at_payer
+        .iter()
+        .find(|r| r.path == format!("/transfers/{dependent_id}"))
+        .unwrap();
+    assert_eq!(committed.json()["transferState"], "COMMITTED");
+    assert!(stdout.contains("fxp: [{"), "{stdout}");
+    assert!(
+        stdout.contains(&dependent_id),
+        "the conversion names its transfer: {stdout}"
+    );
+
+    // The positions in both currencies: 100 USD and 10 USD paid, 10 USD
+    // converted into 25,000 TZS.
+    assert_eq!(hub.position_in(PAYER, "USD"), 110.0);
+    assert_eq!(hub.position_in(PAYEE, "USD"), -100.0);
+    assert_eq!(hub.position_in("fxp", "USD"), -10.0);
+    assert_eq!(hub.position_in("fxp", "TZS"), 25_000.0);
+    assert_eq!(hub.position_in(PAYEE, "TZS"), -25_000.0);
 
     // What the tutorial says the console shows: both positions on the
     // overview, and the transfer found by its id.
