@@ -62,6 +62,11 @@ impl Fx {
     }
 
     fn start(extra: &[&str]) -> Fx {
+        Fx::with_fxp_liquidity(extra, 1_000_000)
+    }
+
+    /// The FXP with `tzs` of TZS liquidity and net debit cap.
+    fn with_fxp_liquidity(extra: &[&str], tzs: u64) -> Fx {
         let dir = tempfile::tempdir().unwrap();
         let hub = Hub::start_with(dir.path(), extra);
         hub.setup();
@@ -78,7 +83,7 @@ impl Fx {
         let payee = Stub::start(PAYEE);
         hub.add_currency(PAYER, "USD", 1_000, 1_000);
         hub.add_currency(FXP, "USD", 0, 0);
-        hub.add_currency(FXP, "TZS", 1_000_000, 1_000_000);
+        hub.add_currency(FXP, "TZS", tzs, tzs);
         hub.add_currency(PAYEE, "TZS", 0, 0);
         for stub in [&payer, &fxp, &payee] {
             transfer_endpoints(&hub, &stub.name, &stub.base_url());
@@ -450,4 +455,180 @@ fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
         .admin_expect("GET", "/audit-events?action=fxp.corridors", None, 200)
         .json();
     assert!(events.to_string().contains("USD"), "{events}");
+}
+
+#[test]
+fn each_currencys_caps_hold_the_payer_and_the_fxp() {
+    // The payer's USD liquidity (1,000) refuses a conversion of 1,001.
+    let fx = Fx::with_fxp_liquidity(&[], 100);
+    let (conversion, transfer) = (new_id(), new_id());
+    let body = conversion_body(&conversion, &transfer, "1001", far_future());
+    let headers = fx.fx_headers(PAYER, FXP, true);
+    assert_eq!(
+        fx.hub
+            .api("POST", "/fxTransfers", &headers, body.as_bytes())
+            .status,
+        202
+    );
+    let refused = fx
+        .payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}/error"));
+    assert_eq!(error_code(&refused), json!("4001"));
+    assert_eq!(fx.positions(), [0.0; 4]);
+
+    // The FXP's TZS liquidity (100) refuses the transfer: the conversion
+    // ends at once, the payer's USD released, the FXP told ABORTED.
+    let (conversion, transfer) = (new_id(), new_id());
+    fx.convert(&conversion, &transfer, far_future());
+    fx.fxp.expect("POST", "/fxTransfers");
+    fx.accept(&conversion);
+    fx.payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}"));
+    fx.transfer(&transfer, "750000");
+    let refused = fx.payer.expect_error(&transfer, "4001");
+    assert!(refused.text().contains("FXP"), "names the FXP: {refused:?}");
+    let patch = fx
+        .fxp
+        .expect("PATCH", &format!("/fxTransfers/{conversion}"));
+    assert_eq!(patch.json()["conversionState"], json!("ABORTED"));
+    assert_eq!(fx.positions(), [0.0; 4], "nothing held in either currency");
+    fx.payee.assert_quiet(QUIET_WAIT);
+}
+
+#[test]
+fn the_fxps_resent_acceptance_gets_the_state_and_a_changed_one_3106() {
+    let fx = Fx::new();
+    let (conversion, transfer) = (new_id(), new_id());
+    fx.convert(&conversion, &transfer, far_future());
+    fx.fxp.expect("POST", "/fxTransfers");
+    let accepted = fx.accept(&conversion);
+    fx.payer
+        .expect("PUT", &format!("/fxTransfers/{conversion}"));
+    let headers = fx.fx_headers(FXP, PAYER, false);
+    let path = format!("/fxTransfers/{conversion}");
+    assert_eq!(
+        fx.hub
+            .api("PUT", &path, &headers, accepted.as_bytes())
+            .status,
+        200
+    );
+    let state = fx.fxp.expect("PUT", &path);
+    assert_eq!(state.json()["conversionState"], json!("RESERVED"));
+    assert_eq!(state.header("fspiop-source"), Some(HUB_NAME));
+    let changed = accepted.replace("RESERVED", "COMMITTED");
+    assert_eq!(
+        fx.hub
+            .api("PUT", &path, &headers, changed.as_bytes())
+            .status,
+        200
+    );
+    let refused = fx.fxp.expect("PUT", &format!("{path}/error"));
+    assert_eq!(error_code(&refused), json!("3106"));
+    fx.payer.assert_quiet(QUIET_WAIT);
+    assert_eq!(fx.positions(), [300.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn a_restart_before_the_fxp_answers_and_after_the_commit_loses_nothing() {
+    let mut fx = Fx::new();
+    let (conversion, transfer) = (new_id(), new_id());
+    fx.convert(&conversion, &transfer, far_future());
+    fx.fxp.expect("POST", "/fxTransfers");
+    let data_dir = fx._dir.path().to_path_buf();
+    fx.hub.kill();
+    fx.hub = Hub::start(&data_dir);
+    assert_eq!(
+        fx.positions(),
+        [300.0, 0.0, 0.0, 0.0],
+        "the payer's USD still held"
+    );
+    fx.accept(&conversion);
+    expect_skipping(&fx.payer, "PUT", &format!("/fxTransfers/{conversion}"));
+    fx.transfer(&transfer, "750000");
+    expect_skipping(&fx.payee, "POST", "/transfers");
+    fx.commit(&transfer);
+    expect_skipping(&fx.fxp, "PATCH", &format!("/fxTransfers/{conversion}"));
+    fx.hub.kill();
+    fx.hub = Hub::start(&data_dir);
+    assert_eq!(fx.positions(), [300.0, -300.0, 750_000.0, -750_000.0]);
+    let conversion_read = fx
+        .hub
+        .admin_expect("GET", &format!("/transfers/{conversion}"), None, 200)
+        .json();
+    assert_eq!(conversion_read["kind"], json!("fxTransfer"));
+    assert_eq!(conversion_read["transferState"], json!("COMMITTED"));
+    assert_eq!(conversion_read["fx"]["dependentState"], json!("COMMITTED"));
+    let transfer_read = fx
+        .hub
+        .admin_expect("GET", &format!("/transfers/{transfer}"), None, 200)
+        .json();
+    assert_eq!(
+        transfer_read["payerFsp"],
+        json!(PAYER),
+        "its FSPIOP payer, not the FXP"
+    );
+    assert_eq!(transfer_read["fx"]["commitRequestId"], json!(conversion));
+}
+
+#[test]
+fn a_window_with_a_conversion_settles_the_fxp_in_both_currencies() {
+    let fx = Fx::new();
+    let (conversion, transfer) = fx.up_to_the_dependent_transfer();
+    fx.commit(&transfer);
+    expect_skipping(&fx.fxp, "PATCH", &format!("/fxTransfers/{conversion}"));
+    let v2 = |method: &str, path: &str, body: Option<Value>| {
+        let response = fx.hub.admin(method, &format!("/v2{path}"), body.as_ref());
+        assert_eq!(response.status, 200, "{method} /v2{path}: {response:?}");
+        response.json()
+    };
+    v2(
+        "POST",
+        "/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "end of day"})),
+    );
+    let settlement = v2(
+        "POST",
+        "/settlements",
+        Some(json!({
+            "settlementModel": "DEFAULTDEFERREDNET",
+            "reason": "FX",
+            "settlementWindows": [{"id": 1}]
+        })),
+    );
+    let mut nets: Vec<(String, i64)> = settlement["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|participant| participant["accounts"].as_array().unwrap().clone())
+        .map(|account| {
+            let net = &account["netSettlementAmount"];
+            (
+                net["currency"].as_str().unwrap().to_string(),
+                net["amount"].as_f64().unwrap() as i64,
+            )
+        })
+        .collect();
+    nets.sort();
+    assert_eq!(
+        nets,
+        [
+            ("TZS".to_string(), -750_000),
+            ("TZS".to_string(), 750_000),
+            ("USD".to_string(), -300),
+            ("USD".to_string(), 300),
+        ],
+        "the FXP owes in one currency and is owed in the other; no netting across"
+    );
+    let id = settlement["id"].as_u64().unwrap();
+    let settled = v2(
+        "POST",
+        &format!("/settlements/{id}/finalize"),
+        Some(json!({"reason": "FX day"})),
+    );
+    assert_eq!(settled["state"], json!("SETTLED"), "{settled}");
+    assert_eq!(
+        fx.positions(),
+        [0.0; 4],
+        "positions reset in both currencies"
+    );
 }
