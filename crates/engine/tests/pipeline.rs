@@ -990,6 +990,9 @@ impl store::Prefetch for FailingReads {
         for &id in &ids.quotes {
             prefetched.quotes.insert(id, Lookup::Absent);
         }
+        for &id in &ids.conversions {
+            prefetched.conversions.insert(id, Lookup::Absent);
+        }
         Ok(prefetched)
     }
 }

@@ -385,24 +385,7 @@ impl Ledger {
             return Err(Self::not_reserved(id, conversion.state));
         }
         if self.now_ms >= conversion.expiration_ms {
-            let code = ErrorCode::TRANSFER_EXPIRED;
-            let view = self.finish(
-                id,
-                FinishKind::Fulfil,
-                TransferState::Expired,
-                Some(code),
-                None,
-                hash,
-                None,
-            )?;
-            let error = Rejection::new(
-                code,
-                format!("conversion {id} was fulfilled at or after its expiration"),
-            );
-            return Ok(Outcome::Failed {
-                transfer: view,
-                error,
-            });
+            return self.fulfilled_too_late(id, hash, "conversion");
         }
         let initiating = self.account(conversion.debit).participant;
         let initiating = self.participant(initiating).name;

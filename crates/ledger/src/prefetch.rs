@@ -161,8 +161,15 @@ impl PrefetchIds {
         self.transfers.is_empty() && self.quotes.is_empty() && self.conversions.is_empty()
     }
 
+    /// Ids read: a prepare's id asked both as a transfer and as a
+    /// conversion's determining transfer counts once.
     pub fn len(&self) -> usize {
-        self.transfers.len() + self.quotes.len() + self.conversions.len()
+        let apart = self
+            .conversions
+            .iter()
+            .filter(|id| self.transfers.binary_search(id).is_err())
+            .count();
+        self.transfers.len() + self.quotes.len() + apart
     }
 }
 

@@ -654,24 +654,7 @@ impl Ledger {
         let (hash, fulfilment) = (fulfil.request_hash, fulfil.fulfilment);
         let condition = transfer.condition;
         if self.now_ms >= transfer.expiration_ms {
-            let code = ErrorCode::TRANSFER_EXPIRED;
-            let view = self.finish(
-                transfer_id,
-                FinishKind::Fulfil,
-                TransferState::Expired,
-                Some(code),
-                None,
-                hash,
-                None,
-            )?;
-            let error = Rejection::new(
-                code,
-                format!("transfer {transfer_id} was fulfilled at or after its expiration"),
-            );
-            return Ok(Outcome::Failed {
-                transfer: view,
-                error,
-            });
+            return self.fulfilled_too_late(transfer_id, hash, "transfer");
         }
         if let Some(failed) =
             self.abort_unless_to_payer(transfer_id, FinishKind::Fulfil, fulfil.destination, hash)?
@@ -740,6 +723,35 @@ impl Ledger {
             None,
         )?;
         Ok(Outcome::Transfer(view))
+    }
+
+    /// A fulfil (or an FXP's acceptance) at or after the expiration: the
+    /// transfer (`what`) expires now, with its partner, and the sender is
+    /// told 3303.
+    pub(crate) fn fulfilled_too_late(
+        &mut self,
+        transfer_id: TransferId,
+        request_hash: RequestHash,
+        what: &str,
+    ) -> Result<Outcome, Rejection> {
+        let code = ErrorCode::TRANSFER_EXPIRED;
+        let view = self.finish(
+            transfer_id,
+            FinishKind::Fulfil,
+            TransferState::Expired,
+            Some(code),
+            None,
+            request_hash,
+            None,
+        )?;
+        let error = Rejection::new(
+            code,
+            format!("{what} {transfer_id} was fulfilled at or after its expiration"),
+        );
+        Ok(Outcome::Failed {
+            transfer: view,
+            error,
+        })
     }
 
     /// The payee's message about a reserved transfer named another

@@ -964,9 +964,20 @@ fn conversions_round_trip_alike() {
             .expect("a dependent transfer is notified again");
         assert_eq!(view.payer, conversion.initiating);
     }
+    // Conversions too, their callbacks derived again as theirs.
     assert!(touched
         .iter()
-        .all(|(view, _, _)| view.kind == TransferKind::Fspiop));
+        .all(|(view, _, _)| view.kind.is_between_positions()));
+    for conversion in [committed, aborted, expired] {
+        assert!(
+            touched.iter().any(
+                |(view, _, _)| view.transfer_id == conversion.commit_request_id
+                    && view.kind == TransferKind::FxConversion
+            ),
+            "conversion {} is notified again",
+            conversion.commit_request_id
+        );
+    }
 
     // With a horizon after all this and a history snapshot: the finished
     // pairs summed, the reserved conversions kept with their FX rows.

@@ -48,10 +48,14 @@ proptest! {
         let mut expected: Vec<TransferId> = all
             .transfers
             .iter()
-            .filter(|t| t.kind == TransferKind::Fspiop)
+            .filter(|t| t.kind.is_between_positions())
             .filter(|t| {
                 t.prepared_at_ms >= since_ms
                     || all.finishes.iter().any(|f| f.seq == t.seq && f.finished_at_ms >= since_ms)
+                    || all
+                        .conversion_fulfils
+                        .iter()
+                        .any(|c| c.seq == t.seq && c.at_ms >= since_ms)
             })
             .map(|t| t.transfer_id)
             .collect();

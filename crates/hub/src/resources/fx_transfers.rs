@@ -46,6 +46,7 @@ use ledger::{
 use crate::notify::{Origin, Tracking};
 use crate::stages::Received;
 use crate::transfer_stats::FailurePhase;
+use crate::transfers::{check_parties, retry_later};
 use crate::wire::{check_headers, forwarded_headers, Caller, Reply, Shape};
 use crate::{refused, Hub, HubError};
 
@@ -404,53 +405,17 @@ fn reason_of(view: &TransferView) -> (ErrorCode, String) {
     (code, description)
 }
 
-fn not_the_party(hub: &Hub, caller: &Caller, description: String) -> HubError {
-    hub.refuse(
-        refused::Class::NotParty,
-        caller.source.as_str(),
-        &description,
-    );
-    HubError::new(ErrorCode::GENERIC_VALIDATION_ERROR, description)
-}
-
-/// A refusal because the store could not be read is answered at once.
-fn retry_later(reply: TransferReply) -> Result<TransferReply, HubError> {
-    match reply {
-        TransferReply::Refused(error) if HubError::is_retry_later(&error) => {
-            Err(HubError::refused(error))
-        }
-        reply => Ok(reply),
-    }
-}
-
 async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<Response, HubError> {
     let body = std::mem::take(&mut request.body);
     let headers = &request.headers;
     let caller = check_headers(headers, Resource::FxTransfers, Shape::Post)?;
     let parsed = fspiop::parse_fx_transfer_prepare(&body)?;
-    if parsed.initiating_fsp != caller.source {
-        return Err(not_the_party(
-            &hub,
-            &caller,
-            format!(
-                "Generic validation error - FSPIOP-Source '{}' does not match initiatingFsp '{}'",
-                caller.source, parsed.initiating_fsp
-            ),
-        ));
-    }
-    // The header routes, the body commits (as for a transfer's payee).
-    if let Some(destination) = caller.destination {
-        if destination != parsed.counter_party_fsp {
-            return Err(not_the_party(
-                &hub,
-                &caller,
-                format!(
-                    "Generic validation error - FSPIOP-Destination '{destination}' does not match counterPartyFsp '{}'",
-                    parsed.counter_party_fsp
-                ),
-            ));
-        }
-    }
+    check_parties(
+        &hub,
+        &caller,
+        ("initiatingFsp", parsed.initiating_fsp),
+        ("counterPartyFsp", parsed.counter_party_fsp),
+    )?;
     let (determining_transfer_id, expiration_ms) = parsed.check_payer_conversion()?;
     let commit_request_id = parsed.commit_request_id;
     let fxp = parsed.counter_party_fsp;

@@ -568,6 +568,42 @@ fn reason_of(view: &TransferView) -> (ErrorCode, String) {
     (code, description)
 }
 
+/// A prepare's headers and body name the same parties: FSPIOP-Source is
+/// the body's payer (`payerFsp`, a conversion's `initiatingFsp`) and
+/// FSPIOP-Destination, when sent, its payee (`payeeFsp`, a conversion's
+/// `counterPartyFsp`). The header routes, the body commits: were they to
+/// disagree, the payer's signed body would name one payee while the
+/// message went to another. Refused before anything is reserved. (A
+/// prepare without FSPIOP-Destination is routed by its body, as Mojaloop
+/// allows.)
+pub(crate) fn check_parties(
+    hub: &Hub,
+    caller: &crate::wire::Caller,
+    (payer_field, payer): (&str, FspName),
+    (payee_field, payee): (&str, FspName),
+) -> Result<(), HubError> {
+    if payer != caller.source {
+        return Err(not_the_party(
+            hub,
+            caller,
+            format!(
+                "Generic validation error - FSPIOP-Source '{}' does not match {payer_field} '{payer}'",
+                caller.source
+            ),
+        ));
+    }
+    match caller.destination {
+        Some(destination) if destination != payee => Err(not_the_party(
+            hub,
+            caller,
+            format!(
+                "Generic validation error - FSPIOP-Destination '{destination}' does not match {payee_field} '{payee}'"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A prepare refused because its headers and body name different parties
 /// (400, 3100), counted and logged as `not_party`.
 fn not_the_party(hub: &Hub, caller: &crate::wire::Caller, description: String) -> HubError {
@@ -608,7 +644,7 @@ async fn execute_finish(
 
 /// A refusal because the store could not be read is answered at once
 /// (see [`HubError::is_retry_later`]).
-fn retry_later(reply: TransferReply) -> Result<TransferReply, HubError> {
+pub(crate) fn retry_later(reply: TransferReply) -> Result<TransferReply, HubError> {
     match reply {
         TransferReply::Refused(error) if HubError::is_retry_later(&error) => {
             Err(HubError::refused(error))
@@ -663,32 +699,12 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let parsed = fspiop::parse_transfer_prepare(&body)?;
     let mut prepare = parsed.to_prepare();
     prepare.wire_version = caller.version.packed();
-    if prepare.payer != caller.source {
-        return Err(not_the_party(
-            &hub,
-            &caller,
-            format!(
-                "Generic validation error - FSPIOP-Source '{}' does not match payerFsp '{}'",
-                caller.source, prepare.payer
-            ),
-        ));
-    }
-    // The header routes, the body commits: were they to disagree, the
-    // payer's signed body would name one payee while the message went to
-    // another. Refused before anything is reserved. (A prepare without
-    // FSPIOP-Destination is routed by payeeFsp, as Mojaloop allows.)
-    if let Some(destination) = caller.destination {
-        if destination != prepare.payee {
-            return Err(not_the_party(
-                &hub,
-                &caller,
-                format!(
-                    "Generic validation error - FSPIOP-Destination '{destination}' does not match payeeFsp '{}'",
-                    prepare.payee
-                ),
-            ));
-        }
-    }
+    check_parties(
+        &hub,
+        &caller,
+        ("payerFsp", prepare.payer),
+        ("payeeFsp", prepare.payee),
+    )?;
     let transfer_id = prepare.transfer_id;
     // A payee the hub knows but cannot reach would hold the payer's funds
     // until expiry with nobody told: the payer hears at once instead (as
