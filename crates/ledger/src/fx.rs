@@ -94,6 +94,10 @@ impl Ledger {
     /// The conversion a `POST /transfers` with this id depends on: the
     /// latest one in memory whose `determiningTransferId` it is.
     pub(crate) fn conversion_for(&self, transfer_id: TransferId) -> Option<TransferId> {
+        // Every prepare asks; a hub without conversions pays no hashing.
+        if self.conversions_by_determining.is_empty() {
+            return None;
+        }
         let conversion = *self.conversions_by_determining.get(&transfer_id)?;
         self.holds_transfer(conversion).then_some(conversion)
     }
