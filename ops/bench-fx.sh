@@ -26,8 +26,14 @@ if [[ ${#flags[@]} -eq 0 ]]; then
     flags=(--concurrency 64 --duration 15 --warmup 3)
 fi
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+# BENCH_FX_OUT=DIR keeps each run's JSON summary there.
+if [[ -n ${BENCH_FX_OUT:-} ]]; then
+    out=$BENCH_FX_OUT
+    mkdir -p "$out"
+else
+    out=$(mktemp -d)
+    trap 'rm -rf "$out"' EXIT
+fi
 printf '%-15s %5s %9s %8s %9s %6s %8s %8s %s\n' \
     flow round flows/s p99_ms null/s ratio hub_us harn_us net_zero
 for round in $(seq 1 "$rounds"); do
