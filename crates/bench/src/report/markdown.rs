@@ -174,8 +174,7 @@ fn write_headline(out: &mut String, report: &Value) -> fmt::Result {
     writeln!(out, "| errors | {errors_cell} |")?;
     writeln!(out, "| timeouts | {} |", fmt_count(num(report, "timeouts")))?;
     writeln!(out, "| positions net zero | {net_zero} |")?;
-    if let Some(by_currency) = present(report, "positions_by_currency").and_then(Value::as_object)
-    {
+    if let Some(by_currency) = present(report, "positions_by_currency").and_then(Value::as_object) {
         // FX: each currency's sum, and the FXPs' share of it.
         let cells: Vec<String> = by_currency
             .iter()
