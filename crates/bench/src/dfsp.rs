@@ -176,6 +176,110 @@ pub fn quote_put_body(amount: &str, currency: &str, expiration_ms: i64) -> Strin
     )
 }
 
+/// The terms of a payer conversion, as `POST /fxQuotes` asks for them and
+/// the FXP's `PUT /fxQuotes/{ID}` offers them.
+pub struct FxTerms<'a> {
+    /// Also the `commitRequestId` of the conversion made under it.
+    pub conversion_id: &'a str,
+    /// The transfer the conversion is for.
+    pub determining_transfer_id: &'a str,
+    /// The payer's DFSP.
+    pub initiating_fsp: &'a str,
+    /// The FXP.
+    pub counter_party_fsp: &'a str,
+    /// (amount, currency) the payer sends.
+    pub source: (&'a str, &'a str),
+    /// (amount, currency) the payee's DFSP is paid, the amount left out
+    /// for the FXP to fill in.
+    pub target: (Option<&'a str>, &'a str),
+    pub expiration_ms: i64,
+}
+
+impl FxTerms<'_> {
+    fn to_json(&self) -> String {
+        let target = match self.target {
+            (Some(amount), currency) => {
+                format!(r#"{{"currency":"{currency}","amount":"{amount}"}}"#)
+            }
+            (None, currency) => format!(r#"{{"currency":"{currency}"}}"#),
+        };
+        format!(
+            concat!(
+                r#"{{"conversionId":"{}","determiningTransferId":"{}","#,
+                r#""initiatingFsp":"{}","counterPartyFsp":"{}","amountType":"SEND","#,
+                r#""sourceAmount":{{"currency":"{}","amount":"{}"}},"targetAmount":{},"#,
+                r#""expiration":"{}"}}"#
+            ),
+            self.conversion_id,
+            self.determining_transfer_id,
+            self.initiating_fsp,
+            self.counter_party_fsp,
+            self.source.1,
+            self.source.0,
+            target,
+            fspiop::format_date_time(self.expiration_ms),
+        )
+    }
+}
+
+/// A `POST /fxQuotes` body: the payer asks the FXP for `terms`.
+pub fn fx_quote_post_body(request_id: &str, terms: &FxTerms<'_>) -> String {
+    format!(
+        r#"{{"conversionRequestId":"{request_id}","conversionTerms":{}}}"#,
+        terms.to_json()
+    )
+}
+
+/// The FXP's `PUT /fxQuotes/{ID}` body: the terms with both amounts, no
+/// charges, and the condition every conversion uses.
+pub fn fx_quote_put_body(terms: &FxTerms<'_>) -> String {
+    format!(
+        r#"{{"condition":"{CONDITION}","conversionTerms":{}}}"#,
+        terms.to_json()
+    )
+}
+
+/// A `POST /fxTransfers` body: the payer's conversion of `source` into
+/// `target` (both (amount, currency)) through `fxp`, for transfer
+/// `determining_transfer_id`, under the condition every conversion uses.
+pub fn fx_transfer_post_body(
+    commit_request_id: &str,
+    determining_transfer_id: &str,
+    (payer, fxp): (&str, &str),
+    source: (&str, &str),
+    target: (&str, &str),
+    expiration_ms: i64,
+) -> String {
+    format!(
+        concat!(
+            r#"{{"commitRequestId":"{}","determiningTransferId":"{}","#,
+            r#""initiatingFsp":"{}","counterPartyFsp":"{}","amountType":"SEND","#,
+            r#""sourceAmount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""targetAmount":{{"currency":"{}","amount":"{}"}},"#,
+            r#""condition":"{}","expiration":"{}"}}"#
+        ),
+        commit_request_id,
+        determining_transfer_id,
+        payer,
+        fxp,
+        source.1,
+        source.0,
+        target.1,
+        target.0,
+        CONDITION,
+        fspiop::format_date_time(expiration_ms),
+    )
+}
+
+/// The FXP's `PUT /fxTransfers/{ID}`: RESERVED with the fulfilment of
+/// [`CONDITION`].
+pub fn fx_transfer_accept_body(completed_ms: i64) -> String {
+    format!(
+        r#"{{"fulfilment":"{FULFILMENT}","completedTimestamp":"{}","conversionState":"RESERVED"}}"#,
+        fspiop::format_date_time(completed_ms)
+    )
+}
+
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// Sends a request and reads the whole answer; a transport failure is
@@ -766,6 +870,20 @@ mod tests {
                 Some("b1d0"),
                 fspiop::Resource::Transfers,
                 "1.1",
+            ),
+            (
+                Api::FxQuotes,
+                Method::POST,
+                Some("b1fxp0"),
+                fspiop::Resource::FxQuotes,
+                "2.0",
+            ),
+            (
+                Api::FxTransfers,
+                Method::PUT,
+                Some("b1d0"),
+                fspiop::Resource::FxTransfers,
+                "2.0",
             ),
         ];
         for (api, method, destination, resource, version) in cases {

@@ -11,43 +11,66 @@ use http_body_util::Full;
 use tokio::sync::oneshot;
 
 use crate::dfsp::{
-    describe_error_body, fspiop_request, quote_post_body, send, Api, CONDITION, ILP_PACKET,
+    describe_error_body, fspiop_request, fx_quote_post_body, fx_transfer_post_body,
+    quote_post_body, send, Api, FxTerms, CONDITION, ILP_PACKET,
 };
 use crate::ids::{now_ms, PartyRef};
-use crate::run::{Shared, CURRENCY};
-use crate::waiters::{Completion, Failure, Pending, Waiter, Waiters};
+use crate::run::{converted, Shared, CURRENCY, TARGET_CURRENCY};
+use crate::waiters::{Completion, Failure, Patch, Pending, Waiter, Waiters};
 
 /// A stage (lookup, quote, transfer) not ended this long after its request
 /// counts as timed out.
 pub(crate) const STAGE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The legs timed, in the order they happen.
-pub(crate) const LEGS: [&str; 8] = [
+pub(crate) const LEGS: [&str; 14] = [
     "lookup",
+    "fx_quote",
     "quote",
+    "fx_prepare",
+    "fx_forward",
+    "fx_fulfil",
+    "fx_notify",
     "prepare",
     "forward",
     "fulfil",
     "notify",
+    "fx_patch",
     "transaction_request",
     "e2e",
 ];
 /// `GET /parties/...` sent → the payer receives the payee's `PUT /parties/...`.
 pub(crate) const LOOKUP: usize = 0;
+/// `POST /fxQuotes` sent → the payer receives the FXP's `PUT /fxQuotes/{ID}`.
+pub(crate) const FX_QUOTE: usize = 1;
 /// `POST /quotes` sent → the payer receives the payee's `PUT /quotes/{ID}`.
-pub(crate) const QUOTE: usize = 1;
+pub(crate) const QUOTE: usize = 2;
+/// `POST /fxTransfers` sent → its 202 received.
+pub(crate) const FX_PREPARE: usize = 3;
+/// `POST /fxTransfers` sent → the FXP receives the forwarded `POST`.
+pub(crate) const FX_FORWARD: usize = 4;
+/// The FXP's `PUT /fxTransfers/{ID}` (RESERVED, with the fulfilment) sent
+/// → its 200 received.
+pub(crate) const FX_FULFIL: usize = 5;
+/// The FXP's `PUT /fxTransfers/{ID}` sent → the payer receives it.
+pub(crate) const FX_NOTIFY: usize = 6;
 /// `POST /transfers` sent → its 202 received.
-pub(crate) const PREPARE: usize = 2;
+pub(crate) const PREPARE: usize = 7;
 /// `POST /transfers` sent → the payee receives the forwarded `POST`.
-pub(crate) const FORWARD: usize = 3;
+pub(crate) const FORWARD: usize = 8;
 /// The payee's `PUT /transfers/{ID}` sent → its 200 received.
-pub(crate) const FULFIL: usize = 4;
+pub(crate) const FULFIL: usize = 9;
 /// The payee's `PUT` sent → the payer receives the commit notification.
-pub(crate) const NOTIFY: usize = 5;
+pub(crate) const NOTIFY: usize = 10;
+/// The payee's `PUT /transfers/{ID}` sent → the FXP receives the hub's
+/// `PATCH /fxTransfers/{ID}` (COMMITTED).
+pub(crate) const FX_PATCH: usize = 11;
 /// The payee's `POST /transactionRequests` sent → the payee receives the
 /// payer's `PUT /transactionRequests/{ID}`.
-pub(crate) const TRANSACTION_REQUEST: usize = 6;
-/// The flow's first request sent → the payer receives its last callback.
-pub(crate) const E2E: usize = 7;
+pub(crate) const TRANSACTION_REQUEST: usize = 12;
+/// The flow's first request sent → the payer receives its last callback
+/// (for `fx`, the later of the payer's commit notification and the FXP's
+/// `PATCH`).
+pub(crate) const E2E: usize = 13;
 
 /// What one iteration of a virtual user does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,6 +91,10 @@ pub enum Flow {
     /// /transactionRequests/{ID}`.
     #[value(name = "transaction-request")]
     TransactionRequest,
+    /// A payment across currencies (FSPIOP v2.0 payer conversion): FX
+    /// quote, quote in the target currency, conversion, then the transfer
+    /// that depends on it.
+    Fx,
 }
 
 impl Flow {
@@ -79,7 +106,13 @@ impl Flow {
             Flow::QuoteTransfer => "quote+transfer",
             Flow::DiscoveryQuoteTransfer => "discovery+quote+transfer",
             Flow::TransactionRequest => "transaction-request",
+            Flow::Fx => "fx",
         }
+    }
+
+    /// Pays across currencies through an FXP.
+    pub(crate) fn converts(self) -> bool {
+        self == Flow::Fx
     }
 
     pub(crate) fn looks_up(self) -> bool {
@@ -89,14 +122,14 @@ impl Flow {
     pub(crate) fn quotes(self) -> bool {
         matches!(
             self,
-            Flow::Quote | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+            Flow::Quote | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer | Flow::Fx
         )
     }
 
     pub(crate) fn transfers(self) -> bool {
         matches!(
             self,
-            Flow::Transfer | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer
+            Flow::Transfer | Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer | Flow::Fx
         )
     }
 
@@ -106,7 +139,9 @@ impl Flow {
 
     /// Requests of different resources one flow makes in turn.
     pub(crate) fn stage_count(self) -> usize {
-        usize::from(self.looks_up())
+        // An FX quote and a conversion.
+        2 * usize::from(self.converts())
+            + usize::from(self.looks_up())
             + usize::from(self.quotes())
             + usize::from(self.transfers())
             + usize::from(self.requests_to_pay())
@@ -123,11 +158,20 @@ impl Flow {
         if self.looks_up() {
             legs.push(LOOKUP);
         }
+        if self.converts() {
+            legs.push(FX_QUOTE);
+        }
         if self.quotes() {
             legs.push(QUOTE);
         }
+        if self.converts() {
+            legs.extend([FX_PREPARE, FX_FORWARD, FX_FULFIL, FX_NOTIFY]);
+        }
         if self.transfers() {
             legs.extend([PREPARE, FORWARD, FULFIL, NOTIFY]);
+        }
+        if self.converts() {
+            legs.push(FX_PATCH);
         }
         if self.requests_to_pay() {
             legs.push(TRANSACTION_REQUEST);
@@ -144,6 +188,7 @@ impl Flow {
             Flow::Quote => "quotes",
             Flow::QuoteTransfer | Flow::DiscoveryQuoteTransfer => "flows",
             Flow::TransactionRequest => "transaction requests",
+            Flow::Fx => "FX payments",
         }
     }
 }
@@ -169,7 +214,12 @@ pub(crate) fn transaction_request_body(
 }
 
 /// A `POST /transfers` body.
-pub(crate) fn prepare_body(transfer_id: &str, payer: &str, payee: &str, amount: &str) -> String {
+pub(crate) fn prepare_body(
+    transfer_id: &str,
+    payer: &str,
+    payee: &str,
+    (amount, currency): (&str, &str),
+) -> String {
     format!(
         concat!(
             r#"{{"transferId":"{}","payerFsp":"{}","payeeFsp":"{}","#,
@@ -180,7 +230,7 @@ pub(crate) fn prepare_body(transfer_id: &str, payer: &str, payee: &str, amount: 
         payer,
         payee,
         amount,
-        CURRENCY,
+        currency,
         ILP_PACKET,
         CONDITION,
         fspiop::format_date_time(now_ms() + 60_000),
@@ -223,6 +273,9 @@ pub(crate) async fn run_flow(
     let transaction = shared.ids.next();
     let amount = (1 + transaction % 100).to_string();
     let payee_party = flow.discovers().then(|| shared.next_party_of(payee));
+    if let (true, Some(party)) = (flow.converts(), payee_party) {
+        return fx_payment(shared, payer_party, party, transaction, &amount, measured).await;
+    }
     let mut ended = None;
     if let (true, Some(party)) = (flow.looks_up(), payee_party) {
         ended = Some(
@@ -233,9 +286,16 @@ pub(crate) async fn run_flow(
     }
     if let (true, Some(party)) = (flow.quotes(), payee_party) {
         ended = Some(
-            quote(shared, payer_party, party, transaction, &amount, measured)
-                .await
-                .map_err(|failure| ("quote", failure))?,
+            quote(
+                shared,
+                payer_party,
+                party,
+                transaction,
+                (&amount, CURRENCY),
+                measured,
+            )
+            .await
+            .map_err(|failure| ("quote", failure))?,
         );
     }
     if let (true, Some(party)) = (flow.requests_to_pay(), payee_party) {
@@ -247,9 +307,16 @@ pub(crate) async fn run_flow(
     }
     if flow.transfers() {
         ended = Some(
-            transfer(shared, payer, payee, transaction, &amount, measured)
-                .await
-                .map_err(|failure| ("transfer", failure))?,
+            transfer(
+                shared,
+                (payer, payee),
+                transaction,
+                (&amount, CURRENCY),
+                None,
+                measured,
+            )
+            .await
+            .map_err(|failure| ("transfer", failure))?,
         );
     }
     Ok(ended.expect("every flow has a stage"))
@@ -361,7 +428,7 @@ pub(crate) async fn quote(
     payer_party: PartyRef,
     payee_party: PartyRef,
     transaction: u64,
-    amount: &str,
+    amount: (&str, &str),
     measured: bool,
 ) -> Result<Instant, Failure> {
     let (payer, payee) = (payer_party.dfsp, payee_party.dfsp);
@@ -373,7 +440,7 @@ pub(crate) async fn quote(
         &shared.ids.format(transaction),
         (payer_name, &shared.party_id(payer_party)),
         (payee_name, &shared.party_id(payee_party)),
-        (amount, CURRENCY),
+        amount,
     );
     let request = fspiop_request(
         Method::POST,
@@ -487,13 +554,15 @@ pub(crate) async fn ask(
     Ok(ended)
 }
 
-/// `POST /transfers` (id: `counter`'s) until the payer's commit notification.
+/// `POST /transfers` (id: `counter`'s) of `amount` from `payer` to
+/// `payee` until the payer's commit notification; with `conversion`, the
+/// transfer that conversion depends on.
 pub(crate) async fn transfer(
     shared: &Shared,
-    payer: u32,
-    payee: u32,
+    (payer, payee): (u32, u32),
     counter: u64,
-    amount: &str,
+    amount: (&str, &str),
+    conversion: Option<u64>,
     measured: bool,
 ) -> Result<Instant, Failure> {
     let payer_name = &shared.names[payer as usize];
@@ -517,6 +586,7 @@ pub(crate) async fn transfer(
             post_sent: sent,
             fulfil_sent: None,
             measured,
+            conversion,
             done,
         },
     );
@@ -536,6 +606,214 @@ pub(crate) async fn transfer(
     .await
 }
 
+// ----- foreign exchange
+
+/// One payment across currencies (FSPIOP v2.0 payer conversion): the
+/// payer asks its FXP to convert `source_amount` of [`CURRENCY`] (`POST
+/// /fxQuotes`), quotes the payee for what that buys in
+/// [`TARGET_CURRENCY`] (`POST /quotes`), has the FXP convert (`POST
+/// /fxTransfers`, its `determiningTransferId` the transfer's id), then
+/// sends the transfer that depends on it (`POST /transfers` in the target
+/// currency, paid from the FXP's position). Done when the payer has its
+/// commit notification and the FXP the hub's `PATCH` COMMITTED: the later
+/// of the two.
+pub(crate) async fn fx_payment(
+    shared: &Shared,
+    payer_party: PartyRef,
+    payee_party: PartyRef,
+    transaction: u64,
+    source_amount: &str,
+    measured: bool,
+) -> Result<Instant, (&'static str, Failure)> {
+    let (payer, payee) = (payer_party.dfsp, payee_party.dfsp);
+    let fxp = shared.fxp_for(payer);
+    let conversion = shared.ids.next();
+    let target_amount = converted(source_amount)
+        .ok_or_else(|| {
+            let description = format!("{source_amount} {CURRENCY} converts to no amount");
+            ("fx quote", Failure::Error("amount".into(), description))
+        })?
+        .to_string();
+    fx_quote(
+        shared,
+        (payer, fxp),
+        conversion,
+        transaction,
+        source_amount,
+        measured,
+    )
+    .await
+    .map_err(|failure| ("fx quote", failure))?;
+    quote(
+        shared,
+        payer_party,
+        payee_party,
+        transaction,
+        (&target_amount, TARGET_CURRENCY),
+        measured,
+    )
+    .await
+    .map_err(|failure| ("quote", failure))?;
+    convert(
+        shared,
+        (payer, fxp),
+        conversion,
+        transaction,
+        (source_amount, &target_amount),
+        measured,
+    )
+    .await
+    .map_err(|failure| ("conversion", failure))?;
+    // The FXP may hear of the commit before the payer does: it waits from
+    // before the transfer is sent.
+    let (done, mut patched) = oneshot::channel();
+    shared.patches().insert(
+        conversion,
+        Patch {
+            fxp,
+            fulfil_sent: None,
+            measured,
+            done,
+        },
+    );
+    let notified = transfer(
+        shared,
+        (payer, payee),
+        transaction,
+        (&target_amount, TARGET_CURRENCY),
+        Some(conversion),
+        measured,
+    )
+    .await;
+    let notified = match notified {
+        Ok(at) => at,
+        Err(failure) => {
+            shared.patches().remove(&conversion);
+            return Err(("transfer", failure));
+        }
+    };
+    let deadline = tokio::time::Instant::now() + STAGE_TIMEOUT;
+    let patched = match tokio::time::timeout_at(deadline, &mut patched).await {
+        Ok(Ok(completion)) => completion.into_result(),
+        Ok(Err(_)) => Err(Failure::Error(
+            "lost".into(),
+            "the FXP's wait for the PATCH was dropped without an outcome".into(),
+        )),
+        // Whoever removes the wait decides: a handler that got there
+        // first has sent the outcome.
+        Err(_) if shared.patches().remove(&conversion).is_some() => Err(Failure::Timeout),
+        Err(_) => match patched.try_recv() {
+            Ok(completion) => completion.into_result(),
+            Err(_) => Err(Failure::Timeout),
+        },
+    }
+    .map_err(|failure| ("fx patch", failure))?;
+    Ok(notified.max(patched))
+}
+
+/// `POST /fxQuotes` from `payer` to `fxp`: the terms of converting
+/// `source_amount` for transfer `transaction`, under conversion id
+/// `conversion`; until the payer receives the FXP's `PUT /fxQuotes/{ID}`
+/// (checked there: it must give exactly [`FX_RATE`]).
+pub(crate) async fn fx_quote(
+    shared: &Shared,
+    (payer, fxp): (u32, u32),
+    conversion: u64,
+    transaction: u64,
+    source_amount: &str,
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let counter = shared.ids.next();
+    let payer_name = &shared.names[payer as usize];
+    let fxp_name = &shared.names[fxp as usize];
+    let terms = FxTerms {
+        conversion_id: &shared.ids.format(conversion),
+        determining_transfer_id: &shared.ids.format(transaction),
+        initiating_fsp: payer_name,
+        counter_party_fsp: fxp_name,
+        source: (source_amount, CURRENCY),
+        target: (None, TARGET_CURRENCY),
+        expiration_ms: now_ms() + 60_000,
+    };
+    let body = fx_quote_post_body(&shared.ids.format(counter), &terms);
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/fxQuotes", shared.api),
+        Api::FxQuotes,
+        payer_name,
+        Some(fxp_name),
+        body,
+    );
+    let asked = Asked {
+        waiters: &shared.fx_quotes,
+        counter,
+        asker: payer,
+        answerer: fxp,
+        leg: FX_QUOTE,
+    };
+    ask(shared, request, asked, measured).await
+}
+
+/// `POST /fxTransfers` (id: `conversion`'s) from `payer` to `fxp`,
+/// converting `amounts` (source, target) for transfer `transaction`;
+/// until the payer receives the FXP's acceptance (`PUT /fxTransfers/{ID}`,
+/// RESERVED with its fulfilment).
+pub(crate) async fn convert(
+    shared: &Shared,
+    (payer, fxp): (u32, u32),
+    conversion: u64,
+    transaction: u64,
+    (source_amount, target_amount): (&str, &str),
+    measured: bool,
+) -> Result<Instant, Failure> {
+    let payer_name = &shared.names[payer as usize];
+    let fxp_name = &shared.names[fxp as usize];
+    let body = fx_transfer_post_body(
+        &shared.ids.format(conversion),
+        &shared.ids.format(transaction),
+        (payer_name, fxp_name),
+        (source_amount, CURRENCY),
+        (target_amount, TARGET_CURRENCY),
+        now_ms() + 60_000,
+    );
+    let request = fspiop_request(
+        Method::POST,
+        &format!("{}/fxTransfers", shared.api),
+        Api::FxTransfers,
+        payer_name,
+        Some(fxp_name),
+        body,
+    );
+    let (done, outcome) = oneshot::channel();
+    let sent = Instant::now();
+    shared.conversions().insert(
+        conversion,
+        Pending {
+            payer,
+            payee: fxp,
+            post_sent: sent,
+            fulfil_sent: None,
+            measured,
+            conversion: None,
+            done,
+        },
+    );
+    let deadline = tokio::time::Instant::from_std(sent + STAGE_TIMEOUT);
+    await_stage(
+        shared,
+        request,
+        deadline,
+        outcome,
+        || shared.conversions().remove(&conversion).is_some(),
+        || {
+            if measured {
+                shared.stats().record(FX_PREPARE, sent.elapsed());
+            }
+        },
+    )
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,7 +824,7 @@ mod tests {
     fn a_prepare_body_is_valid_fspiop() {
         let ids = IdGen::new(3);
         let id = ids.format(9);
-        let body = prepare_body(&id, "b1d0", "b1d1", "10");
+        let body = prepare_body(&id, "b1d0", "b1d1", ("10", CURRENCY));
         let parsed = fspiop::parse_transfer_prepare(body.as_bytes()).expect("valid");
         assert_eq!(parsed.transfer_id.to_string(), id);
         let fulfil = format!(

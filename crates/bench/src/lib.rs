@@ -22,6 +22,15 @@
 //!   `POST /transactionRequests` to the payer DFSP; the payer answers
 //!   `PUT /transactionRequests/{ID}` (`RECEIVED`); done when the payee
 //!   receives it.
+//! - `fx`: a payment across currencies (FSPIOP v2.0 payer conversion):
+//!   `POST /fxQuotes` to an FXP (it answers `PUT /fxQuotes/{ID}` at a
+//!   fixed rate), `POST /quotes` to the payee in the target currency,
+//!   `POST /fxTransfers` (the FXP accepts with `PUT /fxTransfers/{ID}`,
+//!   RESERVED with its fulfilment), `POST /transfers` in the target
+//!   currency whose id is the conversion's `determiningTransferId`; done
+//!   when the payer has its commit notification and the FXP the hub's
+//!   `PATCH /fxTransfers/{ID}` (COMMITTED). Every DFSP pays in USD and is
+//!   paid in TZS; `--fxps` FXPs hold both.
 //!
 //! For every flow but `transfer`, each DFSP also registers the discovery
 //! endpoints and, with one batch `POST /participants`, `--parties` MSISDNs
@@ -192,9 +201,25 @@ pub struct BenchTransfersArgs {
     /// until the payer receives PUT /quotes), `quote+transfer`, or
     /// `discovery+quote+transfer` (the three in turn), or
     /// `transaction-request` (POST /transactionRequests from the payee until
-    /// it receives the payer's PUT /transactionRequests).
+    /// it receives the payer's PUT /transactionRequests), or `fx`: a payment
+    /// across currencies (FSPIOP v2.0 payer conversion), USD from the payer
+    /// to TZS for the payee through an FXP at 2500 TZS per USD: POST
+    /// /fxQuotes to the FXP, POST /quotes to the payee in TZS, POST
+    /// /fxTransfers (the FXP accepts with its fulfilment), POST /transfers
+    /// in TZS (its id the conversion's determiningTransferId), until the
+    /// payer's commit notification and the FXP's PATCH /fxTransfers
+    /// (COMMITTED). Every DFSP is onboarded in USD and TZS; the FXPs (see
+    /// --fxps) too. The report times each step (fx_quote, quote, fx_prepare
+    /// .. fx_notify, prepare .. notify, fx_patch) and checks that each
+    /// currency nets to zero and that the FXPs' positions are each other's
+    /// at the rate.
     #[arg(long, value_enum, default_value_t = Flow::Transfer)]
     pub(crate) flow: Flow,
+
+    /// With `--flow fx`: FXPs onboarded beside the DFSPs (in USD and TZS,
+    /// with the FX endpoints); DFSP d converts through FXP d mod N.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100), hide_short_help = true)]
+    pub(crate) fxps: u32,
 
     /// MSISDNs each DFSP registers (one batch POST /participants) before the
     /// load, for every flow but `transfer`; lookups go round them.
@@ -455,6 +480,7 @@ mod tests {
             Flow::Quote,
             Flow::DiscoveryQuoteTransfer,
             Flow::TransactionRequest,
+            Flow::Fx,
         ] {
             let args = parse(&["--flow", flow.name()]).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(args.flow, flow);
@@ -479,10 +505,24 @@ mod tests {
         assert_eq!(
             names(Flow::DiscoveryQuoteTransfer),
             LEGS.iter()
-                .filter(|leg| **leg != "transaction_request")
+                .filter(|leg| **leg != "transaction_request" && !leg.starts_with("fx_"))
                 .copied()
                 .collect::<Vec<_>>()
         );
+        // FX: every leg in the order they happen, without the lookup.
+        assert_eq!(
+            names(Flow::Fx),
+            LEGS.iter()
+                .filter(|leg| !matches!(**leg, "lookup" | "transaction_request"))
+                .copied()
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(Flow::Fx.stage_count(), 4);
+        assert!(Flow::Fx.converts() && Flow::Fx.quotes() && Flow::Fx.transfers());
+        assert!(Flow::Fx.discovers() && !Flow::Fx.looks_up());
+        assert_eq!(default.fxps, 1);
+        assert_eq!(parse(&["--flow", "fx", "--fxps", "3"]).unwrap().fxps, 3);
+        assert!(parse(&["--fxps", "0"]).is_err());
         assert_eq!(
             names(Flow::TransactionRequest),
             ["transaction_request", "e2e"]

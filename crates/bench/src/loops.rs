@@ -196,7 +196,10 @@ pub(crate) async fn run_plan(
     // last ones be timed too (in this run's statistics); and no transfer may
     // still be waited for before the positions are read.
     let deadline = ended + Duration::from_secs(5);
-    while (shared.answers_in_flight.load(Ordering::SeqCst) > 0 || !shared.pending().is_empty())
+    while (shared.answers_in_flight.load(Ordering::SeqCst) > 0
+        || !shared.pending().is_empty()
+        || !shared.conversions().is_empty()
+        || !shared.patches().is_empty())
         && Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(1)).await;

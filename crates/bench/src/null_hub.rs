@@ -7,6 +7,12 @@
 //! endpoints; its FSPIOP API answers every request at once (202 or 200) and
 //! forwards it, fire and forget, to the DFSP it is for: a run against it
 //! measures the ceiling of the harness itself on this machine.
+//!
+//! For FX it routes `/fxQuotes` and `/fxTransfers` by FSPIOP-Destination,
+//! and remembers each conversion's FXP by its `determiningTransferId`, so
+//! that the payee's fulfil of that transfer also sends the FXP the
+//! `PATCH /fxTransfers/{ID}` (COMMITTED) a hub sends: the least an FX
+//! payment needs, still no ledger.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -41,6 +47,10 @@ struct Hub {
     endpoints: RwLock<HashMap<String, HashMap<String, String>>>,
     /// Party identifier → the DFSP that registered it.
     parties: RwLock<HashMap<String, String>>,
+    /// DFSP → the currencies it was created in.
+    currencies: RwLock<HashMap<String, Vec<String>>>,
+    /// Determining transfer id → (commit request id, FXP) of a conversion.
+    conversions: std::sync::Mutex<HashMap<String, (String, String)>>,
     next_account: AtomicU64,
 }
 
@@ -133,6 +143,8 @@ pub async fn start() -> anyhow::Result<NullHub> {
         client,
         endpoints: RwLock::new(HashMap::new()),
         parties: RwLock::new(HashMap::new()),
+        currencies: RwLock::new(HashMap::new()),
+        conversions: std::sync::Mutex::new(HashMap::new()),
         next_account: AtomicU64::new(1),
     });
     let api = serve(fspiop(hub.clone())).await?;
@@ -176,7 +188,14 @@ fn admin(hub: Arc<Hub>) -> Router {
         .with_state(hub)
 }
 
-async fn on_participant(Json(body): Json<Value>) -> impl IntoResponse {
+async fn on_participant(State(hub): State<Arc<Hub>>, Json(body): Json<Value>) -> impl IntoResponse {
+    if let (Some(name), Some(currency)) = (body["name"].as_str(), body["currency"].as_str()) {
+        let mut currencies = hub.currencies.write().unwrap_or_else(|e| e.into_inner());
+        let held = currencies.entry(name.to_string()).or_default();
+        if !held.iter().any(|c| c == currency) {
+            held.push(currency.to_string());
+        }
+    }
     (
         StatusCode::CREATED,
         Json(json!({
@@ -204,14 +223,27 @@ async fn on_endpoint(
     StatusCode::CREATED
 }
 
-async fn on_accounts(State(hub): State<Arc<Hub>>) -> Json<Value> {
-    let id = hub.next_account.fetch_add(2, Ordering::Relaxed);
-    Json(json!([
-        { "id": id, "ledgerAccountType": "POSITION", "currency": "USD",
-          "isActive": 1, "value": 0, "reservedValue": 0 },
-        { "id": id + 1, "ledgerAccountType": "SETTLEMENT", "currency": "USD",
-          "isActive": 1, "value": 0, "reservedValue": 0 },
-    ]))
+/// A POSITION and a SETTLEMENT account in each currency the DFSP was
+/// created in (USD if none was said).
+async fn on_accounts(State(hub): State<Arc<Hub>>, Path(name): Path<String>) -> Json<Value> {
+    let currencies = hub
+        .currencies
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&name)
+        .cloned()
+        .unwrap_or_else(|| vec!["USD".to_string()]);
+    let mut accounts = Vec::new();
+    for currency in currencies {
+        let id = hub.next_account.fetch_add(2, Ordering::Relaxed);
+        for (offset, kind) in [(0, "POSITION"), (1, "SETTLEMENT")] {
+            accounts.push(json!({
+                "id": id + offset, "ledgerAccountType": kind, "currency": currency,
+                "isActive": 1, "value": 0, "reservedValue": 0,
+            }));
+        }
+    }
+    Json(Value::Array(accounts))
 }
 
 async fn on_positions() -> Json<Value> {
@@ -235,6 +267,13 @@ fn fspiop(hub: Arc<Hub>) -> Router {
             "transactionRequests",
             "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
         ))
+        .merge(routed_by_destination(
+            "fxQuotes",
+            "FSPIOP_CALLBACK_URL_FX_QUOTES",
+        ))
+        .route("/fxTransfers", post(on_conversion_post))
+        .route("/fxTransfers/:id", put(on_conversion_put))
+        .route("/fxTransfers/:id/error", put(on_conversion_error))
         .route("/participants", post(on_batch_registration))
         .with_state(hub)
 }
@@ -331,13 +370,44 @@ async fn on_transfer_post(
 }
 
 /// The payee's fulfil: the commit notification to the payer, and the
-/// confirmation copy to the payee, as the real hub sends them.
+/// confirmation copy to the payee, as the real hub sends them; and for a
+/// transfer a conversion depends on, the FXP's `PATCH`.
 async fn on_transfer_put(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> StatusCode {
+    let conversion = hub
+        .conversions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+    if let Some((commit_request_id, fxp)) = conversion {
+        let mut patch_headers = HeaderMap::new();
+        patch_headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(
+                "application/vnd.interoperability.fxTransfers+json;version=2.0",
+            ),
+        );
+        if let Some(date) = headers.get("date") {
+            patch_headers.insert("date", date.clone());
+        }
+        patch_headers.insert("fspiop-source", http::HeaderValue::from_static("Hub"));
+        if let Ok(destination) = http::HeaderValue::from_str(&fxp) {
+            patch_headers.insert("fspiop-destination", destination);
+        }
+        forward_to(
+            &hub,
+            Some(&fxp),
+            "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
+            |url| url.replace("{{commitRequestId}}", &commit_request_id),
+            Method::PATCH,
+            &patch_headers,
+            Bytes::from_static(br#"{"conversionState":"COMMITTED"}"#),
+        );
+    }
     let fill = |url: String| url.replace("{{transferId}}", &id);
     for fsp in [
         header(&headers, "fspiop-destination"),
@@ -367,6 +437,83 @@ async fn on_transfer_error(
         header(&headers, "fspiop-destination"),
         "FSPIOP_CALLBACK_URL_TRANSFER_ERROR",
         |url| url.replace("{{transferId}}", &id),
+        Method::PUT,
+        &headers,
+        body,
+    );
+    StatusCode::OK
+}
+
+/// A conversion: forwarded to the FXP, its FXP remembered by the transfer
+/// it depends on.
+async fn on_conversion_post(
+    State(hub): State<Arc<Hub>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    #[derive(serde::Deserialize)]
+    struct Conversion<'a> {
+        #[serde(rename = "commitRequestId")]
+        commit_request_id: &'a str,
+        #[serde(rename = "determiningTransferId")]
+        determining_transfer_id: &'a str,
+        #[serde(rename = "counterPartyFsp")]
+        counter_party_fsp: &'a str,
+    }
+    if let Ok(conversion) = serde_json::from_slice::<Conversion<'_>>(&body) {
+        hub.conversions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                conversion.determining_transfer_id.to_string(),
+                (
+                    conversion.commit_request_id.to_string(),
+                    conversion.counter_party_fsp.to_string(),
+                ),
+            );
+    }
+    forward_to(
+        &hub,
+        header(&headers, "fspiop-destination"),
+        "FSPIOP_CALLBACK_URL_FX_TRANSFER_POST",
+        |url| url,
+        Method::POST,
+        &headers,
+        body,
+    );
+    StatusCode::ACCEPTED
+}
+
+/// The FXP's acceptance, to the payer.
+async fn on_conversion_put(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    forward_to(
+        &hub,
+        header(&headers, "fspiop-destination"),
+        "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
+        |url| url.replace("{{commitRequestId}}", &id),
+        Method::PUT,
+        &headers,
+        body,
+    );
+    StatusCode::OK
+}
+
+async fn on_conversion_error(
+    State(hub): State<Arc<Hub>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    forward_to(
+        &hub,
+        header(&headers, "fspiop-destination"),
+        "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+        |url| url.replace("{{commitRequestId}}", &id),
         Method::PUT,
         &headers,
         body,

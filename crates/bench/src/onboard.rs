@@ -15,7 +15,7 @@ use crate::dfsp::{
     participants_batch_body, send, Api,
 };
 use crate::ids::PartyRef;
-use crate::run::{Shared, CURRENCY};
+use crate::run::{Shared, CURRENCY, FX_RATE, TARGET_CURRENCY};
 
 /// How long the run waits for the hub to settle positions that do not net
 /// to zero yet (a transfer the driver gave up on may still be committing).
@@ -23,13 +23,25 @@ pub(crate) const POSITIONS_SETTLE: Duration = Duration::from_secs(2);
 /// How long a DFSP waits for the answer to its batch party registration.
 pub(crate) const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The currencies the run's participants hold: [`CURRENCY`], and for the
+/// `fx` flow [`TARGET_CURRENCY`] too.
+pub(crate) fn currencies(shared: &Shared) -> &'static [&'static str] {
+    if shared.flow.converts() {
+        &[CURRENCY, TARGET_CURRENCY]
+    } else {
+        &[CURRENCY]
+    }
+}
+
 pub(crate) async fn onboard(
     shared: &Arc<Shared>,
     admin: &str,
     hub_name: &str,
     callback_addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    dfsp::onboard_hub(&shared.client, admin, hub_name, CURRENCY).await?;
+    for currency in currencies(shared) {
+        dfsp::onboard_hub(&shared.client, admin, hub_name, currency).await?;
+    }
 
     // A few DFSPs at a time: each step waits for the hub's durable commit.
     let permits = Arc::new(tokio::sync::Semaphore::new(16));
@@ -49,27 +61,54 @@ pub(crate) async fn onboard(
     Ok(())
 }
 
+/// Onboards one of the run's participants in each of its currencies: a
+/// DFSP (with its parties, for flows that discover), or an FXP (of the
+/// `fx` flow: positions, net debit caps and liquidity in both currencies,
+/// no parties). For `fx` every participant also has the FX endpoints: the
+/// payers receive the FXPs' answers, the FXPs the requests and the hub's
+/// `PATCH`.
 pub(crate) async fn onboard_dfsp(
     shared: &Shared,
     admin: &str,
     name: &str,
     callback_addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    let funds_id = shared.ids.format(shared.ids.next());
-    dfsp::onboard_dfsp(
-        &shared.client,
-        &dfsp::Onboarding {
-            admin,
-            name,
-            currency: CURRENCY,
-            callback_addr,
-            discovers: shared.flow.discovers(),
-            funds_id: &funds_id,
-            existing_ok: false,
-        },
-    )
-    .await?;
-    if shared.flow.discovers() {
+    let is_fxp = shared.dfsp(name).is_some_and(|index| index >= shared.dfsps);
+    let discovers = shared.flow.discovers() && !is_fxp;
+    for currency in currencies(shared) {
+        let funds_id = shared.ids.format(shared.ids.next());
+        dfsp::onboard_dfsp(
+            &shared.client,
+            &dfsp::Onboarding {
+                admin,
+                name,
+                currency,
+                callback_addr,
+                discovers,
+                funds_id: &funds_id,
+                existing_ok: false,
+            },
+        )
+        .await
+        .with_context(|| format!("onboarding {name} in {currency}"))?;
+    }
+    if shared.flow.converts() {
+        for (kind, path) in fspiop::FX_CALLBACKS {
+            admin_call(
+                &shared.client,
+                Method::POST,
+                &format!("{admin}/participants/{name}/endpoints"),
+                Some(serde_json::json!({
+                    "type": kind,
+                    "value": format!("http://{callback_addr}/{name}{path}"),
+                })),
+                false,
+            )
+            .await
+            .with_context(|| format!("registering {name}'s FX endpoints"))?;
+        }
+    }
+    if discovers {
         register_parties(shared, name).await?;
     }
     Ok(())
@@ -145,18 +184,36 @@ pub(crate) async fn register_parties(shared: &Shared, name: &str) -> anyhow::Res
     }
 }
 
-/// Whether the run's DFSPs' positions net to zero once every transfer has
-/// ended: every transfer moves its amount from the payer's position to the
-/// payee's, so anything else is money created, lost, or still reserved.
+/// Whether the run's participants' positions net to zero once every
+/// transfer has ended: every transfer moves its amount from the payer's
+/// position to the payee's, so anything else is money created, lost, or
+/// still reserved. For the `fx` flow, in each currency, and the FXPs'
+/// positions must be each other's at exactly [`FX_RATE`] (every
+/// conversion committed with its transfer, or neither did).
 #[derive(Debug, Default)]
 pub(crate) struct PositionCheck {
-    /// The sum of the DFSPs' `CURRENCY` positions, exact.
+    /// The sum of the participants' [`CURRENCY`] positions, exact.
     pub(crate) sum: Option<ledger::Amount>,
+    /// Every currency's positions sum to zero (and, for `fx`, the FXPs'
+    /// are at the rate).
     pub(crate) net_zero: bool,
+    /// Per currency held: the sum of every participant's position, and of
+    /// the FXPs' alone.
+    pub(crate) by_currency: Vec<CurrencyPositions>,
+    /// For `fx`: the FXPs' target-currency position is exactly
+    /// −[`FX_RATE`] × their source-currency one.
+    pub(crate) fxps_at_rate: Option<bool>,
     /// Why the positions could not be read.
     pub(crate) problem: Option<String>,
     /// No ledger to check (the null hub): neither net zero nor not.
     pub(crate) not_applicable: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CurrencyPositions {
+    pub(crate) currency: &'static str,
+    pub(crate) sum: ledger::Amount,
+    pub(crate) fxps: ledger::Amount,
 }
 
 #[derive(Deserialize)]
@@ -190,16 +247,19 @@ pub(crate) fn sum_positions<'a>(
         })
 }
 
-/// Reads `GET /participants/{name}/positions` of every DFSP of the run.
+/// Reads `GET /participants/{name}/positions` of every participant of the
+/// run: per currency held, the sum of all and of the FXPs'.
 pub(crate) async fn read_positions(
     shared: &Arc<Shared>,
     admin: &str,
-) -> Result<ledger::Amount, String> {
+) -> Result<Vec<CurrencyPositions>, String> {
+    let held = currencies(shared);
     let permits = Arc::new(tokio::sync::Semaphore::new(16));
     let mut tasks = tokio::task::JoinSet::new();
-    for name in shared.names.clone() {
+    for (index, name) in shared.names.clone().into_iter().enumerate() {
         let (shared, permits) = (shared.clone(), permits.clone());
         let url = format!("{admin}/participants/{name}/positions");
+        let is_fxp = index as u32 >= shared.dfsps;
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
             let body = admin_call(&shared.client, Method::GET, &url, None, false)
@@ -207,25 +267,56 @@ pub(crate) async fn read_positions(
                 .map_err(|error| format!("{error:#}"))?;
             let rows: Vec<PositionRow> =
                 serde_json::from_slice(&body).map_err(|error| format!("GET {url}: {error}"))?;
-            let values: Vec<String> = rows
-                .iter()
-                .filter(|row| row.currency.as_deref().is_none_or(|c| c == CURRENCY))
-                .map(|row| row.value.get().to_string())
-                .collect();
-            if values.is_empty() {
-                return Err(format!("GET {url}: no {CURRENCY} position"));
+            let mut positions = Vec::with_capacity(held.len());
+            for currency in held {
+                // A row without a currency is the hub's only one (of a
+                // hub of one currency).
+                let values: Vec<String> = rows
+                    .iter()
+                    .filter(|row| row.currency.as_deref().is_none_or(|c| c == *currency))
+                    .map(|row| row.value.get().to_string())
+                    .collect();
+                if values.is_empty() {
+                    return Err(format!("GET {url}: no {currency} position"));
+                }
+                positions.push(sum_positions(values.iter().map(String::as_str))?);
             }
-            sum_positions(values.iter().map(String::as_str))
+            Ok((is_fxp, positions))
         });
     }
-    let mut sum = ledger::Amount::ZERO;
+    let mut sums: Vec<CurrencyPositions> = held
+        .iter()
+        .map(|currency| CurrencyPositions {
+            currency,
+            sum: ledger::Amount::ZERO,
+            fxps: ledger::Amount::ZERO,
+        })
+        .collect();
+    let overflow = || "the positions' sum overflows".to_string();
     while let Some(joined) = tasks.join_next().await {
-        let position = joined.map_err(|error| error.to_string())??;
-        sum = sum
-            .checked_add(position)
-            .ok_or_else(|| "the positions' sum overflows".to_string())?;
+        let (is_fxp, positions) = joined.map_err(|error| error.to_string())??;
+        for (sums, position) in sums.iter_mut().zip(positions) {
+            sums.sum = sums.sum.checked_add(position).ok_or_else(overflow)?;
+            if is_fxp {
+                sums.fxps = sums.fxps.checked_add(position).ok_or_else(overflow)?;
+            }
+        }
     }
-    Ok(sum)
+    Ok(sums)
+}
+
+/// Whether the FXPs' target-currency position is exactly −[`FX_RATE`] ×
+/// their source-currency one; `None` when the run has no FXPs.
+pub(crate) fn fxps_at_rate(by_currency: &[CurrencyPositions]) -> Option<bool> {
+    let source = by_currency.iter().find(|c| c.currency == CURRENCY)?;
+    let target = by_currency.iter().find(|c| c.currency == TARGET_CURRENCY)?;
+    Some(
+        source
+            .fxps
+            .units()
+            .checked_mul(-FX_RATE)
+            .is_some_and(|units| units == target.fxps.units()),
+    )
 }
 
 /// Reads the positions, again for up to [`POSITIONS_SETTLE`] while they do
@@ -235,17 +326,24 @@ pub(crate) async fn check_positions(shared: &Arc<Shared>, admin: &str) -> Positi
     let deadline = Instant::now() + POSITIONS_SETTLE;
     loop {
         let check = match read_positions(shared, admin).await {
-            Ok(sum) => PositionCheck {
-                sum: Some(sum),
-                net_zero: sum == ledger::Amount::ZERO,
-                problem: None,
-                not_applicable: false,
-            },
+            Ok(by_currency) => {
+                let fxps_at_rate = fxps_at_rate(&by_currency);
+                PositionCheck {
+                    sum: by_currency
+                        .iter()
+                        .find(|c| c.currency == CURRENCY)
+                        .map(|c| c.sum),
+                    net_zero: by_currency.iter().all(|c| c.sum == ledger::Amount::ZERO)
+                        && fxps_at_rate != Some(false),
+                    by_currency,
+                    fxps_at_rate,
+                    problem: None,
+                    not_applicable: false,
+                }
+            }
             Err(problem) => PositionCheck {
-                sum: None,
-                net_zero: false,
                 problem: Some(problem),
-                not_applicable: false,
+                ..PositionCheck::default()
             },
         };
         if check.net_zero || check.problem.is_some() || Instant::now() >= deadline {
@@ -258,6 +356,32 @@ pub(crate) async fn check_positions(shared: &Arc<Shared>, admin: &str) -> Positi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fxps_positions_are_checked_at_the_rate() {
+        let amount = |text: &str| ledger::Amount::parse_signed(text).unwrap();
+        let positions = |usd: &str, tzs: &str| {
+            vec![
+                CurrencyPositions {
+                    currency: CURRENCY,
+                    sum: ledger::Amount::ZERO,
+                    fxps: amount(usd),
+                },
+                CurrencyPositions {
+                    currency: TARGET_CURRENCY,
+                    sum: ledger::Amount::ZERO,
+                    fxps: amount(tzs),
+                },
+            ]
+        };
+        // The FXP is owed USD and owes TZS.
+        assert_eq!(fxps_at_rate(&positions("-10.5", "26250")), Some(true));
+        assert_eq!(fxps_at_rate(&positions("0", "0")), Some(true));
+        // A conversion without its transfer, or the other way round.
+        assert_eq!(fxps_at_rate(&positions("-10.5", "0")), Some(false));
+        assert_eq!(fxps_at_rate(&positions("0", "2500")), Some(false));
+        assert_eq!(fxps_at_rate(&positions("-10.5", "26250")[..1]), None);
+    }
 
     #[test]
     fn positions_sum_exactly() {

@@ -26,10 +26,25 @@ use crate::onboard::{check_positions, onboard, PositionCheck};
 use crate::stats::{Stats, Window};
 use crate::summary::Report;
 use crate::target::{start_null_hub, EmbeddedHub, HubProcess};
-use crate::waiters::{Completion, Pending, Waiters};
+use crate::waiters::{Completion, Patch, Pending, Waiters};
 use crate::{shape_of, BenchTransfersArgs, Shape};
 
 pub(crate) const CURRENCY: &str = "USD";
+/// The currency the `fx` flow's payees are paid in: every payment converts
+/// [`CURRENCY`] into it through an FXP.
+pub(crate) const TARGET_CURRENCY: &str = "TZS";
+/// The `fx` flow's FXPs give this many [`TARGET_CURRENCY`] for one
+/// [`CURRENCY`]: a whole number, so that every conversion is exact.
+pub(crate) const FX_RATE: i128 = 2500;
+
+/// What `source` (an FSPIOP amount in [`CURRENCY`]) converts to at
+/// [`FX_RATE`], exactly; `None` if it is no amount or more than a transfer
+/// carries.
+pub(crate) fn converted(source: &str) -> Option<ledger::Amount> {
+    let source = ledger::Amount::parse_fspiop(source).ok()?;
+    let target = ledger::Amount::from_units(source.units().checked_mul(FX_RATE)?);
+    target.is_valid_transfer_amount().then_some(target)
+}
 
 /// The null hub's throughput, measured in this run for the ratio.
 pub(crate) struct Baseline {
@@ -225,7 +240,12 @@ pub(crate) struct Shared {
     pub(crate) hub_gauges: Mutex<Option<HubGauges>>,
     pub(crate) flow: Flow,
     pub(crate) ids: IdGen,
+    /// The DFSPs' names, then (for `fx`) the FXPs'.
     pub(crate) names: Vec<String>,
+    /// How many of `names` are DFSPs that pay and are paid.
+    pub(crate) dfsps: u32,
+    /// How many FXPs follow them in `names`.
+    pub(crate) fxps: u32,
     /// DFSP name → index into `names`.
     pub(crate) index_of: HashMap<String, u32>,
     /// Parties per DFSP.
@@ -235,10 +255,19 @@ pub(crate) struct Shared {
     /// Per payee DFSP: the lookups' round robin over its parties.
     pub(crate) next_party: Vec<AtomicU64>,
     pub(crate) pending: Mutex<HashMap<u64, Pending>>,
+    /// Conversions (`POST /fxTransfers`) until the FXP's acceptance reaches
+    /// the payer, by the conversion id's counter.
+    pub(crate) conversions: Mutex<HashMap<u64, Pending>>,
+    /// FXPs waiting for the hub's `PATCH /fxTransfers/{ID}`, by the
+    /// conversion id's counter.
+    pub(crate) patches: Mutex<HashMap<u64, Patch>>,
     /// Lookups by (payer, party looked up).
     pub(crate) lookups: Waiters<(u32, PartyRef)>,
     /// Quotes by the quote id's counter.
     pub(crate) quotes: Waiters<u64>,
+    /// FX quotes by the conversion request id's counter; the waiter's
+    /// `payee` is the FXP.
+    pub(crate) fx_quotes: Waiters<u64>,
     /// Transaction requests by the request id's counter; the waiter's
     /// `payer` is the DFSP that asked (the payee) and waits for the answer.
     pub(crate) transaction_requests: Waiters<u64>,
@@ -263,6 +292,19 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn pending(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn conversions(&self) -> MutexGuard<'_, HashMap<u64, Pending>> {
+        self.conversions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn patches(&self) -> MutexGuard<'_, HashMap<u64, Patch>> {
+        self.patches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The FXP that converts `payer`'s payments.
+    pub(crate) fn fxp_for(&self, payer: u32) -> u32 {
+        self.dfsps + payer % self.fxps.max(1)
     }
 
     pub(crate) fn stats(&self) -> MutexGuard<'_, Stats> {
@@ -347,6 +389,24 @@ impl Shared {
             None => false,
         }
     }
+
+    /// Ends a pending conversion, or the FXP's wait for its `PATCH`, as
+    /// failed; the payer records the error.
+    pub(crate) fn fail_conversion(&self, counter: u64, key: String, description: String) -> bool {
+        let removed = self.conversions().remove(&counter);
+        if let Some(conversion) = removed {
+            let _ = conversion.done.send(Completion::Failed(key, description));
+            return true;
+        }
+        let removed = self.patches().remove(&counter);
+        match removed {
+            Some(patch) => {
+                let _ = patch.done.send(Completion::Failed(key, description));
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 pub(crate) async fn drive(
@@ -371,7 +431,11 @@ pub(crate) async fn drive(
     let seed = run_seed();
     // Short, and different for each run against one hub.
     let prefix = format!("b{}{:03x}d", std::process::id(), (seed >> 40) & 0xfff);
-    let names: Vec<String> = (0..args.dfsps).map(|i| format!("{prefix}{i}")).collect();
+    let fxps = if args.flow.converts() { args.fxps } else { 0 };
+    let names: Vec<String> = (0..args.dfsps)
+        .map(|i| format!("{prefix}{i}"))
+        .chain((0..fxps).map(|i| format!("{prefix}fxp{i}")))
+        .collect();
     let index_of = names
         .iter()
         .enumerate()
@@ -389,9 +453,14 @@ pub(crate) async fn drive(
         party_tag: (splitmix64(seed ^ 0x5eed) % 1_000_000) as u32,
         next_party: (0..args.dfsps).map(|_| AtomicU64::new(0)).collect(),
         names,
+        dfsps: args.dfsps,
+        fxps,
         pending: Mutex::new(HashMap::new()),
+        conversions: Mutex::new(HashMap::new()),
+        patches: Mutex::new(HashMap::new()),
         lookups: Waiters::new(),
         quotes: Waiters::new(),
+        fx_quotes: Waiters::new(),
         transaction_requests: Waiters::new(),
         registrations: Mutex::new(HashMap::new()),
         tickets: AtomicU64::new(0),
@@ -428,8 +497,15 @@ pub(crate) async fn drive(
         } else {
             String::new()
         };
+        let fx = if fxps > 0 {
+            format!(
+                ", each in {CURRENCY} and {TARGET_CURRENCY}, and {fxps} FXP(s) ({prefix}fxp0..) converting {CURRENCY} to {TARGET_CURRENCY} at {FX_RATE}"
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "onboarding {} DFSPs ({}0..{parties}) through {admin}, callbacks at http://{callback_addr}",
+            "onboarding {} DFSPs ({}0..{parties}{fx}) through {admin}, callbacks at http://{callback_addr}",
             args.dfsps, prefix
         );
     }

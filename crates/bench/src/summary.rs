@@ -8,7 +8,7 @@ use crate::flows::{E2E, LEGS};
 use crate::load::{Load, Profile};
 use crate::loops::RunResult;
 use crate::onboard::PositionCheck;
-use crate::run::{millis_since_epoch, Baseline, CURRENCY};
+use crate::run::{millis_since_epoch, Baseline, CURRENCY, FX_RATE, TARGET_CURRENCY};
 use crate::stats::LegSummary;
 use crate::BenchTransfersArgs;
 
@@ -127,13 +127,13 @@ impl Report {
         }
         println!();
         println!(
-            "  {:<8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "  {:<10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
             "leg", "count", "min ms", "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms", "max ms"
         );
         for leg_index in flow.legs() {
             let leg = LegSummary::of(&stats.legs[leg_index]);
             println!(
-                "  {:<8} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                "  {:<10} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
                 LEGS[leg_index],
                 leg.count,
                 leg.min_ms,
@@ -210,20 +210,43 @@ impl Report {
                 stats.late_errors, stats.late_answers, stats.strays, stats.unexpected
             );
         }
-        match (&self.positions.problem, self.positions.sum) {
+        let participants = if args.flow.converts() {
+            format!("{} DFSPs' and FXPs'", args.dfsps)
+        } else {
+            format!("{} DFSPs'", args.dfsps)
+        };
+        match &self.positions.problem {
             _ if self.positions.not_applicable => {
                 println!("  positions: not applicable (the null hub keeps no ledger)")
             }
-            (Some(problem), _) => println!("  positions: NOT CHECKED: {problem}"),
-            (None, Some(sum)) if self.positions.net_zero => println!(
-                "  positions: the {} DFSPs' {CURRENCY} positions sum to {sum}: net zero",
-                args.dfsps
-            ),
-            (None, sum) => println!(
-                "  positions: the {} DFSPs' {CURRENCY} positions sum to {}: NOT NET ZERO",
-                args.dfsps,
-                sum.map_or("?".to_string(), |sum| sum.to_string())
-            ),
+            Some(problem) => println!("  positions: NOT CHECKED: {problem}"),
+            None => {
+                for currency in &self.positions.by_currency {
+                    let verdict = if currency.sum == ledger::Amount::ZERO {
+                        "net zero"
+                    } else {
+                        "NOT NET ZERO"
+                    };
+                    let fxps = if args.flow.converts() {
+                        format!(" (the FXPs' {})", currency.fxps)
+                    } else {
+                        String::new()
+                    };
+                    println!(
+                        "  positions: the {participants} {} positions sum to {}: {verdict}{fxps}",
+                        currency.currency, currency.sum
+                    );
+                }
+                match self.positions.fxps_at_rate {
+                    Some(true) => println!(
+                        "  conversions: the FXPs' {TARGET_CURRENCY} position is exactly {FX_RATE} × their {CURRENCY} one"
+                    ),
+                    Some(false) => println!(
+                        "  conversions: the FXPs' {TARGET_CURRENCY} position is NOT {FX_RATE} × their {CURRENCY} one"
+                    ),
+                    None => {}
+                }
+            }
         }
         if let Some(breakpoint) = &self.breakpoint {
             println!(
@@ -389,6 +412,30 @@ impl Report {
             "positions_applicable": !self.positions.not_applicable,
             "positions_sum": self.positions.sum.map(|sum| sum.to_string()),
             "positions_problem": self.positions.problem,
+            "positions_by_currency": (!self.positions.by_currency.is_empty()).then(|| {
+                self.positions
+                    .by_currency
+                    .iter()
+                    .map(|currency| {
+                        (
+                            currency.currency.to_string(),
+                            json!({
+                                "sum": currency.sum.to_string(),
+                                "fxps": currency.fxps.to_string(),
+                            }),
+                        )
+                    })
+                    .collect::<serde_json::Map<String, Value>>()
+            }),
+            "fxps_at_rate": self.positions.fxps_at_rate,
+            "fxps": args.flow.converts().then_some(args.fxps),
+            "fx_rate": args.flow.converts().then(|| {
+                json!({
+                    "source": CURRENCY,
+                    "target": TARGET_CURRENCY,
+                    "rate": FX_RATE.to_string(),
+                })
+            }),
             "hub_warnings": self.hub_warnings,
             "hub_problem": self.hub_problem,
             "legs": legs,

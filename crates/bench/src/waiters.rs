@@ -1,5 +1,6 @@
-//! Payers waiting for callbacks: the pending transfers and the waiters of
-//! lookups, quotes and transaction requests.
+//! Payers waiting for callbacks: the pending transfers and conversions,
+//! the FXPs' wait for the hub's `PATCH`, and the waiters of lookups,
+//! quotes, FX quotes and transaction requests.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
@@ -33,13 +34,27 @@ impl Completion {
     }
 }
 
-/// A transfer between its `POST` and its end.
+/// A transfer (or a conversion) between its `POST` and its end.
 pub(crate) struct Pending {
     pub(crate) payer: u32,
+    /// The payee's DFSP; of a conversion, the FXP.
     pub(crate) payee: u32,
     pub(crate) post_sent: Instant,
     pub(crate) fulfil_sent: Option<Instant>,
     /// Its flow started inside the measured window.
+    pub(crate) measured: bool,
+    /// Of a transfer that depends on a conversion: the conversion's
+    /// counter, whose FXP waits for the hub's `PATCH`.
+    pub(crate) conversion: Option<u64>,
+    pub(crate) done: oneshot::Sender<Completion>,
+}
+
+/// An FXP waiting for the hub's `PATCH /fxTransfers/{ID}`: the final state
+/// of its conversion, once the transfer that depends on it ended.
+pub(crate) struct Patch {
+    pub(crate) fxp: u32,
+    /// When the payee sent its fulfilment (the `fx_patch` leg's start).
+    pub(crate) fulfil_sent: Option<Instant>,
     pub(crate) measured: bool,
     pub(crate) done: oneshot::Sender<Completion>,
 }

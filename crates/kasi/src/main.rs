@@ -121,8 +121,10 @@ enum Command {
     /// (by default `transfer`: `POST /transfers` until the payer's commit
     /// notification; also `lookup`, `quote`, `quote+transfer`,
     /// `discovery+quote+transfer`, the end-to-end of Mojaloop's performance
-    /// whitepaper, and `transaction-request`, request-to-pay) while
-    /// answering every forwarded request as the other side.
+    /// whitepaper, `transaction-request`, request-to-pay, and `fx`, a
+    /// payment across currencies through an FXP the harness also plays:
+    /// FX quote, quote, conversion, transfer) while answering every
+    /// forwarded request as the other side.
     ///
     /// Load: a closed loop of --concurrency virtual users (default), an open
     /// loop at --rate arrivals per second, k6-style --stages, or a named
@@ -134,11 +136,11 @@ enum Command {
     /// states the hub's throughput as a ratio of the harness's ceiling.
     ///
     /// Prints a summary (throughput, latency per leg, errors by FSPIOP code,
-    /// whether the DFSPs' positions net to zero) and writes a report folder
-    /// (report.json, report.md with the hub's per-stage table and sampled
-    /// waterfalls, timeline.svg); `kasi bench compare` lays reports side by
-    /// side. Exits with status 1 if any flow failed or the positions do not
-    /// net to zero.
+    /// whether the DFSPs' positions net to zero, in each currency) and
+    /// writes a report folder (report.json, report.md with the hub's
+    /// per-stage table and sampled waterfalls, timeline.svg); `kasi bench
+    /// compare` lays reports side by side. Exits with status 1 if any flow
+    /// failed or the positions do not net to zero.
     Bench(Box<bench::BenchArgs>),
     /// Simulated DFSPs for people to watch: `kasi sim --dfsps payerfsp,payeefsp --onboard`.
     ///

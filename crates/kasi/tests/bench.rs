@@ -118,6 +118,73 @@ fn a_transaction_request_run_completes() {
     assert_eq!(report["timeouts"], 0, "{report}");
 }
 
+/// FX (FSPIOP v2.0 payer conversion): every payment an FX quote, a quote
+/// in TZS, a conversion from USD and the transfer that depends on it,
+/// through two FXPs; each currency nets to zero, the FXPs' positions are
+/// each other's at the rate, and every payment moved between 1 and 100
+/// USD through them.
+#[test]
+fn an_fx_run_completes_and_each_currency_nets_to_zero() {
+    let report = bench(&["--flow", "fx", "--fxps", "2"]);
+    assert_eq!(report["flow"], "fx");
+    assert_eq!(report["fxps"], 2, "{report}");
+    let completed = report["completed"].as_u64().unwrap();
+    assert_eq!(report["legs"]["e2e"]["count"], completed, "{report}");
+    for leg in [
+        "fx_quote",
+        "quote",
+        "fx_prepare",
+        "fx_forward",
+        "fx_fulfil",
+        "fx_notify",
+        "prepare",
+        "forward",
+        "fulfil",
+        "notify",
+        "fx_patch",
+    ] {
+        let count = report["legs"][leg]["count"].as_u64().unwrap_or(0);
+        assert!(count > 0, "{leg}: {report}");
+    }
+    assert_eq!(report["legs"]["lookup"], Value::Null, "{report}");
+    let positions = &report["positions_by_currency"];
+    for currency in ["USD", "TZS"] {
+        assert_eq!(positions[currency]["sum"], "0", "{currency}: {report}");
+    }
+    assert_eq!(report["fxps_at_rate"], Value::Bool(true), "{report}");
+    // The FXPs are owed what the payers sent (1 to 100 USD a payment) and
+    // owe the payees 2500 times that in TZS.
+    let amount = |currency: &str| -> f64 {
+        positions[currency]["fxps"]
+            .as_str()
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("{currency}: {report}"))
+    };
+    let (usd, tzs) = (amount("USD"), amount("TZS"));
+    assert!(
+        -usd >= completed as f64 && -usd <= 100.0 * completed as f64,
+        "{report}"
+    );
+    assert_eq!(tzs, -2500.0 * usd, "{report}");
+
+    // The null hub routes FX too (and sends the FXP its PATCH).
+    let report = run(&[
+        "--null-hub",
+        "--flow",
+        "fx",
+        "--duration",
+        "1",
+        "--warmup",
+        "0",
+        "--parties",
+        "20",
+        "--no-report",
+    ]);
+    assert!(report["completed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert_eq!(report["timeouts"], 0, "{report}");
+}
+
 #[test]
 fn an_open_loop_run_offers_its_rate() {
     let report = bench(&["--rate", "500"]);

@@ -6,14 +6,20 @@ use serde_json::Value;
 pub(super) const DASH: &str = "—";
 /// Used to order legs that a report's `leg_order` does not mention, so the
 /// output follows the life of a payment instead of the alphabet.
-const CANONICAL_LEG_ORDER: [&str; 8] = [
+const CANONICAL_LEG_ORDER: [&str; 14] = [
     "lookup",
     "transaction_request",
+    "fx_quote",
     "quote",
+    "fx_prepare",
+    "fx_forward",
+    "fx_fulfil",
+    "fx_notify",
     "prepare",
     "forward",
     "fulfil",
     "notify",
+    "fx_patch",
     "e2e",
 ];
 pub(super) const STRING_WRITE: &str = "writing to a String cannot fail";

@@ -174,6 +174,17 @@ fn write_headline(out: &mut String, report: &Value) -> fmt::Result {
     writeln!(out, "| errors | {errors_cell} |")?;
     writeln!(out, "| timeouts | {} |", fmt_count(num(report, "timeouts")))?;
     writeln!(out, "| positions net zero | {net_zero} |")?;
+    if let Some(by_currency) = present(report, "positions_by_currency").and_then(Value::as_object) {
+        // FX: each currency's sum, and the FXPs' share of it.
+        let cells: Vec<String> = by_currency
+            .iter()
+            .map(|(currency, sums)| {
+                let text = |key: &str| sums[key].as_str().unwrap_or(DASH).to_owned();
+                format!("{currency} {} (FXPs {})", text("sum"), text("fxps"))
+            })
+            .collect();
+        writeln!(out, "| positions by currency | {} |", cells.join(", "))?;
+    }
     writeln!(out, "| vs the null hub | {} |", null_hub_comparison(report))?;
     if let Some(cpu) = present(report, "cpu") {
         let cores_and_cost =
