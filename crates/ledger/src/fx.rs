@@ -449,10 +449,16 @@ impl Ledger {
             return Self::answer_stored_conversion(&stored, abort.caller, FinishKind::Abort, hash);
         }
         let conversion = self.fxp_conversion(id, abort.caller)?;
-        if let Some(duplicate) =
-            self.check_finish_duplicate(id, conversion, FinishKind::Abort, hash)?
-        {
-            return Ok(duplicate);
+        // The same rule and words as for a conversion read back from the
+        // store (`answer_stored_conversion`).
+        match conversion.finish {
+            Some(finish) if finish.kind == FinishKind::Abort && finish.request_hash == hash => {
+                return Ok(Outcome::Duplicate(self.view(id, conversion)));
+            }
+            Some(finish) if finish.kind == FinishKind::Abort => {
+                return Err(modified_answer(id, FinishKind::Abort));
+            }
+            _ => {}
         }
         if conversion.state != TransferState::Reserved {
             return Err(Self::not_reserved(id, conversion.state));
@@ -580,7 +586,7 @@ fn modified_answer(commit_request_id: TransferId, kind: FinishKind) -> Rejection
     Rejection::new(
         ErrorCode::MODIFIED_REQUEST,
         format!(
-            "conversion {commit_request_id} was answered by a {} with a different body",
+            "conversion {commit_request_id} was answered before with a different body ({})",
             kind.as_str().to_lowercase()
         ),
     )
