@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::dfsp::{
     describe_error_body, error_of, fspiop_request, fulfil_body, fx_quote_put_body,
-    fx_transfer_accept_body, party_put_body, quote_put_body, send, Api, FxTerms, CONDITION,
+    fx_transfer_accept_body, party_put_body, quote_put_body, Api, FxTerms, CONDITION,
 };
 use crate::flows::{FORWARD, FULFIL, FX_FORWARD, FX_FULFIL, FX_NOTIFY, FX_PATCH, NOTIFY};
 use crate::ids::now_ms;
@@ -187,7 +187,7 @@ pub(crate) async fn fulfil(shared: &Shared, counter: u64, payer: u32, payee: u32
             patch.fulfil_sent = Some(sent);
         }
     }
-    match send(&shared.client, request).await {
+    match shared.send(request).await {
         Ok((status, _)) if status == StatusCode::OK => {
             if measured {
                 shared.stats().record(FULFIL, sent.elapsed());
@@ -314,7 +314,7 @@ pub(crate) async fn on_party_get(
         );
         let failure = match request {
             Err(error) => Some(("request (party put)".to_string(), error)),
-            Ok(request) => match send(&shared.client, request).await {
+            Ok(request) => match shared.send(request).await {
                 Ok((status, _)) if status == StatusCode::OK => None,
                 Ok((status, body)) => Some((
                     format!("HTTP {} (party put)", status.as_u16()),
@@ -468,7 +468,7 @@ pub(crate) fn send_answer(
     spawn_answer(shared, |shared| async move {
         let failure = match request {
             Err(error) => Some((format!("request ({what})"), error)),
-            Ok(request) => match send(&shared.client, request).await {
+            Ok(request) => match shared.send(request).await {
                 Ok((status, _)) if status == StatusCode::OK => None,
                 Ok((status, body)) => Some((
                     format!("HTTP {} ({what})", status.as_u16()),
@@ -906,7 +906,7 @@ pub(crate) async fn accept_conversion(
         Some(conversion) => conversion.fulfil_sent = Some(sent),
         None => return,
     }
-    match send(&shared.client, request).await {
+    match shared.send(request).await {
         Ok((status, _)) if status == StatusCode::OK => {
             if measured {
                 shared.stats().record(FX_FULFIL, sent.elapsed());

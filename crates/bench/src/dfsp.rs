@@ -4,7 +4,6 @@
 //! DFSP sends, the fixed ILP condition and its fulfilment, and reading
 //! FSPIOP errors.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
@@ -280,7 +279,11 @@ pub fn fx_transfer_accept_body(completed_ms: i64) -> String {
     )
 }
 
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+/// A pooled client of `http://` and (with the trust anchors and the
+/// certificate it was made with) `https://` URLs.
+pub type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+pub use crate::security::plain_client;
 
 /// Sends a request and reads the whole answer; a transport failure is
 /// `(key, description)`.
@@ -603,14 +606,15 @@ pub struct Onboarding<'a> {
     pub admin: &'a str,
     pub name: &'a str,
     pub currency: &'a str,
-    /// Its callbacks go to `http://{callback_addr}/{name}/...`.
-    pub callback_addr: SocketAddr,
+    /// Its callbacks go to `{callback_root}/{name}/...` (e.g.
+    /// `http://127.0.0.1:4000`).
+    pub callback_root: &'a str,
     /// Also the discovery endpoints (parties, participants, quotes, ...).
     pub discovers: bool,
     /// The id of the funds-in transfer (a UUID or ULID).
     pub funds_id: &'a str,
     /// A DFSP that exists already is no error: its limit is left as it is
-    /// and its endpoints are pointed at `callback_addr`.
+    /// and its endpoints are pointed at `callback_root`.
     pub existing_ok: bool,
 }
 
@@ -622,7 +626,7 @@ pub async fn onboard_dfsp(client: &HttpClient, how: &Onboarding<'_>) -> anyhow::
         admin,
         name,
         currency,
-        callback_addr,
+        callback_root,
         discovers,
         funds_id,
         existing_ok,
@@ -651,9 +655,9 @@ pub async fn onboard_dfsp(client: &HttpClient, how: &Onboarding<'_>) -> anyhow::
         existing_ok,
     )
     .await?;
-    // Under `http://{callback server}/{DFSP}`: the transfer callbacks, and
-    // for every flow but `transfer` the discovery ones.
-    let root = format!("http://{callback_addr}/{name}");
+    // Under `{callback server}/{DFSP}`: the transfer callbacks, and for
+    // every flow but `transfer` the discovery ones.
+    let root = format!("{callback_root}/{name}");
     let discovery: &[(&str, &str)] = if discovers {
         fspiop::DISCOVERY_CALLBACKS
     } else {

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::dfsp::{
     describe_error_body, fspiop_request, fx_quote_post_body, fx_transfer_post_body,
-    quote_post_body, send, Api, FxTerms, CONDITION, ILP_PACKET,
+    quote_post_body, Api, FxTerms, CONDITION, ILP_PACKET,
 };
 use crate::ids::{now_ms, PartyRef};
 use crate::run::{converted, Shared, CURRENCY, TARGET_CURRENCY};
@@ -336,7 +336,7 @@ pub(crate) async fn await_stage(
     on_accepted: impl FnOnce(),
 ) -> Result<Instant, Failure> {
     let answered = match request {
-        Ok(request) => tokio::time::timeout_at(deadline, send(&shared.client, request)).await,
+        Ok(request) => tokio::time::timeout_at(deadline, shared.send(request)).await,
         Err(error) => Ok(Err(("request".into(), error))),
     };
     let result = match answered {

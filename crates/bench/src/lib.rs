@@ -78,6 +78,7 @@ pub mod null_hub;
 mod onboard;
 mod report;
 mod run;
+mod security;
 mod stats;
 mod summary;
 mod target;
@@ -335,6 +336,46 @@ pub struct BenchTransfersArgs {
     /// No progress line (once a second, on stderr) and no other chatter.
     #[arg(long, hide_short_help = true)]
     pub(crate) quiet: bool,
+
+    /// Mutual TLS on every connection, as a scheme runs it: a throw-away
+    /// scheme CA made for the run; the embedded hub serves both addresses
+    /// over TLS and requires a client certificate on its FSPIOP address;
+    /// each DFSP connects with a certificate of its own (its name as
+    /// subject CN and DNS name, which the hub binds FSPIOP-Source to), on
+    /// connections of its own; the DFSPs' callback server is HTTPS and
+    /// requires the hub's client certificate. The null-hub baseline stays
+    /// plain HTTP.
+    #[arg(long, conflicts_with_all = ["api", "admin", "null_hub"])]
+    pub(crate) tls: bool,
+
+    /// The embedded hub signs every callback it originates (its
+    /// `--jws-signing-key`) with a key made for the run: es256 (P-256) or
+    /// rs256 (RSA-2048, made with openssl). The DFSPs check a sample of
+    /// the signatures (see --verify-every); a bad or missing one fails the
+    /// run.
+    #[arg(long, value_enum, value_name = "ALG", conflicts_with_all = ["api", "admin", "null_hub"])]
+    pub(crate) hub_jws: Option<crate::security::JwsAlg>,
+
+    /// Every DFSP signs every request and callback it sends (es256: a
+    /// P-256 key each; rs256: one RSA-2048 key for all, made with openssl),
+    /// its public key installed through the admin API (`PUT
+    /// /participants/{name}/jwsKey`). The embedded hub checks every
+    /// signature (`--jws-verify all`); a hub given with --api must have its
+    /// own --jws-verify and --jws-keys-dir.
+    #[arg(long, value_enum, value_name = "ALG", conflicts_with = "null_hub")]
+    pub(crate) dfsp_jws: Option<crate::security::JwsAlg>,
+
+    /// One in this many signed messages the DFSPs receive has its signature
+    /// verified; every one is checked for having one where it is due.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..), hide_short_help = true)]
+    pub(crate) verify_every: u32,
+
+    /// The embedded hub's store (its `serve --store`): `sqlite:DIR` or a
+    /// PostgreSQL URL. Default: SQLite in a temporary directory. The
+    /// DFSPs of each run have names of their own, so runs can share a
+    /// store.
+    #[arg(long, value_name = "STORE", conflicts_with_all = ["api", "admin", "null_hub"])]
+    pub(crate) store: Option<String>,
 
     /// While measuring, close the hub's open settlement window every this
     /// many seconds (central-settlement's `POST /v2/settlementWindows/{id}`

@@ -265,7 +265,8 @@ pub(crate) async fn close_windows(
         }
         next += every;
         let url = format!("{admin}/v2/settlementWindows?state=OPEN");
-        let Ok(body) = admin_call(&shared.client, Method::GET, &url, None, false).await else {
+        let Ok(body) = admin_call(&shared.identities.admin, Method::GET, &url, None, false).await
+        else {
             continue;
         };
         let Some(id) = serde_json::from_slice::<Value>(&body)
@@ -276,7 +277,7 @@ pub(crate) async fn close_windows(
         };
         let started = Instant::now();
         let closed = admin_request(
-            &shared.client,
+            &shared.identities.admin,
             Method::POST,
             &format!("{admin}/v2/settlementWindows/{id}"),
             Some(json!({"state": "CLOSED", "reason": "kasi bench"})),

@@ -143,7 +143,7 @@ pub(crate) async fn scrape_hub(shared: Arc<Shared>, started: Instant) {
         ticks.tick().await;
         let scraped = tokio::time::timeout(
             SCRAPE_TIMEOUT,
-            admin_request(&shared.client, Method::GET, &url, None),
+            admin_request(&shared.identities.admin, Method::GET, &url, None),
         )
         .await;
         let gauges = match scraped {
@@ -247,7 +247,7 @@ pub(crate) async fn monitor(
 pub(crate) async fn reset_hub_stages(shared: &Shared, admin: &str) -> bool {
     let url = format!("{admin}/stats/stages");
     matches!(
-        admin_request(&shared.client, Method::DELETE, &url, None).await,
+        admin_request(&shared.identities.admin, Method::DELETE, &url, None).await,
         Ok((status, _)) if status.is_success()
     )
 }
@@ -255,7 +255,7 @@ pub(crate) async fn reset_hub_stages(shared: &Shared, admin: &str) -> bool {
 /// The hub's per-stage table since the reset (`GET /stats/stages`).
 pub(crate) async fn read_hub_stages(shared: &Shared, admin: &str) -> Option<Value> {
     let url = format!("{admin}/stats/stages");
-    let (status, body) = admin_request(&shared.client, Method::GET, &url, None)
+    let (status, body) = admin_request(&shared.identities.admin, Method::GET, &url, None)
         .await
         .ok()?;
     let answer: Value = serde_json::from_slice(&body).ok()?;
@@ -282,7 +282,8 @@ pub(crate) const WATERFALLS: usize = 5;
 /// every phase finished.
 pub(crate) async fn read_waterfalls(shared: &Shared, admin: &str) -> Vec<Value> {
     let url = format!("{admin}/stats/traces");
-    let Ok((status, body)) = admin_request(&shared.client, Method::GET, &url, None).await else {
+    let Ok((status, body)) = admin_request(&shared.identities.admin, Method::GET, &url, None).await
+    else {
         return Vec::new();
     };
     let Ok(answer) = serde_json::from_slice::<Value>(&body) else {

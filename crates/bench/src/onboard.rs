@@ -1,7 +1,6 @@
 //! The DFSPs in the hub: onboarding and party registration before the
 //! load, the positions check after it (admin API and FSPIOP only).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use tokio::sync::oneshot;
 
 use crate::dfsp::{
     self, admin_call, batch_answer_problem, describe_error_body, fspiop_request,
-    participants_batch_body, send, Api,
+    participants_batch_body, Api,
 };
 use crate::ids::PartyRef;
 use crate::run::{Shared, CURRENCY, FX_RATE, TARGET_CURRENCY};
@@ -37,10 +36,10 @@ pub(crate) async fn onboard(
     shared: &Arc<Shared>,
     admin: &str,
     hub_name: &str,
-    callback_addr: SocketAddr,
+    callback_root: &str,
 ) -> anyhow::Result<()> {
     for currency in currencies(shared) {
-        dfsp::onboard_hub(&shared.client, admin, hub_name, currency).await?;
+        dfsp::onboard_hub(&shared.identities.admin, admin, hub_name, currency).await?;
     }
 
     // A few DFSPs at a time: each step waits for the hub's durable commit.
@@ -50,9 +49,10 @@ pub(crate) async fn onboard(
         let shared = shared.clone();
         let admin = admin.to_string();
         let permits = permits.clone();
+        let callback_root = callback_root.to_string();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            onboard_dfsp(&shared, &admin, &name, callback_addr).await
+            onboard_dfsp(&shared, &admin, &name, &callback_root).await
         });
     }
     while let Some(joined) = tasks.join_next().await {
@@ -71,19 +71,19 @@ pub(crate) async fn onboard_dfsp(
     shared: &Shared,
     admin: &str,
     name: &str,
-    callback_addr: SocketAddr,
+    callback_root: &str,
 ) -> anyhow::Result<()> {
     let is_fxp = shared.dfsp(name).is_some_and(|index| index >= shared.dfsps);
     let discovers = shared.flow.discovers() && !is_fxp;
     for currency in currencies(shared) {
         let funds_id = shared.ids.format(shared.ids.next());
         dfsp::onboard_dfsp(
-            &shared.client,
+            &shared.identities.admin,
             &dfsp::Onboarding {
                 admin,
                 name,
                 currency,
-                callback_addr,
+                callback_root,
                 discovers,
                 funds_id: &funds_id,
                 existing_ok: false,
@@ -95,18 +95,34 @@ pub(crate) async fn onboard_dfsp(
     if shared.flow.converts() {
         for (kind, path) in fspiop::FX_CALLBACKS {
             admin_call(
-                &shared.client,
+                &shared.identities.admin,
                 Method::POST,
                 &format!("{admin}/participants/{name}/endpoints"),
                 Some(serde_json::json!({
                     "type": kind,
-                    "value": format!("http://{callback_addr}/{name}{path}"),
+                    "value": format!("{callback_root}/{name}{path}"),
                 })),
                 false,
             )
             .await
             .with_context(|| format!("registering {name}'s FX endpoints"))?;
         }
+    }
+    // Before the DFSP's first FSPIOP request: a hub that verifies
+    // signatures refuses a DFSP without a key.
+    if let Some(public_key) = shared
+        .dfsp(name)
+        .and_then(|index| shared.identities.public_key(index as usize))
+    {
+        admin_call(
+            &shared.identities.admin,
+            Method::PUT,
+            &format!("{admin}/participants/{name}/jwsKey"),
+            Some(serde_json::json!({ "publicKey": public_key })),
+            false,
+        )
+        .await
+        .with_context(|| format!("installing {name}'s JWS public key"))?;
     }
     if discovers {
         register_parties(shared, name).await?;
@@ -136,7 +152,7 @@ pub(crate) async fn register_parties(shared: &Shared, name: &str) -> anyhow::Res
     .map_err(|error| anyhow::anyhow!("POST {url}: {error}"))?;
     let (done, answer) = oneshot::channel();
     shared.registrations().insert(counter, done);
-    let sent = tokio::time::timeout(REGISTRATION_TIMEOUT, send(&shared.client, request))
+    let sent = tokio::time::timeout(REGISTRATION_TIMEOUT, shared.send(request))
         .await
         .with_context(|| {
             format!(
@@ -262,7 +278,7 @@ pub(crate) async fn read_positions(
         let is_fxp = index as u32 >= shared.dfsps;
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let body = admin_call(&shared.client, Method::GET, &url, None, false)
+            let body = admin_call(&shared.identities.admin, Method::GET, &url, None, false)
                 .await
                 .map_err(|error| format!("{error:#}"))?;
             let rows: Vec<PositionRow> =

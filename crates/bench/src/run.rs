@@ -10,19 +10,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use bytes::Bytes;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::oneshot;
 
 use crate::callbacks::callbacks;
-use crate::dfsp::HttpClient;
 use crate::flows::Flow;
 use crate::ids::{parse_party_identifier, party_identifier, run_seed, splitmix64, IdGen, PartyRef};
 use crate::load::{Load, Plan};
 use crate::loops::{run_plan, search_breakpoint};
 use crate::monitor::{reset_hub_stages, HubGauges};
 use crate::onboard::{check_positions, onboard, PositionCheck};
+use crate::security::{Choice, Identities, Material};
 use crate::stats::{Stats, Window};
 use crate::summary::Report;
 use crate::target::{start_null_hub, EmbeddedHub, HubProcess};
@@ -61,6 +58,15 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     }
     let started_at = SystemTime::now();
     let chatty = !args.json && !args.quiet;
+    let choice = Choice {
+        tls: args.tls,
+        hub_jws: args.hub_jws,
+        dfsp_jws: args.dfsp_jws,
+        verify_every: args.verify_every,
+    };
+    // Made before the hub starts (it reads the files) and removed after it
+    // stops.
+    let material = Material::new(choice)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kasi-bench")
@@ -92,7 +98,15 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             ..args.clone()
         };
         let pid = process.as_ref().map(|process| process.child.id());
-        let report = runtime.block_on(drive(&baseline_args, &Shape::Plan(plan), &api, &admin, pid));
+        let plain = Material::new(Choice::default())?;
+        let report = runtime.block_on(drive(
+            &baseline_args,
+            &Shape::Plan(plan),
+            &api,
+            &admin,
+            pid,
+            &plain,
+        ));
         if let Some(process) = process.as_mut() {
             process.stop()?;
         }
@@ -149,10 +163,13 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
             let hub = EmbeddedHub::start(HubProcess::Kasi {
                 hub_name: &args.hub_name,
                 trace_sample_every: args.trace_sample_every,
+                store: args.store.as_deref(),
+                extra: material.serve_args(&args.hub_name)?,
             })?;
+            let scheme = material.scheme();
             let urls = (
-                format!("http://{}", hub.api),
-                format!("http://{}", hub.admin),
+                format!("{scheme}://{}", hub.api),
+                format!("{scheme}://{}", hub.admin),
             );
             embedded = Some(hub);
             (urls.0, urls.1, "embedded")
@@ -160,7 +177,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     };
 
     let hub_pid = embedded.as_ref().map(|hub| hub.child.id());
-    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin, hub_pid));
+    let outcome = runtime.block_on(drive(&args, &shape, &api, &admin, hub_pid, &material));
     // The callback server keeps answering (on the runtime's threads) while
     // the hub delivers what it still has queued and stops.
     let mut hub_problem = None;
@@ -216,6 +233,7 @@ pub fn run(args: BenchTransfersArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(
         if report.failed() == 0
+            && report.security.failed() == 0
             && report.hub_problem.is_none()
             && (report.positions.net_zero || report.positions.not_applicable)
         {
@@ -232,7 +250,9 @@ pub(crate) fn millis_since_epoch(at: SystemTime) -> i64 {
 }
 
 pub(crate) struct Shared {
-    pub(crate) client: HttpClient,
+    /// Who the DFSPs are on the wire: their clients (certificates) and
+    /// keys; the admin API's client.
+    pub(crate) identities: Arc<Identities>,
     pub(crate) api: String,
     /// The hub's admin address (its `/metrics`, when it has one).
     pub(crate) admin: String,
@@ -357,6 +377,20 @@ impl Shared {
         self.index_of.get(name).copied()
     }
 
+    /// Sends an FSPIOP request as the DFSP its FSPIOP-Source names: on its
+    /// connections, with its signature when DFSPs sign.
+    pub(crate) async fn send(
+        &self,
+        request: http::Request<http_body_util::Full<Bytes>>,
+    ) -> Result<(http::StatusCode, Bytes), (String, String)> {
+        let source = request
+            .headers()
+            .get("fspiop-source")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|name| self.dfsp(name));
+        self.identities.send_as(source, request).await
+    }
+
     pub(crate) fn party_id(&self, party: PartyRef) -> String {
         party_identifier(self.party_tag, party)
     }
@@ -415,19 +449,8 @@ pub(crate) async fn drive(
     api: &str,
     admin: &str,
     hub_pid: Option<u32>,
+    material: &Material,
 ) -> anyhow::Result<Report> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(Duration::from_secs(5)));
-    let client: HttpClient = Client::builder(TokioExecutor::new())
-        // Below the time a hub keeps an idle keep-alive connection open
-        // (kasi's --header-timeout-ms, 10 s; Node's keepAliveTimeout, 5 s,
-        // for Mojaloop's services), so the pool never reuses a connection
-        // the hub is closing (with 20 s, the likely cause of POSTs reset now
-        // and then: "transport" errors, 2 in 720,000 transfers at 2,000/s).
-        .pool_idle_timeout(Duration::from_secs(4))
-        .pool_timer(TokioTimer::new())
-        .build(connector);
     let seed = run_seed();
     // Short, and different for each run against one hub.
     let prefix = format!("b{}{:03x}d", std::process::id(), (seed >> 40) & 0xfff);
@@ -441,8 +464,18 @@ pub(crate) async fn drive(
         .enumerate()
         .map(|(i, name)| (name.clone(), i as u32))
         .collect();
+    let api_base_path = api
+        .parse::<http::Uri>()
+        .map(|uri| uri.path().to_string())
+        .unwrap_or_default();
+    let identities = Arc::new(material.identities(
+        &names,
+        &args.hub_name,
+        material.admin_client(),
+        &api_base_path,
+    )?);
     let shared = Arc::new(Shared {
-        client,
+        identities: identities.clone(),
         api: api.to_string(),
         admin: admin.to_string(),
         hub_gauges: Mutex::new(None),
@@ -484,12 +517,33 @@ pub(crate) async fn drive(
     if callback_addr.ip().is_unspecified() {
         callback_addr.set_ip([127, 0, 0, 1].into());
     }
-    let app = callbacks(shared.clone());
-    tokio::spawn(async move {
-        if let Err(error) = axum::serve(listener, app).tcp_nodelay(true).await {
-            eprintln!("kasi: the callback server stopped: {error}");
+    let mut app = callbacks(shared.clone());
+    if material.choice.hub_jws.is_some() || material.choice.dfsp_jws.is_some() {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            identities.clone(),
+            crate::security::check_signature,
+        ));
+    }
+    let failed_handshakes = Arc::new(AtomicU64::new(0));
+    let callback_root = match material.callback_server()? {
+        None => {
+            tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, app).tcp_nodelay(true).await {
+                    eprintln!("kasi: the callback server stopped: {error}");
+                }
+            });
+            format!("http://{callback_addr}")
         }
-    });
+        Some(tls) => {
+            tokio::spawn(crate::security::serve_tls(
+                listener,
+                tls,
+                app,
+                failed_handshakes.clone(),
+            ));
+            format!("https://{callback_addr}")
+        }
+    };
 
     if !args.json && !args.quiet {
         let parties = if args.flow.discovers() {
@@ -505,12 +559,14 @@ pub(crate) async fn drive(
             String::new()
         };
         eprintln!(
-            "onboarding {} DFSPs ({}0..{parties}{fx}) through {admin}, callbacks at http://{callback_addr}",
-            args.dfsps, prefix
+            "onboarding {} DFSPs ({}0..{parties}{fx}) through {admin}, callbacks at {callback_root} ({})",
+            args.dfsps,
+            prefix,
+            material.choice.describe()
         );
     }
     let onboarding = Instant::now();
-    onboard(&shared, admin, &args.hub_name, callback_addr).await?;
+    onboard(&shared, admin, &args.hub_name, &callback_root).await?;
     let onboarding = onboarding.elapsed();
 
     // Whether the hub keeps per-stage statistics (kasi's; other hubs answer
@@ -546,5 +602,9 @@ pub(crate) async fn drive(
         hub_stages,
         waterfalls,
         breakpoint,
+        security: crate::security::SecuritySummary::of(
+            &identities,
+            failed_handshakes.load(Ordering::Relaxed),
+        ),
     })
 }

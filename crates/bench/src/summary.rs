@@ -30,6 +30,9 @@ pub(crate) struct Report {
     /// Sampled transfers' traces through the hub.
     pub(crate) waterfalls: Vec<Value>,
     pub(crate) breakpoint: Option<Value>,
+    /// The configuration the hub ran in (TLS, signatures) and what the
+    /// DFSPs' checks of the signatures found.
+    pub(crate) security: crate::security::SecuritySummary,
 }
 
 impl Report {
@@ -112,13 +115,14 @@ impl Report {
             String::new()
         };
         println!(
-            "kasi bench --flow {}: {} DFSPs{parties}, {}, window {:.1} s, hub {} ({})",
+            "kasi bench --flow {}: {} DFSPs{parties}, {}, window {:.1} s, hub {} ({}; {})",
             flow.name(),
             args.dfsps,
             self.load_description(args),
             self.run.window_s,
             self.api,
-            self.target
+            self.target,
+            self.security.description
         );
         if args.null_hub {
             println!(
@@ -265,6 +269,22 @@ impl Report {
         if let Some(problem) = &self.hub_problem {
             println!("  HUB: {problem}");
         }
+        let security = &self.security;
+        if security.verified + security.failed() > 0 {
+            println!(
+                "  signatures: {} verified, {} invalid, {} missing (one in {} checked)",
+                security.verified, security.invalid, security.missing, args.verify_every
+            );
+        }
+        if let Some(problem) = &security.first_problem {
+            println!("  SIGNATURE: {problem}");
+        }
+        if security.failed_handshakes > 0 {
+            println!(
+                "  the callback server failed {} TLS handshakes",
+                security.failed_handshakes
+            );
+        }
     }
 
     pub(crate) fn to_json(&self, args: &BenchTransfersArgs) -> Value {
@@ -368,6 +388,8 @@ impl Report {
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "flow": args.flow.name(),
             "target": self.target,
+            "configuration": self.security.description,
+            "security": self.security.to_json(),
             "null_hub": args.null_hub,
             "api": self.api,
             "profile": self.profile(args),

@@ -45,6 +45,10 @@ pub(crate) enum HubProcess<'a> {
     Kasi {
         hub_name: &'a str,
         trace_sample_every: Option<u32>,
+        /// Its `--store`; `None`: SQLite in the temporary data directory.
+        store: Option<&'a str>,
+        /// More flags: the TLS and JWS of `security::Material::serve_args`.
+        extra: Vec<std::ffi::OsString>,
     },
     /// `kasi null-hub`.
     Null,
@@ -73,6 +77,8 @@ impl EmbeddedHub {
             HubProcess::Kasi {
                 hub_name,
                 trace_sample_every,
+                store: hub_store,
+                extra,
             } => {
                 let data_dir = tempfile::Builder::new()
                     .prefix("kasi-bench-hub-")
@@ -91,6 +97,10 @@ impl EmbeddedHub {
                 if let Some(every) = trace_sample_every {
                     command.args(["--trace-sample-every", &every.to_string()]);
                 }
+                if let Some(hub_store) = hub_store {
+                    command.args(["--store", hub_store]);
+                }
+                command.args(extra);
                 store = Some(data_dir);
             }
             HubProcess::Null => {

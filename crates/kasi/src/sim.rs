@@ -28,8 +28,6 @@ use axum::Router;
 use clap::{Args, Subcommand};
 use http::{HeaderMap, Method, StatusCode, Uri};
 use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
@@ -515,7 +513,7 @@ async fn serve(args: SimArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let sim = Arc::new(Sim {
-        client: Client::builder(TokioExecutor::new()).build_http(),
+        client: dfsp::plain_client(),
         api: api.clone(),
         names: names.clone(),
         currencies,
@@ -663,13 +661,14 @@ async fn onboard_dfsp(
     discovers: bool,
 ) -> anyhow::Result<bool> {
     let funds_id = sim.uuid();
+    let callback_root = format!("http://{local}");
     let new = dfsp::onboard_dfsp(
         &sim.client,
         &dfsp::Onboarding {
             admin,
             name,
             currency,
-            callback_addr: local,
+            callback_root: &callback_root,
             discovers,
             funds_id: &funds_id,
             existing_ok: true,
@@ -1321,7 +1320,7 @@ async fn send_through_sim(args: SendArgs) -> anyhow::Result<ExitCode> {
         to_currency: args.to_currency.clone(),
     };
     let url = format!("{}/_sim/send", args.sim.trim_end_matches('/'));
-    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+    let client: HttpClient = dfsp::plain_client();
     let http_request = http::Request::builder()
         .method(Method::POST)
         .uri(&url)

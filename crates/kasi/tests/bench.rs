@@ -185,6 +185,47 @@ fn an_fx_run_completes_and_each_currency_nets_to_zero() {
     assert_eq!(report["timeouts"], 0, "{report}");
 }
 
+/// The configuration a scheme runs: every connection mutual TLS, the hub
+/// signing what it originates, every DFSP signing what it sends and the
+/// hub checking it; the DFSPs verify every signature they receive.
+#[test]
+fn a_run_in_the_production_configuration_verifies_every_signature_over_mutual_tls() {
+    let report = bench(&[
+        "--flow",
+        "discovery+quote+transfer",
+        "--tls",
+        "--hub-jws",
+        "es256",
+        "--dfsp-jws",
+        "rs256",
+        "--verify-every",
+        "1",
+    ]);
+    assert_eq!(
+        report["configuration"], "mTLS, hub signs ES256, DFSPs sign RS256 (hub verifies)",
+        "{report}"
+    );
+    assert!(
+        report["api"].as_str().unwrap().starts_with("https://"),
+        "{report}"
+    );
+    let security = &report["security"];
+    let count = |key: &str| {
+        security[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key} in {report}"))
+    };
+    assert_eq!(count("signatures_invalid"), 0, "{report}");
+    assert_eq!(count("signatures_missing"), 0, "{report}");
+    assert_eq!(count("callback_tls_handshakes_failed"), 0, "{report}");
+    // Each flow: the party, the quote and the prepare forwarded with the
+    // sender's signature, their answers with the receiver's, and the hub's
+    // own messages with the hub's.
+    let completed = report["completed"].as_u64().unwrap();
+    assert!(count("signatures_verified") >= 6 * completed, "{report}");
+    assert!(count("signatures_verified_hub") > 0, "{report}");
+}
+
 #[test]
 fn an_open_loop_run_offers_its_rate() {
     let report = bench(&["--rate", "500"]);
