@@ -9,6 +9,17 @@
 //! configured). Rows that change within one commit (an account touched by
 //! several batches) are written once, as they are at its end.
 //!
+//! The commits of the transfer path (batches of transfers, their finishes
+//! and the accounts they move, and nothing else) take one round trip, not
+//! six: one statement whose data-modifying CTEs bump the lease's commit
+//! count under the fencing check and write the three tables from that
+//! count's row (no row, a deposed writer: nothing written), run outside an
+//! explicit transaction, so that the statement is its own transaction and
+//! its COMMIT, with the flush (and the synchronous standby's), happens
+//! before the answer. A connection lost meanwhile is resolved as for the
+//! explicit transaction: the commit count it would make is known before it
+//! is sent (this process is the only writer under its fencing number).
+//!
 //! Admin records (a participant, an endpoint, a settlement model, a
 //! window, an audit event, ...) come one or a few per admin request; they
 //! are written with one statement each.
@@ -307,9 +318,104 @@ fn deposed(mine: i64, now: i64) -> StoreError {
     ))
 }
 
+/// A table the transfer path writes, as `INSERT ... SELECT FROM UNNEST` of
+/// one typed array per column: the same text for its own statement and
+/// inside the one-statement commit.
+struct UnnestTable {
+    /// `INSERT INTO table (columns)`.
+    insert: &'static str,
+    /// The arrays' element types, in column order.
+    types: &'static [&'static str],
+    /// What follows the SELECT (an `ON CONFLICT` clause, or nothing).
+    tail: &'static str,
+}
+
+impl UnnestTable {
+    /// `UNNEST($first::type[], ...)`.
+    fn unnest(&self, first: usize) -> String {
+        let arrays: Vec<String> = self
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, ty)| format!("${}::{ty}[]", first + i))
+            .collect();
+        format!("UNNEST({})", arrays.join(", "))
+    }
+
+    /// Its own statement, the arrays as $1...
+    fn statement(&self) -> String {
+        format!(
+            "{} SELECT * FROM {} {}",
+            self.insert,
+            self.unnest(1),
+            self.tail
+        )
+    }
+
+    /// A CTE of the one-statement commit: rows only if `lease` has one.
+    fn in_commit(&self, name: &str, first: usize) -> String {
+        format!(
+            "{name} AS ({} SELECT u.* FROM {} AS u, lease {})",
+            self.insert,
+            self.unnest(first),
+            self.tail
+        )
+    }
+}
+
+const TRANSFERS: UnnestTable = UnnestTable {
+    insert: "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount,
+        condition, expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo,
+        wire_version)",
+    types: &[
+        "bigint", "bytea", "text", "bigint", "bigint", "text", "bytea", "bigint", "bigint", "bytea",
+        "text", "integer", "text", "text", "integer",
+    ],
+    tail: "",
+};
+
+const FINISHES: UnnestTable = UnnestTable {
+    insert: "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash,
+        fulfilment, settlement_window, cause)",
+    types: &[
+        "bigint", "text", "text", "integer", "bigint", "bytea", "bytea", "bigint", "text",
+    ],
+    tail: "",
+};
+
+const ACCOUNTS: UnnestTable = UnnestTable {
+    insert: "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved,
+        net_debit_cap, created_at_ms, changed_at_ms)",
+    types: &[
+        "bigint", "bigint", "text", "text", "boolean", "text", "text", "text", "bigint", "bigint",
+    ],
+    tail: "ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
+        reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap,
+        changed_at_ms = excluded.changed_at_ms",
+};
+
+/// The transfer path's commit in one statement (see the module's doc):
+/// $1 the fencing number (NULL: a store owned alone), then the arrays of
+/// transfers, finishes and accounts. Returns the lease's commit count, or
+/// no row (deposed: nothing written).
+fn transfer_commit_statement() -> String {
+    let finishes_at = 2 + TRANSFERS.types.len();
+    let accounts_at = finishes_at + FINISHES.types.len();
+    format!(
+        "WITH lease AS (UPDATE kasi_lease SET commits = commits + 1
+             WHERE id = 1 AND ($1::bigint IS NULL OR fencing = $1) RETURNING commits),
+         {}, {}, {}
+         SELECT commits FROM lease",
+        TRANSFERS.in_commit("transfers_written", 2),
+        FINISHES.in_commit("finishes_written", finishes_at),
+        ACCOUNTS.in_commit("accounts_written", accounts_at),
+    )
+}
+
 /// The statements a commit writes with, prepared once per connection.
 struct Statements {
     count_commit: Statement,
+    transfer_commit: Statement,
     participant: Statement,
     accounts: Statement,
     transfers: Statement,
@@ -344,32 +450,14 @@ impl Statements {
             count_commit: prepare(
                 "UPDATE kasi_lease SET commits = commits + 1 WHERE id = 1 AND fencing = $1 RETURNING commits",
             )?,
+            transfer_commit: prepare(&transfer_commit_statement())?,
             participant: prepare(
                 "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES ($1, $2, $3, $4, $5)
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
             )?,
-            accounts: prepare(
-                "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap,
-                    created_at_ms, changed_at_ms)
-                 SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::boolean[], $6::text[],
-                    $7::text[], $8::text[], $9::bigint[], $10::bigint[])
-                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, value = excluded.value,
-                    reserved = excluded.reserved, net_debit_cap = excluded.net_debit_cap,
-                    changed_at_ms = excluded.changed_at_ms",
-            )?,
-            transfers: prepare(
-                "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
-                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version)
-                 SELECT * FROM UNNEST($1::bigint[], $2::bytea[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
-                    $7::bytea[], $8::bigint[], $9::bigint[], $10::bytea[], $11::text[], $12::integer[], $13::text[],
-                    $14::text[], $15::integer[])",
-            )?,
-            finishes: prepare(
-                "INSERT INTO transfer_finishes (seq, kind, state, reason, finished_at_ms, request_hash, fulfilment,
-                    settlement_window, cause)
-                 SELECT * FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::integer[], $5::bigint[], $6::bytea[],
-                    $7::bytea[], $8::bigint[], $9::text[])",
-            )?,
+            accounts: prepare(&ACCOUNTS.statement())?,
+            transfers: prepare(&TRANSFERS.statement())?,
+            finishes: prepare(&FINISHES.statement())?,
             endpoint: prepare(
                 "INSERT INTO endpoints (participant_id, type, value) VALUES ($1, $2, $3)
                  ON CONFLICT (participant_id, type) DO UPDATE SET value = excluded.value",
@@ -487,6 +575,13 @@ pub struct PgStore {
     /// fencing check passed: if the connection is lost after that, the
     /// count read after reconnecting says whether the COMMIT happened.
     in_flight: Option<i64>,
+    /// The lease row's commit count after this process's last commit, when
+    /// known: the one-statement commit's [`PgStore::in_flight`] is one
+    /// more. `None` (after opening, or a commit that failed): the next
+    /// commit is an explicit transaction, which learns it.
+    commits: Option<i64>,
+    /// Commits made in one statement (the transfer path), for tests.
+    one_statement_commits: u64,
     /// A standby's copy of what recovery reads, kept current by
     /// [`PgStore::warm`], so that taking over reads only the tail.
     warm: Option<Warm>,
@@ -532,6 +627,8 @@ impl PgStore {
             statements: Some(statements),
             fencing: None,
             in_flight: None,
+            commits: None,
+            one_statement_commits: 0,
             warm: None,
             loaded_warm: false,
             history: Default::default(),
@@ -572,11 +669,18 @@ impl PgStore {
             statements: None,
             fencing: None,
             in_flight: None,
+            commits: None,
+            one_statement_commits: 0,
             warm: None,
             loaded_warm: false,
             history: Default::default(),
             prefetch_statements: None,
         })
+    }
+
+    /// How many commits took the one-statement path (the transfer path).
+    pub fn one_statement_commits(&self) -> u64 {
+        self.one_statement_commits
     }
 
     /// The URL, password redacted.
@@ -690,6 +794,7 @@ impl PgStore {
         self.client = client;
         self.prefetch_statements = None;
         self.statements = Some(statements);
+        self.commits = Some(commits);
         Ok(match self.in_flight.take() {
             Some(expected) if commits == expected => true,
             Some(expected) if commits == expected - 1 => false,
@@ -704,12 +809,91 @@ impl PgStore {
     }
 
     fn try_write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        let commits = self.commits.take();
+        let history_to_write = self.history.take_what_to_write(&self.url)?;
+        let transfer_path = batches.iter().flat_map(|batch| batch.iter()).all(|record| {
+            matches!(
+                record,
+                Record::Transfer(TransferRow { fx: None, .. })
+                    | Record::Finish(_)
+                    | Record::Account(_)
+            )
+        });
+        match (self.fencing, commits) {
+            (Some(_), Some(commits)) if transfer_path && !history_to_write => {
+                self.write_in_one_statement(batches, Some(commits + 1))
+            }
+            (None, _) if transfer_path && !history_to_write => {
+                self.write_in_one_statement(batches, None)
+            }
+            _ => self.write_in_transaction(batches),
+        }
+    }
+
+    /// The transfer path's commit: one statement, one round trip (see the
+    /// module's doc); `expected` the lease's commit count it makes, when
+    /// fenced.
+    fn write_in_one_statement(
+        &mut self,
+        batches: &[&[Record]],
+        expected: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let statements = self.statements.as_ref().expect("checked by write");
+        let mut columns = Columns::default();
+        for record in batches.iter().flat_map(|batch| batch.iter()) {
+            columns.add_transfer_path(record);
+        }
+        let Columns {
+            transfers,
+            finishes,
+            accounts,
+            text,
+            ..
+        } = &mut columns;
+        let transfers = TransferArrays::of(transfers, text);
+        let finishes = FinishArrays::of(finishes);
+        let accounts = AccountArrays::of(accounts);
+        let fencing = self.fencing;
+        let mut params: Vec<Param<'_>> = Vec::with_capacity(
+            1 + TRANSFERS.types.len() + FINISHES.types.len() + ACCOUNTS.types.len(),
+        );
+        params.push(&fencing);
+        params.extend(transfers.params());
+        params.extend(finishes.params());
+        params.extend(accounts.params());
+        self.in_flight = expected;
+        let row = self
+            .client
+            .query_opt(&statements.transfer_commit, &params)?;
+        self.in_flight = None;
+        match (row, self.fencing) {
+            (Some(row), _) => {
+                self.commits = Some(row.get(0));
+                self.one_statement_commits += 1;
+                self.history.committed();
+                Ok(())
+            }
+            (None, Some(fencing)) => {
+                let now: i64 = self
+                    .client
+                    .query_one("SELECT fencing FROM kasi_lease WHERE id = 1", &[])?
+                    .get(0);
+                Err(deposed(fencing, now))
+            }
+            (None, None) => Err(StoreError::fatal(
+                "the store's lease row is missing (kasi_lease id 1)".to_string(),
+            )),
+        }
+    }
+
+    /// Any commit: an explicit transaction, a statement per table.
+    fn write_in_transaction(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         let PgStore {
             client,
-            url,
             statements,
             fencing,
             in_flight,
+            commits,
             history,
             ..
         } = self;
@@ -732,10 +916,10 @@ impl PgStore {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements)?;
-        history.write(&mut transaction, url)?;
+        history.write_taken(&mut transaction)?;
         transaction.commit()?;
         history.committed();
-        *in_flight = None;
+        *commits = in_flight.take();
         Ok(())
     }
 
@@ -1201,6 +1385,27 @@ struct Columns<'r> {
 }
 
 impl<'r> Columns<'r> {
+    /// A record of the transfer path (see `PgStore::try_write`).
+    fn add_transfer_path(&mut self, record: &'r Record) {
+        match record {
+            Record::Transfer(row) => self.transfers.push(row),
+            Record::Finish(row) => self.finishes.push(row),
+            Record::Account(row) => self.account(row),
+            _ => unreachable!("only the transfer path's records are written in one statement"),
+        }
+    }
+
+    /// The account as it is at the end of the commit.
+    fn account(&mut self, row: &'r AccountRow) {
+        match self.account_at.get(&row.id.0) {
+            Some(&at) => self.accounts[at] = row,
+            None => {
+                self.account_at.insert(row.id.0, self.accounts.len());
+                self.accounts.push(row);
+            }
+        }
+    }
+
     fn add(
         &mut self,
         transaction: &mut Transaction<'_>,
@@ -1211,13 +1416,7 @@ impl<'r> Columns<'r> {
             Record::Transfer(row) => self.transfers.push(row),
             Record::ConversionFulfilled(row) => self.conversion_fulfils.push(row),
             Record::Finish(row) => self.finishes.push(row),
-            Record::Account(row) => match self.account_at.get(&row.id.0) {
-                Some(&at) => self.accounts[at] = row,
-                None => {
-                    self.account_at.insert(row.id.0, self.accounts.len());
-                    self.accounts.push(row);
-                }
-            },
+            Record::Account(row) => self.account(row),
             Record::Quote(row) => match self.quote_at.get(&row.quote_id) {
                 Some(&at) => self.quotes[at] = row,
                 None => {
@@ -1339,42 +1538,8 @@ impl<'r> Columns<'r> {
             self.write_transfers(transaction, statements)?;
         }
         if !self.finishes.is_empty() {
-            let rows = &self.finishes;
-            let seq: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
-            let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-            let state: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
-            let reason: Vec<Option<i32>> = rows
-                .iter()
-                .map(|r| r.reason.map(|c| i32::from(c.0)))
-                .collect();
-            let at: Vec<i64> = rows.iter().map(|r| r.finished_at_ms).collect();
-            let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
-            let fulfilment: Vec<Option<&[u8]>> = rows
-                .iter()
-                .map(|r| r.fulfilment.as_ref().map(|f| &f.preimage()[..]))
-                .collect();
-            let window: Vec<Option<i64>> = rows
-                .iter()
-                .map(|r| r.settlement_window.map(i64::from))
-                .collect();
-            let cause: Vec<Option<&str>> = rows
-                .iter()
-                .map(|r| r.cause.map(|cause| cause.as_str()))
-                .collect();
-            transaction.execute(
-                &statements.finishes,
-                &[
-                    &seq,
-                    &kind,
-                    &state,
-                    &reason,
-                    &at,
-                    &hash,
-                    &fulfilment,
-                    &window,
-                    &cause,
-                ],
-            )?;
+            let arrays = FinishArrays::of(&self.finishes);
+            transaction.execute(&statements.finishes, &arrays.params())?;
         }
         if !self.conversion_fulfils.is_empty() {
             let rows = &self.conversion_fulfils;
@@ -1389,35 +1554,8 @@ impl<'r> Columns<'r> {
             )?;
         }
         if !self.accounts.is_empty() {
-            let rows = &self.accounts;
-            let id: Vec<i64> = rows.iter().map(|r| i64::from(r.id.0)).collect();
-            let participant: Vec<i64> = rows.iter().map(|r| i64::from(r.participant.0)).collect();
-            let currency: Vec<&str> = rows.iter().map(|r| r.currency.as_str()).collect();
-            let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-            let active: Vec<bool> = rows.iter().map(|r| r.active).collect();
-            let value: Vec<String> = rows.iter().map(|r| r.value.to_string()).collect();
-            let reserved: Vec<String> = rows.iter().map(|r| r.reserved.to_string()).collect();
-            let cap: Vec<Option<String>> = rows
-                .iter()
-                .map(|r| r.net_debit_cap.map(|c| c.to_string()))
-                .collect();
-            let created: Vec<i64> = rows.iter().map(|r| r.created_at_ms).collect();
-            let changed: Vec<i64> = rows.iter().map(|r| r.changed_at_ms).collect();
-            transaction.execute(
-                &statements.accounts,
-                &[
-                    &id,
-                    &participant,
-                    &currency,
-                    &kind,
-                    &active,
-                    &value,
-                    &reserved,
-                    &cap,
-                    &created,
-                    &changed,
-                ],
-            )?;
+            let arrays = AccountArrays::of(&self.accounts);
+            transaction.execute(&statements.accounts, &arrays.params())?;
         }
         if !self.quotes.is_empty() {
             let rows = &self.quotes;
@@ -1508,78 +1646,9 @@ impl<'r> Columns<'r> {
         transaction: &mut Transaction<'_>,
         statements: &Statements,
     ) -> Result<(), StoreError> {
+        let arrays = TransferArrays::of(&self.transfers, &mut self.text);
+        transaction.execute(&statements.transfers, &arrays.params())?;
         let rows = &self.transfers;
-        let count = rows.len();
-        let seq: Vec<i64> = rows.iter().map(|r| r.seq as i64).collect();
-        let id: Vec<Vec<u8>> = rows
-            .iter()
-            .map(|r| r.transfer_id.to_blob().as_slice().to_vec())
-            .collect();
-        let kind: Vec<&str> = rows.iter().map(|r| r.kind.as_str()).collect();
-        let debit: Vec<i64> = rows.iter().map(|r| i64::from(r.debit.0)).collect();
-        let credit: Vec<i64> = rows.iter().map(|r| i64::from(r.credit.0)).collect();
-        // Amounts as text, written into one buffer and sliced.
-        self.text.clear();
-        let mut ends = Vec::with_capacity(count);
-        for row in rows {
-            write!(self.text, "{}", row.amount).expect("writing to a String");
-            ends.push(self.text.len());
-        }
-        let mut start = 0;
-        let amount: Vec<&str> = ends
-            .iter()
-            .map(|&end| {
-                let text = &self.text[start..end];
-                start = end;
-                text
-            })
-            .collect();
-        // Funds movements have neither condition nor expiration.
-        let conditional = |r: &TransferRow| r.kind.is_between_positions();
-        let condition: Vec<Option<&[u8]>> = rows
-            .iter()
-            .map(|r| conditional(r).then_some(&r.condition.0[..]))
-            .collect();
-        let expiration: Vec<Option<i64>> = rows
-            .iter()
-            .map(|r| conditional(r).then_some(r.expiration_ms))
-            .collect();
-        let prepared: Vec<i64> = rows.iter().map(|r| r.prepared_at_ms).collect();
-        let hash: Vec<&[u8]> = rows.iter().map(|r| &r.request_hash.0[..]).collect();
-        let state: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
-        let reason: Vec<Option<i32>> = rows
-            .iter()
-            .map(|r| r.reason.map(|c| i32::from(c.0)))
-            .collect();
-        let external: Vec<Option<&str>> = rows
-            .iter()
-            .map(|r| r.memo.as_ref().map(|m| m.external_reference.as_str()))
-            .collect();
-        let memo: Vec<Option<&str>> = rows
-            .iter()
-            .map(|r| r.memo.as_ref().map(|m| m.reason.as_str()))
-            .collect();
-        let wire: Vec<i32> = rows.iter().map(|r| i32::from(r.wire_version)).collect();
-        transaction.execute(
-            &statements.transfers,
-            &[
-                &seq,
-                &id,
-                &kind,
-                &debit,
-                &credit,
-                &amount,
-                &condition,
-                &expiration,
-                &prepared,
-                &hash,
-                &state,
-                &reason,
-                &external,
-                &memo,
-                &wire,
-            ],
-        )?;
         // One row per FX transfer, in the same statement's transaction.
         let fx: Vec<(i64, crate::FxColumns)> = rows
             .iter()
@@ -1620,6 +1689,210 @@ impl<'r> Columns<'r> {
             )?;
         }
         Ok(())
+    }
+}
+
+type Param<'a> = &'a (dyn postgres::types::ToSql + Sync);
+
+/// The arrays of [`TRANSFERS`], one element per row.
+struct TransferArrays<'a> {
+    seq: Vec<i64>,
+    id: Vec<Vec<u8>>,
+    kind: Vec<&'a str>,
+    debit: Vec<i64>,
+    credit: Vec<i64>,
+    amount: Vec<&'a str>,
+    condition: Vec<Option<&'a [u8]>>,
+    expiration: Vec<Option<i64>>,
+    prepared: Vec<i64>,
+    hash: Vec<&'a [u8]>,
+    state: Vec<&'a str>,
+    reason: Vec<Option<i32>>,
+    external: Vec<Option<&'a str>>,
+    memo: Vec<Option<&'a str>>,
+    wire: Vec<i32>,
+}
+
+impl<'a> TransferArrays<'a> {
+    /// `text` holds the amounts, written into one buffer and sliced.
+    fn of(rows: &[&'a TransferRow], text: &'a mut String) -> TransferArrays<'a> {
+        text.clear();
+        let mut ends = Vec::with_capacity(rows.len());
+        for row in rows {
+            write!(text, "{}", row.amount).expect("writing to a String");
+            ends.push(text.len());
+        }
+        let text: &'a str = text;
+        let mut start = 0;
+        let amount = ends
+            .iter()
+            .map(|&end| {
+                let amount = &text[start..end];
+                start = end;
+                amount
+            })
+            .collect();
+        // Funds movements have neither condition nor expiration.
+        let conditional = |r: &TransferRow| r.kind.is_between_positions();
+        TransferArrays {
+            seq: rows.iter().map(|r| r.seq as i64).collect(),
+            id: rows
+                .iter()
+                .map(|r| r.transfer_id.to_blob().as_slice().to_vec())
+                .collect(),
+            kind: rows.iter().map(|r| r.kind.as_str()).collect(),
+            debit: rows.iter().map(|r| i64::from(r.debit.0)).collect(),
+            credit: rows.iter().map(|r| i64::from(r.credit.0)).collect(),
+            amount,
+            condition: rows
+                .iter()
+                .map(|r| conditional(r).then_some(&r.condition.0[..]))
+                .collect(),
+            expiration: rows
+                .iter()
+                .map(|r| conditional(r).then_some(r.expiration_ms))
+                .collect(),
+            prepared: rows.iter().map(|r| r.prepared_at_ms).collect(),
+            hash: rows.iter().map(|r| &r.request_hash.0[..]).collect(),
+            state: rows.iter().map(|r| r.state.as_str()).collect(),
+            reason: rows
+                .iter()
+                .map(|r| r.reason.map(|c| i32::from(c.0)))
+                .collect(),
+            external: rows
+                .iter()
+                .map(|r| r.memo.as_ref().map(|m| m.external_reference.as_str()))
+                .collect(),
+            memo: rows
+                .iter()
+                .map(|r| r.memo.as_ref().map(|m| m.reason.as_str()))
+                .collect(),
+            wire: rows.iter().map(|r| i32::from(r.wire_version)).collect(),
+        }
+    }
+
+    fn params(&self) -> [Param<'_>; 15] {
+        [
+            &self.seq,
+            &self.id,
+            &self.kind,
+            &self.debit,
+            &self.credit,
+            &self.amount,
+            &self.condition,
+            &self.expiration,
+            &self.prepared,
+            &self.hash,
+            &self.state,
+            &self.reason,
+            &self.external,
+            &self.memo,
+            &self.wire,
+        ]
+    }
+}
+
+/// The arrays of [`FINISHES`].
+struct FinishArrays<'a> {
+    seq: Vec<i64>,
+    kind: Vec<&'a str>,
+    state: Vec<&'a str>,
+    reason: Vec<Option<i32>>,
+    at: Vec<i64>,
+    hash: Vec<&'a [u8]>,
+    fulfilment: Vec<Option<&'a [u8]>>,
+    window: Vec<Option<i64>>,
+    cause: Vec<Option<&'a str>>,
+}
+
+impl<'a> FinishArrays<'a> {
+    fn of(rows: &[&'a ledger::FinishRow]) -> FinishArrays<'a> {
+        FinishArrays {
+            seq: rows.iter().map(|r| r.seq as i64).collect(),
+            kind: rows.iter().map(|r| r.kind.as_str()).collect(),
+            state: rows.iter().map(|r| r.state.as_str()).collect(),
+            reason: rows
+                .iter()
+                .map(|r| r.reason.map(|c| i32::from(c.0)))
+                .collect(),
+            at: rows.iter().map(|r| r.finished_at_ms).collect(),
+            hash: rows.iter().map(|r| &r.request_hash.0[..]).collect(),
+            fulfilment: rows
+                .iter()
+                .map(|r| r.fulfilment.as_ref().map(|f| &f.preimage()[..]))
+                .collect(),
+            window: rows
+                .iter()
+                .map(|r| r.settlement_window.map(i64::from))
+                .collect(),
+            cause: rows
+                .iter()
+                .map(|r| r.cause.map(|cause| cause.as_str()))
+                .collect(),
+        }
+    }
+
+    fn params(&self) -> [Param<'_>; 9] {
+        [
+            &self.seq,
+            &self.kind,
+            &self.state,
+            &self.reason,
+            &self.at,
+            &self.hash,
+            &self.fulfilment,
+            &self.window,
+            &self.cause,
+        ]
+    }
+}
+
+/// The arrays of [`ACCOUNTS`].
+struct AccountArrays<'a> {
+    id: Vec<i64>,
+    participant: Vec<i64>,
+    currency: Vec<&'a str>,
+    kind: Vec<&'a str>,
+    active: Vec<bool>,
+    value: Vec<String>,
+    reserved: Vec<String>,
+    cap: Vec<Option<String>>,
+    created: Vec<i64>,
+    changed: Vec<i64>,
+}
+
+impl<'a> AccountArrays<'a> {
+    fn of(rows: &[&'a AccountRow]) -> AccountArrays<'a> {
+        AccountArrays {
+            id: rows.iter().map(|r| i64::from(r.id.0)).collect(),
+            participant: rows.iter().map(|r| i64::from(r.participant.0)).collect(),
+            currency: rows.iter().map(|r| r.currency.as_str()).collect(),
+            kind: rows.iter().map(|r| r.kind.as_str()).collect(),
+            active: rows.iter().map(|r| r.active).collect(),
+            value: rows.iter().map(|r| r.value.to_string()).collect(),
+            reserved: rows.iter().map(|r| r.reserved.to_string()).collect(),
+            cap: rows
+                .iter()
+                .map(|r| r.net_debit_cap.map(|c| c.to_string()))
+                .collect(),
+            created: rows.iter().map(|r| r.created_at_ms).collect(),
+            changed: rows.iter().map(|r| r.changed_at_ms).collect(),
+        }
+    }
+
+    fn params(&self) -> [Param<'_>; 10] {
+        [
+            &self.id,
+            &self.participant,
+            &self.currency,
+            &self.kind,
+            &self.active,
+            &self.value,
+            &self.reserved,
+            &self.cap,
+            &self.created,
+            &self.changed,
+        ]
     }
 }
 

@@ -470,16 +470,13 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// Inside the writer's transaction, before its COMMIT: the stored
-    /// snapshot's removal, or the newest snapshot computed, if any.
-    pub(crate) fn write(
-        &mut self,
-        transaction: &mut Transaction<'_>,
-        url: &str,
-    ) -> Result<(), StoreError> {
+    /// Before a commit: what it must write of the history snapshot (the
+    /// stored one's removal, or the newest computed), kept until
+    /// [`History::committed`]; whether there is anything. The snapshotter
+    /// starts with the first commit.
+    pub(crate) fn take_what_to_write(&mut self, url: &str) -> Result<bool, StoreError> {
         if self.forgetting {
-            self.kept_written = None;
-            return forget(transaction);
+            return Ok(true);
         }
         if let (Some(options), None) = (self.options, &self.snapshotter) {
             let reader = Reader {
@@ -499,6 +496,19 @@ impl History {
             self.kept_written = None;
         }
         self.in_flight = pending.or(failed);
+        Ok(self.in_flight.is_some())
+    }
+
+    /// Inside the writer's transaction: what [`History::take_what_to_write`]
+    /// took.
+    pub(crate) fn write_taken(
+        &mut self,
+        transaction: &mut Transaction<'_>,
+    ) -> Result<(), StoreError> {
+        if self.forgetting {
+            self.kept_written = None;
+            return forget(transaction);
+        }
         match &self.in_flight {
             Some(snapshot) => write(transaction, snapshot, self.kept_written.as_deref()),
             None => Ok(()),

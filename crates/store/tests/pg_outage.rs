@@ -6,20 +6,7 @@ mod support;
 
 use store::pg::PgStore;
 use store::Store;
-use support::{Harness, Op};
-
-fn some_transfers(harness: &mut Harness, count: usize) {
-    for n in 0..count {
-        harness.run(Op::Prepare {
-            payer: (n % 3) as u8,
-            amount: 1 + n as i64 % 7,
-            ttl_ms: 60_000,
-        });
-        if n % 2 == 0 {
-            harness.run(Op::Fulfil(n));
-        }
-    }
-}
+use support::{some_transfers, Harness};
 
 #[test]
 fn a_standby_copy_survives_a_database_restart() {

@@ -123,6 +123,9 @@ pub struct Harness {
     pub accepted: Vec<Conversion>,
     pub next_id: u128,
     pub last_cut: i64,
+    /// A PostgreSQL commit that fails transiently is tried again, as the
+    /// engine does, and counted here; otherwise it panics.
+    pub pg_retried: Option<u32>,
 }
 
 impl Harness {
@@ -153,6 +156,7 @@ impl Harness {
             accepted: Vec::new(),
             next_id: 1,
             last_cut: i64::MIN,
+            pg_retried: None,
         };
         harness.apply(vec![Command::CreateHub { name: fsp("Hub") }]);
         for currency in [usd(), eur()] {
@@ -238,7 +242,15 @@ impl Harness {
         let result = self.ledger.apply_batch(self.now, &commands);
         self.store.commit(&[&result.records]).expect("commit");
         if let Some(pg) = &mut self.pg {
-            pg.commit(&[&result.records]).expect("commit to PostgreSQL");
+            match (pg.commit(&[&result.records]), &mut self.pg_retried) {
+                (Ok(()), _) => {}
+                (Err(error), Some(retried)) if error.transient => {
+                    *retried += 1;
+                    pg.commit(&[&result.records])
+                        .expect("commit to PostgreSQL, tried again");
+                }
+                (Err(error), _) => panic!("commit to PostgreSQL: {error:?}"),
+            }
         }
         result.outcomes
     }
@@ -481,4 +493,18 @@ pub fn assert_tampered_snapshot_caught(
     assert!(verdict.is_err(), "the tampered snapshot passed the check");
     let problem = Ledger::restore(loaded, limits).err().expect("refused");
     assert!(problem.contains("does not add up"), "{problem}");
+}
+
+/// `count` prepares among the DFSPs, every other one fulfilled.
+pub fn some_transfers(harness: &mut Harness, count: usize) {
+    for n in 0..count {
+        harness.run(Op::Prepare {
+            payer: (n % 3) as u8,
+            amount: 1 + n as i64 % 7,
+            ttl_ms: 60_000,
+        });
+        if n % 2 == 0 {
+            harness.run(Op::Fulfil(n));
+        }
+    }
 }
