@@ -55,6 +55,7 @@ pub mod operator {
 pub mod security {
     pub mod admin_auth;
     pub mod jws;
+    pub mod jws_pool;
     pub mod refused;
     pub mod tls;
 }
@@ -100,7 +101,7 @@ pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
-pub use security::{admin_auth, jws, refused, tls};
+pub use security::{admin_auth, jws, jws_pool, refused, tls};
 
 use endpoints::Endpoints;
 use notify::Dispatcher;
@@ -152,6 +153,10 @@ pub struct HubConfig {
     /// Directory of the DFSPs' JWS public keys (`<fspId>.pem`), also
     /// written by the admin API's `/participants/{name}/jwsKey`.
     pub jws_keys_dir: Option<std::path::PathBuf>,
+    /// The threads that check inbound signatures (see [`jws_pool`]);
+    /// `None`: the dispatcher's signing pool, or else, with `jws_verify`
+    /// on, a pool of one thread per CPU made by [`Hub::new`].
+    pub jws_pool: Option<Arc<jws_pool::JwsPool>>,
     /// Who may use the admin API (see [`admin_auth`]); open by default, as
     /// on a loopback address without a tokens file.
     pub admin_auth: Arc<admin_auth::AdminAuth>,
@@ -190,6 +195,7 @@ impl HubConfig {
             identity: tls::IdentityPolicy::default(),
             jws_verify: jws_keys::VerifyPolicy::default(),
             jws_keys_dir: None,
+            jws_pool: None,
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
             role: Arc::new(role::Role::embedded()),
@@ -219,6 +225,9 @@ pub struct Hub {
     pub stages: Arc<stages::StageTimer>,
     /// The DFSPs' JWS public keys, when a keys directory is configured.
     pub jws_keys: Option<Arc<jws_keys::JwsKeys>>,
+    /// Where inbound signatures are checked; `Some` whenever `jws_verify`
+    /// is on (see [`HubConfig::jws_pool`]).
+    pub jws_pool: Option<Arc<jws_pool::JwsPool>>,
     /// Refusals by class and participant: counters, the last hour, and
     /// the rate of their warnings (see [`refused`]).
     pub refusals: refused::Refusals,
@@ -241,6 +250,18 @@ impl Hub {
             config.answer_window,
             config.pending_answers_max,
         ));
+        let jws_pool = config
+            .jws_pool
+            .clone()
+            .or_else(|| dispatcher.jws_pool())
+            .or_else(|| {
+                config.jws_verify.is_on().then(|| {
+                    jws_pool::JwsPool::new(
+                        jws_pool::JwsPool::default_threads(),
+                        jws_pool::QUEUE_CAPACITY,
+                    )
+                })
+            });
         let metrics = {
             let engine = engine.clone();
             let dispatcher = dispatcher.clone();
@@ -250,6 +271,9 @@ impl Hub {
                 config.role.clone(),
             );
             metrics.register_pending_answers(pending_answers.clone());
+            if let Some(pool) = &jws_pool {
+                metrics.register_jws_pool(pool);
+            }
             Arc::new(metrics)
         };
         let stages = Arc::new(stages::StageTimer::new(
@@ -267,6 +291,7 @@ impl Hub {
         };
         let hub = Hub {
             jws_keys,
+            jws_pool,
             config,
             engine,
             endpoints: Arc::default(),

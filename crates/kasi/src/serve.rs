@@ -60,6 +60,9 @@ struct Settings {
     tls: Option<Tls>,
     callback_tls: Arc<rustls::ClientConfig>,
     signer: Option<hub::notify::CallbackSigner>,
+    /// The threads of JWS crypto, for the process's whole life: the
+    /// dispatcher signs in it, the FSPIOP middleware verifies in it.
+    jws_pool: Option<Arc<hub::jws_pool::JwsPool>>,
     caps: hub::connections::Caps,
 }
 
@@ -119,6 +122,17 @@ impl Settings {
             client_certificate = callbacks.identity.is_some(),
             "https callbacks and oracle calls"
         );
+        let jws_pool = plan.jws_pool.as_ref().map(|pool| {
+            let threads = pool
+                .threads
+                .unwrap_or_else(hub::jws_pool::JwsPool::default_threads);
+            info!(
+                threads,
+                queue = hub::jws_pool::QUEUE_CAPACITY,
+                "JWS signatures computed and checked off the HTTP threads (--jws-threads)"
+            );
+            hub::jws_pool::JwsPool::new(threads, hub::jws_pool::QUEUE_CAPACITY)
+        });
         let signer = match &callbacks.signing_key {
             Some((path, hub_name)) => {
                 let text = std::fs::read_to_string(path)
@@ -133,6 +147,9 @@ impl Settings {
                 Some(hub::notify::CallbackSigner {
                     key: Arc::new(key),
                     source: hub_name.to_string(),
+                    pool: jws_pool
+                        .clone()
+                        .context("the plan gives a signing key a JWS pool")?,
                 })
             }
             None => None,
@@ -142,6 +159,7 @@ impl Settings {
             tls,
             callback_tls,
             signer,
+            jws_pool,
             caps,
         })
     }
@@ -317,6 +335,7 @@ fn serve_term(
         hub_config.callback_tls = Some(settings.callback_tls.clone());
         hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.role = role.clone();
+        hub_config.jws_pool = settings.jws_pool.clone();
         if hub_config.jws_verify.is_on() {
             info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
         }

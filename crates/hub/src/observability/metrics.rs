@@ -30,7 +30,11 @@
 //! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
 //! committed, rejected, aborted, expired), `kasi_dfsp_transfer_seconds` (by
 //! `payer`: prepare→commit in the ledger), `kasi_transfer_errors_total` (by
-//! `code`; these three from [`crate::transfer_stats`]); and the
+//! `code`; these three from [`crate::transfer_stats`]),
+//! `kasi_jws_operations_total` and `kasi_jws_busy_seconds_total` (by `kind`
+//! and `alg`), `kasi_jws_queued`, `kasi_jws_queue_wait_seconds`,
+//! `kasi_jws_threads`, `kasi_jws_queue_capacity` (the signing pool, see
+//! [`crate::jws_pool`], present while the hub signs or verifies); and the
 //! standard `process_resident_memory_bytes` (Linux only: read from
 //! `/proc/self/statm` at scrape time, absent elsewhere).
 
@@ -353,6 +357,11 @@ impl Metrics {
     pub fn register_pending_answers(&mut self, answers: Arc<crate::answers::Answers>) {
         self.registry
             .register_collector(Box::new(PendingAnswers(answers)));
+    }
+
+    /// Exposes the JWS pool's saturation (see [`crate::jws_pool`]).
+    pub fn register_jws_pool(&mut self, pool: &crate::jws_pool::JwsPool) {
+        pool.register(&mut self.registry);
     }
 
     /// Counts a refusal of `class` under `participant` (a bounded label);

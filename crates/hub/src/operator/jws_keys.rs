@@ -9,7 +9,8 @@
 //!   writes and removes those files (temp file, fsync, rename) and reloads.
 //! - The check runs as a middleware of the FSPIOP router, on the request's
 //!   own task, before any handler: a request that fails it is answered
-//!   400 with error 3105 and nothing else happens.
+//!   400 with error 3105 and nothing else happens. The header checks run
+//!   on the task; the crypto in the hub's JWS pool, which the task awaits.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -350,14 +351,34 @@ pub(crate) async fn verify_signature(
         destination: destination.as_deref(),
         date: date.as_deref(),
     };
-    if let Err(jws::Invalid(why)) = jws::verify(&key, &signature, &covered, &body) {
-        return refuse(why);
+    let checked = match jws::check(&key, &signature, &covered) {
+        Ok(checked) => checked,
+        Err(jws::Invalid(why)) => return refuse(why),
+    };
+    let Some(pool) = &hub.jws_pool else {
+        // `Hub::new` makes a pool whenever verification is on.
+        return internal_error("the hub has no JWS pool");
+    };
+    match pool.verify(key, checked, body.clone()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(jws::Invalid(why))) => return refuse(why),
+        Err(unavailable) => return internal_error(&unavailable.to_string()),
     }
     next.run(axum::extract::Request::from_parts(
         parts,
         axum::body::Body::from(body),
     ))
     .await
+}
+
+/// A signature that could not be checked for a fault of the hub's own.
+fn internal_error(why: &str) -> Response {
+    tracing::error!(%why, "an FSPIOP-Signature could not be checked");
+    HubError::new(
+        ErrorCode::INTERNAL_SERVER_ERROR,
+        "Internal server error - the signature could not be checked",
+    )
+    .into_response()
 }
 
 /// `PUT`/`GET`/`DELETE /participants/{name}/jwsKey` on the admin address.

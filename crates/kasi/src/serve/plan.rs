@@ -55,6 +55,9 @@ pub(crate) struct ServePlan {
     pub(crate) hub: HubConfig,
     pub(crate) ledger: LedgerPlan,
     pub(crate) callbacks: CallbackPlan,
+    /// The threads of JWS crypto; `None` when the hub neither signs nor
+    /// verifies.
+    pub(crate) jws_pool: Option<JwsPoolPlan>,
     pub(crate) tls: Option<TlsPlan>,
     pub(crate) admin: AdminPlan,
     pub(crate) watch: WatchPlan,
@@ -122,12 +125,14 @@ impl ServeArgs {
         if let AdminPlan::Open(open) = &admin {
             hub.admin_auth = open.clone();
         }
+        let jws_pool = self.jws.pool(&hub.jws_verify);
         Ok(ServePlan {
             store: self.store.plan(&self.ledger)?,
             listen: self.listen.plan(),
             hub,
             ledger: self.ledger.plan(),
             callbacks: self.callbacks.plan(&self.jws, hub_name)?,
+            jws_pool,
             tls,
             admin,
             watch: self.watch.plan(),
@@ -726,9 +731,33 @@ struct JwsArgs {
     /// `PUT`/`DELETE /participants/{name}/jwsKey`.
     #[arg(long, env = "KASI_JWS_KEYS_DIR", value_name = "DIR")]
     jws_keys_dir: Option<PathBuf>,
+
+    /// Threads that compute and check signatures, so that no HTTP thread
+    /// is held up by the crypto (an RSA-2048 signature is ~0.25 ms of CPU),
+    /// behind a queue of 1,024 jobs (beyond, callers wait for room).
+    /// Default: one per CPU. Started only with --jws-signing-key or
+    /// --jws-verify; `kasi_jws_*` on /metrics shows how busy they are.
+    #[arg(long, env = "KASI_JWS_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    jws_threads: Option<u16>,
+}
+
+/// The threads of JWS crypto (`hub::jws_pool`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct JwsPoolPlan {
+    /// `None`: one per CPU, counted when serving starts.
+    pub(crate) threads: Option<usize>,
 }
 
 impl JwsArgs {
+    /// A pool only for a hub that signs or verifies: otherwise nothing
+    /// would ever run on its threads.
+    fn pool(&self, verify: &hub::jws_keys::VerifyPolicy) -> Option<JwsPoolPlan> {
+        let used = self.jws_signing_key.is_some() || verify.is_on();
+        used.then(|| JwsPoolPlan {
+            threads: self.jws_threads.map(usize::from),
+        })
+    }
+
     fn verify_policy(&self) -> Result<hub::jws_keys::VerifyPolicy, PlanError> {
         let resources = hub::jws_keys::VerifyPolicy::parse_resources(&self.jws_verify)
             .or_else(|error| refuse("--jws-verify", error))?;
@@ -986,6 +1015,8 @@ mod tests {
         assert_eq!(hub.max_clock_skew, None);
         assert!(!hub.identity.is_enforced());
         assert!(!hub.jws_verify.is_on());
+        // Neither signing nor verifying: no JWS threads.
+        assert_eq!(plan.jws_pool, None);
         assert!(hub.callback_allow.is_empty());
         assert!(hub.admin_auth.is_open_on_loopback());
         assert!(matches!(&plan.admin, AdminPlan::Open(open) if open.is_open_on_loopback()));
@@ -1130,8 +1161,18 @@ mod tests {
                     assert_eq!(path, Path::new("/no/hub.pem"));
                     assert_eq!(name.as_str(), "Switch");
                     assert_eq!(plan.hub.hub_name.as_str(), "Switch");
+                    // One thread per CPU, counted when serving starts.
+                    assert_eq!(plan.jws_pool, Some(JwsPoolPlan { threads: None }));
                 },
             ),
+            (
+                &["--jws-signing-key", "/no/hub.pem", "--jws-threads", "3"],
+                |plan| assert_eq!(plan.jws_pool, Some(JwsPoolPlan { threads: Some(3) })),
+            ),
+            // Nothing to sign or verify: the threads are not started.
+            (&["--jws-threads", "3"], |plan| {
+                assert_eq!(plan.jws_pool, None)
+            }),
             (
                 &[
                     "--jws-verify",
@@ -1159,6 +1200,7 @@ mod tests {
             (&["--jws-verify", "all", "--jws-keys-dir", "k"], |plan| {
                 assert!(plan.hub.jws_verify.resources.len() > 5);
                 assert_eq!(plan.hub.jws_verify.participants, None);
+                assert_eq!(plan.jws_pool, Some(JwsPoolPlan { threads: None }));
             }),
             (
                 &[

@@ -199,6 +199,8 @@ pub struct CallbackSigner {
     pub key: Arc<crate::jws::SigningKey>,
     /// The hub's name.
     pub source: String,
+    /// Where the signatures are computed: never on the runtime's threads.
+    pub pool: Arc<crate::jws_pool::JwsPool>,
 }
 
 impl Default for DispatcherConfig {
@@ -327,6 +329,11 @@ impl Dispatcher {
                 journal_thread: Mutex::default(),
             }),
         }
+    }
+
+    /// The pool the callbacks are signed in, if they are signed.
+    pub fn jws_pool(&self) -> Option<Arc<crate::jws_pool::JwsPool>> {
+        self.inner.config.signer.as_ref().map(|s| s.pool.clone())
     }
 
     /// Queues a callback and returns at once; never blocks, never awaits.

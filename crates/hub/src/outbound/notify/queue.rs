@@ -32,9 +32,9 @@ pub(super) struct Job {
     pub(super) body: Bytes,
     /// Told when a 2xx response head arrives (stage timing).
     pub(super) probe: Option<CallbackProbe>,
-    /// Hub-originated and a signer is configured: the worker signs it
-    /// before the first attempt (on the runtime, never on the caller's
-    /// thread, which may be the store's).
+    /// Hub-originated and a signer is configured: the worker has it signed
+    /// (in the JWS pool) before the first attempt, never on the caller's
+    /// thread, which may be the store's.
     sign: bool,
     origin: Origin,
     pub(super) tracking: Option<Tracking>,
@@ -424,16 +424,20 @@ async fn run_worker(inner: Arc<Inner>, destination: Arc<Destination>) {
                 }
             }
         };
-        if job.sign {
-            sign_job(&inner, &destination, &mut job);
-        }
         let delivery = if *abort.borrow() {
             None
         } else {
+            // Waiting for the signature (a full pool) is cut short by the
+            // shutdown's deadline like an attempt.
             tokio::select! {
                 biased;
                 _ = abort.wait_for(|abort| *abort) => None,
-                delivery = deliver(&inner, &destination, &mut job) => Some(delivery),
+                delivery = async {
+                    if job.sign {
+                        sign_job(&inner, &destination, &mut job).await;
+                    }
+                    deliver(&inner, &destination, &mut job).await
+                } => Some(delivery),
             }
         };
         if let (Some(delivery), Some(tell)) = (&delivery, job.on_undelivered.take()) {

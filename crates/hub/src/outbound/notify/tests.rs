@@ -383,6 +383,7 @@ async fn hub_originated_callbacks_are_signed_and_forwarded_ones_kept() {
         signer: Some(CallbackSigner {
             key: key.clone(),
             source: "Hub".into(),
+            pool: crate::jws_pool::JwsPool::new(1, 16),
         }),
         ..fast_config()
     });
@@ -444,6 +445,100 @@ async fn hub_originated_callbacks_are_signed_and_forwarded_ones_kept() {
     let got = server.next(ARRIVAL_WAIT).await;
     assert_eq!(got.header("fspiop-signature"), None);
     dispatcher.shutdown(Duration::from_secs(2)).await;
+}
+
+/// The `kasi_jws_operations_total` sample of `kind` and `alg` in `pool`.
+fn operations(pool: &crate::jws_pool::JwsPool, kind: &str, alg: &str) -> u64 {
+    let mut registry = prometheus_client::registry::Registry::default();
+    pool.register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let name = format!("kasi_jws_operations_total{{kind=\"{kind}\",alg=\"{alg}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(name.as_str())?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the hub's signature covers on a `PUT` to `uri` without
+/// FSPIOP-Destination or Date (as `callback` builds them).
+fn hub_put(uri: &str) -> crate::jws::Covered<'_> {
+    crate::jws::Covered {
+        uri,
+        method: "PUT",
+        source: "Hub",
+        destination: None,
+        date: None,
+    }
+}
+
+/// A dispatcher signing with a fresh RSA key in a pool of one thread
+/// behind a queue of 4; the pool, and the key's public half.
+fn rsa_signing_dispatcher() -> (
+    Dispatcher,
+    Arc<crate::jws_pool::JwsPool>,
+    crate::jws::VerifyingKey,
+) {
+    let pool = crate::jws_pool::JwsPool::new(1, 4);
+    let key = crate::jws::SigningKey::from_pem(&crate::jws::tests::rsa_pem()).unwrap();
+    let public = key.public_key();
+    let dispatcher = Dispatcher::new(DispatcherConfig {
+        signer: Some(CallbackSigner {
+            key: Arc::new(key),
+            source: "Hub".into(),
+            pool: pool.clone(),
+        }),
+        ..fast_config()
+    });
+    (dispatcher, pool, public)
+}
+
+#[tokio::test]
+async fn a_signature_is_computed_once_and_sent_on_every_attempt() {
+    static STATUS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(503);
+    let mut server = stub(Behaviour::Status(&STATUS)).await;
+    let (dispatcher, pool, public) = rsa_signing_dispatcher();
+    let body: &'static [u8] = b"{\"transferState\":\"COMMITTED\"}";
+    let mut own = callback("payeefsp", server.url("/transfers/1"), body);
+    own.origin = Origin::Hub;
+    dispatcher.send_tracked(own, None, tracked(crate::now_ms(), 60_000));
+    let mut signatures = Vec::new();
+    for _ in 0..2 {
+        let got = server.next(ARRIVAL_WAIT).await;
+        signatures.push(got.header("fspiop-signature").unwrap().to_string());
+    }
+    STATUS.store(200, Ordering::SeqCst);
+    let got = server.next(ARRIVAL_WAIT).await;
+    signatures.push(got.header("fspiop-signature").unwrap().to_string());
+    dispatcher.shutdown(Duration::from_secs(2)).await;
+    assert!(
+        signatures.iter().all(|s| *s == signatures[0]),
+        "{signatures:?}"
+    );
+    crate::jws::verify(&public, &signatures[0], &hub_put("/transfers/1"), body).unwrap();
+    assert_eq!(operations(&pool, "sign", "RS256"), 1);
+}
+
+#[tokio::test]
+async fn a_stop_delivers_every_queued_callback_signed() {
+    let mut server = stub(Behaviour::Answer(200)).await;
+    // One thread for 40 RSA signatures, behind a queue of 4: when the stop
+    // begins, workers wait for the pool (some for room in its queue) and
+    // the other callbacks for the workers.
+    let (dispatcher, pool, public) = rsa_signing_dispatcher();
+    for i in 0..40 {
+        let mut own = callback("payeefsp", server.url(&format!("/transfers/{i}")), b"{}");
+        own.origin = Origin::Hub;
+        dispatcher.send(own);
+    }
+    dispatcher.shutdown(Duration::from_secs(30)).await;
+    let stats = stats_of(&dispatcher, "payeefsp");
+    assert_eq!((stats.sent_ok, stats.failed), (40, 0), "{stats:?}");
+    for _ in 0..40 {
+        let got = server.next(ARRIVAL_WAIT).await;
+        let signature = got.header("fspiop-signature").expect("signed");
+        crate::jws::verify(&public, signature, &hub_put(&got.target), b"{}").unwrap();
+    }
+    assert_eq!(operations(&pool, "sign", "RS256"), 40);
 }
 
 #[test]

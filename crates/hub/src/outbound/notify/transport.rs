@@ -70,21 +70,30 @@ impl Inner {
 }
 
 /// Adds the hub's FSPIOP-Signature over the covered headers as they will
-/// be sent and the exact body; a failure (never expected with a key that
-/// loaded) sends the callback unsigned and says so.
-pub(super) fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
+/// be sent and the exact body, once, before the first attempt (every retry
+/// sends the same signature). The signing input is built here; the
+/// signature itself is computed in the pool, off the runtime. A failure
+/// (never expected with a key that loaded) sends the callback unsigned and
+/// says so.
+pub(super) async fn sign_job(inner: &Inner, destination: &Destination, job: &mut Job) {
     let Some(signer) = &inner.config.signer else {
         return;
     };
-    let text = |name: &str| job.headers.get(name).and_then(|v| v.to_str().ok());
-    let covered = crate::jws::Covered {
-        uri: text("fspiop-uri").unwrap_or("/"),
-        method: job.method.as_str(),
-        source: &signer.source,
-        destination: text("fspiop-destination"),
-        date: text("date"),
+    let input = {
+        let text = |name: &str| job.headers.get(name).and_then(|v| v.to_str().ok());
+        let covered = crate::jws::Covered {
+            uri: text("fspiop-uri").unwrap_or("/"),
+            method: job.method.as_str(),
+            source: &signer.source,
+            destination: text("fspiop-destination"),
+            date: text("date"),
+        };
+        crate::jws::SigningInput::new(signer.key.alg(), &covered, &job.body)
     };
-    match crate::jws::sign(&signer.key, &covered, &job.body)
+    match signer
+        .pool
+        .sign(&signer.key, input)
+        .await
         .and_then(|value| http::HeaderValue::from_str(&value).map_err(|e| e.to_string()))
     {
         Ok(value) => {
