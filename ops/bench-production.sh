@@ -26,6 +26,11 @@
 # per second, kasi's share of it, the hub's and the harness's CPU µs per
 # transfer, signatures the DFSPs verified, and whether positions net to
 # zero. BENCH_PRODUCTION_OUT=DIR keeps each run's JSON summary there.
+#
+# BENCH_PRODUCTION_PERF=SECONDS also profiles the embedded hub of each run
+# (`perf record -F 999 -g` attached for that long, from 3 s after the warm-
+# up starts) and keeps, beside the JSON, the shares by shared object and
+# the top symbols (`ROW-ROUND.perf.txt`).
 set -euo pipefail
 
 usage="usage: ops/bench-production.sh ROUNDS BINARY [ROWS] [-- BENCH FLAGS]"
@@ -133,6 +138,25 @@ row_flags() { # row
     esac
 }
 
+profile() { # bench-pid out-prefix
+    local hub="" deadline=$((SECONDS + 60))
+    # The embedded hub: the bench's child `kasi serve`, after its null hub.
+    until [[ -n $hub ]]; do
+        ((SECONDS < deadline)) || return 0
+        sleep 0.2
+        hub=$(pgrep -P "$1" -f ' serve ' | head -1 || true)
+    done
+    sleep 5
+    perf record -F 999 -g -o "$2.perf.data" -p "$hub" -- sleep "$BENCH_PRODUCTION_PERF" >/dev/null 2>&1 || return 0
+    {
+        echo "## by shared object"
+        perf report -i "$2.perf.data" --no-children --sort dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -12
+        echo "## top symbols"
+        perf report -i "$2.perf.data" --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -40
+    } >"$2.perf.txt"
+    rm -f "$2.perf.data"
+}
+
 printf '%-18s %5s %9s %8s %8s %6s %7s %8s %9s %s\n' \
     row round xfers/s p99_ms null/s ratio hub_us harn_us verified net_zero
 for round in $(seq 1 "$rounds"); do
@@ -140,12 +164,18 @@ for round in $(seq 1 "$rounds"); do
         extra=$(row_flags "$row")
         result="$out/$row-$round.json"
         # shellcheck disable=SC2086 # the row's flags are words
-        if ! "$binary" bench --flow transfer "${flags[@]}" $extra \
-            --no-report --quiet --json >"$result" 2>"$out/$row-$round.err"; then
+        "$binary" bench --flow transfer "${flags[@]}" $extra \
+            --no-report --quiet --json >"$result" 2>"$out/$row-$round.err" &
+        bench=$!
+        if [[ -n ${BENCH_PRODUCTION_PERF:-} ]]; then
+            profile "$bench" "$out/$row-$round" &
+        fi
+        if ! wait "$bench"; then
             echo "$row round $round failed:" >&2
             tail -5 "$out/$row-$round.err" >&2
             exit 1
         fi
+        wait
         python3 - "$row" "$round" "$result" <<'EOF'
 import json, sys
 row, round_, path = sys.argv[1:]
