@@ -18,9 +18,9 @@
 //!   forwards with the other DFSP's signature.
 //!
 //! A signature the DFSPs find invalid, or missing where one is due, fails
-//! the run. The checks use the hub's own JWS code (`hub::jws`): the bench
-//! measures, the end-to-end tests verify the hub's signatures with another
-//! implementation (openssl).
+//! the run. The checks use kasi's FSPIOP signature code (`fspiop::jws`, as
+//! the hub does): the bench measures; the end-to-end tests verify the
+//! hub's signatures with another implementation (openssl).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -37,9 +37,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use clap::ValueEnum;
+use fspiop::jws::{self, SigningKey, VerifyingKey};
 use http::StatusCode;
 use http_body_util::{BodyExt as _, Full};
-use hub::jws::{self, SigningKey, VerifyingKey};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

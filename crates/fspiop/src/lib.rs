@@ -55,6 +55,7 @@ mod error;
 mod fx;
 mod headers;
 mod json;
+pub mod jws;
 mod participants;
 mod party;
 mod quotes;

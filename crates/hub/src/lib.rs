@@ -54,7 +54,8 @@ pub mod operator {
 /// signatures, and the refusals' counters.
 pub mod security {
     pub mod admin_auth;
-    pub mod jws;
+    /// FSPIOP-Signature: the wire format's, in `fspiop`.
+    pub use fspiop::jws;
     pub mod jws_pool;
     pub mod refused;
     pub mod tls;

@@ -567,7 +567,7 @@ async fn delete_key(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jws::tests::{ec_pem, openssl_pkey, rsa_pem};
+    use crate::jws::test_keys::{ec_pem, openssl_pkey, rsa_pem};
 
     #[test]
     fn the_directory_is_followed() {

@@ -377,7 +377,7 @@ async fn dead_endpoints_do_not_delay_a_healthy_destination() {
 #[tokio::test]
 async fn hub_originated_callbacks_are_signed_and_forwarded_ones_kept() {
     let mut server = stub(Behaviour::Answer(200)).await;
-    let key = Arc::new(crate::jws::SigningKey::from_pem(&crate::jws::tests::ec_pem()).unwrap());
+    let key = Arc::new(crate::jws::SigningKey::from_pem(&crate::jws::test_keys::ec_pem()).unwrap());
     let dispatcher = Dispatcher::new(DispatcherConfig {
         max_in_flight_per_destination: 1,
         signer: Some(CallbackSigner {
@@ -479,7 +479,7 @@ fn rsa_signing_dispatcher() -> (
     crate::jws::VerifyingKey,
 ) {
     let pool = crate::jws_pool::JwsPool::new(1, 4);
-    let key = crate::jws::SigningKey::from_pem(&crate::jws::tests::rsa_pem()).unwrap();
+    let key = crate::jws::SigningKey::from_pem(&crate::jws::test_keys::rsa_pem()).unwrap();
     let public = key.public_key();
     let dispatcher = Dispatcher::new(DispatcherConfig {
         signer: Some(CallbackSigner {

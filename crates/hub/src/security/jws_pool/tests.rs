@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::*;
-use crate::jws::tests::{covered, ec_pem, rsa_pem};
+use crate::jws::test_keys::{covered, ec_pem, rsa_pem};
 
 /// How long a test waits for something that should happen at once.
 const WAIT: Duration = Duration::from_secs(10);

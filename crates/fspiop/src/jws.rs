@@ -2,9 +2,11 @@
 //! parsing, signing, verification and the canonical JSON Mojaloop's
 //! verifiers rebuild the payload with. Pure: no I/O, no clock, no HTTP
 //! framework. The crypto ([`SigningKey::sign`], [`Checked::verify_body`])
-//! runs on the threads of [`crate::jws_pool`], never on the async
-//! runtime's nor the ledger's; what surrounds it (the protected header,
-//! base64, the header checks) runs where the message is.
+//! runs, in the hub, on the threads of its JWS pool (`hub::jws_pool`),
+//! never on the async runtime's nor the ledger's; what surrounds it (the
+//! protected header, base64, the header checks) runs where the message
+//! is. Here, beside the rest of the wire format, so that a DFSP's side
+//! (`kasi bench`, `kasi sim`) signs and verifies with it without the hub.
 //!
 //! Implementations, the faster for each algorithm by measurement on the
 //! 2-core machine (BENCHMARKS.md, "Signing"): RSA with aws-lc-rs (it signs
@@ -657,14 +659,16 @@ fn js_double(x: f64) -> String {
     format!("{sign}{body}")
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use serde_json::json;
+/// Keys made for tests with the `openssl` CLI (so no key material lives
+/// in the repository), and a covered-headers fixture; for this crate's
+/// tests and, with the `test-keys` feature, other crates' tests.
+#[cfg(any(test, feature = "test-keys"))]
+pub mod test_keys {
+    use super::Covered;
 
     /// A fresh private key in PEM from the `openssl` CLI (`args` after
     /// `genpkey`), so no key material lives in the repository.
-    pub(crate) fn openssl_key(args: &[&str]) -> String {
+    pub fn openssl_key(args: &[&str]) -> String {
         let output = std::process::Command::new("openssl")
             .arg("genpkey")
             .args(args)
@@ -675,7 +679,7 @@ pub(crate) mod tests {
     }
 
     /// `openssl pkey` over `pem` with `args` (format conversions).
-    pub(crate) fn openssl_pkey(pem: &str, args: &[&str]) -> String {
+    pub fn openssl_pkey(pem: &str, args: &[&str]) -> String {
         use std::io::Write;
         let mut child = std::process::Command::new("openssl")
             .arg("pkey")
@@ -695,15 +699,15 @@ pub(crate) mod tests {
         String::from_utf8(output.stdout).unwrap()
     }
 
-    pub(crate) fn rsa_pem() -> String {
+    pub fn rsa_pem() -> String {
         openssl_key(&["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
     }
 
-    pub(crate) fn ec_pem() -> String {
+    pub fn ec_pem() -> String {
         openssl_key(&["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"])
     }
 
-    pub(crate) fn covered() -> Covered<'static> {
+    pub fn covered() -> Covered<'static> {
         Covered {
             uri: "/transfers/abc",
             method: "PUT",
@@ -712,6 +716,13 @@ pub(crate) mod tests {
             date: Some("Tue, 01 Jul 2025 10:00:00 GMT"),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_keys::*;
+    use super::*;
+    use serde_json::json;
 
     #[test]
     fn rsa_and_ec_keys_sign_and_verify_in_every_pem_form() {
