@@ -468,6 +468,86 @@ mod tests {
         }
     }
 
+    /// The hub's callback client keeps connections alive, and when a DFSP
+    /// closes one, the next handshake resumes the TLS session (no
+    /// certificate chain sent or verified again): what TLS costs per
+    /// callback stays small.
+    #[tokio::test]
+    async fn the_callback_client_resumes_its_tls_sessions() {
+        use http_body_util::{BodyExt as _, Full};
+        use std::sync::Mutex;
+
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = ca_params.self_signed(&ca_key).unwrap();
+        let server_key = rcgen::KeyPair::generate().unwrap();
+        let server_cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&server_key, &ca, &ca_key)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.pem");
+        std::fs::write(&ca_file, ca.pem()).unwrap();
+
+        let server = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![server_cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handshakes = Arc::new(Mutex::new(Vec::new()));
+        let seen = handshakes.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let tls = acceptor.accept(tcp).await.unwrap();
+                seen.lock().unwrap().push(tls.get_ref().1.handshake_kind());
+                // One request per connection: the DFSP closes it.
+                let service = hyper::service::service_fn(|_request| async {
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .header("connection", "close")
+                            .body(Full::new(bytes::Bytes::new()))
+                            .unwrap(),
+                    )
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service),
+                );
+            }
+        });
+
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build::<_, Full<bytes::Bytes>>(https_connector(
+                    client_config(Some(&ca_file), None).unwrap(),
+                    std::time::Duration::from_secs(5),
+                ));
+        for _ in 0..3 {
+            let request = http::Request::put(format!("https://localhost:{port}/transfers/1"))
+                .body(Full::new(bytes::Bytes::from_static(b"{}")))
+                .unwrap();
+            let response = client.request(request).await.unwrap();
+            assert!(response.status().is_success());
+            response.into_body().collect().await.unwrap();
+        }
+        let handshakes = handshakes.lock().unwrap().clone();
+        use rustls::HandshakeKind::{Full as FullHandshake, Resumed};
+        assert_eq!(
+            handshakes,
+            [Some(FullHandshake), Some(Resumed), Some(Resumed)],
+            "one full handshake, then resumed sessions"
+        );
+    }
+
     #[test]
     fn a_certificate_names_its_common_name_and_dns_names() {
         let mut params =
