@@ -24,8 +24,8 @@
 #
 # The columns: transfers per second, e2e p99 ms, the null hub's transfers
 # per second, kasi's share of it, the hub's and the harness's CPU µs per
-# transfer, signatures the DFSPs verified, and whether positions net to
-# zero. BENCH_PRODUCTION_OUT=DIR keeps each run's JSON summary there.
+# transfer, signatures the DFSPs verified, the hub's JWS pool's busy
+# share (warm-up included), and whether positions net to zero. BENCH_PRODUCTION_OUT=DIR keeps each run's JSON summary there.
 #
 # BENCH_PRODUCTION_PERF=SECONDS also profiles the embedded hub of each run
 # (`perf record -F 999 -g` attached for that long, from 3 s after the warm-
@@ -157,8 +157,8 @@ profile() { # bench-pid out-prefix
     rm -f "$2.perf.data"
 }
 
-printf '%-18s %5s %9s %8s %8s %6s %7s %8s %9s %s\n' \
-    row round xfers/s p99_ms null/s ratio hub_us harn_us verified net_zero
+printf '%-18s %5s %9s %8s %8s %6s %7s %8s %9s %6s %s\n' \
+    row round xfers/s p99_ms null/s ratio hub_us harn_us verified jws% net_zero
 for round in $(seq 1 "$rounds"); do
     for row in ${rows//,/ }; do
         extra=$(row_flags "$row")
@@ -189,7 +189,9 @@ failed = d["errors"] + d["timeouts"] + s.get("signatures_invalid", 0) + s.get("s
 print(f'{row:<18} {round_:>5} {rate:>9.0f} {d["e2e_p99_ms"]:>8.1f} '
       f'{fmt(null.get("null_hub_throughput_per_s"), ".0f"):>8} {fmt(null.get("ratio"), ".2f"):>6} '
       f'{fmt(c.get("hub_us_per_flow"), ".0f"):>7} {fmt(c.get("harness_us_per_flow"), ".0f"):>8} '
-      f'{s.get("signatures_verified", 0):>9} {d["positions_net_zero"]}'
+      f'{s.get("signatures_verified", 0):>9} '
+      f'{fmt((d.get("hub_jws_pool") or {}).get("utilisation", None) and 100 * d["hub_jws_pool"]["utilisation"], ".0f"):>6} '
+      f'{d["positions_net_zero"]}'
       + (f'  FAILED {failed}' if failed else ''))
 EOF
     done

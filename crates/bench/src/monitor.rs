@@ -242,6 +242,50 @@ pub(crate) async fn monitor(
     }
 }
 
+/// The hub's JWS pool counters (`kasi_jws_*` on `/metrics`), read before
+/// and after the load: how busy the pool was, its saturation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct JwsPool {
+    pub(crate) threads: f64,
+    pub(crate) operations: f64,
+    pub(crate) busy_s: f64,
+    pub(crate) at: Instant,
+}
+
+impl JwsPool {
+    pub(crate) async fn read(shared: &Shared, admin: &str) -> Option<JwsPool> {
+        let url = format!("{admin}/metrics");
+        let (status, body) = admin_request(&shared.identities.admin, Method::GET, &url, None)
+            .await
+            .ok()?;
+        if !status.is_success() {
+            return None;
+        }
+        let exposition = String::from_utf8_lossy(&body);
+        Some(JwsPool {
+            threads: metric_sum(&exposition, "kasi_jws_threads")?,
+            operations: metric_sum(&exposition, "kasi_jws_operations_total").unwrap_or(0.0),
+            busy_s: metric_sum(&exposition, "kasi_jws_busy_seconds_total").unwrap_or(0.0),
+            at: Instant::now(),
+        })
+    }
+
+    /// What the pool did between `self` and `later`.
+    pub(crate) fn since(&self, later: &JwsPool) -> Value {
+        let elapsed_s = later.at.duration_since(self.at).as_secs_f64().max(1e-9);
+        let operations = later.operations - self.operations;
+        let busy_s = later.busy_s - self.busy_s;
+        json!({
+            "threads": later.threads,
+            "operations": operations,
+            "busy_s": busy_s,
+            "utilisation": busy_s / (later.threads.max(1.0) * elapsed_s),
+            "us_per_operation": (operations > 0.0).then(|| busy_s * 1e6 / operations),
+            "over_s": elapsed_s,
+        })
+    }
+}
+
 /// Clears the hub's per-stage statistics so they cover this run only;
 /// whether the hub keeps any (kasi's `/stats/stages`; other hubs answer 404).
 pub(crate) async fn reset_hub_stages(shared: &Shared, admin: &str) -> bool {

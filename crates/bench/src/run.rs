@@ -572,12 +572,21 @@ pub(crate) async fn drive(
     // Whether the hub keeps per-stage statistics (kasi's; other hubs answer
     // 404); each run clears and reads them over its own window.
     let hub_admin = reset_hub_stages(&shared, admin).await.then_some(admin);
+    let jws_before = crate::monitor::JwsPool::read(&shared, admin).await;
     let (run, breakpoint) = match shape {
         Shape::Plan(plan) => (run_plan(&shared, args, plan, 0.0, hub_admin).await?, None),
         Shape::Breakpoint(search) => {
             let (run, result) = search_breakpoint(&shared, args, search, hub_admin).await?;
             (run, Some(result))
         }
+    };
+    // The whole load, warm-up included (the counters have no window).
+    let jws_pool = match (
+        jws_before,
+        crate::monitor::JwsPool::read(&shared, admin).await,
+    ) {
+        (Some(before), Some(after)) => Some(before.since(&after)),
+        _ => None,
     };
     let positions = if args.null_hub {
         PositionCheck {
@@ -602,6 +611,7 @@ pub(crate) async fn drive(
         hub_stages,
         waterfalls,
         breakpoint,
+        jws_pool,
         security: crate::security::SecuritySummary::of(
             &identities,
             failed_handshakes.load(Ordering::Relaxed),

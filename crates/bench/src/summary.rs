@@ -33,6 +33,9 @@ pub(crate) struct Report {
     /// The configuration the hub ran in (TLS, signatures) and what the
     /// DFSPs' checks of the signatures found.
     pub(crate) security: crate::security::SecuritySummary,
+    /// The hub's JWS pool over the load (warm-up included), when it has
+    /// one: threads, operations, busy seconds, utilisation.
+    pub(crate) jws_pool: Option<Value>,
 }
 
 impl Report {
@@ -279,6 +282,18 @@ impl Report {
         if let Some(problem) = &security.first_problem {
             println!("  SIGNATURE: {problem}");
         }
+        if let Some(pool) = &self.jws_pool {
+            if pool["operations"].as_f64().unwrap_or(0.0) > 0.0 {
+                println!(
+                    "  hub JWS pool: {} threads {:.0}% busy, {:.0} µs per signature or check ({} in {:.1} s, warm-up included)",
+                    pool["threads"],
+                    pool["utilisation"].as_f64().unwrap_or(0.0) * 100.0,
+                    pool["us_per_operation"].as_f64().unwrap_or(0.0),
+                    pool["operations"],
+                    pool["over_s"].as_f64().unwrap_or(0.0),
+                );
+            }
+        }
         if security.failed_handshakes > 0 {
             println!(
                 "  the callback server failed {} TLS handshakes",
@@ -390,6 +405,7 @@ impl Report {
             "target": self.target,
             "configuration": self.security.description,
             "security": self.security.to_json(),
+            "hub_jws_pool": self.jws_pool,
             "null_hub": args.null_hub,
             "api": self.api,
             "profile": self.profile(args),

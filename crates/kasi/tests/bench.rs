@@ -224,6 +224,13 @@ fn a_run_in_the_production_configuration_verifies_every_signature_over_mutual_tl
     let completed = report["completed"].as_u64().unwrap();
     assert!(count("signatures_verified") >= 6 * completed, "{report}");
     assert!(count("signatures_verified_hub") > 0, "{report}");
+    // The hub's pool signed its messages and checked the DFSPs'.
+    let pool = &report["hub_jws_pool"];
+    assert!(
+        pool["operations"].as_f64().unwrap() >= 2.0 * completed as f64,
+        "{report}"
+    );
+    assert!(pool["utilisation"].as_f64().unwrap() > 0.0, "{report}");
 }
 
 #[test]
