@@ -170,7 +170,7 @@ impl Ledger {
             )));
         }
         if let Some(duplicate) =
-            self.check_finish_duplicate(transfer_id, transfer, kind, command.request_hash)?
+            self.check_finish_duplicate(transfer_id, &transfer, kind, command.request_hash)?
         {
             return Ok(duplicate);
         }

@@ -31,6 +31,7 @@ use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, FspName, TransferId};
 use crate::ledger::{validation, FxSlot, Ledger, Transfer};
 use crate::model::*;
+use crate::transfer_map::TransferRef;
 use crate::transfers::Debtor;
 
 impl Ledger {
@@ -63,7 +64,7 @@ impl Ledger {
         &self,
         commit_request_id: TransferId,
         terms: &ConversionTerms,
-    ) -> Option<&Transfer> {
+    ) -> Option<TransferRef<'_>> {
         let dependent = self.transfers.get(&terms.determining_transfer_id)?;
         match dependent.fx.as_deref()?.link {
             FxLink::Dependent {
@@ -110,7 +111,7 @@ impl Ledger {
         prepare: &Prepare,
         commit_request_id: TransferId,
     ) -> Result<(AccountId, FxLink), Rejection> {
-        let conversion = &self.transfers[&commit_request_id];
+        let conversion = self.transfers.held(&commit_request_id);
         let Some(FxLink::Conversion(terms)) = conversion.fx.as_deref().map(|slot| slot.link) else {
             unreachable!("the index holds conversions only");
         };
@@ -238,7 +239,7 @@ impl Ledger {
             )));
         }
         if let Some(existing) = self.conversion_for(determining) {
-            if self.transfers[&existing].state == TransferState::Reserved {
+            if self.transfers.held(&existing).state == TransferState::Reserved {
                 return Err(validation(format!(
                     "transfer {determining} already has conversion {existing}, RESERVED"
                 )));
@@ -270,7 +271,7 @@ impl Ledger {
             self.reserve(payer_position, amount)?;
             self.expiry.insert((prepare.expiration_ms, id));
         }
-        self.insert_transfer(
+        let conversion = self.insert_transfer(
             id,
             Transfer {
                 seq: 0,
@@ -295,7 +296,6 @@ impl Ledger {
             },
         );
         self.conversions_by_determining.insert(determining, id);
-        let conversion = self.view_of(id);
         Ok(match refusal {
             Some(error) => Outcome::Failed {
                 transfer: conversion,
@@ -310,7 +310,7 @@ impl Ledger {
         &self,
         commit_request_id: TransferId,
         caller: FspName,
-    ) -> Result<&Transfer, Rejection> {
+    ) -> Result<TransferRef<'_>, Rejection> {
         let conversion = self
             .transfers
             .get(&commit_request_id)
@@ -380,7 +380,7 @@ impl Ledger {
             .and_then(|slot| slot.fxp_fulfil.as_ref());
         match accepted.map(|row| row.request_hash) {
             Some(seen) if seen == hash => {
-                return Ok(Outcome::Duplicate(self.view(id, conversion)));
+                return Ok(Outcome::Duplicate(self.view(id, &conversion)));
             }
             Some(_) => return Err(modified_answer(id, FinishKind::Fulfil)),
             None => {}
@@ -453,7 +453,7 @@ impl Ledger {
         // store (`answer_stored_conversion`).
         match conversion.finish {
             Some(finish) if finish.kind == FinishKind::Abort && finish.request_hash == hash => {
-                return Ok(Outcome::Duplicate(self.view(id, conversion)));
+                return Ok(Outcome::Duplicate(self.view(id, &conversion)));
             }
             Some(finish) if finish.kind == FinishKind::Abort => {
                 return Err(modified_answer(id, FinishKind::Abort));

@@ -72,6 +72,12 @@ impl TransferId {
         self.tag
     }
 
+    /// The id of these bits and [`TransferId::form_tag`] (as the ledger's
+    /// compact records keep it).
+    pub(crate) const fn from_parts(bytes: [u8; 16], tag: u8) -> TransferId {
+        TransferId { bytes, tag }
+    }
+
     /// The low 128 bits (all of them, but for an out-of-range ULID's two
     /// extra ones).
     pub const fn bits(self) -> u128 {
@@ -284,6 +290,16 @@ impl Currency {
 
     pub fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).unwrap_or("???")
+    }
+
+    /// The three letters, as the ledger's compact records keep them.
+    pub(crate) const fn to_bytes(self) -> [u8; 3] {
+        self.0
+    }
+
+    /// The inverse of [`Currency::to_bytes`].
+    pub(crate) const fn from_bytes(bytes: [u8; 3]) -> Currency {
+        Currency(bytes)
     }
 }
 

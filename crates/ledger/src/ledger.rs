@@ -25,7 +25,7 @@ pub struct Limits {
     pub transfer_retention_ms: Option<i64>,
     /// Finished FSPIOP transfers kept in memory (with a retention horizon):
     /// beyond this many the oldest leave before the horizon, so memory
-    /// stays bounded whatever the rate (~650 bytes each).
+    /// stays bounded whatever the rate (~140 bytes each, `compact.rs`).
     pub max_finished_in_memory: usize,
     /// Quotes kept in persistent mode (each with its answer, ~1-2 KB):
     /// with a retention horizon the oldest leave memory beyond it (and
@@ -73,6 +73,7 @@ pub(crate) struct Account {
 }
 
 #[derive(Clone, Copy)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct Finish {
     pub(crate) kind: FinishKind,
     pub(crate) request_hash: RequestHash,
@@ -89,6 +90,8 @@ pub(crate) struct PartyEntry {
     pub(crate) registered_at_ms: i64,
 }
 
+#[derive(Clone)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct Transfer {
     pub(crate) seq: u64,
     pub(crate) kind: TransferKind,
@@ -110,6 +113,8 @@ pub(crate) struct Transfer {
 }
 
 /// What a conversion or a dependent transfer holds beyond a transfer.
+#[derive(Clone)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(crate) struct FxSlot {
     pub(crate) link: FxLink,
     /// A conversion the FXP accepted: its fulfilment, request hash and
@@ -159,8 +164,9 @@ pub struct Ledger {
     pub(crate) last_audit_id: u64,
     /// Pinned client certificates: fingerprint → (participant, when).
     pub(crate) pins: BTreeMap<[u8; 32], (ParticipantId, i64)>,
-    /// Finished FSPIOP transfers in finishing order, and recently evicted
-    /// ids (see `retention.rs`).
+    /// Eviction's counts, and the ids that left memory (see
+    /// `retention.rs`; the finished transfers held are in `transfers`, in
+    /// finishing order).
     pub(crate) retention: crate::retention::Retention,
     /// The store's answers for the batch being applied (`prefetch.rs`).
     pub(crate) prefetched: crate::prefetch::Prefetched,

@@ -17,6 +17,7 @@
 
 mod amount;
 mod audit;
+mod compact;
 mod crypto;
 mod error;
 mod funds;

@@ -31,7 +31,7 @@ impl Ledger {
         let mut transfers = Vec::with_capacity(self.transfers.len());
         let mut finishes = Vec::new();
         let mut conversion_fulfils = Vec::new();
-        for (&transfer_id, transfer) in self.transfers.iter() {
+        for (transfer_id, transfer) in self.transfers.iter() {
             let initial_state = if transfer.finish.is_some() {
                 TransferState::Reserved
             } else {
@@ -263,77 +263,77 @@ impl Ledger {
         for row in snapshot.fxps {
             ledger.fxps.insert(row.participant, row.corridors);
         }
-        let mut conversion_fulfils: HashMap<u64, ConversionFulfilRow> = snapshot
+        let conversion_fulfils: HashMap<u64, ConversionFulfilRow> = snapshot
             .conversion_fulfils
             .into_iter()
             .map(|row| (row.seq, row))
             .collect();
-        let mut finishes = snapshot.finishes.into_iter().peekable();
-        let mut restored_finished = Vec::with_capacity(snapshot.transfers.len());
-        ledger.transfers.reserve(snapshot.transfers.len());
-        let mut transfer_fulfilment = None;
-        for row in snapshot.transfers {
-            now_ms = now_ms.max(row.prepared_at_ms);
-            let mut transfer = Transfer {
-                seq: row.seq,
-                kind: row.kind,
-                debit: row.debit,
-                credit: row.credit,
-                amount: row.amount,
-                condition: row.condition,
-                expiration_ms: row.expiration_ms,
-                prepared_at_ms: row.prepared_at_ms,
-                request_hash: row.request_hash,
-                state: row.state,
-                reason: row.reason,
-                finish: None,
-                fulfilment: None,
-                memo: row.memo,
-                wire_version: row.wire_version,
-                fx: row.fx.map(|link| {
-                    let fxp_fulfil = conversion_fulfils.remove(&row.seq);
-                    if let Some(accepted) = &fxp_fulfil {
-                        now_ms = now_ms.max(accepted.at_ms);
-                        transfer_fulfilment = Some(accepted.fulfilment);
-                    }
-                    Box::new(FxSlot { link, fxp_fulfil })
-                }),
+        let rows = snapshot.transfers;
+        let finish_rows = snapshot.finishes;
+        // Each row's finish (both lists are in seq order: the audit checked
+        // it), and the finished transfers in finishing order, as they are
+        // held (`compact.rs`): the order retention evicts them in.
+        let mut finish_of = Vec::with_capacity(rows.len());
+        let mut finished_order = Vec::new();
+        let mut finishes = finish_rows.iter().enumerate().peekable();
+        for (i, row) in rows.iter().enumerate() {
+            let finish = finishes.next_if(|(_, finish)| finish.seq == row.seq);
+            finish_of.push(finish.map(|(at, _)| at));
+            let finished_at = match finish {
+                Some((_, finish)) => Some(finish.finished_at_ms),
+                None => row.state.is_final().then_some(row.prepared_at_ms),
             };
-            transfer.fulfilment = transfer_fulfilment.take();
+            if let Some(at_ms) = finished_at.filter(|_| row.kind.is_between_positions()) {
+                finished_order.push((at_ms, row.transfer_id, i));
+            }
+        }
+        finished_order.sort_unstable();
+        ledger
+            .transfers
+            .reserve(rows.len() - finished_order.len(), finished_order.len());
+        let restored = |i: usize| {
+            let row: &TransferRow = &rows[i];
+            let fxp_fulfil = row
+                .fx
+                .and_then(|_| conversion_fulfils.get(&row.seq).cloned());
+            restored_transfer(row, finish_of[i].map(|at| &finish_rows[at]), fxp_fulfil)
+        };
+        for (i, row) in rows.iter().enumerate() {
+            now_ms = now_ms.max(row.prepared_at_ms);
+            if let Some(accepted) = row.fx.and_then(|_| conversion_fulfils.get(&row.seq)) {
+                now_ms = now_ms.max(accepted.at_ms);
+            }
             if let Some(FxLink::Conversion(terms)) = row.fx {
                 ledger
                     .conversions_by_determining
                     .insert(terms.determining_transfer_id, row.transfer_id);
             }
-            // Both lists are in seq order (the audit checked it).
-            if let Some(finish) = finishes.next_if(|finish| finish.seq == row.seq) {
+            let finish = finish_of[i].map(|at| &finish_rows[at]);
+            if let Some(finish) = finish {
                 now_ms = now_ms.max(finish.finished_at_ms);
-                transfer.state = finish.state;
-                transfer.reason = finish.reason;
-                transfer.fulfilment = finish.fulfilment;
-                transfer.finish = Some(Finish {
-                    kind: finish.kind,
-                    request_hash: finish.request_hash,
-                    at_ms: finish.finished_at_ms,
-                    settlement_window: finish.settlement_window,
-                    cause: finish.cause,
-                });
                 if finish.settlement_window.is_some() && finish.settlement_window == open_window {
                     open_commits.add(row.debit, row.credit, row.amount);
                 }
-                if row.kind.is_between_positions() {
-                    restored_finished.push((finish.finished_at_ms, row.transfer_id));
-                }
-            } else if row.kind.is_between_positions() && row.state.is_final() {
-                restored_finished.push((row.prepared_at_ms, row.transfer_id));
             }
+            ledger.last_seq = row.seq;
+            let finished =
+                row.kind.is_between_positions() && (finish.is_some() || row.state.is_final());
+            if finished {
+                continue;
+            }
+            let transfer = restored(i);
             if transfer.state == TransferState::Reserved && transfer.kind.is_between_positions() {
                 ledger
                     .expiry
                     .insert((transfer.expiration_ms, row.transfer_id));
             }
-            ledger.last_seq = row.seq;
             ledger.transfers.insert(row.transfer_id, transfer);
+        }
+        // Restored finishes are durable: batch 0.
+        for &(_, transfer_id, i) in &finished_order {
+            ledger
+                .transfers
+                .insert_finished(transfer_id, restored(i), 0);
         }
         let archived = snapshot.archived;
         ledger.last_seq = ledger.last_seq.max(archived.last_seq);
@@ -343,7 +343,6 @@ impl Ledger {
             ledger.retention.left.incomplete();
             now_ms = now_ms.max(archived.last_at_ms);
         }
-        ledger.retention.restored(restored_finished);
         for (debit, credit, amount, commits) in open_commits.pairs {
             ledger.restore_window_commits(debit, credit, amount, commits);
         }
@@ -358,6 +357,43 @@ impl Ledger {
             ledger.ensure_window(false);
         }
         Ok(ledger)
+    }
+}
+
+/// A transfer as its rows say: the prepare's, changed by its finish (and,
+/// for a conversion, the FXP's acceptance).
+fn restored_transfer(
+    row: &TransferRow,
+    finish: Option<&FinishRow>,
+    fxp_fulfil: Option<ConversionFulfilRow>,
+) -> Transfer {
+    let accepted = fxp_fulfil.as_ref().map(|accepted| accepted.fulfilment);
+    Transfer {
+        seq: row.seq,
+        kind: row.kind,
+        debit: row.debit,
+        credit: row.credit,
+        amount: row.amount,
+        condition: row.condition,
+        expiration_ms: row.expiration_ms,
+        prepared_at_ms: row.prepared_at_ms,
+        request_hash: row.request_hash,
+        state: finish.map_or(row.state, |finish| finish.state),
+        reason: finish.map_or(row.reason, |finish| finish.reason),
+        finish: finish.map(|finish| Finish {
+            kind: finish.kind,
+            request_hash: finish.request_hash,
+            at_ms: finish.finished_at_ms,
+            settlement_window: finish.settlement_window,
+            cause: finish.cause,
+        }),
+        fulfilment: match finish {
+            Some(finish) => finish.fulfilment,
+            None => accepted,
+        },
+        memo: row.memo.clone(),
+        wire_version: row.wire_version,
+        fx: row.fx.map(|link| Box::new(FxSlot { link, fxp_fulfil })),
     }
 }
 

@@ -12,6 +12,9 @@
 //! can never be taken as new).
 //!
 //! Funds movements (admin) are few and never leave memory.
+//!
+//! The finished transfers held are in finishing order already (compactly,
+//! `compact.rs`), so that order is the eviction queue: no list of its own.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -23,9 +26,6 @@ use crate::model::FxLink;
 pub(crate) struct Retention {
     /// Batches applied since this ledger was made (restored ones count 0).
     pub(crate) batches: u64,
-    /// Finished FSPIOP transfers still in memory, in finishing order:
-    /// (finished at, batch that finished it, id).
-    finished: VecDeque<(i64, u64, TransferId)>,
     evicted_total: u64,
     /// The ids that left (see `prefetch.rs`).
     pub(crate) left: crate::prefetch::LeftMemory,
@@ -41,10 +41,6 @@ pub(crate) struct Retention {
 }
 
 impl Retention {
-    pub(crate) fn finished(&mut self, at_ms: i64, transfer_id: TransferId) {
-        self.finished.push_back((at_ms, self.batches, transfer_id));
-    }
-
     pub(crate) fn quote_recorded(&mut self, at_ms: i64, quote_id: TransferId) {
         self.quotes.push_back((at_ms, self.batches, quote_id));
     }
@@ -59,13 +55,6 @@ impl Retention {
         quotes.sort_unstable();
         self.quotes
             .extend(quotes.into_iter().map(|(at_ms, id)| (at_ms, 0, id)));
-    }
-
-    /// Restored transfers are durable: batch 0.
-    pub(crate) fn restored(&mut self, mut finished: Vec<(i64, TransferId)>) {
-        finished.sort_unstable();
-        self.finished
-            .extend(finished.into_iter().map(|(at_ms, id)| (at_ms, 0, id)));
     }
 }
 
@@ -85,15 +74,12 @@ impl Ledger {
     /// horizon, never).
     pub fn next_eviction_ms(&self) -> Option<i64> {
         let retention_ms = self.limits().transfer_retention_ms?;
-        let crowded = self.retention.finished.len() > self.limits().max_finished_in_memory;
-        let finished = self
-            .retention
-            .finished
-            .front()
-            .map(|&(at_ms, _, _)| match crowded {
-                true => self.now_ms,
-                false => at_ms.saturating_add(retention_ms),
-            });
+        let held = self.transfers.finished();
+        let crowded = held.len() > self.limits().max_finished_in_memory;
+        let finished = held.oldest().map(|(at_ms, _)| match crowded {
+            true => self.now_ms,
+            false => at_ms.saturating_add(retention_ms),
+        });
         let crowded_quotes = self.quotes.len() > self.limits().max_quotes;
         let quotes = self
             .retention
@@ -110,9 +96,12 @@ impl Ledger {
     /// older than the retention horizon whose finish was applied in one of
     /// the first `durable_batches` batches (so the store has it), and
     /// recorded quotes likewise; at most `budget` of them, so that no call
-    /// stalls the ledger thread. Changes nothing
-    /// durable and nothing a command observes except through the store.
-    /// Returns how many transfers left.
+    /// stalls the ledger thread. `durable_batches` is the pipeline's count
+    /// of committed batches, which only grows: for transfers, a smaller
+    /// count than one told before is taken as that one (the finished ones
+    /// keep no batch each, only where the durable ones end). Changes
+    /// nothing durable and nothing a command observes except through the
+    /// store. Returns how many transfers left.
     pub fn evict(&mut self, now_ms: i64, durable_batches: u64, budget: usize) -> usize {
         self.now_ms = self.now_ms.max(now_ms);
         let Some(retention_ms) = self.limits().transfer_retention_ms else {
@@ -122,33 +111,32 @@ impl Ledger {
         let most = self.limits().max_finished_in_memory;
         let mut spent = 0;
         let retention = &mut self.retention;
+        let held = self.transfers.finished_mut();
+        held.confirm(durable_batches);
         let mut evicted = 0;
         while spent < budget {
             // Past the horizon, or crowded: the oldest leave first either way.
-            let crowded = retention.finished.len() > most;
-            match retention.finished.front() {
-                Some(&(at_ms, batch, id))
-                    if (crowded || at_ms.saturating_add(retention_ms) <= now_ms)
-                        && batch <= durable_batches =>
+            let crowded = held.len() > most;
+            match held.oldest() {
+                Some((at_ms, durable))
+                    if (crowded || at_ms.saturating_add(retention_ms) <= now_ms) && durable =>
                 {
-                    retention.finished.pop_front();
-                    if let Some(transfer) = self.transfers.remove(&id) {
-                        retention.evicted_total += 1;
-                        retention.left.insert(id);
-                        evicted += 1;
-                        // A finished conversion leaves the index with it.
-                        if let Some(FxLink::Conversion(terms)) =
-                            transfer.fx.as_deref().map(|slot| slot.link)
-                        {
-                            let by_determining = &mut self.conversions_by_determining;
-                            let determining = terms.determining_transfer_id;
-                            if by_determining.get(&determining) == Some(&id) {
-                                by_determining.remove(&determining);
-                            }
-                            // A prepare with this id must still find it
-                            // (prefetch.rs reads it back).
-                            retention.left.insert(determining);
+                    let Some((id, link)) = held.pop_oldest() else {
+                        break;
+                    };
+                    retention.evicted_total += 1;
+                    retention.left.insert(id);
+                    evicted += 1;
+                    // A finished conversion leaves the index with it.
+                    if let Some(FxLink::Conversion(terms)) = link {
+                        let by_determining = &mut self.conversions_by_determining;
+                        let determining = terms.determining_transfer_id;
+                        if by_determining.get(&determining) == Some(&id) {
+                            by_determining.remove(&determining);
                         }
+                        // A prepare with this id must still find it
+                        // (prefetch.rs reads it back).
+                        retention.left.insert(determining);
                     }
                     spent += 1;
                 }

@@ -9,6 +9,7 @@ use crate::ledger::{modified_prepare, overflow, validation, Finish, FxSlot, Ledg
 use crate::model::*;
 use crate::prefetch::StoredTransfer;
 use crate::request::Held;
+use crate::transfer_map::TransferRef;
 
 impl Ledger {
     pub(crate) fn view(&self, transfer_id: TransferId, transfer: &Transfer) -> TransferView {
@@ -59,13 +60,23 @@ impl Ledger {
     }
 
     pub(crate) fn view_of(&self, transfer_id: TransferId) -> TransferView {
-        self.view(transfer_id, &self.transfers[&transfer_id])
+        self.view(transfer_id, &self.transfers.held(&transfer_id))
     }
 
     /// Whether a transfer with this id is in memory (one that left it is in
     /// the store only).
     pub fn holds_transfer(&self, transfer_id: TransferId) -> bool {
-        self.transfers.get(&transfer_id).is_some()
+        self.transfers.contains(&transfer_id)
+    }
+
+    /// The batch a transfer finishing now finishes in, as the finished
+    /// transfers keep it for eviction: 0 (durable as far as eviction
+    /// cares) without a retention horizon, when nothing is evicted.
+    fn finishing_batch(&self) -> u64 {
+        match self.limits.transfer_retention_ms {
+            Some(_) => self.retention.batches,
+            None => 0,
+        }
     }
 
     /// Duplicate rule for a request that creates a transfer (FSPIOP §3.2.5.1).
@@ -76,7 +87,7 @@ impl Ledger {
     ) -> Result<Option<Outcome>, Rejection> {
         let Some(existing) = self.transfers.get(&transfer_id) else {
             // Past the retention horizon the id may be the store's only.
-            if let Some(stored) = self.beyond_memory(transfer_id)? {
+            if let Some(stored) = self.stored_transfer(transfer_id)?.copied() {
                 return match stored.request_hash == request_hash {
                     true => Ok(Some(Outcome::Duplicate(stored.view))),
                     false => Err(modified_prepare(transfer_id)),
@@ -91,10 +102,16 @@ impl Ledger {
                     ),
                 ));
             }
+            if !self.transfers.has_room() {
+                return Err(Rejection::new(
+                    ErrorCode::INTERNAL_SERVER_ERROR,
+                    "the ledger's memory of finished transfers is full",
+                ));
+            }
             return Ok(None);
         };
         if existing.request_hash == request_hash {
-            return Ok(Some(Outcome::Duplicate(self.view(transfer_id, existing))));
+            return Ok(Some(Outcome::Duplicate(self.view(transfer_id, &existing))));
         }
         Err(modified_prepare(transfer_id))
     }
@@ -105,9 +122,9 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
     ) -> Result<Option<StoredTransfer>, Rejection> {
-        match self.transfers.get(&transfer_id) {
-            Some(_) => Ok(None),
-            None => self
+        match self.transfers.contains(&transfer_id) {
+            true => Ok(None),
+            false => self
                 .stored_transfer(transfer_id)
                 .map(|stored| stored.copied()),
         }
@@ -285,7 +302,7 @@ impl Ledger {
             self.reserve(debit_position, prepare.amount)?;
             self.expiry.insert((prepare.expiration_ms, transfer_id));
         }
-        self.insert_transfer(
+        let transfer = self.insert_transfer(
             transfer_id,
             Transfer {
                 seq: 0,
@@ -323,7 +340,6 @@ impl Ledger {
             // expires (central-ledger keeps it, fx-research §10.7).
             self.finish_linked_now(commit_request_id, TransferState::Aborted, error.code)?;
         }
-        let transfer = self.view_of(transfer_id);
         Ok(match refusal {
             Some(error) => Outcome::Failed { transfer, error },
             None => Outcome::Transfer(transfer),
@@ -406,7 +422,13 @@ impl Ledger {
         Ok(())
     }
 
-    pub(crate) fn insert_transfer(&mut self, transfer_id: TransferId, mut transfer: Transfer) {
+    /// Records a new transfer and holds it: live, or finished already (a
+    /// prepare refused by the position check). Its view.
+    pub(crate) fn insert_transfer(
+        &mut self,
+        transfer_id: TransferId,
+        mut transfer: Transfer,
+    ) -> TransferView {
         self.last_seq += 1;
         transfer.seq = self.last_seq;
         self.records.push(Record::Transfer(TransferRow {
@@ -426,14 +448,18 @@ impl Ledger {
             wire_version: transfer.wire_version,
             fx: transfer.fx.as_ref().map(|slot| slot.link),
         }));
+        let view = self.view(transfer_id, &transfer);
         if transfer.kind.is_between_positions() && transfer.state.is_final() {
-            self.retention.finished(self.now_ms, transfer_id);
+            let batch = self.finishing_batch();
+            self.transfers.insert_finished(transfer_id, transfer, batch);
+        } else {
+            let previous = self.transfers.insert(transfer_id, transfer);
+            assert!(
+                previous.is_none(),
+                "transfer ids are checked for duplicates before insertion"
+            );
         }
-        let previous = self.transfers.insert(transfer_id, transfer);
-        assert!(
-            previous.is_none(),
-            "transfer ids are checked for duplicates before insertion"
-        );
+        view
     }
 
     /// Moves a reserved transfer to its final state: releases the hold on the
@@ -458,18 +484,19 @@ impl Ledger {
             Some(partner) => Some((partner, self.plan_finish(partner, state)?)),
             None => None,
         };
-        self.apply_finish(plan, kind, reason, cause, request_hash, fulfilment);
+        let view = self.apply_finish(plan, kind, reason, cause, request_hash, fulfilment);
         if let Some((partner, plan)) = partner_plan {
             // A committed conversion keeps the FXP's fulfilment; an ended
             // one has none, as an aborted transfer.
             let fulfilment = match state {
-                TransferState::Committed => self.transfers[&partner].fulfilment,
+                TransferState::Committed => self.transfers.held(&partner).fulfilment,
                 _ => None,
             };
             let hash = RequestHash::default();
             self.apply_finish(plan, FinishKind::Linked, reason, None, hash, fulfilment);
         }
-        Ok(self.view_of(transfer_id))
+        // The partner's end changes nothing in this view.
+        Ok(view)
     }
 
     /// Finishes a reserved conversion or dependent transfer whose partner
@@ -494,7 +521,7 @@ impl Ledger {
         transfer_id: TransferId,
         state: TransferState,
     ) -> Result<FinishPlan, Rejection> {
-        let transfer = &self.transfers[&transfer_id];
+        let transfer = self.transfers.held(&transfer_id);
         assert_eq!(
             transfer.state,
             TransferState::Reserved,
@@ -547,6 +574,7 @@ impl Ledger {
         })
     }
 
+    /// Applies a planned finish; the transfer's view after it.
     fn apply_finish(
         &mut self,
         plan: FinishPlan,
@@ -555,9 +583,9 @@ impl Ledger {
         cause: Option<AbortCause>,
         request_hash: RequestHash,
         fulfilment: Option<Fulfilment>,
-    ) {
+    ) -> TransferView {
         let transfer_id = plan.transfer_id;
-        let transfer = &self.transfers[&transfer_id];
+        let transfer = self.transfers.held(&transfer_id);
         let (debit, credit, expiration_ms) =
             (transfer.debit, transfer.credit, transfer.expiration_ms);
         self.balance_mut(debit).reserved = plan.released;
@@ -590,8 +618,12 @@ impl Ledger {
             cause,
         });
         let seq = transfer.seq;
-        if transfer.kind.is_between_positions() {
-            self.retention.finished(now_ms, transfer_id);
+        let between_positions = transfer.kind.is_between_positions();
+        let view = self.view_of(transfer_id);
+        if between_positions {
+            // Read from now on only as a finished transfer: held compactly.
+            let batch = self.finishing_batch();
+            self.transfers.finish(transfer_id, batch);
         }
         self.records.push(Record::Finish(FinishRow {
             seq,
@@ -604,6 +636,7 @@ impl Ledger {
             fulfilment,
             settlement_window,
         }));
+        view
     }
 
     /// Finds a transfer that `caller` may finish as its payee.
@@ -611,7 +644,7 @@ impl Ledger {
         &self,
         transfer_id: TransferId,
         caller: FspName,
-    ) -> Result<&Transfer, Rejection> {
+    ) -> Result<TransferRef<'_>, Rejection> {
         let transfer = self.transfers.get(&transfer_id).ok_or_else(|| {
             Rejection::new(
                 ErrorCode::TRANSFER_ID_NOT_FOUND,
@@ -642,7 +675,7 @@ impl Ledger {
         let transfer = self.payee_transfer(transfer_id, fulfil.caller)?;
         if let Some(duplicate) = self.check_finish_duplicate(
             transfer_id,
-            transfer,
+            &transfer,
             FinishKind::Fulfil,
             fulfil.request_hash,
         )? {
@@ -690,7 +723,7 @@ impl Ledger {
         let transfer = self.payee_transfer(transfer_id, abort.caller)?;
         if let Some(duplicate) = self.check_finish_duplicate(
             transfer_id,
-            transfer,
+            &transfer,
             FinishKind::Abort,
             abort.request_hash,
         )? {
@@ -768,7 +801,7 @@ impl Ledger {
         let Some(destination) = destination else {
             return Ok(None);
         };
-        let payer = self.fspiop_payer(&self.transfers[&transfer_id]);
+        let payer = self.fspiop_payer(&self.transfers.held(&transfer_id));
         if payer == destination {
             return Ok(None);
         }
@@ -841,7 +874,7 @@ impl Ledger {
         transfer_id: TransferId,
     ) -> Result<(TransferView, Held), Rejection> {
         if let Some(transfer) = self.transfers.get(&transfer_id) {
-            return Ok((self.view(transfer_id, transfer), Held::InMemory));
+            return Ok((self.view(transfer_id, &transfer), Held::InMemory));
         }
         match self.beyond_memory(transfer_id)? {
             Some(stored) => Ok((stored.view, Held::InStore)),

@@ -8,7 +8,10 @@
 //! that refusals and duplicates change nothing. After every batch the main
 //! ledger is checked as a whole: balances, audit, limits, final states,
 //! records vs snapshot, restore; at the end the batches are replayed on a
-//! fresh ledger for determinism.
+//! fresh ledger for determinism. A third ledger has a short retention
+//! horizon (finished transfers held compactly, then evicted, then read
+//! back from a copy of what the store holds, and once restored midway):
+//! it must answer every batch exactly as the one that holds everything.
 
 mod common;
 
@@ -1336,6 +1339,17 @@ fn run(scenario: Scenario) {
     let mut log: Vec<Batch> = Vec::new();
     let mut restored: Option<Ledger> = None;
     let restore_at = scenario.restore_at % scenario.batches.len();
+    let horizon_limits = Limits {
+        transfer_retention_ms: Some([0, 300, 2_000][scenario.restore_at % 3]),
+        max_finished_in_memory: scenario.restore_at / 3 % 6,
+        ..Limits::default()
+    };
+    let mut horizon = Hub {
+        ledger: Ledger::new(horizon_limits),
+        now: T0,
+        name: fsp("Hub"),
+        store: StoreCopy::default(),
+    };
 
     let mut now = T0;
     let setup_batch = setup(&scenario, &mut gen);
@@ -1471,6 +1485,31 @@ fn run(scenario: Scenario) {
         }
         if index == restore_at {
             restored = Some(copy);
+        }
+        // The same batch on the ledger with a horizon: the same answers.
+        horizon.now = now;
+        let far = horizon.batch(&commands);
+        assert_eq!(
+            far.outcomes, result.outcomes,
+            "the horizon changed an answer"
+        );
+        assert_eq!(far.records, result.records, "the horizon changed a record");
+        let durable = horizon.ledger.batches_applied();
+        horizon.ledger.evict(now, durable, usize::MAX);
+        let held = horizon.ledger.snapshot();
+        let all: HashMap<TransferId, &TransferRow> = snapshot
+            .transfers
+            .iter()
+            .map(|row| (row.transfer_id, row))
+            .collect();
+        for row in &held.transfers {
+            assert_eq!(Some(&row), all.get(&row.transfer_id), "held otherwise");
+        }
+        assert_eq!(held.accounts, snapshot.accounts);
+        assert_eq!(horizon.ledger.transfer_count(), held.transfers.len());
+        if index == restore_at {
+            horizon.ledger = Ledger::restore(snapshot.clone(), horizon_limits).expect("restore");
+            assert_eq!(horizon.ledger.snapshot(), snapshot);
         }
         log.push((now, commands, result));
     }

@@ -379,9 +379,10 @@ struct LedgerArgs {
           value_parser = parse_retention, value_name = "DURATION")]
     transfer_retention: Retention,
 
-    /// At most this many finished transfers stay in memory (~650 bytes
-    /// each): beyond it the oldest leave before --transfer-retention, and
-    /// are answered from the store like older ones.
+    /// At most this many finished transfers stay in memory (~140 bytes
+    /// each in the ledger): beyond it the oldest leave before
+    /// --transfer-retention, and are answered from the store like older
+    /// ones.
     #[arg(long, env = "KASI_FINISHED_TRANSFERS_IN_MEMORY", default_value_t = 2_000_000,
           value_parser = clap::value_parser!(u64).range(1_000..), value_name = "COUNT")]
     finished_transfers_in_memory: u64,
