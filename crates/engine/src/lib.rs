@@ -910,14 +910,18 @@ impl LedgerLoop {
             // Wait for the first submission, or until the next expiry (or
             // eviction) is due.
             let now_ms = (self.clock)();
-            let next_expiry_ms = self.ledger.next_expiry_ms();
+            // After a fatal store failure no batch is applied any more (see
+            // `apply`): an expiry that is due would stay due, and waking
+            // for it would spin this thread until the restart; and nothing
+            // becomes durable again for an eviction to wait for. So only
+            // a message wakes it then.
+            let failed = self.shared.failure().is_some();
+            let next_expiry_ms = self.ledger.next_expiry_ms().filter(|_| !failed);
             let expiry_due = next_expiry_ms.is_some_and(|at_ms| at_ms <= now_ms);
-            // An eviction that is due waits for the store (a few ms); after
-            // a fatal store failure nothing becomes durable again, so none
-            // is waited for.
-            let next_eviction_ms = match self.shared.failure() {
-                Some(_) => None,
-                None => self
+            // An eviction that is due waits for the store (a few ms).
+            let next_eviction_ms = match failed {
+                true => None,
+                false => self
                     .ledger
                     .next_eviction_ms()
                     .map(|at_ms| at_ms.max(now_ms + 10)),

@@ -231,6 +231,7 @@ both!(
     a_pipeline_that_fails_for_good_says_so_once,
     an_abandoned_pipeline_commits_nothing_more_and_answers_what_it_held,
     reads_alone_need_no_commit,
+    a_failed_pipeline_does_not_spin_on_an_expiry_it_can_never_apply,
 );
 
 fn start(dir: &std::path::Path, config: EngineConfig) -> Engine {
@@ -519,6 +520,56 @@ fn a_failed_commit_stops_the_pipeline_and_nothing_is_acknowledged_after_it(
         engine.shutdown(),
         Err(EngineError::StoreFailed(_))
     ));
+}
+
+/// After a commit fails for good no batch is applied any more, so an
+/// expiry that falls due afterwards stays due: the pipeline must not wake
+/// for it again and again (it would spin a core until the restart), and
+/// it still answers what it is sent.
+fn a_failed_pipeline_does_not_spin_on_an_expiry_it_can_never_apply(threads: PipelineThreads) {
+    // The ledger thread reads its clock on every turn of its loop: counted.
+    let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let clock = {
+        let reads = reads.clone();
+        Arc::new(move || {
+            reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (system_clock())()
+        })
+    };
+    let engine = Engine::start(
+        Ledger::new(Limits::default()),
+        Box::new(FailingStore { healthy: 2 }),
+        EngineConfig {
+            clock,
+            ..config(threads)
+        },
+    );
+    let handle = engine.handle();
+    handle.execute(onboarding()).unwrap();
+    let expiration_ms = (system_clock())() + 200;
+    handle.execute(vec![prepare(1, expiration_ms)]).unwrap();
+    let failed = handle.execute(vec![prepare(2, far_future())]);
+    assert!(
+        matches!(failed, Err(EngineError::StoreFailed(_))),
+        "{failed:?}"
+    );
+    while (system_clock())() < expiration_ms + 100 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = reads.load(std::sync::atomic::Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(500));
+    let turns = reads.load(std::sync::atomic::Ordering::Relaxed) - before;
+    // Before the fix: ~2.6 million in 500 ms.
+    assert!(
+        turns < 50,
+        "{threads:?}: the idle pipeline read its clock {turns} times in 500 ms"
+    );
+    let later = handle.execute(vec![prepare(3, far_future())]);
+    assert!(
+        matches!(later, Err(EngineError::StoreFailed(_))),
+        "{later:?}"
+    );
+    assert!(engine.shutdown().is_err());
 }
 
 fn an_oversized_submission_is_refused_whole(threads: PipelineThreads) {
