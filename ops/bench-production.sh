@@ -11,7 +11,7 @@
 #   ops/bench-production.sh 1 target/release/kasi plain,mtls-es256 -- --duration 30
 #
 # ROWS (comma-separated, default all): plain mtls mtls-es256 mtls-rs256
-# mtls-es256-verify pg pg-sync all. Bench flags default to 64 users for
+# mtls-es256-verify pg pg-sync mtls-es256-pg-sync all. Bench flags default to 64 users for
 # 15 s after 3 s of warm-up, null hub 5 s.
 #
 # The PostgreSQL rows run on two throw-away clusters this script makes
@@ -37,7 +37,7 @@ usage="usage: ops/bench-production.sh ROUNDS BINARY [ROWS] [-- BENCH FLAGS]"
 rounds=${1:?$usage}
 binary=$(realpath "${2:?$usage}")
 shift 2
-rows=plain,mtls,mtls-es256,mtls-rs256,mtls-es256-verify,pg,pg-sync,all
+rows=plain,mtls,mtls-es256,mtls-rs256,mtls-es256-verify,pg,pg-sync,mtls-es256-pg-sync,all
 if [[ $# -gt 0 && $1 != -- ]]; then
     rows=$1
     shift
@@ -74,7 +74,7 @@ stop_pg() {
 trap stop_pg EXIT
 
 needs_pg=false
-[[ ,$rows, == *,pg* || ,$rows, == *,all,* ]] && needs_pg=true
+[[ ,$rows, == *pg* || ,$rows, == *,all,* ]] && needs_pg=true
 if $needs_pg; then
     pg_bin=$(dirname "$(realpath "$(command -v initdb 2>/dev/null || ls /usr/lib/postgresql/*/bin/initdb | tail -1)")")
     pg_dir=$(mktemp -d /tmp/kasi-bench-pg-XXXXXX)
@@ -133,6 +133,7 @@ row_flags() { # row
         mtls-es256-verify) echo --tls --hub-jws es256 --dfsp-jws es256 ;;
         pg) synchronous ''; echo --store "$(fresh_store)" ;;
         pg-sync) synchronous standby1; echo --store "$(fresh_store)" ;;
+        mtls-es256-pg-sync) synchronous standby1; echo --tls --hub-jws es256 --store "$(fresh_store)" ;;
         all) synchronous standby1; echo --tls --hub-jws es256 --dfsp-jws es256 --store "$(fresh_store)" ;;
         *) echo "unknown row $1" >&2; exit 2 ;;
     esac
