@@ -560,6 +560,10 @@ impl Statements {
     }
 }
 
+/// How long a connection that answered a commit with an error has to
+/// answer an empty query before it is taken as lost.
+const CONNECTION_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The PostgreSQL store (see the module's documentation).
 pub struct PgStore {
     client: Client,
@@ -575,6 +579,11 @@ pub struct PgStore {
     /// fencing check passed: if the connection is lost after that, the
     /// count read after reconnecting says whether the COMMIT happened.
     in_flight: Option<i64>,
+    /// The server ended the connection (an administrator's
+    /// `pg_terminate_backend`, a shutdown: SQLSTATE 57P01/57P02) though the
+    /// client has not seen the socket close yet; see
+    /// [`PgStore::lost_during`].
+    ended_by_server: bool,
     /// The lease row's commit count after this process's last commit, when
     /// known: the one-statement commit's [`PgStore::in_flight`] is one
     /// more. `None` (after opening, or a commit that failed): the next
@@ -627,6 +636,7 @@ impl PgStore {
             statements: Some(statements),
             fencing: None,
             in_flight: None,
+            ended_by_server: false,
             commits: None,
             one_statement_commits: 0,
             warm: None,
@@ -669,6 +679,7 @@ impl PgStore {
             statements: None,
             fencing: None,
             in_flight: None,
+            ended_by_server: false,
             commits: None,
             one_statement_commits: 0,
             warm: None,
@@ -750,14 +761,14 @@ impl PgStore {
                 self.redacted_url
             )));
         }
-        if self.client.is_closed() && self.reconnected_after_commit()? {
+        if self.connection_lost() && self.reconnected_after_commit()? {
             // The commit the engine tries again is the one that was lost
             // in flight, and it did happen.
             return Ok(());
         }
         match self.try_write(batches) {
             Ok(()) => Ok(()),
-            Err(error) if self.client.is_closed() && self.fencing.is_some() => {
+            Err(error) if self.fencing.is_some() && self.lost_during(&error) => {
                 // Whether the COMMIT happened is unknown until we can ask:
                 // the engine stops acknowledging and tries again, which
                 // reconnects and finds out.
@@ -768,6 +779,26 @@ impl PgStore {
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// Whether the connection is gone: closed, or ended by the server.
+    fn connection_lost(&self) -> bool {
+        self.client.is_closed() || self.ended_by_server
+    }
+
+    /// Whether a failed commit lost its connection. A server that ends a
+    /// connection sends an error (57P01) before it closes the socket, and
+    /// the client may read that error before it sees the close: without
+    /// the probe, the retry would be sent on the dead connection and fail
+    /// again instead of reconnecting and finding out what happened. A
+    /// probe that only times out also counts as lost: reconnecting is
+    /// always safe under the lease, as the commit count says what
+    /// happened.
+    fn lost_during(&mut self, error: &StoreError) -> bool {
+        if !self.client.is_closed() && error.transient {
+            self.ended_by_server = self.client.is_valid(CONNECTION_PROBE_TIMEOUT).is_err();
+        }
+        self.connection_lost()
     }
 
     /// Connects again after a lost connection; `true` if the commit that
@@ -792,6 +823,7 @@ impl PgStore {
             return Err(deposed(fencing, now_fencing));
         }
         self.client = client;
+        self.ended_by_server = false;
         self.prefetch_statements = None;
         self.statements = Some(statements);
         self.commits = Some(commits);
@@ -975,7 +1007,7 @@ impl PgStore {
     /// commit attempt may reconnect, as it must first ask whether that
     /// COMMIT happened.
     fn reconnect_if_lost(&mut self) -> Result<(), StoreError> {
-        if !self.client.is_closed() {
+        if !self.connection_lost() {
             return Ok(());
         }
         if self.in_flight.is_some() {
@@ -989,6 +1021,7 @@ impl PgStore {
             self.statements = Some(Statements::prepare(&mut client)?);
         }
         self.client = client;
+        self.ended_by_server = false;
         self.prefetch_statements = None;
         Ok(())
     }
