@@ -57,6 +57,7 @@ pub mod security {
     /// FSPIOP-Signature: the wire format's, in `fspiop`.
     pub use fspiop::jws;
     pub mod jws_pool;
+    pub mod oidc;
     pub mod refused;
     pub mod tls;
 }
