@@ -35,8 +35,19 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                 None => None,
             }
         },
-        visitor.get("/stats/transfer-errors?limit=50"),
-        visitor.get("/callbacks/dead-letters"),
+        // The scheme's failures and dead letters: not a DFSP's to read.
+        async {
+            visitor
+                .get_if_may("/stats/transfer-errors", "/stats/transfer-errors?limit=50")
+                .await
+                .transpose()
+        },
+        async {
+            visitor
+                .get_if_may("/callbacks/dead-letters", "/callbacks/dead-letters")
+                .await
+                .transpose()
+        },
     );
     let (errors, dead) = match (errors, dead) {
         (Ok(e), Ok(d)) => (e, d),
@@ -60,10 +71,14 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                 }
             }
         }
-        h2 { "Recent failures" }
-        (failures(&errors))
-        h2 #dead-letters { "Undelivered callbacks (dead letters)" }
-        (dead_letters(&visitor, &dead))
+        @if let Some(errors) = &errors {
+            h2 { "Recent failures" }
+            (failures(errors))
+        }
+        @if let Some(dead) = &dead {
+            h2 #dead-letters { "Undelivered callbacks (dead letters)" }
+            (dead_letters(&visitor, dead))
+        }
     };
     page::render(&visitor, Section::Transfers, "Transfers", content)
 }
@@ -265,7 +280,7 @@ fn dead_letters(visitor: &Visitor, dead: &Value) -> Markup {
         } @else {
             p.hint { (letters.len()) " callbacks were given up after their retries; a DFSP can still GET the transfer. Resend a DFSP's once it answers again ("
                 code { "POST /callbacks/dead-letters/resend" } ")." }
-            @if visitor.may_change() {
+            @if visitor.may_post("/console/transfers/dead-letters/resend") {
                 div.actions {
                     @for dfsp in &dfsps {
                         (page::button_form(visitor, &format!("/console/transfers/dead-letters/resend?participant={}", page::encode(dfsp)), &format!("Resend {dfsp}'s"), ""))

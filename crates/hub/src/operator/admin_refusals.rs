@@ -244,17 +244,24 @@ impl Hub {
         let remote = remote_text(refusal.remote);
         let request = cut(&format!("{} {}", refusal.method, refusal.path));
         let (kind, key, attempt) = match refusal.caller {
-            Some(caller) if refusal.status == StatusCode::FORBIDDEN => (
-                Kind::Forbidden,
-                caller.name.clone(),
-                Attempt {
-                    actor: caller.name.clone(),
-                    role: caller.role.as_str().to_string(),
-                    remote,
-                    request,
-                    why: format!("role {} may only read", caller.role.as_str()),
-                },
-            ),
+            Some(caller) if refusal.status == StatusCode::FORBIDDEN => {
+                let reason = refusal
+                    .reason
+                    .unwrap_or(crate::access::Refusal::UnlistedRoute);
+                self.metrics
+                    .record_admin_forbidden(caller.role.kind().as_str(), reason.as_str());
+                (
+                    Kind::Forbidden,
+                    caller.name.clone(),
+                    Attempt {
+                        actor: caller.name.clone(),
+                        role: caller.role.to_string(),
+                        remote,
+                        request,
+                        why: reason.describe(caller.role, refusal.method, refusal.path),
+                    },
+                )
+            }
             _ => (
                 Kind::Unauthenticated,
                 remote.clone(),
@@ -400,11 +407,11 @@ impl Hub {
         };
         let hub = self.clone();
         let actor = refused.caller.name.clone();
-        let role = refused.caller.role.as_str();
+        let role = refused.caller.role.to_string();
         let target = participant.map_or_else(|| request.clone(), str::to_string);
         let detail = json!({"request": request, "status": refused.status.as_u16()});
         tokio::spawn(async move {
-            hub.note_refused_event(&actor, role, "admin.request", &target, &outcome, detail)
+            hub.note_refused_event(&actor, &role, "admin.request", &target, &outcome, detail)
                 .await
         });
     }
