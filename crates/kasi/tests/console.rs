@@ -979,7 +979,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     );
 
     // A change forged with the viewer's own session and CSRF token is
-    // refused by the admin API, and nothing changes.
+    // refused by the console's access check (the access table's 403, before
+    // the form is read), and nothing changes.
     let cookie = browser.cookie().await;
     let csrf = browser
         .attribute("header form input[name=csrf]", "value")
@@ -998,12 +999,13 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ],
         format!("csrf={csrf}&currency=USD&value=999999").as_bytes(),
     );
-    assert_eq!(forged.status, 303, "{forged:?}");
-    browser
-        .goto(&format!("/console/participants/{PAYER}"))
-        .await;
-    let refused = browser.flash().await;
-    assert!(refused.contains("Forbidden"), "{refused}");
+    assert_eq!(forged.status, 403, "{forged:?}");
+    assert!(
+        forged
+            .text()
+            .contains("Forbidden: role viewer may not POST /console/participants/"),
+        "{forged:?}"
+    );
     let limits = hub
         .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
         .json();
@@ -1024,9 +1026,10 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     let events = events.as_array().unwrap();
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["outcome"], "FORBIDDEN", "{events:#?}");
+    assert_eq!(events[0]["role"], "viewer", "{events:#?}");
     assert_eq!(
         events[0]["after"]["request"],
-        format!("PUT /participants/{PAYER}/limits")
+        format!("POST /console/participants/{PAYER}/limits")
     );
     let row = format!("tr[data-refusals='{PAYER}']");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1065,7 +1068,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     assert_eq!(no_token.status, 403);
 
     // The viewer sees the FXP's corridors, and cannot change them: a
-    // forged form is refused by the API and changes nothing.
+    // forged form is refused by the console's access check and changes
+    // nothing.
     browser.goto("/console/fx").await;
     let fxps = browser.text("table.fxps").await;
     assert!(
@@ -1085,11 +1089,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ],
         format!("csrf={csrf}&participant={PAYEE}").as_bytes(),
     );
-    assert_eq!(forged.status, 303, "{forged:?}");
-    browser
-        .goto(&format!("/console/fx?participant={PAYEE}"))
-        .await;
-    assert!(browser.flash().await.contains("Forbidden"));
+    assert_eq!(forged.status, 403, "{forged:?}");
+    assert!(forged.text().contains("Forbidden"), "{forged:?}");
     assert_eq!(
         hub.admin_expect(
             "GET",

@@ -227,9 +227,11 @@ fn cut(text: &str) -> String {
     text[..end].to_string()
 }
 
-/// The participant an admin path is about (`/participants/{name}/…`), if
-/// any: refusals are counted under it when it is a known DFSP.
+/// The participant an admin path is about (`/participants/{name}/…`, or
+/// the console's `/console/participants/{name}/…`), if any: refusals are
+/// counted under it when it is a known DFSP.
 pub fn participant_in_path(path: &str) -> Option<&str> {
+    let path = path.strip_prefix("/console").unwrap_or(path);
     let name = path.strip_prefix("/participants/")?.split('/').next()?;
     (!name.is_empty() && name != "limits").then_some(name)
 }
@@ -585,6 +587,10 @@ mod tests {
         );
         assert_eq!(
             participant_in_path("/participants/payerfsp/accounts/3"),
+            Some("payerfsp")
+        );
+        assert_eq!(
+            participant_in_path("/console/participants/payerfsp/limits"),
             Some("payerfsp")
         );
         assert_eq!(participant_in_path("/participants/limits"), None);
