@@ -491,7 +491,9 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
                 }
             }
         }
-        p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
+        @if visitor.may_read("/console/settlement/settlements/:id/report.csv") {
+            p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
+        }
         h2 { "Net settlement amounts" }
         (net_amounts(&settlement, &owners))
         p.hint { "A positive net amount is owed by the participant (it sent more than it received); a negative one is owed to it." }

@@ -1525,3 +1525,86 @@ async fn an_fxp_is_set_up_and_a_conversion_is_followed_to_its_transfer_and_back(
         json!([])
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (operator, operator_line) = support::admin_token("alice", "operator");
+    let (dfsp, dfsp_line) = support::admin_token("payer-ops", &format!("dfsp:{PAYER}"));
+    let file = dir.path().join("admin-tokens");
+    std::fs::write(&file, format!("{operator_line}\n{dfsp_line}\n")).unwrap();
+    let mut hub = Hub::start_with(
+        &dir.path().join("data"),
+        &["--admin-tokens", file.to_str().unwrap()],
+    );
+    hub.admin_bearer = Some(operator);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    let id = transfer(&hub, &payer, &payee, "12.5");
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    hub.admin_expect(
+        "POST",
+        "/v2/settlements",
+        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+        200,
+    );
+
+    // Signed in, the person lands on its own DFSP's page: the portal.
+    let browser = Browser::start("dfsp-portal", &hub).await;
+    browser.sign_in(&dfsp).await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/participants/{PAYER}")
+    );
+    assert!(browser
+        .text(".who")
+        .await
+        .contains(&format!("payer-ops · dfsp:{PAYER}")));
+    let nav = browser.text("nav").await;
+    for shown in [PAYER, "Transfers", "Settlement"] {
+        assert!(nav.contains(shown), "{nav}");
+    }
+    for hidden in ["Overview", "Participants", "FX", "Audit", "Scheme"] {
+        assert!(!nav.contains(hidden), "the nav offers {hidden}: {nav}");
+    }
+    assert_eq!(browser.count("main form[method='post']").await, 0);
+    let main = browser.text("main").await;
+    assert!(main.contains("Positions per currency"), "{main}");
+    assert!(!main.contains(PAYEE), "{main}");
+    browser.shot("portal").await;
+
+    // Its transfer, found; its settlement net, alone.
+    browser.goto(&format!("/console/transfers?id={id}")).await;
+    assert!(browser.text("main").await.contains(&id));
+    assert_eq!(browser.count(".flash.error").await, 0);
+    browser.shot("transfer").await;
+    browser.goto("/console/settlement/settlements/1").await;
+    let net = browser.text("main").await;
+    assert!(net.contains(PAYER) && !net.contains(PAYEE), "{net}");
+    // The report is the whole settlement's: not offered.
+    assert!(!net.contains("report"), "{net}");
+    browser.shot("settlement-net").await;
+
+    // Another DFSP's page, and the scheme's pages, are refused.
+    for page in [
+        format!("/console/participants/{PAYEE}"),
+        "/console/participants".to_string(),
+        "/console/audit".to_string(),
+    ] {
+        browser.goto(&page).await;
+        let refused = browser.text("main").await;
+        assert!(
+            refused.contains("Forbidden: role dfsp:payerfsp"),
+            "{page}: {refused}"
+        );
+    }
+    browser.shot("refused").await;
+}
