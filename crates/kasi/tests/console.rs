@@ -286,6 +286,22 @@ fn hub_with_tokens(dir: &std::path::Path) -> (Hub, support::Tokens) {
     (hub, tokens)
 }
 
+/// Window 1 closed and a settlement (1) of it, by the operator.
+fn settle_the_first_window(hub: &Hub) {
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    hub.admin_expect(
+        "POST",
+        "/v2/settlements",
+        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+        200,
+    );
+}
+
 fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
     let id = new_id();
     let body = prepare_body(&id, PAYER, PAYEE, amount, far_future());
@@ -885,18 +901,7 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     hub.setup();
     let payee = Stub::start(PAYEE);
     let (id, _) = a_dead_letter(&hub, &payee, support::reserve_address(), 1000).await;
-    hub.admin_expect(
-        "POST",
-        "/v2/settlementWindows/1",
-        Some(json!({"state": "CLOSED", "reason": "test"})),
-        200,
-    );
-    hub.admin_expect(
-        "POST",
-        "/v2/settlements",
-        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
-        200,
-    );
+    settle_the_first_window(&hub);
     // The payee declared an FXP (of a currency it does not hold: the API
     // takes it, the console marks it).
     let corridors = json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]});
@@ -1544,18 +1549,7 @@ async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
     hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
     hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
     let id = transfer(&hub, &payer, &payee, "12.5");
-    hub.admin_expect(
-        "POST",
-        "/v2/settlementWindows/1",
-        Some(json!({"state": "CLOSED", "reason": "test"})),
-        200,
-    );
-    hub.admin_expect(
-        "POST",
-        "/v2/settlements",
-        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
-        200,
-    );
+    settle_the_first_window(&hub);
 
     // Signed in, the person lands on its own DFSP's page: the portal.
     let browser = Browser::start("dfsp-portal", &hub).await;
