@@ -122,7 +122,7 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<FxQuery>) -> Resp
         .map(|p| page::text(&p["name"]))
         .filter(|name| *name != visitor.console.hub_name)
         .collect();
-    let may_change = visitor.may_change();
+    let may_change = visitor.may_post("/console/fx/corridors");
     let content = html! {
         h1 { "Foreign exchange" }
         p.hint {
@@ -237,13 +237,13 @@ fn corridors_form(visitor: &Visitor, set_up: &SetUp) -> Markup {
                 p.flash.warn role="status" {
                     (name) " holds a position in " (if set_up.held.is_empty() { "no currency".to_string() } else { format!("{} only", set_up.held.join(", ")) })
                     ": an FXP converts between currencies it holds positions in."
-                    @if visitor.may_change() {
+                    @if visitor.may_post("/console/participants") {
                         " Onboard " (name) " again with another currency on the "
                         a href="/console/participants#onboard" { "participants page" } " first."
                     }
                 }
             }
-            @if visitor.may_change() && !offered.is_empty() {
+            @if visitor.may_post("/console/fx/corridors") && !offered.is_empty() {
                 form.grid.corridors method="post" action={ (HERE) "/corridors" } {
                     (page::csrf(visitor))
                     input type="hidden" name="participant" value=(name);

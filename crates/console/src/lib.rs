@@ -16,8 +16,15 @@
 //! cookie), or is signed in by the client certificate their browser
 //! presents on an admin address that asks for one. Without credentials
 //! (the admin address open on loopback) everyone is the open operator.
-//! Every form carries the session's CSRF token. A viewer's pages show no
-//! control that changes anything, and the API refuses the change anyway.
+//! Every form carries the session's CSRF token.
+//!
+//! Roles: every page and form post is in the access table
+//! (`hub::access`), checked once, in one layer of every console route
+//! (`session::checked`: before the handler's own extractors); a page shows only the links, forms and
+//! sections its visitor may use, and the API refuses the rest anyway. A
+//! DFSP-scoped person (`dfsp:<name>`) has a portal: the overview is its
+//! own participant page, and the transfers and settlement pages show what
+//! the API lets it read (its own transfers, its own settlement nets).
 //!
 //! Progressive enhancement only: the pages work without JavaScript; a small
 //! script (`assets/console.js`) refreshes the overview in place.
@@ -51,6 +58,9 @@ pub struct Console {
     /// scheme's.
     hub_name: String,
     sessions: session::Sessions,
+    /// Told of every console request the access table refuses (the hub
+    /// counts, logs and audits it as the API's refusals).
+    on_refusal: Option<hub::admin_auth::OnRefusal>,
     /// The admin address is served over TLS: cookies are `Secure`.
     secure_cookies: bool,
     rates: overview::Rates,
@@ -59,10 +69,17 @@ pub struct Console {
 /// The console's routes, to be served beside the admin API (not behind
 /// its bearer-token layer: the console signs people in itself and calls
 /// the API with their credential).
-pub fn router(api: Router, auth: Arc<AdminAuth>, hub_name: &str, secure_cookies: bool) -> Router {
+pub fn router(
+    api: Router,
+    auth: Arc<AdminAuth>,
+    on_refusal: Option<hub::admin_auth::OnRefusal>,
+    hub_name: &str,
+    secure_cookies: bool,
+) -> Router {
     let console = Arc::new(Console {
         api,
         auth,
+        on_refusal,
         hub_name: hub_name.to_string(),
         sessions: session::Sessions::default(),
         secure_cookies,
@@ -155,5 +172,9 @@ pub fn router(api: Router, auth: Arc<AdminAuth>, hub_name: &str, secure_cookies:
             post(scheme::create_model),
         )
         .route("/console/scheme/oracles", post(scheme::create_oracle))
+        .route_layer(axum::middleware::from_fn_with_state(
+            console.clone(),
+            session::checked,
+        ))
         .with_state(console)
 }

@@ -311,6 +311,18 @@ pub(crate) struct OverviewQuery {
 }
 
 pub(crate) async fn show(visitor: Visitor, Query(query): Query<OverviewQuery>) -> Response {
+    // The overview reads the whole scheme: a DFSP's person lands on its
+    // own DFSP's page (its portal), an auditor on the audit trail.
+    match visitor.session.caller.role {
+        hub::access::Role::Dfsp(own) => {
+            return visitor.redirect(&format!(
+                "/console/participants/{}",
+                page::encode(own.as_str())
+            ))
+        }
+        hub::access::Role::Auditor => return visitor.redirect("/console/audit"),
+        _ => {}
+    }
     let (rows, stats, callbacks, health_of_hub, refusals) = tokio::join!(
         rows(&visitor),
         visitor.get("/stats/dfsps"),

@@ -107,6 +107,24 @@ pub(crate) fn harden(headers: &mut HeaderMap) {
     set(headers, header::CACHE_CONTROL, "no-store");
 }
 
+/// The sections this visitor may open (a link it may not follow is not
+/// shown); a DFSP-scoped person's first is its own DFSP's page, its portal.
+fn sections(visitor: &Visitor) -> Vec<(Section, String, String)> {
+    let own = visitor.session.caller.role.dfsp();
+    SECTIONS
+        .iter()
+        .filter(|(_, _, href)| visitor.may_read(href))
+        .map(|(s, label, href)| match (s, own) {
+            (Section::Overview, Some(dfsp)) => (
+                Section::Participants,
+                dfsp.to_string(),
+                format!("/console/participants/{}", encode(dfsp.as_str())),
+            ),
+            _ => (*s, label.to_string(), href.to_string()),
+        })
+        .collect()
+}
+
 /// A page of the console: header with navigation and the person, the
 /// flash message if any, the content.
 pub(crate) fn render(
@@ -130,7 +148,7 @@ pub(crate) fn render_with(
         header.top {
             a.brand href="/console/" { "kasi" }
             nav aria-label="Sections" {
-                @for (s, label, href) in SECTIONS {
+                @for (s, label, href) in sections(visitor) {
                     @if s == section {
                         a href=(href) aria-current="page" { (label) }
                     } @else {

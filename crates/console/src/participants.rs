@@ -111,7 +111,7 @@ pub(crate) async fn list(visitor: Visitor, Query(query): Query<ListQuery>) -> Re
                 }
             }
         }
-        @if visitor.may_change() {
+        @if visitor.may_post("/console/participants") {
             (onboard_form(&visitor))
         }
     };
@@ -309,10 +309,15 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
             "/callbacks/health?participant={}",
             page::encode(&name)
         )),
-        visitor.get(&format!(
-            "/audit-events?participant={}&limit=10",
-            page::encode(&name)
-        )),
+        async {
+            visitor
+                .get_if_may(
+                    "/audit-events",
+                    &format!("/audit-events?participant={}&limit=10", page::encode(&name)),
+                )
+                .await
+                .transpose()
+        },
         visitor.get(&format!("{path}/fxCorridors")),
     );
     let read = || {
@@ -346,12 +351,16 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
         c.dedup();
         c
     };
-    let may_change = visitor.may_change();
+    let may_activate = visitor.may_post("/console/participants/:name/active");
+    let may_cap = visitor.may_post("/console/participants/:name/limits");
+    let may_fund = visitor.may_post("/console/participants/:name/funds");
+    let may_fx = visitor.may_post("/console/fx/corridors");
+    let may_endpoint = visitor.may_post("/console/participants/:name/endpoints");
     let here = console_path(&name);
     let content = html! {
         h1 { (name) " " (active_badge(active)) }
         p.hint { "Created " (page::time_cell(&participant["created"])) }
-        @if may_change {
+        @if may_activate {
             form.inline method="post" action={ (here) "/active" } {
                 (page::csrf(&visitor))
                 input type="hidden" name="active" value=(if active { "false" } else { "true" });
@@ -396,7 +405,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 }
             }
         }
-        @if may_change {
+        @if may_cap {
             form.grid method="post" action={ (here) "/limits" } {
                 (page::csrf(&visitor))
                 label for="limit-currency" { "Currency" }
@@ -405,6 +414,8 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 input #limit-value name="value" required inputmode="decimal";
                 button type="submit" { "Set net debit cap" }
             }
+        }
+        @if may_fund {
             h2 { "Funds in and out" }
             form.grid method="post" action={ (here) "/funds" } {
                 (page::csrf(&visitor))
@@ -429,7 +440,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
             p { (name) " is a declared FXP (foreign-exchange provider), for these corridors:" }
             (corridor_list(&corridors, &standings.iter().map(|s| s.currency.clone()).collect::<Vec<_>>()))
         }
-        @if may_change {
+        @if may_fx {
             p { a href={ "/console/fx?participant=" (page::encode(&name)) "#corridors" } { "Set up " (name) "'s corridors" } }
         }
         h2 { "Callback endpoints" }
@@ -451,7 +462,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 " · " (page::text(&h["sentOk"])) " delivered, " (page::text(&h["queued"])) " queued, " (page::text(&h["deadLetters"])) " dead letters"
             }
         }
-        @if may_change {
+        @if may_endpoint {
             form.grid method="post" action={ (here) "/endpoints" } {
                 (page::csrf(&visitor))
                 label for="endpoint-type" { "Type" }
@@ -463,9 +474,11 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 button type="submit" { "Set endpoint" }
             }
         }
-        h2 { "Recent changes" }
-        (crate::audit::table(&audit))
-        p { a href={ "/console/audit?participant=" (page::encode(&name)) } { "All changes to " (name) } }
+        @if let Some(audit) = &audit {
+            h2 { "Recent changes" }
+            (crate::audit::table(audit))
+            p { a href={ "/console/audit?participant=" (page::encode(&name)) } { "All changes to " (name) } }
+        }
     };
     page::render(&visitor, Section::Participants, &name, content)
 }

@@ -28,7 +28,9 @@ pub(crate) async fn show(visitor: Visitor) -> Response {
             return page::api_failure(&visitor, Section::Scheme, &e)
         }
     };
-    let may_change = visitor.may_change();
+    let may_add_currency = visitor.may_post("/console/scheme/currencies");
+    let may_add_model = visitor.may_post("/console/scheme/settlement-models");
+    let may_add_oracle = visitor.may_post("/console/scheme/oracles");
     let accounts: Vec<&Value> = hub["accounts"].as_array().into_iter().flatten().collect();
     let content = html! {
         h1 { "Scheme" }
@@ -53,7 +55,7 @@ pub(crate) async fn show(visitor: Visitor) -> Response {
                 }
             }
         }
-        @if may_change {
+        @if may_add_currency {
             form.grid #hub-currency method="post" action={ (HERE) "/currencies" } {
                 (page::csrf(&visitor))
                 label for="hub-currency-code" { "Currency" }
@@ -90,7 +92,7 @@ pub(crate) async fn show(visitor: Visitor) -> Response {
                 }
             }
         }
-        @if may_change {
+        @if may_add_model {
             form.grid #new-model method="post" action={ (HERE) "/settlement-models" } {
                 (page::csrf(&visitor))
                 label for="model-name" { "Name" }
@@ -132,7 +134,7 @@ pub(crate) async fn show(visitor: Visitor) -> Response {
                 }
             }
         }
-        @if may_change {
+        @if may_add_oracle {
             form.grid #new-oracle method="post" action={ (HERE) "/oracles" } {
                 (page::csrf(&visitor))
                 label for="oracle-type" { "Party id type" }

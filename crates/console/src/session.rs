@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Form;
-use hub::admin_auth::{Caller, Role};
+use hub::access::{self, Decision};
+use hub::admin_auth::{Caller, GateRefusal};
 use maud::html;
 
 use crate::page::{self, Fields, Flash};
@@ -139,8 +140,35 @@ pub(crate) struct Visitor {
 }
 
 impl Visitor {
-    pub fn may_change(&self) -> bool {
-        self.session.caller.role == Role::Operator
+    /// Whether this person may use a route (its pattern as the access
+    /// table names it; `params` its path parameters): what pages show of
+    /// links, forms and sections. The gate refuses the rest anyway.
+    pub fn may(&self, method: &Method, pattern: &str, params: &[(&str, &str)]) -> bool {
+        access::may(self.session.caller.role, method, pattern, params)
+    }
+
+    /// Whether this person may post this console form (no DFSP-scoped
+    /// role posts any, so the path's parameters do not matter).
+    pub fn may_post(&self, pattern: &str) -> bool {
+        self.may(&Method::POST, pattern, &[])
+    }
+
+    /// Whether this person may read this API route.
+    pub fn may_read(&self, pattern: &str) -> bool {
+        self.may(&Method::GET, pattern, &[])
+    }
+
+    /// A read of a section a page shows only to whom may read it: `None`
+    /// for the others (the section is left out, not refused).
+    pub async fn get_if_may(
+        &self,
+        pattern: &str,
+        path_and_query: &str,
+    ) -> Option<Result<serde_json::Value, crate::api::ApiError>> {
+        match self.may_read(pattern) {
+            true => Some(self.get(path_and_query).await),
+            false => None,
+        }
     }
 
     /// The answer, with the session's cookie when it is new, and the
@@ -236,6 +264,36 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
         .map(|(_, id)| id)
 }
 
+/// Every console route but the open ones (sign-in, assets): the person
+/// is found (or sent to sign in) and the access table asked, before any of
+/// the handler's extractors runs (a form or query it cannot read must not
+/// answer before a refusal does); the handler's [`Visitor`] is the one
+/// found here.
+pub(crate) async fn checked(
+    State(console): State<Arc<Console>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let open = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .and_then(|matched| access::rule_for(request.method(), matched.as_str()))
+        .is_some_and(|rule| rule.who == access::Who::Open);
+    if open {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let visitor = match Visitor::identify(&mut parts, &console).await {
+        Ok(visitor) => visitor,
+        Err(response) => return response,
+    };
+    if let Err(refused) = allowed(&visitor, &mut parts).await {
+        return refused;
+    }
+    parts.extensions.insert(visitor);
+    next.run(Request::from_parts(parts, body)).await
+}
+
 #[axum::async_trait]
 impl FromRequestParts<Arc<Console>> for Visitor {
     type Rejection = Response;
@@ -244,6 +302,20 @@ impl FromRequestParts<Arc<Console>> for Visitor {
         parts: &mut Parts,
         console: &Arc<Console>,
     ) -> Result<Visitor, Response> {
+        if let Some(visitor) = parts.extensions.get::<Visitor>() {
+            return Ok(visitor.clone());
+        }
+        // Not through [`checked`]: check here, never skip it.
+        let visitor = Visitor::identify(parts, console).await?;
+        allowed(&visitor, parts).await?;
+        Ok(visitor)
+    }
+}
+
+impl Visitor {
+    /// The person behind a request: a session's, or one made for a request
+    /// that says who it is; else a redirect to sign in.
+    async fn identify(parts: &mut Parts, console: &Arc<Console>) -> Result<Visitor, Response> {
         let connection = parts.extensions.get::<hub::tls::Connection>().cloned();
         let secure = console.secure_cookies;
         let visitor = |session, new_cookie| Visitor {
@@ -281,6 +353,32 @@ impl FromRequestParts<Arc<Console>> for Visitor {
         page::harden(response.headers_mut());
         Err(response)
     }
+}
+
+/// The console's one check of the access table ([`hub::access`]), by the
+/// route's pattern, made by [`checked`] before any handler runs. A refusal is told to the
+/// hub (counted, logged at a bounded rate, audited) as the API's are.
+async fn allowed(visitor: &Visitor, parts: &mut Parts) -> Result<(), Response> {
+    let caller = &visitor.session.caller;
+    let reason = match access::decide_for_parts(caller.role, parts).await {
+        Decision::Allow | Decision::Filter(..) => return Ok(()),
+        Decision::Refuse(reason) => reason,
+    };
+    if let Some(on_refusal) = &visitor.console.on_refusal {
+        on_refusal(&GateRefusal {
+            status: StatusCode::FORBIDDEN,
+            caller: Some(caller),
+            method: &parts.method,
+            path: parts.uri.path(),
+            remote: visitor.connection.as_ref().map(|c| c.peer.ip()),
+            with_credential: true,
+            reason: Some(reason),
+        });
+    }
+    Err(visitor.finish(page::plain_error(
+        StatusCode::FORBIDDEN,
+        &reason.describe(caller.role, &parts.method, parts.uri.path()),
+    )))
 }
 
 #[derive(serde::Deserialize)]
@@ -322,7 +420,7 @@ fn sign_in_form(console: &Console, next: &str, error: Option<&str>) -> Response 
                     label for="token" { "Admin bearer token" }
                     input #token type="password" name="token" autocomplete="current-password" required autofocus;
                     p.hint { "A token made by " code { "kasi admin-token" } ", listed in the hub's "
-                        code { "--admin-tokens" } " file. Operators may change things; viewers only read." }
+                        code { "--admin-tokens" } " file. What you may see and change follows its role (operator, finance, viewer, auditor, or a DFSP's own view)." }
                     button type="submit" { "Sign in" }
                 }
             }
@@ -359,7 +457,12 @@ pub(crate) async fn sign_in(
         .flatten()
     {
         Some(caller) => {
-            tracing::info!(actor = %caller.name, role = caller.role.as_str(), "console sign-in");
+            tracing::info!(
+                actor = %caller.name,
+                role = %caller.role,
+                source = caller.source.as_str(),
+                "console sign-in"
+            );
             let (id, _) = console
                 .sessions
                 .open(caller, Credential::Bearer(token.to_string()));
@@ -414,7 +517,7 @@ pub(crate) async fn sign_out(headers: HeaderMap, Posted { visitor, .. }: Posted)
 /// What the page header shows about the person.
 pub(crate) fn who(visitor: &Visitor) -> maud::Markup {
     html! {
-        span.who { (visitor.session.caller.name) " · " (visitor.session.caller.role.as_str()) }
+        span.who { (visitor.session.caller.name) " · " (visitor.session.caller.role.to_string()) }
         @if !visitor.console.auth.is_open() {
             form.inline method="post" action="/console/sign-out" {
                 input type="hidden" name="csrf" value=(visitor.session.csrf);
@@ -450,7 +553,8 @@ mod tests {
         let sessions = Sessions::default();
         let caller = Caller {
             name: "alice".to_string(),
-            role: Role::Viewer,
+            role: hub::admin_auth::Role::Viewer,
+            source: hub::admin_auth::Source::TokensFile,
         };
         let (id, session) = sessions.open(caller, Credential::Ambient);
         let seen = *session.last_seen.lock().unwrap();

@@ -52,7 +52,13 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
     let (windows, settlements, models) = tokio::join!(
         visitor.get(&format!("/v2/settlementWindows?{SINCE_EVER}")),
         visitor.get(&format!("/v2/settlements?{SINCE_EVER}")),
-        visitor.get("/settlementModels"),
+        // Read only by whom may create a settlement (a DFSP may not).
+        async {
+            visitor
+                .get_if_may("/settlementModels", "/settlementModels")
+                .await
+                .unwrap_or(Ok(Value::Array(Vec::new())))
+        },
     );
     let (windows, mut settlements, models) =
         match (list_or_empty(windows), list_or_empty(settlements), models) {
@@ -66,7 +72,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
     // just settled would push the open one down: the open one stays on top.
     let mut windows = windows;
     windows.sort_by_key(|w| w["state"] != "OPEN");
-    let may_change = visitor.may_change();
+    let may_change = visitor.may_post("/console/settlement/windows/:id/close");
     let models: Vec<&Value> = models.as_array().into_iter().flatten().collect();
     let offers = settlement_offers(&models, &windows);
     let content = html! {
@@ -465,7 +471,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
     let state = page::text(&settlement["state"]);
     let finished = matches!(state.as_str(), "SETTLED" | "ABORTED");
     let here = settlement_path(&id);
-    let may_change = visitor.may_change();
+    let may_change = visitor.may_post("/console/settlement/settlements/:id/advance");
     let content = html! {
         h1 { "Settlement " (id) " " span class={ "status " (state_class(&state)) } { (state) } }
         dl.facts {
@@ -485,7 +491,9 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
                 }
             }
         }
-        p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
+        @if visitor.may_read("/console/settlement/settlements/:id/report.csv") {
+            p { a.button href={ (here) "/report.csv" } download={ "settlement-" (id) ".csv" } { "Download the report (CSV)" } }
+        }
         h2 { "Net settlement amounts" }
         (net_amounts(&settlement, &owners))
         p.hint { "A positive net amount is owed by the participant (it sent more than it received); a negative one is owed to it." }

@@ -7,6 +7,7 @@
 use axum::extract::Query;
 use axum::http::Method;
 use axum::response::Response;
+use hub::access::Role;
 use maud::{html, Markup};
 use serde_json::Value;
 
@@ -35,8 +36,19 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                 None => None,
             }
         },
-        visitor.get("/stats/transfer-errors?limit=50"),
-        visitor.get("/callbacks/dead-letters"),
+        // The scheme's failures and dead letters: not a DFSP's to read.
+        async {
+            visitor
+                .get_if_may("/stats/transfer-errors", "/stats/transfer-errors?limit=50")
+                .await
+                .transpose()
+        },
+        async {
+            visitor
+                .get_if_may("/callbacks/dead-letters", "/callbacks/dead-letters")
+                .await
+                .transpose()
+        },
     );
     let (errors, dead) = match (errors, dead) {
         (Ok(e), Ok(d)) => (e, d),
@@ -51,7 +63,7 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
         }
         @match found {
             None => {}
-            Some(Ok(transfer)) => (transfer_detail(&transfer)),
+            Some(Ok(transfer)) => (transfer_detail(visitor.session.caller.role, &transfer)),
             Some(Err(error)) => {
                 @if error.not_found() {
                     p.flash.error role="alert" { "No transfer with id " code { (id.unwrap_or("")) } " is known to the hub." }
@@ -60,10 +72,14 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                 }
             }
         }
-        h2 { "Recent failures" }
-        (failures(&errors))
-        h2 #dead-letters { "Undelivered callbacks (dead letters)" }
-        (dead_letters(&visitor, &dead))
+        @if let Some(errors) = &errors {
+            h2 { "Recent failures" }
+            (failures(errors))
+        }
+        @if let Some(dead) = &dead {
+            h2 #dead-letters { "Undelivered callbacks (dead letters)" }
+            (dead_letters(&visitor, dead))
+        }
     };
     page::render(&visitor, Section::Transfers, "Transfers", content)
 }
@@ -72,11 +88,22 @@ fn transfer_path(id: &str) -> String {
     format!("/console/transfers?id={}", page::encode(id))
 }
 
-fn participant_link(name: &str) -> Markup {
-    html! { a href={ "/console/participants/" (page::encode(name)) } { (name) } }
+/// A DFSP's name, linked to its page when the person may open it (a
+/// DFSP's person sees the other party's name, not a link it may not follow).
+fn participant_link(role: Role, name: &str) -> Markup {
+    let linked = hub::access::may(
+        role,
+        &Method::GET,
+        "/console/participants/:name",
+        &[("name", name)],
+    );
+    html! {
+        @if linked { a href={ "/console/participants/" (page::encode(name)) } { (name) } }
+        @else { (name) }
+    }
 }
 
-fn transfer_detail(t: &Value) -> Markup {
+fn transfer_detail(role: Role, t: &Value) -> Markup {
     let currency = page::text(&t["amount"]["currency"]);
     let state = page::text(&t["transferState"]);
     let fx = &t["fx"];
@@ -93,8 +120,8 @@ fn transfer_detail(t: &Value) -> Markup {
                 dt { "State" } dd { (page::state_badge(&state))
                     @if let Some(internal) = t["internalState"].as_str() { @if internal != state { " (" (internal) ")" } } }
                 dt { "Kind" } dd { (kind_name(&page::text(&t["kind"]))) }
-                dt { (payer_label) } dd { (participant_link(&page::text(&t["payerFsp"]))) }
-                dt { (payee_label) } dd { (participant_link(&page::text(&t["payeeFsp"]))) }
+                dt { (payer_label) } dd { (participant_link(role, &page::text(&t["payerFsp"]))) }
+                dt { (payee_label) } dd { (participant_link(role, &page::text(&t["payeeFsp"]))) }
                 dt { (amount_label) } dd.num { (page::money(&page::text(&t["amount"]["amount"]), &currency)) }
                 dt { "Expiration" } dd { (page::time_cell(&t["expiration"])) }
                 @if t["errorCode"].is_string() {
@@ -103,8 +130,8 @@ fn transfer_detail(t: &Value) -> Markup {
                 dt { "Read from" } dd { (if t["source"] == "store" { "the store (past the hub's memory horizon)" } else { "the ledger's memory" }) }
             }
             @match fx["role"].as_str() {
-                Some("conversion") => (conversion_side(t, fx)),
-                Some("dependentTransfer") => (dependent_side(t, fx)),
+                Some("conversion") => (conversion_side(role, t, fx)),
+                Some("dependentTransfer") => (dependent_side(role, t, fx)),
                 _ => {}
             }
             h3 { "Timeline" }
@@ -141,7 +168,7 @@ fn partner_state(state: &Value, absent: &str) -> Markup {
 /// A conversion's terms and the transfer it was made for: the FXP's
 /// source-currency position is credited with the source amount when that
 /// transfer commits, and its target-currency position pays the payee.
-fn conversion_side(t: &Value, fx: &Value) -> Markup {
+fn conversion_side(role: Role, t: &Value, fx: &Value) -> Markup {
     let determining = page::text(&fx["determiningTransferId"]);
     let source_amount = page::text(&t["amount"]["amount"]);
     let source_currency = page::text(&t["amount"]["currency"]);
@@ -164,7 +191,7 @@ fn conversion_side(t: &Value, fx: &Value) -> Markup {
                     (partner_state(&fx["dependentState"], "not prepared (yet)"))
                 }
                 @if let Some(payee) = fx["dependentPayeeFsp"].as_str() {
-                    dt { "Paid to" } dd { (participant_link(payee)) " in " (target_currency) }
+                    dt { "Paid to" } dd { (participant_link(role, payee)) " in " (target_currency) }
                 }
             }
             p.hint { "The conversion and its dependent transfer commit together, in one ledger step, or neither does." }
@@ -174,7 +201,7 @@ fn conversion_side(t: &Value, fx: &Value) -> Markup {
 
 /// The conversion a transfer depends on: its FXP's target-currency
 /// position pays the payee.
-fn dependent_side(t: &Value, fx: &Value) -> Markup {
+fn dependent_side(role: Role, t: &Value, fx: &Value) -> Markup {
     let commit_request = page::text(&fx["commitRequestId"]);
     let fxp = page::text(&fx["fxpFsp"]);
     html! {
@@ -185,7 +212,7 @@ fn dependent_side(t: &Value, fx: &Value) -> Markup {
                     a href=(transfer_path(&commit_request)) { code { (commit_request) } } " "
                     (partner_state(&fx["conversionState"], "not found"))
                 }
-                dt { "FXP" } dd { (participant_link(&fxp)) " (its " (page::text(&t["amount"]["currency"])) " position pays the payee)" }
+                dt { "FXP" } dd { (participant_link(role, &fxp)) " (its " (page::text(&t["amount"]["currency"])) " position pays the payee)" }
             }
             p.hint { "The transfer and its conversion commit together, in one ledger step, or neither does." }
         }
@@ -265,7 +292,7 @@ fn dead_letters(visitor: &Visitor, dead: &Value) -> Markup {
         } @else {
             p.hint { (letters.len()) " callbacks were given up after their retries; a DFSP can still GET the transfer. Resend a DFSP's once it answers again ("
                 code { "POST /callbacks/dead-letters/resend" } ")." }
-            @if visitor.may_change() {
+            @if visitor.may_post("/console/transfers/dead-letters/resend") {
                 div.actions {
                     @for dfsp in &dfsps {
                         (page::button_form(visitor, &format!("/console/transfers/dead-letters/resend?participant={}", page::encode(dfsp)), &format!("Resend {dfsp}'s"), ""))
@@ -337,6 +364,26 @@ mod tests {
     }
 
     #[test]
+    fn a_dfsp_sees_the_other_party_named_not_linked() {
+        let transfer = serde_json::json!({
+            "transferId": "t1", "kind": "transfer", "payerFsp": "payerfsp", "payeeFsp": "payeefsp",
+            "amount": {"amount": "10", "currency": "USD"}, "transferState": "COMMITTED",
+            "source": "memory", "timeline": [],
+        });
+        let payer = Role::Dfsp(ledger::FspName::new("payerfsp").unwrap());
+        let html = transfer_detail(payer, &transfer).into_string();
+        assert!(
+            html.contains(r#"href="/console/participants/payerfsp""#),
+            "{html}"
+        );
+        assert!(
+            !html.contains(r#"href="/console/participants/payeefsp""#),
+            "{html}"
+        );
+        assert!(html.contains("payeefsp"), "{html}");
+    }
+
+    #[test]
     fn both_legs_link_to_each_other() {
         let conversion = serde_json::json!({
             "transferId": "c1", "kind": "fxTransfer", "payerFsp": "payerfsp", "payeeFsp": "fxp",
@@ -346,7 +393,7 @@ mod tests {
                    "targetAmount": {"amount": "750000", "currency": "TZS"},
                    "dependentPayeeFsp": "payeefsp", "dependentState": "RESERVED"},
         });
-        let html = transfer_detail(&conversion).into_string();
+        let html = transfer_detail(Role::Operator, &conversion).into_string();
         assert!(
             html.contains(r#"href="/console/transfers?id=t1""#),
             "{html}"
@@ -360,7 +407,7 @@ mod tests {
             "source": "store", "timeline": [],
             "fx": {"role": "dependentTransfer", "commitRequestId": "c1", "fxpFsp": "fxp"},
         });
-        let html = transfer_detail(&dependent).into_string();
+        let html = transfer_detail(Role::Operator, &dependent).into_string();
         assert!(
             html.contains(r#"href="/console/transfers?id=c1""#),
             "{html}"

@@ -53,6 +53,7 @@ pub mod operator {
 /// Who may do what: admin credentials and roles, TLS identities, JWS
 /// signatures, and the refusals' counters.
 pub mod security {
+    pub mod access;
     pub mod admin_auth;
     /// FSPIOP-Signature: the wire format's, in `fspiop`.
     pub use fspiop::jws;
@@ -103,7 +104,7 @@ pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
-pub use security::{admin_auth, jws, jws_pool, refused, tls};
+pub use security::{access, admin_auth, jws, jws_pool, refused, tls};
 
 use endpoints::Endpoints;
 use notify::Dispatcher;
@@ -897,6 +898,16 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         Arc::new(move |refused: &admin_auth::RefusedWrite<'_>| {
             invalid.admin_write_refused(refused)
         });
+    let reader = hub.clone();
+    let own_of: admin_auth::OwnOf = Arc::new(move |dfsp| {
+        let hub = reader.clone();
+        Box::pin(async move { admin::own_of(&hub, dfsp).await })
+    });
+    let hooks = admin_auth::GateHooks {
+        on_refusal: Some(on_refusal),
+        on_refused_write: Some(on_refused_write),
+        own_of: Some(own_of),
+    };
     admin::router(hub.clone())
         .merge(oracles::router(hub.clone()))
         .merge(fxps::router(hub.clone()))
@@ -911,13 +922,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(admin_transfers::router(hub.clone()))
         .merge(scrape)
         .layer(axum::middleware::from_fn(move |request, next| {
-            admin_auth::authenticate_reporting(
-                auth.clone(),
-                Some(on_refusal.clone()),
-                Some(on_refused_write.clone()),
-                request,
-                next,
-            )
+            admin_auth::authenticate_reporting(auth.clone(), hooks.clone(), request, next)
         }))
 }
 

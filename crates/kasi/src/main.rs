@@ -186,8 +186,11 @@ struct AdminTokenArgs {
     /// Who holds the token: the actor named in audit events.
     #[arg(long)]
     name: String,
-    /// operator (every admin route) or viewer (GET and HEAD only).
-    #[arg(long, value_parser = ["operator", "viewer"])]
+    /// operator (every admin route), finance (reads, funds, net debit
+    /// caps, settlement), viewer (reads), auditor (the audit trail and
+    /// settlement reports), or dfsp:<name> (that DFSP's own data, read
+    /// only). docs/security.md has the table of routes by role.
+    #[arg(long, value_parser = parse_role)]
     role: String,
 }
 
@@ -225,6 +228,11 @@ struct DataDirArgs {
     /// Directory holding the hub's store.
     #[arg(long, env = "KASI_DATA_DIR", default_value = "kasi-data")]
     data_dir: PathBuf,
+}
+
+/// A role the tokens file accepts, as it spells it.
+fn parse_role(text: &str) -> Result<String, String> {
+    hub::access::Role::parse(text).map(|role| role.to_string())
 }
 
 /// Prints a new token and its tokens-file line; the token is shown once.

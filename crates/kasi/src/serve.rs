@@ -889,9 +889,13 @@ async fn serve_http(
     // The console is served beside the admin API and calls it in-process
     // as the person signed in (see crates/console).
     let admin_api = hub::admin_api(hub.clone());
+    let refused = hub.clone();
     let console = console::router(
         admin_api.clone(),
         hub.config.admin_auth.clone(),
+        Some(Arc::new(
+            move |refusal: &hub::admin_auth::GateRefusal<'_>| refused.admin_gate_refused(refusal),
+        )),
         hub.config.hub_name.as_str(),
         admin_options.tls.is_some(),
     );

@@ -15,18 +15,7 @@ fn call(
     token: Option<&str>,
     body: Option<&Value>,
 ) -> Response {
-    let mut headers = Vec::new();
-    if let Some(token) = token {
-        headers.push(("Authorization".to_string(), format!("Bearer {token}")));
-    }
-    let bytes = match body {
-        Some(body) => {
-            headers.push(("Content-Type".to_string(), "application/json".to_string()));
-            serde_json::to_vec(body).unwrap()
-        }
-        None => Vec::new(),
-    };
-    http(hub.admin, method, path, &headers, &bytes)
+    hub.admin_as(token, method, path, body)
 }
 
 fn expect(response: Response, status: u16, what: &str) -> Response {

@@ -286,6 +286,22 @@ fn hub_with_tokens(dir: &std::path::Path) -> (Hub, support::Tokens) {
     (hub, tokens)
 }
 
+/// Window 1 closed and a settlement (1) of it, by the operator.
+fn settle_the_first_window(hub: &Hub) {
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    hub.admin_expect(
+        "POST",
+        "/v2/settlements",
+        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+        200,
+    );
+}
+
 fn transfer(hub: &Hub, payer: &Stub, payee: &Stub, amount: &str) -> String {
     let id = new_id();
     let body = prepare_body(&id, PAYER, PAYEE, amount, far_future());
@@ -885,18 +901,7 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     hub.setup();
     let payee = Stub::start(PAYEE);
     let (id, _) = a_dead_letter(&hub, &payee, support::reserve_address(), 1000).await;
-    hub.admin_expect(
-        "POST",
-        "/v2/settlementWindows/1",
-        Some(json!({"state": "CLOSED", "reason": "test"})),
-        200,
-    );
-    hub.admin_expect(
-        "POST",
-        "/v2/settlements",
-        Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
-        200,
-    );
+    settle_the_first_window(&hub);
     // The payee declared an FXP (of a currency it does not hold: the API
     // takes it, the console marks it).
     let corridors = json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]});
@@ -979,7 +984,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     );
 
     // A change forged with the viewer's own session and CSRF token is
-    // refused by the admin API, and nothing changes.
+    // refused by the console's access check (the access table's 403, before
+    // the form is read), and nothing changes.
     let cookie = browser.cookie().await;
     let csrf = browser
         .attribute("header form input[name=csrf]", "value")
@@ -998,12 +1004,13 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ],
         format!("csrf={csrf}&currency=USD&value=999999").as_bytes(),
     );
-    assert_eq!(forged.status, 303, "{forged:?}");
-    browser
-        .goto(&format!("/console/participants/{PAYER}"))
-        .await;
-    let refused = browser.flash().await;
-    assert!(refused.contains("Forbidden"), "{refused}");
+    assert_eq!(forged.status, 403, "{forged:?}");
+    assert!(
+        forged
+            .text()
+            .contains("Forbidden: role viewer may not POST /console/participants/"),
+        "{forged:?}"
+    );
     let limits = hub
         .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
         .json();
@@ -1024,9 +1031,10 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     let events = events.as_array().unwrap();
     assert_eq!(events.len(), 1, "{events:#?}");
     assert_eq!(events[0]["outcome"], "FORBIDDEN", "{events:#?}");
+    assert_eq!(events[0]["role"], "viewer", "{events:#?}");
     assert_eq!(
         events[0]["after"]["request"],
-        format!("PUT /participants/{PAYER}/limits")
+        format!("POST /console/participants/{PAYER}/limits")
     );
     let row = format!("tr[data-refusals='{PAYER}']");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -1065,7 +1073,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
     assert_eq!(no_token.status, 403);
 
     // The viewer sees the FXP's corridors, and cannot change them: a
-    // forged form is refused by the API and changes nothing.
+    // forged form is refused by the console's access check and changes
+    // nothing.
     browser.goto("/console/fx").await;
     let fxps = browser.text("table.fxps").await;
     assert!(
@@ -1085,11 +1094,8 @@ async fn a_viewer_sees_no_controls_and_cannot_change_anything() {
         ],
         format!("csrf={csrf}&participant={PAYEE}").as_bytes(),
     );
-    assert_eq!(forged.status, 303, "{forged:?}");
-    browser
-        .goto(&format!("/console/fx?participant={PAYEE}"))
-        .await;
-    assert!(browser.flash().await.contains("Forbidden"));
+    assert_eq!(forged.status, 403, "{forged:?}");
+    assert!(forged.text().contains("Forbidden"), "{forged:?}");
     assert_eq!(
         hub.admin_expect(
             "GET",
@@ -1523,4 +1529,76 @@ async fn an_fxp_is_set_up_and_a_conversion_is_followed_to_its_transfer_and_back(
         hub.admin_expect("GET", "/fxps", None, 200).json(),
         json!([])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (operator, operator_line) = support::admin_token("alice", "operator");
+    let (dfsp, dfsp_line) = support::admin_token("payer-ops", &format!("dfsp:{PAYER}"));
+    let file = dir.path().join("admin-tokens");
+    std::fs::write(&file, format!("{operator_line}\n{dfsp_line}\n")).unwrap();
+    let mut hub = Hub::start_with(
+        &dir.path().join("data"),
+        &["--admin-tokens", file.to_str().unwrap()],
+    );
+    hub.admin_bearer = Some(operator);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 5_000);
+    let id = transfer(&hub, &payer, &payee, "12.5");
+    settle_the_first_window(&hub);
+
+    // Signed in, the person lands on its own DFSP's page: the portal.
+    let browser = Browser::start("dfsp-portal", &hub).await;
+    browser.sign_in(&dfsp).await;
+    assert_eq!(
+        browser.path().await,
+        format!("/console/participants/{PAYER}")
+    );
+    assert!(browser
+        .text(".who")
+        .await
+        .contains(&format!("payer-ops · dfsp:{PAYER}")));
+    let nav = browser.text("nav").await;
+    for shown in [PAYER, "Transfers", "Settlement"] {
+        assert!(nav.contains(shown), "{nav}");
+    }
+    for hidden in ["Overview", "Participants", "FX", "Audit", "Scheme"] {
+        assert!(!nav.contains(hidden), "the nav offers {hidden}: {nav}");
+    }
+    assert_eq!(browser.count("main form[method='post']").await, 0);
+    let main = browser.text("main").await;
+    assert!(main.contains("Positions per currency"), "{main}");
+    assert!(!main.contains(PAYEE), "{main}");
+    browser.shot("portal").await;
+
+    // Its transfer, found; its settlement net, alone.
+    browser.goto(&format!("/console/transfers?id={id}")).await;
+    assert!(browser.text("main").await.contains(&id));
+    assert_eq!(browser.count(".flash.error").await, 0);
+    browser.shot("transfer").await;
+    browser.goto("/console/settlement/settlements/1").await;
+    let net = browser.text("main").await;
+    assert!(net.contains(PAYER) && !net.contains(PAYEE), "{net}");
+    // The report is the whole settlement's: not offered.
+    assert!(!net.contains("report"), "{net}");
+    browser.shot("settlement-net").await;
+
+    // Another DFSP's page, and the scheme's pages, are refused.
+    for page in [
+        format!("/console/participants/{PAYEE}"),
+        "/console/participants".to_string(),
+        "/console/audit".to_string(),
+    ] {
+        browser.goto(&page).await;
+        let refused = browser.text("main").await;
+        assert!(
+            refused.contains("Forbidden: role dfsp:payerfsp"),
+            "{page}: {refused}"
+        );
+    }
+    browser.shot("refused").await;
 }

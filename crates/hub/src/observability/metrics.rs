@@ -25,7 +25,8 @@
 //! `kasi_runtime_lag_seconds`, `kasi_runtime_lag_last_seconds`,
 //! `kasi_runtime_lag_max_seconds`, `kasi_pending_answers` (and its
 //! `_capacity`), `kasi_refusals_total` (by `class` and
-//! `participant`, see [`crate::refused`]), `kasi_stage_duration_seconds` (by `phase`
+//! `participant`, see [`crate::refused`]), `kasi_admin_forbidden_total` (by
+//! `role` and `reason`, see [`crate::access`]), `kasi_stage_duration_seconds` (by `phase`
 //! and `stage` of a transfer message, see [`crate::stages`]),
 //! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
 //! committed, rejected, aborted, expired), `kasi_dfsp_transfer_seconds` (by
@@ -202,6 +203,7 @@ pub struct Metrics {
     position_alarm: Family<Vec<(String, String)>, Gauge>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
     refusals: Family<Vec<(String, String)>, Counter>,
+    admin_forbidden: Family<Vec<(String, String)>, Counter>,
     /// Transfer outcomes by payer and failures by code (see
     /// [`crate::transfer_stats`]), also served as `/stats/dfsps` and
     /// `/stats/transfer-errors`.
@@ -306,6 +308,12 @@ impl Metrics {
             "Requests refused, by class (identity, hub_source, not_party, jws, unsolicited_answer, path_syntax, duplicate_header, stale_date, admin_*) and by the participant claimed (a known DFSP, or unknown)",
             refusals.clone(),
         );
+        let admin_forbidden = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_admin_forbidden",
+            "Admin requests refused by the access table, by role (operator, finance, viewer, auditor, dfsp) and reason (role, other_dfsp, unlisted_route)",
+            admin_forbidden.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -337,6 +345,7 @@ impl Metrics {
             position_alarm,
             sources_refused,
             refusals,
+            admin_forbidden,
             transfers,
             api_connections,
             admin_connections,
@@ -374,6 +383,19 @@ impl Metrics {
             ])
             .inc()
             + 1
+    }
+
+    /// Counts an admin request refused by the access table
+    /// (`kasi_admin_forbidden_total`): `role` is the role's kind (a DFSP's
+    /// name is not a label: `dfsp`), `reason` one of
+    /// [`crate::access::Refusal`]'s.
+    pub fn record_admin_forbidden(&self, role: &str, reason: &str) {
+        self.admin_forbidden
+            .get_or_create(&vec![
+                ("role".to_string(), role.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ])
+            .inc();
     }
 
     /// Counts a closed settlement window (`trigger`: api or schedule).

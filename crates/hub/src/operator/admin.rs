@@ -176,6 +176,25 @@ pub(crate) async fn read_participant(hub: &Hub, name: &str) -> Result<Participan
     })
 }
 
+/// A DFSP's own, for cutting settlement answers to its share (see
+/// [`crate::access::own_only`]): its accounts' ids; none when it cannot be
+/// read (an unknown DFSP owns nothing).
+pub(crate) async fn own_of(hub: &Hub, dfsp: FspName) -> crate::access::Own {
+    let accounts = read_participants(hub, Some(dfsp))
+        .await
+        .map(|views| {
+            views
+                .iter()
+                .flat_map(|view| view.accounts.iter().map(|account| u64::from(account.id.0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    crate::access::Own {
+        name: dfsp.to_string(),
+        accounts,
+    }
+}
+
 /// Runs an admin change with its audit event; a refusal is the error.
 async fn apply<R, T>(hub: &Hub, change: Change, request: R) -> Result<T, HubError>
 where

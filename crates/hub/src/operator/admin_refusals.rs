@@ -227,9 +227,11 @@ fn cut(text: &str) -> String {
     text[..end].to_string()
 }
 
-/// The participant an admin path is about (`/participants/{name}/…`), if
-/// any: refusals are counted under it when it is a known DFSP.
+/// The participant an admin path is about (`/participants/{name}/…`, or
+/// the console's `/console/participants/{name}/…`), if any: refusals are
+/// counted under it when it is a known DFSP.
 pub fn participant_in_path(path: &str) -> Option<&str> {
+    let path = path.strip_prefix("/console").unwrap_or(path);
     let name = path.strip_prefix("/participants/")?.split('/').next()?;
     (!name.is_empty() && name != "limits").then_some(name)
 }
@@ -244,17 +246,24 @@ impl Hub {
         let remote = remote_text(refusal.remote);
         let request = cut(&format!("{} {}", refusal.method, refusal.path));
         let (kind, key, attempt) = match refusal.caller {
-            Some(caller) if refusal.status == StatusCode::FORBIDDEN => (
-                Kind::Forbidden,
-                caller.name.clone(),
-                Attempt {
-                    actor: caller.name.clone(),
-                    role: caller.role.as_str().to_string(),
-                    remote,
-                    request,
-                    why: format!("role {} may only read", caller.role.as_str()),
-                },
-            ),
+            Some(caller) if refusal.status == StatusCode::FORBIDDEN => {
+                let reason = refusal
+                    .reason
+                    .unwrap_or(crate::access::Refusal::UnlistedRoute);
+                self.metrics
+                    .record_admin_forbidden(caller.role.kind().as_str(), reason.as_str());
+                (
+                    Kind::Forbidden,
+                    caller.name.clone(),
+                    Attempt {
+                        actor: caller.name.clone(),
+                        role: caller.role.to_string(),
+                        remote,
+                        request,
+                        why: reason.describe(caller.role, refusal.method, refusal.path),
+                    },
+                )
+            }
             _ => (
                 Kind::Unauthenticated,
                 remote.clone(),
@@ -400,11 +409,11 @@ impl Hub {
         };
         let hub = self.clone();
         let actor = refused.caller.name.clone();
-        let role = refused.caller.role.as_str();
+        let role = refused.caller.role.to_string();
         let target = participant.map_or_else(|| request.clone(), str::to_string);
         let detail = json!({"request": request, "status": refused.status.as_u16()});
         tokio::spawn(async move {
-            hub.note_refused_event(&actor, role, "admin.request", &target, &outcome, detail)
+            hub.note_refused_event(&actor, &role, "admin.request", &target, &outcome, detail)
                 .await
         });
     }
@@ -578,6 +587,10 @@ mod tests {
         );
         assert_eq!(
             participant_in_path("/participants/payerfsp/accounts/3"),
+            Some("payerfsp")
+        );
+        assert_eq!(
+            participant_in_path("/console/participants/payerfsp/limits"),
             Some("payerfsp")
         );
         assert_eq!(participant_in_path("/participants/limits"), None);

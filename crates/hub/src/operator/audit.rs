@@ -142,7 +142,7 @@ impl Hub {
         let caller = current_caller();
         let tag = AuditTag {
             actor: caller.name.clone(),
-            role: caller.role.as_str().to_string(),
+            role: caller.role.to_string(),
             action: change.action.clone(),
             target: change.target.clone(),
             view: change.view.map(Box::new),
@@ -178,7 +178,8 @@ impl Hub {
         if let Some(code) = refused {
             tracing::info!(
                 actor = %caller.name,
-                role = caller.role.as_str(),
+                role = %caller.role,
+                source = caller.source.as_str(),
                 action = %change.action,
                 target = %change.target,
                 code = %code,

@@ -1,15 +1,19 @@
 //! Who may use the admin API, and as what.
 //!
-//! Two roles: `operator` may do everything, `viewer` only reads (GET and
-//! HEAD, `/metrics`, `/stats` and the settlement API's GETs included).
-//! Credentials come from one file (`--admin-tokens`), one line per
-//! credential, `#` starting a comment:
+//! Roles (`operator`, `finance`, `viewer`, `auditor`, `dfsp:<name>`) and
+//! the routes each may use are [`crate::access`]'s; this module says who
+//! a caller is, and its gate applies that table. Credentials come from one
+//! file (`--admin-tokens`), one line per credential, `#` starting a
+//! comment:
 //!
 //! ```text
-//! # name   role      credential
-//! alice    operator  3f0a…(64 hex: sha256 of the bearer token)
-//! grafana  viewer    9b1c…
-//! ops-ci   operator  cert:sha256:5e88…(64 hex: the client certificate's sha256)
+//! # name   role           credential
+//! alice    operator       3f0a…(64 hex: sha256 of the bearer token)
+//! grafana  viewer         9b1c…
+//! carol    finance        77d2…
+//! erin     auditor        01ab…
+//! payer    dfsp:payerfsp  c3e4…
+//! ops-ci   operator       cert:sha256:5e88…(64 hex: the client certificate's sha256)
 //! ```
 //!
 //! A bearer token is checked by hashing it (SHA-256) and comparing the hash
@@ -40,37 +44,34 @@ use axum::response::{IntoResponse, Response};
 use ledger::ErrorCode;
 use sha2::{Digest, Sha256};
 
+use crate::access::Decision;
 use crate::HubError;
 
-/// What a caller may do.
+pub use crate::access::Role;
+
+/// Where a caller's credential came from: audit events and logs say it, so
+/// a break-glass token is told apart from a person's sign-in (and, later,
+/// an identity provider's token from the tokens file's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// Every admin route.
-    Operator,
-    /// Reads only (GET, HEAD).
-    Viewer,
+pub enum Source {
+    /// A bearer token listed (by its hash) in `--admin-tokens`.
+    TokensFile,
+    /// A client certificate pinned by a `cert:` line of `--admin-tokens`.
+    Certificate,
+    /// No credential needed: the admin address is open (loopback without
+    /// a tokens file, or `--admin-insecure`).
+    Open,
+    /// The hub itself (its own clockwork, e.g. a scheduled window close).
+    Hub,
 }
 
-impl Role {
+impl Source {
     pub fn as_str(self) -> &'static str {
         match self {
-            Role::Operator => "operator",
-            Role::Viewer => "viewer",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Role> {
-        match text {
-            "operator" => Some(Role::Operator),
-            "viewer" => Some(Role::Viewer),
-            _ => None,
-        }
-    }
-
-    fn may(self, method: &Method) -> bool {
-        match self {
-            Role::Operator => true,
-            Role::Viewer => method == Method::GET || method == Method::HEAD,
+            Source::TokensFile => "tokens-file",
+            Source::Certificate => "certificate",
+            Source::Open => "open",
+            Source::Hub => "hub",
         }
     }
 }
@@ -80,6 +81,7 @@ impl Role {
 pub struct Caller {
     pub name: String,
     pub role: Role,
+    pub source: Source,
 }
 
 tokio::task_local! {
@@ -95,6 +97,7 @@ pub fn current_caller() -> Caller {
     CALLER.try_with(Caller::clone).unwrap_or(Caller {
         name: "kasi".to_string(),
         role: Role::Operator,
+        source: Source::Hub,
     })
 }
 
@@ -175,16 +178,13 @@ impl AdminAuth {
             let fields: Vec<&str> = line.split_whitespace().collect();
             let [name, role, credential] = fields[..] else {
                 return Err(format!(
-                    "line {}: expected `name role sha256-hex` or `name role cert:sha256:hex`",
-                    number + 1
+                    "line {}: expected `name role sha256-hex` or `name role cert:sha256:hex`, \
+                     the role one of {}",
+                    number + 1,
+                    crate::access::ROLES_ALLOWED
                 ));
             };
-            let role = Role::parse(role).ok_or_else(|| {
-                format!(
-                    "line {}: role '{role}' is not operator or viewer",
-                    number + 1
-                )
-            })?;
+            let role = Role::parse(role).map_err(|why| format!("line {}: {why}", number + 1))?;
             let credential = match credential.strip_prefix("cert:") {
                 Some(fingerprint) => Credential::Certificate(
                     fingerprint
@@ -280,6 +280,7 @@ impl AdminAuth {
             return Some(Caller {
                 name: actor.clone(),
                 role: Role::Operator,
+                source: Source::Open,
             });
         }
         let token: Option<[u8; 32]> = bearer.map(|t| Sha256::digest(t.as_bytes()).into());
@@ -295,6 +296,10 @@ impl AdminAuth {
                 found = Some(Caller {
                     name: entry.name.clone(),
                     role: entry.role,
+                    source: match entry.credential {
+                        Credential::TokenHash(_) => Source::TokensFile,
+                        Credential::Certificate(_) => Source::Certificate,
+                    },
                 });
             }
         }
@@ -477,6 +482,8 @@ pub struct GateRefusal<'a> {
     /// A bearer token or client certificate was presented (and did not
     /// match, for a 401).
     pub with_credential: bool,
+    /// Why a 403: what [`crate::access::decide`] said.
+    pub reason: Option<crate::access::Refusal>,
 }
 
 /// Told of every refusal of the gate; it must not block (the hub counts,
@@ -512,6 +519,27 @@ pub struct RefusedWrite<'a> {
 /// Told of every write refused by a handler that did not note it itself.
 pub type OnRefusedWrite = Arc<dyn Fn(&RefusedWrite<'_>) + Send + Sync>;
 
+/// A DFSP's own (its accounts' ids), for cutting settlement answers to its
+/// share; the hub reads it from the ledger.
+pub type OwnOf = Arc<
+    dyn Fn(
+            ledger::FspName,
+        )
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = crate::access::Own> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Who the gate tells, and what it asks, besides the credentials.
+#[derive(Clone, Default)]
+pub struct GateHooks {
+    pub on_refusal: Option<OnRefusal>,
+    pub on_refused_write: Option<OnRefusedWrite>,
+    /// Without it, a DFSP's own accounts are unknown: settlement answers
+    /// cut to its share are empty.
+    pub own_of: Option<OwnOf>,
+}
+
 /// Largest refusal body read back for its code.
 const REFUSAL_BODY_MAX: usize = 64 * 1024;
 
@@ -521,20 +549,30 @@ pub async fn authenticate(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    authenticate_reporting(auth, None, None, request, next).await
+    authenticate_reporting(auth, GateHooks::default(), request, next).await
 }
 
-/// The admin API's gate: 401 without valid credentials, 403 for a write by
-/// a viewer, each told to `on_refusal`; otherwise the request runs with its
-/// [`Caller`] set, and a write it refuses (4xx) that no handler noted
-/// ([`note_refusal_recorded`]) is told to `on_refused_write`.
+/// The admin API's gate: 401 without valid credentials, 403 for a route
+/// the caller's role may not use ([`crate::access`]'s table), each told
+/// to `on_refusal`; otherwise the request runs with its [`Caller`] set, a
+/// DFSP-scoped caller's answer is cut to its own DFSP's share
+/// ([`crate::access::own_only`]), and a write it refuses (4xx) that no
+/// handler noted ([`note_refusal_recorded`]) is told to
+/// `on_refused_write`.
+///
+/// It must be a layer of the routes it guards (`Router::layer`), so that
+/// routing has run and the matched path pattern is known.
 pub async fn authenticate_reporting(
     auth: Arc<AdminAuth>,
-    on_refusal: Option<OnRefusal>,
-    on_refused_write: Option<OnRefusedWrite>,
+    hooks: GateHooks,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let GateHooks {
+        on_refusal,
+        on_refused_write,
+        own_of,
+    } = hooks;
     if matches!(
         request.uri().path(),
         "/health" | "/health/live" | "/health/ready"
@@ -563,7 +601,15 @@ pub async fn authenticate_reporting(
     // Each refusal is told to the hub, which counts it and writes a
     // rate-limited warning and a coalesced audit event: a line per attempt
     // here would let anyone flood the log.
-    let tell = |status: StatusCode, caller: Option<&Caller>| {
+    let caller = auth.identify(bearer.as_deref(), certificate.as_deref());
+    let (decision, request) = match &caller {
+        Some(caller) => {
+            let (decision, request) = decide_for(caller, request).await;
+            (Some(decision), request)
+        }
+        None => (None, request),
+    };
+    let tell = |status: StatusCode, caller: Option<&Caller>, reason| {
         if let Some(on_refusal) = &on_refusal {
             on_refusal(&GateRefusal {
                 status,
@@ -572,25 +618,31 @@ pub async fn authenticate_reporting(
                 path: request.uri().path(),
                 remote,
                 with_credential: bearer.is_some() || certificate.is_some(),
+                reason,
             });
         }
     };
-    let Some(caller) = auth.identify(bearer.as_deref(), certificate.as_deref()) else {
-        tell(StatusCode::UNAUTHORIZED, None);
+    let (Some(caller), Some(decision)) = (caller, decision) else {
+        tell(StatusCode::UNAUTHORIZED, None, None);
         return refusal(
             StatusCode::UNAUTHORIZED,
             "Unauthorized: a valid admin bearer token or client certificate is required",
         );
     };
-    if !caller.role.may(request.method()) {
-        tell(StatusCode::FORBIDDEN, Some(&caller));
-        return refusal(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "Forbidden: role {} may only read (GET, HEAD)",
-                caller.role.as_str()
-            ),
-        );
+    let filter = match decision {
+        Decision::Allow => None,
+        Decision::Filter(filter, dfsp) => Some((filter, dfsp)),
+        Decision::Refuse(reason) => {
+            tell(StatusCode::FORBIDDEN, Some(&caller), Some(reason));
+            return refusal(
+                StatusCode::FORBIDDEN,
+                &reason.describe(caller.role, request.method(), request.uri().path()),
+            );
+        }
+    };
+    if let Some((filter, dfsp)) = filter {
+        let response = CALLER.scope(caller, next.run(request)).await;
+        return own_share(filter, dfsp, own_of.as_ref(), response).await;
     }
     let write = !matches!(
         *request.method(),
@@ -631,6 +683,63 @@ pub async fn authenticate_reporting(
     });
     Response::from_parts(parts, axum::body::Body::from(bytes))
 }
+
+/// What the access table says of this caller's request: found by the
+/// route's matched path pattern and its path parameters.
+pub async fn decide_for(
+    caller: &Caller,
+    request: axum::extract::Request,
+) -> (Decision, axum::extract::Request) {
+    let (mut parts, body) = request.into_parts();
+    let decision = crate::access::decide_for_parts(caller.role, &mut parts).await;
+    (decision, axum::extract::Request::from_parts(parts, body))
+}
+
+/// A DFSP-scoped caller's answer, cut to its share; an answer with nothing
+/// of its own is not found. Refusals (non-2xx) pass as they are.
+async fn own_share(
+    filter: crate::access::Filter,
+    dfsp: ledger::FspName,
+    own_of: Option<&OwnOf>,
+    response: Response,
+) -> Response {
+    if !response.status().is_success() {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, ANSWER_MAX).await else {
+        return refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the answer could not be read",
+        );
+    };
+    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        // Not JSON: nothing the filter can tell is this DFSP's.
+        return refusal(StatusCode::FORBIDDEN, "Forbidden: not a DFSP's own data");
+    };
+    let own = match (filter, own_of) {
+        (crate::access::Filter::Settlements, Some(own_of)) => own_of(dfsp).await,
+        _ => crate::access::Own {
+            name: dfsp.to_string(),
+            accounts: Vec::new(),
+        },
+    };
+    match crate::access::own_only(filter, &own, answer) {
+        Some(answer) => {
+            let mut parts = parts;
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, axum::body::Body::from(answer.to_string()))
+        }
+        None => refusal(
+            StatusCode::NOT_FOUND,
+            &format!("Not found: nothing here is DFSP {dfsp}'s"),
+        ),
+    }
+}
+
+/// Largest answer cut to a DFSP's share (the participants of a big scheme,
+/// a few MB).
+const ANSWER_MAX: usize = 64 << 20;
 
 /// The admin address's TLS when operators may present client
 /// certificates: one the CA signed is asked for but not required (bearer
@@ -745,6 +854,12 @@ mod tests {
         for (file, wanted) in [
             ("alice operator\n", "line 1"),
             ("alice root 00\n", "role 'root'"),
+            ("alice root 00\n", "dfsp:<name>"),
+            (
+                "\n\nbob dfsp: 00\n",
+                "line 3: role 'dfsp:' does not name a DFSP",
+            ),
+            ("bob viewer\n", "operator, finance, viewer, auditor"),
             ("\nalice operator kasi_plaintext\n", "line 2"),
             ("bob viewer cert:md5:00\n", "cert:sha256:"),
             ("# nothing\n", "no credentials"),
@@ -755,13 +870,26 @@ mod tests {
     }
 
     #[test]
-    fn roles_allow_what_they_should() {
-        assert!(Role::Viewer.may(&Method::GET));
-        assert!(Role::Viewer.may(&Method::HEAD));
-        for method in [Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
-            assert!(!Role::Viewer.may(&method));
-            assert!(Role::Operator.may(&method));
-        }
+    fn every_role_is_accepted_and_its_source_named() {
+        let file = format!(
+            "alice finance {}\nerin auditor {}\nbob dfsp:payerfsp {}\n",
+            token_hash("a"),
+            token_hash("e"),
+            token_hash("b")
+        );
+        let auth = AdminAuth::parse(&file).unwrap();
+        let bob = auth.identify(Some("b"), None).unwrap();
+        assert_eq!(bob.role.to_string(), "dfsp:payerfsp");
+        assert_eq!(bob.source, Source::TokensFile);
+        assert_eq!(auth.identify(Some("a"), None).unwrap().role, Role::Finance);
+        assert_eq!(auth.identify(Some("e"), None).unwrap().role, Role::Auditor);
+        assert_eq!(
+            AdminAuth::open("loopback")
+                .identify(None, None)
+                .unwrap()
+                .source,
+            Source::Open
+        );
     }
 
     /// The gate as a router sees it: a certificate on the connection or a
@@ -780,8 +908,9 @@ mod tests {
         );
         let auth = Arc::new(AdminAuth::parse(&file).unwrap());
         let app = axum::Router::new()
+            // Readers may GET it; a POST there is unlisted: operators only.
             .route(
-                "/who",
+                "/audit-events",
                 axum::routing::get(|| async { current_caller().name })
                     .post(|| async { current_caller().name }),
             )
@@ -790,7 +919,9 @@ mod tests {
             }));
         let send =
             |method: &str, token: Option<&str>, cert: Option<&crate::tls::ClientIdentity>| {
-                let mut request = axum::http::Request::builder().method(method).uri("/who");
+                let mut request = axum::http::Request::builder()
+                    .method(method)
+                    .uri("/audit-events");
                 if let Some(token) = token {
                     request = request.header("authorization", format!("Bearer {token}"));
                 }

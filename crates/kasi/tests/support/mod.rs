@@ -1015,6 +1015,24 @@ impl Drop for Blackhole {
 
 // ------------------------------------------------------------- the hub process
 
+/// A console session of `token`'s holder on the admin address `admin`,
+/// signed in through the sign-in form: the `Cookie` header's value.
+pub fn console_sign_in(admin: SocketAddr, token: &str) -> String {
+    let response = http(
+        admin,
+        "POST",
+        "/console/sign-in",
+        &[(
+            "Content-Type".into(),
+            "application/x-www-form-urlencoded".into(),
+        )],
+        format!("token={token}&next=/console/").as_bytes(),
+    );
+    assert_eq!(response.status, 303, "sign-in: {response:?}");
+    let cookie = response.header("set-cookie").expect("a session cookie");
+    cookie.split(';').next().unwrap().to_string()
+}
+
 /// `kasi admin-token`'s token and tokens-file line.
 pub fn admin_token(name: &str, role: &str) -> (String, String) {
     let output = kasi()
@@ -1407,8 +1425,20 @@ impl Hub {
     // ---------------------------------------------------------- admin API
 
     pub fn admin(&self, method: &str, path: &str, body: Option<&Value>) -> Response {
+        self.admin_as(self.admin_bearer.as_deref(), method, path, body)
+    }
+
+    /// An admin request with `token` as its bearer token (none: no
+    /// credential), a JSON body if any.
+    pub fn admin_as(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Response {
         let mut headers = Vec::new();
-        if let Some(token) = &self.admin_bearer {
+        if let Some(token) = token {
             headers.push(("Authorization".to_string(), format!("Bearer {token}")));
         }
         let bytes = match body {
@@ -1419,6 +1449,12 @@ impl Hub {
             None => Vec::new(),
         };
         self.send(self.admin, method, path, &headers, &bytes)
+    }
+
+    /// A console session of `token`'s holder (plain HTTP): see
+    /// [`console_sign_in`].
+    pub fn console_session(&self, token: &str) -> String {
+        console_sign_in(self.admin, token)
     }
 
     /// An admin request without a body, with extra `headers`.
