@@ -373,6 +373,7 @@ async fn allowed(visitor: &Visitor, parts: &mut Parts) -> Result<(), Response> {
             remote: visitor.connection.as_ref().map(|c| c.peer.ip()),
             with_credential: true,
             reason: Some(reason),
+            provider_refusal: None,
         });
     }
     Err(visitor.finish(page::plain_error(

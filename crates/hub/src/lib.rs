@@ -104,7 +104,7 @@ pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
-pub use security::{access, admin_auth, jws, jws_pool, refused, tls};
+pub use security::{access, admin_auth, jws, jws_pool, oidc, refused, tls};
 
 use endpoints::Endpoints;
 use notify::Dispatcher;

@@ -772,9 +772,29 @@ struct Listening {
 /// insisted).
 fn admin_access(plan: &ServePlan) -> anyhow::Result<Arc<hub::admin_auth::AdminAuth>> {
     match &plan.admin {
-        AdminPlan::Tokens(path) => {
-            let auth = hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?;
-            info!(tokens = %path.display(), "admin API requires credentials");
+        AdminPlan::Credentials { tokens, provider } => {
+            let provider = match provider {
+                Some(settings) => Some(Arc::new(
+                    hub::oidc::Oidc::new(settings.clone()).map_err(anyhow::Error::msg)?,
+                )),
+                None => None,
+            };
+            let auth = match (tokens, provider) {
+                (Some(path), provider) => {
+                    let auth =
+                        hub::admin_auth::AdminAuth::load(path).map_err(anyhow::Error::msg)?;
+                    info!(tokens = %path.display(), "admin API requires credentials");
+                    match provider {
+                        Some(oidc) => auth.with_oidc(oidc),
+                        None => auth,
+                    }
+                }
+                (None, Some(oidc)) => hub::admin_auth::AdminAuth::provider_only(oidc),
+                (None, None) => unreachable!("the plan is open without credentials"),
+            };
+            if let Some(oidc) = auth.oidc() {
+                info!(issuer = %oidc.settings().issuer, audience = %oidc.settings().audience, "admin API accepts the identity provider's access tokens");
+            }
             Ok(Arc::new(auth))
         }
         AdminPlan::Open(open) => {
@@ -823,6 +843,17 @@ async fn serve_http(
     // force.
     let reloading = tls.as_ref().map(|tls| tls.reloading.clone());
     let admin_auth = hub.config.admin_auth.clone();
+    if let Some(oidc) = admin_auth.oidc().cloned() {
+        // Fetched now, so that the first person does not wait and the log
+        // says at start whether the provider answers; one that is down
+        // does not stop the hub (the tokens file is the way in meanwhile),
+        // and the first token tries again.
+        tokio::spawn(async move {
+            if let Ok(keys) = oidc.refresh().await {
+                info!(issuer = %oidc.settings().issuer, keys, "identity provider's keys fetched");
+            }
+        });
+    }
     if reloading.is_some() || admin_auth.file().is_some() {
         let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
             .context("cannot listen for SIGHUP")?;

@@ -204,6 +204,7 @@ pub struct Metrics {
     sources_refused: Family<Vec<(String, String)>, Counter>,
     refusals: Family<Vec<(String, String)>, Counter>,
     admin_forbidden: Family<Vec<(String, String)>, Counter>,
+    admin_provider_refused: Family<Vec<(String, String)>, Counter>,
     /// Transfer outcomes by payer and failures by code (see
     /// [`crate::transfer_stats`]), also served as `/stats/dfsps` and
     /// `/stats/transfer-errors`.
@@ -314,6 +315,12 @@ impl Metrics {
             "Admin requests refused by the access table, by role (operator, finance, viewer, auditor, dfsp) and reason (role, other_dfsp, unlisted_route)",
             admin_forbidden.clone(),
         );
+        let admin_provider_refused = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_admin_provider_refused",
+            "Admin requests whose identity provider access token was refused, by reason (expired, wrong audience, unknown key, no kasi role, ...)",
+            admin_provider_refused.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -346,6 +353,7 @@ impl Metrics {
             sources_refused,
             refusals,
             admin_forbidden,
+            admin_provider_refused,
             transfers,
             api_connections,
             admin_connections,
@@ -389,6 +397,12 @@ impl Metrics {
     /// (`kasi_admin_forbidden_total`): `role` is the role's kind (a DFSP's
     /// name is not a label: `dfsp`), `reason` one of
     /// [`crate::access::Refusal`]'s.
+    pub fn record_admin_provider_refused(&self, reason: &str) {
+        self.admin_provider_refused
+            .get_or_create(&vec![("reason".to_string(), reason.to_string())])
+            .inc();
+    }
+
     pub fn record_admin_forbidden(&self, role: &str, reason: &str) {
         self.admin_forbidden
             .get_or_create(&vec![

@@ -272,7 +272,13 @@ impl Hub {
                     role: "none".to_string(),
                     remote,
                     request,
-                    why: if refusal.with_credential {
+                    why: if let Some(refused) = refusal.provider_refusal {
+                        self.metrics.record_admin_provider_refused(refused.as_str());
+                        format!(
+                            "the identity provider's access token was refused: {}",
+                            refused.as_str()
+                        )
+                    } else if refusal.with_credential {
                         "the credential presented is not valid".to_string()
                     } else {
                         "no credential".to_string()

@@ -63,6 +63,27 @@ pub enum Source {
     Open,
     /// The hub itself (its own clockwork, e.g. a scheduled window close).
     Hub,
+    /// An access token of the scheme's identity provider (OpenID Connect).
+    Provider,
+}
+
+/// The role a person with these provider roles acts in (see
+/// [`AdminAuth::identify_by_provider`]).
+fn role_among(names: &[String]) -> Option<Role> {
+    let roles: Vec<Role> = names
+        .iter()
+        .filter_map(|name| Role::parse(name).ok())
+        .collect();
+    for wanted in [Role::Operator, Role::Finance, Role::Viewer, Role::Auditor] {
+        if roles.contains(&wanted) {
+            return Some(wanted);
+        }
+    }
+    match roles[..] {
+        [Role::Dfsp(dfsp)] => Some(Role::Dfsp(dfsp)),
+        // Two DFSPs' views at once: which one is not for kasi to guess.
+        _ => None,
+    }
 }
 
 impl Source {
@@ -72,6 +93,7 @@ impl Source {
             Source::Certificate => "certificate",
             Source::Open => "open",
             Source::Hub => "hub",
+            Source::Provider => "identity-provider",
         }
     }
 }
@@ -154,6 +176,9 @@ pub struct AdminAuth {
     open_as: Option<String>,
     /// The tokens file the credentials came from, if any.
     file: Option<std::path::PathBuf>,
+    /// The scheme's identity provider, whose access tokens name people
+    /// (`--oidc-issuer`; see [`crate::oidc`]).
+    oidc: Option<Arc<crate::oidc::Oidc>>,
 }
 
 impl AdminAuth {
@@ -164,7 +189,51 @@ impl AdminAuth {
             entries: std::sync::RwLock::new(Vec::new()),
             open_as: Some(actor.to_string()),
             file: None,
+            oidc: None,
         }
+    }
+
+    /// Only the identity provider's tokens (no tokens file).
+    pub fn provider_only(oidc: Arc<crate::oidc::Oidc>) -> AdminAuth {
+        AdminAuth {
+            entries: std::sync::RwLock::new(Vec::new()),
+            open_as: None,
+            file: None,
+            oidc: Some(oidc),
+        }
+    }
+
+    /// Also accept the identity provider's access tokens.
+    pub fn with_oidc(mut self, oidc: Arc<crate::oidc::Oidc>) -> AdminAuth {
+        self.oidc = Some(oidc);
+        self
+    }
+
+    pub fn oidc(&self) -> Option<&Arc<crate::oidc::Oidc>> {
+        self.oidc.as_ref()
+    }
+
+    /// Who an identity provider's access token names, as kasi's caller:
+    /// the most privileged kasi role among the token's (operator, finance,
+    /// viewer, auditor), a DFSP's own view only when it has none of those
+    /// and exactly one DFSP. `None` when no provider is configured or the
+    /// bearer is not a JWT (a tokens-file token is not: it has no dots).
+    pub async fn identify_by_provider(
+        &self,
+        bearer: &str,
+    ) -> Option<Result<Caller, crate::oidc::OidcRefusal>> {
+        let oidc = self.oidc.as_ref()?;
+        if bearer.split('.').count() != 3 {
+            return None;
+        }
+        Some(oidc.verify(bearer).await.and_then(|identity| {
+            let role = role_among(&identity.roles).ok_or(crate::oidc::OidcRefusal::NoRole)?;
+            Ok(Caller {
+                name: identity.name,
+                role,
+                source: Source::Provider,
+            })
+        }))
     }
 
     /// Reads a tokens file (see the module's documentation).
@@ -217,6 +286,7 @@ impl AdminAuth {
             entries: std::sync::RwLock::new(entries),
             open_as: None,
             file: None,
+            oidc: None,
         })
     }
 
@@ -484,6 +554,8 @@ pub struct GateRefusal<'a> {
     pub with_credential: bool,
     /// Why a 403: what [`crate::access::decide`] said.
     pub reason: Option<crate::access::Refusal>,
+    /// Why the identity provider's token was not accepted, for a 401.
+    pub provider_refusal: Option<crate::oidc::OidcRefusal>,
 }
 
 /// Told of every refusal of the gate; it must not block (the hub counts,
@@ -601,7 +673,15 @@ pub async fn authenticate_reporting(
     // Each refusal is told to the hub, which counts it and writes a
     // rate-limited warning and a coalesced audit event: a line per attempt
     // here would let anyone flood the log.
-    let caller = auth.identify(bearer.as_deref(), certificate.as_deref());
+    let mut provider_refusal = None;
+    let mut caller = auth.identify(bearer.as_deref(), certificate.as_deref());
+    if let (None, Some(bearer)) = (&caller, &bearer) {
+        match auth.identify_by_provider(bearer).await {
+            Some(Ok(by_provider)) => caller = Some(by_provider),
+            Some(Err(refusal)) => provider_refusal = Some(refusal),
+            None => {}
+        }
+    }
     let (decision, request) = match &caller {
         Some(caller) => {
             let (decision, request) = decide_for(caller, request).await;
@@ -619,6 +699,7 @@ pub async fn authenticate_reporting(
                 remote,
                 with_credential: bearer.is_some() || certificate.is_some(),
                 reason,
+                provider_refusal,
             });
         }
     };

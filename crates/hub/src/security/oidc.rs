@@ -72,10 +72,8 @@ pub struct OidcSettings {
     /// What a token's `aud` must contain (`--oidc-audience`; by default the
     /// client id).
     pub audience: String,
-    /// The console's client at the provider.
+    /// kasi's client at the provider (the audience by default).
     pub client_id: String,
-    /// Its secret, read from `--oidc-client-secret-file`.
-    pub client_secret: Option<String>,
     /// The path of the claim holding the person's roles, split at dots.
     pub roles_claim: Vec<String>,
     /// The claim naming the person in audit events (`preferred_username`;
@@ -98,7 +96,6 @@ impl OidcSettings {
         issuer: &str,
         client_id: &str,
         audience: Option<&str>,
-        client_secret: Option<String>,
         roles_claim: &str,
         name_claim: &str,
         role_map: &[String],
@@ -146,7 +143,6 @@ impl OidcSettings {
             issuer: issuer.to_string(),
             audience: audience.unwrap_or(client_id).to_string(),
             client_id: client_id.to_string(),
-            client_secret,
             roles_claim,
             name_claim: name_claim.to_string(),
             role_map: map,
@@ -276,6 +272,14 @@ pub struct Oidc {
     keys: tokio::sync::RwLock<Keys>,
     /// One fetch at a time: a burst of tokens with a new `kid` fetches once.
     fetching: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Oidc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Oidc")
+            .field("issuer", &self.settings.issuer)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Oidc {

@@ -807,14 +807,103 @@ struct AdminArgs {
         requires_all = ["tls_cert", "admin_tokens"]
     )]
     admin_client_ca: Option<PathBuf>,
+
+    /// The scheme's OpenID Connect identity provider, exactly as its
+    /// tokens' `iss` names it (`https://idp.example/realms/scheme`): the
+    /// admin API then also accepts its JWT access tokens as bearer tokens,
+    /// checked against the keys its discovery document's `jwks_uri` lists
+    /// (signature, issuer, audience, expiry, not-before), each naming a
+    /// person and their roles. The tokens file stays for automation and
+    /// break-glass. Needs --oidc-client-id.
+    #[arg(
+        long,
+        env = "KASI_OIDC_ISSUER",
+        value_name = "URL",
+        requires = "oidc_client_id"
+    )]
+    oidc_issuer: Option<String>,
+
+    /// kasi's client id at the identity provider.
+    #[arg(
+        long,
+        env = "KASI_OIDC_CLIENT_ID",
+        value_name = "ID",
+        requires = "oidc_issuer"
+    )]
+    oidc_client_id: Option<String>,
+
+    /// What an access token's `aud` must contain. Default: the client id.
+    #[arg(
+        long,
+        env = "KASI_OIDC_AUDIENCE",
+        value_name = "AUDIENCE",
+        requires = "oidc_issuer"
+    )]
+    oidc_audience: Option<String>,
+
+    /// The claim holding a person's roles, a dotted path for nested claims
+    /// (Keycloak: `realm_access.roles`): an array of strings, or one
+    /// space-separated string. kasi's roles are `operator`, `finance`,
+    /// `viewer`, `auditor` and `dfsp:<name>`; a person with several acts in
+    /// the most privileged.
+    #[arg(
+        long,
+        env = "KASI_OIDC_ROLES_CLAIM",
+        value_name = "PATH",
+        default_value = "roles"
+    )]
+    oidc_roles_claim: String,
+
+    /// The claim naming the person in audit events and logs (`sub` when a
+    /// token lacks it).
+    #[arg(
+        long,
+        env = "KASI_OIDC_NAME_CLAIM",
+        value_name = "CLAIM",
+        default_value = "preferred_username"
+    )]
+    oidc_name_claim: String,
+
+    /// The provider's role names that mean kasi's, e.g.
+    /// `--oidc-role-map hub-ops=operator,treasury=finance`.
+    #[arg(
+        long,
+        env = "KASI_OIDC_ROLE_MAP",
+        value_name = "PROVIDER_ROLE=KASI_ROLE",
+        value_delimiter = ','
+    )]
+    oidc_role_map: Vec<String>,
+
+    /// How far the provider's clock and kasi's may disagree when checking
+    /// `exp` and `nbf`, in seconds (at most 300).
+    #[arg(
+        long,
+        env = "KASI_OIDC_CLOCK_SKEW",
+        value_name = "SECONDS",
+        default_value_t = 60
+    )]
+    oidc_clock_skew: u64,
+
+    /// The CA (PEM) the identity provider's HTTPS certificate chains to,
+    /// if not one the system trusts.
+    #[arg(
+        long,
+        env = "KASI_OIDC_CA",
+        value_name = "FILE",
+        requires = "oidc_issuer"
+    )]
+    oidc_ca: Option<PathBuf>,
 }
 
 /// Who may use the admin address.
 #[derive(Debug)]
 pub(crate) enum AdminPlan {
-    /// The credentials in this file, read when serving starts (and again
-    /// on SIGHUP).
-    Tokens(PathBuf),
+    /// Credentials: a tokens file, read when serving starts (and again on
+    /// SIGHUP), and/or an identity provider's access tokens.
+    Credentials {
+        tokens: Option<PathBuf>,
+        provider: Option<hub::oidc::OidcSettings>,
+    },
     /// No credentials: served open, on a loopback address or because the
     /// operator insisted (--admin-insecure).
     Open(Arc<hub::admin_auth::AdminAuth>),
@@ -822,12 +911,31 @@ pub(crate) enum AdminPlan {
 
 impl AdminArgs {
     fn plan(&self, listen: SocketAddr) -> Result<AdminPlan, PlanError> {
-        Ok(match &self.admin_tokens {
-            Some(path) => AdminPlan::Tokens(path.clone()),
-            None => AdminPlan::Open(Arc::new(
+        let provider = match (&self.oidc_issuer, &self.oidc_client_id) {
+            (Some(issuer), Some(client_id)) => Some(
+                hub::oidc::OidcSettings::new(
+                    issuer,
+                    client_id,
+                    self.oidc_audience.as_deref(),
+                    &self.oidc_roles_claim,
+                    &self.oidc_name_claim,
+                    &self.oidc_role_map,
+                    Duration::from_secs(self.oidc_clock_skew),
+                    self.oidc_ca.clone(),
+                )
+                .or_else(|error| refuse("--oidc-issuer", error))?,
+            ),
+            _ => None,
+        };
+        Ok(match (&self.admin_tokens, provider) {
+            (None, None) => AdminPlan::Open(Arc::new(
                 hub::admin_auth::decide(listen, None, self.admin_insecure)
                     .or_else(|error| refuse("--admin-listen", error))?,
             )),
+            (tokens, provider) => AdminPlan::Credentials {
+                tokens: tokens.clone(),
+                provider,
+            },
         })
     }
 }
@@ -1151,7 +1259,7 @@ mod tests {
                 ],
                 |plan| {
                     assert!(
-                        matches!(&plan.admin, AdminPlan::Tokens(path) if path == Path::new("/no/tokens"))
+                        matches!(&plan.admin, AdminPlan::Credentials { tokens: Some(path), provider: None } if path == Path::new("/no/tokens"))
                     );
                 },
             ),

@@ -139,7 +139,6 @@ fn settings(issuer: &str) -> OidcSettings {
         issuer,
         "kasi-console",
         Some("kasi-admin"),
-        None,
         "realm_access.roles",
         "preferred_username",
         &["hub-ops=operator".to_string()],
@@ -360,7 +359,6 @@ fn settings_teach_what_is_wrong() {
         OidcSettings::new(
             issuer,
             "console",
-            None,
             None,
             claim,
             "preferred_username",
