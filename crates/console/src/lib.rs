@@ -35,6 +35,7 @@ mod fx;
 mod overview;
 mod page;
 mod participants;
+mod provider;
 mod scheme;
 mod session;
 mod settlement;
@@ -58,6 +59,8 @@ pub struct Console {
     /// scheme's.
     hub_name: String,
     sessions: session::Sessions,
+    /// Sign-ins through the identity provider, begun and not finished.
+    pending_sign_ins: provider::PendingSignIns,
     /// Told of every console request the access table refuses (the hub
     /// counts, logs and audits it as the API's refusals).
     on_refusal: Option<hub::admin_auth::OnRefusal>,
@@ -82,6 +85,7 @@ pub fn router(
         on_refusal,
         hub_name: hub_name.to_string(),
         sessions: session::Sessions::default(),
+        pending_sign_ins: provider::PendingSignIns::default(),
         secure_cookies,
         rates: overview::Rates::default(),
     });
@@ -92,6 +96,8 @@ pub fn router(
             "/console/sign-in",
             get(session::sign_in_page).post(session::sign_in),
         )
+        .route("/console/oidc/start", get(provider::start))
+        .route("/console/oidc/callback", get(provider::callback))
         .route("/console/sign-out", post(session::sign_out))
         .route("/console/assets/console.css", get(page::stylesheet))
         .route("/console/assets/console.js", get(page::script))

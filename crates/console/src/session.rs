@@ -82,7 +82,7 @@ impl Sessions {
         Some(session)
     }
 
-    fn open(&self, caller: Caller, credential: Credential) -> (String, Arc<Session>) {
+    pub(crate) fn open(&self, caller: Caller, credential: Credential) -> (String, Arc<Session>) {
         let id = random_token();
         let now = Instant::now();
         let session = Arc::new(Session {
@@ -117,7 +117,7 @@ impl Sessions {
 }
 
 /// 32 random bytes from the OS, URL-safe: a session id or a CSRF token.
-fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     // The admin token generator reads /dev/urandom; a machine without it
     // cannot run the hub's TLS either.
     hub::admin_auth::new_token().expect("the OS random source (/dev/urandom) is readable")
@@ -244,7 +244,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn cookie(id: &str, secure: bool) -> String {
+pub(crate) fn cookie(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     format!("{SESSION_COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict{secure}")
 }
@@ -254,14 +254,19 @@ pub(crate) fn see_other(to: &str) -> Response {
 }
 
 fn session_id(headers: &HeaderMap) -> Option<&str> {
+    cookie_value(headers, SESSION_COOKIE)
+}
+
+/// The value of the cookie `name` among those the request carries.
+pub(crate) fn cookie_value<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|value| value.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
-        .map(|(_, id)| id)
+        .find(|(found, _)| *found == name)
+        .map(|(_, value)| value)
 }
 
 /// Every console route but the open ones (sign-in, assets): the person
@@ -388,7 +393,7 @@ pub(crate) struct NextQuery {
 }
 
 /// Only a console page is a place to go after signing in.
-fn next_page(next: Option<&str>) -> &str {
+pub(crate) fn next_page(next: Option<&str>) -> &str {
     next.filter(|n| n.starts_with("/console/") && !n.starts_with("//") && !n.contains('\\'))
         .unwrap_or("/console/")
 }
@@ -416,6 +421,14 @@ fn sign_in_form(console: &Console, next: &str, error: Option<&str>) -> Response 
                 p { "This admin address is open (loopback, no credentials configured): "
                     a href=(next) { "go to the console" } "." }
             } @else {
+                @if let Some(oidc) = console.auth.oidc() {
+                    p {
+                        a.button #provider-sign-in href=(format!("/console/oidc/start?next={}", page::encode(next))) {
+                            "Sign in with your identity provider"
+                        }
+                    }
+                    p.hint { "Through " code { (oidc.settings().issuer) } ". Or, for automation and break-glass, with a token:" }
+                }
                 form method="post" action="/console/sign-in" {
                     input type="hidden" name="next" value=(next);
                     label for="token" { "Admin bearer token" }

@@ -772,11 +772,24 @@ struct Listening {
 /// insisted).
 fn admin_access(plan: &ServePlan) -> anyhow::Result<Arc<hub::admin_auth::AdminAuth>> {
     match &plan.admin {
-        AdminPlan::Credentials { tokens, provider } => {
+        AdminPlan::Credentials {
+            tokens,
+            provider,
+            provider_secret,
+        } => {
             let provider = match provider {
-                Some(settings) => Some(Arc::new(
-                    hub::oidc::Oidc::new(settings.clone()).map_err(anyhow::Error::msg)?,
-                )),
+                Some(settings) => {
+                    let mut settings = (**settings).clone();
+                    if let Some(path) = provider_secret {
+                        let secret = std::fs::read_to_string(path).with_context(|| {
+                            format!("--oidc-client-secret-file {}", path.display())
+                        })?;
+                        settings.client_secret = Some(secret.trim().to_string());
+                    }
+                    Some(Arc::new(
+                        hub::oidc::Oidc::new(settings).map_err(anyhow::Error::msg)?,
+                    ))
+                }
                 None => None,
             };
             let auth = match (tokens, provider) {

@@ -51,15 +51,44 @@ impl Key {
     }
 }
 
-/// Discovery and JWKS on loopback, on a runtime of its own.
-struct Provider {
+/// Who the provider signs in next at its authorization endpoint (it
+/// asks nothing: the person is taken as authenticated).
+#[derive(Clone)]
+struct Person {
+    user: String,
+    roles: Vec<String>,
+}
+
+/// A code the provider handed out, with what its sign-in asked.
+struct Issued {
+    nonce: String,
+    challenge: String,
+    redirect_uri: String,
+    person: Person,
+}
+
+#[derive(Clone)]
+struct ProviderState {
     issuer: String,
     jwks: Arc<Mutex<Value>>,
+    key: Arc<Key>,
+    next_person: Arc<Mutex<Person>>,
+    codes: Arc<Mutex<std::collections::HashMap<String, Issued>>>,
+    /// Every token request's refusal, for the test to read.
+    token_refusals: Arc<Mutex<Vec<String>>>,
+}
+
+/// Discovery, JWKS, an authorization endpoint that signs in
+/// [`Provider::sign_in_as`] and a token endpoint that checks PKCE, on
+/// loopback, on a runtime of its own.
+struct Provider {
+    issuer: String,
+    state: ProviderState,
     _runtime: tokio::runtime::Runtime,
 }
 
 impl Provider {
-    fn start(key: &Key) -> Provider {
+    fn start(key: Key) -> Provider {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -69,39 +98,139 @@ impl Provider {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let issuer = format!("http://{}/realms/scheme", listener.local_addr().unwrap());
-        let jwks = Arc::new(Mutex::new(json!({ "keys": [key.jwk.clone()] })));
-        let discovery = json!({
-            "issuer": issuer,
-            "authorization_endpoint": format!("{issuer}/protocol/openid-connect/auth"),
-            "token_endpoint": format!("{issuer}/protocol/openid-connect/token"),
-            "jwks_uri": format!("{issuer}/protocol/openid-connect/certs"),
-        });
+        let state = ProviderState {
+            issuer: issuer.clone(),
+            jwks: Arc::new(Mutex::new(json!({ "keys": [key.jwk.clone()] }))),
+            key: Arc::new(key),
+            next_person: Arc::new(Mutex::new(Person {
+                user: "nobody".into(),
+                roles: Vec::new(),
+            })),
+            codes: Arc::default(),
+            token_refusals: Arc::default(),
+        };
         let app = Router::new()
             .route(
                 "/realms/scheme/.well-known/openid-configuration",
-                get(move || {
-                    let discovery = discovery.clone();
-                    async move { Json(discovery) }
+                get(|State(state): State<ProviderState>| async move {
+                    let issuer = &state.issuer;
+                    Json(json!({
+                        "issuer": issuer,
+                        "authorization_endpoint": format!("{issuer}/protocol/openid-connect/auth"),
+                        "token_endpoint": format!("{issuer}/protocol/openid-connect/token"),
+                        "jwks_uri": format!("{issuer}/protocol/openid-connect/certs"),
+                    }))
                 }),
             )
             .route(
                 "/realms/scheme/protocol/openid-connect/certs",
-                get(|State(jwks): State<Arc<Mutex<Value>>>| async move {
-                    Json(jwks.lock().unwrap().clone())
+                get(|State(state): State<ProviderState>| async move {
+                    Json(state.jwks.lock().unwrap().clone())
                 }),
             )
-            .with_state(jwks.clone());
+            .route(
+                "/realms/scheme/protocol/openid-connect/auth",
+                get(authorize),
+            )
+            .route(
+                "/realms/scheme/protocol/openid-connect/token",
+                axum::routing::post(token),
+            )
+            .with_state(state.clone());
         runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
         Provider {
             issuer,
-            jwks,
+            state,
             _runtime: runtime,
         }
     }
 
     fn rotate_to(&self, key: &Key) {
-        *self.jwks.lock().unwrap() = json!({ "keys": [key.jwk.clone()] });
+        *self.state.jwks.lock().unwrap() = json!({ "keys": [key.jwk.clone()] });
     }
+
+    fn sign_in_as(&self, user: &str, roles: &[&str]) {
+        *self.state.next_person.lock().unwrap() = Person {
+            user: user.to_string(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+        };
+    }
+}
+
+async fn authorize(
+    State(state): State<ProviderState>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let field = |name: &str| query.get(name).cloned().unwrap_or_default();
+    assert_eq!(field("response_type"), "code");
+    assert_eq!(field("client_id"), "kasi-console");
+    assert_eq!(field("code_challenge_method"), "S256", "PKCE with S256");
+    assert!(field("scope").split(' ').any(|s| s == "openid"));
+    let code = format!("code-{}", state.codes.lock().unwrap().len());
+    state.codes.lock().unwrap().insert(
+        code.clone(),
+        Issued {
+            nonce: field("nonce"),
+            challenge: field("code_challenge"),
+            redirect_uri: field("redirect_uri"),
+            person: state.next_person.lock().unwrap().clone(),
+        },
+    );
+    let back = format!(
+        "{}?{}",
+        field("redirect_uri"),
+        serde_urlencoded::to_string([("code", code.as_str()), ("state", &field("state"))]).unwrap()
+    );
+    (
+        axum::http::StatusCode::FOUND,
+        [(axum::http::header::LOCATION, back)],
+    )
+        .into_response()
+}
+
+async fn token(
+    State(state): State<ProviderState>,
+    axum::Form(form): axum::Form<std::collections::HashMap<String, String>>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let refuse = |why: String| {
+        state.token_refusals.lock().unwrap().push(why.clone());
+        (
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(json!({ "error": "invalid_grant", "error_description": why })),
+        )
+            .into_response()
+    };
+    let field = |name: &str| form.get(name).cloned().unwrap_or_default();
+    let Some(issued) = state.codes.lock().unwrap().remove(&field("code")) else {
+        return refuse("unknown or used code".into());
+    };
+    let challenge = URL_SAFE_NO_PAD.encode(<sha2::Sha256 as sha2::Digest>::digest(
+        field("code_verifier").as_bytes(),
+    ));
+    if challenge != issued.challenge {
+        return refuse("PKCE verifier does not match".into());
+    }
+    if field("redirect_uri") != issued.redirect_uri {
+        return refuse("redirect_uri differs".into());
+    }
+    let now = now_s();
+    let user = &issued.person.user;
+    let access = state.key.sign(&json!({
+        "iss": state.issuer, "aud": "kasi-admin", "sub": format!("id-{user}"),
+        "preferred_username": user, "exp": now + 300, "iat": now,
+        "realm_access": { "roles": issued.person.roles },
+    }));
+    let id_token = state.key.sign(&json!({
+        "iss": state.issuer, "aud": "kasi-console", "sub": format!("id-{user}"),
+        "exp": now + 300, "iat": now, "nonce": issued.nonce,
+    }));
+    Json(json!({
+        "access_token": access, "id_token": id_token,
+        "token_type": "Bearer", "expires_in": 300,
+    }))
+    .into_response()
 }
 
 fn now_s() -> u64 {
@@ -137,8 +266,8 @@ fn provider_refusals(hub: &Hub, reason: &str) -> u64 {
 
 #[test]
 fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
-    let key = Key::new("2026-11");
-    let provider = Provider::start(&key);
+    let provider = Provider::start(Key::new("2026-11"));
+    let key = provider.state.key.clone();
     let issuer = provider.issuer.clone();
     let dir = tempfile::tempdir().unwrap();
     let (operator, operator_line) = admin_token("break-glass", "operator");
@@ -322,4 +451,174 @@ fn an_issuer_that_is_not_https_off_loopback_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--oidc-issuer"), "{stderr}");
     assert!(stderr.contains("https://"), "{stderr}");
+}
+
+/// `host:port` and the path of an absolute `http://` URL.
+fn split_url(url: &str) -> (std::net::SocketAddr, String) {
+    let rest = url.strip_prefix("http://").expect("an http:// URL");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    (authority.parse().unwrap(), path.to_string())
+}
+
+/// `name=value` of the Set-Cookie named `name`.
+fn set_cookie(response: &support::Response, name: &str) -> String {
+    response
+        .headers
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, value)| value.split(';').next().unwrap().trim().to_string())
+        .find(|pair| pair.starts_with(&format!("{name}=")) && pair.len() > name.len() + 1)
+        .unwrap_or_else(|| panic!("no {name} cookie: {response:?}"))
+}
+
+fn browse(address: std::net::SocketAddr, path: &str, cookies: &[&str]) -> support::Response {
+    let headers: Vec<(String, String)> = if cookies.is_empty() {
+        Vec::new()
+    } else {
+        vec![("Cookie".to_string(), cookies.join("; "))]
+    };
+    support::http(address, "GET", path, &headers, b"")
+}
+
+/// A console sign-in begun in a browser (the start), taken through the
+/// provider: the callback path and the browser's state cookie.
+fn begin_sign_in(hub: &Hub, next: &str) -> (String, String) {
+    let start = browse(hub.admin, &format!("/console/oidc/start?next={next}"), &[]);
+    assert_eq!(start.status, 303, "{start:?}");
+    let state_cookie = set_cookie(&start, "kasi_oidc_state");
+    let (provider, path) = split_url(start.header("location").unwrap());
+    assert!(path.contains("code_challenge="), "{path}");
+    assert!(
+        !path.contains("code_verifier"),
+        "the verifier stays with kasi: {path}"
+    );
+    let at_provider = browse(provider, &path, &[]);
+    assert_eq!(at_provider.status, 302, "{at_provider:?}");
+    let (back_to, callback) = split_url(at_provider.header("location").unwrap());
+    assert_eq!(
+        back_to, hub.admin,
+        "the provider sends the browser back to the console"
+    );
+    (callback, state_cookie)
+}
+
+#[test]
+fn people_sign_in_to_the_console_through_the_provider_with_pkce() {
+    let provider = Provider::start(Key::new("2026-11"));
+    let dir = tempfile::tempdir().unwrap();
+    let (operator, operator_line) = admin_token("break-glass", "operator");
+    let tokens = dir.path().join("admin-tokens");
+    std::fs::write(&tokens, format!("{operator_line}\n")).unwrap();
+    let mut hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--admin-tokens",
+            tokens.to_str().unwrap(),
+            "--oidc-issuer",
+            &provider.issuer,
+            "--oidc-client-id",
+            "kasi-console",
+            "--oidc-audience",
+            "kasi-admin",
+            "--oidc-roles-claim",
+            "realm_access.roles",
+            "--oidc-role-map",
+            "hub-treasury=finance",
+        ],
+    );
+    hub.await_log("identity provider's keys fetched");
+    hub.admin_bearer = Some(operator);
+
+    let sign_in = browse(hub.admin, "/console/sign-in", &[]);
+    assert!(
+        sign_in.text().contains("/console/oidc/start"),
+        "the sign-in page offers the provider: {}",
+        sign_in.text()
+    );
+
+    // dora signs in as finance and lands on the page she asked for.
+    provider.sign_in_as("dora", &["hub-treasury"]);
+    let (callback, state_cookie) = begin_sign_in(&hub, "/console/participants");
+    let forged = browse(hub.admin, &callback, &[]);
+    assert_eq!(
+        forged.status, 400,
+        "no state cookie, no sign-in: {forged:?}"
+    );
+    let signed_in = browse(hub.admin, &callback, &[&state_cookie]);
+    assert_eq!(signed_in.status, 200, "{}", signed_in.text());
+    assert!(
+        signed_in.text().contains("url=/console/participants"),
+        "{}",
+        signed_in.text()
+    );
+    let session = set_cookie(&signed_in, "kasi_console");
+    let page = browse(hub.admin, "/console/participants", &[&session]);
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.text().contains("dora"),
+        "the page names her: {}",
+        page.text()
+    );
+    hub.await_log("console sign-in");
+    // Her role holds in the console as in the API: finance reads the
+    // scheme's configuration but does not change it.
+    let scheme = browse(hub.admin, "/console/scheme", &[&session]);
+    assert_eq!(scheme.status, 200, "{scheme:?}");
+    let text = scheme.text();
+    let csrf = text
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a form's CSRF token");
+    let oracle = support::http(
+        hub.admin,
+        "POST",
+        "/console/scheme/oracles",
+        &[
+            ("Cookie".to_string(), session.clone()),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        format!("csrf={csrf}&type=MSISDN&endpoint=http%3A%2F%2F127.0.0.1%3A9%2F").as_bytes(),
+    );
+    assert_eq!(oracle.status, 403, "{oracle:?}");
+    // The callback cannot be used twice.
+    let replayed = browse(hub.admin, &callback, &[&state_cookie]);
+    assert_eq!(replayed.status, 400, "{replayed:?}");
+
+    // A code the provider never gave (or gave to another sign-in) is
+    // refused by the provider's token endpoint: no session.
+    let (callback, state_cookie) = begin_sign_in(&hub, "/console/");
+    let wrong_code = callback.replacen("code=code-", "code=code-9", 1);
+    let refused = browse(hub.admin, &wrong_code, &[&state_cookie]);
+    assert_eq!(refused.status, 401, "{refused:?}");
+    assert!(
+        refused.text().contains("could not be completed"),
+        "{}",
+        refused.text()
+    );
+    assert!(!refused
+        .headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("set-cookie") && v.starts_with("kasi_console=")));
+    assert!(provider
+        .state
+        .token_refusals
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|why| why.contains("unknown or used code")));
+
+    // Someone the provider knows but kasi gives no role: no session.
+    provider.sign_in_as("mallory", &["offline_access"]);
+    let (callback, state_cookie) = begin_sign_in(&hub, "/console/");
+    let no_role = browse(hub.admin, &callback, &[&state_cookie]);
+    assert_eq!(no_role.status, 403, "{no_role:?}");
+    assert!(
+        no_role.text().contains("no kasi role"),
+        "{}",
+        no_role.text()
+    );
 }

@@ -345,6 +345,8 @@ pub const TABLE: &[Rule] = &[
     rule("GET", "/console/", EVERYONE, Scope::Any),
     open("GET", "/console/sign-in"),
     open("POST", "/console/sign-in"),
+    open("GET", "/console/oidc/start"),
+    open("GET", "/console/oidc/callback"),
     rule("POST", "/console/sign-out", EVERYONE, Scope::Any),
     open("GET", "/console/assets/console.css"),
     open("GET", "/console/assets/console.js"),

@@ -227,13 +227,19 @@ impl AdminAuth {
             return None;
         }
         Some(oidc.verify(bearer).await.and_then(|identity| {
-            let role = role_among(&identity.roles).ok_or(crate::oidc::OidcRefusal::NoRole)?;
-            Ok(Caller {
-                name: identity.name,
-                role,
-                source: Source::Provider,
-            })
+            self.caller_of_identity(identity)
+                .ok_or(crate::oidc::OidcRefusal::NoRole)
         }))
+    }
+
+    /// The caller a verified provider identity is (see
+    /// [`AdminAuth::identify_by_provider`]); `None` without a kasi role.
+    pub fn caller_of_identity(&self, identity: crate::oidc::OidcIdentity) -> Option<Caller> {
+        Some(Caller {
+            role: role_among(&identity.roles)?,
+            name: identity.name,
+            source: Source::Provider,
+        })
     }
 
     /// Reads a tokens file (see the module's documentation).

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -74,6 +74,16 @@ pub struct OidcSettings {
     pub audience: String,
     /// kasi's client at the provider (the audience by default).
     pub client_id: String,
+    /// Its secret (`--oidc-client-secret-file`), sent with HTTP Basic to
+    /// the token endpoint; without one kasi is a public client, and PKCE
+    /// alone binds the code to the browser that asked for it.
+    pub client_secret: Option<String>,
+    /// Where the provider sends the browser back after sign-in: the
+    /// console's `/console/oidc/callback` as the provider has it
+    /// registered (`--oidc-redirect-url`); without it, the admin address
+    /// as the browser named it (its `Host`), which the provider accepts
+    /// only if registered.
+    pub redirect_url: Option<String>,
     /// The path of the claim holding the person's roles, split at dots.
     pub roles_claim: Vec<String>,
     /// The claim naming the person in audit events (`preferred_username`;
@@ -96,6 +106,8 @@ impl OidcSettings {
         issuer: &str,
         client_id: &str,
         audience: Option<&str>,
+        client_secret: Option<String>,
+        redirect_url: Option<&str>,
         roles_claim: &str,
         name_claim: &str,
         role_map: &[String],
@@ -113,6 +125,13 @@ impl OidcSettings {
                     "--oidc-issuer {issuer}: must be https:// (http:// only on loopback, for tests)"
                 ))
             }
+        }
+        if let Some(redirect_url) =
+            redirect_url.filter(|url| !url.starts_with("https://") && !url.starts_with("http://"))
+        {
+            return Err(format!(
+                "--oidc-redirect-url {redirect_url}: must be the console's http(s):// URL ending in /console/oidc/callback"
+            ));
         }
         if client_id.trim().is_empty() {
             return Err("--oidc-client-id: must not be empty".into());
@@ -143,6 +162,8 @@ impl OidcSettings {
             issuer: issuer.to_string(),
             audience: audience.unwrap_or(client_id).to_string(),
             client_id: client_id.to_string(),
+            client_secret,
+            redirect_url: redirect_url.map(str::to_string),
             roles_claim,
             name_claim: name_claim.to_string(),
             role_map: map,
@@ -181,6 +202,8 @@ pub enum OidcRefusal {
     MissingClaim,
     /// The roles claim names no role kasi knows.
     NoRole,
+    /// An ID token's `nonce` is not the one its sign-in sent.
+    WrongNonce,
 }
 
 impl OidcRefusal {
@@ -197,6 +220,7 @@ impl OidcRefusal {
             OidcRefusal::WrongAudience => "wrong audience",
             OidcRefusal::MissingClaim => "missing claim",
             OidcRefusal::NoRole => "no kasi role",
+            OidcRefusal::WrongNonce => "wrong nonce",
         }
     }
 
@@ -263,7 +287,7 @@ impl Keys {
     }
 }
 
-type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Empty<Bytes>>;
+type HttpClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// The provider's keys and the checks (see the module's documentation).
 pub struct Oidc {
@@ -377,11 +401,18 @@ impl Oidc {
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let uri: http::Uri = url.parse().map_err(|error| format!("{url}: {error}"))?;
-        let request = http::Request::get(uri)
+        let request = http::Request::get(url)
             .header(http::header::ACCEPT, "application/json")
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(Bytes::new()))
             .map_err(|error| format!("{url}: {error}"))?;
+        self.send_for_json(url, request).await
+    }
+
+    async fn send_for_json(
+        &self,
+        url: &str,
+        request: http::Request<Full<Bytes>>,
+    ) -> Result<Value, String> {
         let response = tokio::time::timeout(FETCH_TIMEOUT, self.client.request(request))
             .await
             .map_err(|_| format!("{url}: no answer in {FETCH_TIMEOUT:?}"))?
@@ -396,9 +427,108 @@ impl Oidc {
         .map_err(|error| format!("{url}: {error}"))?
         .to_bytes();
         if !status.is_success() {
-            return Err(format!("{url}: HTTP {status}"));
+            return Err(format!(
+                "{url}: HTTP {status}: {}",
+                String::from_utf8_lossy(&body[..body.len().min(300)])
+            ));
         }
         serde_json::from_slice(&body).map_err(|error| format!("{url}: not JSON ({error})"))
+    }
+
+    /// Where to send a browser to sign in (authorization code flow with
+    /// PKCE, S256): `state` comes back with the code, `nonce` in the ID
+    /// token, `verifier` stays with kasi until [`Oidc::exchange_code`].
+    pub fn authorization_url(&self, endpoints: &Endpoints, sign_in: &SignInStart) -> String {
+        let challenge = pkce_challenge(&sign_in.verifier);
+        let query = serde_urlencoded::to_string([
+            ("response_type", "code"),
+            ("client_id", self.settings.client_id.as_str()),
+            ("redirect_uri", sign_in.redirect_uri.as_str()),
+            ("scope", "openid profile"),
+            ("state", sign_in.state.as_str()),
+            ("nonce", sign_in.nonce.as_str()),
+            ("code_challenge", challenge.as_str()),
+            ("code_challenge_method", "S256"),
+        ])
+        .expect("strings encode");
+        let separator = if endpoints.authorization.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        format!("{}{separator}{query}", endpoints.authorization)
+    }
+
+    /// Trades the code the browser brought back for the person's tokens,
+    /// checks the ID token (signature, issuer, audience: the client id,
+    /// the sign-in's nonce) and the access token (as the admin API would),
+    /// and returns who the access token names, with the token itself,
+    /// which the console then sends on the person's behalf.
+    pub async fn exchange_code(
+        &self,
+        code: &str,
+        sign_in: &SignInStart,
+    ) -> Result<(OidcIdentity, String), String> {
+        let endpoints = self
+            .endpoints()
+            .await
+            .ok_or("the identity provider has not answered discovery")?;
+        let form = serde_urlencoded::to_string([
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", sign_in.redirect_uri.as_str()),
+            ("client_id", self.settings.client_id.as_str()),
+            ("code_verifier", sign_in.verifier.as_str()),
+        ])
+        .expect("strings encode");
+        let mut request = http::Request::post(&endpoints.token)
+            .header(http::header::ACCEPT, "application/json")
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            );
+        if let Some(secret) = &self.settings.client_secret {
+            use base64::Engine as _;
+            // RFC 6749 2.3.1: each part form-encoded, then Basic.
+            let user = serde_urlencoded::to_string([("", self.settings.client_id.as_str())])
+                .expect("strings encode");
+            let password =
+                serde_urlencoded::to_string([("", secret.as_str())]).expect("strings encode");
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+                "{}:{}",
+                &user[1..],
+                &password[1..]
+            ));
+            request = request.header(http::header::AUTHORIZATION, format!("Basic {basic}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(form)))
+            .map_err(|error| error.to_string())?;
+        let tokens = self.send_for_json(&endpoints.token, request).await?;
+        let text = |field: &str| {
+            tokens
+                .get(field)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| format!("the token endpoint's answer has no {field}"))
+        };
+        let (id_token, access_token) = (text("id_token")?, text("access_token")?);
+        self.verify_id_token(&id_token, &sign_in.nonce)
+            .await
+            .map_err(|refused| format!("the ID token was refused: {}", refused.as_str()))?;
+        let identity = self
+            .verify(&access_token)
+            .await
+            .map_err(|refused| format!("the access token was refused: {}", refused.as_str()))?;
+        Ok((identity, access_token))
+    }
+
+    async fn verify_id_token(&self, token: &str, nonce: &str) -> Result<(), OidcRefusal> {
+        let claims = self.checked_claims(token, &self.settings.client_id).await?;
+        match claims.get("nonce").and_then(Value::as_str) {
+            Some(said) if said == nonce => Ok(()),
+            _ => Err(OidcRefusal::WrongNonce),
+        }
     }
 
     /// The key a token names. The JWKS is fetched again when the keys
@@ -436,6 +566,13 @@ impl Oidc {
 
     /// Checks an access token (see the module's documentation).
     pub async fn verify(&self, token: &str) -> Result<OidcIdentity, OidcRefusal> {
+        let claims = self.checked_claims(token, &self.settings.audience).await?;
+        identity_of(&self.settings, &claims)
+    }
+
+    /// A token's claims once its signature, issuer, audience, expiry and
+    /// not-before have passed.
+    async fn checked_claims(&self, token: &str, audience: &str) -> Result<Value, OidcRefusal> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| OidcRefusal::Malformed)?;
         if !ASYMMETRIC.contains(&header.alg) {
             return Err(OidcRefusal::AlgorithmNotAllowed);
@@ -449,15 +586,40 @@ impl Oidc {
         }
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.settings.issuer]);
-        validation.set_audience(&[&self.settings.audience]);
+        validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = self.settings.clock_skew.as_secs();
-        let claims = jsonwebtoken::decode::<Value>(token, &key.decoding, &validation)
-            .map_err(|error| OidcRefusal::of(&error))?
-            .claims;
-        identity_of(&self.settings, &claims)
+        Ok(
+            jsonwebtoken::decode::<Value>(token, &key.decoding, &validation)
+                .map_err(|error| OidcRefusal::of(&error))?
+                .claims,
+        )
     }
+}
+
+/// What one browser's sign-in keeps until the provider sends it back.
+#[derive(Clone, Debug)]
+pub struct SignInStart {
+    /// Comes back with the code: which sign-in this is (and, kept in a
+    /// cookie too, that the same browser began it).
+    pub state: String,
+    /// Must come back inside the ID token.
+    pub nonce: String,
+    /// PKCE: only its SHA-256 goes to the provider; the code is worth
+    /// nothing without it.
+    pub verifier: String,
+    /// The callback URL the provider was given (the token request must
+    /// name the same).
+    pub redirect_uri: String,
+}
+
+/// PKCE's S256 challenge of a verifier (RFC 7636 4.2).
+pub fn pkce_challenge(verifier: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(sha2::Sha256::digest(verifier.as_bytes()))
 }
 
 /// The keys of a JWKS kasi can verify with, by `kid` (a key without one

@@ -832,6 +832,30 @@ struct AdminArgs {
     )]
     oidc_client_id: Option<String>,
 
+    /// A file holding kasi's client secret at the provider (a confidential
+    /// client; sent with HTTP Basic when the console trades a sign-in's
+    /// code for tokens). Without it the console signs in as a public client
+    /// with PKCE alone.
+    #[arg(
+        long,
+        env = "KASI_OIDC_CLIENT_SECRET_FILE",
+        value_name = "FILE",
+        requires = "oidc_issuer"
+    )]
+    oidc_client_secret_file: Option<PathBuf>,
+
+    /// The console's sign-in callback as registered at the provider, e.g.
+    /// `https://hub.example:3001/console/oidc/callback`. Default: the
+    /// admin address as the person's browser names it (its Host header),
+    /// which the provider accepts only if it is registered.
+    #[arg(
+        long,
+        env = "KASI_OIDC_REDIRECT_URL",
+        value_name = "URL",
+        requires = "oidc_issuer"
+    )]
+    oidc_redirect_url: Option<String>,
+
     /// What an access token's `aud` must contain. Default: the client id.
     #[arg(
         long,
@@ -902,7 +926,9 @@ pub(crate) enum AdminPlan {
     /// SIGHUP), and/or an identity provider's access tokens.
     Credentials {
         tokens: Option<PathBuf>,
-        provider: Option<hub::oidc::OidcSettings>,
+        provider: Option<Box<hub::oidc::OidcSettings>>,
+        /// The provider's client secret, read when serving starts.
+        provider_secret: Option<PathBuf>,
     },
     /// No credentials: served open, on a loopback address or because the
     /// operator insisted (--admin-insecure).
@@ -917,6 +943,9 @@ impl AdminArgs {
                     issuer,
                     client_id,
                     self.oidc_audience.as_deref(),
+                    // Read with the other files, when serving starts.
+                    None,
+                    self.oidc_redirect_url.as_deref(),
                     &self.oidc_roles_claim,
                     &self.oidc_name_claim,
                     &self.oidc_role_map,
@@ -934,7 +963,8 @@ impl AdminArgs {
             )),
             (tokens, provider) => AdminPlan::Credentials {
                 tokens: tokens.clone(),
-                provider,
+                provider: provider.map(Box::new),
+                provider_secret: self.oidc_client_secret_file.clone(),
             },
         })
     }
@@ -1259,7 +1289,7 @@ mod tests {
                 ],
                 |plan| {
                     assert!(
-                        matches!(&plan.admin, AdminPlan::Credentials { tokens: Some(path), provider: None } if path == Path::new("/no/tokens"))
+                        matches!(&plan.admin, AdminPlan::Credentials { tokens: Some(path), provider: None, .. } if path == Path::new("/no/tokens"))
                     );
                 },
             ),

@@ -139,6 +139,8 @@ fn settings(issuer: &str) -> OidcSettings {
         issuer,
         "kasi-console",
         Some("kasi-admin"),
+        None,
+        None,
         "realm_access.roles",
         "preferred_username",
         &["hub-ops=operator".to_string()],
@@ -359,6 +361,8 @@ fn settings_teach_what_is_wrong() {
         OidcSettings::new(
             issuer,
             "console",
+            None,
+            None,
             None,
             claim,
             "preferred_username",
