@@ -115,6 +115,13 @@ impl Quoting {
         let destination = required_destination(headers)?;
         let (request_id, request_hash) = (self.post)(&body)?;
         let id = request_id.to_string();
+        // The pause rule, before anything is recorded or passed on: the
+        // requester would pay, the addressee be paid (quoting-service's
+        // 3202 / 3201 for a participant it finds inactive).
+        if let Some(refusal) = hub.pause_refusal(caller.source, destination) {
+            self.send_error(hub, &caller, &id, &refusal);
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
         if hub.config.quotes_persistent {
             // A request the ledger no longer holds (past the retention
             // horizon) is read from the store by the pipeline before the
