@@ -21,8 +21,12 @@ const COUNTERPARTS_PARTY: &str = "MSISDN/255700000002";
 /// one party.
 fn scenario() -> Scenario {
     let s = Scenario::new();
+    let routed = [
+        ("FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE", ""),
+        ("FSPIOP_CALLBACK_URL_BULK_QUOTES", ""),
+    ];
     for stub in [&s.payer, &s.payee] {
-        for (kind, path) in DISCOVERY_ENDPOINTS {
+        for (kind, path) in DISCOVERY_ENDPOINTS.iter().chain(&routed) {
             s.hub
                 .add_endpoint(&stub.name, kind, &format!("{}{path}", stub.base_url()));
         }
@@ -161,6 +165,37 @@ fn quote(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
         let error = requester.expect("PUT", &format!("/quotes/{id}/error"));
         assert_error(&error, refused.0, refused.1);
         addressee.assert_quiet(QUIET_WAIT);
+    }
+}
+
+/// `POST /{resource}` of `body` from `from` to the other DFSP: forwarded
+/// unless `refused`, else the hub's `PUT /{resource}/{ID}/error` to `from`
+/// with that code, saying that.
+fn routed(
+    s: &Scenario,
+    resource: &str,
+    from: &str,
+    body: fn(&str) -> String,
+    refused: Option<(&str, &str)>,
+) {
+    let (requester, addressee) = pair(s, from);
+    let id = new_id();
+    let body = body(&id);
+    let headers = resource_headers(resource, "1.1", from, Some(&addressee.name), true);
+    let response = s
+        .hub
+        .api("POST", &format!("/{resource}"), &headers, body.as_bytes());
+    assert_eq!(response.status, 202, "{response:?}");
+    match refused {
+        None => {
+            let forwarded = addressee.expect("POST", &format!("/{resource}"));
+            assert_eq!(forwarded.text(), body);
+        }
+        Some((code, says)) => {
+            let error = requester.expect("PUT", &format!("/{resource}/{id}/error"));
+            assert_error(&error, code, says);
+            addressee.assert_quiet(QUIET_WAIT);
+        }
     }
 }
 
@@ -357,4 +392,41 @@ fn central_ledgers_is_active_and_a_disabled_account_pause_as_before_and_a_mode_s
     );
     quote(&s, SUBJECT, false, ("3202", "Unsupported participant"));
     transfer(&s, PAYER, true, "").expect("forwarded");
+}
+
+/// A request to pay is a payment the addressee would make to the
+/// requester; a bulk quote one the requester would make, as a quote.
+#[test]
+fn requests_to_pay_and_bulk_quotes_follow_the_same_rule() {
+    let s = scenario();
+    // SUBJECT asks PAYER to pay it; PAYER asks SUBJECT for a bulk quote.
+    let request_to_pay = |refused| {
+        routed(
+            &s,
+            "transactionRequests",
+            SUBJECT,
+            transaction_request_body,
+            refused,
+        )
+    };
+    let bulk_quote = |refused| routed(&s, "bulkQuotes", PAYER, bulk_quote_body, refused);
+    let payee_refused = format!("Unsupported participant '{SUBJECT}'");
+    let payer_refused = format!("Unsupported participant '{PAYER}'");
+
+    // SUBJECT send-only: it may not ask to be paid, nor be quoted as payee.
+    set_mode(&s.hub, SUBJECT, "send-only");
+    request_to_pay(Some(("3201", &payee_refused)));
+    bulk_quote(Some(("3201", &payee_refused)));
+    s.hub
+        .await_refusals("payee_may_not_receive", Some(SUBJECT), 1);
+    s.hub
+        .await_refusals("payee_may_not_receive", Some(PAYER), 1);
+    // SUBJECT receive-only: both go through.
+    set_mode(&s.hub, SUBJECT, "receive-only");
+    request_to_pay(None);
+    bulk_quote(None);
+    // The payer asked to pay may not: 3202, counted under who asked.
+    set_mode(&s.hub, PAYER, "receive-only");
+    request_to_pay(Some(("3202", &payer_refused)));
+    s.hub.await_refusals("payer_may_not_send", Some(SUBJECT), 1);
 }

@@ -376,7 +376,7 @@ async fn answer_lookup(
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(fsp) => match hub.pause_refusal(caller.source, fsp) {
+        Holder::Found(fsp) => match hub.pause_refusal(caller.source, caller.source, fsp) {
             // The requester would pay the holder: the pause rule says
             // whether it may (3202 or 3201, as quoting-service words it).
             Some(refusal) => (refusal.code, described(&refusal)),
@@ -529,7 +529,7 @@ async fn route_get_party(
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(holder) => match hub.pause_refusal(caller.source, holder) {
+        Holder::Found(holder) => match hub.pause_refusal(caller.source, caller.source, holder) {
             // Not asked at all: the requester would pay the holder, and
             // the pause rule says it may not (3202 or 3201).
             Some(refusal) => (refusal.code, described(&refusal)),

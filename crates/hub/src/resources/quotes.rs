@@ -14,6 +14,9 @@
 //! bare base URL. A destination without one (which covers an unknown
 //! participant) gets nothing; the sender instead gets, from the hub,
 //! `PUT {its base}/quotes/{ID}/error` with 3201 "Destination FSP Error".
+//! So does a request the pause rule refuses (a requester that may not
+//! pay: 3202; a destination that may not be paid: 3201; see
+//! `ledger::payment_refusal`), before anything is recorded or passed on.
 //! No ledger command is involved, so the answer does not wait on the
 //! pipeline.
 //!
@@ -118,8 +121,10 @@ impl Quoting {
         // The pause rule, before anything is recorded or passed on: the
         // requester would pay, the addressee be paid (quoting-service's
         // 3202 / 3201 for a participant it finds inactive).
-        if let Some(refusal) = hub.pause_refusal(caller.source, destination) {
-            self.send_error(hub, &caller, &id, &refusal);
+        if self
+            .service
+            .refused_by_pause(hub, &caller, &id, caller.source, destination)
+        {
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         if hub.config.quotes_persistent {

@@ -336,20 +336,23 @@ impl Hub {
         }
     }
 
-    /// The pause rule for a payment the hub routes without the ledger (a
-    /// lookup, a quote) from `payer` to `payee`, on the hub's copy of the
-    /// committed modes (current as of the last committed batch); a
-    /// refusal is counted and logged. A participant the hub does not know
-    /// is left to the route's other checks.
+    /// The pause rule for a request the hub routes without the ledger (a
+    /// lookup, a quote, a request to pay) that starts a payment from
+    /// `payer` to `payee`, asked by `asker` (one of the two), on the hub's
+    /// copy of the committed modes (current as of the last committed
+    /// batch); a refusal is counted and logged under `asker`. A
+    /// participant the hub does not know is left to the route's other
+    /// checks.
     pub(crate) fn pause_refusal(
         &self,
+        asker: FspName,
         payer: FspName,
         payee: FspName,
     ) -> Option<ledger::Rejection> {
         let payer_mode = self.endpoints.participant_mode(payer)?;
         let payee_mode = self.endpoints.participant_mode(payee)?;
         let refusal = ledger::payment_refusal((payer, payer_mode), (payee, payee_mode))?;
-        self.note_paused(payer, &refusal);
+        self.note_paused(asker, &refusal);
         Some(refusal)
     }
 
