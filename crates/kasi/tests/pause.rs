@@ -4,7 +4,7 @@
 //! quotes the hub refuses, with which FSPIOP error, to whom, and that
 //! nothing is forwarded or reserved for them; a transfer prepared before
 //! a suspension still commits after it; the mode is audited, counted in
-//! `/metrics`, and survives a restart.
+//! `/metrics`, and survives a restart on SQLite and on PostgreSQL.
 
 mod support;
 
@@ -429,4 +429,34 @@ fn requests_to_pay_and_bulk_quotes_follow_the_same_rule() {
     set_mode(&s.hub, PAYER, "receive-only");
     request_to_pay(Some(("3202", &payer_refused)));
     s.hub.await_refusals("payer_may_not_send", Some(SUBJECT), 1);
+}
+
+/// Durable on PostgreSQL too: the mode is a column of the participant's
+/// row, read back by the next hub.
+#[test]
+fn a_mode_survives_a_restart_on_postgresql() {
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let command = || Hub::postgres_command(&data, &url, "solo", 120_000, &[]);
+    let mut s = Scenario::on(Hub::spawn(command(), &data), dir, 10_000, 5_000);
+    set_mode(&s.hub, SUBJECT, "send-only");
+    set_mode(&s.hub, PAYER, "receive-only");
+    s.hub.terminate();
+    s.hub = Hub::spawn(command(), &data);
+    for (name, mode) in [(SUBJECT, "send-only"), (PAYER, "receive-only")] {
+        let participant = s
+            .hub
+            .admin("GET", &format!("/participants/{name}"), None)
+            .json();
+        assert_eq!(participant["mode"], mode, "{participant}");
+    }
+    transfer(
+        &s,
+        PAYER,
+        false,
+        &format!("Participant {PAYER} is receive-only: it may not send"),
+    );
+    transfer(&s, SUBJECT, true, "").expect("forwarded");
 }
