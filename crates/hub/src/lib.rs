@@ -275,7 +275,7 @@ impl Hub {
                 config.role.clone(),
             );
             metrics.register_pending_answers(pending_answers.clone());
-            metrics.register_participant_modes(endpoints.clone());
+            metrics.register_participant_modes(endpoints.clone(), config.hub_name);
             if let Some(pool) = &jws_pool {
                 metrics.register_jws_pool(pool);
             }

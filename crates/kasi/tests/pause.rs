@@ -258,6 +258,13 @@ fn each_mode_refuses_exactly_what_it_forbids_and_a_transfer_in_flight_still_comm
         s.hub.log().contains("payment refused"),
         "a refusal is logged"
     );
+    let metrics = s.hub.admin("GET", "/metrics", None).text();
+    assert!(
+        !metrics.contains(&format!(
+            "kasi_participant_mode{{participant=\"{HUB_NAME}\""
+        )),
+        "the hub itself has no mode to show"
+    );
 
     // Suspended now, yet the transfer prepared before completes: the
     // payee's fulfil commits it and both positions move.

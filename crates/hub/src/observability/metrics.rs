@@ -370,10 +370,17 @@ impl Metrics {
             + 1
     }
 
-    /// Exposes each participant's mode (pausing a DFSP).
-    pub fn register_participant_modes(&mut self, endpoints: Arc<crate::endpoints::Endpoints>) {
-        self.registry
-            .register_collector(Box::new(ParticipantModes(endpoints)));
+    /// Exposes each DFSP's mode (pausing a DFSP); the hub itself, named
+    /// `hub_name`, has none that matters.
+    pub fn register_participant_modes(
+        &mut self,
+        endpoints: Arc<crate::endpoints::Endpoints>,
+        hub_name: ledger::FspName,
+    ) {
+        self.registry.register_collector(Box::new(ParticipantModes {
+            endpoints,
+            hub_name,
+        }));
     }
 
     /// Exposes how many routed requests await their answers.
@@ -668,7 +675,10 @@ impl Collector for PendingAnswers {
 /// going to 0 and another to 1), from the hub's copy of the committed
 /// modes. The pause rule's refusals are `kasi_refusals_total` of classes
 /// `payer_may_not_send`, `payee_may_not_receive`, `account_inactive`.
-struct ParticipantModes(Arc<crate::endpoints::Endpoints>);
+struct ParticipantModes {
+    endpoints: Arc<crate::endpoints::Endpoints>,
+    hub_name: ledger::FspName,
+}
 
 impl fmt::Debug for ParticipantModes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -684,7 +694,8 @@ impl Collector for ParticipantModes {
             None,
             MetricType::Gauge,
         )?;
-        for (participant, mode) in self.0.participant_modes() {
+        let modes = self.endpoints.participant_modes();
+        for (participant, mode) in modes.into_iter().filter(|(p, _)| *p != self.hub_name) {
             for candidate in ledger::ParticipantMode::ALL {
                 let labels = [
                     ("participant", participant.as_str()),
