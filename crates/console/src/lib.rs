@@ -115,6 +115,10 @@ pub fn router(
             post(participants::set_active),
         )
         .route(
+            "/console/participants/:name/mode",
+            post(participants::set_mode),
+        )
+        .route(
             "/console/participants/:name/endpoints",
             post(participants::set_endpoint),
         )

@@ -1,7 +1,7 @@
 //! Participants: the list, one DFSP's page (its position in each currency
 //! it holds, and its FX corridors if it is a declared FXP), onboarding,
-//! limits, activation, funds in and out (with a confirmation of the effect
-//! on liquidity), endpoints.
+//! limits, activation and mode (pausing a DFSP), funds in and out (with a
+//! confirmation of the effect on liquidity), endpoints.
 
 use axum::extract::{Path, Query};
 use axum::http::{Method, StatusCode};
@@ -96,7 +96,11 @@ pub(crate) async fn list(visitor: Visitor, Query(query): Query<ListQuery>) -> Re
                                 a href=(console_path(&name)) { (name) }
                                 @if is_fxp(&name) { " " a.badge.fxp href="/console/fx" title="a declared foreign-exchange provider" { "FXP" } }
                             }
-                            td { (active_badge(p["isActive"] == 1)) }
+                            td {
+                                (active_badge(p["isActive"] == 1))
+                                // Paused one way: the mode says which.
+                                @if p["isActive"] == 1 && p["mode"] != "active" && !p["mode"].is_null() { " " (mode_badge(&page::text(&p["mode"]))) }
+                            }
                             td { (currencies.join(", ")) }
                             td.num {
                                 @for currency in &currencies {
@@ -336,6 +340,7 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
         Err(e) => return page::api_failure(&visitor, Section::Participants, &e),
     };
     let active = participant["isActive"] == 1;
+    let mode = page::text(&participant["mode"]);
     let standings = standings(
         &accounts_read,
         &limits.as_array().into_iter().flatten().collect::<Vec<_>>(),
@@ -352,19 +357,33 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
         c
     };
     let may_activate = visitor.may_post("/console/participants/:name/active");
+    let may_pause = visitor.may_post("/console/participants/:name/mode");
     let may_cap = visitor.may_post("/console/participants/:name/limits");
     let may_fund = visitor.may_post("/console/participants/:name/funds");
     let may_fx = visitor.may_post("/console/fx/corridors");
     let may_endpoint = visitor.may_post("/console/participants/:name/endpoints");
     let here = console_path(&name);
     let content = html! {
-        h1 { (name) " " (active_badge(active)) }
+        h1 { (name) " " (active_badge(active)) " " (mode_badge(&mode)) }
         p.hint { "Created " (page::time_cell(&participant["created"])) }
+        p #mode-hint .hint { (mode_words(&mode)) " Transfers already prepared complete whatever the mode." }
         @if may_activate {
             form.inline method="post" action={ (here) "/active" } {
                 (page::csrf(&visitor))
                 input type="hidden" name="active" value=(if active { "false" } else { "true" });
                 button type="submit" class=(if active { "danger" } else { "" }) { (if active { "Deactivate" } else { "Activate" }) }
+            }
+        }
+        @if may_pause {
+            form.inline #mode-form method="post" action={ (here) "/mode" } {
+                (page::csrf(&visitor))
+                label for="mode" { "Mode" }
+                select #mode name="mode" {
+                    @for (value, words) in MODES {
+                        option value=(value) selected[mode == *value] { (words) }
+                    }
+                }
+                button type="submit" { "Set mode" }
             }
         }
         h2 { "Accounts" }
@@ -642,12 +661,7 @@ pub(crate) async fn set_active(
     let to = match fields.text("active") {
         "true" => true,
         "false" => false,
-        other => {
-            visitor
-                .session
-                .set_flash(Flash::error(format!("'{other}' is not true or false")));
-            return visitor.redirect(&console_path(&name));
-        }
+        other => return form_error(&visitor, &name, format!("'{other}' is not true or false")),
     };
     change(
         &visitor,
@@ -656,6 +670,58 @@ pub(crate) async fn set_active(
         &participant_path(&name),
         json!({ "isActive": to }),
         format!("{name} {}", if to { "activated" } else { "deactivated" }),
+    )
+    .await
+}
+
+/// Back to the participant's page with `message`, nothing asked of the
+/// API: a form value no control of the page can send.
+fn form_error(visitor: &Visitor, name: &str, message: String) -> Response {
+    visitor.session.set_flash(Flash::error(message));
+    visitor.redirect(&console_path(name))
+}
+
+/// The modes a participant may be in (pausing a DFSP), as the admin API
+/// names them, with the console's words.
+const MODES: &[(&str, &str)] = &[
+    ("active", "Active: sends and receives"),
+    ("send-only", "Send-only: may pay, may not be paid"),
+    ("receive-only", "Receive-only: may be paid, may not pay"),
+    ("suspended", "Suspended: neither"),
+];
+
+fn mode_badge(mode: &str) -> Markup {
+    html! {
+        @if mode == "active" { span.badge.on data-mode=(mode) { (mode) } }
+        @else { span.badge.off data-mode=(mode) { (mode) } }
+    }
+}
+
+fn mode_words(mode: &str) -> &'static str {
+    match mode {
+        "active" => "May pay and be paid.",
+        "send-only" => "May pay; new payments to it are refused.",
+        "receive-only" => "May be paid; new payments from it are refused.",
+        "suspended" => "New payments from and to it are refused.",
+        _ => "",
+    }
+}
+
+pub(crate) async fn set_mode(
+    Path(name): Path<String>,
+    Posted { visitor, fields }: Posted,
+) -> Response {
+    let mode = fields.text("mode");
+    if !MODES.iter().any(|(value, _)| *value == mode) {
+        return form_error(&visitor, &name, format!("'{mode}' is not a mode"));
+    }
+    change(
+        &visitor,
+        &name,
+        Method::PUT,
+        &participant_path(&name),
+        json!({ "mode": mode }),
+        format!("{name} is now {mode}"),
     )
     .await
 }

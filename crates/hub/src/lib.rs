@@ -265,6 +265,7 @@ impl Hub {
                     )
                 })
             });
+        let endpoints: Arc<Endpoints> = Arc::default();
         let metrics = {
             let engine = engine.clone();
             let dispatcher = dispatcher.clone();
@@ -274,6 +275,7 @@ impl Hub {
                 config.role.clone(),
             );
             metrics.register_pending_answers(pending_answers.clone());
+            metrics.register_participant_modes(endpoints.clone(), config.hub_name);
             if let Some(pool) = &jws_pool {
                 metrics.register_jws_pool(pool);
             }
@@ -297,7 +299,7 @@ impl Hub {
             jws_pool,
             config,
             engine,
-            endpoints: Arc::default(),
+            endpoints,
             parties: Arc::default(),
             answers: pending_answers,
             oracles,
@@ -787,7 +789,7 @@ async fn known_source(
     let Some(source) = source else {
         return next.run(request).await;
     };
-    match hub.endpoints.participant_active(source) {
+    match hub.endpoints.participant_mode(source) {
         // An inactive participant still has its endpoints: it is told by
         // callback, as Mojaloop tells it (3100 for a prepare), which its
         // conformance tests expect.

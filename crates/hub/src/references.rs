@@ -53,7 +53,7 @@ impl Copies {
             match record {
                 Record::Participant(row) => {
                     self.names.insert(row.id, row.name);
-                    self.endpoints.note_participant(row.name, row.active);
+                    self.endpoints.note_participant(row.name, row.mode);
                 }
                 Record::Endpoint(row) => {
                     if let Some(&name) = self.names.get(&row.participant) {
@@ -83,7 +83,9 @@ impl Copies {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ledger::{EndpointRow, OracleRow, ParticipantRow, PartyKey, PartyRow, PinRow};
+    use ledger::{
+        EndpointRow, OracleRow, ParticipantMode, ParticipantRow, PartyKey, PartyRow, PinRow,
+    };
 
     fn fsp(name: &str) -> FspName {
         FspName::new(name).unwrap()
@@ -121,7 +123,7 @@ mod tests {
                 id: payer,
                 name: fsp("payerfsp"),
                 is_hub: false,
-                active: true,
+                mode: ParticipantMode::Active,
                 created_at_ms: 0,
             }),
             Record::Endpoint(EndpointRow {
@@ -144,8 +146,8 @@ mod tests {
             }),
         ]);
         assert_eq!(
-            copies.endpoints.participant_active(fsp("payerfsp")),
-            Some(true)
+            copies.endpoints.participant_mode(fsp("payerfsp")),
+            Some(ParticipantMode::Active)
         );
         assert_eq!(
             copies
@@ -167,7 +169,7 @@ mod tests {
                 id: payer,
                 name: fsp("payerfsp"),
                 is_hub: false,
-                active: false,
+                mode: ParticipantMode::ReceiveOnly,
                 created_at_ms: 0,
             }),
             Record::PartyDeleted(key.clone()),
@@ -176,8 +178,8 @@ mod tests {
             Record::CertificateUnpinned([7; 32]),
         ]);
         assert_eq!(
-            copies.endpoints.participant_active(fsp("payerfsp")),
-            Some(false)
+            copies.endpoints.participant_mode(fsp("payerfsp")),
+            Some(ParticipantMode::ReceiveOnly)
         );
         assert_eq!(copies.parties.holder(&key), None);
         assert!(

@@ -208,10 +208,6 @@ struct Routed {
     put: fn() -> String,
 }
 
-fn party_id_info(fsp: &str, msisdn: &str) -> String {
-    format!(r#"{{"partyIdType":"MSISDN","partyIdentifier":"{msisdn}","fspId":"{fsp}"}}"#)
-}
-
 const ROUTED: [Routed; 4] = [
     Routed {
         name: "quotes",

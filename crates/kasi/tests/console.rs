@@ -847,6 +847,29 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     assert_eq!(participant["isActive"], 0);
     browser.click("form[action$='/active'] button").await;
     assert!(browser.flash().await.contains("activated"));
+    // Pausing one way: the mode, set from the page, shown on it.
+    browser.select("#mode", "receive-only").await;
+    browser
+        .click("form[action$='/mode'] button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("is now receive-only"));
+    assert!(browser.text("h1").await.contains("receive-only"));
+    assert!(browser
+        .text("#mode-hint")
+        .await
+        .contains("new payments from it are refused"));
+    let participant = hub
+        .admin_expect("GET", &format!("/participants/{PAYER}"), None, 200)
+        .json();
+    assert_eq!(
+        (participant["isActive"].clone(), participant["mode"].clone()),
+        (json!(1), json!("receive-only"))
+    );
+    browser.select("#mode", "active").await;
+    browser
+        .click("form[action$='/mode'] button[type=submit]")
+        .await;
+    assert!(browser.flash().await.contains("is now active"));
     browser
         .select("#endpoint-type", "FSPIOP_CALLBACK_URL_QUOTES")
         .await;

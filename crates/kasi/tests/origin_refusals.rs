@@ -56,10 +56,6 @@ fn assert_hub_name_refused(response: &Response, what: &str) {
 
 // ------------------------------------------------------------------- bodies
 
-fn party_id_info(fsp: &str, msisdn: &str) -> String {
-    format!(r#"{{"partyIdType":"MSISDN","partyIdentifier":"{msisdn}","fspId":"{fsp}"}}"#)
-}
-
 fn party_body(msisdn: &str, fsp: &str) -> String {
     format!(
         r#"{{"party":{{"partyIdInfo":{},"name":"Alice","personalInfo":{{"complexName":{{"firstName":"Alice"}}}}}}}}"#,
@@ -80,24 +76,6 @@ fn quote_put_body() -> String {
     format!(
         r#"{{"transferAmount":{{"currency":"USD","amount":"100"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
         fspiop_time(far_future())
-    )
-}
-
-fn transaction_request_body(id: &str) -> String {
-    format!(
-        r#"{{"transactionRequestId":"{id}","payee":{{"partyIdInfo":{}}},"payer":{},"amount":{{"currency":"USD","amount":"25.5"}},"transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}},"authenticationType":"OTP"}}"#,
-        party_id_info(PAYEE, "255700000001"),
-        party_id_info(PAYER, "255700000002"),
-    )
-}
-
-fn bulk_quote_body(id: &str) -> String {
-    format!(
-        r#"{{"bulkQuoteId":"{id}","payer":{{"partyIdInfo":{}}},"individualQuotes":[{{"quoteId":"{}","transactionId":"{}","payee":{{"partyIdInfo":{}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"10"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}]}}"#,
-        party_id_info(PAYER, "255700000002"),
-        new_id(),
-        new_id(),
-        party_id_info(PAYEE, "255700000001"),
     )
 }
 

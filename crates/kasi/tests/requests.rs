@@ -61,28 +61,6 @@ const ROUTED: [Routed; 3] = [
     },
 ];
 
-fn party_id_info(fsp: &str, msisdn: &str) -> String {
-    format!(r#"{{"partyIdType":"MSISDN","partyIdentifier":"{msisdn}","fspId":"{fsp}"}}"#)
-}
-
-fn transaction_request_body(id: &str) -> String {
-    format!(
-        r#"{{"transactionRequestId":"{id}","payee":{{"partyIdInfo":{}}},"payer":{},"amount":{{"currency":"USD","amount":"25.5"}},"transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}},"authenticationType":"OTP"}}"#,
-        party_id_info(PAYEE, "255700000001"),
-        party_id_info(PAYER, "255700000002"),
-    )
-}
-
-fn bulk_quote_body(id: &str) -> String {
-    format!(
-        r#"{{"bulkQuoteId":"{id}","payer":{{"partyIdInfo":{}}},"individualQuotes":[{{"quoteId":"{}","transactionId":"{}","payee":{{"partyIdInfo":{}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"10"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}]}}"#,
-        party_id_info(PAYER, "255700000002"),
-        new_id(),
-        new_id(),
-        party_id_info(PAYEE, "255700000001"),
-    )
-}
-
 /// A hub with a payer and a payee, each with the three endpoint types as
 /// bare base URLs, and `bare`, onboarded with none of them.
 struct Requests {

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::modes::PauseRefusal;
+
 /// A four-digit FSPIOP error code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ErrorCode(pub u16);
@@ -19,6 +21,8 @@ impl ErrorCode {
     pub const MISSING_MANDATORY_ELEMENT: ErrorCode = ErrorCode(3102);
     pub const MODIFIED_REQUEST: ErrorCode = ErrorCode(3106);
     pub const ID_NOT_FOUND: ErrorCode = ErrorCode(3200);
+    pub const DESTINATION_FSP_ERROR: ErrorCode = ErrorCode(3201);
+    pub const PAYER_FSP_ID_NOT_FOUND: ErrorCode = ErrorCode(3202);
     pub const TRANSFER_ID_NOT_FOUND: ErrorCode = ErrorCode(3208);
     pub const TRANSFER_EXPIRED: ErrorCode = ErrorCode(3303);
     pub const PAYER_FSP_INSUFFICIENT_LIQUIDITY: ErrorCode = ErrorCode(4001);
@@ -39,6 +43,8 @@ impl ErrorCode {
             3102 => "Missing mandatory element",
             3106 => "Modified request",
             3200 => "Generic ID not found",
+            3201 => "Destination FSP Error",
+            3202 => "Payer FSP ID not found",
             3208 => "Transfer ID not found",
             3303 => "Transfer expired",
             4001 => "Payer FSP insufficient liquidity",
@@ -74,6 +80,10 @@ pub struct Rejection {
     /// fulfil or abort, neither payer nor payee of a read): a DFSP reaching
     /// for another's transfer, which the hub counts as such.
     pub not_party: bool,
+    /// Refused by the pause rule (`modes.rs`): a participant's mode or a
+    /// disabled currency account forbids a new payment, which the hub
+    /// counts by this reason.
+    pub paused: Option<PauseRefusal>,
 }
 
 impl Rejection {
@@ -82,6 +92,19 @@ impl Rejection {
             code,
             description: description.into(),
             not_party: false,
+            paused: None,
+        }
+    }
+
+    /// A refusal by the pause rule, for `reason`.
+    pub fn paused(
+        code: ErrorCode,
+        description: impl Into<String>,
+        reason: PauseRefusal,
+    ) -> Rejection {
+        Rejection {
+            paused: Some(reason),
+            ..Rejection::new(code, description)
         }
     }
 

@@ -31,6 +31,7 @@ use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, FspName, TransferId};
 use crate::ledger::{validation, FxSlot, Ledger, Transfer};
 use crate::model::*;
+use crate::modes::{mode_refusal, Side};
 use crate::transfer_map::TransferRef;
 use crate::transfers::Debtor;
 
@@ -153,11 +154,8 @@ impl Ledger {
             ));
         }
         let payer = self.participant(initiating);
-        if !payer.active {
-            return Err(validation(format!(
-                "Participant {} is inactive",
-                payer.name
-            )));
+        if let Some(refusal) = mode_refusal(payer.name, payer.mode, Side::Payer) {
+            return Err(refusal);
         }
         if prepare.currency != terms.target_currency {
             return Err(validation(format!(
@@ -178,7 +176,7 @@ impl Ledger {
                 "the payee of transfer {id} is the FXP of conversion {commit_request_id}"
             )));
         }
-        let fxp_position = self.active_position(fxp_name, terms.target_currency)?;
+        let fxp_position = self.active_position(fxp_name, terms.target_currency, Side::Payer)?;
         Ok((
             fxp_position,
             FxLink::Dependent {
@@ -250,11 +248,13 @@ impl Ledger {
                 "transfer {determining} exists already: a conversion must come before the transfer it determines"
             )));
         }
-        let payer_position = self.active_position(prepare.initiating, prepare.source_currency)?;
-        let fxp_source = self.active_position(prepare.fxp, prepare.source_currency)?;
+        let payer_position =
+            self.active_position(prepare.initiating, prepare.source_currency, Side::Payer)?;
+        let fxp_source = self.active_position(prepare.fxp, prepare.source_currency, Side::Payee)?;
         // The FXP pays the dependent transfer from its target position:
-        // without one the conversion could never complete.
-        self.active_position(prepare.fxp, terms.target_currency)?;
+        // without one (or while it may not pay) the conversion could never
+        // complete.
+        self.active_position(prepare.fxp, terms.target_currency, Side::Payer)?;
         if prepare.expiration_ms <= self.now_ms {
             return Err(Rejection::new(
                 ErrorCode::TRANSFER_EXPIRED,
@@ -564,7 +564,9 @@ impl Ledger {
                 let participant = self.participant(id);
                 FxpView {
                     fsp: participant.name,
-                    active: participant.active,
+                    // An FXP takes the source currency and pays the
+                    // target: it is offered only while it may do both.
+                    active: participant.mode == ParticipantMode::Active,
                     corridors: corridors.clone(),
                 }
             })

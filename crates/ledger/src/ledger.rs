@@ -49,7 +49,7 @@ impl Default for Limits {
 pub(crate) struct Participant {
     pub(crate) name: FspName,
     pub(crate) is_hub: bool,
-    pub(crate) active: bool,
+    pub(crate) mode: ParticipantMode,
     pub(crate) created_at_ms: i64,
     pub(crate) accounts: Vec<AccountId>,
     /// (type, value), at most one per type.
@@ -287,8 +287,9 @@ impl Ledger {
                 self.create_participant(*name, *currency)
             }
             Command::SetParticipantActive { name, active } => {
-                self.set_participant_active(*name, *active)
+                self.set_participant_mode(*name, ParticipantMode::from_active(*active))
             }
+            Command::SetParticipantMode { name, mode } => self.set_participant_mode(*name, *mode),
             Command::SetAccountActive {
                 name,
                 account,
@@ -561,7 +562,7 @@ pub(crate) fn participant_row(id: ParticipantId, participant: &Participant) -> P
         id,
         name: participant.name,
         is_hub: participant.is_hub,
-        active: participant.active,
+        mode: participant.mode,
         created_at_ms: participant.created_at_ms,
     }
 }

@@ -25,6 +25,7 @@ mod fx;
 mod ids;
 mod ledger;
 mod model;
+mod modes;
 mod participants;
 mod prefetch;
 mod quotes;
@@ -47,6 +48,7 @@ pub use ids::{
 };
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
+pub use modes::{payment_refusal, ParticipantMode, PauseRefusal, Side};
 pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredParties, StoredTransfer};
 pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply, Unexpected};
 pub use snapshot::{Archived, Snapshot, WindowPairSum};

@@ -4,6 +4,7 @@ use crate::amount::Amount;
 use crate::crypto::{Condition, Fulfilment, RequestHash};
 use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, ParticipantId, TransferId};
+pub use crate::modes::ParticipantMode;
 pub use crate::settlement_model::*;
 
 /// Mojaloop's ledger account types (central-ledger `seeds/ledgerAccountType.js`).
@@ -419,10 +420,17 @@ pub enum Command {
         name: FspName,
         currency: Currency,
     },
-    /// `PUT /participants/{name}`.
+    /// `PUT /participants/{name}` `{"isActive": …}`: `true` is the
+    /// `active` mode, `false` `suspended`.
     SetParticipantActive {
         name: FspName,
         active: bool,
+    },
+    /// `PUT /participants/{name}` `{"mode": …}` (kasi's extension): what
+    /// it may do in new payments from the next batch on (`modes.rs`).
+    SetParticipantMode {
+        name: FspName,
+        mode: ParticipantMode,
     },
     /// `PUT /participants/{name}/accounts/{id}`.
     SetAccountActive {
@@ -865,7 +873,9 @@ pub struct ParticipantRow {
     pub id: ParticipantId,
     pub name: FspName,
     pub is_hub: bool,
-    pub active: bool,
+    /// What it may do in new payments (`modes.rs`); central-ledger's
+    /// `isActive` is [`ParticipantMode::is_active`].
+    pub mode: ParticipantMode,
     pub created_at_ms: i64,
 }
 

@@ -24,7 +24,7 @@ impl Ledger {
         self.participants.push(Participant {
             name,
             is_hub,
-            active: true,
+            mode: ParticipantMode::Active,
             created_at_ms: self.now_ms,
             accounts: Vec::new(),
             endpoints: Vec::new(),
@@ -184,14 +184,17 @@ impl Ledger {
         Ok(Outcome::AccountsCreated(vec![position, settlement]))
     }
 
-    pub(crate) fn set_participant_active(
+    /// Effective from the next command on: the pause rule reads the mode
+    /// at each prepare (`active_position`), and nothing else — a transfer
+    /// already prepared finishes whatever the mode became.
+    pub(crate) fn set_participant_mode(
         &mut self,
         name: FspName,
-        active: bool,
+        mode: ParticipantMode,
     ) -> Result<Outcome, Rejection> {
         let id = self.participant_id(name)?;
-        if self.participant(id).active != active {
-            self.participant_mut(id).active = active;
+        if self.participant(id).mode != mode {
+            self.participant_mut(id).mode = mode;
         }
         Ok(Outcome::Done)
     }

@@ -20,7 +20,7 @@ impl Ledger {
             .copied()
             .ok_or_else(|| validation(format!("FSP '{fsp}' is not a participant")))?;
         let participant = self.participant(id);
-        if participant.is_hub || !participant.active {
+        if participant.is_hub || !participant.mode.is_active() {
             return Err(validation(format!(
                 "FSP '{fsp}' cannot hold parties (it is the hub or inactive)"
             )));

@@ -275,6 +275,7 @@ requests! {
     CreateHubAccount { currency: Currency, kind: AccountKind } => Changed<Vec<AccountId>> = accounts;
     CreateParticipant { name: FspName, currency: Currency } => Changed<Vec<AccountId>> = accounts;
     SetParticipantActive { name: FspName, active: bool } => Changed<()> = done;
+    SetParticipantMode { name: FspName, mode: ParticipantMode } => Changed<()> = done;
     SetAccountActive { name: FspName, account: AccountId, active: bool } => Changed<()> = done;
     InitNetDebitCap { name: FspName, currency: Currency, net_debit_cap: Amount } => Changed<()> = done;
     SetNetDebitCap { name: FspName, currency: Currency, net_debit_cap: Amount } => Changed<()> = done;

@@ -168,7 +168,7 @@ impl Ledger {
             ledger.participants.push(Participant {
                 name: row.name,
                 is_hub: row.is_hub,
-                active: row.active,
+                mode: row.mode,
                 created_at_ms: row.created_at_ms,
                 accounts: Vec::new(),
                 endpoints: Vec::new(),

@@ -7,6 +7,7 @@ use crate::error::{ErrorCode, Rejection};
 use crate::ids::{AccountId, Currency, FspName, TransferId};
 use crate::ledger::{modified_prepare, overflow, validation, Finish, FxSlot, Ledger, Transfer};
 use crate::model::*;
+use crate::modes::{account_refusal, mode_refusal, Side};
 use crate::prefetch::StoredTransfer;
 use crate::request::Held;
 use crate::transfer_map::TransferRef;
@@ -215,22 +216,26 @@ impl Ledger {
         ))
     }
 
-    /// A DFSP's POSITION account in `currency`, required to be usable; the
-    /// refusals in central-ledger's words (`Participant payerfsp is
-    /// inactive`), which Mojaloop's collections look for.
+    /// A DFSP's POSITION account in `currency`, required to be usable by
+    /// a new payment on its `side`: the pause rule (`modes.rs`), applied at
+    /// every prepare and nowhere else, so that a mode or an account's
+    /// `isActive` takes effect from the next command on while transfers
+    /// already prepared finish as they would have. The refusals are 3100
+    /// in central-ledger's words (`Participant payerfsp is inactive`),
+    /// which Mojaloop's collections look for.
     pub(crate) fn active_position(
         &self,
         name: FspName,
         currency: Currency,
+        side: Side,
     ) -> Result<AccountId, Rejection> {
         let id = self
             .participant_by_name
             .get(&name)
             .copied()
             .ok_or_else(|| validation(format!("Participant {name} not found")))?;
-        let participant = self.participant(id);
-        if !participant.active {
-            return Err(validation(format!("Participant {name} is inactive")));
+        if let Some(refusal) = mode_refusal(name, self.participant(id).mode, side) {
+            return Err(refusal);
         }
         let account = self
             .find_account(id, currency, AccountKind::Position)
@@ -238,9 +243,7 @@ impl Ledger {
                 validation(format!("Participant {name} {currency} account not found"))
             })?;
         if !self.account(account).active {
-            return Err(validation(format!(
-                "Participant {name} {currency} account is inactive"
-            )));
+            return Err(account_refusal(name, currency));
         }
         Ok(account)
     }
@@ -280,13 +283,13 @@ impl Ledger {
                     ));
                 }
                 (
-                    self.active_position(prepare.payer, prepare.currency)?,
+                    self.active_position(prepare.payer, prepare.currency, Side::Payer)?,
                     None,
                     Debtor::Payer,
                 )
             }
         };
-        let payee_position = self.active_position(prepare.payee, prepare.currency)?;
+        let payee_position = self.active_position(prepare.payee, prepare.currency, Side::Payee)?;
         if prepare.expiration_ms <= self.now_ms {
             return Err(Rejection::new(
                 ErrorCode::TRANSFER_EXPIRED,

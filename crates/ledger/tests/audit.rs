@@ -20,7 +20,7 @@ fn render(target: &str, outcome: &Outcome) -> String {
         Outcome::Participants(views) => match views.first() {
             Some(view) => format!(
                 "{target}:active={}:caps={:?}",
-                view.participant.active,
+                view.participant.mode.is_active(),
                 view.accounts
                     .iter()
                     .filter_map(|a| a.net_debit_cap)

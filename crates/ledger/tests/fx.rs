@@ -1027,3 +1027,83 @@ fn a_finished_payment_leaves_memory_and_the_store_answers_for_both_legs() {
     // (Memory's snapshot lacks what left; the store's audit sums it.)
     assert_eq!(fx.hub.ledger.check_balances(), Ok(()));
 }
+
+/// Pausing a DFSP (`modes.rs`) applies to every new leg: the initiator
+/// pays the FXP in the source currency, the FXP pays the payee in the
+/// target currency. Legs prepared before a pause complete.
+#[test]
+fn a_pause_refuses_new_conversions_and_their_transfers_but_not_those_in_flight() {
+    let set = |fx: &mut Fx, dfsp: Dfsp, mode: ParticipantMode| {
+        let command = Command::SetParticipantMode {
+            name: dfsp.name,
+            mode,
+        };
+        assert_eq!(fx.hub.one(command), Outcome::Done);
+    };
+    // (who, mode, why a new conversion is refused)
+    let pauses = |fx: &Fx| {
+        [
+            (
+                fx.payer,
+                ParticipantMode::ReceiveOnly,
+                PauseRefusal::PayerMayNotSend,
+            ),
+            (
+                fx.fxp_usd,
+                ParticipantMode::SendOnly,
+                PauseRefusal::PayeeMayNotReceive,
+            ),
+            // It could never pay the payee in the target currency.
+            (
+                fx.fxp_usd,
+                ParticipantMode::ReceiveOnly,
+                PauseRefusal::PayerMayNotSend,
+            ),
+        ]
+    };
+    for index in 0..3 {
+        let mut fx = Fx::new();
+        let (who, mode, reason) = pauses(&fx)[index];
+        set(&mut fx, who, mode);
+        let command = Command::PrepareConversion(fx.conversion(CONVERSION, DEPENDENT));
+        let refusal = fx.hub.assert_rejected(command, ErrorCode(3100));
+        assert_eq!(refusal.paused, Some(reason), "{who:?} {mode:?}");
+        assert_eq!(fx.positions(), [(0, 0); 4]);
+    }
+
+    // Accepted before the payee was suspended: the transfer it determines
+    // is a new prepare, refused; the conversion waits for its expiry.
+    let mut fx = Fx::new();
+    fx.prepare_conversion();
+    fx.fxp_accepts();
+    let payee = fx.payee;
+    set(&mut fx, payee, ParticipantMode::Suspended);
+    let refusal = fx
+        .hub
+        .assert_rejected(fx.dependent(750_000), ErrorCode(3100));
+    assert_eq!(refusal.paused, Some(PauseRefusal::PayeeMayNotReceive));
+    assert_eq!(fx.conversion_state(), TransferState::Reserved);
+    fx.hub.advance(TTL);
+    fx.hub.one(Command::Expire);
+    assert_eq!(fx.conversion_state(), TransferState::Expired);
+    assert_eq!(fx.positions(), [(0, 0); 4]);
+    fx.audit_is_clean();
+
+    // Both legs prepared, then all three suspended: the payee's fulfil
+    // still commits both, every position as without the pause.
+    let mut fx = Fx::new();
+    fx.prepare_conversion();
+    fx.fxp_accepts();
+    let command = fx.dependent(750_000);
+    fx.hub.one(command);
+    for dfsp in [fx.payer, fx.fxp_usd, fx.payee] {
+        set(&mut fx, dfsp, ParticipantMode::Suspended);
+    }
+    assert_eq!(view(&fx.payee_fulfils()).state, TransferState::Committed);
+    assert_eq!(
+        fx.positions(),
+        [(300, 0), (-300, 0), (750_000, 0), (-750_000, 0)]
+    );
+    assert_eq!(fx.conversion_state(), TransferState::Committed);
+    fx.audit_is_clean();
+}

@@ -106,6 +106,11 @@ enum Op {
         dfsp: u8,
         active: bool,
     },
+    /// Pausing a DFSP one way or both (`ParticipantMode`).
+    SetMode {
+        dfsp: u8,
+        mode: u8,
+    },
     SetAccountActive {
         dfsp: u8,
         cur: u8,
@@ -168,6 +173,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(dfsp, cur, cap)| Op::SetCap { dfsp, cur, cap }),
         1 => (any::<u8>(), prop::bool::weighted(0.8))
             .prop_map(|(dfsp, active)| Op::SetActive { dfsp, active }),
+        2 => (any::<u8>(), 0u8..4).prop_map(|(dfsp, mode)| Op::SetMode { dfsp, mode }),
         1 => (any::<u8>(), any::<u8>(), any::<bool>(), prop::bool::weighted(0.8))
             .prop_map(|(dfsp, cur, settlement, active)| Op::SetAccountActive { dfsp, cur, settlement, active }),
     ]
@@ -471,6 +477,10 @@ impl Gen {
                 name: self.dfsp(dfsp).name,
                 active,
             },
+            Op::SetMode { dfsp, mode } => Command::SetParticipantMode {
+                name: self.dfsp(dfsp).name,
+                mode: ParticipantMode::ALL[usize::from(mode) % ParticipantMode::ALL.len()],
+            },
             Op::SetAccountActive {
                 dfsp,
                 cur,
@@ -674,10 +684,26 @@ impl Mirror {
         self.find_account(participant.id, currency, AccountKind::Position)
     }
 
-    /// A position usable for a transfer: participant and account active.
-    fn usable_position(&self, name: FspName, currency: Currency) -> Option<&AccountRow> {
+    /// A position usable by a new transfer on `side`: the participant's
+    /// mode allows that side, and the account is active.
+    fn usable_position(
+        &self,
+        name: FspName,
+        currency: Currency,
+        side: Side,
+    ) -> Option<&AccountRow> {
         let participant = self.participant_named(name)?;
-        if !participant.active {
+        let allowed = match side {
+            Side::Payer => matches!(
+                participant.mode,
+                ParticipantMode::Active | ParticipantMode::SendOnly
+            ),
+            Side::Payee => matches!(
+                participant.mode,
+                ParticipantMode::Active | ParticipantMode::ReceiveOnly
+            ),
+        };
+        if !allowed {
             return None;
         }
         self.find_account(participant.id, currency, AccountKind::Position)
@@ -826,10 +852,12 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),
         Command::CreateHubAccount { .. } => (Expect::Created(1), vec![]),
         Command::CreateParticipant { .. } => (Expect::Created(2), vec![]),
-        Command::SetParticipantActive { name, .. } => match m.participant_named(*name) {
-            Some(_) => (Expect::Done, vec![]),
-            None => rejected(3200),
-        },
+        Command::SetParticipantActive { name, .. } | Command::SetParticipantMode { name, .. } => {
+            match m.participant_named(*name) {
+                Some(_) => (Expect::Done, vec![]),
+                None => rejected(3200),
+            }
+        }
         Command::SetAccountActive { name, account, .. } => {
             match (m.participant_named(*name), m.accounts.get(account)) {
                 (Some(p), Some(a)) if a.participant == p.id => (Expect::Done, vec![]),
@@ -865,8 +893,8 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
                 return rejected(3100);
             }
             let (Some(payer), Some(_)) = (
-                m.usable_position(p.payer, p.currency),
-                m.usable_position(p.payee, p.currency),
+                m.usable_position(p.payer, p.currency, Side::Payer),
+                m.usable_position(p.payee, p.currency, Side::Payee),
             ) else {
                 return rejected(3100);
             };

@@ -77,6 +77,22 @@ fn reference_data_requests_reply_in_their_types() {
     assert_eq!(code, ErrorCode::ID_NOT_FOUND);
     ask(
         &mut hub,
+        SetParticipantMode {
+            name,
+            mode: ParticipantMode::SendOnly,
+        },
+    )
+    .unwrap();
+    let code = refused(ask(
+        &mut hub,
+        SetParticipantMode {
+            name: unknown,
+            mode: ParticipantMode::Suspended,
+        },
+    ));
+    assert_eq!(code, ErrorCode::ID_NOT_FOUND);
+    ask(
+        &mut hub,
         SetAccountActive {
             name: payer.name,
             account: payer.position,

@@ -300,6 +300,23 @@ impl FxColumns {
     }
 }
 
+/// A participant's mode as both backends store it: `is_active` keeps
+/// central-ledger's meaning (false only when suspended), and `mode` says
+/// which of the active modes (`active`, `send-only`, `receive-only`), or
+/// `suspended`. A row written before the column (NULL, or a store read
+/// as it is below the version that added it) is what its `is_active` says.
+pub(crate) fn participant_mode(
+    is_active: bool,
+    mode: Option<&str>,
+) -> Result<ledger::ParticipantMode, StoreError> {
+    match mode {
+        None => Ok(ledger::ParticipantMode::from_active(is_active)),
+        Some(text) => ledger::ParticipantMode::parse(text).ok_or_else(|| {
+            StoreError::fatal(format!("bad participant mode {text:?} in the store"))
+        }),
+    }
+}
+
 /// An FXP's corridors as both backends store them: `SOURCE>TARGET`
 /// pairs, comma-separated, in the ledger's order (sorted, no repeats).
 pub(crate) fn corridors_text(corridors: &[ledger::Corridor]) -> String {

@@ -41,7 +41,9 @@ use crate::pg_rows::{
     joined_columns, joined_from, narrow, parsed, parsed_opt, participant, quote_row, transfer_row,
     FINISH_AT, FULFIL_AT, QUOTE_COLUMNS,
 };
-use crate::pg_schema::{FX_SINCE, MIGRATIONS, MIGRATION_LOCK, SCHEMA_VERSION, STORE_KIND};
+use crate::pg_schema::{
+    FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, SCHEMA_VERSION, STORE_KIND,
+};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -452,8 +454,8 @@ impl Statements {
             )?,
             transfer_commit: prepare(&transfer_commit_statement())?,
             participant: prepare(
-                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES ($1, $2, $3, $4, $5)
-                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode) VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, mode = excluded.mode",
             )?,
             accounts: prepare(&ACCOUNTS.statement())?,
             transfers: prepare(&TRANSFERS.statement())?,
@@ -1260,15 +1262,21 @@ fn read_state(
     snapshot: &mut Snapshot,
 ) -> Result<(), StoreError> {
     {
+        let mode = match version >= MODE_SINCE {
+            true => "mode",
+            false => "NULL::TEXT",
+        };
         for row in transaction.query(
-            "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
+            &format!(
+                "SELECT id, name, is_hub, is_active, created_at_ms, {mode} FROM participants ORDER BY id"
+            ),
             &[],
         )? {
             snapshot.participants.push(ParticipantRow {
                 id: participant(&row, 0)?,
                 name: parsed(&row, 1, "participant name", FspName::new)?,
                 is_hub: col(&row, 2)?,
-                active: col(&row, 3)?,
+                mode: crate::participant_mode(col(&row, 3)?, col(&row, 5)?)?,
                 created_at_ms: col(&row, 4)?,
             });
         }
@@ -1467,8 +1475,9 @@ impl<'r> Columns<'r> {
                         &i64::from(row.id.0),
                         &row.name.as_str(),
                         &row.is_hub,
-                        &row.active,
+                        &row.mode.is_active(),
                         &row.created_at_ms,
+                        &row.mode.as_str(),
                     ],
                 )?;
             }

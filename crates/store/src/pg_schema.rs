@@ -14,6 +14,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_4,
     MIGRATION_5,
     MIGRATION_6,
+    MIGRATION_7,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -25,6 +26,9 @@ pub(crate) const HISTORY_SNAPSHOT_SINCE: i64 = 5;
 
 /// The version from which the FX tables exist (migration 6).
 pub(crate) const FX_SINCE: i64 = 6;
+
+/// The version from which participants have a `mode` column (migration 7).
+pub(crate) const MODE_SINCE: i64 = 7;
 
 /// Held (transaction-scoped) while a kasi creates or migrates the schema,
 /// so that two hubs starting on one empty database do not both create it.
@@ -84,6 +88,10 @@ CREATE TABLE history_snapshot_kept (
 );
 CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
 ";
+
+/// A participant's mode (pausing a DFSP: `ledger::ParticipantMode`); NULL
+/// in rows kept before, read as their `is_active` says.
+const MIGRATION_7: &str = "ALTER TABLE participants ADD COLUMN mode TEXT;";
 
 /// FX (FSPIOP v2.0 payer conversion): a conversion's terms or a dependent
 /// transfer's link, one row per FX transfer written with its `transfers`

@@ -37,8 +37,11 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// `accounts.changed_at_ms`; version 5 the finishes' `cause` (why the hub
 /// aborted a transfer on the payee's message); version 6 FX (`transfer_fx`,
 /// `conversion_fulfils`, `fxps`), and `transfers_funds` no longer counts
-/// conversions as funds movements.
-const SCHEMA_VERSION: i64 = 6;
+/// conversions as funds movements; version 7 the participants' `mode`
+/// (pausing a DFSP: `ledger::ParticipantMode`).
+const SCHEMA_VERSION: i64 = 7;
+/// The version from which participants have a `mode` column.
+const MODE_SINCE: i64 = 7;
 /// The version from which a store holds FX rows (a store read as it is
 /// by `kasi audit` may predate them: it has none).
 const FX_SINCE: i64 = 6;
@@ -51,7 +54,8 @@ CREATE TABLE IF NOT EXISTS participants (
     name          TEXT    NOT NULL UNIQUE,
     is_hub        INTEGER NOT NULL,
     is_active     INTEGER NOT NULL,
-    created_at_ms INTEGER NOT NULL
+    created_at_ms INTEGER NOT NULL,
+    mode          TEXT
 ) STRICT;
 CREATE TABLE IF NOT EXISTS accounts (
     id             INTEGER PRIMARY KEY,
@@ -294,6 +298,10 @@ UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
  WHERE kind = 'FULFIL' AND state = 'ABORTED' AND reason = 3100;
 ";
 
+/// Version 6 → 7: a participant's mode (NULL in rows kept before, read
+/// as their `is_active` says: `active` or `suspended`).
+const MIGRATE_6_TO_7: &str = "ALTER TABLE participants ADD COLUMN mode TEXT;";
+
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
 /// movements' index is built again without conversions (its old predicate,
 /// `kind <> 'TRANSFER'`, would count them as funds movements), by
@@ -423,10 +431,14 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 only adds tables, which SCHEMA creates.
-            1..=5 => {
+            1..=6 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
+                }
+                // Before SCHEMA, whose participants table has the column.
+                if !has_column(&migration, "participants", "mode")? {
+                    migration.execute_batch(MIGRATE_6_TO_7)?;
                 }
                 if !has_column(&migration, "accounts", "changed_at_ms")? {
                     migration.execute_batch(MIGRATE_3_TO_4)?;
@@ -547,8 +559,8 @@ impl SqliteStore {
         let transaction = self.connection.transaction()?;
         {
             let mut participant = transaction.prepare_cached(
-                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active",
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, mode = excluded.mode",
             )?;
             let mut account = transaction.prepare_cached(
                 "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
@@ -616,8 +628,9 @@ impl SqliteStore {
                             row.id.0,
                             row.name.as_str(),
                             row.is_hub,
-                            row.active,
-                            row.created_at_ms
+                            row.mode.is_active(),
+                            row.created_at_ms,
+                            row.mode.as_str()
                         ])?;
                     }
                     Record::Account(row) => {
@@ -1158,16 +1171,21 @@ fn read_rows(
     // served it) has no wire versions and nothing of settlement.
     let version: i64 = transaction.pragma_query_value(None, "user_version", |row| row.get(0))?;
     {
-        let mut statement = transaction.prepare(
-            "SELECT id, name, is_hub, is_active, created_at_ms FROM participants ORDER BY id",
-        )?;
+        let mode = match version >= MODE_SINCE {
+            true => "mode",
+            false => "NULL",
+        };
+        let mut statement = transaction.prepare(&format!(
+            "SELECT id, name, is_hub, is_active, created_at_ms, {mode} FROM participants ORDER BY id",
+        ))?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
+            let mode: Option<String> = row.get(5)?;
             snapshot.participants.push(ParticipantRow {
                 id: ParticipantId(row.get(0)?),
                 name: parse(row, 1, "participant name", FspName::new)?,
                 is_hub: row.get(2)?,
-                active: row.get(3)?,
+                mode: crate::participant_mode(row.get(3)?, mode.as_deref())?,
                 created_at_ms: row.get(4)?,
             });
         }

@@ -328,7 +328,7 @@ fn every_kind_of_record_round_trips_alike() {
             id: ParticipantId(1),
             name: fsp("payerfsp"),
             is_hub: false,
-            active: true,
+            mode: ledger::ParticipantMode::SendOnly,
             created_at_ms: 1,
         }),
         Record::Account(account(1, 10)),
@@ -519,7 +519,7 @@ fn the_schema_is_kasis_own_and_versioned() {
         id: ParticipantId(1),
         name: fsp("Hub"),
         is_hub: true,
-        active: true,
+        mode: ledger::ParticipantMode::Active,
         created_at_ms: 1,
     })];
     store.commit(&[&rows]).expect("commit");
@@ -584,6 +584,9 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 7 (participants' modes) added.
+const UNDO_MIGRATION_7: &str = "ALTER TABLE participants DROP COLUMN mode";
+
 /// What migration 6 (FX) added; its new `transfers_funds` goes with
 /// migration 5's.
 const UNDO_MIGRATION_6: &str = "DROP TABLE transfer_fx, conversion_fulfils, fxps";
@@ -633,7 +636,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             id: ParticipantId(1),
             name: fsp("payerfsp"),
             is_hub: false,
-            active: true,
+            mode: ledger::ParticipantMode::Active,
             created_at_ms: 1,
         }),
         Record::Account(AccountRow {
@@ -671,7 +674,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

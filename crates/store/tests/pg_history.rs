@@ -270,7 +270,8 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE transfer_fx, conversion_fulfils, fxps;
+        "ALTER TABLE participants DROP COLUMN mode;
+         DROP TABLE transfer_fx, conversion_fulfils, fxps;
          DROP TABLE history_snapshot, history_snapshot_values, history_snapshot_pairs,
             history_snapshot_kept;
          DROP INDEX transfers_funds;
@@ -306,7 +307,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     let funds_index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
@@ -348,7 +349,8 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE transfer_fx, conversion_fulfils, fxps;
+        "ALTER TABLE participants DROP COLUMN mode;
+         DROP TABLE transfer_fx, conversion_fulfils, fxps;
          DROP INDEX transfers_funds;
          CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
          UPDATE kasi_meta SET value = '5' WHERE key = 'schema_version'",
@@ -379,7 +381,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     // Declared again, on both.
     harness.run(Op::Corridors(false));
     harness.run(Op::Corridors(true));

@@ -134,7 +134,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -158,7 +158,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 7).unwrap();
+        connection.pragma_update(None, "user_version", 8).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -167,7 +167,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 7"), "{text}");
+        assert!(text.contains("schema version 8"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -228,7 +228,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -284,7 +284,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -375,7 +375,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -446,7 +446,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -530,7 +530,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 6);
+    assert_eq!(user_version(dir.path()), 7);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -598,4 +598,57 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(recent.conversion_fulfils, [accepted(6)]);
     assert!(store.forget_history_snapshot().unwrap());
     assert_eq!(store.load_recent(700).unwrap(), recent);
+}
+
+/// Pausing a DFSP (version 7): a participant's mode is stored beside
+/// central-ledger's `is_active`; a version 6 store, which has only the
+/// flag, is read as the flag says (`active` or `suspended`), as it is and
+/// once migrated, and every mode written after reads back.
+#[test]
+fn a_version_6_store_reads_its_participants_modes_from_is_active() {
+    use ledger::{FspName, ParticipantId, ParticipantMode, ParticipantRow};
+    let participant = |id: u32, name: &str, mode: ParticipantMode| {
+        Record::Participant(ParticipantRow {
+            id: ParticipantId(id),
+            name: FspName::new(name).unwrap(),
+            is_hub: false,
+            mode,
+            created_at_ms: 1,
+        })
+    };
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).unwrap();
+        let rows = [
+            participant(1, "payerfsp", ParticipantMode::Active),
+            participant(2, "payeefsp", ParticipantMode::Suspended),
+        ];
+        store.commit(&[&rows]).unwrap();
+    }
+    rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .execute_batch("ALTER TABLE participants DROP COLUMN mode; PRAGMA user_version = 6;")
+        .unwrap();
+    let modes = |snapshot: &ledger::Snapshot| -> Vec<ParticipantMode> {
+        snapshot.participants.iter().map(|p| p.mode).collect()
+    };
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    let expected = [ParticipantMode::Active, ParticipantMode::Suspended];
+    assert_eq!(modes(&old), expected, "read as it is");
+    assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
+    for mode in ParticipantMode::ALL {
+        store
+            .commit(&[&[participant(1, "payerfsp", mode)]])
+            .unwrap();
+        drop(store);
+        store = open(dir.path()).unwrap();
+        assert_eq!(store.load().unwrap().participants[0].mode, mode);
+    }
 }

@@ -485,9 +485,9 @@ impl Rows {
 
     fn apply(&mut self, record: &Record, violations: &mut Vec<String>) {
         match record {
-            // ON CONFLICT (id) DO UPDATE SET is_active
+            // ON CONFLICT (id) DO UPDATE SET is_active, mode
             Record::Participant(row) => match self.participants.get_mut(&row.id.0) {
-                Some(stored) => stored.active = row.active,
+                Some(stored) => stored.mode = row.mode,
                 None => {
                     self.participants.insert(row.id.0, row.clone());
                 }

@@ -10,7 +10,7 @@
 use ledger::{
     AccountId, Amount, AuditRender, AuditTag, Command, ConversionTerms, Currency, ErrorCode,
     FspName, FulfilConversion, Fulfilment, Funds, FundsFinish, FundsMemo, Ledger, ModelRules,
-    Outcome, Prepare, PrepareConversion, RequestHash, TransferId,
+    Outcome, ParticipantMode, Prepare, PrepareConversion, RequestHash, TransferId,
 };
 
 use crate::rng::Rng;
@@ -382,9 +382,22 @@ impl Workload {
             12 => {
                 let d = self.dfsp();
                 self.dfsps[d].active = false;
-                Command::SetParticipantActive {
-                    name: self.dfsps[d].name,
-                    active: false,
+                let name = self.dfsps[d].name;
+                // Paused both ways (central-ledger's `isActive: false`)
+                // or one way (a mode), with transfers in flight.
+                match self.rng.range(0, 3) {
+                    0 => Command::SetParticipantActive {
+                        name,
+                        active: false,
+                    },
+                    1 => Command::SetParticipantMode {
+                        name,
+                        mode: ParticipantMode::SendOnly,
+                    },
+                    _ => Command::SetParticipantMode {
+                        name,
+                        mode: ParticipantMode::ReceiveOnly,
+                    },
                 }
             }
             13 => match shadow.open_window_id() {

@@ -306,7 +306,7 @@ impl Metrics {
         let refusals = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "kasi_refusals",
-            "Requests refused, by class (identity, hub_source, not_party, jws, unsolicited_answer, path_syntax, duplicate_header, stale_date, admin_*) and by the participant claimed (a known DFSP, or unknown)",
+            "Requests refused, by class (identity, hub_source, not_party, jws, unsolicited_answer, path_syntax, duplicate_header, stale_date, admin_*, and the pause rule's payer_may_not_send, payee_may_not_receive, account_inactive) and by the participant claimed (a known DFSP, or unknown)",
             refusals.clone(),
         );
         let admin_forbidden = Family::<Vec<(String, String)>, Counter>::default();
@@ -368,6 +368,19 @@ impl Metrics {
             .get_or_create(&vec![("participant".to_string(), label.to_string())])
             .inc()
             + 1
+    }
+
+    /// Exposes each DFSP's mode (pausing a DFSP); the hub itself, named
+    /// `hub_name`, has none that matters.
+    pub fn register_participant_modes(
+        &mut self,
+        endpoints: Arc<crate::endpoints::Endpoints>,
+        hub_name: ledger::FspName,
+    ) {
+        self.registry.register_collector(Box::new(ParticipantModes {
+            endpoints,
+            hub_name,
+        }));
     }
 
     /// Exposes how many routed requests await their answers.
@@ -654,6 +667,45 @@ impl Collector for PendingAnswers {
             "Routed requests that may await answers at once; beyond, new ones are refused (2003)",
             self.0.capacity() as f64,
         )
+    }
+}
+
+/// `kasi_participant_mode{participant, mode}`: 1 for each participant's
+/// mode, 0 for the other three (so that a change shows as one series
+/// going to 0 and another to 1), from the hub's copy of the committed
+/// modes. The pause rule's refusals are `kasi_refusals_total` of classes
+/// `payer_may_not_send`, `payee_may_not_receive`, `account_inactive`.
+struct ParticipantModes {
+    endpoints: Arc<crate::endpoints::Endpoints>,
+    hub_name: ledger::FspName,
+}
+
+impl fmt::Debug for ParticipantModes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ParticipantModes")
+    }
+}
+
+impl Collector for ParticipantModes {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let mut metric = encoder.encode_descriptor(
+            "kasi_participant_mode",
+            "1 for the mode each participant is in (active, send-only, receive-only, suspended), 0 for the others",
+            None,
+            MetricType::Gauge,
+        )?;
+        let modes = self.endpoints.participant_modes();
+        for (participant, mode) in modes.into_iter().filter(|(p, _)| *p != self.hub_name) {
+            for candidate in ledger::ParticipantMode::ALL {
+                let labels = [
+                    ("participant", participant.as_str()),
+                    ("mode", candidate.as_str()),
+                ];
+                ConstGauge::new(i64::from(candidate == mode))
+                    .encode(metric.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -13,11 +13,12 @@ use axum::Router;
 use ledger::request::{
     CreateHubAccount, CreateParticipant, CreateSettlementModel, FundsIn, FundsOutAbort,
     FundsOutCommit, FundsOutReserve, InitNetDebitCap, ReadParticipants, ReadSettlementModels,
-    SetAccountActive, SetEndpoint, SetNetDebitCap, SetParticipantActive,
+    SetAccountActive, SetEndpoint, SetNetDebitCap, SetParticipantActive, SetParticipantMode,
 };
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Currency, ErrorCode, FspName, Funds, FundsFinish,
-    FundsMemo, ParticipantView, Rejection, Request, RequestHash, TransferId, TransferReply,
+    FundsMemo, ParticipantMode, ParticipantView, Rejection, Request, RequestHash, TransferId,
+    TransferReply,
 };
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -35,7 +36,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/participants/limits", get(all_limits))
         .route(
             "/participants/:name",
-            get(get_participant).put(set_participant_active),
+            get(get_participant).put(set_participant_state),
         )
         .route(
             "/participants/:name/accounts",
@@ -135,7 +136,10 @@ fn participant_json(hub: &Hub, view: &ParticipantView) -> Value {
         "name": name,
         "id": link,
         "created": format_time(view.participant.created_at_ms),
-        "isActive": u8::from(view.participant.active),
+        "isActive": u8::from(view.participant.mode.is_active()),
+        // kasi's extension: what it may do in new payments (`isActive` is
+        // 0 only when suspended).
+        "mode": view.participant.mode.as_str(),
         "links": { "self": link },
         "accounts": view.accounts.iter().map(|account| json!({
             "id": account.id.0,
@@ -263,27 +267,51 @@ fn active_flag(flag: &Value) -> Result<bool, HubError> {
     }
 }
 
-async fn set_participant_active(
+/// `PUT /participants/{name}`: central-ledger's `{"isActive": …}`, or
+/// kasi's `{"mode": "active" | "send-only" | "receive-only" |
+/// "suspended"}` (pausing a DFSP; exactly one of the two).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ParticipantState {
+    is_active: Option<Value>,
+    mode: Option<String>,
+}
+
+async fn set_participant_state(
     State(hub): State<Arc<Hub>>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    let request: ActiveFlag = parse(&body)?;
+    let request: ParticipantState = parse(&body)?;
     let name = participant_name(&name)?;
-    let active = active_flag(&request.is_active)?;
-    apply(
-        &hub,
-        Change::participant(
-            if active {
+    match (request.is_active, request.mode) {
+        (Some(flag), None) => {
+            let active = active_flag(&flag)?;
+            let action = if active {
                 "participant.activate"
             } else {
                 "participant.deactivate"
-            },
-            name,
-        ),
-        SetParticipantActive { name, active },
-    )
-    .await?;
+            };
+            let command = SetParticipantActive { name, active };
+            apply(&hub, Change::participant(action, name), command).await?;
+        }
+        (None, Some(mode)) => {
+            let mode = ParticipantMode::parse(&mode).ok_or_else(|| {
+                HubError::new(
+                    ErrorCode::GENERIC_VALIDATION_ERROR,
+                    format!("mode '{mode}' is not active, send-only, receive-only or suspended"),
+                )
+            })?;
+            let command = SetParticipantMode { name, mode };
+            apply(&hub, Change::participant("participant.mode", name), command).await?;
+        }
+        _ => {
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                "give isActive (true, false, 1 or 0) or mode (active, send-only, receive-only or suspended), not both",
+            ))
+        }
+    }
     let view = read_participant(&hub, name.as_str()).await?;
     Ok(axum::Json(participant_json(&hub, &view)).into_response())
 }

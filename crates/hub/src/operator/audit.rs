@@ -386,7 +386,8 @@ fn render_participant(_target: &str, outcome: &Outcome) -> String {
         .collect();
     json!({
         "name": view.participant.name.as_str(),
-        "isActive": view.participant.active,
+        "isActive": view.participant.mode.is_active(),
+        "mode": view.participant.mode.as_str(),
         "accounts": view.accounts.iter().map(|a| json!({
             "id": a.id.0,
             "type": a.kind.as_str(),

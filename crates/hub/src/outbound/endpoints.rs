@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use ledger::{ErrorCode, FspName, ParticipantView};
+use ledger::{ErrorCode, FspName, ParticipantMode, ParticipantView};
 
 use crate::HubError;
 
@@ -72,15 +72,17 @@ pub fn check_endpoint(endpoint_type: &str, value: &str) -> Result<(), HubError> 
 #[derive(Default)]
 pub struct Endpoints {
     by_participant: RwLock<HashMap<FspName, HashMap<String, String>>>,
-    /// Every participant the hub knows, and whether it is active.
-    participants: RwLock<HashMap<FspName, bool>>,
+    /// Every participant the hub knows, and its mode: the hub's copy of
+    /// the ledger's, current as of the last committed batch, which the
+    /// lookups and quotes apply the pause rule to.
+    participants: RwLock<HashMap<FspName, ParticipantMode>>,
 }
 
 impl Endpoints {
     /// Adds every participant's endpoints as the ledger holds them.
     pub fn load(&self, views: &[ParticipantView]) {
         for view in views {
-            self.note_participant(view.participant.name, view.participant.active);
+            self.note_participant(view.participant.name, view.participant.mode);
             for endpoint in &view.endpoints {
                 self.set(
                     view.participant.name,
@@ -101,17 +103,30 @@ impl Endpoints {
             .insert(endpoint_type.to_string(), value.to_string());
     }
 
-    /// Records that `participant` exists, active or not (after onboarding
-    /// and after each activation change).
-    pub fn note_participant(&self, participant: FspName, active: bool) {
+    /// Records that `participant` exists, and its mode (after onboarding
+    /// and after each change of mode).
+    pub fn note_participant(&self, participant: FspName, mode: ParticipantMode) {
         self.participants
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(participant, active);
+            .insert(participant, mode);
     }
 
-    /// `Some(active)` for a participant the hub knows, `None` otherwise.
-    pub fn participant_active(&self, participant: FspName) -> Option<bool> {
+    /// Every participant the hub knows, and its mode, by name.
+    pub fn participant_modes(&self) -> Vec<(FspName, ParticipantMode)> {
+        let mut modes: Vec<_> = self
+            .participants
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(&name, &mode)| (name, mode))
+            .collect();
+        modes.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        modes
+    }
+
+    /// `Some(mode)` for a participant the hub knows, `None` otherwise.
+    pub fn participant_mode(&self, participant: FspName) -> Option<ParticipantMode> {
         self.participants
             .read()
             .unwrap_or_else(|e| e.into_inner())

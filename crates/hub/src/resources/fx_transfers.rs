@@ -195,6 +195,7 @@ impl Hub {
                 &description,
             );
         }
+        self.note_paused(caller.source, error);
         let message = self.fx_error(caller.source, error.code, &description, caller.reply());
         self.send_fx(commit_request_id, message, None);
     }
@@ -421,7 +422,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let fxp = parsed.counter_party_fsp;
     // An FXP the hub knows but cannot reach would hold the payer's funds
     // until expiry with nobody told.
-    if hub.endpoints.participant_active(fxp).is_some()
+    if hub.endpoints.participant_mode(fxp).is_some()
         && hub.endpoints.url(fxp, FX_TRANSFER_POST, &[]).is_none()
     {
         let description =

@@ -376,11 +376,16 @@ async fn answer_lookup(
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(fsp) => {
-            let body = Bytes::from(fspiop::participant_put_body(&fsp));
-            send_participant_put(hub, &caller, &key, body);
-            return Ok(StatusCode::ACCEPTED.into_response());
-        }
+        Holder::Found(fsp) => match hub.pause_refusal(caller.source, caller.source, fsp) {
+            // The requester would pay the holder: the pause rule says
+            // whether it may (3202 or 3201, as quoting-service words it).
+            Some(refusal) => (refusal.code, described(&refusal)),
+            None => {
+                let body = Bytes::from(fspiop::participant_put_body(&fsp));
+                send_participant_put(hub, &caller, &key, body);
+                return Ok(StatusCode::ACCEPTED.into_response());
+            }
+        },
         Holder::Unknown { oracle: None } => (
             ErrorCode::ID_NOT_FOUND,
             format!("Generic ID not found - party {key} is not registered"),
@@ -524,10 +529,15 @@ async fn route_get_party(
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(holder) => {
-            forward_get_party(&hub, &key, &headers, &caller, holder)?;
-            return Ok(StatusCode::ACCEPTED.into_response());
-        }
+        Holder::Found(holder) => match hub.pause_refusal(caller.source, caller.source, holder) {
+            // Not asked at all: the requester would pay the holder, and
+            // the pause rule says it may not (3202 or 3201).
+            Some(refusal) => (refusal.code, described(&refusal)),
+            None => {
+                forward_get_party(&hub, &key, &headers, &caller, holder)?;
+                return Ok(StatusCode::ACCEPTED.into_response());
+            }
+        },
         Holder::Unknown { oracle: None } => (
             ErrorCode(3204),
             format!("Party not found - no FSP holds party {key}"),
@@ -553,6 +563,11 @@ async fn route_get_party(
         caller.reply(),
     );
     Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// A refusal in an error callback's words: the code's, then why.
+fn described(refusal: &ledger::Rejection) -> String {
+    format!("{} - {}", refusal.code.description(), refusal.description)
 }
 
 /// The key under which a lookup of `key` awaits its answer.

@@ -14,6 +14,9 @@
 //! bare base URL. A destination without one (which covers an unknown
 //! participant) gets nothing; the sender instead gets, from the hub,
 //! `PUT {its base}/quotes/{ID}/error` with 3201 "Destination FSP Error".
+//! So does a request the pause rule refuses (a requester that may not
+//! pay: 3202; a destination that may not be paid: 3201; see
+//! `ledger::payment_refusal`), before anything is recorded or passed on.
 //! No ledger command is involved, so the answer does not wait on the
 //! pipeline.
 //!
@@ -115,6 +118,15 @@ impl Quoting {
         let destination = required_destination(headers)?;
         let (request_id, request_hash) = (self.post)(&body)?;
         let id = request_id.to_string();
+        // The pause rule, before anything is recorded or passed on: the
+        // requester would pay, the addressee be paid (quoting-service's
+        // 3202 / 3201 for a participant it finds inactive).
+        if self
+            .service
+            .refused_by_pause(hub, &caller, &id, caller.source, destination)
+        {
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
         if hub.config.quotes_persistent {
             // A request the ledger no longer holds (past the retention
             // horizon) is read from the store by the pipeline before the

@@ -14,6 +14,10 @@
 //! | `PUT /bulkQuotes/{ID}[/error]` | 200 | … + `/bulkQuotes/{ID}[/error]` |
 //! | `GET /bulkQuotes/{ID}` | 202 | … + `/bulkQuotes/{ID}` |
 //!
+//! A `POST` the pause rule refuses (`ledger::payment_refusal`: the bulk
+//! quote's requester pays, the transaction request's addressee does) is
+//! not passed on; the requester gets the hub's `PUT …/{ID}/error`.
+//!
 //! The query of `GET /authorizations/{ID}` is checked (all four keys) and
 //! forwarded as the sender wrote it, so a signature over `FSPIOP-URI`
 //! still verifies; other GETs forward no query, as Mojaloop's do.
@@ -48,6 +52,17 @@ struct Routed {
     /// The query of `GET /{ID}`, forwarded once checked; `None`: none is
     /// defined, none is forwarded.
     query: Option<CheckQuery>,
+    /// Who would pay in the payment a `POST` starts, for the pause rule.
+    payer: Payer,
+}
+
+/// The side of the payment a `POST` starts that pays.
+#[derive(Clone, Copy)]
+enum Payer {
+    /// The requester (a bulk quote, as a quote).
+    Requester,
+    /// The addressee (a transaction request: the payee asks the payer).
+    Addressee,
 }
 
 static TRANSACTION_REQUESTS: Routed = Routed {
@@ -58,6 +73,7 @@ static TRANSACTION_REQUESTS: Routed = Routed {
     post: Some(|body| Ok(fspiop::parse_transaction_request_post(body)?.transaction_request_id)),
     put: |body| fspiop::parse_transaction_request_put(body).map(drop),
     query: None,
+    payer: Payer::Addressee,
 };
 
 /// `GET` and `PUT` only: the payee FSP asks, the payer FSP answers.
@@ -69,6 +85,8 @@ static AUTHORIZATIONS: Routed = Routed {
     post: None,
     put: |body| fspiop::parse_authorization_put(body).map(drop),
     query: Some(|query| fspiop::parse_authorization_query(query).map(drop)),
+    // No `POST`: an authorization belongs to a payment already asked for.
+    payer: Payer::Addressee,
 };
 
 static BULK_QUOTES: Routed = Routed {
@@ -79,6 +97,7 @@ static BULK_QUOTES: Routed = Routed {
     post: Some(|body| Ok(fspiop::parse_bulk_quote_post(body)?.bulk_quote_id)),
     put: |body| fspiop::parse_bulk_quote_put(body).map(drop),
     query: None,
+    payer: Payer::Requester,
 };
 
 pub fn routes() -> Router<Arc<Hub>> {
@@ -134,6 +153,16 @@ impl Routed {
         let caller = check_headers(headers, self.service.resource, Shape::Post)?;
         let destination = required_destination(headers)?;
         let id = check(&body)?.to_string();
+        let (payer, payee) = match self.payer {
+            Payer::Requester => (caller.source, destination),
+            Payer::Addressee => (destination, caller.source),
+        };
+        if self
+            .service
+            .refused_by_pause(hub, &caller, &id, payer, payee)
+        {
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
         self.service.ask(
             hub,
             Route {

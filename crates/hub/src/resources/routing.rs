@@ -181,6 +181,26 @@ impl Service {
     }
 
     /// An error callback from the hub to the caller about its request `id`.
+    /// The pause rule (`ledger::payment_refusal`) for a request of
+    /// `caller`'s that starts a payment from `payer` to `payee`: when it
+    /// refuses, `caller` is told by the hub's error callback (the request
+    /// is not passed on) and the answer is true.
+    pub(crate) fn refused_by_pause(
+        &self,
+        hub: &Hub,
+        caller: &Caller,
+        id: &str,
+        payer: FspName,
+        payee: FspName,
+    ) -> bool {
+        let Some(refusal) = hub.pause_refusal(caller.source, payer, payee) else {
+            return false;
+        };
+        let description = format!("{} - {}", refusal.code.description(), refusal.description);
+        self.send_error(hub, caller, id, refusal.code, &description);
+        true
+    }
+
     pub(crate) fn send_error(
         &self,
         hub: &Hub,

@@ -231,6 +231,7 @@ impl Hub {
                 &description,
             );
         }
+        self.note_paused(caller.source, error);
         self.send_error(
             caller.source,
             transfer_id,
@@ -710,7 +711,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     // until expiry with nobody told: the payer hears at once instead (as
     // Mojaloop answers a payee without an endpoint), and nothing is
     // reserved. An unknown payee is the ledger's to refuse.
-    if hub.endpoints.participant_active(prepare.payee).is_some()
+    if hub.endpoints.participant_mode(prepare.payee).is_some()
         && hub
             .endpoints
             .url(prepare.payee, TRANSFER_POST, &[])

@@ -355,6 +355,7 @@ pub const TABLE: &[Rule] = &[
     rule("GET", "/console/participants/:name", READERS, OWN),
     rule("POST", "/console/participants/:name/limits", FINANCE, NO),
     rule("POST", "/console/participants/:name/active", OPERATOR, NO),
+    rule("POST", "/console/participants/:name/mode", OPERATOR, NO),
     rule(
         "POST",
         "/console/participants/:name/endpoints",

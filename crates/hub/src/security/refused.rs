@@ -22,6 +22,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
+use ledger::FspName;
+
 use crate::Hub;
 
 /// At most one warning per (class, participant) in this time.
@@ -73,10 +75,17 @@ pub enum Class {
     /// A connection refused at accept: its client held its share of the
     /// address's connections (`--max-connections-per-client`).
     ClientConnections,
+    /// Pausing a DFSP (`ledger::PauseRefusal`): a new payment whose payer
+    /// may not send (receive-only or suspended).
+    PayerMayNotSend,
+    /// A new payment whose payee may not receive (send-only or suspended).
+    PayeeMayNotReceive,
+    /// A new payment needing a disabled currency account.
+    AccountInactive,
 }
 
 impl Class {
-    pub const ALL: [Class; 16] = [
+    pub const ALL: [Class; 19] = [
         Class::Identity,
         Class::HubSource,
         Class::NotParty,
@@ -93,7 +102,19 @@ impl Class {
         Class::OracleServed,
         Class::Connections,
         Class::ClientConnections,
+        Class::PayerMayNotSend,
+        Class::PayeeMayNotReceive,
+        Class::AccountInactive,
     ];
+
+    /// The class of a refusal by the pause rule.
+    pub fn of_pause(reason: ledger::PauseRefusal) -> Class {
+        match reason {
+            ledger::PauseRefusal::PayerMayNotSend => Class::PayerMayNotSend,
+            ledger::PauseRefusal::PayeeMayNotReceive => Class::PayeeMayNotReceive,
+            ledger::PauseRefusal::AccountInactive => Class::AccountInactive,
+        }
+    }
 
     /// The `class` label and JSON key.
     pub fn as_str(self) -> &'static str {
@@ -114,6 +135,9 @@ impl Class {
             Class::OracleServed => "oracle_served",
             Class::Connections => "connections",
             Class::ClientConnections => "client_connections",
+            Class::PayerMayNotSend => ledger::PauseRefusal::PayerMayNotSend.as_str(),
+            Class::PayeeMayNotReceive => ledger::PauseRefusal::PayeeMayNotReceive.as_str(),
+            Class::AccountInactive => ledger::PauseRefusal::AccountInactive.as_str(),
         }
     }
 
@@ -142,6 +166,13 @@ impl Class {
             Class::ClientConnections => {
                 "connection refused: its client holds its share of the address's connections (--max-connections-per-client)"
             }
+            Class::PayerMayNotSend => {
+                "payment refused: its payer's mode forbids sending (receive-only or suspended)"
+            }
+            Class::PayeeMayNotReceive => {
+                "payment refused: its payee's mode forbids receiving (send-only or suspended)"
+            }
+            Class::AccountInactive => "payment refused: a currency account it needs is disabled",
         }
     }
 }
@@ -296,6 +327,35 @@ impl Refusals {
 }
 
 impl Hub {
+    /// Counts and logs a refusal by the pause rule, if `error` is one (its
+    /// class is the rule's reason), under the participant that asked.
+    pub(crate) fn note_paused(&self, caller: FspName, error: &ledger::Rejection) {
+        if let Some(reason) = error.paused {
+            let description = format!("{} - {}", error.code.description(), error.description);
+            self.refuse(Class::of_pause(reason), caller.as_str(), &description);
+        }
+    }
+
+    /// The pause rule for a request the hub routes without the ledger (a
+    /// lookup, a quote, a request to pay) that starts a payment from
+    /// `payer` to `payee`, asked by `asker` (one of the two), on the hub's
+    /// copy of the committed modes (current as of the last committed
+    /// batch); a refusal is counted and logged under `asker`. A
+    /// participant the hub does not know is left to the route's other
+    /// checks.
+    pub(crate) fn pause_refusal(
+        &self,
+        asker: FspName,
+        payer: FspName,
+        payee: FspName,
+    ) -> Option<ledger::Rejection> {
+        let payer_mode = self.endpoints.participant_mode(payer)?;
+        let payee_mode = self.endpoints.participant_mode(payee)?;
+        let refusal = ledger::payment_refusal((payer, payer_mode), (payee, payee_mode))?;
+        self.note_paused(asker, &refusal);
+        Some(refusal)
+    }
+
     /// The label a claimed participant name is counted under: a DFSP the
     /// hub knows, the hub's own name, or `unknown`.
     pub(crate) fn participant_label(&self, claimed: &str) -> String {

@@ -230,6 +230,31 @@ pub fn prepare_body(
     )
 }
 
+/// A party's `partyIdInfo`: an MSISDN held by `fsp`.
+pub fn party_id_info(fsp: &str, msisdn: &str) -> String {
+    format!(r#"{{"partyIdType":"MSISDN","partyIdentifier":"{msisdn}","fspId":"{fsp}"}}"#)
+}
+
+/// `POST /transactionRequests`: [`PAYEE`] asks [`PAYER`] to pay it.
+pub fn transaction_request_body(id: &str) -> String {
+    format!(
+        r#"{{"transactionRequestId":"{id}","payee":{{"partyIdInfo":{}}},"payer":{},"amount":{{"currency":"USD","amount":"25.5"}},"transactionType":{{"scenario":"PAYMENT","initiator":"PAYEE","initiatorType":"BUSINESS"}},"authenticationType":"OTP"}}"#,
+        party_id_info(PAYEE, "255700000001"),
+        party_id_info(PAYER, "255700000002"),
+    )
+}
+
+/// `POST /bulkQuotes`: [`PAYER`] asks [`PAYEE`] for one quote.
+pub fn bulk_quote_body(id: &str) -> String {
+    format!(
+        r#"{{"bulkQuoteId":"{id}","payer":{{"partyIdInfo":{}}},"individualQuotes":[{{"quoteId":"{}","transactionId":"{}","payee":{{"partyIdInfo":{}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"10"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}]}}"#,
+        party_id_info(PAYER, "255700000002"),
+        new_id(),
+        new_id(),
+        party_id_info(PAYEE, "255700000001"),
+    )
+}
+
 pub fn fulfil_body(fulfilment: &str, state: &str) -> String {
     format!(
         r#"{{"fulfilment":"{fulfilment}","completedTimestamp":"{}","transferState":"{state}"}}"#,
