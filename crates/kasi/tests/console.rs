@@ -1625,3 +1625,209 @@ async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
     }
     browser.shot("refused").await;
 }
+
+/// A real, throw-away OpenID provider: the npm package oidc-provider (an
+/// OpenID Certified implementation) run by node from
+/// `tests/oidc-provider/` (its packages installed there by `npm ci` when
+/// missing, at the versions its package-lock.json pins), killed when
+/// dropped.
+struct IdentityProvider {
+    child: Child,
+    issuer: String,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Drop for IdentityProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl IdentityProvider {
+    /// Bound and saying its issuer; `roles` (JSON, login → roles) are the
+    /// `roles` claim of each person's access tokens.
+    fn start(roles: &serde_json::Value) -> IdentityProvider {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oidc-provider");
+        if !dir
+            .join("node_modules/oidc-provider/package.json")
+            .is_file()
+        {
+            let status = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+                .current_dir(&dir)
+                .status()
+                .unwrap_or_else(|error| {
+                    panic!(
+                        "npm is needed for the OpenID provider (apt-get install -y npm): {error}"
+                    )
+                });
+            assert!(status.success(), "npm ci in {} failed", dir.display());
+        }
+        let mut child = Command::new("node")
+            .arg("provider.mjs")
+            .current_dir(&dir)
+            .env("KASI_TEST_ROLES", roles.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start node: {error}"));
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let issuer = loop {
+            let mut line = String::new();
+            let read = out.read_line(&mut line).unwrap();
+            assert!(read > 0, "the OpenID provider exited before it listened");
+            if let Some(issuer) = line.trim().strip_prefix("listening ") {
+                break issuer.to_string();
+            }
+        };
+        IdentityProvider { child, issuer, out }
+    }
+
+    /// Registers the console's callback as its client's redirect URI and
+    /// waits until it serves.
+    fn ready(&mut self, redirect: &str) {
+        use std::io::Write as _;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{redirect}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            let read = self.out.read_line(&mut line).unwrap();
+            assert!(read > 0, "the OpenID provider exited before it was ready");
+            if line.trim() == "ready" {
+                break;
+            }
+        }
+    }
+}
+
+/// Issue 32: a person signs in to the console through the scheme's
+/// identity provider, in a browser, end to end — the console's button, the
+/// provider's own login and consent pages, the authorization code with
+/// PKCE traded by kasi as a confidential client, and back to the page they
+/// asked for, named and in the role the provider gives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_through_the_schemes_identity_provider() {
+    let mut provider = IdentityProvider::start(&json!({
+        "dora": ["hub-treasury"],
+        "mallory": ["offline_access"],
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let (tokens, _) = tokens_file(dir.path());
+    let secret = dir.path().join("oidc-client-secret");
+    std::fs::write(&secret, "kasi-test-secret\n").unwrap();
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--admin-tokens",
+            tokens.to_str().unwrap(),
+            "--oidc-issuer",
+            &provider.issuer,
+            "--oidc-client-id",
+            "kasi-console",
+            "--oidc-client-secret-file",
+            secret.to_str().unwrap(),
+            "--oidc-audience",
+            "urn:kasi:admin",
+            "--oidc-role-map",
+            "hub-treasury=finance",
+        ],
+    );
+    provider.ready(&format!("http://{}/console/oidc/callback", hub.admin));
+    let browser = Browser::start("oidc-sign-in", &hub).await;
+
+    let sign_in = |login: &'static str| {
+        let (browser, hub) = (&browser, &hub);
+        async move {
+            browser
+                .goto("/console/sign-in?next=/console/participants")
+                .await;
+            browser.click("#provider-sign-in").await;
+            // The provider's own pages: its login (any password), then its
+            // consent.
+            assert_eq!(
+                browser.count("input[name=login]").await,
+                1,
+                "not the provider's login page: {} {}\n{}",
+                browser.client.current_url().await.unwrap(),
+                browser.text("body").await,
+                hub.log()
+            );
+            browser.fill("input[name=login]", login).await;
+            browser.fill("input[name=password]", "not-checked").await;
+            browser.click("button[type=submit]").await;
+            browser.click("button[type=submit]").await;
+        }
+    };
+
+    sign_in("dora").await;
+    // The callback's page moves on by itself to where she was going.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while browser.path().await != "/console/participants" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reached the page asked for: {} {}",
+            browser.path().await,
+            browser.text("main").await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    browser.shot("signed-in-through-the-provider").await;
+    assert_eq!(browser.text(".who").await, "dora · finance");
+    let cookie = browser.cookie().await;
+    hub.await_log("console sign-in");
+    assert!(
+        hub.log().lines().any(|l| l.contains("console sign-in")
+            && l.contains("dora")
+            && l.contains("identity-provider")),
+        "the sign-in is logged with its source"
+    );
+    // Finance moves money but does not configure the scheme: the oracle
+    // form is not offered to her.
+    browser.goto("/console/scheme").await;
+    assert_eq!(
+        browser
+            .count("form[action='/console/scheme/oracles']")
+            .await,
+        0
+    );
+    drop(cookie);
+
+    // Signed out, someone the provider knows but kasi gives no role gets
+    // no session.
+    browser
+        .click("form[action='/console/sign-out'] button")
+        .await;
+    // The provider remembers dora (single sign-on): forget her there too.
+    browser
+        .client
+        .goto(&format!(
+            "{}/.well-known/openid-configuration",
+            provider.issuer
+        ))
+        .await
+        .unwrap();
+    browser.client.delete_all_cookies().await.unwrap();
+    sign_in("mallory").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let main = browser.text("main").await;
+        if main.contains("no kasi role") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mallory was not refused: {} {main}",
+            browser.path().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    browser.goto("/console/").await;
+    assert!(
+        browser.path().await.starts_with("/console/sign-in"),
+        "no session: {}",
+        browser.path().await
+    );
+}
