@@ -159,11 +159,38 @@ pub(crate) struct CallbackQuery {
     error_description: Option<String>,
 }
 
+/// Tells the hub of a refused sign-in (counted, logged at a bounded
+/// rate, audited as a refused credential), then shows why.
+fn refused(
+    console: &Console,
+    connection: Option<&hub::tls::Connection>,
+    status: StatusCode,
+    provider_refusal: Option<hub::oidc::OidcRefusal>,
+    why: &str,
+) -> Response {
+    tracing::debug!(why, "console sign-in through the identity provider refused");
+    if let Some(on_refusal) = &console.on_refusal {
+        on_refusal(&hub::admin_auth::GateRefusal {
+            status: StatusCode::UNAUTHORIZED,
+            caller: None,
+            method: &axum::http::Method::GET,
+            path: "/console/oidc/callback",
+            remote: connection.map(|c| c.peer.ip()),
+            with_credential: true,
+            reason: None,
+            provider_refusal,
+        });
+    }
+    failed(status, why)
+}
+
 pub(crate) async fn callback(
     State(console): State<Arc<Console>>,
+    connection: Option<axum::Extension<hub::tls::Connection>>,
     headers: HeaderMap,
     Query(query): Query<CallbackQuery>,
 ) -> Response {
+    let connection = connection.as_ref().map(|c| &c.0);
     let Some(oidc) = console.auth.oidc() else {
         return failed(
             StatusCode::NOT_FOUND,
@@ -171,9 +198,11 @@ pub(crate) async fn callback(
         );
     };
     if let Some(error) = &query.error {
-        tracing::info!(%error, description = query.error_description.as_deref().unwrap_or(""), "console sign-in: the identity provider refused");
-        return failed(
+        return refused(
+            &console,
+            connection,
             StatusCode::UNAUTHORIZED,
+            None,
             &format!(
                 "The identity provider did not sign you in ({error}{}).",
                 query
@@ -193,24 +222,31 @@ pub(crate) async fn callback(
     // The browser's own cookie first: a callback forged for someone
     // else's browser must not even use up the sign-in it names.
     if session::cookie_value(&headers, STATE_COOKIE) != Some(state.as_str()) {
-        tracing::warn!("console sign-in refused: the callback's state is not this browser's");
-        return failed(
+        return refused(
+            &console,
+            connection,
             StatusCode::BAD_REQUEST,
+            None,
             "This sign-in was not begun in this browser: sign in again.",
         );
     }
     let Some(pending) = console.pending_sign_ins.take(state) else {
-        tracing::info!("console sign-in refused: unknown, used or expired state");
-        return failed(
+        return refused(
+            &console,
+            connection,
             StatusCode::BAD_REQUEST,
+            None,
             "This sign-in is unknown, already used or expired: sign in again.",
         );
     };
     match oidc.exchange_code(code, &pending.start).await {
         Ok((identity, access_token)) => {
             let Some(caller) = console.auth.caller_of_identity(identity) else {
-                return failed(
+                return refused(
+                    &console,
+                    connection,
                     StatusCode::FORBIDDEN,
+                    Some(hub::oidc::OidcRefusal::NoRole),
                     "Your identity provider account has no kasi role (operator, finance, viewer, auditor or dfsp:<name>).",
                 );
             };
@@ -236,13 +272,13 @@ pub(crate) async fn callback(
             page::harden(response.headers_mut());
             response
         }
-        Err(error) => {
-            tracing::warn!(%error, "console sign-in through the identity provider failed");
-            failed(
-                StatusCode::UNAUTHORIZED,
-                &format!("The sign-in could not be completed: {error}"),
-            )
-        }
+        Err(error) => refused(
+            &console,
+            connection,
+            StatusCode::UNAUTHORIZED,
+            None,
+            &format!("The sign-in could not be completed: {error}"),
+        ),
     }
 }
 

@@ -328,9 +328,26 @@ impl Oidc {
     }
 
     /// The provider's endpoints, once discovery has answered.
+    /// A provider that has not answered is asked again at most once per
+    /// [`UNKNOWN_KEY_REFETCH`]: sign-ins begun by anyone must not make kasi
+    /// hammer it.
     pub async fn endpoints(&self) -> Option<Endpoints> {
-        if self.keys.read().await.endpoints.is_none() {
-            let _ = self.refresh().await;
+        let attempted = {
+            let keys = self.keys.read().await;
+            if keys.endpoints.is_some() {
+                return keys.endpoints.clone();
+            }
+            if keys
+                .attempted_at
+                .is_some_and(|at| at.elapsed() < UNKNOWN_KEY_REFETCH)
+            {
+                return None;
+            }
+            keys.attempted_at
+        };
+        let _one = self.fetching.lock().await;
+        if self.keys.read().await.attempted_at == attempted {
+            let _ = self.refresh_while_fetching().await;
         }
         self.keys.read().await.endpoints.clone()
     }
