@@ -614,8 +614,13 @@ fn people_sign_in_to_the_console_through_the_provider_with_pkce() {
     // Someone the provider knows but kasi gives no role: no session.
     provider.sign_in_as("mallory", &["offline_access"]);
     let (callback, state_cookie) = begin_sign_in(&hub, "/console/");
+    let before = provider_refusals(&hub, "no kasi role");
     let no_role = browse(hub.admin, &callback, &[&state_cookie]);
     assert_eq!(no_role.status, 403, "{no_role:?}");
+    // Counted like the API's refused tokens.
+    hub.await_metrics("the console's refused sign-in", |_| {
+        (provider_refusals(&hub, "no kasi role") > before).then_some(())
+    });
     assert!(
         no_role.text().contains("no kasi role"),
         "{}",
