@@ -782,12 +782,15 @@ impl JwsArgs {
 #[command(next_help_heading = "Admin API and console")]
 struct AdminArgs {
     /// Credentials of the admin API: one `name role credential` per line,
-    /// role `operator` (everything) or `viewer` (GET/HEAD only), credential
-    /// the sha256 hex of a bearer token (`kasi admin-token` makes one) or
-    /// `cert:sha256:<hex>` of a client certificate (--admin-client-ca). With
-    /// this file every admin request but /health needs a credential (401
-    /// without, 403 for a viewer's write). Without it the admin API is
-    /// open, which is allowed only on a loopback --admin-listen.
+    /// role `operator` (everything), `finance` (funds, limits, settlement),
+    /// `viewer` (reads), `auditor` (the audit trail and reports) or
+    /// `dfsp:<name>` (one DFSP's own view; docs/security.md has the table
+    /// of every route), credential the sha256 hex of a bearer token (`kasi
+    /// admin-token` makes one) or `cert:sha256:<hex>` of a client
+    /// certificate (--admin-client-ca). With this file (or --oidc-issuer)
+    /// every admin request but /health needs a credential (401 without,
+    /// 403 for a route the role may not use). Without either the admin API
+    /// is open, which is allowed only on a loopback --admin-listen.
     #[arg(long, env = "KASI_ADMIN_TOKENS", value_name = "FILE")]
     admin_tokens: Option<PathBuf>,
 
