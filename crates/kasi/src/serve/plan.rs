@@ -816,8 +816,9 @@ struct AdminArgs {
     /// admin API then also accepts its JWT access tokens as bearer tokens,
     /// checked against the keys its discovery document's `jwks_uri` lists
     /// (signature, issuer, audience, expiry, not-before), each naming a
-    /// person and their roles. The tokens file stays for automation and
-    /// break-glass. Needs --oidc-client-id.
+    /// person and their roles, and the console offers "Sign in with your
+    /// identity provider" (authorization code with PKCE). The tokens file
+    /// stays for automation and break-glass. Needs --oidc-client-id.
     #[arg(
         long,
         env = "KASI_OIDC_ISSUER",
