@@ -264,22 +264,22 @@ fn provider_refusals(hub: &Hub, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
-    let provider = Provider::start(Key::new("2026-11"));
-    let key = provider.state.key.clone();
-    let issuer = provider.issuer.clone();
-    let dir = tempfile::tempdir().unwrap();
+/// A hub whose tokens file holds one operator (`break-glass`, whose token
+/// it returns and sends on its own admin calls) and which trusts the
+/// provider at `issuer`: audience `kasi-admin`, roles in
+/// `realm_access.roles`, `hub-treasury` meaning finance and `hub-ops`
+/// operator; its keys fetched.
+fn hub_trusting(issuer: &str, dir: &std::path::Path) -> (Hub, String) {
     let (operator, operator_line) = admin_token("break-glass", "operator");
-    let tokens = dir.path().join("admin-tokens");
+    let tokens = dir.join("admin-tokens");
     std::fs::write(&tokens, format!("{operator_line}\n")).unwrap();
     let mut hub = Hub::start_with(
-        &dir.path().join("data"),
+        &dir.join("data"),
         &[
             "--admin-tokens",
             tokens.to_str().unwrap(),
             "--oidc-issuer",
-            &issuer,
+            issuer,
             "--oidc-client-id",
             "kasi-console",
             "--oidc-audience",
@@ -292,11 +292,21 @@ fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
     );
     hub.await_log("identity provider's keys fetched");
     hub.admin_bearer = Some(operator.clone());
+    (hub, operator)
+}
+
+#[test]
+fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
+    let provider = Provider::start(Key::new("2026-11"));
+    let key = provider.state.key.clone();
+    let issuer = provider.issuer.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let (hub, operator) = hub_trusting(&issuer, dir.path());
     let scenario = Scenario::on(hub, dir, 10_000, 5_000);
     let hub = &scenario.hub;
 
     // A finance person: reads, funds, but does not onboard; the audit
-    // trail names her and where her credential came from.
+    // trail names her and her role.
     let dora = key.sign(&claims(
         &issuer,
         "dora",
@@ -506,28 +516,7 @@ fn begin_sign_in(hub: &Hub, next: &str) -> (String, String) {
 fn people_sign_in_to_the_console_through_the_provider_with_pkce() {
     let provider = Provider::start(Key::new("2026-11"));
     let dir = tempfile::tempdir().unwrap();
-    let (operator, operator_line) = admin_token("break-glass", "operator");
-    let tokens = dir.path().join("admin-tokens");
-    std::fs::write(&tokens, format!("{operator_line}\n")).unwrap();
-    let mut hub = Hub::start_with(
-        &dir.path().join("data"),
-        &[
-            "--admin-tokens",
-            tokens.to_str().unwrap(),
-            "--oidc-issuer",
-            &provider.issuer,
-            "--oidc-client-id",
-            "kasi-console",
-            "--oidc-audience",
-            "kasi-admin",
-            "--oidc-roles-claim",
-            "realm_access.roles",
-            "--oidc-role-map",
-            "hub-treasury=finance",
-        ],
-    );
-    hub.await_log("identity provider's keys fetched");
-    hub.admin_bearer = Some(operator);
+    let (hub, _) = hub_trusting(&provider.issuer, dir.path());
 
     let sign_in = browse(hub.admin, "/console/sign-in", &[]);
     assert!(
