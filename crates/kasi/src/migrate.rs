@@ -285,6 +285,7 @@ fn count(copied: &mut BTreeMap<&'static str, u64>, record: &Record) {
         Record::ConversionFulfilled(_) => add("conversion_fulfils", 1),
         // An FXP withdrawn has no row.
         Record::Fxp(row) => add("fxps", usize::from(!row.corridors.is_empty())),
+        Record::PendingChange(_) => add("pending_changes", 1),
         // An export writes rows as they are: no deletions.
         Record::PartyDeleted(_) | Record::OracleDeleted(_) | Record::CertificateUnpinned(_) => {}
     }

@@ -156,6 +156,9 @@ pub struct Ledger {
     pub(crate) conversions_by_determining: HashMap<TransferId, TransferId>,
     /// Declared FXPs and the corridors each serves.
     pub(crate) fxps: BTreeMap<ParticipantId, Vec<Corridor>>,
+    /// Four-eyes pending changes, every one kept (decided ones too: they
+    /// are few, one per sensitive admin request), by id.
+    pub(crate) pending_changes: BTreeMap<String, PendingChangeRow>,
     /// Settlement windows, their content and settlements.
     pub(crate) book: SettlementBook,
     /// The newest audit events, oldest first (at most
@@ -211,6 +214,7 @@ impl Ledger {
             quotes: HashMap::new(),
             conversions_by_determining: HashMap::new(),
             fxps: BTreeMap::new(),
+            pending_changes: BTreeMap::new(),
             book: SettlementBook::default(),
             audit_events: VecDeque::new(),
             last_audit_id: 0,
@@ -388,6 +392,11 @@ impl Ledger {
                 self.unpin_certificate(*name, *fingerprint)
             }
             Command::NoteExternalChange { .. } | Command::NoteRefused { .. } => Ok(Outcome::Done),
+            Command::KeepPendingChange(row) => {
+                self.pending_changes.insert(row.id.clone(), (**row).clone());
+                self.push_record(Record::PendingChange((**row).clone()));
+                Ok(Outcome::Done)
+            }
             Command::GetTransfer { .. }
             | Command::GetConversion { .. }
             | Command::ReadFxps
@@ -399,6 +408,7 @@ impl Ledger {
             | Command::ReadSettlementModels
             | Command::ReadOracles
             | Command::ReadAuditEvents(_)
+            | Command::ReadPendingChanges
             | Command::ReadCertificatePins
             | Command::ReadParties => match self.read(command) {
                 Some(outcome) => return outcome,
@@ -439,6 +449,9 @@ impl Ledger {
                 self.oracles.iter().filter(|o| o.active).cloned().collect(),
             )),
             Command::ReadAuditEvents(query) => Ok(self.read_audit_events(query)),
+            Command::ReadPendingChanges => Ok(Outcome::PendingChanges(
+                self.pending_changes.values().cloned().collect(),
+            )),
             Command::ReadCertificatePins => Ok(self.read_pins()),
             Command::ReadParties => Ok(Outcome::Parties(
                 self.parties

@@ -611,6 +611,13 @@ pub enum Command {
     },
     /// The newest audit events kept in memory that match, newest first.
     ReadAuditEvents(AuditQuery),
+    /// Keeps a four-eyes pending change as it now stands (an upsert of the
+    /// whole row: requested, then decided). The hub decides what it holds;
+    /// the ledger only makes it durable in order with the changes it
+    /// governs.
+    KeepPendingChange(Box<PendingChangeRow>),
+    /// Every pending change the hub has kept, in id order.
+    ReadPendingChanges,
     /// `POST /participants/{name}/certificates`: a client certificate
     /// (its SHA-256) that may act as the participant on the FSPIOP API.
     PinCertificate {
@@ -676,6 +683,40 @@ pub struct AuditTag {
 /// Audit events kept in memory (and loaded at start); older ones stay in
 /// the store's `audit_events` table.
 pub const AUDIT_EVENTS_IN_MEMORY: usize = 10_000;
+
+/// A four-eyes (maker/checker) pending change: an admin change one person
+/// asked for, kept until a different person approves or rejects it or it
+/// expires. Kept whole and replaced whole at each step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingChangeRow {
+    /// The hub's id for it (a UUID).
+    pub id: String,
+    /// The four-eyes action (`funds-out`, `net-debit-cap`, …).
+    pub action: String,
+    /// What it changes (a participant's name, `settlement/3`).
+    pub target: String,
+    /// The admin request as asked: method, path (with query) and the exact
+    /// body, run as it is at approval.
+    pub method: String,
+    pub path: String,
+    pub body: String,
+    /// Who asked: name, role (`operator`, `finance`) and how they signed
+    /// in (`token`, `oidc`).
+    pub maker: String,
+    pub maker_role: String,
+    pub maker_source: String,
+    pub reason: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    /// `pending`, `applied`, `failed`, `rejected` or `expired`.
+    pub state: String,
+    /// Who decided (empty while pending, or for an expiry), their role,
+    /// why, and when (0 while pending).
+    pub checker: String,
+    pub checker_role: String,
+    pub decision_reason: String,
+    pub decided_at_ms: i64,
+}
 
 /// A durable record of one admin change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -852,6 +893,8 @@ pub enum Outcome {
     CertificatePins(Vec<PinView>),
     /// Declared FXPs, in name order.
     Fxps(Vec<FxpView>),
+    /// Four-eyes pending changes, in id order.
+    PendingChanges(Vec<PendingChangeRow>),
 }
 
 impl Outcome {
@@ -983,6 +1026,8 @@ pub enum Record {
     ConversionFulfilled(ConversionFulfilRow),
     /// An FXP's corridors as declared (an upsert of the whole row).
     Fxp(FxpRow),
+    /// A four-eyes pending change as it now stands (an upsert).
+    PendingChange(PendingChangeRow),
 }
 
 /// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).

@@ -229,6 +229,13 @@ fn audit_events(outcome: Outcome) -> Answer<Vec<AuditEventRow>> {
     })
 }
 
+fn pending_changes(outcome: Outcome) -> Answer<Vec<PendingChangeRow>> {
+    answer(outcome, |o| match o {
+        Outcome::PendingChanges(rows) => Ok(rows),
+        other => Err(unexpected(other)),
+    })
+}
+
 fn fxps(outcome: Outcome) -> Answer<Vec<FxpView>> {
     answer(outcome, |o| match o {
         Outcome::Fxps(views) => Ok(views),
@@ -318,6 +325,7 @@ requests! {
     ReadSettlements {} => Changed<Vec<SettlementView>> = settlements;
     ReadSettlementReport { settlement: u32 } => Changed<SettlementReport> = settlement_report;
     ReadCertificatePins {} => Changed<Vec<PinView>> = certificate_pins;
+    ReadPendingChanges {} => Changed<Vec<PendingChangeRow>> = pending_changes;
 }
 
 /// A request whose command wraps one value.
@@ -351,6 +359,7 @@ wrapped! {
     /// `recordFundsOutAbort`.
     FundsOutAbort(FundsFinish) => TransferReply = transfer;
     ReadAuditEvents(AuditQuery) => Changed<Vec<AuditEventRow>> = audit_events;
+    KeepPendingChange(Box<PendingChangeRow>) => Changed<()> = done;
     /// `PUT /fxTransfers/{ID}/error` from the FXP.
     AbortConversion(Abort) => TransferReply = transfer;
 }

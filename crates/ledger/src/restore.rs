@@ -139,6 +139,7 @@ impl Ledger {
                     corridors: corridors.clone(),
                 })
                 .collect(),
+            pending_changes: self.pending_changes.values().cloned().collect(),
             // Evicted transfers are the store's to give; a snapshot holds
             // what is in memory.
             archived: Default::default(),
@@ -262,6 +263,9 @@ impl Ledger {
         ledger.restore_audit(snapshot.audit_events, snapshot.certificate_pins);
         for row in snapshot.fxps {
             ledger.fxps.insert(row.participant, row.corridors);
+        }
+        for row in snapshot.pending_changes {
+            ledger.pending_changes.insert(row.id.clone(), row);
         }
         let conversion_fulfils: HashMap<u64, ConversionFulfilRow> = snapshot
             .conversion_fulfils

@@ -46,6 +46,8 @@ pub struct Snapshot {
     pub conversion_fulfils: Vec<ConversionFulfilRow>,
     /// Declared FXPs, in participant order.
     pub fxps: Vec<FxpRow>,
+    /// Four-eyes pending changes (decided ones too), in id order.
+    pub pending_changes: Vec<PendingChangeRow>,
     /// Transfers the store holds but did not load (finished before the
     /// retention horizon), summed; empty when everything was loaded.
     pub archived: Archived,

@@ -302,3 +302,59 @@ fn a_store_with_a_pin_of_a_missing_participant_is_refused() {
     );
     assert!(Ledger::restore(snapshot, Limits::default()).is_err());
 }
+
+fn pending_change(id: &str, state: &str) -> PendingChangeRow {
+    PendingChangeRow {
+        id: id.to_string(),
+        action: "funds-out".to_string(),
+        target: "payerfsp".to_string(),
+        method: "POST".to_string(),
+        path: "/participants/payerfsp/accounts/3".to_string(),
+        body: r#"{"action":"recordFundsOutPrepareReserve"}"#.to_string(),
+        maker: "alice".to_string(),
+        maker_role: "operator".to_string(),
+        maker_source: "token".to_string(),
+        reason: "month end".to_string(),
+        created_at_ms: 10,
+        expires_at_ms: 1_000,
+        state: state.to_string(),
+        checker: String::new(),
+        checker_role: String::new(),
+        decision_reason: String::new(),
+        decided_at_ms: 0,
+    }
+}
+
+#[test]
+fn a_pending_change_is_kept_whole_replaced_whole_and_restored() {
+    let mut ledger = hub();
+    let asked = pending_change("b", "pending");
+    let result = ledger.apply_batch(
+        2,
+        &[
+            Command::KeepPendingChange(Box::new(pending_change("a", "pending"))),
+            Command::KeepPendingChange(Box::new(asked.clone())),
+        ],
+    );
+    assert_eq!(result.outcomes, [Outcome::Done, Outcome::Done]);
+    assert!(result
+        .records
+        .contains(&Record::PendingChange(asked.clone())));
+    let approved = PendingChangeRow {
+        state: "applied".to_string(),
+        checker: "bob".to_string(),
+        checker_role: "finance".to_string(),
+        decided_at_ms: 20,
+        ..asked
+    };
+    ledger.apply_batch(3, &[Command::KeepPendingChange(Box::new(approved.clone()))]);
+    let mut restored = Ledger::restore(ledger.snapshot(), Limits::default()).unwrap();
+    let result = restored.apply_batch(4, &[Command::ReadPendingChanges]);
+    assert_eq!(
+        result.outcomes,
+        [Outcome::PendingChanges(vec![
+            pending_change("a", "pending"),
+            approved
+        ])]
+    );
+}

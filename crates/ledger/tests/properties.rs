@@ -625,6 +625,9 @@ impl Mirror {
                 Record::ConversionFulfilled(_) | Record::Fxp(_) => {
                     unreachable!("FX is checked by tests/fx.rs")
                 }
+                Record::PendingChange(_) => {
+                    unreachable!("pending changes are checked by tests/audit.rs")
+                }
                 Record::Window(row) => {
                     self.windows.insert(row.id, row.clone());
                 }
@@ -846,7 +849,9 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::AbortConversion(_)
         | Command::GetConversion { .. }
         | Command::SetFxpCorridors { .. }
-        | Command::ReadFxps => {
+        | Command::ReadFxps
+        | Command::KeepPendingChange(_)
+        | Command::ReadPendingChanges => {
             unreachable!("reference-data, settlement and FX commands are not generated here")
         }
         Command::CreateHub { .. } | Command::InitNetDebitCap { .. } => (Expect::Done, vec![]),

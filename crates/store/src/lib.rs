@@ -305,6 +305,11 @@ impl FxColumns {
 /// which of the active modes (`active`, `send-only`, `receive-only`), or
 /// `suspended`. A row written before the column (NULL, or a store read
 /// as it is below the version that added it) is what its `is_active` says.
+/// The columns of a `pending_changes` row, in table order (both backends).
+pub(crate) const PENDING_CHANGE_COLUMNS: &str = "id, action, target, method, path, body, maker, \
+     maker_role, maker_source, reason, created_at_ms, expires_at_ms, state, checker, checker_role, \
+     decision_reason, decided_at_ms";
+
 pub(crate) fn participant_mode(
     is_active: bool,
     mode: Option<&str>,

@@ -42,7 +42,7 @@ use crate::pg_rows::{
     FINISH_AT, FULFIL_AT, QUOTE_COLUMNS,
 };
 use crate::pg_schema::{
-    FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, SCHEMA_VERSION, STORE_KIND,
+    FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE, SCHEMA_VERSION, STORE_KIND,
 };
 use crate::{Store, StoreError};
 
@@ -72,6 +72,7 @@ pub const TABLES: &[&str] = &[
     "transfer_fx",
     "conversion_fulfils",
     "fxps",
+    "pending_changes",
 ];
 
 /// How long connecting may take before start-up fails with a clear error.
@@ -443,6 +444,7 @@ struct Statements {
     conversion_fulfils: Statement,
     fxp: Statement,
     fxp_withdrawn: Statement,
+    pending_change: Statement,
 }
 
 impl Statements {
@@ -558,6 +560,14 @@ impl Statements {
                  ON CONFLICT (participant_id) DO UPDATE SET corridors = excluded.corridors",
             )?,
             fxp_withdrawn: prepare("DELETE FROM fxps WHERE participant_id = $1")?,
+            pending_change: prepare(&format!(
+                "INSERT INTO pending_changes ({}) VALUES
+                    ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, checker = excluded.checker,
+                    checker_role = excluded.checker_role, decision_reason = excluded.decision_reason,
+                    decided_at_ms = excluded.decided_at_ms",
+                crate::PENDING_CHANGE_COLUMNS
+            ))?,
         })
     }
 }
@@ -1387,6 +1397,33 @@ fn read_state(
                 });
             }
         }
+        if version >= PENDING_SINCE {
+            let query = format!(
+                "SELECT {} FROM pending_changes ORDER BY id",
+                crate::PENDING_CHANGE_COLUMNS
+            );
+            for row in transaction.query(query.as_str(), &[])? {
+                snapshot.pending_changes.push(ledger::PendingChangeRow {
+                    id: col(&row, 0)?,
+                    action: col(&row, 1)?,
+                    target: col(&row, 2)?,
+                    method: col(&row, 3)?,
+                    path: col(&row, 4)?,
+                    body: col(&row, 5)?,
+                    maker: col(&row, 6)?,
+                    maker_role: col(&row, 7)?,
+                    maker_source: col(&row, 8)?,
+                    reason: col(&row, 9)?,
+                    created_at_ms: col(&row, 10)?,
+                    expires_at_ms: col(&row, 11)?,
+                    state: col(&row, 12)?,
+                    checker: col(&row, 13)?,
+                    checker_role: col(&row, 14)?,
+                    decision_reason: col(&row, 15)?,
+                    decided_at_ms: col(&row, 16)?,
+                });
+            }
+        }
         crate::pg_settlement::load(transaction, snapshot)?;
         Ok(())
     }
@@ -1539,6 +1576,30 @@ impl<'r> Columns<'r> {
             }
             Record::Fxp(row) if row.corridors.is_empty() => {
                 transaction.execute(&statements.fxp_withdrawn, &[&i64::from(row.participant.0)])?;
+            }
+            Record::PendingChange(row) => {
+                transaction.execute(
+                    &statements.pending_change,
+                    &[
+                        &row.id,
+                        &row.action,
+                        &row.target,
+                        &row.method,
+                        &row.path,
+                        &row.body,
+                        &row.maker,
+                        &row.maker_role,
+                        &row.maker_source,
+                        &row.reason,
+                        &row.created_at_ms,
+                        &row.expires_at_ms,
+                        &row.state,
+                        &row.checker,
+                        &row.checker_role,
+                        &row.decision_reason,
+                        &row.decided_at_ms,
+                    ],
+                )?;
             }
             Record::Fxp(row) => {
                 transaction.execute(

@@ -15,6 +15,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_5,
     MIGRATION_6,
     MIGRATION_7,
+    MIGRATION_8,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -29,6 +30,9 @@ pub(crate) const FX_SINCE: i64 = 6;
 
 /// The version from which participants have a `mode` column (migration 7).
 pub(crate) const MODE_SINCE: i64 = 7;
+
+/// The version from which four-eyes pending changes are kept (migration 8).
+pub(crate) const PENDING_SINCE: i64 = 8;
 
 /// Held (transaction-scoped) while a kasi creates or migrates the schema,
 /// so that two hubs starting on one empty database do not both create it.
@@ -92,6 +96,30 @@ CREATE INDEX transfers_funds ON transfers (seq) WHERE kind <> 'TRANSFER';
 /// A participant's mode (pausing a DFSP: `ledger::ParticipantMode`); NULL
 /// in rows kept before, read as their `is_active` says.
 const MIGRATION_7: &str = "ALTER TABLE participants ADD COLUMN mode TEXT;";
+
+/// Four-eyes pending changes (`ledger::PendingChangeRow`), requested and
+/// decided: an upsert of the whole row at each step.
+const MIGRATION_8: &str = "
+CREATE TABLE pending_changes (
+    id              TEXT   PRIMARY KEY,
+    action          TEXT   NOT NULL,
+    target          TEXT   NOT NULL,
+    method          TEXT   NOT NULL,
+    path            TEXT   NOT NULL,
+    body            TEXT   NOT NULL,
+    maker           TEXT   NOT NULL,
+    maker_role      TEXT   NOT NULL,
+    maker_source    TEXT   NOT NULL,
+    reason          TEXT   NOT NULL,
+    created_at_ms   BIGINT NOT NULL,
+    expires_at_ms   BIGINT NOT NULL,
+    state           TEXT   NOT NULL,
+    checker         TEXT   NOT NULL,
+    checker_role    TEXT   NOT NULL,
+    decision_reason TEXT   NOT NULL,
+    decided_at_ms   BIGINT NOT NULL
+);
+";
 
 /// FX (FSPIOP v2.0 payer conversion): a conversion's terms or a dependent
 /// transfer's link, one row per FX transfer written with its `transfers`

@@ -38,8 +38,11 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// aborted a transfer on the payee's message); version 6 FX (`transfer_fx`,
 /// `conversion_fulfils`, `fxps`), and `transfers_funds` no longer counts
 /// conversions as funds movements; version 7 the participants' `mode`
-/// (pausing a DFSP: `ledger::ParticipantMode`).
-const SCHEMA_VERSION: i64 = 7;
+/// (pausing a DFSP: `ledger::ParticipantMode`); version 8 the four-eyes
+/// `pending_changes`.
+const SCHEMA_VERSION: i64 = 8;
+/// The version from which a store holds four-eyes pending changes.
+const PENDING_SINCE: i64 = 8;
 /// The version from which participants have a `mode` column.
 const MODE_SINCE: i64 = 7;
 /// The version from which a store holds FX rows (a store read as it is
@@ -253,6 +256,27 @@ CREATE TABLE IF NOT EXISTS fxps (
     participant_id INTEGER PRIMARY KEY,
     corridors      TEXT    NOT NULL  -- SOURCE>TARGET pairs, comma-separated, sorted
 ) STRICT;
+-- Four-eyes pending changes (ledger::PendingChangeRow), requested and
+-- decided: an upsert of the whole row at each step.
+CREATE TABLE IF NOT EXISTS pending_changes (
+    id              TEXT    PRIMARY KEY,
+    action          TEXT    NOT NULL,
+    target          TEXT    NOT NULL,
+    method          TEXT    NOT NULL,
+    path            TEXT    NOT NULL,
+    body            TEXT    NOT NULL,
+    maker           TEXT    NOT NULL,
+    maker_role      TEXT    NOT NULL,
+    maker_source    TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    created_at_ms   INTEGER NOT NULL,
+    expires_at_ms   INTEGER NOT NULL,
+    state           TEXT    NOT NULL,
+    checker         TEXT    NOT NULL,
+    checker_role    TEXT    NOT NULL,
+    decision_reason TEXT    NOT NULL,
+    decided_at_ms   INTEGER NOT NULL
+) STRICT;
 -- The latest conversion for a prepare's id (the prefetch's), once the
 -- conversion left memory.
 CREATE INDEX IF NOT EXISTS transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
@@ -430,8 +454,8 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
-            // Version 2 → 3 only adds tables, which SCHEMA creates.
-            1..=6 => {
+            // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
+            1..=7 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -447,7 +471,9 @@ impl SqliteStore {
                 if !has_column(&migration, "transfer_finishes", "cause")? {
                     migration.execute_batch(MIGRATE_4_TO_5)?;
                 }
-                migration.execute_batch(MIGRATE_5_TO_6)?;
+                if version < 7 {
+                    migration.execute_batch(MIGRATE_5_TO_6)?;
+                }
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
             }
@@ -810,6 +836,33 @@ impl SqliteStore {
                             .prepare_cached("DELETE FROM fxps WHERE participant_id = ?1")?
                             .execute(params![row.participant.0])?;
                     }
+                    Record::PendingChange(row) => {
+                        transaction
+                            .prepare_cached(&format!(
+                                "INSERT OR REPLACE INTO pending_changes ({}) VALUES \
+                                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                                crate::PENDING_CHANGE_COLUMNS
+                            ))?
+                            .execute(params![
+                                row.id,
+                                row.action,
+                                row.target,
+                                row.method,
+                                row.path,
+                                row.body,
+                                row.maker,
+                                row.maker_role,
+                                row.maker_source,
+                                row.reason,
+                                row.created_at_ms,
+                                row.expires_at_ms,
+                                row.state,
+                                row.checker,
+                                row.checker_role,
+                                row.decision_reason,
+                                row.decided_at_ms,
+                            ])?;
+                    }
                     Record::Fxp(row) => {
                         transaction
                             .prepare_cached(
@@ -1014,6 +1067,7 @@ impl SqliteStore {
             entries,
             certificate_pins,
             fxps,
+            pending_changes,
             ..
         } = small;
         let mut records: Vec<Record> = Vec::new();
@@ -1024,6 +1078,7 @@ impl SqliteStore {
         records.extend(oracles.into_iter().map(Record::Oracle));
         records.extend(certificate_pins.into_iter().map(Record::CertificatePin));
         records.extend(fxps.into_iter().map(Record::Fxp));
+        records.extend(pending_changes.into_iter().map(Record::PendingChange));
         records.extend(windows.into_iter().map(Record::Window));
         records.extend(content.into_iter().map(Record::Content));
         records.extend(settlements.into_iter().map(Record::Settlement));
@@ -1373,6 +1428,34 @@ fn read_rows(
                 snapshot.fxps.push(ledger::FxpRow {
                     participant: ParticipantId(row.get(0)?),
                     corridors: crate::parse_corridors(&corridors)?,
+                });
+            }
+        }
+        if version >= PENDING_SINCE {
+            let mut statement = transaction.prepare(&format!(
+                "SELECT {} FROM pending_changes ORDER BY id",
+                crate::PENDING_CHANGE_COLUMNS
+            ))?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.pending_changes.push(ledger::PendingChangeRow {
+                    id: row.get(0)?,
+                    action: row.get(1)?,
+                    target: row.get(2)?,
+                    method: row.get(3)?,
+                    path: row.get(4)?,
+                    body: row.get(5)?,
+                    maker: row.get(6)?,
+                    maker_role: row.get(7)?,
+                    maker_source: row.get(8)?,
+                    reason: row.get(9)?,
+                    created_at_ms: row.get(10)?,
+                    expires_at_ms: row.get(11)?,
+                    state: row.get(12)?,
+                    checker: row.get(13)?,
+                    checker_role: row.get(14)?,
+                    decision_reason: row.get(15)?,
+                    decided_at_ms: row.get(16)?,
                 });
             }
         }

@@ -406,6 +406,8 @@ fn every_kind_of_record_round_trips_alike() {
             participant: ParticipantId(1),
             pinned_at_ms: 9,
         }),
+        Record::PendingChange(pending_change("a", "pending", 0)),
+        Record::PendingChange(pending_change("b", "pending", 0)),
         Record::Window(WindowRow {
             id: 1,
             state: WindowState::Open,
@@ -421,6 +423,7 @@ fn every_kind_of_record_round_trips_alike() {
         Record::PartyDeleted(other_key.clone()),
         Record::OracleDeleted(1),
         Record::CertificateUnpinned([7; 32]),
+        Record::PendingChange(pending_change("a", "applied", 5)),
         Record::Window(WindowRow {
             id: 1,
             state: WindowState::Closed,
@@ -501,9 +504,40 @@ fn every_kind_of_record_round_trips_alike() {
     assert_eq!(from_pg.entries[0].transfer, Some(id(99)));
     assert_eq!(from_pg.settlement_models[1].rules, None);
     assert!(from_pg.settlement_models[0].rules.is_some());
+    assert_eq!(
+        from_pg.pending_changes,
+        [
+            pending_change("a", "applied", 5),
+            pending_change("b", "pending", 0)
+        ],
+        "each row replaced whole by its last step"
+    );
     let reader = PgReader::open(&url).expect("reader");
     assert_eq!(reader.find_quote(id(77)).expect("find"), Some(quote(true)));
     assert_eq!(reader.find_quote(id(78)).expect("find"), None);
+}
+
+/// A four-eyes pending change, decided at `decided_at_ms` (0: not yet).
+fn pending_change(id: &str, state: &str, decided_at_ms: i64) -> ledger::PendingChangeRow {
+    ledger::PendingChangeRow {
+        id: id.into(),
+        action: "funds-out".into(),
+        target: "payerfsp".into(),
+        method: "POST".into(),
+        path: "/participants/payerfsp/accounts/3".into(),
+        body: r#"{"action":"recordFundsOutPrepareReserve"}"#.into(),
+        maker: "alice".into(),
+        maker_role: "operator".into(),
+        maker_source: "token".into(),
+        reason: String::new(),
+        created_at_ms: 1,
+        expires_at_ms: 100,
+        state: state.into(),
+        checker: if decided_at_ms == 0 { "" } else { "bob" }.into(),
+        checker_role: if decided_at_ms == 0 { "" } else { "finance" }.into(),
+        decision_reason: String::new(),
+        decided_at_ms,
+    }
 }
 
 /// kasi creates its schema once, reopens it as it is, and refuses what
@@ -583,6 +617,9 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(error.message.contains("kasi:***@127.0.0.1"), "{error}");
     assert!(!error.message.contains("s3cret"), "{error}");
 }
+
+/// What migration 8 (four-eyes pending changes) added.
+const UNDO_MIGRATION_8: &str = "DROP TABLE pending_changes";
 
 /// What migration 7 (participants' modes) added.
 const UNDO_MIGRATION_7: &str = "ALTER TABLE participants DROP COLUMN mode";
@@ -674,7 +711,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

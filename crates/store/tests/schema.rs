@@ -134,7 +134,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -158,7 +158,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 8).unwrap();
+        connection.pragma_update(None, "user_version", 9).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -167,7 +167,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 8"), "{text}");
+        assert!(text.contains("schema version 9"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -228,7 +228,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -284,7 +284,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -375,7 +375,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -446,7 +446,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -530,7 +530,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -641,7 +641,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
     assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 7);
+    assert_eq!(user_version(dir.path()), 8);
     assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
     for mode in ParticipantMode::ALL {
         store
@@ -651,4 +651,62 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
         store = open(dir.path()).unwrap();
         assert_eq!(store.load().unwrap().participants[0].mode, mode);
     }
+}
+
+/// Four-eyes (version 8): a version 7 store has no pending changes, read
+/// as it is; once served it gains the table, and a change kept there,
+/// then decided, reads back as its last step after a reopen.
+#[test]
+fn a_version_7_store_gains_pending_changes_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(dir.path()).unwrap());
+    rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .execute_batch("DROP TABLE pending_changes; PRAGMA user_version = 7;")
+        .unwrap();
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert!(old.pending_changes.is_empty());
+    assert_eq!(user_version(dir.path()), 7, "audit changes nothing");
+
+    let asked = ledger::PendingChangeRow {
+        id: "9b2f".into(),
+        action: "net-debit-cap".into(),
+        target: "payerfsp".into(),
+        method: "POST".into(),
+        path: "/participants/payerfsp/initialPositionAndLimits".into(),
+        body: "{}".into(),
+        maker: "alice".into(),
+        maker_role: "finance".into(),
+        maker_source: "token".into(),
+        reason: "new cap".into(),
+        created_at_ms: 5,
+        expires_at_ms: 50,
+        state: "pending".into(),
+        checker: String::new(),
+        checker_role: String::new(),
+        decision_reason: String::new(),
+        decided_at_ms: 0,
+    };
+    let rejected = ledger::PendingChangeRow {
+        state: "rejected".into(),
+        checker: "bob".into(),
+        checker_role: "operator".into(),
+        decision_reason: "wrong amount".into(),
+        decided_at_ms: 7,
+        ..asked.clone()
+    };
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 8);
+    store
+        .commit(&[
+            &[Record::PendingChange(asked)],
+            &[Record::PendingChange(rejected.clone())],
+        ])
+        .unwrap();
+    drop(store);
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(store.load().unwrap().pending_changes, [rejected]);
 }

@@ -76,6 +76,13 @@ fn reference_difference(left: &Snapshot, right: &Snapshot) -> Option<String> {
             )
         })
         .or_else(|| rows("FXPs", &left.fxps, &right.fxps))
+        .or_else(|| {
+            rows(
+                "pending changes",
+                &left.pending_changes,
+                &right.pending_changes,
+            )
+        })
 }
 
 /// The first difference between two whole states (`archived` aside).

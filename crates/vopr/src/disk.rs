@@ -456,6 +456,8 @@ pub struct Rows {
     conversion_fulfils: BTreeMap<u64, ConversionFulfilRow>,
     /// By participant id; only FXPs with corridors (a withdrawal deletes).
     fxps: BTreeMap<u32, FxpRow>,
+    /// By id (an upsert of the whole row).
+    pending_changes: BTreeMap<String, ledger::PendingChangeRow>,
     last_transfer_seq: u64,
 }
 
@@ -732,6 +734,9 @@ impl Rows {
                     self.fxps.insert(row.participant.0, row.clone());
                 }
             },
+            Record::PendingChange(row) => {
+                self.pending_changes.insert(row.id.clone(), row.clone());
+            }
         }
     }
 
@@ -832,6 +837,7 @@ impl Rows {
                 .collect(),
             certificate_pins: self.pins.values().cloned().collect(),
             fxps: self.fxps.values().cloned().collect(),
+            pending_changes: self.pending_changes.values().cloned().collect(),
             ..Snapshot::default()
         };
         let Some(horizon_ms) = horizon_ms else {
