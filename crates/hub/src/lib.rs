@@ -41,6 +41,7 @@ pub mod operator {
     pub mod admin;
     pub mod admin_refusals;
     pub mod admin_transfers;
+    pub mod approvals;
     pub mod audit;
     pub mod fxps;
     pub mod jws_keys;
@@ -98,7 +99,8 @@ mod references;
 pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats};
 pub use operator::{
-    admin, admin_refusals, admin_transfers, audit, fxps, jws_keys, oracles, pins, settlement, watch,
+    admin, admin_refusals, admin_transfers, approvals, audit, fxps, jws_keys, oracles, pins,
+    settlement, watch,
 };
 pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
@@ -177,6 +179,10 @@ pub struct HubConfig {
     /// hub's clock, either way (see [`door`]); `None` (the default, as in
     /// Mojaloop): any well-formed Date.
     pub max_clock_skew: Option<Duration>,
+    /// Which admin changes wait for a second person's approval, and how
+    /// long (see [`approvals`]); none by default here, `kasi serve`'s
+    /// `--four-eyes` holds the money-moving ones.
+    pub four_eyes: approvals::FourEyes,
 }
 
 impl HubConfig {
@@ -205,6 +211,7 @@ impl HubConfig {
             answer_window: answers::DEFAULT_ANSWER_WINDOW,
             pending_answers_max: answers::DEFAULT_CAPACITY,
             max_clock_skew: None,
+            four_eyes: approvals::FourEyes::off(),
         }
     }
 }
@@ -910,7 +917,12 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         on_refused_write: Some(on_refused_write),
         own_of: Some(own_of),
     };
-    admin::router(hub.clone())
+    // Approving runs a kept change through this same API (and so its
+    // authentication and access table), which exists only once built.
+    let built = Arc::new(std::sync::OnceLock::new());
+    let holder = hub.clone();
+    let api = admin::router(hub.clone())
+        .merge(approvals::router(hub.clone(), built.clone()))
         .merge(oracles::router(hub.clone()))
         .merge(fxps::router(hub.clone()))
         .merge(settlement::router(hub.clone()))
@@ -923,9 +935,17 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(refused::router(hub.clone()))
         .merge(admin_transfers::router(hub.clone()))
         .merge(scrape)
+        // Inside the authentication: it sees who asks.
+        .layer(axum::middleware::from_fn(move |request, next| {
+            approvals::hold(holder.clone(), request, next)
+        }))
         .layer(axum::middleware::from_fn(move |request, next| {
             admin_auth::authenticate_reporting(auth.clone(), hooks.clone(), request, next)
-        }))
+        }));
+    // The API holds itself (a cycle, never freed): it is built once per
+    // hub and lives as long as the process.
+    let _ = built.set(api.clone());
+    api
 }
 
 /// The admin address's application: the admin API (from [`admin_api`])

@@ -111,6 +111,17 @@ impl Change {
         }
     }
 
+    /// A four-eyes pending change's step (`requested`, `approved`, …):
+    /// the event shows the pending change before and after.
+    pub fn approval(step: &str, id: &str) -> Change {
+        Change {
+            action: format!("approval.{step}"),
+            target: format!("approval/{id}"),
+            view: Some(Command::ReadPendingChanges),
+            render: crate::approvals::render_approval,
+        }
+    }
+
     /// A change kept outside the ledger (a DFSP's JWS public key file):
     /// the command is [`Command::NoteExternalChange`], which carries the
     /// event's before and after itself.

@@ -273,6 +273,11 @@ pub const TABLE: &[Rule] = &[
     ),
     rule("GET", "/settlementModels", READERS, NO),
     rule("POST", "/settlementModels", OPERATOR, NO),
+    // Four-eyes pending changes: whoever may make a change may decide on
+    // it (the handler checks the original route's rule for the decider).
+    rule("GET", "/approvals", READERS, NO),
+    rule("GET", "/approvals/:id", READERS, NO),
+    rule("POST", "/approvals/:id", FINANCE, NO),
     rule("GET", "/oracles", READERS, NO),
     rule("POST", "/oracles", OPERATOR, NO),
     rule("PUT", "/oracles/:id", OPERATOR, NO),

@@ -121,6 +121,9 @@ impl ServeArgs {
             if tls.is_some() { "https" } else { "http" },
             self.listen.admin_listen
         );
+        hub.four_eyes =
+            hub::approvals::FourEyes::parse(&self.admin.four_eyes, self.admin.four_eyes_expiry)
+                .or_else(|why| refuse("--four-eyes", why))?;
         let admin = self.admin.plan(self.listen.admin_listen)?;
         if let AdminPlan::Open(open) = &admin {
             hub.admin_auth = open.clone();
@@ -882,6 +885,31 @@ struct AdminArgs {
     )]
     oidc_roles_claim: String,
 
+    /// Admin changes that need two people (maker/checker): a comma list of
+    /// funds-out, funds-in, net-debit-cap, settlement-finalize,
+    /// participant-deactivate, endpoints, or `none`. Such a request does
+    /// not apply: it is kept as a pending change (202 Accepted) that a
+    /// different person whose role may make it approves or rejects with
+    /// `POST /approvals/{id}`; it applies then, against the state then.
+    #[arg(
+        long,
+        env = "KASI_FOUR_EYES",
+        value_name = "ACTIONS",
+        default_value = hub::approvals::DEFAULT_ACTIONS
+    )]
+    four_eyes: String,
+
+    /// How long a pending change waits for its decision (`24h`, `30m`,
+    /// `90s`); then it expires and must be asked for again.
+    #[arg(
+        long,
+        env = "KASI_FOUR_EYES_EXPIRY",
+        value_name = "DURATION",
+        default_value = "24h",
+        value_parser = parse_expiry
+    )]
+    four_eyes_expiry: Duration,
+
     /// The claim naming the person in audit events and logs (`sub` when a
     /// token lacks it).
     #[arg(
@@ -1069,6 +1097,14 @@ fn parse_duration_ms(text: &str) -> Result<i64, String> {
     count
         .checked_mul(unit_ms)
         .ok_or_else(|| "absurdly long".to_string())
+}
+
+/// How long a pending change waits: at least a second.
+fn parse_expiry(text: &str) -> Result<Duration, String> {
+    match parse_duration_ms(text)? {
+        ms if ms >= 1_000 => Ok(Duration::from_millis(ms as u64)),
+        _ => Err("at least 1s".into()),
+    }
 }
 
 /// A switch: `on` or `off`.

@@ -1,0 +1,345 @@
+//! Maker/checker (four-eyes) end to end, with the real binary: a held
+//! change waits as a pending change (202), the maker cannot decide it, a
+//! second person whose role may make it approves (then it applies, against
+//! the ledger as it is then) or rejects it; it expires; it survives a
+//! restart; each step is in the audit trail.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{admin_token, new_id, Hub, Response, Scenario, PAYER};
+
+/// The operator (alice, the scenario's), bob (operator), carol (finance)
+/// and vic (viewer).
+struct People {
+    alice: String,
+    bob: String,
+    carol: String,
+    vic: String,
+}
+
+/// A hub started with `flags` (four-eyes ones among them) and the tokens
+/// file of [`People`], the payer and payee onboarded (cap 10,000, 5,000
+/// deposited). `without_test_default`: the binary's own default, not the
+/// harness's `KASI_FOUR_EYES=none`.
+fn start_with(flags: &[&str], without_test_default: bool) -> (Scenario, People) {
+    let dir = tempfile::tempdir().unwrap();
+    let (alice, alice_line) = admin_token("alice", "operator");
+    let (bob, bob_line) = admin_token("bob", "operator");
+    let (carol, carol_line) = admin_token("carol", "finance");
+    let (vic, vic_line) = admin_token("vic", "viewer");
+    let file = dir.path().join("admin-tokens");
+    std::fs::write(
+        &file,
+        format!("{alice_line}\n{bob_line}\n{carol_line}\n{vic_line}\n"),
+    )
+    .unwrap();
+    let mut args = vec!["--admin-tokens", file.to_str().unwrap()];
+    args.extend_from_slice(flags);
+    let data = dir.path().join("data");
+    let mut command = Hub::serve_command(&data, &args);
+    if without_test_default {
+        command.env_remove("KASI_FOUR_EYES");
+    }
+    let mut hub = Hub::spawn(command, &data);
+    hub.admin_bearer = Some(alice.clone());
+    let scenario = Scenario::on(hub, dir, 10_000, 5_000);
+    (
+        scenario,
+        People {
+            alice,
+            bob,
+            carol,
+            vic,
+        },
+    )
+}
+
+fn start(flags: &[&str]) -> (Scenario, People) {
+    start_with(flags, false)
+}
+
+fn call(hub: &Hub, token: &str, method: &str, path: &str, body: Option<&Value>) -> Response {
+    hub.admin_as(Some(token), method, path, body)
+}
+
+/// Asks for a held change as `token`'s holder: answered 202 with the
+/// pending change.
+fn ask(hub: &Hub, token: &str, method: &str, path: &str, body: &Value) -> Value {
+    let response = call(hub, token, method, path, Some(body));
+    assert_eq!(response.status, 202, "{method} {path}: {response:?}");
+    let pending = response.json();
+    assert_eq!(pending["state"], "pending", "{pending}");
+    assert_eq!(pending["request"]["body"], body.to_string());
+    pending
+}
+
+fn decide(hub: &Hub, token: &str, id: &Value, decision: &str, reason: &str) -> Response {
+    call(
+        hub,
+        token,
+        "POST",
+        &format!("/approvals/{}", id.as_str().unwrap()),
+        Some(&json!({"decision": decision, "reason": reason})),
+    )
+}
+
+/// `GET /approvals/{id}`.
+fn shown(hub: &Hub, id: &Value) -> Value {
+    let path = format!("/approvals/{}", id.as_str().unwrap());
+    hub.admin_expect("GET", &path, None, 200).json()
+}
+
+fn net_debit_cap(hub: &Hub) -> f64 {
+    let limits = hub
+        .admin_expect("GET", &format!("/participants/{PAYER}/limits"), None, 200)
+        .json();
+    let value = &limits[0]["limit"]["value"];
+    value
+        .as_f64()
+        .or_else(|| value.as_str().and_then(|v| v.parse().ok()))
+        .unwrap_or_else(|| panic!("no cap in {limits}"))
+}
+
+fn cap_change(value: u64) -> Value {
+    json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": value}})
+}
+
+fn funds_out(amount: u64) -> Value {
+    json!({
+        "transferId": new_id(), "externalReference": "ref",
+        "action": "recordFundsOutPrepareReserve", "reason": "payout",
+        "amount": {"amount": amount.to_string(), "currency": "USD"}
+    })
+}
+
+fn settlement_path(hub: &Hub) -> String {
+    format!(
+        "/participants/{PAYER}/accounts/{}",
+        hub.account_id(PAYER, "SETTLEMENT")
+    )
+}
+
+/// The audit trail's `approval.*` actions about pending change `id`, oldest
+/// first.
+fn approval_steps(hub: &Hub, id: &Value) -> Vec<String> {
+    let events = hub.admin_expect("GET", "/audit-events", None, 200).json();
+    let target = format!("approval/{}", id.as_str().unwrap());
+    let mut steps: Vec<String> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["target"] == json!(target))
+        .map(|event| event["action"].as_str().unwrap().to_string())
+        .collect();
+    steps.reverse();
+    steps
+}
+
+#[test]
+fn the_maker_cannot_approve_and_a_second_person_applies_the_change() {
+    let (scenario, people) = start(&["--four-eyes", "net-debit-cap,funds-out"]);
+    let hub = &scenario.hub;
+    let limits = format!("/participants/{PAYER}/limits");
+    let pending = ask(hub, &people.carol, "PUT", &limits, &cap_change(7_000));
+    assert_eq!(pending["action"], "net-debit-cap");
+    assert_eq!(pending["target"], PAYER);
+    assert_eq!(pending["requestedBy"]["name"], "carol");
+    assert_eq!(pending["requestedBy"]["role"], "finance");
+    assert_eq!(net_debit_cap(hub), 10_000.0, "held, not applied");
+
+    let own = decide(hub, &people.carol, &pending["id"], "approve", "mine");
+    assert_eq!(own.status, 403, "the maker approving: {own:?}");
+    assert!(own.text().contains("different person"), "{own:?}");
+    let viewer = decide(hub, &people.vic, &pending["id"], "approve", "");
+    assert_eq!(viewer.status, 403, "a viewer may not decide: {viewer:?}");
+    assert_eq!(net_debit_cap(hub), 10_000.0);
+
+    let listed = call(hub, &people.vic, "GET", "/approvals", None);
+    assert_eq!(listed.status, 200, "{listed:?}");
+    assert_eq!(listed.json()[0]["id"], pending["id"]);
+
+    let approved = decide(hub, &people.bob, &pending["id"], "approve", "checked");
+    assert_eq!(approved.status, 200, "{approved:?}");
+    let approved = approved.json();
+    assert_eq!(approved["state"], "applied", "{approved}");
+    assert_eq!(approved["decidedBy"]["name"], "bob");
+    assert_eq!(net_debit_cap(hub), 7_000.0, "applied at approval");
+    let again = decide(hub, &people.alice, &pending["id"], "approve", "");
+    assert_eq!(again.status, 409, "decided once: {again:?}");
+    assert_eq!(
+        approval_steps(hub, &pending["id"]),
+        [
+            "approval.requested",
+            "approval.approved",
+            "approval.applied"
+        ]
+    );
+    // The change itself is the approver's, in the audit trail as always.
+    let events = hub
+        .admin_expect("GET", "/audit-events?actor=bob", None, 200)
+        .json();
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|event| event["target"] == PAYER && event["outcome"] == "DONE"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_rejected_change_never_applies() {
+    let (scenario, people) = start(&["--four-eyes", "funds-out"]);
+    let hub = &scenario.hub;
+    let before = hub.account_value(PAYER, "SETTLEMENT");
+    let pending = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(1_000),
+    );
+    let rejected = decide(hub, &people.alice, &pending["id"], "reject", "no invoice");
+    assert_eq!(rejected.status, 200, "{rejected:?}");
+    let rejected = rejected.json();
+    assert_eq!(rejected["state"], "rejected");
+    assert_eq!(rejected["decisionReason"], "no invoice");
+    let again = decide(hub, &people.bob, &pending["id"], "approve", "");
+    assert_eq!(again.status, 409, "{again:?}");
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), before);
+    assert_eq!(
+        approval_steps(hub, &pending["id"]),
+        ["approval.requested", "approval.rejected"]
+    );
+}
+
+#[test]
+fn an_undecided_change_expires() {
+    let (scenario, people) = start(&["--four-eyes", "funds-out", "--four-eyes-expiry", "1s"]);
+    let hub = &scenario.hub;
+    let pending = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(10),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let shown = shown(hub, &pending["id"]);
+        if shown["state"] == "expired" {
+            break;
+        }
+        assert_eq!(shown["state"], "pending", "{shown}");
+        assert!(Instant::now() < deadline, "never expired: {shown}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let late = decide(hub, &people.bob, &pending["id"], "approve", "");
+    assert_eq!(late.status, 409, "{late:?}");
+    assert_eq!(
+        approval_steps(hub, &pending["id"]),
+        ["approval.requested", "approval.expired"]
+    );
+}
+
+#[test]
+fn a_pending_change_survives_a_restart_and_applies_after_it() {
+    let (mut scenario, people) = start(&["--four-eyes", "net-debit-cap"]);
+    let limits = format!("/participants/{PAYER}/limits");
+    let pending = ask(
+        &scenario.hub,
+        &people.carol,
+        "PUT",
+        &limits,
+        &cap_change(8_000),
+    );
+    scenario.hub.terminate();
+    let tokens = scenario.dir.path().join("admin-tokens");
+    let mut hub = Hub::start_with(
+        &scenario.dir.path().join("data"),
+        &[
+            "--admin-tokens",
+            tokens.to_str().unwrap(),
+            "--four-eyes",
+            "net-debit-cap",
+        ],
+    );
+    hub.admin_bearer = Some(people.alice.clone());
+    let shown = shown(&hub, &pending["id"]);
+    assert_eq!(shown["state"], "pending", "{shown}");
+    assert_eq!(shown["request"], pending["request"]);
+    let approved = decide(&hub, &people.alice, &pending["id"], "approve", "");
+    assert_eq!(approved.status, 200, "{approved:?}");
+    assert_eq!(net_debit_cap(&hub), 8_000.0);
+}
+
+#[test]
+fn a_funds_out_approved_after_the_balance_dropped_is_refused_with_the_reason() {
+    let (scenario, people) = start(&["--four-eyes", "funds-out"]);
+    let hub = &scenario.hub;
+    let first = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(4_000),
+    );
+    let second = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(3_000),
+    );
+    let applied = decide(hub, &people.bob, &second["id"], "approve", "");
+    assert_eq!(applied.status, 200, "{applied:?}");
+    let refused = decide(hub, &people.bob, &first["id"], "approve", "ok");
+    assert_eq!(refused.status, 409, "{refused:?}");
+    let refused = refused.json();
+    assert_eq!(refused["state"], "failed", "{refused}");
+    let reason = refused["decisionReason"].as_str().unwrap();
+    assert!(reason.contains("refused when applied"), "{reason}");
+    assert!(
+        reason.contains("ok"),
+        "the approver's reason stays: {reason}"
+    );
+    let shown = shown(hub, &first["id"]);
+    assert_eq!(shown["state"], "failed");
+    assert_eq!(
+        approval_steps(hub, &first["id"]),
+        ["approval.requested", "approval.approved", "approval.failed"]
+    );
+}
+
+#[test]
+fn by_default_the_cap_waits_and_funds_in_applies_at_once() {
+    let (scenario, people) = start_with(&[], true);
+    let hub = &scenario.hub;
+    let limits = format!("/participants/{PAYER}/limits");
+    ask(hub, &people.carol, "PUT", &limits, &cap_change(9_000));
+    assert_eq!(net_debit_cap(hub), 10_000.0);
+    let before = hub.account_value(PAYER, "SETTLEMENT");
+    let funds_in = json!({
+        "transferId": new_id(), "externalReference": "ref",
+        "action": "recordFundsIn", "reason": "top up",
+        "amount": {"amount": "100", "currency": "USD"}
+    });
+    let response = call(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        Some(&funds_in),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    assert!(response.text().is_empty(), "not held: {response:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hub.account_value(PAYER, "SETTLEMENT") == before {
+        assert!(Instant::now() < deadline, "funds in never applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
