@@ -30,6 +30,7 @@
 //! script (`assets/console.js`) refreshes the overview in place.
 
 mod api;
+mod approvals;
 mod audit;
 mod fx;
 mod overview;
@@ -175,6 +176,8 @@ pub fn router(
             get(settlement::report),
         )
         .route("/console/audit", get(audit::show))
+        .route("/console/approvals", get(approvals::show))
+        .route("/console/approvals/:id", post(approvals::decide))
         .route("/console/scheme", get(scheme::show))
         .route("/console/scheme/currencies", post(scheme::add_currency))
         .route(

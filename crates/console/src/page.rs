@@ -22,10 +22,11 @@ pub(crate) enum Section {
     Transfers,
     Settlement,
     Audit,
+    Approvals,
     Scheme,
 }
 
-const SECTIONS: [(Section, &str, &str); 7] = [
+const SECTIONS: [(Section, &str, &str); 8] = [
     (Section::Overview, "Overview", "/console/"),
     (
         Section::Participants,
@@ -36,6 +37,7 @@ const SECTIONS: [(Section, &str, &str); 7] = [
     (Section::Transfers, "Transfers", "/console/transfers"),
     (Section::Settlement, "Settlement", "/console/settlement"),
     (Section::Audit, "Audit", "/console/audit"),
+    (Section::Approvals, "Approvals", "/console/approvals"),
     (Section::Scheme, "Scheme", "/console/scheme"),
 ];
 

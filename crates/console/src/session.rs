@@ -193,6 +193,16 @@ impl Visitor {
         to: &str,
     ) -> Response {
         match result {
+            // Held by four-eyes (`202` with a pending change): nothing
+            // changed yet, whatever the form's own words would say.
+            Ok(answer) if answer["state"] == "pending" && answer["requestedBy"].is_object() => {
+                self.session.set_flash(page::Flash::ok(format!(
+                    "Waiting for a second person: {} of {} is on the Approvals page until someone \
+                     else approves it",
+                    answer["action"].as_str().unwrap_or("the change"),
+                    answer["target"].as_str().unwrap_or_default()
+                )))
+            }
             Ok(answer) => self.session.set_flash(page::Flash::ok(done(&answer))),
             Err(error) if error.status == StatusCode::UNAUTHORIZED => {
                 return self.redirect("/console/sign-in")

@@ -343,3 +343,103 @@ fn by_default_the_cap_waits_and_funds_in_applies_at_once() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The console's session cookie and CSRF token of `token`'s holder, and
+/// the Approvals page as they see it.
+fn approvals_page(hub: &Hub, token: &str) -> (String, String, String) {
+    let cookie = support::console_sign_in(hub.admin, token);
+    let page = support::http(
+        hub.admin,
+        "GET",
+        "/console/approvals",
+        &[("Cookie".to_string(), cookie.clone())],
+        b"",
+    );
+    assert_eq!(page.status, 200, "{page:?}");
+    let html = page.text();
+    let csrf = html
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a CSRF token on the page")
+        .to_string();
+    (cookie, csrf, html)
+}
+
+#[test]
+fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
+    let (scenario, people) = start(&["--four-eyes", "net-debit-cap"]);
+    let hub = &scenario.hub;
+    let limits = format!("/participants/{PAYER}/limits");
+    let pending = ask(hub, &people.carol, "PUT", &limits, &cap_change(6_000));
+    let id = pending["id"].as_str().unwrap();
+    let form = format!("action=\"/console/approvals/{id}\"");
+
+    let (maker_cookie, maker_csrf, _) = approvals_page(hub, &people.carol);
+    let form_post = |cookie: &str, path: &str, body: String| {
+        support::http(
+            hub.admin,
+            "POST",
+            path,
+            &[
+                ("Cookie".to_string(), cookie.to_string()),
+                (
+                    "Content-Type".to_string(),
+                    "application/x-www-form-urlencoded".to_string(),
+                ),
+            ],
+            body.as_bytes(),
+        )
+    };
+    // The console's own cap form is held the same way, and says so.
+    let held = form_post(
+        &maker_cookie,
+        &format!("/console/participants/{PAYER}/limits"),
+        format!("csrf={maker_csrf}&currency=USD&value=5000"),
+    );
+    assert_eq!(held.status, 303, "{held:?}");
+    let told = support::http(
+        hub.admin,
+        "GET",
+        &format!("/console/participants/{PAYER}"),
+        &[("Cookie".to_string(), maker_cookie.clone())],
+        b"",
+    )
+    .text();
+    assert!(
+        told.contains("Waiting for a second person: net-debit-cap of payerfsp"),
+        "{told}"
+    );
+    assert_eq!(net_debit_cap(hub), 10_000.0);
+    let (_, _, maker) = approvals_page(hub, &people.carol);
+    assert!(maker.contains(id), "the maker sees it");
+    assert!(!maker.contains(&form), "but may not decide it");
+    assert!(maker.contains("asked by you"));
+    let (_, _, viewer) = approvals_page(hub, &people.vic);
+    assert!(
+        viewer.contains(id) && !viewer.contains(&form),
+        "a viewer only reads"
+    );
+
+    let (cookie, csrf, checker) = approvals_page(hub, &people.bob);
+    assert!(checker.contains(&form), "{checker}");
+    let posted = form_post(
+        &cookie,
+        &format!("/console/approvals/{id}"),
+        format!("csrf={csrf}&decision=approve&reason=checked"),
+    );
+    assert_eq!(posted.status, 303, "{posted:?}");
+    assert_eq!(net_debit_cap(hub), 6_000.0, "applied from the console");
+    let after = support::http(
+        hub.admin,
+        "GET",
+        "/console/approvals",
+        &[("Cookie".to_string(), cookie)],
+        b"",
+    )
+    .text();
+    assert!(
+        after.contains("net-debit-cap of payerfsp applied"),
+        "the flash: {after}"
+    );
+}

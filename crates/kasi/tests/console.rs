@@ -1589,7 +1589,14 @@ async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
     for shown in [PAYER, "Transfers", "Settlement"] {
         assert!(nav.contains(shown), "{nav}");
     }
-    for hidden in ["Overview", "Participants", "FX", "Audit", "Scheme"] {
+    for hidden in [
+        "Overview",
+        "Participants",
+        "FX",
+        "Audit",
+        "Approvals",
+        "Scheme",
+    ] {
         assert!(!nav.contains(hidden), "the nav offers {hidden}: {nav}");
     }
     assert_eq!(browser.count("main form[method='post']").await, 0);

@@ -429,6 +429,8 @@ pub const TABLE: &[Rule] = &[
         NO,
     ),
     rule("GET", "/console/audit", AUDIT, NO),
+    rule("GET", "/console/approvals", READERS, NO),
+    rule("POST", "/console/approvals/:id", FINANCE, NO),
     rule("GET", "/console/scheme", READERS, NO),
     rule("POST", "/console/scheme/currencies", OPERATOR, NO),
     rule("POST", "/console/scheme/settlement-models", OPERATOR, NO),
