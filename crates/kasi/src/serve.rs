@@ -352,6 +352,7 @@ fn serve_term(
         dispatcher.release_watermark(hold);
         hub.metrics.start_runtime_probe();
         hub.start_jws_key_watch();
+        hub.start_four_eyes_expiry();
         let watch = &plan.watch;
         if !watch.close_at.is_empty() {
             let times: Vec<String> = watch.close_at.iter().map(ToString::to_string).collect();

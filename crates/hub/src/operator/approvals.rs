@@ -22,9 +22,9 @@
 //! Each step is an audit event (`approval.requested`, `.approved`,
 //! `.rejected`, `.expired`, `.applied`, `.failed`; target `approval/{id}`,
 //! before and after the pending change), beside the change's own event,
-//! whose actor is the approver. Expiry is found when the approvals are
-//! read or decided (no clock of its own): an expired change is marked so,
-//! by the hub, before it is shown.
+//! whose actor is the approver. An expired change is marked so, by the
+//! hub, every second ([`Hub::start_four_eyes_expiry`]) and whenever the
+//! approvals are read or decided, before it is shown.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
@@ -424,6 +424,32 @@ async fn current(hub: &Hub) -> Result<Vec<PendingChangeRow>, HubError> {
         }
     }
     Ok(rows)
+}
+
+/// How often the hub looks for pending changes past their expiry.
+const EXPIRY_CHECK: Duration = Duration::from_secs(1);
+
+impl Hub {
+    /// Marks pending changes expired once their time passes (as reading
+    /// them does), so the audit trail says so even when nobody looks; on
+    /// a task, when four-eyes is on.
+    pub fn start_four_eyes_expiry(self: &Arc<Self>) {
+        if self.config.four_eyes.actions.is_empty() {
+            return;
+        }
+        let hub = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(EXPIRY_CHECK).await;
+                let _deciding = DECIDING.lock().await;
+                if let Err(error) = current(&hub).await {
+                    // The ledger refused or is stopping: the next look, or
+                    // the next read of the approvals, marks them.
+                    tracing::debug!(%error, "four-eyes: expiry check failed");
+                }
+            }
+        });
+    }
 }
 
 /// The admin API's `/approvals` routes; `api` is filled with the admin
