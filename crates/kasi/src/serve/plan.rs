@@ -121,10 +121,25 @@ impl ServeArgs {
             if tls.is_some() { "https" } else { "http" },
             self.listen.admin_listen
         );
-        hub.four_eyes =
-            hub::approvals::FourEyes::parse(&self.admin.four_eyes, self.admin.four_eyes_expiry)
-                .or_else(|why| refuse("--four-eyes", why))?;
         let admin = self.admin.plan(self.listen.admin_listen)?;
+        // On an open admin API every caller is the same one: nobody else
+        // could ever approve, so four-eyes is off unless asked for, and
+        // asking for it there is refused.
+        let open = matches!(admin, AdminPlan::Open(_));
+        let actions = match (self.admin.four_eyes.as_deref(), open) {
+            (None, true) => "none",
+            (None, false) => hub::approvals::DEFAULT_ACTIONS,
+            (Some(list), true) if list.trim() != "none" => {
+                return refuse(
+                    "--four-eyes",
+                    "needs --admin-tokens or --oidc-issuer: on an open admin API every caller \
+                     is the same one, so no second person could approve",
+                )
+            }
+            (Some(list), _) => list,
+        };
+        hub.four_eyes = hub::approvals::FourEyes::parse(actions, self.admin.four_eyes_expiry)
+            .or_else(|why| refuse("--four-eyes", why))?;
         if let AdminPlan::Open(open) = &admin {
             hub.admin_auth = open.clone();
         }
@@ -891,13 +906,11 @@ struct AdminArgs {
     /// not apply: it is kept as a pending change (202 Accepted) that a
     /// different person whose role may make it approves or rejects with
     /// `POST /approvals/{id}`; it applies then, against the state then.
-    #[arg(
-        long,
-        env = "KASI_FOUR_EYES",
-        value_name = "ACTIONS",
-        default_value = hub::approvals::DEFAULT_ACTIONS
-    )]
-    four_eyes: String,
+    /// Default: funds-out,net-debit-cap,settlement-finalize with
+    /// credentials (--admin-tokens, --oidc-issuer); none on an open admin
+    /// API, whose callers are all one, so no second person could approve.
+    #[arg(long, env = "KASI_FOUR_EYES", value_name = "ACTIONS")]
+    four_eyes: Option<String>,
 
     /// How long a pending change waits for its decision (`24h`, `30m`,
     /// `90s`); then it expires and must be asked for again.
@@ -1477,6 +1490,36 @@ mod tests {
         }
     }
 
+    /// Four-eyes holds the money-moving changes once there are people to
+    /// tell apart, and is off on an open admin API unless asked (refused
+    /// there, see `refusals`).
+    #[test]
+    fn four_eyes_needs_people() {
+        use hub::approvals::{Action, FourEyes, DEFAULT_ACTIONS, DEFAULT_EXPIRY};
+        assert_eq!(plan(&[]).hub.four_eyes, FourEyes::off());
+        assert_eq!(
+            plan(&["--four-eyes", "none"]).hub.four_eyes,
+            FourEyes::off()
+        );
+        let with_tokens = plan(&["--admin-tokens", "t"]).hub.four_eyes;
+        assert_eq!(
+            with_tokens,
+            FourEyes::parse(DEFAULT_ACTIONS, DEFAULT_EXPIRY).unwrap()
+        );
+        let chosen = plan(&[
+            "--admin-tokens",
+            "t",
+            "--four-eyes",
+            "endpoints",
+            "--four-eyes-expiry",
+            "30m",
+        ])
+        .hub
+        .four_eyes;
+        assert!(chosen.holds(Action::Endpoints) && !chosen.holds(Action::FundsOut));
+        assert_eq!(chosen.expiry, Duration::from_secs(1800));
+    }
+
     /// Each refusal names the flag to mend and says how.
     #[test]
     fn refusals() {
@@ -1498,6 +1541,8 @@ mod tests {
             (&["--client-identity-header", "X Client", "--trusted-proxy", "10.0.0.0/8"], "--client-identity-header", "\"X Client\" is not a header name"),
             (&["--jws-verify", "transfers,quotse", "--jws-keys-dir", "k"], "--jws-verify", "unknown resource \"quotse\"; known: all, transfers"),
             (&["--jws-verify", "transfers"], "--jws-verify", "needs --jws-keys-dir DIR too"),
+            (&["--four-eyes", "funds-out"], "--four-eyes", "needs --admin-tokens or --oidc-issuer"),
+            (&["--four-eyes", "payouts", "--admin-tokens", "t"], "--four-eyes", "'payouts' is not a four-eyes action"),
         ];
         for (flags, flag, message) in cases {
             let error = args(flags).plan().expect_err(&format!("{flags:?} planned"));
