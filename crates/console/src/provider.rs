@@ -250,27 +250,14 @@ pub(crate) async fn callback(
                     "Your identity provider account has no kasi role (operator, finance, viewer, auditor or dfsp:<name>).",
                 );
             };
-            tracing::info!(
-                actor = %caller.name,
-                role = %caller.role,
-                source = caller.source.as_str(),
-                "console sign-in"
-            );
-            let (id, _) = console
-                .sessions
-                .open(caller, Credential::Bearer(access_token));
             let mut response = moving_on(&pending.next);
-            if let Ok(value) = session::cookie(&id, console.secure_cookies).parse() {
-                response.headers_mut().append(header::SET_COOKIE, value);
-            }
             if let Ok(value) =
                 format!("{STATE_COOKIE}=; Path=/console/oidc; HttpOnly; SameSite=Lax; Max-Age=0")
                     .parse()
             {
                 response.headers_mut().append(header::SET_COOKIE, value);
             }
-            page::harden(response.headers_mut());
-            response
+            session::signed_in(&console, caller, Credential::Bearer(access_token), response)
         }
         Err(error) => refused(
             &console,

@@ -254,7 +254,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-pub(crate) fn cookie(id: &str, secure: bool) -> String {
+fn cookie(id: &str, secure: bool) -> String {
     let secure = if secure { "; Secure" } else { "" };
     format!("{SESSION_COOKIE}={id}; Path=/console; HttpOnly; SameSite=Strict{secure}")
 }
@@ -480,23 +480,12 @@ pub(crate) async fn sign_in(
         .then(|| console.auth.identify(Some(token), None))
         .flatten()
     {
-        Some(caller) => {
-            tracing::info!(
-                actor = %caller.name,
-                role = %caller.role,
-                source = caller.source.as_str(),
-                "console sign-in"
-            );
-            let (id, _) = console
-                .sessions
-                .open(caller, Credential::Bearer(token.to_string()));
-            let mut response = see_other(&next);
-            if let Ok(value) = cookie(&id, console.secure_cookies).parse() {
-                response.headers_mut().append(header::SET_COOKIE, value);
-            }
-            page::harden(response.headers_mut());
-            response
-        }
+        Some(caller) => signed_in(
+            &console,
+            caller,
+            Credential::Bearer(token.to_string()),
+            see_other(&next),
+        ),
         None => {
             tracing::info!("console sign-in refused: the token is not in the admin tokens file");
             sign_in_form(
@@ -506,6 +495,29 @@ pub(crate) async fn sign_in(
             )
         }
     }
+}
+
+/// Opens a session for a person who just signed in (by token or through
+/// the identity provider), logs it with where the credential came from,
+/// and sets the session's cookie on `response`.
+pub(crate) fn signed_in(
+    console: &Console,
+    caller: Caller,
+    credential: Credential,
+    mut response: Response,
+) -> Response {
+    tracing::info!(
+        actor = %caller.name,
+        role = %caller.role,
+        source = caller.source.as_str(),
+        "console sign-in"
+    );
+    let (id, _) = console.sessions.open(caller, credential);
+    if let Ok(value) = cookie(&id, console.secure_cookies).parse() {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    page::harden(response.headers_mut());
+    response
 }
 
 /// A browser says where a form came from; one from another site is not a
