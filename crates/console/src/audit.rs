@@ -9,10 +9,15 @@ use crate::page::{self, Section};
 use crate::session::Visitor;
 
 /// The filters `GET /audit-events` takes, passed on as given.
-const FILTERS: [(&str, &str, &str); 5] = [
+const FILTERS: [(&str, &str, &str); 6] = [
     ("participant", "Participant", "e.g. payerfsp"),
     ("action", "Action", "e.g. funds.in"),
     ("actor", "Actor", "who made the change"),
+    (
+        "source",
+        "Signed in by",
+        "tokens-file, identity-provider, certificate",
+    ),
     ("from", "From", "2026-11-23T00:00:00.000Z"),
     ("to", "To", "2026-11-24T00:00:00.000Z"),
 ];
@@ -40,6 +45,8 @@ pub(crate) async fn show(visitor: Visitor, Query(query): Query<Vec<(String, Stri
             "a change the hub refused (" code { "REFUSED" } " and its error code, the target unchanged), a request without a valid credential ("
             code { "UNAUTHENTICATED" } ") or beyond its role (" code { "FORBIDDEN" } "), a browser's cross-site request. "
             "Refused credentials are coalesced: one event a minute per address or credential, with the count of attempts. "
+            "Each event says how its actor signed in: through the identity provider, with a client certificate, or with a token of the tokens file "
+            "(automation and break-glass: filter on " code { "tokens-file" } " to review them). "
             "The newest 10,000 are searchable here; older ones stay in the store."
         }
         form.filters method="get" action="/console/audit" {
@@ -87,7 +94,14 @@ pub(crate) fn table(events: &Value) -> Markup {
                             @let refused = outcome.starts_with("REFUSED") || outcome == "UNAUTHENTICATED" || outcome == "FORBIDDEN";
                             tr.refused[refused] {
                                 td { (page::time_cell(&e["time"])) }
-                                td { (page::text(&e["actor"])) " " span.muted { "(" (page::text(&e["role"])) ")" } }
+                                td {
+                                    (page::text(&e["actor"])) " "
+                                    span.muted {
+                                        "(" (page::text(&e["role"]))
+                                        @if let Some(source) = e["source"].as_str() { ", " (source) }
+                                        ")"
+                                    }
+                                }
                                 td { code { (page::text(&e["action"])) } }
                                 td { (page::text(&e["target"])) }
                                 td { @if refused { span.status.alarm { (outcome) } } @else { (outcome) } }

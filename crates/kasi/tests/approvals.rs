@@ -149,6 +149,13 @@ fn the_maker_cannot_approve_and_a_second_person_applies_the_change() {
     assert_eq!(pending["requestedBy"]["name"], "carol");
     assert_eq!(pending["requestedBy"]["role"], "finance");
     assert_eq!(net_debit_cap(hub), 10_000.0, "held, not applied");
+    // The hub looks at its pending changes every second.
+    hub.await_metrics("one change pending", |metrics| {
+        metrics
+            .lines()
+            .any(|line| line == "kasi_approvals_pending 1")
+            .then_some(())
+    });
 
     let own = decide(hub, &people.carol, &pending["id"], "approve", "mine");
     assert_eq!(own.status, 403, "the maker approving: {own:?}");
@@ -177,6 +184,21 @@ fn the_maker_cannot_approve_and_a_second_person_applies_the_change() {
             "approval.applied"
         ]
     );
+    hub.await_metrics("the steps counted, nothing pending", |metrics| {
+        let counted = |step: &str| {
+            let series =
+                format!("kasi_approvals_total{{action=\"net-debit-cap\",step=\"{step}\"}} 1");
+            metrics.lines().any(|line| line == series)
+        };
+        (["requested", "approved", "applied"]
+            .into_iter()
+            .all(counted)
+            && !counted("rejected")
+            && metrics
+                .lines()
+                .any(|line| line == "kasi_approvals_pending 0"))
+        .then_some(())
+    });
     // The change itself is the approver's, in the audit trail as always.
     let events = hub
         .admin_expect("GET", "/audit-events?actor=bob", None, 200)
@@ -186,7 +208,9 @@ fn the_maker_cannot_approve_and_a_second_person_applies_the_change() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|event| event["target"] == PAYER && event["outcome"] == "DONE"),
+            .any(|event| event["target"] == PAYER
+                && event["outcome"] == "DONE"
+                && event["source"] == "tokens-file"),
         "{events}"
     );
 }

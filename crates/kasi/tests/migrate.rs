@@ -237,6 +237,7 @@ fn sqlite_hub(dir: &Path) -> (Snapshot, String) {
                 before: "null".into(),
                 after: format!("{{\"n\":{id}}}"),
                 outcome: "CREATED".into(),
+                source: "tokens-file".into(),
             })
         })
         .collect();

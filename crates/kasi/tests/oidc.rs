@@ -341,6 +341,43 @@ fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Each event says how its actor signed in: dora through the provider,
+    // the scenario's set-up with the break-glass token of the tokens file.
+    let by_provider = hub
+        .admin_as(
+            Some(&operator),
+            "GET",
+            "/audit-events?actor=dora&source=identity-provider",
+            None,
+        )
+        .json();
+    assert!(
+        by_provider
+            .as_array()
+            .is_some_and(|events| !events.is_empty()),
+        "dora's refusal is filed under the identity provider: {by_provider:#}"
+    );
+    let by_token = hub
+        .admin_as(
+            Some(&operator),
+            "GET",
+            "/audit-events?source=tokens-file",
+            None,
+        )
+        .json();
+    let by_token = by_token.as_array().unwrap();
+    assert!(
+        by_token
+            .iter()
+            .any(|e| e["actor"] == "break-glass" && e["action"] == "participant.create"),
+        "the set-up is filed under the tokens file: {by_token:#?}"
+    );
+    assert!(
+        by_token
+            .iter()
+            .all(|e| e["source"] == "tokens-file" && e["actor"] != "dora"),
+        "the filter keeps only the tokens file's events: {by_token:#?}"
+    );
 
     // A DFSP's own person sees its own DFSP and not the other's.
     let payer_ops = key.sign(&claims(&issuer, "pat", &["dfsp:payerfsp"]));

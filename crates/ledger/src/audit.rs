@@ -145,6 +145,7 @@ impl Ledger {
             at_ms: self.now_ms,
             actor: tag.actor.clone(),
             role: tag.role.clone(),
+            source: tag.source.clone(),
             action: tag.action.clone(),
             target: tag.target.clone(),
             before,

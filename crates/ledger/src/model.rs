@@ -670,6 +670,10 @@ pub struct AuditTag {
     /// an open admin address, `kasi` for the hub's own clockwork.
     pub actor: String,
     pub role: String,
+    /// How the actor signed in: `tokens-file`, `certificate`,
+    /// `identity-provider`, `open` or `hub` (so a break-glass token's use
+    /// stands out in the trail).
+    pub source: String,
     /// E.g. `participant.create`, `funds.in`.
     pub action: String,
     /// The participant, or the resource (`oracle/3`, `settlement/2`).
@@ -726,6 +730,9 @@ pub struct AuditEventRow {
     pub at_ms: i64,
     pub actor: String,
     pub role: String,
+    /// How the actor signed in ([`AuditTag::source`]); empty for events
+    /// recorded before kasi kept it (store schema 9).
+    pub source: String,
     pub action: String,
     pub target: String,
     /// JSON text of the target before and after (`null` if none).
@@ -745,6 +752,8 @@ pub struct AuditQuery {
     pub participant: Option<String>,
     pub action: Option<String>,
     pub actor: Option<String>,
+    /// How the actor signed in (`tokens-file` lists break-glass use).
+    pub source: Option<String>,
     pub from_ms: Option<i64>,
     pub to_ms: Option<i64>,
     pub limit: usize,
@@ -755,6 +764,7 @@ impl AuditQuery {
         self.participant.as_ref().is_none_or(|p| *p == event.target)
             && self.action.as_ref().is_none_or(|a| *a == event.action)
             && self.actor.as_ref().is_none_or(|a| *a == event.actor)
+            && self.source.as_ref().is_none_or(|s| *s == event.source)
             && self.from_ms.is_none_or(|from| event.at_ms >= from)
             && self.to_ms.is_none_or(|to| event.at_ms <= to)
     }

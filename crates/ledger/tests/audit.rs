@@ -40,6 +40,7 @@ fn audited(command: Command, action: &str, target: &str) -> Command {
         tag: Box::new(AuditTag {
             actor: "alice".into(),
             role: "operator".into(),
+            source: "identity-provider".into(),
             action: action.into(),
             target: target.into(),
             view: Some(Box::new(Command::ReadParticipants {
@@ -104,6 +105,7 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_says_so() {
         ),
         ("alice", "participant.create", "payerfsp")
     );
+    assert_eq!(event.source, "identity-provider", "how the actor signed in");
     assert_eq!(event.before, "null");
     assert_eq!(event.after, "payerfsp:active=true:caps=[]");
     assert_eq!(event.outcome, "CREATED");
@@ -154,6 +156,7 @@ fn a_change_has_its_event_in_its_batch_and_a_refusal_says_so() {
         tag: Box::new(AuditTag {
             actor: "unknown".into(),
             role: "none".into(),
+            source: "none".into(),
             action: "admin.authenticate".into(),
             target: "remote/127.0.0.1".into(),
             view: None,

@@ -42,7 +42,8 @@ use crate::pg_rows::{
     FINISH_AT, FULFIL_AT, QUOTE_COLUMNS,
 };
 use crate::pg_schema::{
-    FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE, SCHEMA_VERSION, STORE_KIND,
+    AUDIT_SOURCE_SINCE, FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE,
+    SCHEMA_VERSION, STORE_KIND,
 };
 use crate::{Store, StoreError};
 
@@ -538,8 +539,8 @@ impl Statements {
                     $7::bigint[], $8::bytea[])",
             )?,
             audit_event: prepare(
-                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome, source)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )?,
             pin: prepare(
                 "INSERT INTO certificate_pins (fingerprint, participant_id, pinned_at_ms) VALUES ($1, $2, $3)",
@@ -757,8 +758,10 @@ impl PgStore {
     ) -> Result<Vec<ledger::AuditEventRow>, StoreError> {
         self.client
             .query(
-                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-                 FROM audit_events WHERE id > $1 ORDER BY id LIMIT $2",
+                &format!(
+                    "SELECT {} FROM audit_events WHERE id > $1 ORDER BY id LIMIT $2",
+                    audit_event_columns(SCHEMA_VERSION)
+                ),
                 &[&(after_id as i64), &(limit as i64)],
             )?
             .iter()
@@ -1369,8 +1372,10 @@ fn read_state(
         }
         // The newest events only: older ones stay in the table.
         for row in transaction.query(
-            "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-             FROM audit_events ORDER BY id DESC LIMIT $1",
+            &format!(
+                "SELECT {} FROM audit_events ORDER BY id DESC LIMIT $1",
+                audit_event_columns(version)
+            ),
             &[&(ledger::AUDIT_EVENTS_IN_MEMORY as i64)],
         )? {
             snapshot.audit_events.push(audit_event_row(&row)?);
@@ -1429,7 +1434,16 @@ fn read_state(
     }
 }
 
-/// An `audit_events` row, from its nine columns in table order.
+/// The columns [`audit_event_row`] reads, in a store of `version` (one
+/// before migration 9 has no `source`: read as empty).
+fn audit_event_columns(version: i64) -> &'static str {
+    match version >= AUDIT_SOURCE_SINCE {
+        true => "id, at_ms, actor, role, action, target, before, after, outcome, source",
+        false => "id, at_ms, actor, role, action, target, before, after, outcome, NULL::text",
+    }
+}
+
+/// An `audit_events` row, from [`audit_event_columns`].
 fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreError> {
     Ok(ledger::AuditEventRow {
         id: narrow(row, 0)?,
@@ -1441,6 +1455,7 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
         before: col(row, 6)?,
         after: col(row, 7)?,
         outcome: col(row, 8)?,
+        source: col::<Option<String>>(row, 9)?.unwrap_or_default(),
     })
 }
 
@@ -1558,6 +1573,7 @@ impl<'r> Columns<'r> {
                         &row.before,
                         &row.after,
                         &row.outcome,
+                        &row.source,
                     ],
                 )?;
             }

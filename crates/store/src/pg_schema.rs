@@ -16,6 +16,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_6,
     MIGRATION_7,
     MIGRATION_8,
+    MIGRATION_9,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -33,6 +34,10 @@ pub(crate) const MODE_SINCE: i64 = 7;
 
 /// The version from which four-eyes pending changes are kept (migration 8).
 pub(crate) const PENDING_SINCE: i64 = 8;
+
+/// The version from which audit events say how their actor signed in
+/// (migration 9).
+pub(crate) const AUDIT_SOURCE_SINCE: i64 = 9;
 
 /// Held (transaction-scoped) while a kasi creates or migrates the schema,
 /// so that two hubs starting on one empty database do not both create it.
@@ -120,6 +125,10 @@ CREATE TABLE pending_changes (
     decided_at_ms   BIGINT NOT NULL
 );
 ";
+
+/// How an audit event's actor signed in (`ledger::AuditEventRow::source`);
+/// NULL in events kept before, read as empty.
+const MIGRATION_9: &str = "ALTER TABLE audit_events ADD COLUMN source TEXT;";
 
 /// FX (FSPIOP v2.0 payer conversion): a conversion's terms or a dependent
 /// transfer's link, one row per FX transfer written with its `transfers`

@@ -39,8 +39,11 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// `conversion_fulfils`, `fxps`), and `transfers_funds` no longer counts
 /// conversions as funds movements; version 7 the participants' `mode`
 /// (pausing a DFSP: `ledger::ParticipantMode`); version 8 the four-eyes
-/// `pending_changes`.
-const SCHEMA_VERSION: i64 = 8;
+/// `pending_changes`; version 9 `audit_events.source` (how the actor
+/// signed in).
+const SCHEMA_VERSION: i64 = 9;
+/// The version from which audit events say how their actor signed in.
+const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
 const PENDING_SINCE: i64 = 8;
 /// The version from which participants have a `mode` column.
@@ -224,7 +227,8 @@ CREATE TABLE IF NOT EXISTS audit_events (
     target     TEXT    NOT NULL,
     before     TEXT    NOT NULL,
     after      TEXT    NOT NULL,
-    outcome    TEXT    NOT NULL
+    outcome    TEXT    NOT NULL,
+    source     TEXT
 ) STRICT;
 CREATE INDEX IF NOT EXISTS audit_events_by_target ON audit_events (target, id);
 CREATE INDEX IF NOT EXISTS transfers_by_id ON transfers (transfer_id);
@@ -325,6 +329,10 @@ UPDATE transfer_finishes SET cause = 'INVALID_FULFILMENT'
 /// Version 6 → 7: a participant's mode (NULL in rows kept before, read
 /// as their `is_active` says: `active` or `suspended`).
 const MIGRATE_6_TO_7: &str = "ALTER TABLE participants ADD COLUMN mode TEXT;";
+
+/// Version 8 → 9: audit events say how their actor signed in (NULL for
+/// the events before).
+const MIGRATE_8_TO_9: &str = "ALTER TABLE audit_events ADD COLUMN source TEXT;";
 
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
 /// movements' index is built again without conversions (its old predicate,
@@ -455,7 +463,7 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
-            1..=7 => {
+            1..=8 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -473,6 +481,11 @@ impl SqliteStore {
                 }
                 if version < 7 {
                     migration.execute_batch(MIGRATE_5_TO_6)?;
+                }
+                // After SCHEMA, which creates the table (with the column)
+                // in a store older than version 3.
+                if !has_column(&migration, "audit_events", "source")? {
+                    migration.execute_batch(MIGRATE_8_TO_9)?;
                 }
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
@@ -791,8 +804,8 @@ impl SqliteStore {
                     Record::AuditEvent(row) => {
                         transaction
                             .prepare_cached(
-                                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome)
-                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                "INSERT INTO audit_events (id, at_ms, actor, role, action, target, before, after, outcome, source)
+                                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                             )?
                             .execute(params![
                                 row.id as i64,
@@ -804,6 +817,7 @@ impl SqliteStore {
                                 row.before,
                                 row.after,
                                 row.outcome,
+                                row.source,
                             ])?;
                     }
                     Record::CertificatePin(row) => {
@@ -1160,8 +1174,10 @@ impl SqliteStore {
         )?;
         if version >= 3 {
             stream(
-                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-                 FROM audit_events ORDER BY id",
+                &format!(
+                    "SELECT {} FROM audit_events ORDER BY id",
+                    audit_event_columns(version)
+                ),
                 &|row| Ok(Record::AuditEvent(audit_event_row(row)?)),
             )?;
         }
@@ -1182,10 +1198,10 @@ impl SqliteStore {
         if version < 3 {
             return Ok(Vec::new());
         }
-        let mut statement = self.connection.prepare(
-            "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-             FROM audit_events WHERE id > ?1 ORDER BY id LIMIT ?2",
-        )?;
+        let mut statement = self.connection.prepare(&format!(
+            "SELECT {} FROM audit_events WHERE id > ?1 ORDER BY id LIMIT ?2",
+            audit_event_columns(version)
+        ))?;
         let mut rows = statement.query(params![after_id as i64, limit as i64])?;
         let mut events = Vec::new();
         while let Some(row) = rows.next()? {
@@ -1393,10 +1409,10 @@ fn read_rows(
         }
         if version >= 3 {
             // The newest events only: older ones stay in the table.
-            let mut statement = transaction.prepare(
-                "SELECT id, at_ms, actor, role, action, target, before, after, outcome
-                 FROM audit_events ORDER BY id DESC LIMIT ?1",
-            )?;
+            let mut statement = transaction.prepare(&format!(
+                "SELECT {} FROM audit_events ORDER BY id DESC LIMIT ?1",
+                audit_event_columns(version)
+            ))?;
             let newest = if bulk {
                 ledger::AUDIT_EVENTS_IN_MEMORY
             } else {
@@ -1500,7 +1516,16 @@ fn party_row(row: &Row<'_>) -> Result<PartyRow, StoreError> {
     })
 }
 
-/// An `audit_events` row, from its nine columns in table order.
+/// The columns [`audit_event_row`] reads, in a store of `version` (one
+/// before version 9 has no `source`: read as empty).
+fn audit_event_columns(version: i64) -> &'static str {
+    match version >= AUDIT_SOURCE_SINCE {
+        true => "id, at_ms, actor, role, action, target, before, after, outcome, source",
+        false => "id, at_ms, actor, role, action, target, before, after, outcome, NULL",
+    }
+}
+
+/// An `audit_events` row, from [`audit_event_columns`].
 fn audit_event_row(row: &Row<'_>) -> Result<ledger::AuditEventRow, StoreError> {
     Ok(ledger::AuditEventRow {
         id: row.get::<_, i64>(0)? as u64,
@@ -1512,6 +1537,7 @@ fn audit_event_row(row: &Row<'_>) -> Result<ledger::AuditEventRow, StoreError> {
         before: row.get(6)?,
         after: row.get(7)?,
         outcome: row.get(8)?,
+        source: row.get::<_, Option<String>>(9)?.unwrap_or_default(),
     })
 }
 

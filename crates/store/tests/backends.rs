@@ -395,6 +395,7 @@ fn every_kind_of_record_round_trips_alike() {
             before: "{}".into(),
             after: "{\"isActive\":1}".into(),
             outcome: "ok".into(),
+            source: "tokens-file".into(),
         }),
         Record::CertificatePin(PinRow {
             fingerprint: [6; 32],
@@ -618,6 +619,9 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 9 (the audit events' source) added.
+const UNDO_MIGRATION_9: &str = "ALTER TABLE audit_events DROP COLUMN source";
+
 /// What migration 8 (four-eyes pending changes) added.
 const UNDO_MIGRATION_8: &str = "DROP TABLE pending_changes";
 
@@ -711,7 +715,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

@@ -270,7 +270,8 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE pending_changes;
+        "ALTER TABLE audit_events DROP COLUMN source;
+         DROP TABLE pending_changes;
          ALTER TABLE participants DROP COLUMN mode;
          DROP TABLE transfer_fx, conversion_fulfils, fxps;
          DROP TABLE history_snapshot, history_snapshot_values, history_snapshot_pairs,
@@ -308,7 +309,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "8");
+    assert_eq!(version, "9");
     let funds_index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
@@ -350,7 +351,8 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE pending_changes;
+        "ALTER TABLE audit_events DROP COLUMN source;
+         DROP TABLE pending_changes;
          ALTER TABLE participants DROP COLUMN mode;
          DROP TABLE transfer_fx, conversion_fulfils, fxps;
          DROP INDEX transfers_funds;
@@ -383,7 +385,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "8");
+    assert_eq!(version, "9");
     // Declared again, on both.
     harness.run(Op::Corridors(false));
     harness.run(Op::Corridors(true));

@@ -134,7 +134,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -158,7 +158,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 9).unwrap();
+        connection.pragma_update(None, "user_version", 10).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -167,7 +167,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 9"), "{text}");
+        assert!(text.contains("schema version 10"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -228,7 +228,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -257,6 +257,7 @@ fn event(id: u64, action: &str) -> ledger::AuditEventRow {
         before: "null".into(),
         after: format!("{{\"n\":{id}}}"),
         outcome: "DONE".into(),
+        source: "identity-provider".into(),
     }
 }
 
@@ -284,7 +285,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -375,7 +376,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -446,7 +447,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -530,7 +531,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -641,7 +642,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
     assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
     for mode in ParticipantMode::ALL {
         store
@@ -699,7 +700,7 @@ fn a_version_7_store_gains_pending_changes_when_served() {
         ..asked.clone()
     };
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 8);
+    assert_eq!(user_version(dir.path()), 9);
     store
         .commit(&[
             &[Record::PendingChange(asked)],
@@ -709,4 +710,53 @@ fn a_version_7_store_gains_pending_changes_when_served() {
     drop(store);
     let mut store = open(dir.path()).unwrap();
     assert_eq!(store.load().unwrap().pending_changes, [rejected]);
+}
+
+/// Audit events' source (version 9): a version 8 store's events have
+/// none, read as empty as it is and once migrated; an event written after
+/// keeps how its actor signed in.
+#[test]
+fn a_version_8_store_keeps_its_events_and_gains_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut store = open(dir.path()).unwrap();
+        store
+            .commit(&[&[Record::AuditEvent(event(1, "participant.create"))]])
+            .unwrap();
+    }
+    rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .execute_batch("ALTER TABLE audit_events DROP COLUMN source; PRAGMA user_version = 8;")
+        .unwrap();
+    let unknown = ledger::AuditEventRow {
+        source: String::new(),
+        ..event(1, "participant.create")
+    };
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.audit_events, std::slice::from_ref(&unknown), "read as it is");
+    assert_eq!(user_version(dir.path()), 8, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 9);
+    let break_glass = ledger::AuditEventRow {
+        source: "tokens-file".into(),
+        ..event(2, "funds.out")
+    };
+    store
+        .commit(&[&[Record::AuditEvent(break_glass.clone())]])
+        .unwrap();
+    drop(store);
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(
+        store.load().unwrap().audit_events,
+        [unknown.clone(), break_glass.clone()]
+    );
+    assert_eq!(
+        store.audit_events_after(0, 10).unwrap(),
+        [unknown, break_glass],
+        "every event, a page at a time"
+    );
 }

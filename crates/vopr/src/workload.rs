@@ -726,6 +726,7 @@ impl Workload {
             tag: Box::new(AuditTag {
                 actor: "sim".into(),
                 role: "operator".into(),
+                source: "tokens-file".into(),
                 action: action.into(),
                 target: name.to_string(),
                 view: Some(Box::new(Command::ReadParticipants { name: Some(name) })),

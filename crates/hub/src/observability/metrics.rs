@@ -26,7 +26,9 @@
 //! `kasi_runtime_lag_max_seconds`, `kasi_pending_answers` (and its
 //! `_capacity`), `kasi_refusals_total` (by `class` and
 //! `participant`, see [`crate::refused`]), `kasi_admin_forbidden_total` (by
-//! `role` and `reason`, see [`crate::access`]), `kasi_stage_duration_seconds` (by `phase`
+//! `role` and `reason`, see [`crate::access`]), `kasi_admin_provider_refused_total` (by
+//! `reason`), `kasi_approvals_total` (by `action` and `step`) and
+//! `kasi_approvals_pending` (four-eyes), `kasi_stage_duration_seconds` (by `phase`
 //! and `stage` of a transfer message, see [`crate::stages`]),
 //! `kasi_dfsp_transfers_total` (by `payer` and `result`: prepared,
 //! committed, rejected, aborted, expired), `kasi_dfsp_transfer_seconds` (by
@@ -205,6 +207,8 @@ pub struct Metrics {
     refusals: Family<Vec<(String, String)>, Counter>,
     admin_forbidden: Family<Vec<(String, String)>, Counter>,
     admin_provider_refused: Family<Vec<(String, String)>, Counter>,
+    approvals: Family<Vec<(String, String)>, Counter>,
+    approvals_pending: Gauge,
     /// Transfer outcomes by payer and failures by code (see
     /// [`crate::transfer_stats`]), also served as `/stats/dfsps` and
     /// `/stats/transfer-errors`.
@@ -321,6 +325,18 @@ impl Metrics {
             "Admin requests whose identity provider access token was refused, by reason (expired, wrong audience, unknown key, no kasi role, ...)",
             admin_provider_refused.clone(),
         );
+        let approvals = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_approvals",
+            "Four-eyes steps, by action (funds-out, net-debit-cap, ...) and step (requested, approved, rejected, applied, failed, expired)",
+            approvals.clone(),
+        );
+        let approvals_pending = Gauge::default();
+        registry.register(
+            "kasi_approvals_pending",
+            "Four-eyes changes awaiting a second person (as of the hub's last look, at most a second old; 0 with four-eyes off)",
+            approvals_pending.clone(),
+        );
         registry.register_collector(Box::new(Pipeline {
             engine: Box::new(engine),
             callbacks: Box::new(callbacks),
@@ -354,6 +370,8 @@ impl Metrics {
             refusals,
             admin_forbidden,
             admin_provider_refused,
+            approvals,
+            approvals_pending,
             transfers,
             api_connections,
             admin_connections,
@@ -414,6 +432,21 @@ impl Metrics {
         self.admin_provider_refused
             .get_or_create(&vec![("reason".to_string(), reason.to_string())])
             .inc();
+    }
+
+    /// Counts a four-eyes step (`kasi_approvals_total`) of `action`.
+    pub fn record_approval_step(&self, action: &str, step: &str) {
+        self.approvals
+            .get_or_create(&vec![
+                ("action".to_string(), action.to_string()),
+                ("step".to_string(), step.to_string()),
+            ])
+            .inc();
+    }
+
+    /// How many four-eyes changes await a decision.
+    pub fn set_approvals_pending(&self, pending: usize) {
+        self.approvals_pending.set(pending as i64);
     }
 
     pub fn record_admin_forbidden(&self, role: &str, reason: &str) {

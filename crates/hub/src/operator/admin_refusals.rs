@@ -21,7 +21,7 @@ use axum::response::Response;
 use ledger::{AuditRender, AuditTag, Command};
 use serde_json::{json, Value};
 
-use crate::admin_auth::{self, GateRefusal, RefusedWrite};
+use crate::admin_auth::{self, GateRefusal, RefusedWrite, Source};
 use crate::refused::Class;
 use crate::Hub;
 
@@ -82,11 +82,22 @@ impl Kind {
 pub struct Attempt {
     pub actor: String,
     pub role: String,
+    /// How the actor signed in ([`crate::admin_auth::Source`]), `none`
+    /// when no credential was accepted.
+    pub source: String,
     /// The peer's address, or `in-process`.
     pub remote: String,
     /// `METHOD /path`.
     pub request: String,
     pub why: String,
+}
+
+/// Who an audit event of a refusal names.
+struct Who<'a> {
+    actor: &'a str,
+    role: &'a str,
+    /// How they signed in (`none` when no credential was accepted).
+    source: &'a str,
 }
 
 struct Pending {
@@ -258,6 +269,7 @@ impl Hub {
                     Attempt {
                         actor: caller.name.clone(),
                         role: caller.role.to_string(),
+                        source: caller.source.as_str().to_string(),
                         remote,
                         request,
                         why: reason.describe(caller.role, refusal.method, refusal.path),
@@ -270,6 +282,12 @@ impl Hub {
                 Attempt {
                     actor: "unknown".to_string(),
                     role: "none".to_string(),
+                    // What was presented, though refused.
+                    source: match refusal.provider_refusal {
+                        Some(_) => Source::Provider.as_str(),
+                        None => "none",
+                    }
+                    .to_string(),
                     remote,
                     request,
                     why: if let Some(refused) = refusal.provider_refusal {
@@ -334,9 +352,13 @@ impl Hub {
             "request": attempt.request,
             "reason": attempt.why,
         });
+        let who = Who {
+            actor: &attempt.actor,
+            role: &attempt.role,
+            source: &attempt.source,
+        };
         self.note_refused_event(
-            &attempt.actor,
-            &attempt.role,
+            who,
             kind.action(),
             &format!("remote/{}", attempt.remote),
             kind.outcome(),
@@ -349,16 +371,21 @@ impl Hub {
     /// like any other (through the ledger, in a batch of its own).
     async fn note_refused_event(
         &self,
-        actor: &str,
-        role: &str,
+        who: Who<'_>,
         action: &str,
         target: &str,
         outcome: &str,
         detail: Value,
     ) {
+        let Who {
+            actor,
+            role,
+            source,
+        } = who;
         let tag = AuditTag {
             actor: actor.to_string(),
             role: role.to_string(),
+            source: source.to_string(),
             action: action.to_string(),
             target: target.to_string(),
             view: None,
@@ -375,6 +402,7 @@ impl Hub {
             Ok(_) => tracing::info!(
                 actor = %crate::log_safe(actor),
                 role = %role,
+                source = %source,
                 action = %action,
                 target = %crate::log_safe(target),
                 outcome = %outcome,
@@ -416,10 +444,16 @@ impl Hub {
         let hub = self.clone();
         let actor = refused.caller.name.clone();
         let role = refused.caller.role.to_string();
+        let source = refused.caller.source.as_str();
         let target = participant.map_or_else(|| request.clone(), str::to_string);
         let detail = json!({"request": request, "status": refused.status.as_u16()});
         tokio::spawn(async move {
-            hub.note_refused_event(&actor, &role, "admin.request", &target, &outcome, detail)
+            let who = Who {
+                actor: &actor,
+                role: &role,
+                source,
+            };
+            hub.note_refused_event(who, "admin.request", &target, &outcome, detail)
                 .await
         });
     }
@@ -446,6 +480,7 @@ pub async fn same_site(
         let attempt = Attempt {
             actor: "unknown".to_string(),
             role: "none".to_string(),
+            source: "none".to_string(),
             remote: remote.clone(),
             request: cut(&format!("{} {path}", request.method())),
             why: cut(&why),
@@ -464,6 +499,7 @@ mod tests {
         Attempt {
             actor: "unknown".into(),
             role: "none".into(),
+            source: "none".into(),
             remote: "10.0.0.1".into(),
             request: format!("GET /participants?try={n}"),
             why: "no credential".into(),

@@ -358,8 +358,10 @@ fn new_id() -> String {
 /// Keeps `row` through the ledger, as an audit event `approval.{step}`.
 async fn keep(hub: &Hub, step: &str, row: PendingChangeRow) -> Result<(), HubError> {
     let change = Change::approval(step, &row.id);
+    let action = row.action.clone();
     hub.ask_audited(change, KeepPendingChange(Box::new(row)))
         .await??;
+    hub.metrics.record_approval_step(&action, step);
     Ok(())
 }
 
@@ -423,6 +425,8 @@ async fn current(hub: &Hub) -> Result<Vec<PendingChangeRow>, HubError> {
                 "four-eyes: change expired unapproved");
         }
     }
+    let pending = rows.iter().filter(|row| row.state == "pending").count();
+    hub.metrics.set_approvals_pending(pending);
     Ok(rows)
 }
 

@@ -154,6 +154,7 @@ impl Hub {
         let tag = AuditTag {
             actor: caller.name.clone(),
             role: caller.role.to_string(),
+            source: caller.source.as_str().to_string(),
             action: change.action.clone(),
             target: change.target.clone(),
             view: change.view.map(Box::new),
@@ -223,6 +224,7 @@ impl Hub {
                     time = %format_time(event.at_ms),
                     actor = %event.actor,
                     role = %event.role,
+                    source = %event.source,
                     action = %event.action,
                     target = %event.target,
                     change = %change_summary(&event.before, &event.after),
@@ -528,6 +530,8 @@ fn event_json(event: &AuditEventRow) -> Value {
         "time": format_time(event.at_ms),
         "actor": event.actor,
         "role": event.role,
+        // Empty for events recorded before kasi kept it.
+        "source": (!event.source.is_empty()).then_some(&event.source),
         "action": event.action,
         "target": event.target,
         "before": parsed(&event.before),
@@ -536,7 +540,7 @@ fn event_json(event: &AuditEventRow) -> Value {
     })
 }
 
-/// `GET /audit-events?participant=&action=&actor=&from=&to=&limit=`: the
+/// `GET /audit-events?participant=&action=&actor=&source=&from=&to=&limit=`: the
 /// newest matching events first, among the newest
 /// [`ledger::AUDIT_EVENTS_IN_MEMORY`] (older ones are in the store's
 /// `audit_events` table).
@@ -544,7 +548,15 @@ async fn list_events(
     State(hub): State<Arc<Hub>>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Result<Response, HubError> {
-    const KNOWN: [&str; 6] = ["participant", "action", "actor", "from", "to", "limit"];
+    const KNOWN: [&str; 7] = [
+        "participant",
+        "action",
+        "actor",
+        "source",
+        "from",
+        "to",
+        "limit",
+    ];
     if let Some(unknown) = query.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(bad(format!(
             "unknown parameter '{unknown}'; known: {}",
@@ -564,6 +576,7 @@ async fn list_events(
         participant: query.get("participant").cloned(),
         action: query.get("action").cloned(),
         actor: query.get("actor").cloned(),
+        source: query.get("source").cloned(),
         from_ms: query.get("from").map(|t| instant("from", t)).transpose()?,
         to_ms: query.get("to").map(|t| instant("to", t)).transpose()?,
         limit,
