@@ -60,8 +60,9 @@ pub struct Console {
     /// scheme's.
     hub_name: String,
     sessions: session::Sessions,
-    /// Sign-ins through the identity provider, begun and not finished.
-    pending_sign_ins: provider::PendingSignIns,
+    /// Sign-ins through the identity provider: the key of their cookies,
+    /// and the callbacks used.
+    sign_ins: provider::SignIns,
     /// Told of every console request the access table refuses (the hub
     /// counts, logs and audits it as the API's refusals).
     on_refusal: Option<hub::admin_auth::OnRefusal>,
@@ -86,7 +87,7 @@ pub fn router(
         on_refusal,
         hub_name: hub_name.to_string(),
         sessions: session::Sessions::default(),
-        pending_sign_ins: provider::PendingSignIns::default(),
+        sign_ins: provider::SignIns::default(),
         secure_cookies,
         rates: overview::Rates::default(),
     });

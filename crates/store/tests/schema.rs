@@ -736,7 +736,11 @@ fn a_version_8_store_keeps_its_events_and_gains_their_source() {
         .unwrap()
         .load()
         .unwrap();
-    assert_eq!(old.audit_events, std::slice::from_ref(&unknown), "read as it is");
+    assert_eq!(
+        old.audit_events,
+        std::slice::from_ref(&unknown),
+        "read as it is"
+    );
     assert_eq!(user_version(dir.path()), 8, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
