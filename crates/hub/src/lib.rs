@@ -65,8 +65,10 @@ pub mod security {
 }
 
 /// What the hub sends: who is told what (`callback_plan`), the dispatcher
-/// (`notify`), the DFSPs' endpoints and the URLs they may name.
+/// (`notify`), the DFSPs' endpoints and the URLs they may name, and the
+/// alerts mailed to the DFSPs' contacts (`alerts`).
 pub mod outbound {
+    pub mod alerts;
     pub mod callback_plan;
     pub mod callback_url;
     pub mod callbacks;
@@ -102,7 +104,7 @@ pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, fxps, jws_keys, oracles, pins,
     settlement, watch,
 };
-pub use outbound::{callback_plan, callback_url, callbacks, endpoints, notify};
+pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
@@ -183,6 +185,8 @@ pub struct HubConfig {
     /// long (see [`approvals`]); none by default here, `kasi serve`'s
     /// `--four-eyes` holds the money-moving ones.
     pub four_eyes: approvals::FourEyes,
+    /// Alerts mailed to the DFSPs' contacts; `None`: off.
+    pub alerts: Option<alerts::AlertsConfig>,
 }
 
 impl HubConfig {
@@ -212,6 +216,7 @@ impl HubConfig {
             pending_answers_max: answers::DEFAULT_CAPACITY,
             max_clock_skew: None,
             four_eyes: approvals::FourEyes::off(),
+            alerts: None,
         }
     }
 }
@@ -244,6 +249,8 @@ pub struct Hub {
     /// Audit events of refused admin attempts, coalesced (see
     /// [`admin_refusals`]).
     pub admin_refusal_events: admin_refusals::Coalescer,
+    /// Alerts to the DFSPs' contacts (off without `HubConfig::alerts`).
+    pub alerts: alerts::Alerts,
     started: Instant,
 }
 
@@ -301,7 +308,18 @@ impl Hub {
             })?)),
             None => None,
         };
+        let alerts = match &config.alerts {
+            Some(settings) => alerts::Alerts::start(
+                settings.clone(),
+                config.hub_name,
+                endpoints.clone(),
+                metrics.clone(),
+            )
+            .map_err(|error| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, error))?,
+            None => alerts::Alerts::default(),
+        };
         let hub = Hub {
+            alerts,
             jws_keys,
             jws_pool,
             config,

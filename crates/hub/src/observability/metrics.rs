@@ -203,6 +203,7 @@ pub struct Metrics {
     windows_closed: Family<Vec<(String, String)>, Counter>,
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
+    alerts: Family<Vec<(String, String)>, Counter>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
     refusals: Family<Vec<(String, String)>, Counter>,
     admin_forbidden: Family<Vec<(String, String)>, Counter>,
@@ -301,6 +302,12 @@ impl Metrics {
             "1 while a DFSP's position is at or above the alarm share of its net debit cap",
             position_alarm.clone(),
         );
+        let alerts = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "kasi_alerts",
+            "Alerts to the DFSPs' contacts by kind and result: sent, retried (one per failed try), refused (by the SMTP server, given up), dropped (queue full), rate_limited, duplicate, no_recipient, bad_address",
+            alerts.clone(),
+        );
         let sources_refused = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "kasi_fspiop_source_refused",
@@ -366,6 +373,7 @@ impl Metrics {
             windows_closed,
             position_utilisation,
             position_alarm,
+            alerts,
             sources_refused,
             refusals,
             admin_forbidden,
@@ -475,6 +483,16 @@ impl Metrics {
         self.position_alarm
             .get_or_create(&labels)
             .set(i64::from(alarm));
+    }
+
+    /// Counts one alert's `result` (see [`crate::alerts`]).
+    pub fn record_alert(&self, kind: &str, result: &str) {
+        self.alerts
+            .get_or_create(&vec![
+                ("kind".to_string(), kind.to_string()),
+                ("result".to_string(), result.to_string()),
+            ])
+            .inc();
     }
 
     /// Observes one stage's duration (called by [`crate::stages::StageTimer`]).

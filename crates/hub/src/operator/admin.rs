@@ -612,7 +612,14 @@ async fn set_limits(
         currency: currency(&request.currency)?,
         net_debit_cap: cap,
     };
+    let currency_code = command.currency;
     apply(&hub, Change::participant("limits.set", name), command).await?;
+    hub.alerts.net_debit_cap_changed(
+        name,
+        currency_code.as_str(),
+        &cap.to_string(),
+        crate::now_ms(),
+    );
     Ok(axum::Json(json!({
         "currency": request.currency,
         "limit": { "type": "NET_DEBIT_CAP", "value": number(cap), "alarmPercentage": 10 },

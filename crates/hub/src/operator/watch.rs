@@ -131,7 +131,12 @@ async fn close_open_window(hub: &Hub) {
 
 /// Every `period`, computes each DFSP's position (reservations included)
 /// as a share of its net debit cap, publishes it as a gauge, and logs when
-/// it crosses `alarm_percent` (and when it falls back below).
+/// it crosses `alarm_percent` — and alerts the DFSP's contacts
+/// ([`crate::alerts`]) — and when it falls back below it by
+/// [`crate::alerts::CLEAR_MARGIN_PERCENT`] (the hysteresis that keeps a
+/// position oscillating around the threshold from alarming at every
+/// transfer). The alarms start cleared: after a restart a DFSP still above
+/// its threshold is alarmed, and told, again.
 pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration) {
     let mut alarmed: HashSet<(String, String)> = HashSet::new();
     let mut ticker = tokio::time::interval(period);
@@ -160,12 +165,27 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                     0 => 0.0,
                     cap => used as f64 / cap as f64,
                 };
-                let alarm = ratio * 100.0 >= f64::from(alarm_percent);
-                let name = view.participant.name.to_string();
-                let currency = account.currency.to_string();
-                hub.metrics.set_position(&name, &currency, ratio, alarm);
-                let key = (name, currency);
+                let key = (
+                    view.participant.name.to_string(),
+                    account.currency.to_string(),
+                );
+                let alarm = crate::alerts::position_alarmed(
+                    alarmed.contains(&key),
+                    ratio * 100.0,
+                    alarm_percent,
+                );
+                hub.metrics.set_position(&key.0, &key.1, ratio, alarm);
                 if alarm && alarmed.insert(key.clone()) {
+                    hub.alerts.position_alarm(
+                        view.participant.name,
+                        &key.1,
+                        &account.value.to_string(),
+                        &account.reserved.to_string(),
+                        &cap.to_string(),
+                        ratio * 100.0,
+                        alarm_percent,
+                        now_ms(),
+                    );
                     tracing::warn!(
                         participant = %key.0,
                         currency = %key.1,
@@ -180,7 +200,8 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                         participant = %key.0,
                         currency = %key.1,
                         percent = (ratio * 100.0).round(),
-                        "position back below the alarm share of the net debit cap"
+                        clear_percent = alarm_percent.saturating_sub(crate::alerts::CLEAR_MARGIN_PERCENT),
+                        "position back below the alarm share of the net debit cap, by the margin"
                     );
                 }
             }

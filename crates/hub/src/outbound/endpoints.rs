@@ -144,6 +144,17 @@ impl Endpoints {
             .is_some_and(|types| !types.is_empty())
     }
 
+    /// `participant`'s `endpoint_type` as registered (an email endpoint's
+    /// addresses); `None` when the DFSP registered none.
+    pub fn value(&self, participant: FspName, endpoint_type: &str) -> Option<String> {
+        self.by_participant
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&participant)?
+            .get(endpoint_type)
+            .cloned()
+    }
+
     /// The URL of `participant`'s `endpoint_type`, with `{{name}}` templates
     /// replaced from `variables`; `None` when the DFSP registered none.
     pub fn url(
