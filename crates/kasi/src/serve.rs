@@ -64,6 +64,8 @@ struct Settings {
     /// dispatcher signs in it, the FSPIOP middleware verifies in it.
     jws_pool: Option<Arc<hub::jws_pool::JwsPool>>,
     caps: hub::connections::Caps,
+    /// The alerts' settings with their files read; `None`: off.
+    alerts: Option<hub::alerts::AlertsConfig>,
 }
 
 impl Settings {
@@ -154,6 +156,7 @@ impl Settings {
             }
             None => None,
         };
+        let alerts = alerts_settings(plan)?;
         Ok(Settings {
             admin_auth,
             tls,
@@ -161,8 +164,35 @@ impl Settings {
             signer,
             jws_pool,
             caps,
+            alerts,
         })
     }
+}
+
+/// The plan's alerts, with the password and CA files it names read.
+fn alerts_settings(plan: &ServePlan) -> anyhow::Result<Option<hub::alerts::AlertsConfig>> {
+    let Some(mut alerts) = plan.hub.alerts.clone() else {
+        return Ok(None);
+    };
+    if let Some(path) = &plan.alerts.password {
+        let password = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --smtp-password-file {}", path.display()))?;
+        alerts.smtp.password = Some(password.trim_end_matches(['\r', '\n']).to_string());
+    }
+    if let Some(path) = &plan.alerts.ca {
+        alerts.ca_pem = Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --smtp-ca {}", path.display()))?,
+        );
+    }
+    info!(
+        server = %alerts.smtp.host,
+        port = alerts.smtp.port,
+        tls = ?alerts.smtp.tls,
+        from = %alerts.from,
+        "alerts mailed to the DFSPs' contacts"
+    );
+    Ok(Some(alerts))
 }
 
 fn build_runtime(listen: &ListenPlan) -> anyhow::Result<tokio::runtime::Runtime> {
@@ -336,6 +366,7 @@ fn serve_term(
         hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.role = role.clone();
         hub_config.jws_pool = settings.jws_pool.clone();
+        hub_config.alerts = settings.alerts.clone();
         if hub_config.jws_verify.is_on() {
             info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
         }
@@ -364,6 +395,9 @@ fn serve_term(
         }
         if let Some((percent, every)) = watch.position_alarm {
             tokio::spawn(hub::watch::watch_positions(hub.clone(), percent, every));
+        }
+        if hub.alerts.is_on() {
+            tokio::spawn(hub::alerts::watch_callbacks(hub.clone()));
         }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {

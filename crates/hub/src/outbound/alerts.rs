@@ -211,6 +211,14 @@ impl SmtpSettings {
     }
 }
 
+/// Refuses a sender that is not one mailbox (`a@b.example` or
+/// `Name <a@b.example>`).
+pub fn check_address(text: &str) -> Result<(), String> {
+    text.parse::<Mailbox>()
+        .map(drop)
+        .map_err(|e| format!("'{text}' is not an address: {e}"))
+}
+
 /// Settings of the alerts by email.
 #[derive(Clone, Debug)]
 pub struct AlertsConfig {

@@ -35,6 +35,8 @@ pub struct ServeArgs {
     admin: AdminArgs,
     #[command(flatten)]
     watch: WatchArgs,
+    #[command(flatten)]
+    alerts: AlertArgs,
 }
 
 /// What `kasi serve` will run, decided from its flags alone: each crate's
@@ -61,6 +63,8 @@ pub(crate) struct ServePlan {
     pub(crate) tls: Option<TlsPlan>,
     pub(crate) admin: AdminPlan,
     pub(crate) watch: WatchPlan,
+    /// The alerts' files to read (their settings are in `hub.alerts`).
+    pub(crate) alerts: AlertsFiles,
 }
 
 /// A flag's value, or a combination of flags, that cannot be served; the
@@ -144,6 +148,7 @@ impl ServeArgs {
             hub.admin_auth = open.clone();
         }
         let jws_pool = self.jws.pool(&hub.jws_verify);
+        let alerts = self.alerts.plan(&mut hub)?;
         Ok(ServePlan {
             store: self.store.plan(&self.ledger)?,
             listen: self.listen.plan(),
@@ -154,6 +159,7 @@ impl ServeArgs {
             tls,
             admin,
             watch: self.watch.plan(),
+            alerts,
         })
     }
 }
@@ -1033,9 +1039,12 @@ struct WatchArgs {
     settlement_close_at: Vec<hub::watch::CloseAt>,
 
     /// Flag a DFSP whose position (reservations included) reaches this
-    /// percentage of its net debit cap: a warning in the log and
-    /// `kasi_position_alarm` = 1 on `/metrics` (Mojaloop's alarm
-    /// percentage). 0 turns the watch off.
+    /// percentage of its net debit cap: a warning in the log,
+    /// `kasi_position_alarm` = 1 on `/metrics` and, with --smtp-url, a mail
+    /// to its NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL (Mojaloop's alarm
+    /// percentage). The alarm clears only 5 points below, so a position
+    /// going up and down around the threshold alarms once. 0 turns the
+    /// watch off.
     #[arg(long, env = "KASI_POSITION_ALARM_PERCENT", default_value_t = 90)]
     position_alarm_percent: u8,
 
@@ -1067,6 +1076,115 @@ impl WatchArgs {
                 )
             }),
         }
+    }
+}
+
+/// Alerts mailed to the DFSPs' contacts.
+#[derive(Args)]
+#[command(next_help_heading = "Alerts to the DFSPs")]
+struct AlertArgs {
+    /// Mail alerts to the addresses each DFSP registered under the email
+    /// endpoint types, through this SMTP server:
+    /// `smtp://[USER[:PASSWORD]@]HOST[:PORT][?tls=required|none]` (STARTTLS
+    /// required by default, port 587; `tls=none`, port 25, for a relay on
+    /// this host only) or `smtps://` (TLS from the start, port 465); user
+    /// and password percent-encoded. NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL
+    /// gets the position alarm (see --position-alarm-percent) and the
+    /// callbacks failing and recovering; NET_DEBIT_CAP_ADJUSTMENT_EMAIL a
+    /// change of the net debit cap; SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL
+    /// a settlement SETTLED. Without it no alert is sent. Needs
+    /// --alerts-from.
+    #[arg(long, env = "KASI_SMTP_URL", value_name = "URL")]
+    smtp_url: Option<String>,
+
+    /// A file holding the SMTP password, instead of the URL's.
+    #[arg(long, env = "KASI_SMTP_PASSWORD_FILE", value_name = "FILE")]
+    smtp_password_file: Option<PathBuf>,
+
+    /// The CA (PEM) the SMTP server's certificate chains to, if not one
+    /// the system trusts.
+    #[arg(long, env = "KASI_SMTP_CA", value_name = "FILE")]
+    smtp_ca: Option<PathBuf>,
+
+    /// The alerts' sender: `alerts@hub.example` or `Hub <alerts@hub.example>`.
+    #[arg(long, env = "KASI_ALERTS_FROM", value_name = "ADDRESS")]
+    alerts_from: Option<String>,
+
+    /// At most this many alerts to one DFSP in any hour; more are not sent
+    /// (counted `rate_limited`, logged).
+    #[arg(long, env = "KASI_ALERTS_PER_DFSP_PER_HOUR", default_value_t = 20, value_name = "COUNT",
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    alerts_per_dfsp_per_hour: u32,
+
+    /// How long the hub's callbacks to a DFSP must have failed before its
+    /// contacts are told (and told again once they are answered), in
+    /// seconds.
+    #[arg(
+        long,
+        env = "KASI_ALERTS_CALLBACKS_FAILING_AFTER_S",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
+    alerts_callbacks_failing_after_s: u64,
+}
+
+/// The files of the alerts' settings, read when serving starts.
+#[derive(Debug, Default)]
+pub(crate) struct AlertsFiles {
+    pub(crate) password: Option<PathBuf>,
+    pub(crate) ca: Option<PathBuf>,
+}
+
+impl AlertArgs {
+    fn plan(&self, hub: &mut HubConfig) -> Result<AlertsFiles, PlanError> {
+        let Some(url) = &self.smtp_url else {
+            for (given, flag) in [
+                (self.smtp_password_file.is_some(), "--smtp-password-file"),
+                (self.smtp_ca.is_some(), "--smtp-ca"),
+                (self.alerts_from.is_some(), "--alerts-from"),
+            ] {
+                if given {
+                    return refuse(flag, "needs --smtp-url URL too");
+                }
+            }
+            return Ok(AlertsFiles::default());
+        };
+        let smtp = hub::alerts::SmtpSettings::parse(url).or_else(|why| {
+            refuse(
+                "--smtp-url",
+                format!("{why}; write smtp://USER:PASSWORD@HOST:PORT?tls=required"),
+            )
+        })?;
+        if smtp.password.is_some() && self.smtp_password_file.is_some() {
+            return refuse(
+                "--smtp-password-file",
+                "--smtp-url holds a password already: give it in one place",
+            );
+        }
+        if smtp.user.is_none() && self.smtp_password_file.is_some() {
+            return refuse(
+                "--smtp-password-file",
+                "--smtp-url names no user: write smtp://USER@HOST",
+            );
+        }
+        let Some(from) = &self.alerts_from else {
+            return refuse(
+                "--alerts-from",
+                "--smtp-url needs --alerts-from ADDRESS too",
+            );
+        };
+        hub::alerts::check_address(from).or_else(|why| refuse("--alerts-from", why))?;
+        hub.alerts = Some(hub::alerts::AlertsConfig {
+            smtp,
+            from: from.clone(),
+            ca_pem: None,
+            per_dfsp_per_hour: self.alerts_per_dfsp_per_hour,
+            callbacks_failing_after: Duration::from_secs(self.alerts_callbacks_failing_after_s),
+        });
+        Ok(AlertsFiles {
+            password: self.smtp_password_file.clone(),
+            ca: self.smtp_ca.clone(),
+        })
     }
 }
 
@@ -1461,6 +1579,33 @@ mod tests {
             (&["--position-alarm-percent", "0"], |plan| {
                 assert_eq!(plan.watch.position_alarm, None);
             }),
+            (&[], |plan| {
+                assert!(plan.hub.alerts.is_none());
+            }),
+            (
+                &[
+                    "--smtp-url",
+                    "smtp://alerts@mail.example?tls=required",
+                    "--smtp-password-file",
+                    "/run/secrets/smtp",
+                    "--alerts-from",
+                    "Hub <alerts@hub.example>",
+                    "--alerts-per-dfsp-per-hour",
+                    "5",
+                ],
+                |plan| {
+                    let alerts = plan.hub.alerts.as_ref().unwrap();
+                    assert_eq!(alerts.smtp.host, "mail.example");
+                    assert_eq!(alerts.smtp.port, 587);
+                    assert_eq!(alerts.smtp.user.as_deref(), Some("alerts"));
+                    assert_eq!(alerts.per_dfsp_per_hour, 5);
+                    assert_eq!(alerts.callbacks_failing_after, Duration::from_secs(60));
+                    assert_eq!(
+                        plan.alerts.password.as_deref(),
+                        Some(Path::new("/run/secrets/smtp"))
+                    );
+                },
+            ),
             (
                 &[
                     "--position-alarm-percent",
@@ -1543,6 +1688,11 @@ mod tests {
             (&["--jws-verify", "transfers"], "--jws-verify", "needs --jws-keys-dir DIR too"),
             (&["--four-eyes", "funds-out"], "--four-eyes", "needs --admin-tokens or --oidc-issuer"),
             (&["--four-eyes", "payouts", "--admin-tokens", "t"], "--four-eyes", "'payouts' is not a four-eyes action"),
+            (&["--alerts-from", "a@b.example"], "--alerts-from", "needs --smtp-url URL too"),
+            (&["--smtp-url", "smtp://mail.example"], "--alerts-from", "--smtp-url needs --alerts-from ADDRESS too"),
+            (&["--smtp-url", "http://mail.example", "--alerts-from", "a@b.example"], "--smtp-url", "neither smtp nor smtps"),
+            (&["--smtp-url", "smtp://u:secret@mail.example", "--smtp-password-file", "p", "--alerts-from", "a@b.example"], "--smtp-password-file", "give it in one place"),
+            (&["--smtp-url", "smtp://mail.example", "--alerts-from", "not an address"], "--alerts-from", "not an address"),
         ];
         for (flags, flag, message) in cases {
             let error = args(flags).plan().expect_err(&format!("{flags:?} planned"));

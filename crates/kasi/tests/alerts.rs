@@ -1,0 +1,310 @@
+//! Alerts mailed to the DFSPs' contacts, end to end: the real `kasi serve`
+//! and a real SMTP server (Python's aiosmtpd, Debian's
+//! `python3-aiosmtpd`) that writes each message it accepts to a file, one
+//! JSON line each, which the tests wait on with deadlines.
+
+mod support;
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::*;
+
+const SINK: &str = r#"
+import json, logging, sys, time, warnings
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+port, out, user, password = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+# AUTH without TLS is what this test means (the hub's tls=none).
+warnings.simplefilter("ignore")
+logging.getLogger("mail.log").setLevel(logging.ERROR)
+
+def authenticate(server, session, envelope, mechanism, auth_data):
+    ok = (isinstance(auth_data, LoginPassword)
+          and auth_data.login.decode() == user
+          and auth_data.password.decode() == password)
+    return AuthResult(success=ok, auth_data=auth_data)
+
+class Keep:
+    async def handle_DATA(self, server, session, envelope):
+        with open(out, "a") as f:
+            f.write(json.dumps({
+                "authenticated": bool(session.authenticated),
+                "login": session.auth_data.login.decode() if session.auth_data else None,
+                "from": envelope.mail_from,
+                "to": envelope.rcpt_tos,
+                "data": envelope.content.decode("utf8", "replace"),
+            }) + "\n")
+        return "250 OK"
+
+controller = Controller(Keep(), hostname="127.0.0.1", port=port,
+                        authenticator=authenticate, auth_require_tls=False,
+                        auth_required=True)
+controller.start()
+print("ready", flush=True)
+while True:
+    time.sleep(3600)
+"#;
+
+const SMTP_USER: &str = "kasi";
+const SMTP_PASSWORD: &str = "s3cret word";
+
+/// The Python that has aiosmtpd: the one on PATH, or Debian's.
+fn python() -> &'static str {
+    for python in ["python3", "/usr/bin/python3"] {
+        let has = Command::new(python)
+            .args(["-c", "import aiosmtpd"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if has {
+            return python;
+        }
+    }
+    panic!("no python3 with aiosmtpd: apt-get install -y python3-aiosmtpd");
+}
+
+/// A local SMTP server keeping what it accepts.
+struct MailSink {
+    child: Child,
+    file: PathBuf,
+}
+
+impl MailSink {
+    fn start(dir: &Path, address: SocketAddr) -> MailSink {
+        let script = dir.join("sink.py");
+        std::fs::write(&script, SINK).unwrap();
+        let file = dir.join("mail.jsonl");
+        let mut child = Command::new(python())
+            .arg(&script)
+            .arg(address.port().to_string())
+            .arg(&file)
+            .args([SMTP_USER, SMTP_PASSWORD])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready.trim(), "ready", "the SMTP sink did not start");
+        MailSink { child, file }
+    }
+
+    fn mails(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.file)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    /// The mails to `to`, once there are `count` of them.
+    fn await_mails(&self, to: &str, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mails: Vec<Value> = self
+                .mails()
+                .into_iter()
+                .filter(|mail| mail["to"] == json!([to]))
+                .collect();
+            if mails.len() >= count {
+                assert_eq!(mails.len(), count, "more mails than expected: {mails:#?}");
+                return mails;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{count} mails to {to} never came; got {:#?}",
+                self.mails()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for MailSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn header<'a>(mail: &'a Value, name: &str) -> &'a str {
+    let data = mail["data"].as_str().unwrap();
+    data.lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            key.eq_ignore_ascii_case(name).then(|| value.trim())
+        })
+        .unwrap_or_else(|| panic!("no {name} in {data}"))
+}
+
+/// A hub mailing alerts through `smtp`, its password in a file.
+fn hub_with_alerts(dir: &Path, smtp: SocketAddr, extra: &[&str]) -> Hub {
+    let password = dir.join("smtp-password");
+    std::fs::write(&password, format!("{SMTP_PASSWORD}\n")).unwrap();
+    let url = format!("smtp://{SMTP_USER}@{smtp}?tls=none");
+    let mut args = vec![
+        "--smtp-url",
+        &url,
+        "--smtp-password-file",
+        password.to_str().unwrap(),
+        "--alerts-from",
+        "Hub alerts <alerts@hub.test>",
+    ];
+    args.extend_from_slice(extra);
+    Hub::start_with(&dir.join("data"), &args)
+}
+
+/// One committed transfer of `amount` from `from` to `to`.
+fn pay(hub: &Hub, (from, from_stub): (&str, &Stub), (to, to_stub): (&str, &Stub), amount: &str) {
+    let id = new_id();
+    let body = prepare_body(&id, from, to, amount, far_future());
+    assert_eq!(hub.prepare(from, to, &body).status, 202);
+    to_stub.expect("POST", "/transfers");
+    let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+    assert_eq!(hub.fulfil(&id, to, from, &fulfil).status, 200);
+    from_stub.expect("PUT", &format!("/transfers/{id}"));
+    to_stub.expect("PUT", &format!("/transfers/{id}"));
+}
+
+/// Waits until the position watch has seen the payer's position at
+/// `percent` of its cap, and its alarm as `alarmed`.
+fn await_position(hub: &Hub, percent: f64, alarmed: bool) {
+    let ratio =
+        format!("kasi_position_net_debit_cap_ratio{{participant=\"{PAYER}\",currency=\"USD\"}} ");
+    let alarm = format!(
+        "kasi_position_alarm{{participant=\"{PAYER}\",currency=\"USD\"}} {}",
+        u8::from(alarmed)
+    );
+    hub.await_metrics(
+        &format!("{PAYER} at {percent}%, alarmed {alarmed}"),
+        |text| {
+            let seen: f64 = text
+                .lines()
+                .find_map(|line| line.strip_prefix(&ratio))?
+                .parse()
+                .ok()?;
+            ((seen * 100.0 - percent).abs() < 0.01 && text.contains(&alarm)).then_some(())
+        },
+    );
+}
+
+#[test]
+fn a_position_crossing_the_threshold_mails_once_until_it_clears_by_the_margin() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let hub = hub_with_alerts(
+        dir.path(),
+        smtp,
+        &[
+            "--position-alarm-percent",
+            "80",
+            "--position-watch-interval-ms",
+            "50",
+        ],
+    );
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let ops = "ops@payer.test";
+    let limits = "limits@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
+    let payer_side = (PAYER, &payer);
+    let payee_side = (PAYEE, &payee);
+
+    pay(&hub, payer_side, payee_side, "850");
+    await_position(&hub, 85.0, true);
+    let first = sink.await_mails(ops, 1);
+    assert_eq!(first[0]["authenticated"], true, "{first:?}");
+    assert_eq!(first[0]["login"], SMTP_USER);
+    assert_eq!(first[0]["from"], "alerts@hub.test");
+    let subject = header(&first[0], "Subject");
+    assert!(
+        subject.contains(PAYER) && subject.contains("85%"),
+        "{subject}"
+    );
+
+    // Further up, then down into the margin and up again: still the one
+    // alarm.
+    pay(&hub, payer_side, payee_side, "50");
+    await_position(&hub, 90.0, true);
+    pay(&hub, payee_side, payer_side, "130");
+    await_position(&hub, 77.0, true);
+    pay(&hub, payer_side, payee_side, "60");
+    await_position(&hub, 83.0, true);
+    // Below the margin (75%) the alarm clears, without a mail.
+    pay(&hub, payee_side, payer_side, "200");
+    await_position(&hub, 63.0, false);
+    assert_eq!(sink.await_mails(ops, 1).len(), 1);
+
+    // Across the threshold again: a second mail, its own Message-ID.
+    pay(&hub, payer_side, payee_side, "200");
+    await_position(&hub, 83.0, true);
+    let both = sink.await_mails(ops, 2);
+    assert_ne!(
+        header(&both[0], "Message-ID"),
+        header(&both[1], "Message-ID")
+    );
+    hub.await_metric_line("kasi_alerts_total{kind=\"position_threshold\",result=\"sent\"} 2");
+
+    // A cap change mails the adjustment contact (and, the position now far
+    // below the cap, clears the alarm without a mail).
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 2000}})),
+        200,
+    );
+    let adjusted = sink.await_mails(limits, 1);
+    let subject = header(&adjusted[0], "Subject");
+    assert!(subject.contains("net debit cap set to 2000"), "{subject}");
+    await_position(&hub, 41.5, false);
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"sent\"} 1");
+    assert_eq!(sink.await_mails(ops, 2).len(), 2);
+    // The payee registered no contact: nothing was sent for it.
+    assert!(
+        sink.mails()
+            .iter()
+            .all(|mail| mail["to"] == json!([ops]) || mail["to"] == json!([limits])),
+        "{:#?}",
+        sink.mails()
+    );
+}
+
+#[test]
+fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let hub = hub_with_alerts(dir.path(), smtp, &[]);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    let limits = "limits@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 3000}})),
+        200,
+    );
+    // Refused connections are retried, and said in the log.
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"retried\"}");
+    hub.await_log("the SMTP server failed; retrying");
+
+    let sink = MailSink::start(dir.path(), smtp);
+    let mails = sink.await_mails(limits, 1);
+    assert!(header(&mails[0], "Subject").contains("net debit cap set to 3000"));
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"sent\"} 1");
+    hub.await_log("alerts are sent again");
+}
