@@ -65,6 +65,20 @@ pub fn check_endpoint(endpoint_type: &str, value: &str) -> Result<(), HubError> 
             format!("{endpoint_type} must be an http:// or https:// URL"),
         ));
     }
+    if endpoint_type.ends_with("_EMAIL") {
+        // Checked when registered, so that the alert it is for is not the
+        // first to find it unusable.
+        let addresses: Vec<&str> = value.split(',').map(str::trim).collect();
+        if addresses
+            .iter()
+            .any(|a| crate::alerts::check_address(a).is_err())
+        {
+            return Err(HubError::new(
+                ErrorCode::GENERIC_VALIDATION_ERROR,
+                format!("{endpoint_type} must be email addresses, separated by commas"),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -356,6 +370,22 @@ mod tests {
         );
         assert!(check_endpoint("FSPIOP_CALLBACK_URL_TRANSFER_POST", "dfsp/transfers").is_err());
         assert!(check_endpoint("NET_DEBIT_CAP_ADJUSTMENT_EMAIL", "ops@example.com").is_ok());
+        assert!(check_endpoint(
+            "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL",
+            "ops@example.com, Treasury <t@example.com>"
+        )
+        .is_ok());
+        for bad in [
+            "",
+            "ops",
+            "ops@example.com,",
+            "a@b.example\r\nBcc: x@y.example",
+        ] {
+            assert!(
+                check_endpoint("SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL", bad).is_err(),
+                "{bad:?}"
+            );
+        }
         assert!(check_endpoint("NOT_A_TYPE", "http://x").is_err());
     }
 }
