@@ -308,3 +308,108 @@ fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
     hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"sent\"} 1");
     hub.await_log("alerts are sent again");
 }
+
+#[test]
+fn a_settled_settlement_mails_each_dfsp_its_net() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let hub = hub_with_alerts(dir.path(), smtp, &[]);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let payer_finance = "finance@payer.test";
+    let payee_finance = "finance@payee.test";
+    let kind = "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL";
+    hub.add_endpoint(PAYER, kind, payer_finance);
+    hub.add_endpoint(PAYEE, kind, payee_finance);
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "120");
+
+    let windows = hub.admin_expect("GET", "/v2/settlementWindows?state=OPEN", None, 200);
+    let window = windows.json()[0]["settlementWindowId"].as_u64().unwrap();
+    hub.admin_expect(
+        "POST",
+        &format!("/v2/settlementWindows/{window}"),
+        Some(json!({"state": "CLOSED", "reason": "end of day"})),
+        200,
+    );
+    let created = hub.admin_expect(
+        "POST",
+        "/v2/settlements",
+        Some(json!({
+            "settlementModel": "DEFAULTDEFERREDNET",
+            "reason": "end of day",
+            "settlementWindows": [{"id": window}]
+        })),
+        200,
+    );
+    let id = created.json()["id"].as_u64().unwrap();
+    let done = hub.admin_expect(
+        "POST",
+        &format!("/v2/settlements/{id}/finalize"),
+        Some(json!({})),
+        200,
+    );
+    assert_eq!(done.json()["state"], "SETTLED");
+
+    let to_payer = sink.await_mails(payer_finance, 1);
+    let to_payee = sink.await_mails(payee_finance, 1);
+    for (mail, net) in [(&to_payer[0], "120"), (&to_payee[0], "-120")] {
+        let subject = header(mail, "Subject");
+        assert!(
+            subject.contains(&format!("settlement {id} settled (USD {net})")),
+            "{subject}"
+        );
+        let message_id = header(mail, "Message-ID");
+        assert!(
+            message_id.starts_with(&format!("<settlement.{id}."))
+                && message_id.ends_with(".settled@hub.kasi>"),
+            "{message_id}"
+        );
+    }
+    hub.await_metric_line("kasi_alerts_total{kind=\"settlement\",result=\"sent\"} 2");
+    // Settled once: one mail each, whatever else is asked of it.
+    let again = hub.admin(
+        "POST",
+        &format!("/v2/settlements/{id}/finalize"),
+        Some(&json!({})),
+    );
+    assert_error_response(&again, 400, "3100");
+    assert_eq!(sink.mails().len(), 2, "{:#?}", sink.mails());
+}
+
+#[test]
+fn a_dfsp_is_told_when_its_callbacks_fail_and_when_they_are_answered_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let hub = hub_with_alerts(
+        dir.path(),
+        smtp,
+        &["--alerts-callbacks-failing-after-s", "1"],
+    );
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    // The payee is down: its callbacks are refused until its server starts.
+    let payee_address = reserve_address();
+    hub.onboard(PAYEE, &format!("http://{payee_address}"), 1_000, 5_000);
+    let ops = "ops@payee.test";
+    hub.add_endpoint(PAYEE, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
+
+    let id = new_id();
+    let body = prepare_body(&id, PAYER, PAYEE, "10", far_future());
+    assert_eq!(hub.prepare(PAYER, PAYEE, &body).status, 202);
+    let failing = sink.await_mails(ops, 1);
+    let subject = header(&failing[0], "Subject");
+    assert!(subject.contains("callbacks are failing"), "{subject}");
+
+    let payee = Stub::start_on(PAYEE, payee_address);
+    payee.expect("POST", "/transfers");
+    let both = sink.await_mails(ops, 2);
+    let subject = header(&both[1], "Subject");
+    assert!(subject.contains("answered again"), "{subject}");
+    hub.await_metric_line("kasi_alerts_total{kind=\"callbacks\",result=\"sent\"} 2");
+}

@@ -271,6 +271,7 @@ impl Alerts {
             limit: RateLimit::new(config.per_dfsp_per_hour),
             seen: Remembered::new(REMEMBERED_IDS),
             failures: engine::Repeats::new(LOG_EVERY),
+            not_sent: engine::Repeats::new(LOG_EVERY),
         };
         tokio::spawn(sending.run(receiver));
         Ok(Alerts {
@@ -538,7 +539,10 @@ struct Sending {
     metrics: Arc<Metrics>,
     limit: RateLimit,
     seen: Remembered,
+    /// The SMTP server's failures.
     failures: engine::Repeats,
+    /// Alerts not sent for the DFSP's sake (its limit, its address).
+    not_sent: engine::Repeats,
 }
 
 impl Sending {
@@ -562,18 +566,23 @@ impl Sending {
             return "no_recipient";
         };
         if !self.limit.allow(alert.participant, Instant::now()) {
-            tracing::warn!(
-                participant = %alert.participant,
-                kind = alert.kind.label(),
-                id = %alert.id,
-                "alert not sent: the DFSP's alerts of the last hour reached --alerts-per-dfsp-per-hour"
-            );
+            if let Some(repeated) = self.not_sent.failed() {
+                tracing::warn!(
+                    participant = %alert.participant,
+                    kind = alert.kind.label(),
+                    id = %alert.id,
+                    repeated,
+                    "alert not sent: the DFSP's alerts of the last hour reached --alerts-per-dfsp-per-hour"
+                );
+            }
             return "rate_limited";
         }
         let message = match self.message(alert, &to) {
             Ok(message) => message,
             Err(error) => {
-                tracing::warn!(participant = %alert.participant, endpoint_type = alert.kind.endpoint_type(), %error, "alert not sent: the DFSP's address is not usable");
+                if let Some(repeated) = self.not_sent.failed() {
+                    tracing::warn!(participant = %alert.participant, endpoint_type = alert.kind.endpoint_type(), %error, repeated, "alert not sent: the DFSP's address is not usable");
+                }
                 return "bad_address";
             }
         };
