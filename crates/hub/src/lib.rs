@@ -185,8 +185,9 @@ pub struct HubConfig {
     /// long (see [`approvals`]); none by default here, `kasi serve`'s
     /// `--four-eyes` holds the money-moving ones.
     pub four_eyes: approvals::FourEyes,
-    /// Alerts mailed to the DFSPs' contacts; `None`: off.
-    pub alerts: Option<alerts::AlertsConfig>,
+    /// Alerts to the DFSPs' contacts: mail (with `--smtp-url`) and
+    /// webhooks.
+    pub alerts: alerts::AlertsConfig,
 }
 
 impl HubConfig {
@@ -216,7 +217,7 @@ impl HubConfig {
             pending_answers_max: answers::DEFAULT_CAPACITY,
             max_clock_skew: None,
             four_eyes: approvals::FourEyes::off(),
-            alerts: None,
+            alerts: alerts::AlertsConfig::default(),
         }
     }
 }
@@ -249,7 +250,7 @@ pub struct Hub {
     /// Audit events of refused admin attempts, coalesced (see
     /// [`admin_refusals`]).
     pub admin_refusal_events: admin_refusals::Coalescer,
-    /// Alerts to the DFSPs' contacts (off without `HubConfig::alerts`).
+    /// Alerts to the DFSPs' contacts.
     pub alerts: alerts::Alerts,
     started: Instant,
 }
@@ -308,16 +309,14 @@ impl Hub {
             })?)),
             None => None,
         };
-        let alerts = match &config.alerts {
-            Some(settings) => alerts::Alerts::start(
-                settings.clone(),
-                config.hub_name,
-                endpoints.clone(),
-                metrics.clone(),
-            )
-            .map_err(|error| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, error))?,
-            None => alerts::Alerts::default(),
-        };
+        let alerts = alerts::Alerts::start(
+            config.alerts.clone(),
+            config.hub_name,
+            endpoints.clone(),
+            metrics.clone(),
+            config.callback_tls.clone(),
+        )
+        .map_err(|error| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, error))?;
         let hub = Hub {
             alerts,
             jws_keys,

@@ -64,8 +64,8 @@ struct Settings {
     /// dispatcher signs in it, the FSPIOP middleware verifies in it.
     jws_pool: Option<Arc<hub::jws_pool::JwsPool>>,
     caps: hub::connections::Caps,
-    /// The alerts' settings with their files read; `None`: off.
-    alerts: Option<hub::alerts::AlertsConfig>,
+    /// The alerts' settings with their files read.
+    alerts: hub::alerts::AlertsConfig,
 }
 
 impl Settings {
@@ -170,29 +170,30 @@ impl Settings {
 }
 
 /// The plan's alerts, with the password and CA files it names read.
-fn alerts_settings(plan: &ServePlan) -> anyhow::Result<Option<hub::alerts::AlertsConfig>> {
-    let Some(mut alerts) = plan.hub.alerts.clone() else {
-        return Ok(None);
+fn alerts_settings(plan: &ServePlan) -> anyhow::Result<hub::alerts::AlertsConfig> {
+    let mut alerts = plan.hub.alerts.clone();
+    let Some(mail) = &mut alerts.mail else {
+        return Ok(alerts);
     };
     if let Some(path) = &plan.alerts.password {
         let password = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read --smtp-password-file {}", path.display()))?;
-        alerts.smtp.password = Some(password.trim_end_matches(['\r', '\n']).to_string());
+        mail.smtp.password = Some(password.trim_end_matches(['\r', '\n']).to_string());
     }
     if let Some(path) = &plan.alerts.ca {
-        alerts.ca_pem = Some(
+        mail.ca_pem = Some(
             std::fs::read(path)
                 .with_context(|| format!("cannot read --smtp-ca {}", path.display()))?,
         );
     }
     info!(
-        server = %alerts.smtp.host,
-        port = alerts.smtp.port,
-        tls = ?alerts.smtp.tls,
-        from = %alerts.from,
+        server = %mail.smtp.host,
+        port = mail.smtp.port,
+        tls = ?mail.smtp.tls,
+        from = %mail.from,
         "alerts mailed to the DFSPs' contacts"
     );
-    Ok(Some(alerts))
+    Ok(alerts)
 }
 
 fn build_runtime(listen: &ListenPlan) -> anyhow::Result<tokio::runtime::Runtime> {

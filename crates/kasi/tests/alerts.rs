@@ -413,3 +413,45 @@ fn a_dfsp_is_told_when_its_callbacks_fail_and_when_they_are_answered_again() {
     assert!(subject.contains("answered again"), "{subject}");
     hub.await_metric_line("kasi_alerts_total{kind=\"callbacks\",result=\"sent\"} 2");
 }
+
+#[test]
+fn a_dfsp_webhook_gets_each_alert_as_json_without_any_smtp_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    let hook = Stub::start("payer-alerts");
+    hub.add_endpoint(
+        PAYER,
+        "KASI_ALERTS_WEBHOOK_URL",
+        &format!("{}/kasi-alerts", hook.base_url()),
+    );
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 4000}})),
+        200,
+    );
+    let posted = hook.expect("POST", "/kasi-alerts");
+    assert_eq!(posted.header("content-type"), Some("application/json"));
+    let alert = posted.json();
+    assert_eq!(alert["kind"], "net_debit_cap");
+    assert_eq!(alert["participant"], PAYER);
+    assert_eq!(alert["hub"], HUB_NAME);
+    assert!(
+        alert["subject"].as_str().unwrap().contains("set to 4000"),
+        "{alert}"
+    );
+    assert_eq!(posted.header("x-kasi-alert-id"), alert["id"].as_str());
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"webhook_sent\"} 1");
+    hook.assert_quiet(QUIET_WAIT);
+
+    // Not a URL: refused when registered, as any URL endpoint.
+    let refused = hub.admin(
+        "POST",
+        &format!("/participants/{PAYER}/endpoints"),
+        Some(&json!({"type": "KASI_ALERTS_WEBHOOK_URL", "value": "alerts@payer.test"})),
+    );
+    assert_error_response(&refused, 400, "3100");
+}

@@ -14,7 +14,9 @@
 //!
 //! The callback alert goes to the threshold contact because both tell the
 //! DFSP's operations that payments are about to stop (no headroom, or no
-//! way to tell it of them); Mojaloop has no type of its own for it.
+//! way to tell it of them); Mojaloop has no type of its own for it. A DFSP
+//! may also register kasi's [`WEBHOOK_TYPE`], a URL every alert of every
+//! kind is POSTed to as JSON, whether mail is configured or not.
 //!
 //! The events are noticed where they happen (the position watch, the admin
 //! handlers after their change is durable, a watch of the dispatcher's
@@ -24,7 +26,9 @@
 //! the alert's id (which is also its Message-ID, so a resend after a lost
 //! answer is one mail to a receiver that deduplicates), rate-limited per
 //! DFSP, retried with backoff on a transient SMTP failure until it is
-//! sent (a permanent refusal, 5xx, is given up). Every alert ends counted in
+//! sent (a permanent refusal, 5xx, is given up); a webhook's delivery is a
+//! task of its own, so that a DFSP's dead webhook holds up nobody else.
+//! Every alert ends counted in
 //! `kasi_alerts_total{kind,result}`; failures are logged at most once a
 //! minute with how many the line stands for.
 //!
@@ -219,23 +223,51 @@ pub fn check_address(text: &str) -> Result<(), String> {
         .map_err(|e| format!("'{text}' is not an address: {e}"))
 }
 
-/// Settings of the alerts by email.
+/// How alerts are mailed (`--smtp-url`).
 #[derive(Clone, Debug)]
-pub struct AlertsConfig {
+pub struct MailConfig {
     pub smtp: SmtpSettings,
     /// The sender, `alerts@hub.example` or `Hub <alerts@hub.example>`.
     pub from: String,
     /// A CA (PEM) the SMTP server's certificate chains to, beside the
     /// system's.
     pub ca_pem: Option<Vec<u8>>,
+}
+
+/// Settings of the alerts.
+#[derive(Clone, Debug)]
+pub struct AlertsConfig {
+    /// Mail; `None`: only the DFSPs' webhooks.
+    pub mail: Option<MailConfig>,
     /// Alerts sent to one DFSP in any hour, at most.
     pub per_dfsp_per_hour: u32,
     /// How long callbacks to a DFSP fail before it is told.
     pub callbacks_failing_after: Duration,
 }
 
-/// Queues alerts for the sending task; off (everything ignored) without
-/// `--smtp-url`. Cheap to clone.
+impl Default for AlertsConfig {
+    fn default() -> AlertsConfig {
+        AlertsConfig {
+            mail: None,
+            per_dfsp_per_hour: 20,
+            callbacks_failing_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// kasi's endpoint type of a DFSP's alerts webhook: each alert is POSTed
+/// there as JSON (see [`webhook_body`]).
+pub const WEBHOOK_TYPE: &str = "KASI_ALERTS_WEBHOOK_URL";
+
+/// Webhook deliveries under way at once (across DFSPs); one more is
+/// dropped and counted.
+const WEBHOOKS_IN_FLIGHT: usize = 64;
+
+/// How long a webhook delivery is retried before it is given up.
+const WEBHOOK_RETRY_FOR: Duration = Duration::from_secs(3_600);
+
+/// Queues alerts for the sending task; off (everything ignored) in a hub
+/// built without it. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Alerts {
     inner: Option<Arc<Queue>>,
@@ -250,21 +282,29 @@ struct Queue {
 
 impl Alerts {
     /// Starts the sending task on the current runtime.
+    /// Starts the sending task on the current runtime; webhooks are
+    /// called with `tls` (the hub's outbound TLS) for `https://`.
     pub fn start(
         config: AlertsConfig,
         hub_name: FspName,
         endpoints: Arc<Endpoints>,
         metrics: Arc<Metrics>,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Result<Alerts, String> {
-        let from: Mailbox = config
-            .from
-            .parse()
-            .map_err(|e| format!("--alerts-from '{}': {e}", config.from))?;
-        let transport = transport(&config)?;
+        let mail = match &config.mail {
+            Some(mail) => {
+                let from: Mailbox = mail
+                    .from
+                    .parse()
+                    .map_err(|e| format!("--alerts-from '{}': {e}", mail.from))?;
+                Some((transport(mail)?, from))
+            }
+            None => None,
+        };
         let (sender, receiver) = mpsc::channel(QUEUE_CAPACITY);
         let sending = Sending {
-            transport,
-            from,
+            mail,
+            webhooks: Webhooks::new(tls, metrics.clone()),
             hub_name,
             endpoints,
             metrics: metrics.clone(),
@@ -502,7 +542,7 @@ impl Alerts {
     }
 }
 
-fn transport(config: &AlertsConfig) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+fn transport(config: &MailConfig) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
     let smtp = &config.smtp;
     let mut builder =
         AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(&smtp.host).port(smtp.port);
@@ -532,8 +572,9 @@ fn transport(config: &AlertsConfig) -> Result<AsyncSmtpTransport<Tokio1Executor>
 
 /// The sending task's state.
 struct Sending {
-    transport: AsyncSmtpTransport<Tokio1Executor>,
-    from: Mailbox,
+    /// The SMTP server and the sender; `None`: no mail.
+    mail: Option<(AsyncSmtpTransport<Tokio1Executor>, Mailbox)>,
+    webhooks: Webhooks,
     hub_name: FspName,
     endpoints: Arc<Endpoints>,
     metrics: Arc<Metrics>,
@@ -548,23 +589,30 @@ struct Sending {
 impl Sending {
     async fn run(mut self, mut queue: mpsc::Receiver<Alert>) {
         while let Some(alert) = queue.recv().await {
-            let result = self.deliver(&alert).await;
-            self.metrics.record_alert(alert.kind.label(), result);
+            if let Some(result) = self.deliver(&alert).await {
+                self.metrics.record_alert(alert.kind.label(), result);
+            }
         }
     }
 
-    /// Sends one alert, retrying a transient failure until it goes; its
-    /// result's label.
-    async fn deliver(&mut self, alert: &Alert) -> &'static str {
+    /// Sends one alert: its webhook's delivery started (counted by
+    /// itself), its mail sent, retrying a transient failure until it
+    /// goes. The label of what became of it, if anything is to be counted
+    /// here.
+    async fn deliver(&mut self, alert: &Alert) -> Option<&'static str> {
         if !self.seen.insert(&alert.id) {
-            return "duplicate";
+            return Some("duplicate");
         }
-        let Some(to) = self
-            .endpoints
-            .value(alert.participant, alert.kind.endpoint_type())
-        else {
-            return "no_recipient";
+        let to = match self.mail {
+            Some(_) => self
+                .endpoints
+                .value(alert.participant, alert.kind.endpoint_type()),
+            None => None,
         };
+        let hook = self.endpoints.value(alert.participant, WEBHOOK_TYPE);
+        if to.is_none() && hook.is_none() {
+            return Some("no_recipient");
+        }
         if !self.limit.allow(alert.participant, Instant::now()) {
             if let Some(repeated) = self.not_sent.failed() {
                 tracing::warn!(
@@ -575,9 +623,22 @@ impl Sending {
                     "alert not sent: the DFSP's alerts of the last hour reached --alerts-per-dfsp-per-hour"
                 );
             }
-            return "rate_limited";
+            return Some("rate_limited");
         }
-        let message = match self.message(alert, &to) {
+        if let Some(url) = hook {
+            self.webhooks
+                .post(url, alert, webhook_body(self.hub_name, alert));
+        }
+        let to = to?;
+        Some(self.mail(alert, &to).await)
+    }
+
+    async fn mail(&mut self, alert: &Alert, to: &str) -> &'static str {
+        let Some((transport, _)) = &self.mail else {
+            return "no_recipient";
+        };
+        let transport = transport.clone();
+        let message = match self.message(alert, to) {
             Ok(message) => message,
             Err(error) => {
                 if let Some(repeated) = self.not_sent.failed() {
@@ -588,7 +649,7 @@ impl Sending {
         };
         let mut wait = RETRY_FIRST;
         loop {
-            match self.transport.send(message.clone()).await {
+            match transport.send(message.clone()).await {
                 Ok(_) => {
                     if let Some(recovered) = self.failures.recovered() {
                         tracing::info!(failures = recovered.failures, "alerts are sent again");
@@ -615,8 +676,9 @@ impl Sending {
     }
 
     fn message(&self, alert: &Alert, to: &str) -> Result<Message, String> {
+        let from = self.mail.as_ref().ok_or("no mail")?.1.clone();
         let mut builder = Message::builder()
-            .from(self.from.clone())
+            .from(from)
             .subject(format!("[{}] {}", self.hub_name, alert.subject))
             .message_id(Some(format!(
                 "<{}@{}.kasi>",
@@ -634,6 +696,117 @@ impl Sending {
             return Err("no address".into());
         }
         builder.body(alert.body.clone()).map_err(|e| e.to_string())
+    }
+}
+
+/// What a webhook is sent: the alert as JSON.
+pub fn webhook_body(hub_name: FspName, alert: &Alert) -> String {
+    serde_json::json!({
+        "id": alert.id,
+        "hub": hub_name.as_str(),
+        "kind": alert.kind.label(),
+        "participant": alert.participant.as_str(),
+        "subject": alert.subject,
+        "text": alert.body,
+    })
+    .to_string()
+}
+
+type WebhookClient = hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+/// The DFSPs' alert webhooks: each delivery a task of its own, so that one
+/// DFSP's dead webhook delays nobody else's alerts; at most
+/// [`WEBHOOKS_IN_FLIGHT`] at once.
+struct Webhooks {
+    client: WebhookClient,
+    in_flight: Arc<tokio::sync::Semaphore>,
+    metrics: Arc<Metrics>,
+    failures: Arc<Mutex<engine::Repeats>>,
+}
+
+impl Webhooks {
+    fn new(tls: Option<Arc<rustls::ClientConfig>>, metrics: Arc<Metrics>) -> Webhooks {
+        let tls = tls.unwrap_or_else(|| {
+            crate::tls::client_config(None, None)
+                .expect("a TLS client configuration without files cannot fail")
+        });
+        let connector = crate::tls::https_connector(tls, Duration::from_secs(5));
+        let client =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(30))
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build(connector);
+        Webhooks {
+            client,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(WEBHOOKS_IN_FLIGHT)),
+            metrics,
+            failures: Arc::new(Mutex::new(engine::Repeats::new(LOG_EVERY))),
+        }
+    }
+
+    /// POSTs `body` to `url`, retried on a transport error or a 5xx with
+    /// backoff for up to [`WEBHOOK_RETRY_FOR`]; a 4xx is final.
+    fn post(&self, url: String, alert: &Alert, body: String) {
+        let kind = alert.kind.label();
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            self.metrics.record_alert(kind, "webhook_dropped");
+            return;
+        };
+        let client = self.client.clone();
+        let metrics = self.metrics.clone();
+        let failures = self.failures.clone();
+        let id = alert.id.clone();
+        let participant = alert.participant;
+        tokio::spawn(async move {
+            let _permit = permit;
+            let started = Instant::now();
+            let mut wait = RETRY_FIRST;
+            loop {
+                let request = http::Request::post(url.as_str())
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .header("X-Kasi-Alert-Id", id.as_str())
+                    .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())));
+                let request = match request {
+                    Ok(request) => request,
+                    Err(error) => {
+                        metrics.record_alert(kind, "webhook_refused");
+                        tracing::warn!(%participant, %error, "alert webhook not called: its URL is not usable");
+                        return;
+                    }
+                };
+                let answer =
+                    tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
+                let why = match answer {
+                    Ok(Ok(response)) if response.status().is_success() => {
+                        metrics.record_alert(kind, "webhook_sent");
+                        return;
+                    }
+                    Ok(Ok(response)) if response.status().is_client_error() => {
+                        metrics.record_alert(kind, "webhook_refused");
+                        tracing::warn!(%participant, status = response.status().as_u16(), "alert webhook refused the alert; given up");
+                        return;
+                    }
+                    Ok(Ok(response)) => format!("answered {}", response.status()),
+                    Ok(Err(error)) => error.to_string(),
+                    Err(_) => "no answer within 10 s".to_string(),
+                };
+                if started.elapsed() + wait > WEBHOOK_RETRY_FOR {
+                    metrics.record_alert(kind, "webhook_failed");
+                    tracing::warn!(%participant, id = %id, why, "alert webhook failed for an hour; given up");
+                    return;
+                }
+                metrics.record_alert(kind, "webhook_retried");
+                let repeated = failures.lock().unwrap_or_else(|e| e.into_inner()).failed();
+                if let Some(repeated) = repeated {
+                    tracing::warn!(%participant, why, repeated, "alert webhook failed; retrying");
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RETRY_MAX);
+            }
+        });
     }
 }
 

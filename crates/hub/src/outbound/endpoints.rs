@@ -11,7 +11,8 @@ use ledger::{ErrorCode, FspName, ParticipantMode, ParticipantView};
 use crate::HubError;
 
 /// Endpoint types central-ledger knows (`seeds/endpointType.js` and later
-/// additions). Those ending in `_EMAIL` or `_TOPIC` hold no URL.
+/// additions), and kasi's alerts webhook. Those ending in `_EMAIL` or
+/// `_TOPIC` hold no URL.
 pub const ENDPOINT_TYPES: &[&str] = &[
     "ALARM_NOTIFICATION_URL",
     "ALARM_NOTIFICATION_TOPIC",
@@ -47,6 +48,8 @@ pub const ENDPOINT_TYPES: &[&str] = &[
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_POST",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+    // kasi's: where the DFSP's alerts are POSTed as JSON (`alerts`).
+    crate::alerts::WEBHOOK_TYPE,
 ];
 
 /// Refuses an unknown endpoint type, or a callback type whose value is not

@@ -1092,8 +1092,9 @@ struct AlertArgs {
     /// gets the position alarm (see --position-alarm-percent) and the
     /// callbacks failing and recovering; NET_DEBIT_CAP_ADJUSTMENT_EMAIL a
     /// change of the net debit cap; SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL
-    /// a settlement SETTLED. Without it no alert is sent. Needs
-    /// --alerts-from.
+    /// a settlement SETTLED. Without it no alert is mailed (a DFSP's
+    /// KASI_ALERTS_WEBHOOK_URL endpoint, if any, is still POSTed each alert
+    /// as JSON). Needs --alerts-from.
     #[arg(long, env = "KASI_SMTP_URL", value_name = "URL")]
     smtp_url: Option<String>,
 
@@ -1110,8 +1111,8 @@ struct AlertArgs {
     #[arg(long, env = "KASI_ALERTS_FROM", value_name = "ADDRESS")]
     alerts_from: Option<String>,
 
-    /// At most this many alerts to one DFSP in any hour; more are not sent
-    /// (counted `rate_limited`, logged).
+    /// At most this many alerts to one DFSP in any hour (mail and webhook
+    /// alike); more are not sent (counted `rate_limited`, logged).
     #[arg(long, env = "KASI_ALERTS_PER_DFSP_PER_HOUR", default_value_t = 20, value_name = "COUNT",
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     alerts_per_dfsp_per_hour: u32,
@@ -1137,6 +1138,9 @@ pub(crate) struct AlertsFiles {
 
 impl AlertArgs {
     fn plan(&self, hub: &mut HubConfig) -> Result<AlertsFiles, PlanError> {
+        hub.alerts.per_dfsp_per_hour = self.alerts_per_dfsp_per_hour;
+        hub.alerts.callbacks_failing_after =
+            Duration::from_secs(self.alerts_callbacks_failing_after_s);
         let Some(url) = &self.smtp_url else {
             for (given, flag) in [
                 (self.smtp_password_file.is_some(), "--smtp-password-file"),
@@ -1174,12 +1178,10 @@ impl AlertArgs {
             );
         };
         hub::alerts::check_address(from).or_else(|why| refuse("--alerts-from", why))?;
-        hub.alerts = Some(hub::alerts::AlertsConfig {
+        hub.alerts.mail = Some(hub::alerts::MailConfig {
             smtp,
             from: from.clone(),
             ca_pem: None,
-            per_dfsp_per_hour: self.alerts_per_dfsp_per_hour,
-            callbacks_failing_after: Duration::from_secs(self.alerts_callbacks_failing_after_s),
         });
         Ok(AlertsFiles {
             password: self.smtp_password_file.clone(),
@@ -1580,7 +1582,8 @@ mod tests {
                 assert_eq!(plan.watch.position_alarm, None);
             }),
             (&[], |plan| {
-                assert!(plan.hub.alerts.is_none());
+                assert!(plan.hub.alerts.mail.is_none());
+                assert_eq!(plan.hub.alerts.per_dfsp_per_hour, 20);
             }),
             (
                 &[
@@ -1594,10 +1597,11 @@ mod tests {
                     "5",
                 ],
                 |plan| {
-                    let alerts = plan.hub.alerts.as_ref().unwrap();
-                    assert_eq!(alerts.smtp.host, "mail.example");
-                    assert_eq!(alerts.smtp.port, 587);
-                    assert_eq!(alerts.smtp.user.as_deref(), Some("alerts"));
+                    let alerts = &plan.hub.alerts;
+                    let mail = alerts.mail.as_ref().unwrap();
+                    assert_eq!(mail.smtp.host, "mail.example");
+                    assert_eq!(mail.smtp.port, 587);
+                    assert_eq!(mail.smtp.user.as_deref(), Some("alerts"));
                     assert_eq!(alerts.per_dfsp_per_hour, 5);
                     assert_eq!(alerts.callbacks_failing_after, Duration::from_secs(60));
                     assert_eq!(
