@@ -162,6 +162,16 @@ fn hub_with_alerts(dir: &Path, smtp: SocketAddr, extra: &[&str]) -> Hub {
     Hub::start_with(&dir.join("data"), &args)
 }
 
+/// A running SMTP sink and a hub mailing through it, the scheme set up.
+fn mailing_hub(extra: &[&str]) -> (tempfile::TempDir, MailSink, Hub) {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let hub = hub_with_alerts(dir.path(), smtp, extra);
+    hub.setup();
+    (dir, sink, hub)
+}
+
 /// One committed transfer of `amount` from `from` to `to`.
 fn pay(hub: &Hub, (from, from_stub): (&str, &Stub), (to, to_stub): (&str, &Stub), amount: &str) {
     let id = new_id();
@@ -198,20 +208,12 @@ fn await_position(hub: &Hub, percent: f64, alarmed: bool) {
 
 #[test]
 fn a_position_crossing_the_threshold_mails_once_until_it_clears_by_the_margin() {
-    let dir = tempfile::tempdir().unwrap();
-    let smtp = reserve_address();
-    let sink = MailSink::start(dir.path(), smtp);
-    let hub = hub_with_alerts(
-        dir.path(),
-        smtp,
-        &[
-            "--position-alarm-percent",
-            "80",
-            "--position-watch-interval-ms",
-            "50",
-        ],
-    );
-    hub.setup();
+    let (_dir, sink, hub) = mailing_hub(&[
+        "--position-alarm-percent",
+        "80",
+        "--position-watch-interval-ms",
+        "50",
+    ]);
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
     hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
@@ -311,11 +313,7 @@ fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
 
 #[test]
 fn a_settled_settlement_mails_each_dfsp_its_net() {
-    let dir = tempfile::tempdir().unwrap();
-    let smtp = reserve_address();
-    let sink = MailSink::start(dir.path(), smtp);
-    let hub = hub_with_alerts(dir.path(), smtp, &[]);
-    hub.setup();
+    let (_dir, sink, hub) = mailing_hub(&[]);
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
     hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
@@ -382,15 +380,7 @@ fn a_settled_settlement_mails_each_dfsp_its_net() {
 
 #[test]
 fn a_dfsp_is_told_when_its_callbacks_fail_and_when_they_are_answered_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let smtp = reserve_address();
-    let sink = MailSink::start(dir.path(), smtp);
-    let hub = hub_with_alerts(
-        dir.path(),
-        smtp,
-        &["--alerts-callbacks-failing-after-s", "1"],
-    );
-    hub.setup();
+    let (_dir, sink, hub) = mailing_hub(&["--alerts-callbacks-failing-after-s", "1"]);
     let payer = Stub::start(PAYER);
     hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
     // The payee is down: its callbacks are refused until its server starts.
