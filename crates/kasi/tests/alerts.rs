@@ -35,6 +35,7 @@ class Keep:
         with open(out, "a") as f:
             f.write(json.dumps({
                 "authenticated": bool(session.authenticated),
+                "tls": session.ssl is not None,
                 "login": session.auth_data.login.decode() if session.auth_data else None,
                 "from": envelope.mail_from,
                 "to": envelope.rcpt_tos,
@@ -42,9 +43,16 @@ class Keep:
             }) + "\n")
         return "250 OK"
 
+if len(sys.argv) > 6:
+    # STARTTLS required, with this certificate and key.
+    import ssl
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(sys.argv[5], sys.argv[6])
+    security = dict(tls_context=context, require_starttls=True)
+else:
+    security = dict(auth_require_tls=False)
 controller = Controller(Keep(), hostname="127.0.0.1", port=port,
-                        authenticator=authenticate, auth_require_tls=False,
-                        auth_required=True)
+                        authenticator=authenticate, auth_required=True, **security)
 controller.start()
 print("ready", flush=True)
 while True:
@@ -78,6 +86,15 @@ struct MailSink {
 
 impl MailSink {
     fn start(dir: &Path, address: SocketAddr) -> MailSink {
+        MailSink::start_with(dir, address, &[])
+    }
+
+    /// A sink that requires STARTTLS, presenting `cert` and `key`.
+    fn start_tls(dir: &Path, address: SocketAddr, cert: &Path, key: &Path) -> MailSink {
+        MailSink::start_with(dir, address, &[cert, key])
+    }
+
+    fn start_with(dir: &Path, address: SocketAddr, tls: &[&Path]) -> MailSink {
         let script = dir.join("sink.py");
         std::fs::write(&script, SINK).unwrap();
         let file = dir.join("mail.jsonl");
@@ -86,6 +103,7 @@ impl MailSink {
             .arg(address.port().to_string())
             .arg(&file)
             .args([SMTP_USER, SMTP_PASSWORD])
+            .args(tls)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -229,6 +247,7 @@ fn a_position_crossing_the_threshold_mails_once_until_it_clears_by_the_margin() 
     await_position(&hub, 85.0, true);
     let first = sink.await_mails(ops, 1);
     assert_eq!(first[0]["authenticated"], true, "{first:?}");
+    assert_eq!(first[0]["tls"], false, "{first:?}");
     assert_eq!(first[0]["login"], SMTP_USER);
     assert_eq!(first[0]["from"], "alerts@hub.test");
     let subject = header(&first[0], "Subject");
@@ -444,4 +463,90 @@ fn a_dfsp_webhook_gets_each_alert_as_json_without_any_smtp_server() {
         Some(&json!({"type": "KASI_ALERTS_WEBHOOK_URL", "value": "alerts@payer.test"})),
     );
     assert_error_response(&refused, 400, "3100");
+}
+
+#[test]
+fn mail_goes_over_starttls_to_a_server_the_smtp_ca_vouches_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new("mail CA");
+    let (cert, key) = pki
+        .issue("localhost", &["localhost"], true)
+        .write(dir.path(), "smtp");
+    let ca = dir.path().join("smtp-ca.pem");
+    pki.write_ca(&ca);
+    let smtp = reserve_address();
+    let sink = MailSink::start_tls(dir.path(), smtp, &cert, &key);
+    let password = dir.path().join("smtp-password");
+    std::fs::write(&password, SMTP_PASSWORD).unwrap();
+    // STARTTLS required (the default), the name checked against the
+    // certificate's.
+    let url = format!("smtp://{SMTP_USER}@localhost:{}", smtp.port());
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--smtp-url",
+            &url,
+            "--smtp-password-file",
+            password.to_str().unwrap(),
+            "--smtp-ca",
+            ca.to_str().unwrap(),
+            "--alerts-from",
+            "alerts@hub.test",
+        ],
+    );
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    let limits = "limits@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 1500}})),
+        200,
+    );
+    let mails = sink.await_mails(limits, 1);
+    assert_eq!(mails[0]["tls"], true, "{mails:?}");
+    assert_eq!(mails[0]["authenticated"], true, "{mails:?}");
+    assert_eq!(mails[0]["login"], SMTP_USER);
+}
+
+/// Nothing is stored: the alarm is computed again when the hub starts, so
+/// a DFSP still above its threshold is told again (an alert lost with the
+/// process is not lost for good), once.
+#[test]
+fn after_a_restart_a_dfsp_still_above_its_threshold_is_told_again_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let flags = [
+        "--position-alarm-percent",
+        "80",
+        "--position-watch-interval-ms",
+        "50",
+    ];
+    let mut hub = hub_with_alerts(dir.path(), smtp, &flags);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let ops = "ops@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "900");
+    await_position(&hub, 90.0, true);
+    sink.await_mails(ops, 1);
+
+    assert!(hub.terminate().success());
+    let hub = hub_with_alerts(dir.path(), smtp, &flags);
+    await_position(&hub, 90.0, true);
+    let both = sink.await_mails(ops, 2);
+    assert_ne!(
+        header(&both[0], "Message-ID"),
+        header(&both[1], "Message-ID")
+    );
+    // Later looks find it alarmed already.
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "10");
+    await_position(&hub, 91.0, true);
+    assert_eq!(sink.await_mails(ops, 2).len(), 2);
 }
