@@ -122,13 +122,14 @@ fn the_dashboard_charts_only_metrics_the_hub_exposes() {
     }
     assert!(names.len() >= 20, "{names:?}");
     // Counters of events one transfer does not make (refusals, four-eyes
-    // steps) have no series until their first event: the family must be
+    // steps, alerts) have no series until their first event: the family must be
     // registered, under the name the query uses.
-    const FIRST_EVENT: [&str; 4] = [
+    const FIRST_EVENT: [&str; 5] = [
         "kasi_refusals_total",
         "kasi_admin_forbidden_total",
         "kasi_admin_provider_refused_total",
         "kasi_approvals_total",
+        "kasi_alerts_total",
     ];
     for name in FIRST_EVENT {
         assert!(names.contains(name), "the dashboard charts {name}");
