@@ -361,16 +361,22 @@ impl Alerts {
         alarm_percent: u8,
         at_ms: i64,
     ) {
+        // A cap of 0 with anything used is an infinite share.
+        let percent = if percent.is_finite() {
+            format!("{percent:.0}%")
+        } else {
+            "over 100%".to_string()
+        };
         self.send(Alert {
             kind: Kind::PositionThreshold,
             participant,
             id: format!("position.{participant}.{currency}.{at_ms}"),
             subject: format!(
-                "{participant}: {currency} position at {percent:.0}% of the net debit cap"
+                "{participant}: {currency} position at {percent} of the net debit cap"
             ),
             body: format!(
                 "The {currency} position of {participant} (reservations included) reached \
-                 {percent:.0}% of its net debit cap, at or above the alarm share of \
+                 {percent} of its net debit cap, at or above the alarm share of \
                  {alarm_percent}%.\n\n\
                  Position: {position}\nReserved by transfers in flight: {reserved}\n\
                  Net debit cap: {net_debit_cap}\n\n\
