@@ -550,3 +550,61 @@ fn after_a_restart_a_dfsp_still_above_its_threshold_is_told_again_once() {
     await_position(&hub, 91.0, true);
     assert_eq!(sink.await_mails(ops, 2).len(), 2);
 }
+
+#[test]
+fn a_position_near_its_liquidity_mails_the_liquidity_cover_alarm_once() {
+    let (_dir, sink, hub) = mailing_hub(&[
+        "--position-alarm-percent",
+        "80",
+        "--position-watch-interval-ms",
+        "50",
+    ]);
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    // A cap far above the funds: the liquidity is what runs short.
+    hub.onboard(PAYER, &payer.base_url(), 10_000, 1_000);
+    hub.onboard(PAYEE, &payee.base_url(), 10_000, 1_000);
+    let ops = "ops@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
+    let liquidity_share = |percent: f64| {
+        let line =
+            format!("kasi_position_liquidity_ratio{{participant=\"{PAYER}\",currency=\"USD\"}} ");
+        hub.await_metrics(&format!("{PAYER} at {percent}% of its liquidity"), |text| {
+            let seen: f64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&line))?
+                .parse()
+                .ok()?;
+            ((seen * 100.0 - percent).abs() < 0.01).then_some(())
+        });
+    };
+
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "850");
+    liquidity_share(85.0);
+    let mails = sink.await_mails(ops, 1);
+    let subject = header(&mails[0], "Subject");
+    assert!(subject.contains("85% of its liquidity"), "{subject}");
+    hub.await_metric_line("kasi_alerts_total{kind=\"liquidity_cover\",result=\"sent\"} 1");
+    // 8.5% of the cap: no cap alarm.
+    await_position(&hub, 8.5, false);
+
+    // More funds: the share falls below the margin, the alarm clears
+    // without a mail; crossing again is a second mail.
+    let settlement = hub.account_id(PAYER, "SETTLEMENT");
+    hub.admin_expect(
+        "POST",
+        &format!("/participants/{PAYER}/accounts/{settlement}"),
+        Some(json!({
+            "transferId": new_id(),
+            "externalReference": "top-up",
+            "action": "recordFundsIn",
+            "reason": "deposit",
+            "amount": {"amount": "1000", "currency": "USD"}
+        })),
+        202,
+    );
+    liquidity_share(42.5);
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "800");
+    liquidity_share(82.5);
+    assert_eq!(sink.await_mails(ops, 2).len(), 2);
+}

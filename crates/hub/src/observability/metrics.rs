@@ -203,6 +203,7 @@ pub struct Metrics {
     windows_closed: Family<Vec<(String, String)>, Counter>,
     position_utilisation: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     position_alarm: Family<Vec<(String, String)>, Gauge>,
+    liquidity_share: Family<Vec<(String, String)>, Gauge<f64, AtomicU64>>,
     alerts: Family<Vec<(String, String)>, Counter>,
     sources_refused: Family<Vec<(String, String)>, Counter>,
     refusals: Family<Vec<(String, String)>, Counter>,
@@ -302,6 +303,12 @@ impl Metrics {
             "1 while a DFSP's position is at or above the alarm share of its net debit cap",
             position_alarm.clone(),
         );
+        let liquidity_share = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "kasi_position_liquidity_ratio",
+            "A DFSP's position (reservations included) as a share of its liquidity (its settlement account's funds)",
+            liquidity_share.clone(),
+        );
         let alerts = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "kasi_alerts",
@@ -373,6 +380,7 @@ impl Metrics {
             windows_closed,
             position_utilisation,
             position_alarm,
+            liquidity_share,
             alerts,
             sources_refused,
             refusals,
@@ -483,6 +491,16 @@ impl Metrics {
         self.position_alarm
             .get_or_create(&labels)
             .set(i64::from(alarm));
+    }
+
+    /// Sets a DFSP's position share of its liquidity.
+    pub fn set_liquidity_share(&self, participant: &str, currency: &str, ratio: f64) {
+        self.liquidity_share
+            .get_or_create(&vec![
+                ("participant".to_string(), participant.to_string()),
+                ("currency".to_string(), currency.to_string()),
+            ])
+            .set(ratio);
     }
 
     /// Counts one alert's `result` (see [`crate::alerts`]).

@@ -137,8 +137,13 @@ async fn close_open_window(hub: &Hub) {
 /// position oscillating around the threshold from alarming at every
 /// transfer). The alarms start cleared: after a restart a DFSP still above
 /// its threshold is alarmed, and told, again.
+///
+/// The same share of its liquidity (the funds of its settlement account
+/// in that currency, beyond which prepares are refused with 4001) is a
+/// second alarm, the liquidity cover, with the same hysteresis.
 pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration) {
     let mut alarmed: HashSet<(String, String)> = HashSet::new();
+    let mut low_cover: HashSet<(String, String)> = HashSet::new();
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -153,22 +158,66 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                 .iter()
                 .filter(|a| a.kind == AccountKind::Position)
             {
-                let Some(cap) = account.net_debit_cap else {
-                    continue;
-                };
                 let used = account
                     .value
                     .units()
                     .saturating_add(account.reserved.units());
-                let ratio = match cap.units() {
-                    0 if used > 0 => f64::INFINITY,
-                    0 => 0.0,
-                    cap => used as f64 / cap as f64,
-                };
                 let key = (
                     view.participant.name.to_string(),
                     account.currency.to_string(),
                 );
+                let settlement = view
+                    .accounts
+                    .iter()
+                    .find(|a| a.kind == AccountKind::Settlement && a.currency == account.currency);
+                if let Some(settlement) = settlement {
+                    // A deposit makes the settlement balance negative.
+                    let liquidity = 0i128.saturating_sub(
+                        settlement
+                            .value
+                            .units()
+                            .saturating_add(settlement.reserved.units()),
+                    );
+                    let ratio = share(used, liquidity);
+                    let alarm = crate::alerts::position_alarmed(
+                        low_cover.contains(&key),
+                        ratio * 100.0,
+                        alarm_percent,
+                    );
+                    hub.metrics.set_liquidity_share(&key.0, &key.1, ratio);
+                    if alarm && low_cover.insert(key.clone()) {
+                        let liquidity = ledger::Amount::from_units(liquidity);
+                        hub.alerts.liquidity_alarm(
+                            view.participant.name,
+                            &key.1,
+                            &ledger::Amount::from_units(used).to_string(),
+                            &liquidity.to_string(),
+                            ratio * 100.0,
+                            alarm_percent,
+                            now_ms(),
+                        );
+                        tracing::warn!(
+                            participant = %key.0,
+                            currency = %key.1,
+                            position = %account.value,
+                            reserved = %account.reserved,
+                            %liquidity,
+                            percent = (ratio * 100.0).round(),
+                            "position reached the alarm share of the liquidity (settlement funds)"
+                        );
+                    } else if !alarm && low_cover.remove(&key) {
+                        tracing::info!(
+                            participant = %key.0,
+                            currency = %key.1,
+                            percent = (ratio * 100.0).round(),
+                            "position back below the alarm share of the liquidity, by the margin"
+                        );
+                    }
+                }
+                let Some(cap) = account.net_debit_cap else {
+                    continue;
+                };
+                let ratio = share(used, cap.units());
                 let alarm = crate::alerts::position_alarmed(
                     alarmed.contains(&key),
                     ratio * 100.0,
@@ -206,6 +255,16 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                 }
             }
         }
+    }
+}
+
+/// `used` as a share of `of`: infinite when there is nothing to share and
+/// something is used.
+fn share(used: i128, of: i128) -> f64 {
+    match of {
+        of if of <= 0 && used > 0 => f64::INFINITY,
+        of if of <= 0 => 0.0,
+        of => used as f64 / of as f64,
     }
 }
 

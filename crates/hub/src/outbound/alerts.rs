@@ -1,6 +1,6 @@
 //! Alerts that reach the DFSPs: mail to the contacts a DFSP registered
 //! under Mojaloop's email endpoint types, about its position nearing the
-//! net debit cap, a change of that cap, a settlement that moved its
+//! net debit cap or its liquidity, a change of that cap, a settlement that moved its
 //! position, and its callback endpoint failing and recovering.
 //!
 //! Who gets what:
@@ -8,6 +8,7 @@
 //! | event | endpoint type |
 //! |---|---|
 //! | position reaches the alarm share of the net debit cap | `NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL` |
+//! | position reaches the alarm share of the liquidity (settlement funds) | `NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL` |
 //! | callbacks to the DFSP failing, then answered again | `NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL` |
 //! | the net debit cap changed (`limits.set`) | `NET_DEBIT_CAP_ADJUSTMENT_EMAIL` |
 //! | a settlement it is part of SETTLED | `SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL` |
@@ -76,6 +77,7 @@ const LOG_EVERY: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     PositionThreshold,
+    LiquidityCover,
     NetDebitCap,
     Settlement,
     Callbacks,
@@ -85,6 +87,7 @@ impl Kind {
     pub fn label(self) -> &'static str {
         match self {
             Kind::PositionThreshold => "position_threshold",
+            Kind::LiquidityCover => "liquidity_cover",
             Kind::NetDebitCap => "net_debit_cap",
             Kind::Settlement => "settlement",
             Kind::Callbacks => "callbacks",
@@ -94,7 +97,9 @@ impl Kind {
     /// The endpoint type whose addresses receive this kind.
     pub fn endpoint_type(self) -> &'static str {
         match self {
-            Kind::PositionThreshold | Kind::Callbacks => "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL",
+            Kind::PositionThreshold | Kind::LiquidityCover | Kind::Callbacks => {
+                "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL"
+            }
             Kind::NetDebitCap => "NET_DEBIT_CAP_ADJUSTMENT_EMAIL",
             Kind::Settlement => "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL",
         }
@@ -383,6 +388,41 @@ impl Alerts {
                  Prepares that would pass the cap are refused (4200). Add funds or settle \
                  to make room. You are told again only after the position has fallen below \
                  {clear}% and reached {alarm_percent}% once more.\n",
+                clear = alarm_percent.saturating_sub(CLEAR_MARGIN_PERCENT),
+            ),
+        });
+    }
+
+    /// A DFSP's position reached the alarm share of its liquidity (the
+    /// funds of its settlement account).
+    #[allow(clippy::too_many_arguments)]
+    pub fn liquidity_alarm(
+        &self,
+        participant: FspName,
+        currency: &str,
+        used: &str,
+        liquidity: &str,
+        percent: f64,
+        alarm_percent: u8,
+        at_ms: i64,
+    ) {
+        let percent = if percent.is_finite() {
+            format!("{percent:.0}%")
+        } else {
+            "over 100%".to_string()
+        };
+        self.send(Alert {
+            kind: Kind::LiquidityCover,
+            participant,
+            id: format!("liquidity.{participant}.{currency}.{at_ms}"),
+            subject: format!("{participant}: {currency} position at {percent} of its liquidity"),
+            body: format!(
+                "The {currency} position of {participant}, reservations included ({used}), \
+                 reached {percent} of its liquidity, the funds of its settlement account \
+                 ({liquidity}), at or above the alarm share of {alarm_percent}%.\n\n\
+                 Prepares beyond the liquidity are refused (4001). Add funds to make room. \
+                 You are told again only after the position has fallen below {clear}% and \
+                 reached {alarm_percent}% once more.\n",
                 clear = alarm_percent.saturating_sub(CLEAR_MARGIN_PERCENT),
             ),
         });

@@ -1042,9 +1042,10 @@ struct WatchArgs {
     /// percentage of its net debit cap: a warning in the log,
     /// `kasi_position_alarm` = 1 on `/metrics` and, with --smtp-url, a mail
     /// to its NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL (Mojaloop's alarm
-    /// percentage). The alarm clears only 5 points below, so a position
-    /// going up and down around the threshold alarms once. 0 turns the
-    /// watch off.
+    /// percentage); the same share of its liquidity (its settlement
+    /// account's funds) is alarmed alike. The alarm clears only 5 points
+    /// below, so a position going up and down around the threshold alarms
+    /// once. 0 turns the watch off.
     #[arg(long, env = "KASI_POSITION_ALARM_PERCENT", default_value_t = 90)]
     position_alarm_percent: u8,
 
@@ -1089,7 +1090,7 @@ struct AlertArgs {
     /// required by default, port 587; `tls=none`, port 25, for a relay on
     /// this host only) or `smtps://` (TLS from the start, port 465); user
     /// and password percent-encoded. NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL
-    /// gets the position alarm (see --position-alarm-percent) and the
+    /// gets the position alarms (see --position-alarm-percent) and the
     /// callbacks failing and recovering; NET_DEBIT_CAP_ADJUSTMENT_EMAIL a
     /// change of the net debit cap; SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL
     /// a settlement SETTLED. Without it no alert is mailed (a DFSP's
