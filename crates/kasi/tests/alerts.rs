@@ -190,6 +190,25 @@ fn mailing_hub(extra: &[&str]) -> (tempfile::TempDir, MailSink, Hub) {
     (dir, sink, hub)
 }
 
+/// The payer and the payee, onboarded with `cap` and `deposit`.
+fn two_dfsps(hub: &Hub, cap: u64, deposit: u64) -> (Stub, Stub) {
+    let payer = Stub::start(PAYER);
+    let payee = Stub::start(PAYEE);
+    hub.onboard(PAYER, &payer.base_url(), cap, deposit);
+    hub.onboard(PAYEE, &payee.base_url(), cap, deposit);
+    (payer, payee)
+}
+
+/// The operator sets the payer's USD net debit cap.
+fn set_cap(hub: &Hub, value: u64) {
+    hub.admin_expect(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": value}})),
+        200,
+    );
+}
+
 /// One committed transfer of `amount` from `from` to `to`.
 fn pay(hub: &Hub, (from, from_stub): (&str, &Stub), (to, to_stub): (&str, &Stub), amount: &str) {
     let id = new_id();
@@ -232,10 +251,7 @@ fn a_position_crossing_the_threshold_mails_once_until_it_clears_by_the_margin() 
         "--position-watch-interval-ms",
         "50",
     ]);
-    let payer = Stub::start(PAYER);
-    let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
-    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
     let ops = "ops@payer.test";
     let limits = "limits@payer.test";
     hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
@@ -281,12 +297,7 @@ fn a_position_crossing_the_threshold_mails_once_until_it_clears_by_the_margin() 
 
     // A cap change mails the adjustment contact (and, the position now far
     // below the cap, clears the alarm without a mail).
-    hub.admin_expect(
-        "PUT",
-        &format!("/participants/{PAYER}/limits"),
-        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 2000}})),
-        200,
-    );
+    set_cap(&hub, 2000);
     let adjusted = sink.await_mails(limits, 1);
     let subject = header(&adjusted[0], "Subject");
     assert!(subject.contains("net debit cap set to 2000"), "{subject}");
@@ -313,12 +324,7 @@ fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
     hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
     let limits = "limits@payer.test";
     hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
-    hub.admin_expect(
-        "PUT",
-        &format!("/participants/{PAYER}/limits"),
-        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 3000}})),
-        200,
-    );
+    set_cap(&hub, 3000);
     // Refused connections are retried, and said in the log.
     hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"retried\"}");
     hub.await_log("the SMTP server failed; retrying");
@@ -333,10 +339,7 @@ fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
 #[test]
 fn a_settled_settlement_mails_each_dfsp_its_net() {
     let (_dir, sink, hub) = mailing_hub(&[]);
-    let payer = Stub::start(PAYER);
-    let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
-    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
     let payer_finance = "finance@payer.test";
     let payee_finance = "finance@payee.test";
     let kind = "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL";
@@ -436,12 +439,7 @@ fn a_dfsp_webhook_gets_each_alert_as_json_without_any_smtp_server() {
         "KASI_ALERTS_WEBHOOK_URL",
         &format!("{}/kasi-alerts", hook.base_url()),
     );
-    hub.admin_expect(
-        "PUT",
-        &format!("/participants/{PAYER}/limits"),
-        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 4000}})),
-        200,
-    );
+    set_cap(&hub, 4000);
     let posted = hook.expect("POST", "/kasi-alerts");
     assert_eq!(posted.header("content-type"), Some("application/json"));
     let alert = posted.json();
@@ -499,12 +497,7 @@ fn mail_goes_over_starttls_to_a_server_the_smtp_ca_vouches_for() {
     hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
     let limits = "limits@payer.test";
     hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
-    hub.admin_expect(
-        "PUT",
-        &format!("/participants/{PAYER}/limits"),
-        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 1500}})),
-        200,
-    );
+    set_cap(&hub, 1500);
     let mails = sink.await_mails(limits, 1);
     assert_eq!(mails[0]["tls"], true, "{mails:?}");
     assert_eq!(mails[0]["authenticated"], true, "{mails:?}");
@@ -527,10 +520,7 @@ fn after_a_restart_a_dfsp_still_above_its_threshold_is_told_again_once() {
     ];
     let mut hub = hub_with_alerts(dir.path(), smtp, &flags);
     hub.setup();
-    let payer = Stub::start(PAYER);
-    let payee = Stub::start(PAYEE);
-    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
-    hub.onboard(PAYEE, &payee.base_url(), 1_000, 5_000);
+    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
     let ops = "ops@payer.test";
     hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
     pay(&hub, (PAYER, &payer), (PAYEE, &payee), "900");
@@ -559,11 +549,8 @@ fn a_position_near_its_liquidity_mails_the_liquidity_cover_alarm_once() {
         "--position-watch-interval-ms",
         "50",
     ]);
-    let payer = Stub::start(PAYER);
-    let payee = Stub::start(PAYEE);
     // A cap far above the funds: the liquidity is what runs short.
-    hub.onboard(PAYER, &payer.base_url(), 10_000, 1_000);
-    hub.onboard(PAYEE, &payee.base_url(), 10_000, 1_000);
+    let (payer, payee) = two_dfsps(&hub, 10_000, 1_000);
     let ops = "ops@payer.test";
     hub.add_endpoint(PAYER, "NET_DEBIT_CAP_THRESHOLD_BREACH_EMAIL", ops);
     let liquidity_share = |percent: f64| {

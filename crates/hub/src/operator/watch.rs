@@ -142,8 +142,8 @@ async fn close_open_window(hub: &Hub) {
 /// in that currency, beyond which prepares are refused with 4001) is a
 /// second alarm, the liquidity cover, with the same hysteresis.
 pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration) {
-    let mut alarmed: HashSet<(String, String)> = HashSet::new();
-    let mut low_cover: HashSet<(String, String)> = HashSet::new();
+    let mut near_cap = Alarms::new(alarm_percent);
+    let mut low_cover = Alarms::new(alarm_percent);
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -166,6 +166,7 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                     view.participant.name.to_string(),
                     account.currency.to_string(),
                 );
+                let (participant, currency) = (&key.0, &key.1);
                 let settlement = view
                     .accounts
                     .iter()
@@ -179,81 +180,89 @@ pub async fn watch_positions(hub: Arc<Hub>, alarm_percent: u8, period: Duration)
                             .saturating_add(settlement.reserved.units()),
                     );
                     let ratio = share(used, liquidity);
-                    let alarm = crate::alerts::position_alarmed(
-                        low_cover.contains(&key),
-                        ratio * 100.0,
-                        alarm_percent,
-                    );
-                    hub.metrics.set_liquidity_share(&key.0, &key.1, ratio);
-                    if alarm && low_cover.insert(key.clone()) {
-                        let liquidity = ledger::Amount::from_units(liquidity);
-                        hub.alerts.liquidity_alarm(
-                            view.participant.name,
-                            &key.1,
-                            &ledger::Amount::from_units(used).to_string(),
-                            &liquidity.to_string(),
-                            ratio * 100.0,
-                            alarm_percent,
-                            now_ms(),
-                        );
-                        tracing::warn!(
-                            participant = %key.0,
-                            currency = %key.1,
-                            position = %account.value,
-                            reserved = %account.reserved,
-                            %liquidity,
-                            percent = (ratio * 100.0).round(),
-                            "position reached the alarm share of the liquidity (settlement funds)"
-                        );
-                    } else if !alarm && low_cover.remove(&key) {
-                        tracing::info!(
-                            participant = %key.0,
-                            currency = %key.1,
-                            percent = (ratio * 100.0).round(),
-                            "position back below the alarm share of the liquidity, by the margin"
-                        );
+                    hub.metrics
+                        .set_liquidity_share(participant, currency, ratio);
+                    let percent = (ratio * 100.0).round();
+                    match low_cover.look(&key, ratio) {
+                        Some(true) => {
+                            let liquidity = ledger::Amount::from_units(liquidity);
+                            hub.alerts.liquidity_alarm(
+                                view.participant.name,
+                                currency,
+                                &ledger::Amount::from_units(used).to_string(),
+                                &liquidity.to_string(),
+                                ratio * 100.0,
+                                alarm_percent,
+                                now_ms(),
+                            );
+                            tracing::warn!(%participant, %currency, position = %account.value, reserved = %account.reserved, %liquidity, percent, "position reached the alarm share of the liquidity (settlement funds)");
+                        }
+                        Some(false) => {
+                            tracing::info!(%participant, %currency, percent, "position back below the alarm share of the liquidity, by the margin")
+                        }
+                        None => {}
                     }
                 }
                 let Some(cap) = account.net_debit_cap else {
                     continue;
                 };
                 let ratio = share(used, cap.units());
-                let alarm = crate::alerts::position_alarmed(
-                    alarmed.contains(&key),
-                    ratio * 100.0,
-                    alarm_percent,
-                );
-                hub.metrics.set_position(&key.0, &key.1, ratio, alarm);
-                if alarm && alarmed.insert(key.clone()) {
-                    hub.alerts.position_alarm(
-                        view.participant.name,
-                        &key.1,
-                        &account.value.to_string(),
-                        &account.reserved.to_string(),
-                        &cap.to_string(),
-                        ratio * 100.0,
-                        alarm_percent,
-                        now_ms(),
-                    );
-                    tracing::warn!(
-                        participant = %key.0,
-                        currency = %key.1,
-                        position = %account.value,
-                        reserved = %account.reserved,
-                        net_debit_cap = %cap,
-                        percent = (ratio * 100.0).round(),
-                        "position reached the alarm share of the net debit cap"
-                    );
-                } else if !alarm && alarmed.remove(&key) {
-                    tracing::info!(
-                        participant = %key.0,
-                        currency = %key.1,
-                        percent = (ratio * 100.0).round(),
-                        clear_percent = alarm_percent.saturating_sub(crate::alerts::CLEAR_MARGIN_PERCENT),
-                        "position back below the alarm share of the net debit cap, by the margin"
-                    );
+                let percent = (ratio * 100.0).round();
+                let change = near_cap.look(&key, ratio);
+                hub.metrics
+                    .set_position(participant, currency, ratio, near_cap.is_on(&key));
+                match change {
+                    Some(true) => {
+                        hub.alerts.position_alarm(
+                            view.participant.name,
+                            currency,
+                            &account.value.to_string(),
+                            &account.reserved.to_string(),
+                            &cap.to_string(),
+                            ratio * 100.0,
+                            alarm_percent,
+                            now_ms(),
+                        );
+                        tracing::warn!(%participant, %currency, position = %account.value, reserved = %account.reserved, net_debit_cap = %cap, percent, "position reached the alarm share of the net debit cap");
+                    }
+                    Some(false) => {
+                        tracing::info!(%participant, %currency, percent, "position back below the alarm share of the net debit cap, by the margin")
+                    }
+                    None => {}
                 }
             }
+        }
+    }
+}
+
+/// Which (participant, currency) pairs are alarmed, by one share, with the
+/// hysteresis of [`crate::alerts::position_alarmed`].
+struct Alarms {
+    percent: u8,
+    on: HashSet<(String, String)>,
+}
+
+impl Alarms {
+    fn new(percent: u8) -> Alarms {
+        Alarms {
+            percent,
+            on: HashSet::new(),
+        }
+    }
+
+    fn is_on(&self, key: &(String, String)) -> bool {
+        self.on.contains(key)
+    }
+
+    /// Takes the share now: `Some(true)` if the alarm is raised by it,
+    /// `Some(false)` if cleared, `None` if it stays as it was.
+    fn look(&mut self, key: &(String, String), ratio: f64) -> Option<bool> {
+        let was = self.is_on(key);
+        let now = crate::alerts::position_alarmed(was, ratio * 100.0, self.percent);
+        match (was, now) {
+            (false, true) => Some(self.on.insert(key.clone())),
+            (true, false) => Some(!self.on.remove(key)),
+            _ => None,
         }
     }
 }
@@ -271,6 +280,33 @@ fn share(used: i128, of: i128) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alarm_is_raised_and_cleared_once_each() {
+        let mut alarms = Alarms::new(80);
+        let key = ("dfspa".to_string(), "USD".to_string());
+        let looks: Vec<Option<bool>> = [0.5, 0.8, 0.9, 0.76, 0.81, 0.74, 0.7, 0.8]
+            .iter()
+            .map(|ratio| alarms.look(&key, *ratio))
+            .collect();
+        assert_eq!(
+            looks,
+            [
+                None,
+                Some(true),
+                None,
+                None,
+                None,
+                Some(false),
+                None,
+                Some(true)
+            ]
+        );
+        assert!(alarms.is_on(&key));
+        assert_eq!(share(10, 0), f64::INFINITY);
+        assert_eq!(share(0, 0), 0.0);
+        assert_eq!(share(-10, 100), -0.1);
+    }
 
     #[test]
     fn close_times_parse_and_print() {

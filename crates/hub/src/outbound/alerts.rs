@@ -366,12 +366,7 @@ impl Alerts {
         alarm_percent: u8,
         at_ms: i64,
     ) {
-        // A cap of 0 with anything used is an infinite share.
-        let percent = if percent.is_finite() {
-            format!("{percent:.0}%")
-        } else {
-            "over 100%".to_string()
-        };
+        let percent = percent_text(percent);
         self.send(Alert {
             kind: Kind::PositionThreshold,
             participant,
@@ -386,9 +381,8 @@ impl Alerts {
                  Position: {position}\nReserved by transfers in flight: {reserved}\n\
                  Net debit cap: {net_debit_cap}\n\n\
                  Prepares that would pass the cap are refused (4200). Add funds or settle \
-                 to make room. You are told again only after the position has fallen below \
-                 {clear}% and reached {alarm_percent}% once more.\n",
-                clear = alarm_percent.saturating_sub(CLEAR_MARGIN_PERCENT),
+                 to make room. {again}",
+                again = told_again(alarm_percent),
             ),
         });
     }
@@ -406,11 +400,7 @@ impl Alerts {
         alarm_percent: u8,
         at_ms: i64,
     ) {
-        let percent = if percent.is_finite() {
-            format!("{percent:.0}%")
-        } else {
-            "over 100%".to_string()
-        };
+        let percent = percent_text(percent);
         self.send(Alert {
             kind: Kind::LiquidityCover,
             participant,
@@ -421,9 +411,8 @@ impl Alerts {
                  reached {percent} of its liquidity, the funds of its settlement account \
                  ({liquidity}), at or above the alarm share of {alarm_percent}%.\n\n\
                  Prepares beyond the liquidity are refused (4001). Add funds to make room. \
-                 You are told again only after the position has fallen below {clear}% and \
-                 reached {alarm_percent}% once more.\n",
-                clear = alarm_percent.saturating_sub(CLEAR_MARGIN_PERCENT),
+                 {again}",
+                again = told_again(alarm_percent),
             ),
         });
     }
@@ -505,6 +494,25 @@ impl Alerts {
             body,
         });
     }
+}
+
+/// A share in percent, as a person reads it; a cap or liquidity of 0 with
+/// anything used is an infinite share.
+fn percent_text(percent: f64) -> String {
+    if percent.is_finite() {
+        format!("{percent:.0}%")
+    } else {
+        "over 100%".to_string()
+    }
+}
+
+/// The hysteresis, said to the DFSP.
+fn told_again(alarm_percent: u8) -> String {
+    format!(
+        "You are told again only after the position has fallen below {}% and reached \
+         {alarm_percent}% once more.\n",
+        alarm_percent.saturating_sub(CLEAR_MARGIN_PERCENT)
+    )
 }
 
 fn http_time(ms: i64) -> String {
