@@ -734,11 +734,7 @@ impl Sending {
         let mut builder = Message::builder()
             .from(from)
             .subject(format!("[{}] {}", self.hub_name, alert.subject))
-            .message_id(Some(format!(
-                "<{}@{}.kasi>",
-                alert.id,
-                self.hub_name.as_str().to_ascii_lowercase()
-            )))
+            .message_id(Some(message_id(self.hub_name, &alert.id)))
             .header(ContentType::TEXT_PLAIN);
         let mut any = false;
         for address in to.split(',').map(str::trim).filter(|a| !a.is_empty()) {
@@ -751,6 +747,27 @@ impl Sending {
         }
         builder.body(alert.body.clone()).map_err(|e| e.to_string())
     }
+}
+
+/// The Message-ID of alert `id`: `<id@hub.kasi>`, any byte but a letter,
+/// a digit, `.` or `-` as `-` (a DFSP's name may hold `<`, `>` or `@`).
+fn message_id(hub_name: FspName, id: &str) -> String {
+    let clean = |text: &str| -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect()
+    };
+    format!(
+        "<{}@{}.kasi>",
+        clean(id),
+        clean(&hub_name.as_str().to_ascii_lowercase())
+    )
 }
 
 /// What a webhook is sent: the alert as JSON.
@@ -1015,6 +1032,15 @@ mod tests {
         assert_eq!(
             outages.step(300_000, 60_000, &d(290_000)),
             vec![("dfspa".to_string(), 110_000, false)]
+        );
+    }
+
+    #[test]
+    fn a_message_id_holds_only_what_one_may() {
+        let hub = FspName::new("Hub_1").unwrap();
+        assert_eq!(
+            message_id(hub, "ndc.a>b@c.USD.17"),
+            "<ndc.a-b-c.USD.17@hub-1.kasi>"
         );
     }
 
