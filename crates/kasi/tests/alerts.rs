@@ -595,3 +595,57 @@ fn a_position_near_its_liquidity_mails_the_liquidity_cover_alarm_once() {
     liquidity_share(82.5);
     assert_eq!(sink.await_mails(ops, 2).len(), 2);
 }
+
+/// A cap change held for a second person (four-eyes) is mailed when it
+/// applies, not when it is asked for.
+#[test]
+fn a_held_cap_change_is_mailed_once_approved_not_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let sink = MailSink::start(dir.path(), smtp);
+    let (alice, alice_line) = admin_token("alice", "operator");
+    let (bob, bob_line) = admin_token("bob", "operator");
+    let tokens = dir.path().join("admin-tokens");
+    std::fs::write(&tokens, format!("{alice_line}\n{bob_line}\n")).unwrap();
+    let mut hub = hub_with_alerts(
+        dir.path(),
+        smtp,
+        &[
+            "--admin-tokens",
+            tokens.to_str().unwrap(),
+            "--four-eyes",
+            "net-debit-cap",
+        ],
+    );
+    hub.admin_bearer = Some(alice.clone());
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    let limits = "limits@payer.test";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
+
+    let asked = hub.admin(
+        "PUT",
+        &format!("/participants/{PAYER}/limits"),
+        Some(&json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 2500}})),
+    );
+    assert_eq!(asked.status, 202, "{asked:?}");
+    let pending = asked.json();
+    std::thread::sleep(QUIET_WAIT);
+    assert!(
+        sink.mails().is_empty(),
+        "mailed before approval: {:#?}",
+        sink.mails()
+    );
+
+    let approved = hub.admin_as(
+        Some(&bob),
+        "POST",
+        &format!("/approvals/{}", pending["id"].as_str().unwrap()),
+        Some(&json!({"decision": "approve", "reason": "checked"})),
+    );
+    assert_eq!(approved.status, 200, "{approved:?}");
+    assert_eq!(approved.json()["state"], "applied");
+    let mails = sink.await_mails(limits, 1);
+    assert!(header(&mails[0], "Subject").contains("net debit cap set to 2500"));
+}
