@@ -30,6 +30,7 @@ mod pg_rows;
 mod pg_schema;
 mod pg_settlement;
 mod pg_worker;
+mod search;
 pub mod sqlite;
 pub mod sqlite_history;
 mod sqlite_settlement;
