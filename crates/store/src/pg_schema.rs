@@ -143,9 +143,6 @@ UPDATE transfers t SET payer_id = d.participant_id, payee_id = c.participant_id,
 CREATE INDEX transfers_by_payer ON transfers (payer_id, seq);
 CREATE INDEX transfers_by_payee ON transfers (payee_id, seq);
 CREATE INDEX transfers_by_currency ON transfers (currency, seq);
-CREATE INDEX transfers_by_amount ON transfers (amount_units, seq);
-CREATE INDEX transfer_finishes_failed ON transfer_finishes (state, seq) WHERE state <> 'COMMITTED';
-CREATE INDEX transfer_finishes_by_error ON transfer_finishes (reason, seq) WHERE reason IS NOT NULL;
 ";
 
 /// How an audit event's actor signed in (`ledger::AuditEventRow::source`);

@@ -10,7 +10,9 @@
 //! current from the batch's `Account` records (which precede any transfer
 //! on them).
 
-use ledger::{AccountId, Amount, Currency, ParticipantId};
+use ledger::{AccountId, Amount, Currency, FspName, ParticipantId, StoredTransfer, TransferState};
+
+use crate::StoreError;
 
 /// Each account's participant and currency, by account id (dense from 1).
 #[derive(Debug, Default)]
@@ -75,6 +77,376 @@ pub(crate) fn amount_units(amount: Amount) -> i64 {
     } else {
         i64::MAX
     })
+}
+
+/// A search of the stored transfers (`GET /transfers`): every filter
+/// given must hold; newest first.
+#[derive(Clone, Debug)]
+pub struct TransferQuery {
+    pub payer: Option<FspName>,
+    pub payee: Option<FspName>,
+    pub currency: Option<Currency>,
+    /// The transfer's state now (its finish's, else its own).
+    pub state: Option<TransferState>,
+    /// The error it failed with.
+    pub error_code: Option<u16>,
+    pub min_amount: Option<Amount>,
+    pub max_amount: Option<Amount>,
+    /// The settlement window its commit fell in.
+    pub settlement_window: Option<u32>,
+    /// Prepared at or after / at or before (ledger time, ms).
+    pub from_ms: Option<i64>,
+    pub to_ms: Option<i64>,
+    /// Only transfers recorded before this seq (the previous page's
+    /// `next`).
+    pub before_seq: Option<u64>,
+    /// At most this many transfers (1 to [`MAX_PAGE`]).
+    pub limit: usize,
+    /// Transfers examined per round, and at most per page
+    /// ([`CHUNK`], [`SCAN_BUDGET`]; smaller in tests).
+    pub chunk: usize,
+    pub scan_budget: usize,
+}
+
+impl Default for TransferQuery {
+    fn default() -> TransferQuery {
+        TransferQuery {
+            payer: None,
+            payee: None,
+            currency: None,
+            state: None,
+            error_code: None,
+            min_amount: None,
+            max_amount: None,
+            settlement_window: None,
+            from_ms: None,
+            to_ms: None,
+            before_seq: None,
+            limit: 100,
+            chunk: CHUNK,
+            scan_budget: SCAN_BUDGET,
+        }
+    }
+}
+
+/// Transfers a page holds at most.
+pub const MAX_PAGE: usize = 1_000;
+/// Transfers a search examines at most for one page (the index it walks
+/// yields them; the other filters are checked on each): a filter whose
+/// matches are rare among them answers what it found, with a cursor to go
+/// on, rather than walk ten million rows.
+pub const SCAN_BUDGET: usize = 200_000;
+/// Transfers examined per round (two queries).
+pub const CHUNK: usize = 20_000;
+
+/// One page of a search.
+#[derive(Debug)]
+pub struct SearchPage {
+    /// Newest first, with their seqs.
+    pub transfers: Vec<(u64, StoredTransfer)>,
+    /// Where the next page starts (`before_seq`), if there may be more.
+    pub next: Option<u64>,
+    /// False when the scan budget ended the page before it filled: older
+    /// matches may follow `next`.
+    pub complete: bool,
+    /// Transfers the walk yielded (at most [`SCAN_BUDGET`] and a round).
+    pub examined: usize,
+}
+
+/// A value bound to a query.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Param {
+    Int(i64),
+    Text(String),
+}
+
+/// How a backend writes a query's `n`th parameter (from 1).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}"),
+        }
+    }
+}
+
+/// What a backend runs for [`search`].
+pub(crate) trait SearchSql {
+    fn dialect(&self) -> Dialect;
+    /// The first column of each row, as integers.
+    fn integers(&mut self, sql: &str, params: &[Param]) -> Result<Vec<i64>, StoreError>;
+    /// The transfers with these seqs, in any order.
+    fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError>;
+}
+
+/// A query's conditions and their parameters, numbered as they are added.
+struct Conditions {
+    dialect: Dialect,
+    sql: Vec<String>,
+    params: Vec<Param>,
+}
+
+impl Conditions {
+    fn new(dialect: Dialect) -> Conditions {
+        Conditions {
+            dialect,
+            sql: Vec::new(),
+            params: Vec::new(),
+        }
+    }
+
+    /// `template` with each `{}` replaced by the next parameter.
+    fn add(&mut self, template: &str, values: Vec<Param>) {
+        let mut out = String::new();
+        let mut parts = template.split("{}");
+        out.push_str(parts.next().unwrap_or_default());
+        for (part, value) in parts.zip(values) {
+            // PostgreSQL infers a parameter's type from its column (an
+            // INTEGER reason would want an int4): each is cast to what is
+            // bound, and compares across integer widths.
+            let cast = match (self.dialect, &value) {
+                (Dialect::Sqlite, _) => "",
+                (Dialect::Postgres, Param::Int(_)) => "::bigint",
+                (Dialect::Postgres, Param::Text(_)) => "::text",
+            };
+            self.params.push(value);
+            out.push_str(&self.dialect.placeholder(self.params.len()));
+            out.push_str(cast);
+            out.push_str(part);
+        }
+        self.sql.push(out);
+    }
+
+    fn joined(&self) -> String {
+        match self.sql.is_empty() {
+            true => "TRUE".to_string(),
+            false => self.sql.join(" AND "),
+        }
+    }
+}
+
+const PARTICIPANT_ID: &str = "(SELECT id FROM participants WHERE name = {})";
+
+/// The condition the walk's index serves, and the other filters'.
+fn conditions(query: &TransferQuery, dialect: Dialect) -> (Conditions, Conditions) {
+    let mut walk = Conditions::new(dialect);
+    let mut others = Conditions::new(dialect);
+    let name = |name: &FspName| vec![Param::Text(name.as_str().to_string())];
+    // The walk: a DFSP's transfers, or a currency's, or all (by seq). A
+    // payer or payee names few transfers among all; a currency many.
+    let mut walked = false;
+    if let Some(payer) = &query.payer {
+        walk.add(&format!("t.payer_id = {PARTICIPANT_ID}"), name(payer));
+        walked = true;
+    }
+    if let Some(payee) = &query.payee {
+        let target = if walked { &mut others } else { &mut walk };
+        target.add(&format!("t.payee_id = {PARTICIPANT_ID}"), name(payee));
+        walked = true;
+    }
+    if let Some(currency) = &query.currency {
+        let target = if walked { &mut others } else { &mut walk };
+        target.add(
+            "t.currency = {}",
+            vec![Param::Text(currency.as_str().to_string())],
+        );
+    }
+    if let Some(state) = query.state {
+        others.add(
+            "COALESCE(f.state, t.state) = {}",
+            vec![Param::Text(state.as_str().to_string())],
+        );
+    }
+    if let Some(code) = query.error_code {
+        others.add(
+            "COALESCE(f.reason, t.reason) = {}",
+            vec![Param::Int(i64::from(code))],
+        );
+    }
+    if let Some(window) = query.settlement_window {
+        others.add(
+            "f.settlement_window = {}",
+            vec![Param::Int(i64::from(window))],
+        );
+    }
+    if let Some(min) = query.min_amount {
+        others.add("t.amount_units >= {}", vec![Param::Int(amount_units(min))]);
+    }
+    if let Some(max) = query.max_amount {
+        others.add("t.amount_units <= {}", vec![Param::Int(amount_units(max))]);
+    }
+    if let Some(from) = query.from_ms {
+        others.add("t.prepared_at_ms >= {}", vec![Param::Int(from)]);
+    }
+    if let Some(to) = query.to_ms {
+        others.add("t.prepared_at_ms <= {}", vec![Param::Int(to)]);
+    }
+    (walk, others)
+}
+
+/// The seq of the first transfer prepared at or after `at_ms` (`None`:
+/// none is), by bisection over seqs: the ledger's clock does not go back,
+/// so prepare times rise with seqs (were a clock ever set back, the time
+/// filter, checked on every row, still holds; only transfers at the edge
+/// of the range could be missed).
+fn first_prepared_at_or_after(
+    sql: &mut impl SearchSql,
+    at_ms: i64,
+    last: u64,
+) -> Result<Option<u64>, StoreError> {
+    let probe = format!(
+        "SELECT prepared_at_ms FROM transfers WHERE seq >= {} ORDER BY seq LIMIT 1",
+        sql.dialect().placeholder(1)
+    );
+    let (mut low, mut high) = (1u64, last + 1);
+    while low < high {
+        let middle = low + (high - low) / 2;
+        let at = sql.integers(&probe, &[Param::Int(middle as i64)])?;
+        match at.first() {
+            Some(&prepared) if prepared >= at_ms => high = middle,
+            Some(_) => low = middle + 1,
+            None => high = middle,
+        }
+    }
+    Ok((low <= last).then_some(low))
+}
+
+/// Runs `query`: the seq range its time bounds and cursor allow, walked
+/// newest first by the index of [`conditions`]' walk, a round of
+/// [`CHUNK`] transfers at a time, the other filters checked on each
+/// round's, until the page fills, the range ends or [`SCAN_BUDGET`] is
+/// spent.
+pub(crate) fn search(
+    sql: &mut impl SearchSql,
+    query: &TransferQuery,
+) -> Result<SearchPage, StoreError> {
+    let limit = query.limit.clamp(1, MAX_PAGE);
+    let chunk = query.chunk.max(1);
+    let dialect = sql.dialect();
+    let last = sql
+        .integers("SELECT COALESCE(MAX(seq), 0) FROM transfers", &[])?
+        .first()
+        .copied()
+        .unwrap_or(0) as u64;
+    let mut high = match query.before_seq {
+        Some(before) => last.min(before.saturating_sub(1)),
+        None => last,
+    };
+    let mut low = 1;
+    if let Some(from) = query.from_ms {
+        match first_prepared_at_or_after(sql, from, last)? {
+            Some(first) => low = first,
+            None => high = 0,
+        }
+    }
+    if let Some(to) = query.to_ms {
+        // None prepared after `to`: the range ends with the last.
+        if let Some(after) = first_prepared_at_or_after(sql, to.saturating_add(1), last)? {
+            high = high.min(after.saturating_sub(1));
+        }
+    }
+    let (walk, others) = conditions(query, dialect);
+    let mut page = SearchPage {
+        transfers: Vec::new(),
+        next: None,
+        complete: true,
+        examined: 0,
+    };
+    let mut found: Vec<u64> = Vec::new();
+    while high >= low && high > 0 {
+        // The seq of the round's last (oldest) transfer of the walk.
+        let n = walk.params.len();
+        let boundary_sql = format!(
+            "SELECT t.seq FROM transfers t WHERE {} AND t.seq BETWEEN {} AND {}
+             ORDER BY t.seq DESC LIMIT 1 OFFSET {}",
+            walk.joined(),
+            dialect.placeholder(n + 1),
+            dialect.placeholder(n + 2),
+            chunk - 1
+        );
+        let mut params = walk.params.clone();
+        params.extend([Param::Int(low as i64), Param::Int(high as i64)]);
+        let boundary = sql
+            .integers(&boundary_sql, &params)?
+            .first()
+            .map(|&seq| seq as u64);
+        let round_low = boundary.unwrap_or(low);
+        // The round's matches, newest first.
+        let mut matching = Conditions::new(dialect);
+        matching.sql = walk.sql.clone();
+        matching.params = walk.params.clone();
+        matching
+            .sql
+            .extend(others.sql.iter().map(|part| renumber(part, n, dialect)));
+        matching.params.extend(others.params.iter().cloned());
+        let m = matching.params.len();
+        let page_sql = format!(
+            "SELECT t.seq FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
+             WHERE {} AND t.seq BETWEEN {} AND {} ORDER BY t.seq DESC LIMIT {}",
+            matching.joined(),
+            dialect.placeholder(m + 1),
+            dialect.placeholder(m + 2),
+            limit - found.len()
+        );
+        let mut params = matching.params.clone();
+        params.extend([Param::Int(round_low as i64), Param::Int(high as i64)]);
+        found.extend(
+            sql.integers(&page_sql, &params)?
+                .into_iter()
+                .map(|seq| seq as u64),
+        );
+        page.examined += chunk;
+        if found.len() == limit {
+            page.next = found.last().copied();
+            break;
+        }
+        if boundary.is_none() {
+            break;
+        }
+        high = round_low - 1;
+        if page.examined >= query.scan_budget && high >= low {
+            page.complete = false;
+            page.next = Some(round_low);
+            break;
+        }
+    }
+    let mut transfers = sql.views(&found)?;
+    transfers.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
+    page.transfers = transfers;
+    Ok(page)
+}
+
+/// `part` (numbered from 1 by its own [`Conditions`]) renumbered to follow
+/// `before` parameters.
+fn renumber(part: &str, before: usize, dialect: Dialect) -> String {
+    let sigil = match dialect {
+        Dialect::Sqlite => '?',
+        Dialect::Postgres => '$',
+    };
+    let mut out = String::with_capacity(part.len());
+    let mut chars = part.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != sigil {
+            out.push(c);
+            continue;
+        }
+        let mut digits = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            digits.push(*d);
+            chars.next();
+        }
+        match digits.parse::<usize>() {
+            Ok(n) => out.push_str(&dialect.placeholder(n + before)),
+            Err(_) => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use crate::history::{
     self, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource as _, Snapshotter,
 };
-use crate::search::{AccountOwners, SearchColumns};
+use crate::search::{self, AccountOwners, SearchColumns, SearchPage, TransferQuery};
 use crate::sqlite_history;
 use crate::sqlite_settlement::SettlementStatements;
 use crate::Prefetch;
@@ -349,17 +349,13 @@ ALTER TABLE transfers ADD COLUMN payee_id INTEGER;
 ALTER TABLE transfers ADD COLUMN currency TEXT;
 ALTER TABLE transfers ADD COLUMN amount_units INTEGER;";
 
-/// What a transfer search walks (`docs/design/back-office.md`): a DFSP's
-/// transfers as payer or payee, a currency's, newest first; amounts in a
-/// range; the few finishes that failed, by state and by error code.
-/// Built once the search columns exist (so after a migration).
+/// What a transfer search walks (`crate::search`): a DFSP's transfers as
+/// payer or payee, a currency's, newest first. Built once the search
+/// columns exist (so after a migration).
 const SEARCH_INDEXES: &str = "
 CREATE INDEX IF NOT EXISTS transfers_by_payer ON transfers (payer_id, seq);
 CREATE INDEX IF NOT EXISTS transfers_by_payee ON transfers (payee_id, seq);
 CREATE INDEX IF NOT EXISTS transfers_by_currency ON transfers (currency, seq);
-CREATE INDEX IF NOT EXISTS transfers_by_amount ON transfers (amount_units);
-CREATE INDEX IF NOT EXISTS transfer_finishes_failed ON transfer_finishes (state, seq) WHERE state <> 'COMMITTED';
-CREATE INDEX IF NOT EXISTS transfer_finishes_by_error ON transfer_finishes (reason, seq) WHERE reason IS NOT NULL;
 ";
 
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
@@ -2090,6 +2086,8 @@ fn abort_cause(row: &Row<'_>, at: usize) -> Result<Option<AbortCause>, StoreErro
 /// used by the hub off the ledger thread.
 pub struct TransferLookup {
     connection: std::sync::Mutex<Connection>,
+    /// Searches' own: a long one does not hold up point reads.
+    search_connection: std::sync::Mutex<Connection>,
 }
 
 impl std::fmt::Debug for TransferLookup {
@@ -2111,6 +2109,50 @@ impl StoreReader for TransferLookup {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         touched_since(&connection, since_ms)
     }
+
+    fn search_transfers(&self, query: &TransferQuery) -> Result<SearchPage, StoreError> {
+        let connection = self
+            .search_connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        search::search(&mut SqliteSearch(&connection), query)
+    }
+}
+
+/// [`search::search`] on a SQLite connection.
+struct SqliteSearch<'c>(&'c Connection);
+
+impl search::SearchSql for SqliteSearch<'_> {
+    fn dialect(&self) -> search::Dialect {
+        search::Dialect::Sqlite
+    }
+
+    fn integers(&mut self, sql: &str, params: &[search::Param]) -> Result<Vec<i64>, StoreError> {
+        let values: Vec<rusqlite::types::Value> = params
+            .iter()
+            .map(|param| match param {
+                search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
+                search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+            })
+            .collect();
+        let mut statement = self.0.prepare_cached(sql)?;
+        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| format!("SELECT {} WHERE t.seq = ?1", view_select()));
+        let mut statement = self.0.prepare_cached(&SQL)?;
+        let mut views = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            let mut rows = statement.query(params![seq as i64])?;
+            if let Some(row) = rows.next()? {
+                views.push((seq, stored_transfer(row)?));
+            }
+        }
+        Ok(views)
+    }
 }
 
 impl TransferLookup {
@@ -2121,12 +2163,17 @@ impl TransferLookup {
     }
 
     fn open_file(path: &Path) -> Result<TransferLookup, StoreError> {
-        let connection = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+        let open = || -> Result<Connection, StoreError> {
+            let connection = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+            Ok(connection)
+        };
+        let connection = open()?;
         Ok(TransferLookup {
+            search_connection: std::sync::Mutex::new(open()?),
             connection: std::sync::Mutex::new(connection),
         })
     }

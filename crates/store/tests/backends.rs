@@ -643,8 +643,8 @@ fn the_schema_is_kasis_own_and_versioned() {
 
 /// What migration 10 (the transfers' search columns) added; their
 /// indexes go with the columns.
-const UNDO_MIGRATION_10: &str = "DROP INDEX transfer_finishes_failed, transfer_finishes_by_error;
-    ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
+const UNDO_MIGRATION_10: &str =
+    "ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
     DROP COLUMN amount_units";
 
 /// What migration 9 (the audit events' source) added.

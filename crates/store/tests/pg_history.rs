@@ -270,8 +270,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP INDEX transfer_finishes_failed, transfer_finishes_by_error;
-         ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
+        "ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
             DROP COLUMN amount_units;
          ALTER TABLE audit_events DROP COLUMN source;
          DROP TABLE pending_changes;
@@ -354,8 +353,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP INDEX transfer_finishes_failed, transfer_finishes_by_error;
-         ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
+        "ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
             DROP COLUMN amount_units;
          ALTER TABLE audit_events DROP COLUMN source;
          DROP TABLE pending_changes;

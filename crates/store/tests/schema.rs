@@ -847,8 +847,7 @@ fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
         .unwrap()
         .execute_batch(
             "DROP INDEX transfers_by_payer; DROP INDEX transfers_by_payee;
-             DROP INDEX transfers_by_currency; DROP INDEX transfers_by_amount;
-             DROP INDEX transfer_finishes_failed; DROP INDEX transfer_finishes_by_error;
+             DROP INDEX transfers_by_currency;
              ALTER TABLE transfers DROP COLUMN payer_id; ALTER TABLE transfers DROP COLUMN payee_id;
              ALTER TABLE transfers DROP COLUMN currency; ALTER TABLE transfers DROP COLUMN amount_units;
              PRAGMA user_version = 9;",
@@ -889,8 +888,6 @@ fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
         "transfers_by_payer",
         "transfers_by_payee",
         "transfers_by_currency",
-        "transfers_by_amount",
-        "transfer_finishes_by_error",
     ] {
         assert!(
             indexes.iter().any(|name| name == index),
