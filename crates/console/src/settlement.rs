@@ -31,13 +31,6 @@ const SETTLEMENT_STATES: [&str; 7] = [
     "SETTLED",
     "ABORTED",
 ];
-/// The date presets: label, and how far back from now.
-const PRESETS: [(&str, i64); 4] = [
-    ("Today", 0),
-    ("48 hours", 48 * 3_600_000),
-    ("Week", 7 * 86_400_000),
-    ("Month", 30 * 86_400_000),
-];
 
 /// What the overview is narrowed to: creation dates (`YYYY-MM-DD`, UTC,
 /// both days included) and a state for each list.
@@ -125,7 +118,7 @@ fn narrow_form(narrowed: &Narrowed) -> Markup {
             }
             button type="submit" { "Show" }
             " "
-            @for (label, back_ms) in PRESETS {
+            @for (label, back_ms) in page::DATE_PRESETS {
                 a.preset href={ "/console/settlement?from=" (day(today_ms - back_ms)) } { (label) }
                 " "
             }

@@ -789,6 +789,28 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     assert_eq!(bad.status, 400, "{bad:?}");
     assert!(bad.text().contains("is not a date"), "{}", bad.text());
 
+    // The transfers page searches the stored transfers (`GET /transfers`).
+    let search = |query: &str| {
+        support::http(
+            hub.admin,
+            "GET",
+            &format!("/console/transfers?searched=1&{query}"),
+            &[("Cookie".to_string(), cookie.clone())],
+            b"",
+        )
+        .text()
+    };
+    let committed = search(&format!("payer={PAYER}&state=COMMITTED&currency=USD"));
+    assert!(committed.contains("data-transfer="), "{committed}");
+    assert!(committed.contains("COMMITTED"), "{committed}");
+    let nothing = search(&format!("payer={PAYER}&from=2001-01-01&to=2001-01-02"));
+    assert!(nothing.contains("No transfer matches."), "{nothing}");
+    let refused = search("state=DONE");
+    assert!(
+        refused.contains("state &#39;DONE&#39;") || refused.contains("state 'DONE'"),
+        "{refused}"
+    );
+
     // The report, downloaded with the session (beside the browser, which
     // would save it to disk).
     let report = support::http(
