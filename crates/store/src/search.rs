@@ -361,15 +361,7 @@ pub(crate) fn search(
     let mut found: Vec<u64> = Vec::new();
     while high >= low && high > 0 {
         // The seq of the round's last (oldest) transfer of the walk.
-        let n = walk.params.len();
-        let boundary_sql = format!(
-            "SELECT t.seq FROM transfers t WHERE {} AND t.seq BETWEEN {} AND {}
-             ORDER BY t.seq DESC LIMIT 1 OFFSET {}",
-            walk.joined(),
-            dialect.placeholder(n + 1),
-            dialect.placeholder(n + 2),
-            chunk - 1
-        );
+        let boundary_sql = boundary_statement(&walk, chunk);
         let mut params = walk.params.clone();
         params.extend([Param::Int(low as i64), Param::Int(high as i64)]);
         let boundary = sql
@@ -378,23 +370,7 @@ pub(crate) fn search(
             .map(|&seq| seq as u64);
         let round_low = boundary.unwrap_or(low);
         // The round's matches, newest first.
-        let mut matching = Conditions::new(dialect);
-        matching.sql = walk.sql.clone();
-        matching.params = walk.params.clone();
-        matching
-            .sql
-            .extend(others.sql.iter().map(|part| renumber(part, n, dialect)));
-        matching.params.extend(others.params.iter().cloned());
-        let m = matching.params.len();
-        let page_sql = format!(
-            "SELECT t.seq FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-             WHERE {} AND t.seq BETWEEN {} AND {} ORDER BY t.seq DESC LIMIT {}",
-            matching.joined(),
-            dialect.placeholder(m + 1),
-            dialect.placeholder(m + 2),
-            limit - found.len()
-        );
-        let mut params = matching.params.clone();
+        let (page_sql, mut params) = page_statement(&walk, &others, limit - found.len());
         params.extend([Param::Int(round_low as i64), Param::Int(high as i64)]);
         found.extend(
             sql.integers(&page_sql, &params)?
@@ -420,6 +396,44 @@ pub(crate) fn search(
     transfers.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     page.transfers = transfers;
     Ok(page)
+}
+
+/// The query for the seq of a round's oldest transfer: the walk's
+/// conditions, then the seq range (two parameters).
+fn boundary_statement(walk: &Conditions, chunk: usize) -> String {
+    let n = walk.params.len();
+    format!(
+        "SELECT t.seq FROM transfers t WHERE {} AND t.seq BETWEEN {} AND {}
+         ORDER BY t.seq DESC LIMIT 1 OFFSET {}",
+        walk.joined(),
+        walk.dialect.placeholder(n + 1),
+        walk.dialect.placeholder(n + 2),
+        chunk - 1
+    )
+}
+
+/// The query for a round's matches, newest first, and its parameters but
+/// the seq range (two more, last).
+fn page_statement(walk: &Conditions, others: &Conditions, limit: usize) -> (String, Vec<Param>) {
+    let dialect = walk.dialect;
+    let mut matching = Conditions::new(dialect);
+    matching.sql = walk.sql.clone();
+    matching.params = walk.params.clone();
+    let n = walk.params.len();
+    matching
+        .sql
+        .extend(others.sql.iter().map(|part| renumber(part, n, dialect)));
+    matching.params.extend(others.params.iter().cloned());
+    let m = matching.params.len();
+    let sql = format!(
+        "SELECT t.seq FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
+         WHERE {} AND t.seq BETWEEN {} AND {} ORDER BY t.seq DESC LIMIT {}",
+        matching.joined(),
+        dialect.placeholder(m + 1),
+        dialect.placeholder(m + 2),
+        limit
+    );
+    (sql, matching.params)
 }
 
 /// `part` (numbered from 1 by its own [`Conditions`]) renumbered to follow
@@ -452,6 +466,132 @@ fn renumber(part: &str, before: usize, dialect: Dialect) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fsp(name: &str) -> FspName {
+        FspName::new(name).unwrap()
+    }
+
+    /// The walks a search can take, each with the index it must use.
+    fn walks() -> Vec<(TransferQuery, &'static str)> {
+        vec![
+            (
+                TransferQuery {
+                    payer: Some(fsp("payerfsp")),
+                    state: Some(TransferState::Committed),
+                    ..TransferQuery::default()
+                },
+                "transfers_by_payer",
+            ),
+            (
+                TransferQuery {
+                    payee: Some(fsp("payeefsp")),
+                    min_amount: Some(Amount::from_whole(5)),
+                    ..TransferQuery::default()
+                },
+                "transfers_by_payee",
+            ),
+            (
+                TransferQuery {
+                    currency: Currency::parse("USD"),
+                    error_code: Some(4001),
+                    ..TransferQuery::default()
+                },
+                "transfers_by_currency",
+            ),
+        ]
+    }
+
+    fn sqlite_plan(connection: &rusqlite::Connection, sql: &str) -> String {
+        let mut statement = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        // The plan does not depend on the values: NULLs will do.
+        let nulls = vec![rusqlite::types::Null; statement.parameter_count()];
+        let details: Vec<String> = statement
+            .query_map(rusqlite::params_from_iter(nulls), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        details.join("\n")
+    }
+
+    /// Every walk is served by its index on SQLite, the round's boundary
+    /// and its page alike, without a sort; with no DFSP nor currency, by
+    /// the primary key.
+    #[test]
+    fn each_walk_is_served_by_its_index_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(crate::sqlite::SqliteStore::open(dir.path(), Default::default()).unwrap());
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        for (query, index) in walks() {
+            let (walk, others) = conditions(&query, Dialect::Sqlite);
+            let boundary = sqlite_plan(&connection, &boundary_statement(&walk, CHUNK));
+            assert!(boundary.contains(index), "{query:?}: {boundary}");
+            assert!(!boundary.contains("TEMP B-TREE"), "no sort: {boundary}");
+            let (page, _) = page_statement(&walk, &others, 50);
+            let page = sqlite_plan(&connection, &page);
+            assert!(page.contains(index), "{query:?}: {page}");
+            assert!(!page.contains("TEMP B-TREE"), "no sort: {page}");
+        }
+        let (walk, others) = conditions(&TransferQuery::default(), Dialect::Sqlite);
+        let all = sqlite_plan(&connection, &boundary_statement(&walk, CHUNK));
+        assert!(all.contains("INTEGER PRIMARY KEY"), "{all}");
+        let (page, _) = page_statement(&walk, &others, 50);
+        let page = sqlite_plan(&connection, &page);
+        assert!(
+            page.contains("INTEGER PRIMARY KEY") && !page.contains("TEMP B-TREE"),
+            "{page}"
+        );
+    }
+
+    /// The same on PostgreSQL: each walk can be an index scan in seq
+    /// order (the planner is told sequential scans and sorts cost more,
+    /// as they would over millions of transfers; on an empty table it
+    /// would rightly scan).
+    #[test]
+    fn each_walk_is_served_by_its_index_on_postgresql() {
+        let cluster = testpg::Cluster::start();
+        let url = cluster.create_database("explain");
+        drop(crate::pg::PgStore::open(&url).unwrap());
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client
+            .batch_execute("SET enable_seqscan = off; SET enable_sort = off")
+            .unwrap();
+        let mut plan = |sql: &str, params: &[Param]| -> String {
+            let mut params: Vec<Param> = params.to_vec();
+            params.extend([Param::Int(1), Param::Int(1_000_000)]);
+            let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
+                .iter()
+                .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
+                    match param {
+                        Param::Int(n) => Box::new(*n),
+                        Param::Text(text) => Box::new(text.clone()),
+                    }
+                })
+                .collect();
+            let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                values.iter().map(|value| value.as_ref()).collect();
+            client
+                .query(&format!("EXPLAIN {sql}"), &refs)
+                .unwrap()
+                .iter()
+                .map(|row| row.get::<_, String>(0))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (query, index) in walks() {
+            let (walk, others) = conditions(&query, Dialect::Postgres);
+            let boundary = plan(&boundary_statement(&walk, CHUNK), &walk.params);
+            assert!(boundary.contains(index), "{query:?}: {boundary}");
+            assert!(!boundary.contains("Sort"), "no sort: {boundary}");
+            let (page, params) = page_statement(&walk, &others, 50);
+            let page = plan(&page, &params);
+            assert!(page.contains(index), "{query:?}: {page}");
+            assert!(!page.contains("Sort"), "no sort: {page}");
+        }
+    }
 
     #[test]
     fn a_transfer_is_filed_under_its_accounts_owners_and_currency() {
