@@ -10,8 +10,17 @@ use ledger::{ErrorCode, FspName, ParticipantMode, ParticipantView};
 
 use crate::HubError;
 
+/// kasi's endpoint type for a DFSP's account at the settlement bank (an
+/// IBAN, or the bank's own account number), which the settlement report
+/// names beside each net so that the settlement bank can act on it. Set
+/// and audited like any endpoint; not a URL.
+pub const SETTLEMENT_BANK_ACCOUNT: &str = "SETTLEMENT_BANK_ACCOUNT";
+/// Longest settlement bank account kept.
+const BANK_ACCOUNT_MAX_LEN: usize = 128;
+
 /// Endpoint types central-ledger knows (`seeds/endpointType.js` and later
-/// additions). Those ending in `_EMAIL` or `_TOPIC` hold no URL.
+/// additions), and kasi's [`SETTLEMENT_BANK_ACCOUNT`]. Those ending in
+/// `_EMAIL` or `_TOPIC`, and kasi's, hold no URL.
 pub const ENDPOINT_TYPES: &[&str] = &[
     "ALARM_NOTIFICATION_URL",
     "ALARM_NOTIFICATION_TOPIC",
@@ -47,6 +56,7 @@ pub const ENDPOINT_TYPES: &[&str] = &[
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_POST",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+    SETTLEMENT_BANK_ACCOUNT,
 ];
 
 /// Refuses an unknown endpoint type, or a callback type whose value is not
@@ -56,6 +66,19 @@ pub fn check_endpoint(endpoint_type: &str, value: &str) -> Result<(), HubError> 
         return Err(HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!("unknown endpoint type '{endpoint_type}'"),
+        ));
+    }
+    if endpoint_type == SETTLEMENT_BANK_ACCOUNT
+        && (value.is_empty()
+            || value.len() > BANK_ACCOUNT_MAX_LEN
+            || value.chars().any(|c| c.is_control()))
+    {
+        // It goes into the settlement bank's CSV as it is.
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "{SETTLEMENT_BANK_ACCOUNT} must be 1 to {BANK_ACCOUNT_MAX_LEN} printable characters"
+            ),
         ));
     }
     let is_url_type = endpoint_type.contains("_URL");
