@@ -280,6 +280,15 @@ fn asset(text: &'static str, content_type: &'static str) -> Response {
 }
 
 /// Percent-encodes a path segment or query value.
+/// The date presets of the pages that narrow by date: label, and how far
+/// back from now (0: since midnight UTC).
+pub(crate) const DATE_PRESETS: [(&str, i64); 4] = [
+    ("Today", 0),
+    ("48 hours", 48 * 3_600_000),
+    ("Week", 7 * 86_400_000),
+    ("Month", 30 * 86_400_000),
+];
+
 pub(crate) fn encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for byte in text.bytes() {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::http::{header, Method};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
@@ -18,6 +18,114 @@ use crate::session::{Posted, Visitor};
 const SINCE_EVER: &str = "fromDateTime=2000-01-01T00:00:00.000Z";
 /// Windows and settlements listed, newest first.
 const LISTED: usize = 30;
+
+/// The window states the API filters on (`state`); settlements go
+/// through the same names.
+const WINDOW_STATES: [&str; 5] = ["OPEN", "CLOSED", "PENDING_SETTLEMENT", "SETTLED", "ABORTED"];
+const SETTLEMENT_STATES: [&str; 7] = [
+    "PENDING_SETTLEMENT",
+    "PS_TRANSFERS_RECORDED",
+    "PS_TRANSFERS_RESERVED",
+    "PS_TRANSFERS_COMMITTED",
+    "SETTLING",
+    "SETTLED",
+    "ABORTED",
+];
+
+/// What the overview is narrowed to: creation dates (`YYYY-MM-DD`, UTC,
+/// both days included) and a state for each list.
+#[derive(Default, serde::Deserialize)]
+pub(crate) struct Narrowed {
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+    #[serde(default, rename = "windowState")]
+    window_state: String,
+    #[serde(default, rename = "settlementState")]
+    settlement_state: String,
+}
+
+/// A `YYYY-MM-DD` day as the API's DateTime at its start (or its last
+/// millisecond, `end`); `None` if it is not such a day.
+fn day_bound(day: &str, end: bool) -> Option<String> {
+    let ms = fspiop::parse_date_time(&format!("{day}T00:00:00.000Z"))?;
+    let ms = if end { ms + 86_400_000 - 1 } else { ms };
+    Some(hub::format_time(ms))
+}
+
+impl Narrowed {
+    fn is_empty(&self) -> bool {
+        self.from.is_empty()
+            && self.to.is_empty()
+            && self.window_state.is_empty()
+            && self.settlement_state.is_empty()
+    }
+
+    /// The API query for windows (`states`: the window states) or
+    /// settlements, or why the form is wrong.
+    fn query(&self, state: &str, states: &[&str]) -> Result<String, String> {
+        let mut query = Vec::new();
+        let from = self.from.trim();
+        match from {
+            "" => query.push(SINCE_EVER.to_string()),
+            day => {
+                let at = day_bound(day, false)
+                    .ok_or_else(|| format!("From '{day}' is not a date (YYYY-MM-DD)"))?;
+                query.push(format!("fromDateTime={}", page::encode(&at)));
+            }
+        }
+        match self.to.trim() {
+            "" => {}
+            day => {
+                let at = day_bound(day, true)
+                    .ok_or_else(|| format!("To '{day}' is not a date (YYYY-MM-DD)"))?;
+                query.push(format!("toDateTime={}", page::encode(&at)));
+            }
+        }
+        match state.trim() {
+            "" => {}
+            state if states.contains(&state) => query.push(format!("state={state}")),
+            other => return Err(format!("'{other}' is not one of {}", states.join(", "))),
+        }
+        Ok(query.join("&"))
+    }
+}
+
+/// The filter form above the lists.
+fn narrow_form(narrowed: &Narrowed) -> Markup {
+    let today_ms = hub::now_ms() / 86_400_000 * 86_400_000;
+    let day = |ms: i64| hub::format_time(ms)[..10].to_string();
+    html! {
+        form.filters method="get" action="/console/settlement" aria-label="Narrow the windows and settlements" {
+            label for="narrow-from" { "Created from" }
+            input #narrow-from type="date" name="from" value=(narrowed.from);
+            label for="narrow-to" { "to" }
+            input #narrow-to type="date" name="to" value=(narrowed.to);
+            label for="narrow-window-state" { "Window state" }
+            select #narrow-window-state name="windowState" {
+                option value="" { "any" }
+                @for state in WINDOW_STATES {
+                    option value=(state) selected[narrowed.window_state == state] { (state) }
+                }
+            }
+            label for="narrow-settlement-state" { "Settlement state" }
+            select #narrow-settlement-state name="settlementState" {
+                option value="" { "any" }
+                @for state in SETTLEMENT_STATES {
+                    option value=(state) selected[narrowed.settlement_state == state] { (state) }
+                }
+            }
+            button type="submit" { "Show" }
+            " "
+            @for (label, back_ms) in page::DATE_PRESETS {
+                a.preset href={ "/console/settlement?from=" (day(today_ms - back_ms)) } { (label) }
+                " "
+            }
+            @if !narrowed.is_empty() { a href="/console/settlement" { "All" } }
+        }
+    }
+}
 
 /// The stages a settlement's accounts go through, in order.
 const STAGES: [&str; 5] = [
@@ -38,8 +146,16 @@ fn list_or_empty(read: Result<Value, ApiError>) -> Result<Vec<Value>, ApiError> 
     match read {
         Ok(Value::Array(list)) => Ok(list),
         Ok(_) => Ok(Vec::new()),
-        // "…not found" for windows, "No settlements found…" for settlements.
-        Err(error) if error.code == "3100" && error.description.contains("found") => Ok(Vec::new()),
+        // "settlementWindow by filters: {…} not found" for windows (its
+        // end cut off when the filters are long: FSPIOP descriptions are
+        // short), "No settlements found…" for settlements.
+        Err(error)
+            if error.code == "3100"
+                && (error.description.contains("found")
+                    || error.description.contains("settlementWindow by filters")) =>
+        {
+            Ok(Vec::new())
+        }
         Err(error) => Err(error),
     }
 }
@@ -48,10 +164,43 @@ fn settlement_path(id: &str) -> String {
     format!("/console/settlement/settlements/{}", page::encode(id))
 }
 
-pub(crate) async fn overview(visitor: Visitor) -> Response {
-    let (windows, settlements, models) = tokio::join!(
+pub(crate) async fn overview(visitor: Visitor, Query(narrowed): Query<Narrowed>) -> Response {
+    let queries = narrowed
+        .query(&narrowed.window_state, &WINDOW_STATES)
+        .and_then(|windows| {
+            Ok((
+                windows,
+                narrowed.query(&narrowed.settlement_state, &SETTLEMENT_STATES)?,
+            ))
+        });
+    let (window_query, settlement_query) = match queries {
+        Ok(queries) => queries,
+        Err(why) => {
+            let content = html! {
+                h1 { "Settlement" }
+                (narrow_form(&narrowed))
+                p.flash.error role="alert" { (why) }
+            };
+            let mut response = page::render(&visitor, Section::Settlement, "Settlement", content);
+            *response.status_mut() = axum::http::StatusCode::BAD_REQUEST;
+            return response;
+        }
+    };
+    // The settlements one may create are offered from every window,
+    // whatever the lists are narrowed to.
+    let (windows, shown_windows, settlements, models) = tokio::join!(
         visitor.get(&format!("/v2/settlementWindows?{SINCE_EVER}")),
-        visitor.get(&format!("/v2/settlements?{SINCE_EVER}")),
+        async {
+            match narrowed.is_empty() {
+                true => None,
+                false => Some(
+                    visitor
+                        .get(&format!("/v2/settlementWindows?{window_query}"))
+                        .await,
+                ),
+            }
+        },
+        visitor.get(&format!("/v2/settlements?{settlement_query}")),
         // Read only by whom may create a settlement (a DFSP may not).
         async {
             visitor
@@ -60,24 +209,31 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
                 .unwrap_or(Ok(Value::Array(Vec::new())))
         },
     );
-    let (windows, mut settlements, models) =
-        match (list_or_empty(windows), list_or_empty(settlements), models) {
-            (Ok(w), Ok(s), Ok(m)) => (w, s, m),
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                return page::api_failure(&visitor, Section::Settlement, &e)
-            }
-        };
+    let shown_windows = shown_windows.map(list_or_empty).transpose();
+    let (windows, shown_windows, mut settlements, models) = match (
+        list_or_empty(windows),
+        shown_windows,
+        list_or_empty(settlements),
+        models,
+    ) {
+        (Ok(w), Ok(shown), Ok(s), Ok(m)) => (w, shown, s, m),
+        (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
+            return page::api_failure(&visitor, Section::Settlement, &e)
+        }
+    };
     settlements.sort_by_key(|s| std::cmp::Reverse(s["id"].as_u64().unwrap_or(0)));
     // The API lists the most recently changed window first, so a window
     // just settled would push the open one down: the open one stays on top.
-    let mut windows = windows;
-    windows.sort_by_key(|w| w["state"] != "OPEN");
+    let mut listed = shown_windows.unwrap_or_else(|| windows.clone());
+    listed.sort_by_key(|w| w["state"] != "OPEN");
     let may_change = visitor.may_post("/console/settlement/windows/:id/close");
     let models: Vec<&Value> = models.as_array().into_iter().flatten().collect();
     let offers = settlement_offers(&models, &windows);
     let content = html! {
         h1 { "Settlement" }
+        (narrow_form(&narrowed))
         h2 { "Settlement windows" }
+        @if listed.is_empty() { p { "No window matches." } }
         div.table-wrap {
             table.windows {
                 thead { tr {
@@ -89,7 +245,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
                     @if may_change { th scope="col" { "Action" } }
                 } }
                 tbody {
-                    @for w in windows.iter().take(LISTED) {
+                    @for w in listed.iter().take(LISTED) {
                         @let id = page::text(&w["settlementWindowId"]);
                         tr data-window=(id) {
                             td.num { (id) }
@@ -120,7 +276,7 @@ pub(crate) async fn overview(visitor: Visitor) -> Response {
         }
         h2 { "Settlements" }
         @if settlements.is_empty() {
-            p { "None yet." }
+            p { @if narrowed.is_empty() { "None yet." } @else { "No settlement matches." } }
         } @else {
             div.table-wrap {
                 table {

@@ -1,4 +1,5 @@
-//! Transfers: one found by id with the timeline of its phases (a
+//! Transfers: a search of the stored transfers (`GET /transfers`, page
+//! by page), one found by id with the timeline of its phases (a
 //! conversion, found by its `commitRequestId`, with its terms and a link to
 //! the transfer it was made for; that transfer with a link back to it), the
 //! recent failures by error code, and the callbacks the hub could not
@@ -17,6 +18,129 @@ use crate::session::{Posted, Visitor};
 #[derive(serde::Deserialize)]
 pub(crate) struct Find {
     id: Option<String>,
+    /// The search's filters, passed on as `GET /transfers` names them.
+    #[serde(flatten)]
+    search: std::collections::BTreeMap<String, String>,
+}
+
+/// The search filters the page offers: the API's name, the label, a hint.
+const FILTERS: [(&str, &str, &str); 10] = [
+    ("payer", "Payer", "DFSP"),
+    ("payee", "Payee", "DFSP"),
+    ("state", "State", "COMMITTED, ABORTED, …"),
+    ("currency", "Currency", "USD"),
+    ("errorCode", "Error code", "4001"),
+    ("minAmount", "From amount", "100"),
+    ("maxAmount", "To amount", "250"),
+    ("settlementWindowId", "Window", "12"),
+    ("from", "Prepared from", "2026-11-26 or a date-time"),
+    ("to", "to", "2026-11-26 or a date-time"),
+];
+
+/// A filter's value as the API takes it: a day (`YYYY-MM-DD`) as the
+/// start of `from`'s day or the end of `to`'s, anything else as given.
+fn api_value(name: &str, value: &str) -> String {
+    let day =
+        value.len() == 10 && fspiop::parse_date_time(&format!("{value}T00:00:00.000Z")).is_some();
+    match (name, day) {
+        ("from", true) => format!("{value}T00:00:00.000Z"),
+        ("to", true) => format!("{value}T23:59:59.999Z"),
+        _ => value.to_string(),
+    }
+}
+
+/// The filters given (non-empty, known), as a query string.
+fn search_query(given: &std::collections::BTreeMap<String, String>) -> String {
+    FILTERS
+        .iter()
+        .filter_map(|(name, _, _)| {
+            let value = given.get(*name)?.trim();
+            (!value.is_empty()).then(|| format!("{name}={}", page::encode(&api_value(name, value))))
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// The search form, its results and the link to the next page.
+fn search_section(
+    given: &std::collections::BTreeMap<String, String>,
+    results: Option<&Result<Value, crate::api::ApiError>>,
+) -> Markup {
+    let value = |name: &str| given.get(name).map(String::as_str).unwrap_or("");
+    let today_ms = hub::now_ms() / 86_400_000 * 86_400_000;
+    let now_ms = hub::now_ms();
+    html! {
+        h2 #search { "Search" }
+        form.filters method="get" action="/console/transfers#search" aria-labelledby="search" {
+            @for (name, label, hint) in FILTERS {
+                label for={ "search-" (name) } { (label) }
+                input id={ "search-" (name) } name=(name) value=(value(name)) placeholder=(hint);
+            }
+            input type="hidden" name="searched" value="1";
+            button type="submit" { "Search" }
+            " "
+            @for (label, back_ms) in page::DATE_PRESETS {
+                @let from = if back_ms == 0 { today_ms } else { now_ms - back_ms };
+                a.preset href={ "/console/transfers?searched=1&from=" (from) "#search" } { (label) }
+                " "
+            }
+        }
+        @match results {
+            None => {}
+            Some(Err(error)) => p.flash.error role="alert" { (error.message()) },
+            Some(Ok(page)) => (search_results(given, page)),
+        }
+    }
+}
+
+fn search_results(given: &std::collections::BTreeMap<String, String>, page: &Value) -> Markup {
+    let transfers: Vec<&Value> = page["transfers"].as_array().into_iter().flatten().collect();
+    let next = page["next"].as_str();
+    let complete = page["complete"].as_bool().unwrap_or(true);
+    let mut onward = given.clone();
+    onward.remove("after");
+    let onward = search_query(&onward);
+    html! {
+        @if transfers.is_empty() {
+            p { "No transfer matches" @if !complete { " so far" } "." }
+        } @else {
+            div.table-wrap {
+                table.found {
+                    thead { tr {
+                        th scope="col" { "Prepared" }
+                        th scope="col" { "Transfer" }
+                        th scope="col" { "Payer → payee" }
+                        th.num scope="col" { "Amount" }
+                        th scope="col" { "State" }
+                        th scope="col" { "Error" }
+                    } }
+                    tbody {
+                        @for t in &transfers {
+                            @let id = page::text(&t["transferId"]);
+                            tr data-transfer=(id) {
+                                td { (page::time_cell(&t["preparedAt"])) }
+                                td { a href=(transfer_path(&id)) { code { (id) } } }
+                                td { (page::text(&t["payerFsp"])) " → " (page::text(&t["payeeFsp"])) }
+                                td.num { (page::text(&t["amount"]["amount"])) " " (page::text(&t["amount"]["currency"])) }
+                                td { (page::text(&t["transferState"])) }
+                                td { @if let Some(code) = t["errorCode"].as_str() { code { (code) } } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = next {
+            p {
+                @if !complete {
+                    "The search looked through as many transfers as one page may; there may be older matches. "
+                }
+                a.next href={ "/console/transfers?searched=1&" (onward) "&after=" (page::encode(next)) "#search" } {
+                    @if complete { "Older transfers →" } @else { "Continue searching →" }
+                }
+            }
+        }
+    }
 }
 
 pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response {
@@ -25,7 +149,12 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
         .as_deref()
         .map(str::trim)
         .filter(|id| !id.is_empty());
-    let (found, errors, dead) = tokio::join!(
+    let searched = find.search.contains_key("searched") || find.search.contains_key("after");
+    let mut query = search_query(&find.search);
+    if let Some(after) = find.search.get("after").filter(|a| !a.trim().is_empty()) {
+        query.push_str(&format!("&after={}", page::encode(after.trim())));
+    }
+    let (found, results, errors, dead) = tokio::join!(
         async {
             match id {
                 Some(id) => Some(
@@ -34,6 +163,12 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                         .await,
                 ),
                 None => None,
+            }
+        },
+        async {
+            match searched {
+                true => Some(visitor.get(&format!("/transfers?{query}")).await),
+                false => None,
             }
         },
         // The scheme's failures and dead letters: not a DFSP's to read.
@@ -72,6 +207,7 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                 }
             }
         }
+        (search_section(&find.search, results.as_ref()))
         @if let Some(errors) = &errors {
             h2 { "Recent failures" }
             (failures(errors))

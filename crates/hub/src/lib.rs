@@ -164,6 +164,9 @@ pub struct HubConfig {
     /// `None`: the dispatcher's signing pool, or else, with `jws_verify`
     /// on, a pool of one thread per CPU made by [`Hub::new`].
     pub jws_pool: Option<Arc<jws_pool::JwsPool>>,
+    /// The store's reads beside the pipeline, for the admin API's
+    /// transfer search (`GET /transfers`); `None`: no search.
+    pub store_reader: Option<Arc<dyn store::StoreReader>>,
     /// Who may use the admin API (see [`admin_auth`]); open by default, as
     /// on a loopback address without a tokens file.
     pub admin_auth: Arc<admin_auth::AdminAuth>,
@@ -210,6 +213,7 @@ impl HubConfig {
             jws_verify: jws_keys::VerifyPolicy::default(),
             jws_keys_dir: None,
             jws_pool: None,
+            store_reader: None,
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
             role: Arc::new(role::Role::embedded()),

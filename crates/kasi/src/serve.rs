@@ -367,6 +367,7 @@ fn serve_term(
         hub_config.admin_auth = settings.admin_auth.clone();
         hub_config.role = role.clone();
         hub_config.jws_pool = settings.jws_pool.clone();
+        hub_config.store_reader = Some(reader.clone());
         hub_config.alerts = settings.alerts.clone();
         if hub_config.jws_verify.is_on() {
             info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");

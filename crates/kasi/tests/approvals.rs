@@ -2,10 +2,12 @@
 //! change waits as a pending change (202), the maker cannot decide it, a
 //! second person whose role may make it approves (then it applies, against
 //! the ledger as it is then) or rejects it; it expires; it survives a
-//! restart; each step is in the audit trail.
+//! restart, on SQLite and on PostgreSQL; each step is in the audit trail
+//! with how its actor signed in.
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -26,16 +28,7 @@ struct People {
 /// harness's `KASI_FOUR_EYES=none`.
 fn start_with(flags: &[&str], without_test_default: bool) -> (Scenario, People) {
     let dir = tempfile::tempdir().unwrap();
-    let (alice, alice_line) = admin_token("alice", "operator");
-    let (bob, bob_line) = admin_token("bob", "operator");
-    let (carol, carol_line) = admin_token("carol", "finance");
-    let (vic, vic_line) = admin_token("vic", "viewer");
-    let file = dir.path().join("admin-tokens");
-    std::fs::write(
-        &file,
-        format!("{alice_line}\n{bob_line}\n{carol_line}\n{vic_line}\n"),
-    )
-    .unwrap();
+    let (people, file) = people(dir.path());
     let mut args = vec!["--admin-tokens", file.to_str().unwrap()];
     args.extend_from_slice(flags);
     let data = dir.path().join("data");
@@ -44,17 +37,30 @@ fn start_with(flags: &[&str], without_test_default: bool) -> (Scenario, People) 
         command.env_remove("KASI_FOUR_EYES");
     }
     let mut hub = Hub::spawn(command, &data);
-    hub.admin_bearer = Some(alice.clone());
+    hub.admin_bearer = Some(people.alice.clone());
     let scenario = Scenario::on(hub, dir, 10_000, 5_000);
-    (
-        scenario,
-        People {
-            alice,
-            bob,
-            carol,
-            vic,
-        },
+    (scenario, people)
+}
+
+/// [`People`] and their tokens file, written in `dir`.
+fn people(dir: &Path) -> (People, PathBuf) {
+    let (alice, alice_line) = admin_token("alice", "operator");
+    let (bob, bob_line) = admin_token("bob", "operator");
+    let (carol, carol_line) = admin_token("carol", "finance");
+    let (vic, vic_line) = admin_token("vic", "viewer");
+    let file = dir.join("admin-tokens");
+    std::fs::write(
+        &file,
+        format!("{alice_line}\n{bob_line}\n{carol_line}\n{vic_line}\n"),
     )
+    .unwrap();
+    let people = People {
+        alice,
+        bob,
+        carol,
+        vic,
+    };
+    (people, file)
 }
 
 fn start(flags: &[&str]) -> (Scenario, People) {
@@ -136,6 +142,16 @@ fn approval_steps(hub: &Hub, id: &Value) -> Vec<String> {
         .collect();
     steps.reverse();
     steps
+}
+
+/// Waits until pending change `id` has a second step: the hub marks it
+/// expired by itself (nobody reads the approvals meanwhile).
+fn await_expiry(hub: &Hub, id: &Value) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while approval_steps(hub, id).len() < 2 {
+        assert!(Instant::now() < deadline, "never expired");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[test]
@@ -252,12 +268,7 @@ fn an_undecided_change_expires() {
         &settlement_path(hub),
         &funds_out(10),
     );
-    // The hub marks it by itself (nobody reads the approvals meanwhile).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while approval_steps(hub, &pending["id"]).len() < 2 {
-        assert!(Instant::now() < deadline, "never expired");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    await_expiry(hub, &pending["id"]);
     assert_eq!(shown(hub, &pending["id"])["state"], "expired");
     let late = decide(hub, &people.bob, &pending["id"], "approve", "");
     assert_eq!(late.status, 409, "{late:?}");
@@ -462,5 +473,186 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     assert!(
         after.contains("net-debit-cap of payerfsp applied"),
         "the flash: {after}"
+    );
+}
+
+/// The production configuration: a hub on a PostgreSQL store, with the
+/// tokens file of [`People`], the scenario's DFSPs onboarded, and alice's
+/// token on its own admin calls.
+struct OnPostgres {
+    scenario: Scenario,
+    people: People,
+    url: String,
+    tokens: PathBuf,
+    // Dropped after the hub, which would otherwise lose its database first.
+    _cluster: testpg::Cluster,
+}
+
+impl OnPostgres {
+    fn start(flags: &[&str]) -> OnPostgres {
+        let cluster = testpg::Cluster::start();
+        let url = cluster.create_database("hub");
+        let dir = tempfile::tempdir().unwrap();
+        let (people, tokens) = people(dir.path());
+        let hub = OnPostgres::spawn(&dir.path().join("data"), &url, &tokens, &people, flags);
+        OnPostgres {
+            scenario: Scenario::on(hub, dir, 10_000, 5_000),
+            people,
+            url,
+            tokens,
+            _cluster: cluster,
+        }
+    }
+
+    fn spawn(data: &Path, url: &str, tokens: &Path, people: &People, flags: &[&str]) -> Hub {
+        let mut args = vec!["--admin-tokens", tokens.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        let mut hub = Hub::spawn(
+            Hub::postgres_command(data, url, "solo", 120_000, &args),
+            data,
+        );
+        hub.admin_bearer = Some(people.alice.clone());
+        hub
+    }
+
+    /// Stops the hub and starts it again on the same database, with
+    /// `flags`: what it knows from then on, it read from PostgreSQL.
+    fn restart(&mut self, flags: &[&str]) {
+        self.scenario.hub.terminate();
+        let data = self.scenario.dir.path().join("data");
+        self.scenario.hub = OnPostgres::spawn(&data, &self.url, &self.tokens, &self.people, flags);
+    }
+
+    fn hub(&self) -> &Hub {
+        &self.scenario.hub
+    }
+}
+
+/// The audit events about pending change `id`, oldest first.
+fn approval_events(hub: &Hub, id: &Value) -> Vec<Value> {
+    let events = hub.admin_expect("GET", "/audit-events", None, 200).json();
+    let target = format!("approval/{}", id.as_str().unwrap());
+    let mut events: Vec<Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["target"] == json!(target))
+        .cloned()
+        .collect();
+    events.reverse();
+    events
+}
+
+#[test]
+fn on_postgresql_a_change_asked_before_a_restart_is_approved_and_applied_after_it() {
+    let flags = ["--four-eyes", "net-debit-cap"];
+    let mut pg = OnPostgres::start(&flags);
+    let limits = format!("/participants/{PAYER}/limits");
+    let pending = ask(
+        pg.hub(),
+        &pg.people.carol,
+        "PUT",
+        &limits,
+        &cap_change(7_000),
+    );
+    assert_eq!(pending["requestedBy"]["source"], "tokens-file", "{pending}");
+
+    pg.restart(&flags);
+    let hub = pg.hub();
+    let held = shown(hub, &pending["id"]);
+    assert_eq!(held["state"], "pending", "{held}");
+    assert_eq!(held["request"], pending["request"]);
+    assert_eq!(held["requestedBy"], pending["requestedBy"]);
+    assert_eq!(net_debit_cap(hub), 10_000.0, "still held after the restart");
+    let own = decide(hub, &pg.people.carol, &pending["id"], "approve", "");
+    assert_eq!(own.status, 403, "the maker, after a restart too: {own:?}");
+    let approved = decide(hub, &pg.people.bob, &pending["id"], "approve", "checked");
+    assert_eq!(approved.status, 200, "{approved:?}");
+    assert_eq!(approved.json()["state"], "applied", "{approved:?}");
+    assert_eq!(net_debit_cap(hub), 7_000.0, "applied at approval");
+
+    // The trail read back from PostgreSQL: who did each step, and how
+    // they signed in.
+    let events = approval_events(hub, &pending["id"]);
+    let steps: Vec<(&str, &str, &str)> = events
+        .iter()
+        .map(|event| {
+            (
+                event["action"].as_str().unwrap(),
+                event["actor"].as_str().unwrap(),
+                event["source"].as_str().unwrap_or("none"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("approval.requested", "carol", "tokens-file"),
+            ("approval.approved", "bob", "tokens-file"),
+            ("approval.applied", "bob", "tokens-file"),
+        ],
+        "{events:#?}"
+    );
+    // And once more after a second restart: nothing of it lived only in
+    // the process.
+    pg.restart(&flags);
+    let hub = pg.hub();
+    assert_eq!(net_debit_cap(hub), 7_000.0);
+    assert_eq!(shown(hub, &pending["id"])["state"], "applied");
+    assert_eq!(approval_events(hub, &pending["id"]), events);
+}
+
+#[test]
+fn on_postgresql_an_expired_or_rejected_change_never_applies() {
+    let mut pg = OnPostgres::start(&[
+        "--four-eyes",
+        "funds-out,net-debit-cap",
+        "--four-eyes-expiry",
+        "1s",
+    ]);
+    let hub = pg.hub();
+    let before = hub.account_value(PAYER, "SETTLEMENT");
+    let expiring = ask(
+        hub,
+        &pg.people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(1_000),
+    );
+    await_expiry(hub, &expiring["id"]);
+
+    // Restarted with a day to decide, so that the next one waits.
+    let flags = ["--four-eyes", "funds-out,net-debit-cap"];
+    pg.restart(&flags);
+    let hub = pg.hub();
+    assert_eq!(shown(hub, &expiring["id"])["state"], "expired");
+    let late = decide(hub, &pg.people.bob, &expiring["id"], "approve", "");
+    assert_eq!(late.status, 409, "expired before the restart: {late:?}");
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), before);
+    let expired = approval_events(hub, &expiring["id"]);
+    assert_eq!(expired.len(), 2, "{expired:#?}");
+    assert_eq!(expired[1]["action"], "approval.expired");
+    assert_eq!(expired[1]["actor"], "kasi", "the hub expired it");
+    assert_eq!(expired[1]["source"], "hub", "{expired:#?}");
+    assert_eq!(expired[0]["source"], "tokens-file", "{expired:#?}");
+
+    let limits = format!("/participants/{PAYER}/limits");
+    let refused = ask(hub, &pg.people.carol, "PUT", &limits, &cap_change(3_000));
+    let rejected = decide(hub, &pg.people.bob, &refused["id"], "reject", "too low");
+    assert_eq!(rejected.status, 200, "{rejected:?}");
+    assert_eq!(rejected.json()["state"], "rejected");
+    pg.restart(&flags);
+    let hub = pg.hub();
+    let again = decide(hub, &pg.people.alice, &refused["id"], "approve", "");
+    assert_eq!(again.status, 409, "rejected before the restart: {again:?}");
+    assert_eq!(net_debit_cap(hub), 10_000.0);
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), before);
+    assert_eq!(
+        approval_steps(hub, &refused["id"]),
+        ["approval.requested", "approval.rejected"]
+    );
+    assert_eq!(
+        approval_steps(hub, &expiring["id"]),
+        ["approval.requested", "approval.expired"]
     );
 }

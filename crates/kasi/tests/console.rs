@@ -743,9 +743,76 @@ async fn an_operator_onboards_funds_watches_positions_finds_a_transfer_and_settl
     );
     assert_eq!(browser.count("#create-settlement form").await, 0);
 
+    // The lists narrow by state and creation day (the API's filters).
+    let cookie = browser.cookie().await;
+    let narrowed = |query: &str| {
+        support::http(
+            hub.admin,
+            "GET",
+            &format!("/console/settlement?{query}"),
+            &[("Cookie".to_string(), cookie.clone())],
+            b"",
+        )
+    };
+    let settled = narrowed("windowState=SETTLED&settlementState=SETTLED");
+    assert_eq!(settled.status, 200, "{settled:?}");
+    let text = settled.text();
+    assert!(
+        text.contains(r#"data-window="1""#) && !text.contains(r#"data-window="2""#),
+        "only the settled window: {text}"
+    );
+    assert!(text.contains("/console/settlement/settlements/1"), "{text}");
+    let open = narrowed("windowState=OPEN&settlementState=ABORTED").text();
+    assert!(
+        open.contains(r#"data-window="2""#) && !open.contains(r#"data-window="1""#),
+        "{open}"
+    );
+    assert!(open.contains("No settlement matches."), "{open}");
+    let created = hub
+        .admin_expect("GET", "/v2/settlements/1", None, 200)
+        .json()["createdDate"]
+        .as_str()
+        .unwrap()[..10]
+        .to_string();
+    let that_day = narrowed(&format!("from={created}&to={created}")).text();
+    assert!(
+        that_day.contains(r#"data-window="1""#)
+            && that_day.contains("/console/settlement/settlements/1"),
+        "{that_day}"
+    );
+    let long_ago = narrowed("to=2001-01-01").text();
+    assert!(
+        long_ago.contains("No window matches.") && long_ago.contains("No settlement matches."),
+        "{long_ago}"
+    );
+    let bad = narrowed("from=yesterday");
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.text().contains("is not a date"), "{}", bad.text());
+
+    // The transfers page searches the stored transfers (`GET /transfers`).
+    let search = |query: &str| {
+        support::http(
+            hub.admin,
+            "GET",
+            &format!("/console/transfers?searched=1&{query}"),
+            &[("Cookie".to_string(), cookie.clone())],
+            b"",
+        )
+        .text()
+    };
+    let committed = search(&format!("payer={PAYER}&state=COMMITTED&currency=USD"));
+    assert!(committed.contains("data-transfer="), "{committed}");
+    assert!(committed.contains("COMMITTED"), "{committed}");
+    let nothing = search(&format!("payer={PAYER}&from=2001-01-01&to=2001-01-02"));
+    assert!(nothing.contains("No transfer matches."), "{nothing}");
+    let refused = search("state=DONE");
+    assert!(
+        refused.contains("state &#39;DONE&#39;") || refused.contains("state 'DONE'"),
+        "{refused}"
+    );
+
     // The report, downloaded with the session (beside the browser, which
     // would save it to disk).
-    let cookie = browser.cookie().await;
     let report = support::http(
         hub.admin,
         "GET",

@@ -3,7 +3,9 @@
 //! HTTP, accepts the JWT access tokens that provider signs as bearer
 //! tokens naming a person and their role, refuses expired, wrong-audience,
 //! role-less and foreign tokens (each counted by reason), follows a key
-//! rotation, and keeps the tokens file as the way in.
+//! rotation, and keeps the tokens file as the way in; on PostgreSQL a
+//! person's change and its audit event outlive a restart, and over TLS
+//! (the provider's HTTPS trusted with --oidc-ca) the same checks hold.
 //!
 //! The provider here is a small one served by the test (discovery and
 //! JWKS, tokens it signs with keys the test makes), so that every claim
@@ -11,6 +13,7 @@
 
 mod support;
 
+use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -89,6 +92,16 @@ struct Provider {
 
 impl Provider {
     fn start(key: Key) -> Provider {
+        Provider::start_with(key, None)
+    }
+
+    /// Served over HTTPS with `tls` (a certificate for 127.0.0.1), as a
+    /// real provider is.
+    fn start_tls(key: Key, tls: Arc<rustls::ServerConfig>) -> Provider {
+        Provider::start_with(key, Some(tls))
+    }
+
+    fn start_with(key: Key, tls: Option<Arc<rustls::ServerConfig>>) -> Provider {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -97,7 +110,11 @@ impl Provider {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
-        let issuer = format!("http://{}/realms/scheme", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let issuer = format!(
+            "{scheme}://{}/realms/scheme",
+            listener.local_addr().unwrap()
+        );
         let state = ProviderState {
             issuer: issuer.clone(),
             jwks: Arc::new(Mutex::new(json!({ "keys": [key.jwk.clone()] }))),
@@ -137,7 +154,14 @@ impl Provider {
                 axum::routing::post(token),
             )
             .with_state(state.clone());
-        runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+        match tls {
+            None => {
+                runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
+            }
+            Some(tls) => {
+                runtime.spawn(support::serve_tls(listener, app, tls));
+            }
+        }
         Provider {
             issuer,
             state,
@@ -264,35 +288,72 @@ fn provider_refusals(hub: &Hub, reason: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `token` is refused (401) and counted under `reason`.
+fn assert_refused(hub: &Hub, token: &str, reason: &str) {
+    let before = provider_refusals(hub, reason);
+    let response = hub.admin_as(Some(token), "GET", "/participants", None);
+    assert_eq!(response.status, 401, "{reason}: {response:?}");
+    hub.await_metrics(reason, |_| {
+        (provider_refusals(hub, reason) > before).then_some(())
+    });
+}
+
+/// `token`'s holder onboards `newfsp`.
+fn onboard_newfsp(hub: &Hub, token: &str) -> support::Response {
+    hub.admin_as(
+        Some(token),
+        "POST",
+        "/participants",
+        Some(&json!({ "name": "newfsp", "currency": "USD" })),
+    )
+}
+
 /// A hub whose tokens file holds one operator (`break-glass`, whose token
 /// it returns and sends on its own admin calls) and which trusts the
 /// provider at `issuer`: audience `kasi-admin`, roles in
 /// `realm_access.roles`, `hub-treasury` meaning finance and `hub-ops`
 /// operator; its keys fetched.
 fn hub_trusting(issuer: &str, dir: &std::path::Path) -> (Hub, String) {
+    let (flags, operator) = trusting(issuer, dir);
+    let data = dir.join("data");
+    let hub = started(Hub::serve_command(&data, &strs(&flags)), &data, &operator);
+    (hub, operator)
+}
+
+/// The flags of [`hub_trusting`]'s hub (its tokens file written in
+/// `dir`), and the break-glass operator's token.
+fn trusting(issuer: &str, dir: &std::path::Path) -> (Vec<String>, String) {
     let (operator, operator_line) = admin_token("break-glass", "operator");
     let tokens = dir.join("admin-tokens");
     std::fs::write(&tokens, format!("{operator_line}\n")).unwrap();
-    let mut hub = Hub::start_with(
-        &dir.join("data"),
-        &[
-            "--admin-tokens",
-            tokens.to_str().unwrap(),
-            "--oidc-issuer",
-            issuer,
-            "--oidc-client-id",
-            "kasi-console",
-            "--oidc-audience",
-            "kasi-admin",
-            "--oidc-roles-claim",
-            "realm_access.roles",
-            "--oidc-role-map",
-            "hub-treasury=finance,hub-ops=operator",
-        ],
-    );
+    let flags = [
+        "--admin-tokens",
+        tokens.to_str().unwrap(),
+        "--oidc-issuer",
+        issuer,
+        "--oidc-client-id",
+        "kasi-console",
+        "--oidc-audience",
+        "kasi-admin",
+        "--oidc-roles-claim",
+        "realm_access.roles",
+        "--oidc-role-map",
+        "hub-treasury=finance,hub-ops=operator",
+    ];
+    (flags.map(str::to_string).to_vec(), operator)
+}
+
+fn strs(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}
+
+/// `command` (a hub trusting the provider) running, the provider's keys
+/// fetched, `operator`'s token on its own admin calls.
+fn started(command: std::process::Command, data: &std::path::Path, operator: &str) -> Hub {
+    let mut hub = Hub::spawn(command, data);
     hub.await_log("identity provider's keys fetched");
-    hub.admin_bearer = Some(operator.clone());
-    (hub, operator)
+    hub.admin_bearer = Some(operator.to_string());
+    hub
 }
 
 #[test]
@@ -314,12 +375,7 @@ fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
     ));
     let participants = hub.admin_as(Some(&dora), "GET", "/participants", None);
     assert_eq!(participants.status, 200, "{participants:?}");
-    let onboard = hub.admin_as(
-        Some(&dora),
-        "POST",
-        "/participants",
-        Some(&json!({ "name": "newfsp", "currency": "USD" })),
-    );
+    let onboard = onboard_newfsp(hub, &dora);
     assert_eq!(onboard.status, 403, "finance does not onboard: {onboard:?}");
     // Refusals reach the audit trail through a task: wait for it.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -397,14 +453,7 @@ fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
     assert_eq!(other.status, 403, "{other:?}");
 
     // Refused tokens: 401, counted by reason.
-    let refused = |token: &str, reason: &str| {
-        let before = provider_refusals(hub, reason);
-        let response = hub.admin_as(Some(token), "GET", "/participants", None);
-        assert_eq!(response.status, 401, "{reason}: {response:?}");
-        hub.await_metrics(reason, |_| {
-            (provider_refusals(hub, reason) > before).then_some(())
-        });
-    };
+    let refused = |token: &str, reason: &str| assert_refused(hub, token, reason);
     let mut expired = claims(&issuer, "dora", &["hub-treasury"]);
     expired["exp"] = json!(now_s() - 600);
     refused(&key.sign(&expired), "expired");
@@ -658,4 +707,154 @@ fn people_sign_in_to_the_console_through_the_provider_with_pkce() {
         "{}",
         no_role.text()
     );
+}
+
+/// The audit events of `actor` (newest first), as the operator reads them.
+fn audit_events_of(hub: &Hub, actor: &str) -> Vec<Value> {
+    let events = hub.admin_expect("GET", &format!("/audit-events?actor={actor}"), None, 200);
+    events.json().as_array().unwrap().clone()
+}
+
+#[test]
+fn on_postgresql_a_providers_persons_change_and_its_audit_event_survive_a_restart() {
+    let provider = Provider::start(Key::new("2026-11"));
+    let cluster = testpg::Cluster::start();
+    let url = cluster.create_database("hub");
+    let dir = tempfile::tempdir().unwrap();
+    let (flags, operator) = trusting(&provider.issuer, dir.path());
+    let data = dir.path().join("data");
+    let start = || {
+        let command = Hub::postgres_command(&data, &url, "solo", 120_000, &strs(&flags));
+        started(command, &data, &operator)
+    };
+    let mut scenario = Scenario::on(start(), dir, 10_000, 5_000);
+    let hub = &scenario.hub;
+    let dora = provider
+        .state
+        .key
+        .sign(&claims(&provider.issuer, "dora", &["hub-treasury"]));
+    let account = format!(
+        "/participants/{}/accounts/{}",
+        support::PAYER,
+        hub.account_id(support::PAYER, "SETTLEMENT")
+    );
+    let before = hub.account_value(support::PAYER, "SETTLEMENT");
+    let funds_in = json!({
+        "transferId": support::new_id(), "externalReference": "treasury-7",
+        "action": "recordFundsIn", "reason": "top up",
+        "amount": {"amount": "250", "currency": "USD"}
+    });
+    let response = hub.admin_as(Some(&dora), "POST", &account, Some(&funds_in));
+    assert_eq!(response.status, 202, "{response:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let event = loop {
+        let funded = audit_events_of(hub, "dora")
+            .into_iter()
+            .find(|event| event["action"] == "funds.in" && event["outcome"] == "COMMITTED");
+        if let Some(event) = funded {
+            break event;
+        }
+        assert!(Instant::now() < deadline, "dora's funds in never audited");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(event["role"], "finance", "{event:#}");
+    assert_eq!(event["source"], "identity-provider", "{event:#}");
+    assert_eq!(event["target"], support::PAYER, "{event:#}");
+    let funded = |hub: &Hub| (hub.account_value(support::PAYER, "SETTLEMENT") - before).abs();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while funded(hub) != 250.0 {
+        assert!(Instant::now() < deadline, "the funds in never applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    scenario.hub.terminate();
+    scenario.hub = start();
+    let hub = &scenario.hub;
+    assert_eq!(
+        funded(hub),
+        250.0,
+        "the funds in, read back from PostgreSQL"
+    );
+    let kept = audit_events_of(hub, "dora");
+    assert!(kept.contains(&event), "{event:#} not in {kept:#?}");
+    let by_provider = hub
+        .admin_expect("GET", "/audit-events?source=identity-provider", None, 200)
+        .json();
+    assert!(
+        by_provider.as_array().unwrap().contains(&event),
+        "filed under the identity provider after the restart: {by_provider:#}"
+    );
+    // Her token still passes: the restarted hub fetched the keys again.
+    let again = hub.admin_as(Some(&dora), "GET", "/participants", None);
+    assert_eq!(again.status, 200, "{again:?}");
+}
+
+#[test]
+fn over_tls_the_providers_tokens_pass_and_refused_ones_are_401_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = support::Pki::new("kasi test scheme CA");
+    // The provider served over HTTPS too, its CA given with --oidc-ca.
+    let provider_tls =
+        support::Pki::server_config(&pki.issue("identity provider", &["127.0.0.1"], true), None);
+    let provider = Provider::start_tls(Key::new("2026-11"), provider_tls);
+    assert!(
+        provider.issuer.starts_with("https://"),
+        "{}",
+        provider.issuer
+    );
+    let ca = dir.path().join("scheme-ca.pem");
+    pki.write_ca(&ca);
+    let (cert, key) = pki
+        .issue("kasi hub", &["localhost"], true)
+        .write(dir.path(), "hub");
+    let (mut flags, operator) = trusting(&provider.issuer, dir.path());
+    for (flag, file) in [
+        ("--tls-cert", &cert),
+        ("--tls-key", &key),
+        ("--oidc-ca", &ca),
+    ] {
+        flags.extend([flag.to_string(), file.display().to_string()]);
+    }
+    let data = dir.path().join("data");
+    let mut hub = started(Hub::serve_command(&data, &strs(&flags)), &data, &operator);
+    hub.tls = Some(pki.client(None));
+    // Plain HTTP does not reach the admin API (a TLS alert, no HTTP).
+    let mut plain = std::net::TcpStream::connect(hub.admin).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    plain
+        .write_all(b"GET /participants HTTP/1.1\r\nHost: kasi\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "the admin API answered plain HTTP: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    hub.setup();
+
+    let issuer = &provider.issuer;
+    let signer = &provider.state.key;
+    let ops = signer.sign(&claims(issuer, "omar", &["hub-ops"]));
+    let created = onboard_newfsp(&hub, &ops);
+    assert_eq!(created.status, 201, "over HTTPS: {created:?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !audit_events_of(&hub, "omar").iter().any(|event| {
+        event["action"] == "participant.create"
+            && event["role"] == "operator"
+            && event["source"] == "identity-provider"
+    }) {
+        assert!(Instant::now() < deadline, "omar's onboarding never audited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let refused = |token: &str, reason: &str| assert_refused(&hub, token, reason);
+    let mut expired = claims(issuer, "omar", &["hub-ops"]);
+    expired["exp"] = json!(now_s() - 600);
+    refused(&signer.sign(&expired), "expired");
+    let mut elsewhere = claims(issuer, "omar", &["hub-ops"]);
+    elsewhere["aud"] = json!("another-api");
+    refused(&signer.sign(&elsewhere), "wrong audience");
 }

@@ -323,7 +323,22 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
         .iter()
         .all(|w| w["state"] == "SETTLED"));
 
-    // The report: per DFSP and who paid whom.
+    // The report: per DFSP and who paid whom, and where the settlement
+    // bank pays or debits each (its account there, set as an endpoint).
+    let bank_account = |value: &str| {
+        s.hub.admin(
+            "POST",
+            "/participants/testfsp1/endpoints",
+            Some(&serde_json::json!({"type": "SETTLEMENT_BANK_ACCOUNT", "value": value})),
+        )
+    };
+    let refused = bank_account("KE12\nBANK");
+    assert_eq!(
+        refused.status, 400,
+        "no line breaks into the bank's CSV: {refused:?}"
+    );
+    let set = bank_account("KE12 BANK 0001 2345");
+    assert!(set.status == 201 || set.status == 200, "{set:?}");
     let id = settled["id"].as_u64().unwrap();
     let report = s.v2_ok("GET", &format!("/settlements/{id}/report"), None);
     let line = |name: &str| {
@@ -336,6 +351,14 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
             .unwrap()
     };
     assert_eq!(number(&line("testfsp1")["netSettlementAmount"]), 80.0);
+    assert_eq!(
+        line("testfsp1")["settlementBankAccount"],
+        "KE12 BANK 0001 2345"
+    );
+    assert_eq!(
+        line("testfsp2")["settlementBankAccount"],
+        serde_json::Value::Null
+    );
     assert_eq!(number(&line("testfsp1")["sent"]["amount"]), 115.0);
     assert_eq!(line("testfsp1")["sent"]["count"], 2);
     assert_eq!(number(&line("testfsp1")["received"]["amount"]), 35.0);
@@ -367,6 +390,12 @@ fn the_worked_example_settles_stage_by_stage_across_restarts() {
         accounts
             .iter()
             .any(|l| l.contains(",testfsp2,USD,") && l.contains(",-75,")),
+        "{text}"
+    );
+    assert!(
+        accounts
+            .iter()
+            .any(|l| l.contains(",testfsp1,USD,") && l.ends_with(",KE12 BANK 0001 2345")),
         "{text}"
     );
     assert_eq!(

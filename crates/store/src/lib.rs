@@ -30,6 +30,7 @@ mod pg_rows;
 mod pg_schema;
 mod pg_settlement;
 mod pg_worker;
+pub mod search;
 pub mod sqlite;
 pub mod sqlite_history;
 mod sqlite_settlement;
@@ -134,6 +135,13 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
     /// payer (the initiating DFSP) and its link. In no particular order.
     /// Read by index, not by a scan of the whole history.
     fn transfers_touched_since(&self, since_ms: i64) -> Result<Vec<Touched>, StoreError>;
+
+    /// A page of the transfers `query` finds, newest first (`GET
+    /// /transfers`): walked by an index, within [`search::SCAN_BUDGET`].
+    fn search_transfers(
+        &self,
+        query: &search::TransferQuery,
+    ) -> Result<search::SearchPage, StoreError>;
 
     /// Whether a read waits on the network (a database server) rather than
     /// a local file: the hub then tells its runtime before blocking, so

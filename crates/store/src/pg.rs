@@ -30,8 +30,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use ledger::{
-    AccountKind, AccountRow, EndpointRow, FspName, OracleRow, ParticipantRow, PartyKey, PartyRow,
-    QuoteRow, Record, SettlementModelRow, Snapshot, TransferRow,
+    AccountId, AccountKind, AccountRow, EndpointRow, FspName, OracleRow, ParticipantId,
+    ParticipantRow, PartyKey, PartyRow, QuoteRow, Record, SettlementModelRow, Snapshot,
+    TransferRow,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
@@ -45,6 +46,7 @@ use crate::pg_schema::{
     AUDIT_SOURCE_SINCE, FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE,
     SCHEMA_VERSION, STORE_KIND,
 };
+use crate::search::{AccountOwners, SearchColumns};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -370,10 +372,10 @@ impl UnnestTable {
 const TRANSFERS: UnnestTable = UnnestTable {
     insert: "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount,
         condition, expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo,
-        wire_version)",
+        wire_version, payer_id, payee_id, currency, amount_units)",
     types: &[
         "bigint", "bytea", "text", "bigint", "bigint", "text", "bytea", "bigint", "bigint", "bytea",
-        "text", "integer", "text", "text", "integer",
+        "text", "integer", "text", "text", "integer", "bigint", "bigint", "text", "bigint",
     ],
     tail: "",
 };
@@ -614,6 +616,9 @@ pub struct PgStore {
     pub(crate) history: crate::pg_history::History,
     /// Prepared on the first prefetch, again after a reconnect.
     prefetch_statements: Option<crate::pg_reader::PrefetchStatements>,
+    /// Whose each account is, for the transfers' search columns (empty
+    /// when opened read-only).
+    owners: AccountOwners,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -642,6 +647,7 @@ impl PgStore {
         let mut client = connect(url)?;
         migrate(&mut client, &redacted_url)?;
         let statements = Statements::prepare(&mut client)?;
+        let owners = account_owners(&mut client)?;
         Ok(PgStore {
             client,
             url: url.to_string(),
@@ -656,6 +662,7 @@ impl PgStore {
             loaded_warm: false,
             history: Default::default(),
             prefetch_statements: None,
+            owners,
         })
     }
 
@@ -699,6 +706,7 @@ impl PgStore {
             loaded_warm: false,
             history: Default::default(),
             prefetch_statements: None,
+            owners: AccountOwners::default(),
         })
     }
 
@@ -888,6 +896,9 @@ impl PgStore {
         let statements = self.statements.as_ref().expect("checked by write");
         let mut columns = Columns::default();
         for record in batches.iter().flat_map(|batch| batch.iter()) {
+            if let Record::Account(row) = record {
+                self.owners.note(row.id, row.participant, row.currency);
+            }
             columns.add_transfer_path(record);
         }
         let Columns {
@@ -897,7 +908,7 @@ impl PgStore {
             text,
             ..
         } = &mut columns;
-        let transfers = TransferArrays::of(transfers, text);
+        let transfers = TransferArrays::of(transfers, text, &self.owners);
         let finishes = FinishArrays::of(finishes);
         let accounts = AccountArrays::of(accounts);
         let fencing = self.fencing;
@@ -942,6 +953,7 @@ impl PgStore {
             in_flight,
             commits,
             history,
+            owners,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
@@ -960,9 +972,12 @@ impl PgStore {
             }
         }
         for record in batches.iter().flat_map(|batch| batch.iter()) {
+            if let Record::Account(row) = record {
+                owners.note(row.id, row.participant, row.currency);
+            }
             columns.add(&mut transaction, statements, record)?;
         }
-        columns.flush(&mut transaction, statements)?;
+        columns.flush(&mut transaction, statements, owners)?;
         history.write_taken(&mut transaction)?;
         transaction.commit()?;
         history.committed();
@@ -1443,6 +1458,23 @@ fn audit_event_columns(version: i64) -> &'static str {
     }
 }
 
+/// Every account's participant and currency.
+fn account_owners(client: &mut Client) -> Result<AccountOwners, StoreError> {
+    let mut owners = AccountOwners::default();
+    for row in client.query("SELECT id, participant_id, currency FROM accounts", &[])? {
+        let currency: String = col(&row, 2)?;
+        let currency = ledger::Currency::parse(&currency).ok_or_else(|| {
+            StoreError::fatal(format!("account currency {currency:?} is not ISO 4217"))
+        })?;
+        owners.note(
+            AccountId(narrow(&row, 0)?),
+            ParticipantId(narrow(&row, 1)?),
+            currency,
+        );
+    }
+    Ok(owners)
+}
+
 /// An `audit_events` row, from [`audit_event_columns`].
 fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreError> {
     Ok(ledger::AuditEventRow {
@@ -1652,9 +1684,10 @@ impl<'r> Columns<'r> {
         &mut self,
         transaction: &mut Transaction<'_>,
         statements: &Statements,
+        owners: &AccountOwners,
     ) -> Result<(), StoreError> {
         if !self.transfers.is_empty() {
-            self.write_transfers(transaction, statements)?;
+            self.write_transfers(transaction, statements, owners)?;
         }
         if !self.finishes.is_empty() {
             let arrays = FinishArrays::of(&self.finishes);
@@ -1764,8 +1797,9 @@ impl<'r> Columns<'r> {
         &mut self,
         transaction: &mut Transaction<'_>,
         statements: &Statements,
+        owners: &AccountOwners,
     ) -> Result<(), StoreError> {
-        let arrays = TransferArrays::of(&self.transfers, &mut self.text);
+        let arrays = TransferArrays::of(&self.transfers, &mut self.text, owners);
         transaction.execute(&statements.transfers, &arrays.params())?;
         let rows = &self.transfers;
         // One row per FX transfer, in the same statement's transaction.
@@ -1830,26 +1864,47 @@ struct TransferArrays<'a> {
     external: Vec<Option<&'a str>>,
     memo: Vec<Option<&'a str>>,
     wire: Vec<i32>,
+    payer: Vec<Option<i64>>,
+    payee: Vec<Option<i64>>,
+    currency: Vec<Option<&'a str>>,
+    amount_units: Vec<i64>,
 }
 
 impl<'a> TransferArrays<'a> {
     /// `text` holds the amounts, written into one buffer and sliced.
-    fn of(rows: &[&'a TransferRow], text: &'a mut String) -> TransferArrays<'a> {
+    fn of(
+        rows: &[&'a TransferRow],
+        text: &'a mut String,
+        owners: &AccountOwners,
+    ) -> TransferArrays<'a> {
         text.clear();
-        let mut ends = Vec::with_capacity(rows.len());
+        let search: Vec<SearchColumns> = rows
+            .iter()
+            .map(|r| SearchColumns::of(owners, r.debit, r.credit, r.amount))
+            .collect();
+        // The amounts, then the currencies (three letters, or none).
+        let mut ends = Vec::with_capacity(rows.len() * 2);
         for row in rows {
             write!(text, "{}", row.amount).expect("writing to a String");
             ends.push(text.len());
         }
+        for columns in &search {
+            if let Some(currency) = &columns.currency {
+                text.push_str(currency.as_str());
+            }
+            ends.push(text.len());
+        }
         let text: &'a str = text;
         let mut start = 0;
-        let amount = ends
-            .iter()
-            .map(|&end| {
-                let amount = &text[start..end];
-                start = end;
-                amount
-            })
+        let mut slices = ends.iter().map(|&end| {
+            let slice = &text[start..end];
+            start = end;
+            slice
+        });
+        let amount = slices.by_ref().take(rows.len()).collect();
+        let currency = slices
+            .zip(&search)
+            .map(|(slice, columns)| columns.currency.map(|_| slice))
             .collect();
         // Funds movements have neither condition nor expiration.
         let conditional = |r: &TransferRow| r.kind.is_between_positions();
@@ -1887,10 +1942,14 @@ impl<'a> TransferArrays<'a> {
                 .map(|r| r.memo.as_ref().map(|m| m.reason.as_str()))
                 .collect(),
             wire: rows.iter().map(|r| i32::from(r.wire_version)).collect(),
+            payer: search.iter().map(|c| c.payer.map(i64::from)).collect(),
+            payee: search.iter().map(|c| c.payee.map(i64::from)).collect(),
+            currency,
+            amount_units: search.iter().map(|c| c.amount_units).collect(),
         }
     }
 
-    fn params(&self) -> [Param<'_>; 15] {
+    fn params(&self) -> [Param<'_>; 19] {
         [
             &self.seq,
             &self.id,
@@ -1907,6 +1966,10 @@ impl<'a> TransferArrays<'a> {
             &self.external,
             &self.memo,
             &self.wire,
+            &self.payer,
+            &self.payee,
+            &self.currency,
+            &self.amount_units,
         ]
     }
 }

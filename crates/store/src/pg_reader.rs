@@ -111,6 +111,14 @@ impl StoreReader for PgReader {
         true
     }
 
+    fn search_transfers(
+        &self,
+        query: &crate::search::TransferQuery,
+    ) -> Result<crate::search::SearchPage, StoreError> {
+        let query = query.clone();
+        self.with_client(move |client| crate::search::search(&mut PgSearch(client), &query))
+    }
+
     fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
         self.with_client(move |client| {
             let id = transfer_id.to_blob();
@@ -348,5 +356,50 @@ impl Prefetch for PgPrefetcher {
         }
         let client = self.client.as_mut().expect("connected above");
         prefetch(client, &mut self.statements, ids)
+    }
+}
+
+/// [`crate::search::search`] on a PostgreSQL connection.
+struct PgSearch<'c>(&'c mut Client);
+
+impl crate::search::SearchSql for PgSearch<'_> {
+    fn dialect(&self) -> crate::search::Dialect {
+        crate::search::Dialect::Postgres
+    }
+
+    fn integers(
+        &mut self,
+        sql: &str,
+        params: &[crate::search::Param],
+    ) -> Result<Vec<i64>, StoreError> {
+        let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
+            .iter()
+            .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
+                match param {
+                    crate::search::Param::Int(n) => Box::new(*n),
+                    crate::search::Param::Text(text) => Box::new(text.clone()),
+                }
+            })
+            .collect();
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            values.iter().map(|value| value.as_ref()).collect();
+        self.0
+            .query(sql, &refs)?
+            .iter()
+            .map(|row| col::<i64>(row, 0))
+            .collect()
+    }
+
+    fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError> {
+        let seqs: Vec<i64> = seqs.iter().map(|&seq| seq as i64).collect();
+        self.0
+            .query(
+                &format!("{} WHERE t.seq = ANY($1)", view_select()),
+                &[&seqs],
+            )?
+            .iter()
+            // The transfer's seq is the first column.
+            .map(|row| Ok((col::<i64>(row, 0)? as u64, PgReader::stored(row)?)))
+            .collect()
     }
 }

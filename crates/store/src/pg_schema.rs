@@ -17,6 +17,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -124,6 +125,24 @@ CREATE TABLE pending_changes (
     decision_reason TEXT   NOT NULL,
     decided_at_ms   BIGINT NOT NULL
 );
+";
+
+/// The transfers' search columns (`crate::search`), filled for the rows
+/// kept before from their accounts (the amount exactly, in numeric, then
+/// clamped to 64 bits as the writer does), and the indexes a search walks
+/// (`docs/design/back-office.md`), as SQLite's version 10.
+const MIGRATION_10: &str = "
+ALTER TABLE transfers ADD COLUMN payer_id BIGINT, ADD COLUMN payee_id BIGINT,
+    ADD COLUMN currency TEXT, ADD COLUMN amount_units BIGINT;
+UPDATE transfers t SET payer_id = d.participant_id, payee_id = c.participant_id,
+    currency = d.currency,
+    amount_units = LEAST(GREATEST(t.amount::numeric * 10000, -9223372036854775808),
+        9223372036854775807)::bigint
+    FROM accounts d, accounts c
+    WHERE d.id = t.debit_account_id AND c.id = t.credit_account_id;
+CREATE INDEX transfers_by_payer ON transfers (payer_id, seq);
+CREATE INDEX transfers_by_payee ON transfers (payee_id, seq);
+CREATE INDEX transfers_by_currency ON transfers (currency, seq);
 ";
 
 /// How an audit event's actor signed in (`ledger::AuditEventRow::source`);

@@ -22,6 +22,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use crate::history::{
     self, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource as _, Snapshotter,
 };
+use crate::search::{self, AccountOwners, SearchColumns, SearchPage, TransferQuery};
 use crate::sqlite_history;
 use crate::sqlite_settlement::SettlementStatements;
 use crate::Prefetch;
@@ -40,8 +41,10 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// conversions as funds movements; version 7 the participants' `mode`
 /// (pausing a DFSP: `ledger::ParticipantMode`); version 8 the four-eyes
 /// `pending_changes`; version 9 `audit_events.source` (how the actor
-/// signed in).
-const SCHEMA_VERSION: i64 = 9;
+/// signed in); version 10 the transfers' search columns (`payer_id`,
+/// `payee_id`, `currency`, `amount_units`: `crate::search`) and their
+/// indexes.
+const SCHEMA_VERSION: i64 = 10;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -90,7 +93,11 @@ CREATE TABLE IF NOT EXISTS transfers (
     reason             INTEGER,
     external_reference TEXT,
     memo               TEXT,
-    wire_version       INTEGER NOT NULL DEFAULT 0
+    wire_version       INTEGER NOT NULL DEFAULT 0,
+    payer_id           INTEGER,
+    payee_id           INTEGER,
+    currency           TEXT,
+    amount_units       INTEGER
 ) STRICT;
 CREATE TABLE IF NOT EXISTS endpoints (
     participant_id INTEGER NOT NULL,
@@ -334,6 +341,23 @@ const MIGRATE_6_TO_7: &str = "ALTER TABLE participants ADD COLUMN mode TEXT;";
 /// the events before).
 const MIGRATE_8_TO_9: &str = "ALTER TABLE audit_events ADD COLUMN source TEXT;";
 
+/// Version 9 → 10: the transfers' search columns, filled for the rows
+/// kept before by [`fill_search_columns`] (one code path with the
+/// writer's), then [`SEARCH_INDEXES`] built.
+const MIGRATE_9_TO_10: &str = "ALTER TABLE transfers ADD COLUMN payer_id INTEGER;
+ALTER TABLE transfers ADD COLUMN payee_id INTEGER;
+ALTER TABLE transfers ADD COLUMN currency TEXT;
+ALTER TABLE transfers ADD COLUMN amount_units INTEGER;";
+
+/// What a transfer search walks (`crate::search`): a DFSP's transfers as
+/// payer or payee, a currency's, newest first. Built once the search
+/// columns exist (so after a migration).
+const SEARCH_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS transfers_by_payer ON transfers (payer_id, seq);
+CREATE INDEX IF NOT EXISTS transfers_by_payee ON transfers (payee_id, seq);
+CREATE INDEX IF NOT EXISTS transfers_by_currency ON transfers (currency, seq);
+";
+
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
 /// movements' index is built again without conversions (its old predicate,
 /// `kind <> 'TRANSFER'`, would count them as funds movements), by
@@ -417,6 +441,9 @@ pub struct SqliteStore {
     /// Keeps the data directory's write lock for the store's lifetime.
     _lock: Option<File>,
     text: String,
+    /// Whose each account is, for the transfers' search columns (empty
+    /// when opened read-only).
+    owners: AccountOwners,
 }
 
 impl SqliteStore {
@@ -463,7 +490,7 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
-            1..=8 => {
+            1..=9 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -487,6 +514,12 @@ impl SqliteStore {
                 if !has_column(&migration, "audit_events", "source")? {
                     migration.execute_batch(MIGRATE_8_TO_9)?;
                 }
+                if !has_column(&migration, "transfers", "payer_id")? {
+                    migration.execute_batch(MIGRATE_9_TO_10)?;
+                }
+                // Also for a store made by SCHEMA above (older than version
+                // 2 has no transfers to fill: nothing to do then).
+                fill_search_columns(&migration)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
             }
@@ -496,6 +529,8 @@ impl SqliteStore {
         // recovery reads it with (built once on a store that predates them,
         // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
+        connection.execute_batch(SEARCH_INDEXES)?;
+        let owners = account_owners(&connection)?;
         let checkpointer = Checkpointer::start(&path)?;
         let history = match options.history {
             Some(history) => Some(Snapshotter::start(
@@ -516,6 +551,7 @@ impl SqliteStore {
             loaded_history_through: None,
             _lock: Some(lock),
             text: String::new(),
+            owners,
         })
     }
 
@@ -591,6 +627,7 @@ impl SqliteStore {
             loaded_history_through: None,
             _lock: None,
             text: String::new(),
+            owners: AccountOwners::default(),
         })
     }
 
@@ -611,8 +648,9 @@ impl SqliteStore {
             )?;
             let mut transfer = transaction.prepare_cached(
                 "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
-                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                    expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version,
+                    payer_id, payee_id, currency, amount_units)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
             )?;
             let mut transfer_fx = transaction.prepare_cached(
                 "INSERT INTO transfer_fx (seq, determining_transfer_id, target_currency, target_amount,
@@ -660,6 +698,7 @@ impl SqliteStore {
                     answered_at_ms = excluded.answered_at_ms",
             )?;
             let text = &mut self.text;
+            let owners = &mut self.owners;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
                 match record {
                     Record::Participant(row) => {
@@ -673,6 +712,7 @@ impl SqliteStore {
                         ])?;
                     }
                     Record::Account(row) => {
+                        owners.note(row.id, row.participant, row.currency);
                         text.clear();
                         write!(text, "{}|{}", row.value, row.reserved)
                             .expect("writing to a String");
@@ -695,6 +735,7 @@ impl SqliteStore {
                         write!(text, "{}", row.amount).expect("writing to a String");
                         // Funds movements have neither condition nor expiration.
                         let conditional = row.kind.is_between_positions();
+                        let search = SearchColumns::of(owners, row.debit, row.credit, row.amount);
                         transfer.execute(params![
                             row.seq as i64,
                             row.transfer_id.to_blob().as_slice(),
@@ -713,6 +754,10 @@ impl SqliteStore {
                                 .map(|memo| memo.external_reference.as_str()),
                             row.memo.as_ref().map(|memo| memo.reason.as_str()),
                             row.wire_version,
+                            search.payer,
+                            search.payee,
+                            search.currency.as_ref().map(Currency::as_str),
+                            search.amount_units,
                         ])?;
                         if let Some(link) = &row.fx {
                             let fx = crate::FxColumns::of(link);
@@ -1631,6 +1676,64 @@ fn blob<const N: usize>(row: &Row<'_>, column: usize) -> Result<[u8; N], StoreEr
 }
 
 /// Whether `table` has `column` (a migration adds it once).
+/// Every account's participant and currency.
+fn account_owners(connection: &Connection) -> Result<AccountOwners, StoreError> {
+    let mut owners = AccountOwners::default();
+    let mut statement = connection.prepare("SELECT id, participant_id, currency FROM accounts")?;
+    let mut rows = statement.query([])?;
+    while let Some(row) = rows.next()? {
+        let currency: String = row.get(2)?;
+        let currency = Currency::parse(&currency).ok_or_else(|| {
+            StoreError::fatal(format!("account currency {currency:?} is not ISO 4217"))
+        })?;
+        owners.note(AccountId(row.get(0)?), ParticipantId(row.get(1)?), currency);
+    }
+    Ok(owners)
+}
+
+/// Fills the search columns of the transfers kept before version 10, a
+/// chunk at a time, as the writer fills them ([`SearchColumns::of`]).
+fn fill_search_columns(connection: &Connection) -> Result<(), StoreError> {
+    const CHUNK: i64 = 10_000;
+    let owners = account_owners(connection)?;
+    let mut select = connection.prepare(
+        "SELECT seq, debit_account_id, credit_account_id, amount FROM transfers
+         WHERE seq > ?1 AND payer_id IS NULL ORDER BY seq LIMIT ?2",
+    )?;
+    let mut update = connection.prepare(
+        "UPDATE transfers SET payer_id = ?2, payee_id = ?3, currency = ?4, amount_units = ?5 WHERE seq = ?1",
+    )?;
+    let mut after = 0i64;
+    loop {
+        let mut chunk = Vec::new();
+        let mut rows = select.query(params![after, CHUNK])?;
+        while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(0)?;
+            let amount = parse(row, 3, "amount", |t| Amount::parse_signed(t).ok())?;
+            let columns = SearchColumns::of(
+                &owners,
+                AccountId(row.get(1)?),
+                AccountId(row.get(2)?),
+                amount,
+            );
+            chunk.push((seq, columns));
+        }
+        let Some(&(last, _)) = chunk.last() else {
+            return Ok(());
+        };
+        for (seq, columns) in &chunk {
+            update.execute(params![
+                seq,
+                columns.payer,
+                columns.payee,
+                columns.currency.as_ref().map(Currency::as_str),
+                columns.amount_units,
+            ])?;
+        }
+        after = last;
+    }
+}
+
 fn has_column(connection: &Connection, table: &str, column: &str) -> Result<bool, StoreError> {
     let mut statement = connection.prepare(&format!("PRAGMA table_info({table})"))?;
     let mut rows = statement.query([])?;
@@ -1983,6 +2086,8 @@ fn abort_cause(row: &Row<'_>, at: usize) -> Result<Option<AbortCause>, StoreErro
 /// used by the hub off the ledger thread.
 pub struct TransferLookup {
     connection: std::sync::Mutex<Connection>,
+    /// Searches' own: a long one does not hold up point reads.
+    search_connection: std::sync::Mutex<Connection>,
 }
 
 impl std::fmt::Debug for TransferLookup {
@@ -2004,6 +2109,50 @@ impl StoreReader for TransferLookup {
         let connection = self.connection.lock().unwrap_or_else(|e| e.into_inner());
         touched_since(&connection, since_ms)
     }
+
+    fn search_transfers(&self, query: &TransferQuery) -> Result<SearchPage, StoreError> {
+        let connection = self
+            .search_connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        search::search(&mut SqliteSearch(&connection), query)
+    }
+}
+
+/// [`search::search`] on a SQLite connection.
+struct SqliteSearch<'c>(&'c Connection);
+
+impl search::SearchSql for SqliteSearch<'_> {
+    fn dialect(&self) -> search::Dialect {
+        search::Dialect::Sqlite
+    }
+
+    fn integers(&mut self, sql: &str, params: &[search::Param]) -> Result<Vec<i64>, StoreError> {
+        let values: Vec<rusqlite::types::Value> = params
+            .iter()
+            .map(|param| match param {
+                search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
+                search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+            })
+            .collect();
+        let mut statement = self.0.prepare_cached(sql)?;
+        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError> {
+        static SQL: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| format!("SELECT {} WHERE t.seq = ?1", view_select()));
+        let mut statement = self.0.prepare_cached(&SQL)?;
+        let mut views = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            let mut rows = statement.query(params![seq as i64])?;
+            if let Some(row) = rows.next()? {
+                views.push((seq, stored_transfer(row)?));
+            }
+        }
+        Ok(views)
+    }
 }
 
 impl TransferLookup {
@@ -2014,12 +2163,17 @@ impl TransferLookup {
     }
 
     fn open_file(path: &Path) -> Result<TransferLookup, StoreError> {
-        let connection = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+        let open = || -> Result<Connection, StoreError> {
+            let connection = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+            Ok(connection)
+        };
+        let connection = open()?;
         Ok(TransferLookup {
+            search_connection: std::sync::Mutex::new(open()?),
             connection: std::sync::Mutex::new(connection),
         })
     }

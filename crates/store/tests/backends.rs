@@ -90,6 +90,28 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
         assert!(prefetched.unreadable.is_empty(), "{which}");
         assert_eq!(prefetched.transfers[&unknown], Lookup::Absent);
     }
+    // The transfers are filed for search alike (participants, currency,
+    // amount derived by each store from the accounts it holds).
+    let from_sqlite = support::sqlite_search_columns(harness.dir());
+    let from_pg: Vec<support::Filed> = postgres::Client::connect(url, postgres::NoTls)
+        .expect("connect")
+        .query(support::SEARCH_COLUMNS, &[])
+        .expect("query")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4)))
+        .collect();
+    assert!(
+        from_sqlite
+            .iter()
+            .all(|(_, payer, payee, currency, units)| {
+                payer.is_some()
+                    && payee.is_some()
+                    && currency.is_some()
+                    && units.is_some_and(|u| u > 0)
+            }),
+        "every transfer filed: {from_sqlite:?}"
+    );
+    assert_eq!(from_pg, from_sqlite, "filed alike");
     let sorted = |mut touched: Vec<store::Touched>| {
         touched.sort_by_key(|(view, _, _)| view.transfer_id);
         touched
@@ -619,6 +641,12 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 10 (the transfers' search columns) added; their
+/// indexes go with the columns.
+const UNDO_MIGRATION_10: &str =
+    "ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
+    DROP COLUMN amount_units";
+
 /// What migration 9 (the audit events' source) added.
 const UNDO_MIGRATION_9: &str = "ALTER TABLE audit_events DROP COLUMN source";
 
@@ -715,7 +743,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");
@@ -744,6 +772,17 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
         let now = migrated.load().expect("load migrated");
         assert_eq!(causes(&now), back_filled, "version {version}, migrated");
         assert_eq!(now.accounts[0].changed_at_ms, changed_at_ms);
+        // Migration 10 filed the transfers kept before for search.
+        let filed: Vec<(i64, i64, String, i64)> = client
+            .query(
+                "SELECT payer_id, payee_id, currency, amount_units FROM transfers ORDER BY seq",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+            .collect();
+        assert_eq!(filed, vec![(1, 1, "USD".to_string(), 30_000); 3], "version {version}");
     }
 }
 

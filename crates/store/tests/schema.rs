@@ -10,6 +10,8 @@ use ledger::{
 use store::sqlite::{SqliteOptions, SqliteStore};
 use store::Store;
 
+mod support;
+
 fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
     Record::Transfer(TransferRow {
         seq,
@@ -134,7 +136,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -158,7 +160,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 10).unwrap();
+        connection.pragma_update(None, "user_version", 11).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -167,7 +169,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 10"), "{text}");
+        assert!(text.contains("schema version 11"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -228,7 +230,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -285,7 +287,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -376,7 +378,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -447,7 +449,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -531,7 +533,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -642,7 +644,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
     assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
     for mode in ParticipantMode::ALL {
         store
@@ -700,7 +702,7 @@ fn a_version_7_store_gains_pending_changes_when_served() {
         ..asked.clone()
     };
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     store
         .commit(&[
             &[Record::PendingChange(asked)],
@@ -744,7 +746,7 @@ fn a_version_8_store_keeps_its_events_and_gains_their_source() {
     assert_eq!(user_version(dir.path()), 8, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 9);
+    assert_eq!(user_version(dir.path()), 10);
     let break_glass = ledger::AuditEventRow {
         source: "tokens-file".into(),
         ..event(2, "funds.out")
@@ -763,4 +765,133 @@ fn a_version_8_store_keeps_its_events_and_gains_their_source() {
         [unknown, break_glass],
         "every event, a page at a time"
     );
+}
+
+/// Two DFSPs with a USD position account each (ids 1 and 2) and a hub
+/// account in EUR (3), as the records that make them.
+fn owners() -> Vec<Record> {
+    use ledger::{AccountKind, AccountRow, Currency, FspName, ParticipantId, ParticipantRow};
+    let participant = |id: u32, name: &str| {
+        Record::Participant(ParticipantRow {
+            id: ParticipantId(id),
+            name: FspName::new(name).unwrap(),
+            is_hub: id == 9,
+            mode: ledger::ParticipantMode::Active,
+            created_at_ms: 1,
+        })
+    };
+    let account = |id: u32, participant: u32, currency: &str| {
+        Record::Account(AccountRow {
+            id: AccountId(id),
+            participant: ParticipantId(participant),
+            currency: Currency::parse(currency).unwrap(),
+            kind: AccountKind::Position,
+            active: true,
+            value: Amount::ZERO,
+            reserved: Amount::ZERO,
+            net_debit_cap: None,
+            created_at_ms: 1,
+            changed_at_ms: 1,
+        })
+    };
+    vec![
+        participant(4, "payerfsp"),
+        participant(5, "payeefsp"),
+        participant(9, "Hub"),
+        account(1, 4, "USD"),
+        account(2, 5, "USD"),
+        account(3, 9, "EUR"),
+    ]
+}
+
+/// The search columns (version 10): a transfer is filed under its
+/// accounts' participants and currency, and its amount in ten-thousandths;
+/// a version 9 store's transfers are filed so when a hub opens it, and
+/// the indexes a search walks exist after.
+#[test]
+fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let odd_amount = |seq: u64, debit: u32, credit: u32, amount: Amount| {
+        let Record::Transfer(row) = transfer(seq, UUID, 0x11) else {
+            unreachable!()
+        };
+        Record::Transfer(TransferRow {
+            transfer_id: TransferId::new(u128::from(seq)),
+            debit: AccountId(debit),
+            credit: AccountId(credit),
+            amount,
+            ..row
+        })
+    };
+    let before = [
+        odd_amount(1, 1, 2, Amount::parse_fspiop("12.5").unwrap()),
+        odd_amount(2, 2, 1, Amount::from_whole(7)),
+        // An account the store never heard of: filed under nobody.
+        odd_amount(3, 1, 77, Amount::from_whole(1)),
+    ];
+    {
+        let mut store = open(dir.path()).unwrap();
+        store.commit(&[&owners(), &before]).unwrap();
+    }
+    let filed = vec![
+        (1, Some(4), Some(5), Some("USD".to_string()), Some(125_000)),
+        (2, Some(5), Some(4), Some("USD".to_string()), Some(70_000)),
+        (3, Some(4), None, Some("USD".to_string()), Some(10_000)),
+    ];
+    assert_eq!(
+        support::sqlite_search_columns(dir.path()),
+        filed,
+        "written so"
+    );
+    rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .execute_batch(
+            "DROP INDEX transfers_by_payer; DROP INDEX transfers_by_payee;
+             DROP INDEX transfers_by_currency;
+             ALTER TABLE transfers DROP COLUMN payer_id; ALTER TABLE transfers DROP COLUMN payee_id;
+             ALTER TABLE transfers DROP COLUMN currency; ALTER TABLE transfers DROP COLUMN amount_units;
+             PRAGMA user_version = 9;",
+        )
+        .unwrap();
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.transfers.len(), 3, "read as it is");
+    assert_eq!(user_version(dir.path()), 9, "audit changes nothing");
+
+    let mut store = open(dir.path()).unwrap();
+    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(
+        support::sqlite_search_columns(dir.path()),
+        filed,
+        "filed by the migration"
+    );
+    store
+        .commit(&[&[odd_amount(4, 3, 1, Amount::from_whole(2))]])
+        .unwrap();
+    drop(store);
+    assert_eq!(
+        support::sqlite_search_columns(dir.path()).last(),
+        Some(&(4, Some(9), Some(4), Some("EUR".to_string()), Some(20_000))),
+        "the writer knows the accounts read at open"
+    );
+    let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+    let indexes: Vec<String> = connection
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name LIKE '%_by_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for index in [
+        "transfers_by_payer",
+        "transfers_by_payee",
+        "transfers_by_currency",
+    ] {
+        assert!(
+            indexes.iter().any(|name| name == index),
+            "{index} in {indexes:?}"
+        );
+    }
 }

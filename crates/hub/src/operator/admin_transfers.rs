@@ -1,6 +1,8 @@
 //! `GET /transfers/{ID}` on the admin address (a kasi extension): the
 //! operator reads any transfer — an FSPIOP transfer or a funds in/out
 //! movement — whoever its parties, as JSON rather than as a callback.
+//! `GET /transfers?…` searches the stored transfers (the store's
+//! `search`: newest first, a page at a time, within a scan budget).
 //!
 //! The ledger answers from memory (`ReadTransfer`, a read without
 //! the payer/payee check the FSPIOP `GET` has); a transfer past the
@@ -8,7 +10,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -21,6 +25,7 @@ use crate::{format_time, Hub, HubError};
 
 pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
+        .route("/transfers", get(search_transfers))
         .route("/transfers/:id", get(get_transfer))
         .with_state(hub)
 }
@@ -194,6 +199,187 @@ async fn get_transfer(
     };
     let partner = partner_of(&hub, &view).await;
     Ok(Json(transfer_json(&view, partner.as_ref(), source)).into_response())
+}
+
+/// The filters `GET /transfers` takes.
+const SEARCH_PARAMETERS: [&str; 12] = [
+    "from",
+    "to",
+    "payer",
+    "payee",
+    "state",
+    "currency",
+    "errorCode",
+    "minAmount",
+    "maxAmount",
+    "settlementWindowId",
+    "limit",
+    "after",
+];
+/// A page's transfers when `limit` is not given.
+const DEFAULT_PAGE: usize = 50;
+
+fn invalid(description: String) -> HubError {
+    HubError::new(
+        ErrorCode::GENERIC_VALIDATION_ERROR,
+        format!("Generic validation error - {description}"),
+    )
+}
+
+/// The search `GET /transfers`' query asks for, or why it cannot be run.
+pub fn transfer_query(
+    query: &HashMap<String, String>,
+) -> Result<store::search::TransferQuery, HubError> {
+    if let Some(unknown) = query
+        .keys()
+        .find(|k| !SEARCH_PARAMETERS.contains(&k.as_str()))
+    {
+        let hint = match unknown.as_str() {
+            "partyIdType" | "partyIdentifier" => {
+                " (transfers are not filed by party id yet: search by payer or payee DFSP)"
+            }
+            _ => "",
+        };
+        return Err(invalid(format!(
+            "unknown parameter '{unknown}'{hint}; known: {}",
+            SEARCH_PARAMETERS.join(", ")
+        )));
+    }
+    let text = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let instant = |name: &str| -> Result<Option<i64>, HubError> {
+        text(name)
+            .map(|t| {
+                t.parse::<i64>()
+                    .ok()
+                    .or_else(|| fspiop::parse_date_time(t))
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "{name} must be a date-time (2026-01-31T12:00:00.000Z) or milliseconds"
+                        ))
+                    })
+            })
+            .transpose()
+    };
+    let fsp = |name: &str| -> Result<Option<ledger::FspName>, HubError> {
+        text(name)
+            .map(|t| {
+                ledger::FspName::new(t)
+                    .ok_or_else(|| invalid(format!("{name} '{t}' is not an FSP name")))
+            })
+            .transpose()
+    };
+    let amount = |name: &str| -> Result<Option<ledger::Amount>, HubError> {
+        text(name)
+            .map(|t| {
+                ledger::Amount::parse_fspiop(t)
+                    .map_err(|_| invalid(format!("{name} '{t}' is not an amount")))
+            })
+            .transpose()
+    };
+    let number = |name: &str, most: u64| -> Result<Option<u64>, HubError> {
+        text(name)
+            .map(|t| {
+                t.parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= most)
+                    .ok_or_else(|| invalid(format!("{name} must be a whole number up to {most}")))
+            })
+            .transpose()
+    };
+    let state = text("state")
+        .map(|t| {
+            TransferState::parse(&t.to_ascii_uppercase()).ok_or_else(|| {
+                invalid(format!(
+                    "state '{t}' is not one of RESERVED, COMMITTED, ABORTED, EXPIRED, REJECTED"
+                ))
+            })
+        })
+        .transpose()?;
+    let currency = text("currency")
+        .map(|t| {
+            ledger::Currency::parse(t)
+                .ok_or_else(|| invalid(format!("currency '{t}' is not ISO 4217")))
+        })
+        .transpose()?;
+    let error_code = text("errorCode")
+        .map(|t| {
+            t.parse::<u16>()
+                .ok()
+                .filter(|code| (1000..10_000).contains(code))
+                .ok_or_else(|| invalid(format!("errorCode '{t}' is not a four-digit FSPIOP code")))
+        })
+        .transpose()?;
+    let limit =
+        number("limit", store::search::MAX_PAGE as u64)?.map_or(Ok(DEFAULT_PAGE), |n| match n {
+            0 => Err(invalid(format!(
+                "limit must be 1 to {}",
+                store::search::MAX_PAGE
+            ))),
+            n => Ok(n as usize),
+        })?;
+    Ok(store::search::TransferQuery {
+        payer: fsp("payer")?,
+        payee: fsp("payee")?,
+        currency,
+        state,
+        error_code,
+        min_amount: amount("minAmount")?,
+        max_amount: amount("maxAmount")?,
+        settlement_window: number("settlementWindowId", u64::from(u32::MAX))?.map(|n| n as u32),
+        from_ms: instant("from")?,
+        to_ms: instant("to")?,
+        before_seq: number("after", u64::MAX)?,
+        limit,
+        ..store::search::TransferQuery::default()
+    })
+}
+
+/// `GET /transfers?from=&to=&payer=&payee=&state=&currency=&errorCode=
+/// &minAmount=&maxAmount=&settlementWindowId=&limit=&after=`: the stored
+/// transfers that match, newest first, `limit` at a time; `next` is the
+/// `after` of the following page (absent when there is none), and
+/// `complete` is false when the scan budget ended the page early (more
+/// may match after `next`).
+async fn search_transfers(
+    State(hub): State<Arc<Hub>>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Response, HubError> {
+    let search = transfer_query(&query)?;
+    let Some(reader) = hub.config.store_reader.clone() else {
+        return Err(HubError::new(
+            ErrorCode::SERVICE_UNAVAILABLE,
+            "Service currently unavailable - this hub has no store to search",
+        ));
+    };
+    let started = std::time::Instant::now();
+    let page = tokio::task::spawn_blocking(move || reader.search_transfers(&search))
+        .await
+        .map_err(|error| HubError::new(ErrorCode::INTERNAL_SERVER_ERROR, error.to_string()))?
+        .map_err(|error| {
+            tracing::warn!(%error, "transfer search failed");
+            HubError::new(
+                ErrorCode::INTERNAL_SERVER_ERROR,
+                "Internal server error - the store could not be searched",
+            )
+        })?;
+    tracing::debug!(
+        found = page.transfers.len(),
+        examined = page.examined,
+        complete = page.complete,
+        ms = started.elapsed().as_millis() as u64,
+        "transfer search"
+    );
+    let transfers: Vec<Value> = page
+        .transfers
+        .iter()
+        .map(|(_, stored)| transfer_json(&stored.view, None, Source::Store))
+        .collect();
+    Ok(Json(json!({
+        "transfers": transfers,
+        "next": page.next.map(|seq| seq.to_string()),
+        "complete": page.complete,
+    }))
+    .into_response())
 }
 
 #[cfg(test)]

@@ -881,7 +881,23 @@ async fn report(
 ) -> Result<Response, HubError> {
     let id = id_param(&id, "settlement id")?;
     let view = settlement(&hub, id).await?;
-    let names = participant_names(&hub).await?;
+    let participants = hub.ask(ReadParticipants { name: None }).await??;
+    let names: BTreeMap<u32, String> = participants
+        .iter()
+        .map(|v| (v.participant.id.0, v.participant.name.to_string()))
+        .collect();
+    // Each DFSP's account at the settlement bank, where the operator set one.
+    let bank_accounts: BTreeMap<u32, String> = participants
+        .iter()
+        .filter_map(|v| {
+            let account = v
+                .endpoints
+                .iter()
+                .find(|e| e.endpoint_type == crate::endpoints::SETTLEMENT_BANK_ACCOUNT)?;
+            Some((v.participant.id.0, account.value.clone()))
+        })
+        .collect();
+    let bank_account = |participant: u32| bank_accounts.get(&participant).cloned();
     let report = hub.ask(ReadSettlementReport { settlement: id }).await??;
     let name = |participant: u32| {
         names
@@ -905,7 +921,7 @@ async fn report(
     };
     if wants_csv {
         let mut csv = String::from(
-            "settlementId,participantId,participant,currency,accountId,netSettlementAmount,sent,sentCount,received,receivedCount,state\n",
+            "settlementId,participantId,participant,currency,accountId,netSettlementAmount,sent,sentCount,received,receivedCount,state,settlementBankAccount\n",
         );
         for line in &report.accounts {
             csv_row(
@@ -922,6 +938,7 @@ async fn report(
                     &line.received,
                     &line.received_count,
                     &line.state.as_str(),
+                    &csv_field(&bank_account(line.participant.0).unwrap_or_default()),
                 ],
             );
         }
@@ -974,6 +991,7 @@ async fn report(
                 "sent": {"amount": number(line.sent), "count": line.sent_count},
                 "received": {"amount": number(line.received), "count": line.received_count},
                 "state": line.state.as_str(),
+                "settlementBankAccount": bank_account(line.participant.0),
             })
         })
         .collect();
@@ -1008,6 +1026,8 @@ async fn report(
         "settlementId": id,
         "settlementModel": view.model_name,
         "state": view.row.state.as_str(),
+        "createdDate": format_time(view.row.created_at_ms),
+        "changedDate": format_time(view.row.changed_at_ms),
         "settlementWindows": view.row.windows,
         "windows": windows,
         "accounts": accounts,
@@ -1077,14 +1097,6 @@ async fn alert_settled(hub: &Hub, view: &SettlementView) {
             account.account.0,
         );
     }
-}
-
-async fn participant_names(hub: &Hub) -> Result<BTreeMap<u32, String>, HubError> {
-    let views = hub.ask(ReadParticipants { name: None }).await??;
-    Ok(views
-        .into_iter()
-        .map(|v| (v.participant.id.0, v.participant.name.to_string()))
-        .collect())
 }
 
 #[cfg(test)]

@@ -10,9 +10,18 @@ use ledger::{ErrorCode, FspName, ParticipantMode, ParticipantView};
 
 use crate::HubError;
 
+/// kasi's endpoint type for a DFSP's account at the settlement bank (an
+/// IBAN, or the bank's own account number), which the settlement report
+/// names beside each net so that the settlement bank can act on it. Set
+/// and audited like any endpoint; not a URL.
+pub const SETTLEMENT_BANK_ACCOUNT: &str = "SETTLEMENT_BANK_ACCOUNT";
+/// Longest settlement bank account kept.
+const BANK_ACCOUNT_MAX_LEN: usize = 128;
+
 /// Endpoint types central-ledger knows (`seeds/endpointType.js` and later
-/// additions), and kasi's alerts webhook. Those ending in `_EMAIL` or
-/// `_TOPIC` hold no URL.
+/// additions), and kasi's [`SETTLEMENT_BANK_ACCOUNT`] and alerts webhook
+/// ([`crate::alerts::WEBHOOK_TYPE`]). Those ending in `_EMAIL` or `_TOPIC`,
+/// and the bank account, hold no URL.
 pub const ENDPOINT_TYPES: &[&str] = &[
     "ALARM_NOTIFICATION_URL",
     "ALARM_NOTIFICATION_TOPIC",
@@ -48,6 +57,7 @@ pub const ENDPOINT_TYPES: &[&str] = &[
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_POST",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_PUT",
     "FSPIOP_CALLBACK_URL_FX_TRANSFER_ERROR",
+    SETTLEMENT_BANK_ACCOUNT,
     // kasi's: where the DFSP's alerts are POSTed as JSON (`alerts`).
     crate::alerts::WEBHOOK_TYPE,
 ];
@@ -59,6 +69,19 @@ pub fn check_endpoint(endpoint_type: &str, value: &str) -> Result<(), HubError> 
         return Err(HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
             format!("unknown endpoint type '{endpoint_type}'"),
+        ));
+    }
+    if endpoint_type == SETTLEMENT_BANK_ACCOUNT
+        && (value.is_empty()
+            || value.len() > BANK_ACCOUNT_MAX_LEN
+            || value.chars().any(|c| c.is_control()))
+    {
+        // It goes into the settlement bank's CSV as it is.
+        return Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!(
+                "{SETTLEMENT_BANK_ACCOUNT} must be 1 to {BANK_ACCOUNT_MAX_LEN} printable characters"
+            ),
         ));
     }
     let is_url_type = endpoint_type.contains("_URL");

@@ -166,6 +166,9 @@ pub enum Filter {
     /// A transfer: its own when it is the payer or the payee, else not
     /// found.
     Transfer,
+    /// A page of a transfer search: only its own transfers (as
+    /// [`Filter::Transfer`]) stay in `transfers`.
+    TransferPage,
     /// A settlement (or a list of them): only its own accounts' nets; a
     /// settlement without any is not found (left out of a list).
     Settlements,
@@ -283,6 +286,12 @@ pub const TABLE: &[Rule] = &[
     rule("PUT", "/oracles/:id", OPERATOR, NO),
     rule("DELETE", "/oracles/:id", OPERATOR, NO),
     rule("GET", "/fxps", READERS, NO),
+    rule(
+        "GET",
+        "/transfers",
+        READERS,
+        Scope::Filtered(Filter::TransferPage),
+    ),
     rule(
         "GET",
         "/transfers/:id",
@@ -594,6 +603,12 @@ pub fn own_only(filter: Filter, own: &Own, answer: Value) -> Option<Value> {
             let party = |field: &str| transfer[field].as_str() == Some(own.name.as_str());
             (party("payerFsp") || party("payeeFsp")).then_some(transfer)
         }
+        (Filter::TransferPage, mut page) => {
+            let transfers = page.get_mut("transfers")?.as_array_mut()?;
+            transfers
+                .retain(|transfer| own_only(Filter::Transfer, own, transfer.clone()).is_some());
+            Some(page)
+        }
         (Filter::Settlements, Value::Array(settlements)) => Some(Value::Array(
             settlements
                 .into_iter()
@@ -639,6 +654,9 @@ pub fn markdown_table() -> String {
                         Scope::Param(name) => format!("own `:{name}`"),
                         Scope::Filtered(Filter::ListBy(field)) => format!("own `{field}` only"),
                         Scope::Filtered(Filter::Transfer) => "own (payer or payee)".to_string(),
+                        Scope::Filtered(Filter::TransferPage) => {
+                            "own (payer or payee) only".to_string()
+                        }
                         Scope::Filtered(Filter::Settlements) => "own accounts only".to_string(),
                     },
                     kind if roles.contains(kind) => "yes".to_string(),
@@ -751,9 +769,14 @@ mod tests {
             Some(serde_json::json!([{"name": "payerfsp"}]))
         );
         let theirs = serde_json::json!({"payerFsp": "payeefsp", "payeeFsp": "other"});
-        assert_eq!(own_only(Filter::Transfer, &own, theirs), None);
+        assert_eq!(own_only(Filter::Transfer, &own, theirs.clone()), None);
         let ours = serde_json::json!({"payerFsp": "payeefsp", "payeeFsp": "payerfsp"});
-        assert!(own_only(Filter::Transfer, &own, ours).is_some());
+        assert!(own_only(Filter::Transfer, &own, ours.clone()).is_some());
+        let page = serde_json::json!({"transfers": [theirs, ours], "next": "7", "complete": true});
+        let kept = own_only(Filter::TransferPage, &own, page).expect("a page");
+        assert_eq!(kept["transfers"].as_array().map(Vec::len), Some(1));
+        assert_eq!(kept["transfers"][0]["payeeFsp"], own.name.as_str());
+        assert_eq!(kept["next"], "7");
         let settlement = |id: u64, accounts: &[u64]| {
             serde_json::json!({"id": id, "participants": accounts.iter()
                 .map(|a| serde_json::json!({"id": a + 100, "accounts": [{"id": a}]}))

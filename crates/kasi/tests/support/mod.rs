@@ -840,25 +840,9 @@ impl Stub {
             body: "",
         };
         let app = axum::Router::new().fallback(record).with_state(answer);
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let task = runtime().spawn(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            loop {
-                let Ok((socket, _)) = listener.accept().await else {
-                    continue;
-                };
-                let acceptor = acceptor.clone();
-                let app = app.clone();
-                tokio::spawn(async move {
-                    let Ok(stream) = acceptor.accept(socket).await else {
-                        return;
-                    };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                        .await;
-                });
-            }
+            serve_tls(listener, app, tls).await
         });
         Stub {
             name: name.to_string(),
@@ -930,6 +914,32 @@ impl Drop for Stub {
 
 /// An address nothing listens on yet (bound, then released), for a DFSP
 /// that is down until a test starts its stub there.
+/// Serves `app` over TLS with `tls` on `listener`, one HTTP/1.1
+/// connection per handshake (a failed handshake is the client's problem).
+pub async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Arc<rustls::ServerConfig>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(socket).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 pub fn reserve_address() -> SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap()

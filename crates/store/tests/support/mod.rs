@@ -129,6 +129,11 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// The data directory of the SQLite store.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub fn new(dir: &std::path::Path) -> Harness {
         Harness::with_pg(dir, None)
     }
@@ -507,4 +512,31 @@ pub fn some_transfers(harness: &mut Harness, count: usize) {
             harness.run(Op::Fulfil(n));
         }
     }
+}
+
+/// A transfer's seq and search columns: payer, payee, currency, amount.
+pub type Filed = (i64, Option<i64>, Option<i64>, Option<String>, Option<i64>);
+
+/// The search columns' query, the same on both backends.
+pub const SEARCH_COLUMNS: &str =
+    "SELECT seq, payer_id, payee_id, currency, amount_units FROM transfers ORDER BY seq";
+
+/// Each transfer's search columns in the SQLite store of `dir`, by seq.
+pub fn sqlite_search_columns(dir: &std::path::Path) -> Vec<Filed> {
+    rusqlite::Connection::open(dir.join("kasi.db"))
+        .expect("open SQLite")
+        .prepare(SEARCH_COLUMNS)
+        .expect("prepare")
+        .query_map([], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+            ))
+        })
+        .expect("query")
+        .map(Result::unwrap)
+        .collect()
 }

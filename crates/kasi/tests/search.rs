@@ -1,0 +1,124 @@
+//! `GET /transfers` on the admin address, end to end: the real binary's
+//! stored transfers searched by DFSP, state, error code, amount and time,
+//! newest first, page by page; bad filters refused in the FSPIOP error
+//! format. (The store's search itself is checked against an oracle in
+//! `crates/store/tests/search.rs`.)
+
+mod support;
+
+use serde_json::Value;
+use support::*;
+
+/// The amounts of a search's transfers, in the order answered.
+fn amounts(page: &Value) -> Vec<String> {
+    page["transfers"]
+        .as_array()
+        .expect("transfers")
+        .iter()
+        .map(|t| t["amount"]["amount"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn search(hub: &Hub, query: &str) -> Value {
+    let response = hub.admin("GET", &format!("/transfers?{query}"), None);
+    assert_eq!(response.status, 200, "{query}: {response:?}");
+    response.json()
+}
+
+#[test]
+fn the_operator_finds_transfers_by_dfsp_state_error_amount_and_time_page_by_page() {
+    let s = Scenario::new();
+    let started = now_ms();
+    for amount in 1..=5 {
+        let id = new_id();
+        let body = prepare_body(&id, PAYER, PAYEE, &amount.to_string(), far_future());
+        assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
+        s.payee.expect("POST", "/transfers");
+        let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
+        assert_eq!(s.hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
+        s.payer.expect("PUT", &format!("/transfers/{id}"));
+        // The payee is told of the commit too (the fulfil's copy).
+        s.payee.expect("PUT", &format!("/transfers/{id}"));
+    }
+    // Beyond the payer's liquidity: refused at prepare, with its code.
+    let refused = new_id();
+    let body = prepare_body(&refused, PAYER, PAYEE, "9000", far_future());
+    assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
+    let error = s
+        .payer
+        .expect("PUT", &format!("/transfers/{refused}/error"));
+    let code = error.json()["errorInformation"]["errorCode"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let committed = search(&s.hub, &format!("payer={PAYER}&state=COMMITTED"));
+    assert_eq!(
+        amounts(&committed),
+        ["5", "4", "3", "2", "1"],
+        "{committed:#}"
+    );
+    assert_eq!(committed["complete"], true);
+    assert!(committed["transfers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["payerFsp"] == PAYER
+            && t["payeeFsp"] == PAYEE
+            && t["transferState"] == "COMMITTED"));
+
+    // Page by page: each page's `next` is the following page's `after`.
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    for _ in 0..6 {
+        let page = search(
+            &s.hub,
+            &format!("payer={PAYER}&state=COMMITTED&limit=2{after}"),
+        );
+        assert!(amounts(&page).len() <= 2);
+        seen.extend(amounts(&page));
+        match page["next"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["5", "4", "3", "2", "1"]);
+
+    let by_error = search(&s.hub, &format!("errorCode={code}"));
+    assert_eq!(amounts(&by_error), ["9000"], "{by_error:#}");
+    assert_eq!(by_error["transfers"][0]["transferId"], refused);
+    let by_amount = search(&s.hub, &format!("payer={PAYER}&minAmount=2&maxAmount=4"));
+    assert_eq!(amounts(&by_amount), ["4", "3", "2"]);
+    let by_payee = search(
+        &s.hub,
+        &format!("payee={PAYEE}&currency=USD&state=COMMITTED&limit=1"),
+    );
+    assert_eq!(amounts(&by_payee), ["5"]);
+    let since = search(&s.hub, &format!("from={started}&payer={PAYER}"));
+    assert_eq!(amounts(&since).len(), 6, "{since:#}");
+    let future = search(&s.hub, &format!("from={}", now_ms() + 3_600_000));
+    assert_eq!(amounts(&future), Vec::<String>::new());
+    assert_eq!(future["next"], Value::Null);
+
+    // Bad filters: the FSPIOP error format, 400, and what is known.
+    for (query, says) in [
+        ("state=DONE", "state 'DONE'"),
+        ("limit=0", "limit must be"),
+        ("minAmount=ten", "minAmount"),
+        ("from=yesterday", "from must be"),
+        ("partyIdType=MSISDN&partyIdentifier=123", "party id"),
+        ("who=me", "unknown parameter 'who'"),
+    ] {
+        let response = s.hub.admin("GET", &format!("/transfers?{query}"), None);
+        assert_eq!(response.status, 400, "{query}: {response:?}");
+        let body = response.json();
+        assert_eq!(
+            body["errorInformation"]["errorCode"], "3100",
+            "{query}: {body}"
+        );
+        let description = body["errorInformation"]["errorDescription"]
+            .as_str()
+            .unwrap();
+        assert!(description.contains(says), "{query}: {description}");
+    }
+}
