@@ -4,7 +4,8 @@
 //! bodies with schema validation, v2.0's fxQuotes, fxTransfers and
 //! `/services/FXP` bodies (`fx.rs`),
 //! the query of `GET /authorizations/{ID}`, party path parameters, the bodies the hub sends
-//! back, error answers, and FSPIOP's `DateTime`.
+//! back, error answers, FSPIOP's `DateTime`, and the payer and payee read
+//! out of a transfer's `ilpPacket` ([`ilp`]).
 //!
 //! No I/O, no async, no HTTP types: header values come in as
 //! `Option<&str>` (see [`header_str`] for raw bytes) and bodies as `&[u8]`;
@@ -54,6 +55,7 @@ mod endpoints;
 mod error;
 mod fx;
 mod headers;
+pub mod ilp;
 mod json;
 pub mod jws;
 mod participants;
