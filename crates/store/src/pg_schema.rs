@@ -129,8 +129,8 @@ CREATE TABLE pending_changes (
 
 /// The transfers' search columns (`crate::search`), filled for the rows
 /// kept before from their accounts (the amount exactly, in numeric, then
-/// clamped to 64 bits as the writer does), and the indexes a search walks
-/// (`docs/design/back-office.md`), as SQLite's version 10.
+/// clamped to 64 bits as the writer does), as SQLite's version 10; no
+/// index on them (see `crate::search`).
 const MIGRATION_10: &str = "
 ALTER TABLE transfers ADD COLUMN payer_id BIGINT, ADD COLUMN payee_id BIGINT,
     ADD COLUMN currency TEXT, ADD COLUMN amount_units BIGINT;
@@ -140,9 +140,6 @@ UPDATE transfers t SET payer_id = d.participant_id, payee_id = c.participant_id,
         9223372036854775807)::bigint
     FROM accounts d, accounts c
     WHERE d.id = t.debit_account_id AND c.id = t.credit_account_id;
-CREATE INDEX transfers_by_payer ON transfers (payer_id, seq);
-CREATE INDEX transfers_by_payee ON transfers (payee_id, seq);
-CREATE INDEX transfers_by_currency ON transfers (currency, seq);
 ";
 
 /// How an audit event's actor signed in (`ledger::AuditEventRow::source`);

@@ -343,20 +343,12 @@ const MIGRATE_8_TO_9: &str = "ALTER TABLE audit_events ADD COLUMN source TEXT;";
 
 /// Version 9 → 10: the transfers' search columns, filled for the rows
 /// kept before by [`fill_search_columns`] (one code path with the
-/// writer's), then [`SEARCH_INDEXES`] built.
+/// writer's). No index on them: one per commit costs the transfer path
+/// too much (`crate::search`).
 const MIGRATE_9_TO_10: &str = "ALTER TABLE transfers ADD COLUMN payer_id INTEGER;
 ALTER TABLE transfers ADD COLUMN payee_id INTEGER;
 ALTER TABLE transfers ADD COLUMN currency TEXT;
 ALTER TABLE transfers ADD COLUMN amount_units INTEGER;";
-
-/// What a transfer search walks (`crate::search`): a DFSP's transfers as
-/// payer or payee, a currency's, newest first. Built once the search
-/// columns exist (so after a migration).
-const SEARCH_INDEXES: &str = "
-CREATE INDEX IF NOT EXISTS transfers_by_payer ON transfers (payer_id, seq);
-CREATE INDEX IF NOT EXISTS transfers_by_payee ON transfers (payee_id, seq);
-CREATE INDEX IF NOT EXISTS transfers_by_currency ON transfers (currency, seq);
-";
 
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
 /// movements' index is built again without conversions (its old predicate,
@@ -529,7 +521,6 @@ impl SqliteStore {
         // recovery reads it with (built once on a store that predates them,
         // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
-        connection.execute_batch(SEARCH_INDEXES)?;
         let owners = account_owners(&connection)?;
         let checkpointer = Checkpointer::start(&path)?;
         let history = match options.history {
