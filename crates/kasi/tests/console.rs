@@ -1810,6 +1810,29 @@ async fn a_person_signs_in_through_the_schemes_identity_provider() {
         ],
     );
     provider.ready(&format!("http://{}/console/oidc/callback", hub.admin));
+    // The hub asked the provider for its discovery document when it
+    // started — before the provider could serve it (it needs the hub's
+    // port) — and asks again at most every ten seconds. Wait, with a
+    // deadline, until a sign-in begins with a redirect to the provider.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    loop {
+        let start = support::http(
+            hub.admin,
+            "GET",
+            "/console/oidc/start?next=%2Fconsole%2Fparticipants",
+            &[],
+            b"",
+        );
+        if start.status == 303 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hub never reached the identity provider: {start:?}\n{}",
+            hub.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
     let browser = Browser::start("oidc-sign-in", &hub).await;
 
     let sign_in = |login: &'static str| {

@@ -214,6 +214,7 @@ fn sqlite_hub(dir: &Path) -> (Snapshot, String) {
         SqliteOptions {
             fsync: false,
             history: None,
+            ..SqliteOptions::default()
         },
     )
     .unwrap();

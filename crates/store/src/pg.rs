@@ -46,7 +46,7 @@ use crate::pg_schema::{
     AUDIT_SOURCE_SINCE, FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE,
     SCHEMA_VERSION, STORE_KIND,
 };
-use crate::search::{AccountOwners, SearchColumns};
+use crate::search::{AccountOwners, PassClock, SearchColumns};
 use crate::{Store, StoreError};
 
 /// The tables of a hub's state, in schema order (`kasi_meta` and the
@@ -407,14 +407,78 @@ const ACCOUNTS: UnnestTable = UnnestTable {
 fn transfer_commit_statement() -> String {
     let finishes_at = 2 + TRANSFERS.types.len();
     let accounts_at = finishes_at + FINISHES.types.len();
+    let pass_at = accounts_at + ACCOUNTS.types.len();
+    // The keys filed in the commit from the arrays already sent (seq,
+    // state and reason of the transfers, then of the finishes with their
+    // window); the pass's from the transfers committed before (this
+    // statement cannot see its own).
+    let commit_keys = commit_keys_select([
+        2,
+        2 + TRANSFER_STATE,
+        2 + TRANSFER_REASON,
+        finishes_at,
+        finishes_at + FINISH_STATE,
+        finishes_at + FINISH_REASON,
+        finishes_at + FINISH_WINDOW,
+    ]);
     format!(
         "WITH lease AS (UPDATE kasi_lease SET commits = commits + 1
              WHERE id = 1 AND ($1::bigint IS NULL OR fencing = $1) RETURNING commits),
-         {}, {}, {}
+         {}, {}, {},
+         commit_keys AS (INSERT INTO transfer_keys (key, seq)
+             SELECT k.key, k.seq FROM lease, ({commit_keys}) AS k ON CONFLICT DO NOTHING),
+         passed AS (INSERT INTO transfer_keys (key, seq)
+             SELECT k.key, k.seq FROM lease, ({}) AS k ON CONFLICT DO NOTHING),
+         indexed AS ({})
          SELECT commits FROM lease",
         TRANSFERS.in_commit("transfers_written", 2),
         FINISHES.in_commit("finishes_written", finishes_at),
         ACCOUNTS.in_commit("accounts_written", accounts_at),
+        crate::search::pass_select(crate::search::Dialect::Postgres, pass_at, pass_at + 1),
+        search_index_statement(pass_at, pass_at + 1, "FROM lease"),
+    )
+}
+
+/// Where [`TRANSFERS`]' state and reason are, and [`FINISHES`]' (and
+/// their window).
+const TRANSFER_STATE: usize = 10;
+const TRANSFER_REASON: usize = 11;
+const FINISH_STATE: usize = 2;
+const FINISH_REASON: usize = 3;
+const FINISH_WINDOW: usize = 7;
+
+/// The search keys filed in a commit (`search::commit_keys`) of the rows
+/// given as arrays: the parameters' numbers of the transfers' seqs,
+/// states and reasons, then the finishes' and their windows.
+fn commit_keys_select(
+    [seq, state, reason, finish_seq, finish_state, finish_reason, finish_window]: [usize; 7],
+) -> String {
+    let failures = |seq: usize, state: usize, reason: usize| {
+        format!(
+            "SELECT 's:' || x.state AS key, x.seq FROM UNNEST(${seq}::bigint[], ${state}::text[]) AS x (seq, state)
+                 WHERE x.state NOT IN ('COMMITTED', 'RESERVED')
+             UNION SELECT 'e:' || x.reason, x.seq FROM UNNEST(${seq}::bigint[], ${reason}::integer[]) AS x (seq, reason)
+                 WHERE x.reason IS NOT NULL"
+        )
+    };
+    format!(
+        "{} UNION {}
+         UNION SELECT 'w:' || x.window_id, x.seq
+             FROM UNNEST(${finish_seq}::bigint[], ${finish_window}::bigint[]) AS x (seq, window_id)
+             WHERE x.window_id IS NOT NULL",
+        failures(seq, state, reason),
+        failures(finish_seq, finish_state, finish_reason)
+    )
+}
+
+/// Moves `search_index` to the pass's end (parameter `through`) when a
+/// pass ran (`through` above `after`), never back (a writer that took
+/// over with an older idea of it files some keys again, harmlessly).
+fn search_index_statement(after: usize, through: usize, from: &str) -> String {
+    format!(
+        "INSERT INTO search_index (id, through_seq) SELECT 1, ${through}::bigint {from}
+             WHERE ${through}::bigint > ${after}::bigint
+         ON CONFLICT (id) DO UPDATE SET through_seq = GREATEST(search_index.through_seq, excluded.through_seq)"
     )
 }
 
@@ -448,6 +512,9 @@ struct Statements {
     fxp: Statement,
     fxp_withdrawn: Statement,
     pending_change: Statement,
+    commit_keys: Statement,
+    pass: Statement,
+    search_index: Statement,
 }
 
 impl Statements {
@@ -571,6 +638,16 @@ impl Statements {
                     decided_at_ms = excluded.decided_at_ms",
                 crate::PENDING_CHANGE_COLUMNS
             ))?,
+            commit_keys: prepare(&format!(
+                "INSERT INTO transfer_keys (key, seq) SELECT k.key, k.seq FROM ({}) AS k
+                 ON CONFLICT DO NOTHING",
+                commit_keys_select([1, 2, 3, 4, 5, 6, 7])
+            ))?,
+            pass: prepare(&format!(
+                "INSERT INTO transfer_keys (key, seq) {} ON CONFLICT DO NOTHING",
+                crate::search::pass_select(crate::search::Dialect::Postgres, 1, 2)
+            ))?,
+            search_index: prepare(&search_index_statement(1, 2, ""))?,
         })
     }
 }
@@ -617,8 +694,13 @@ pub struct PgStore {
     /// Prepared on the first prefetch, again after a reconnect.
     prefetch_statements: Option<crate::pg_reader::PrefetchStatements>,
     /// Whose each account is, for the transfers' search columns (empty
-    /// when opened read-only).
+    /// when opened read-only); read again by each load (a standby opened
+    /// the store long before it takes over).
     owners: AccountOwners,
+    /// When the writer files the committed transfers' search keys next;
+    /// read from the store before the first commit after a load.
+    pass: Option<PassClock>,
+    search_pass: crate::search::SearchPass,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -663,6 +745,8 @@ impl PgStore {
             history: Default::default(),
             prefetch_statements: None,
             owners,
+            pass: None,
+            search_pass: Default::default(),
         })
     }
 
@@ -672,6 +756,13 @@ impl PgStore {
     pub fn commit_without_waiting_for_flush(&mut self) -> Result<(), StoreError> {
         self.client.batch_execute("SET synchronous_commit = off")?;
         Ok(())
+    }
+
+    /// How often this writer files transfers for search (tests pick
+    /// theirs; the default is a pass a second).
+    pub fn set_search_pass(&mut self, pass: crate::search::SearchPass) {
+        self.search_pass = pass;
+        self.pass = None;
     }
 
     /// From now on, every commit checks that the lease's fencing number is
@@ -707,6 +798,8 @@ impl PgStore {
             history: Default::default(),
             prefetch_statements: None,
             owners: AccountOwners::default(),
+            pass: None,
+            search_pass: Default::default(),
         })
     }
 
@@ -864,6 +957,19 @@ impl PgStore {
     }
 
     fn try_write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
+        if self.pass.is_none() {
+            let row = self.client.query_one(
+                "SELECT (SELECT COALESCE(MAX(through_seq), 0) FROM search_index),
+                        (SELECT COALESCE(MAX(seq), 0) FROM transfers)",
+                &[],
+            )?;
+            let (through, last): (i64, i64) = (row.get(0), row.get(1));
+            self.pass = Some(PassClock::new(
+                self.search_pass,
+                through as u64,
+                last as u64,
+            ));
+        }
         let commits = self.commits.take();
         let history_to_write = self.history.take_what_to_write(&self.url)?;
         let transfer_path = batches.iter().flat_map(|batch| batch.iter()).all(|record| {
@@ -919,6 +1025,14 @@ impl PgStore {
         params.extend(transfers.params());
         params.extend(finishes.params());
         params.extend(accounts.params());
+        let due = self.pass.as_mut().and_then(PassClock::due);
+        // No pass: an empty range, which moves nothing.
+        let (after, through) = due.map_or((0i64, 0i64), |(after, through)| {
+            (after as i64, through as i64)
+        });
+        params.push(&after);
+        params.push(&through);
+        let last_seq = transfers.seq.iter().copied().max().unwrap_or(0) as u64;
         self.in_flight = expected;
         let row = self
             .client
@@ -929,6 +1043,12 @@ impl PgStore {
                 self.commits = Some(row.get(0));
                 self.one_statement_commits += 1;
                 self.history.committed();
+                if let Some(pass) = self.pass.as_mut() {
+                    if let Some((_, through)) = due {
+                        pass.passed(through);
+                    }
+                    pass.committed(last_seq);
+                }
                 Ok(())
             }
             (None, Some(fencing)) => {
@@ -954,6 +1074,7 @@ impl PgStore {
             commits,
             history,
             owners,
+            pass,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
@@ -978,9 +1099,23 @@ impl PgStore {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements, owners)?;
+        columns.write_commit_keys(&mut transaction, statements)?;
+        let due = pass.as_mut().and_then(PassClock::due);
+        if let Some((after, through)) = due {
+            let (after, through) = (after as i64, through as i64);
+            transaction.execute(&statements.pass, &[&after, &through])?;
+            transaction.execute(&statements.search_index, &[&after, &through])?;
+        }
+        let last_seq = columns.transfers.iter().map(|t| t.seq).max().unwrap_or(0);
         history.write_taken(&mut transaction)?;
         transaction.commit()?;
         history.committed();
+        if let Some(pass) = pass.as_mut() {
+            if let Some((_, through)) = due {
+                pass.passed(through);
+            }
+            pass.committed(last_seq);
+        }
         *commits = in_flight.take();
         Ok(())
     }
@@ -1090,6 +1225,18 @@ impl PgStore {
         let cold = self.read_cold(horizon_ms)?;
         self.history.loaded_through = cold.history_through;
         Ok(cold.snapshot)
+    }
+
+    /// After a load, before this process writes: the accounts' owners and
+    /// the search pass as the store has them now (a standby opened the
+    /// store long before it takes over).
+    fn loaded(&mut self, snapshot: &Snapshot) {
+        self.owners = AccountOwners::default();
+        for account in &snapshot.accounts {
+            self.owners
+                .note(account.id, account.participant, account.currency);
+        }
+        self.pass = None;
     }
 
     fn read_cold(&mut self, horizon_ms: Option<i64>) -> Result<Warm, StoreError> {
@@ -1680,6 +1827,62 @@ impl<'r> Columns<'r> {
     }
 
     /// Writes what was gathered, one statement per table.
+    /// The search keys filed in the commit (`search::commit_keys`) of the
+    /// transfers and finishes written.
+    fn write_commit_keys(
+        &self,
+        transaction: &mut Transaction<'_>,
+        statements: &Statements,
+    ) -> Result<(), StoreError> {
+        let failed = |state: ledger::TransferState, reason: Option<ledger::ErrorCode>| {
+            reason.is_some()
+                || !matches!(
+                    state,
+                    ledger::TransferState::Committed | ledger::TransferState::Reserved
+                )
+        };
+        if !self.transfers.iter().any(|t| failed(t.state, t.reason))
+            && !self
+                .finishes
+                .iter()
+                .any(|f| failed(f.state, f.reason) || f.settlement_window.is_some())
+        {
+            return Ok(());
+        }
+        let seq: Vec<i64> = self.transfers.iter().map(|t| t.seq as i64).collect();
+        let state: Vec<&str> = self.transfers.iter().map(|t| t.state.as_str()).collect();
+        let reason: Vec<Option<i32>> = self
+            .transfers
+            .iter()
+            .map(|t| t.reason.map(|c| i32::from(c.0)))
+            .collect();
+        let finish_seq: Vec<i64> = self.finishes.iter().map(|f| f.seq as i64).collect();
+        let finish_state: Vec<&str> = self.finishes.iter().map(|f| f.state.as_str()).collect();
+        let finish_reason: Vec<Option<i32>> = self
+            .finishes
+            .iter()
+            .map(|f| f.reason.map(|c| i32::from(c.0)))
+            .collect();
+        let finish_window: Vec<Option<i64>> = self
+            .finishes
+            .iter()
+            .map(|f| f.settlement_window.map(i64::from))
+            .collect();
+        transaction.execute(
+            &statements.commit_keys,
+            &[
+                &seq,
+                &state,
+                &reason,
+                &finish_seq,
+                &finish_state,
+                &finish_reason,
+                &finish_window,
+            ],
+        )?;
+        Ok(())
+    }
+
     fn flush(
         &mut self,
         transaction: &mut Transaction<'_>,
@@ -2131,11 +2334,15 @@ impl Store for PgStore {
     }
 
     fn load(&mut self) -> Result<Snapshot, StoreError> {
-        self.read(None)
+        let snapshot = self.read(None)?;
+        self.loaded(&snapshot);
+        Ok(snapshot)
     }
 
     fn load_recent(&mut self, horizon_ms: i64) -> Result<Snapshot, StoreError> {
-        self.read(Some(horizon_ms))
+        let snapshot = self.read(Some(horizon_ms))?;
+        self.loaded(&snapshot);
+        Ok(snapshot)
     }
 
     fn history_snapshot_through(&self) -> Option<u64> {

@@ -18,6 +18,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_8,
     MIGRATION_9,
     MIGRATION_10,
+    MIGRATION_11,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -131,6 +132,33 @@ CREATE TABLE pending_changes (
 /// kept before from their accounts (the amount exactly, in numeric, then
 /// clamped to 64 bits as the writer does), as SQLite's version 10; no
 /// index on them (see `crate::search`).
+/// Search keys (`store::search`): each transfer's payer, payee and
+/// currency filed by the writer's passes (through `search_index`'s seq),
+/// a failure's error code and final state and a commit's settlement
+/// window in its own commit; those of the rows kept before are filed
+/// here.
+const MIGRATION_11: &str = "
+CREATE TABLE transfer_keys (
+    key TEXT   NOT NULL,
+    seq BIGINT NOT NULL,
+    PRIMARY KEY (key, seq)
+);
+CREATE TABLE search_index (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    through_seq BIGINT  NOT NULL
+);
+INSERT INTO transfer_keys (key, seq)
+    SELECT 's:' || COALESCE(f.state, t.state), t.seq FROM transfers t
+    LEFT JOIN transfer_finishes f ON f.seq = t.seq
+    WHERE COALESCE(f.state, t.state) NOT IN ('COMMITTED', 'RESERVED')
+UNION
+    SELECT 'e:' || COALESCE(f.reason, t.reason), t.seq FROM transfers t
+    LEFT JOIN transfer_finishes f ON f.seq = t.seq
+    WHERE COALESCE(f.reason, t.reason) IS NOT NULL
+UNION
+    SELECT 'w:' || settlement_window, seq FROM transfer_finishes WHERE settlement_window IS NOT NULL;
+";
+
 const MIGRATION_10: &str = "
 ALTER TABLE transfers ADD COLUMN payer_id BIGINT, ADD COLUMN payee_id BIGINT,
     ADD COLUMN currency TEXT, ADD COLUMN amount_units BIGINT;

@@ -79,6 +79,126 @@ pub(crate) fn amount_units(amount: Amount) -> i64 {
     })
 }
 
+/// How often the writer files the transfers committed since its last
+/// pass in `transfer_keys` (their payer, payee and currency), and how many
+/// transfers one pass files at most.
+///
+/// Filing each transfer's keys in its own commit cost the transfer path
+/// 8 % of its throughput: a DFSP's entries sit in the middle of each
+/// index, so every commit dirtied (and wrote to the WAL) a page per DFSP
+/// per index. A pass a second dirties each of those pages once for
+/// thousands of transfers; a search walks the keys up to the pass and the
+/// few transfers after it directly (`search_index.through_seq`).
+#[derive(Clone, Copy, Debug)]
+pub struct SearchPass {
+    pub every: std::time::Duration,
+    pub most_transfers: u64,
+}
+
+impl Default for SearchPass {
+    fn default() -> SearchPass {
+        SearchPass {
+            every: std::time::Duration::from_secs(1),
+            most_transfers: 20_000,
+        }
+    }
+}
+
+/// The writer's side of [`SearchPass`]: through which seq the keys are
+/// filed, and the last seq committed before the commit being written
+/// (a pass files only committed transfers, so that PostgreSQL's one
+/// statement, which cannot see its own inserts, files the same).
+#[derive(Debug)]
+pub(crate) struct PassClock {
+    pub(crate) pass: SearchPass,
+    pub(crate) through: u64,
+    pub(crate) committed: u64,
+    /// The last pass, or when the writer started.
+    last: std::time::Instant,
+}
+
+impl PassClock {
+    pub(crate) fn new(pass: SearchPass, through: u64, committed: u64) -> PassClock {
+        PassClock {
+            pass,
+            through,
+            committed,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// The seqs this commit's pass files, `(after, through]`, if one is
+    /// due: a second since the last, or [`SearchPass::most_transfers`]
+    /// waiting.
+    pub(crate) fn due(&mut self) -> Option<(u64, u64)> {
+        let waiting = self.committed.saturating_sub(self.through);
+        if waiting == 0 {
+            return None;
+        }
+        let timely = self.last.elapsed() >= self.pass.every;
+        if !timely && waiting < self.pass.most_transfers {
+            return None;
+        }
+        let through = self.through + waiting.min(self.pass.most_transfers.max(1));
+        Some((self.through, through))
+    }
+
+    /// After the commit that carried the pass `(_, through]`.
+    pub(crate) fn passed(&mut self, through: u64) {
+        self.through = through;
+        self.last = std::time::Instant::now();
+    }
+
+    /// After any commit: its transfers may be filed from the next one.
+    pub(crate) fn committed(&mut self, last_seq: u64) {
+        self.committed = self.committed.max(last_seq);
+    }
+}
+
+/// The keys a transfer or finish is filed under in its own commit, as
+/// the search filters by them: a failure's error code (`e:`) and final
+/// state other than COMMITTED (`s:`), a commit's settlement window (`w:`).
+/// Failures are few, and a window's entries all go at the end of its
+/// range (one page a commit, whatever the DFSPs): they cost little where
+/// they are written, and a search by them needs no pass.
+pub(crate) fn commit_keys(
+    state: TransferState,
+    reason: Option<u16>,
+    window: Option<u32>,
+) -> [Option<String>; 3] {
+    let state = match state {
+        TransferState::Committed | TransferState::Reserved => None,
+        failed => Some(format!("s:{}", failed.as_str())),
+    };
+    [
+        state,
+        reason.map(|code| format!("e:{code}")),
+        window.map(|window| format!("w:{window}")),
+    ]
+}
+
+/// The keys a pass files for the transfers in `(after, through]` (two
+/// parameters' numbers): each one's payer, payee and currency, in key
+/// order (each index page dirtied once).
+pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> String {
+    let cast = match dialect {
+        Dialect::Sqlite => "",
+        Dialect::Postgres => "::bigint",
+    };
+    let range = format!(
+        "seq > {}{cast} AND seq <= {}{cast}",
+        dialect.placeholder(after),
+        dialect.placeholder(through)
+    );
+    format!(
+        "SELECT key, seq FROM (
+             SELECT 'p:' || payer_id AS key, seq FROM transfers WHERE {range} AND payer_id IS NOT NULL
+             UNION ALL SELECT 'q:' || payee_id, seq FROM transfers WHERE {range} AND payee_id IS NOT NULL
+             UNION ALL SELECT 'c:' || currency, seq FROM transfers WHERE {range} AND currency IS NOT NULL
+         ) keys ORDER BY key, seq"
+    )
+}
+
 /// A search of the stored transfers (`GET /transfers`): every filter
 /// given must hold; newest first.
 #[derive(Clone, Debug)]
@@ -233,18 +353,70 @@ impl Conditions {
 
 const PARTICIPANT_ID: &str = "(SELECT id FROM participants WHERE name = {})";
 
-/// The condition the walk's index serves, and the other filters'.
-///
-/// The walk is by seq, the primary key: every filter is checked on each
-/// transfer it yields. Secondary indexes on the search columns (by payer,
-/// by payee, by currency, each with seq) would let a rare DFSP's search
-/// skip the others' transfers, but kept in every commit they cost the
-/// transfer path 8 % of its throughput end to end and 40 % of the store's
-/// prepares per second (BENCHMARKS.md, "Transfer search"): they wait for
-/// a maintenance off the commit (batched, behind the writer), with the
-/// walk kept separate from the other filters for them.
-fn conditions(query: &TransferQuery, dialect: Dialect) -> (Conditions, Conditions) {
-    let walk = Conditions::new(dialect);
+/// What a round walks: the transfers by seq (their primary key), or one
+/// key's entries in `transfer_keys` (its primary key, `(key, seq)`).
+#[derive(Clone, Debug, PartialEq)]
+enum Walk {
+    Seq,
+    Key(String),
+}
+
+impl Walk {
+    /// The table a round's boundary is read from, and its seq column.
+    fn boundary_from(&self) -> (&'static str, &'static str) {
+        match self {
+            Walk::Seq => ("transfers t", "t.seq"),
+            Walk::Key(_) => ("transfer_keys k", "k.seq"),
+        }
+    }
+
+    /// The rows a round's page joins, and the seq column it orders by.
+    fn page_from(&self) -> (&'static str, &'static str) {
+        match self {
+            Walk::Seq => ("transfers t", "t.seq"),
+            Walk::Key(_) => ("transfer_keys k JOIN transfers t ON t.seq = k.seq", "k.seq"),
+        }
+    }
+
+    fn conditions(&self, dialect: Dialect) -> Conditions {
+        let mut walk = Conditions::new(dialect);
+        if let Walk::Key(key) = self {
+            walk.add("k.key = {}", vec![Param::Text(key.clone())]);
+        }
+        walk
+    }
+}
+
+/// Which key serves `query`, if one does, and whether its entries are
+/// complete (failures are filed in their own commit) or filed by the pass
+/// (`transfer_keys` up to `search_index.through_seq`; the transfers after
+/// it are walked by seq). The rarest first: an error code, a failed
+/// state, a settlement window, then a payer, a payee, a currency; `ids` are the payer's and
+/// payee's participant ids (`None`: no such participant).
+fn key_of(query: &TransferQuery, ids: (Option<i64>, Option<i64>)) -> Option<(String, bool)> {
+    if let Some(code) = query.error_code {
+        return Some((format!("e:{code}"), true));
+    }
+    if let Some(state) = query.state {
+        if let [Some(key), _, _] = commit_keys(state, None, None) {
+            return Some((key, true));
+        }
+    }
+    if let Some(window) = query.settlement_window {
+        return Some((format!("w:{window}"), true));
+    }
+    match (ids, &query.currency) {
+        ((Some(payer), _), _) => Some((format!("p:{payer}"), false)),
+        ((None, Some(payee)), _) => Some((format!("q:{payee}"), false)),
+        (_, Some(currency)) => Some((format!("c:{}", currency.as_str()), false)),
+        _ => None,
+    }
+}
+
+/// Every filter of `query`, checked on each transfer a walk yields (a
+/// key's walk yields only transfers with that key; checking it again
+/// costs nothing and keeps one text for both).
+fn filters(query: &TransferQuery, dialect: Dialect) -> Conditions {
     let mut others = Conditions::new(dialect);
     let name = |name: &FspName| vec![Param::Text(name.as_str().to_string())];
     if let Some(payer) = &query.payer {
@@ -289,7 +461,7 @@ fn conditions(query: &TransferQuery, dialect: Dialect) -> (Conditions, Condition
     if let Some(to) = query.to_ms {
         others.add("t.prepared_at_ms <= {}", vec![Param::Int(to)]);
     }
-    (walk, others)
+    others
 }
 
 /// The seq of the first transfer prepared at or after `at_ms` (`None`:
@@ -319,11 +491,24 @@ fn first_prepared_at_or_after(
     Ok((low <= last).then_some(low))
 }
 
-/// Runs `query`: the seq range its time bounds and cursor allow, walked
-/// newest first by the index of [`conditions`]' walk, a round of
-/// [`CHUNK`] transfers at a time, the other filters checked on each
-/// round's, until the page fills, the range ends or [`SCAN_BUDGET`] is
-/// spent.
+/// The participant id of `name`, if there is one.
+fn participant_id(sql: &mut impl SearchSql, name: &FspName) -> Result<Option<i64>, StoreError> {
+    let statement = format!(
+        "SELECT id FROM participants WHERE name = {}",
+        sql.dialect().placeholder(1)
+    );
+    Ok(sql
+        .integers(&statement, &[Param::Text(name.as_str().to_string())])?
+        .first()
+        .copied())
+}
+
+/// Runs `query`: the seq range its time bounds and cursor allow, cut into
+/// the segments [`key_of`] says (the transfers after the last pass by
+/// seq, the rest by the key; or all by one), each walked newest first a
+/// round of [`CHUNK`] entries at a time with every filter checked on each
+/// round's transfers, until the page fills, the range ends or
+/// [`SCAN_BUDGET`] is spent.
 pub(crate) fn search(
     sql: &mut impl SearchSql,
     query: &TransferQuery,
@@ -331,6 +516,12 @@ pub(crate) fn search(
     let limit = query.limit.clamp(1, MAX_PAGE);
     let chunk = query.chunk.max(1);
     let dialect = sql.dialect();
+    let mut page = SearchPage {
+        transfers: Vec::new(),
+        next: None,
+        complete: true,
+        examined: 0,
+    };
     let last = sql
         .integers("SELECT COALESCE(MAX(seq), 0) FROM transfers", &[])?
         .first()
@@ -353,45 +544,72 @@ pub(crate) fn search(
             high = high.min(after.saturating_sub(1));
         }
     }
-    let (walk, others) = conditions(query, dialect);
-    let mut page = SearchPage {
-        transfers: Vec::new(),
-        next: None,
-        complete: true,
-        examined: 0,
+    let mut ids = (None, None);
+    for (name, id) in [(&query.payer, &mut ids.0), (&query.payee, &mut ids.1)] {
+        if let Some(name) = name {
+            *id = participant_id(sql, name)?;
+            if id.is_none() {
+                // Nobody of that name: nothing to find.
+                return Ok(page);
+            }
+        }
+    }
+    let segments: Vec<(Walk, u64)> = match key_of(query, ids) {
+        None => vec![(Walk::Seq, low)],
+        Some((key, true)) => vec![(Walk::Key(key), low)],
+        Some((key, false)) => {
+            let through = sql
+                .integers(
+                    "SELECT COALESCE(MAX(through_seq), 0) FROM search_index",
+                    &[],
+                )?
+                .first()
+                .copied()
+                .unwrap_or(0) as u64;
+            vec![(Walk::Seq, low.max(through + 1)), (Walk::Key(key), low)]
+        }
     };
+    let others = filters(query, dialect);
+    let floor = low;
     let mut found: Vec<u64> = Vec::new();
-    while high >= low && high > 0 {
-        // The seq of the round's last (oldest) transfer of the walk.
-        let boundary_sql = boundary_statement(&walk, chunk);
-        let mut params = walk.params.clone();
-        params.extend([Param::Int(low as i64), Param::Int(high as i64)]);
-        let boundary = sql
-            .integers(&boundary_sql, &params)?
-            .first()
-            .map(|&seq| seq as u64);
-        let round_low = boundary.unwrap_or(low);
-        // The round's matches, newest first.
-        let (page_sql, mut params) = page_statement(&walk, &others, limit - found.len());
-        params.extend([Param::Int(round_low as i64), Param::Int(high as i64)]);
-        found.extend(
-            sql.integers(&page_sql, &params)?
-                .into_iter()
-                .map(|seq| seq as u64),
-        );
-        page.examined += chunk;
-        if found.len() == limit {
-            page.next = found.last().copied();
-            break;
-        }
-        if boundary.is_none() {
-            break;
-        }
-        high = round_low - 1;
-        if page.examined >= query.scan_budget && high >= low {
-            page.complete = false;
-            page.next = Some(round_low);
-            break;
+    'segments: for (walk, low) in segments {
+        let conditions = walk.conditions(dialect);
+        while high >= low && high > 0 {
+            // The seq of the round's last (oldest) entry of the walk.
+            let boundary_sql = boundary_statement(&walk, &conditions, chunk);
+            let mut params = conditions.params.clone();
+            params.extend([Param::Int(low as i64), Param::Int(high as i64)]);
+            let boundary = sql
+                .integers(&boundary_sql, &params)?
+                .first()
+                .map(|&seq| seq as u64);
+            let round_low = boundary.unwrap_or(low);
+            // The round's matches, newest first.
+            let (page_sql, mut params) =
+                page_statement(&walk, &conditions, &others, limit - found.len());
+            params.extend([Param::Int(round_low as i64), Param::Int(high as i64)]);
+            found.extend(
+                sql.integers(&page_sql, &params)?
+                    .into_iter()
+                    .map(|seq| seq as u64),
+            );
+            page.examined += chunk;
+            if found.len() == limit {
+                page.next = found.last().copied();
+                break 'segments;
+            }
+            if boundary.is_none() {
+                // The walk has no entry below the round: on to the next
+                // segment, below this one's range.
+                high = low.saturating_sub(1);
+                break;
+            }
+            high = round_low - 1;
+            if page.examined >= query.scan_budget && high >= floor && high > 0 {
+                page.complete = false;
+                page.next = Some(round_low);
+                break 'segments;
+            }
         }
     }
     let mut transfers = sql.views(&found)?;
@@ -400,36 +618,43 @@ pub(crate) fn search(
     Ok(page)
 }
 
-/// The query for the seq of a round's oldest transfer: the walk's
+/// The query for the seq of a round's oldest entry of the walk: its
 /// conditions, then the seq range (two parameters).
-fn boundary_statement(walk: &Conditions, chunk: usize) -> String {
-    let n = walk.params.len();
+fn boundary_statement(walk: &Walk, conditions: &Conditions, chunk: usize) -> String {
+    let n = conditions.params.len();
+    let (from, seq) = walk.boundary_from();
     format!(
-        "SELECT t.seq FROM transfers t WHERE {} AND t.seq BETWEEN {} AND {}
-         ORDER BY t.seq DESC LIMIT 1 OFFSET {}",
-        walk.joined(),
-        walk.dialect.placeholder(n + 1),
-        walk.dialect.placeholder(n + 2),
+        "SELECT {seq} FROM {from} WHERE {} AND {seq} BETWEEN {} AND {}
+         ORDER BY {seq} DESC LIMIT 1 OFFSET {}",
+        conditions.joined(),
+        conditions.dialect.placeholder(n + 1),
+        conditions.dialect.placeholder(n + 2),
         chunk - 1
     )
 }
 
 /// The query for a round's matches, newest first, and its parameters but
 /// the seq range (two more, last).
-fn page_statement(walk: &Conditions, others: &Conditions, limit: usize) -> (String, Vec<Param>) {
-    let dialect = walk.dialect;
+fn page_statement(
+    walk: &Walk,
+    conditions: &Conditions,
+    others: &Conditions,
+    limit: usize,
+) -> (String, Vec<Param>) {
+    let dialect = conditions.dialect;
     let mut matching = Conditions::new(dialect);
-    matching.sql = walk.sql.clone();
-    matching.params = walk.params.clone();
-    let n = walk.params.len();
+    matching.sql = conditions.sql.clone();
+    matching.params = conditions.params.clone();
+    let n = conditions.params.len();
     matching
         .sql
         .extend(others.sql.iter().map(|part| renumber(part, n, dialect)));
     matching.params.extend(others.params.iter().cloned());
     let m = matching.params.len();
+    let (from, seq) = walk.page_from();
     let sql = format!(
-        "SELECT t.seq FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
-         WHERE {} AND t.seq BETWEEN {} AND {} ORDER BY t.seq DESC LIMIT {}",
+        "SELECT t.seq FROM {from} LEFT JOIN transfer_finishes f ON f.seq = t.seq
+         WHERE {} AND {seq} BETWEEN {} AND {} ORDER BY {seq} DESC LIMIT {}",
         matching.joined(),
         dialect.placeholder(m + 1),
         dialect.placeholder(m + 2),
@@ -473,7 +698,7 @@ mod tests {
         FspName::new(name).unwrap()
     }
 
-    /// Searches with each kind of filter, every one walked by seq.
+    /// Searches with each kind of filter.
     fn searches() -> Vec<TransferQuery> {
         vec![
             TransferQuery::default(),
@@ -495,7 +720,42 @@ mod tests {
                 to_ms: Some(2),
                 ..TransferQuery::default()
             },
+            TransferQuery {
+                currency: Currency::parse("USD"),
+                ..TransferQuery::default()
+            },
+            TransferQuery {
+                state: Some(TransferState::Expired),
+                max_amount: Some(Amount::from_whole(5)),
+                ..TransferQuery::default()
+            },
         ]
+    }
+
+    /// The walks a search's segments take, with participants 1 and 2.
+    fn walks(query: &TransferQuery) -> Vec<Walk> {
+        let ids = (query.payer.map(|_| 1), query.payee.map(|_| 2));
+        match key_of(query, ids) {
+            None => vec![Walk::Seq],
+            Some((key, true)) => vec![Walk::Key(key)],
+            Some((key, false)) => vec![Walk::Seq, Walk::Key(key)],
+        }
+    }
+
+    #[test]
+    fn the_rarest_filter_picks_the_key() {
+        let keys: Vec<Vec<Walk>> = searches().iter().map(walks).collect();
+        assert_eq!(
+            keys,
+            vec![
+                vec![Walk::Seq],
+                vec![Walk::Seq, Walk::Key("p:1".into())],
+                vec![Walk::Key("w:3".into())],
+                vec![Walk::Key("e:4001".into())],
+                vec![Walk::Seq, Walk::Key("c:USD".into())],
+                vec![Walk::Key("s:EXPIRED_RESERVED".into())],
+            ]
+        );
     }
 
     fn sqlite_plan(connection: &rusqlite::Connection, sql: &str) -> String {
@@ -514,35 +774,51 @@ mod tests {
         details.join("\n")
     }
 
-    /// Every search walks the primary key on SQLite, the round's boundary
-    /// and its page alike, newest first without a sort: a round costs its
-    /// rows, whatever the filters.
+    /// Every round walks a primary key on SQLite — the transfers' seq, or
+    /// `transfer_keys`' (key, seq) joined to the transfers by seq — the
+    /// round's boundary and its page alike, newest first without a sort:
+    /// a round costs its rows, whatever the filters.
     #[test]
-    fn each_search_walks_the_primary_key_on_sqlite() {
+    fn each_search_walks_a_primary_key_on_sqlite() {
         let dir = tempfile::tempdir().unwrap();
         drop(crate::sqlite::SqliteStore::open(dir.path(), Default::default()).unwrap());
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
         for query in searches() {
-            let (walk, others) = conditions(&query, Dialect::Sqlite);
-            let boundary = sqlite_plan(&connection, &boundary_statement(&walk, CHUNK));
-            let (page, _) = page_statement(&walk, &others, 50);
-            let page = sqlite_plan(&connection, &page);
-            for plan in [&boundary, &page] {
-                assert!(
-                    plan.contains("SEARCH t USING INTEGER PRIMARY KEY"),
-                    "{query:?}: {plan}"
-                );
-                assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+            let others = filters(&query, Dialect::Sqlite);
+            for walk in walks(&query) {
+                let conditions = walk.conditions(Dialect::Sqlite);
+                let boundary =
+                    sqlite_plan(&connection, &boundary_statement(&walk, &conditions, CHUNK));
+                let (page, _) = page_statement(&walk, &conditions, &others, 50);
+                let page = sqlite_plan(&connection, &page);
+                let (walked, joined) = match walk {
+                    Walk::Seq => (
+                        "SEARCH t USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)",
+                        None,
+                    ),
+                    Walk::Key(_) => (
+                        "SEARCH k USING PRIMARY KEY (key=? AND seq>? AND seq<?)",
+                        Some("SEARCH t USING INTEGER PRIMARY KEY (rowid=?)"),
+                    ),
+                };
+                assert!(boundary.contains(walked), "{query:?}: {boundary}");
+                assert!(page.contains(walked), "{query:?}: {page}");
+                if let Some(joined) = joined {
+                    assert!(page.contains(joined), "{query:?}: {page}");
+                }
+                for plan in [&boundary, &page] {
+                    assert!(!plan.contains("TEMP B-TREE"), "no sort: {plan}");
+                }
             }
         }
     }
 
-    /// The same on PostgreSQL: an index scan of the primary key in seq
+    /// The same on PostgreSQL: an index scan of a primary key in seq
     /// order (the planner is told sequential scans and sorts cost more,
     /// as they would over millions of transfers; on an empty table it
     /// would rightly scan).
     #[test]
-    fn each_search_walks_the_primary_key_on_postgresql() {
+    fn each_search_walks_a_primary_key_on_postgresql() {
         let cluster = testpg::Cluster::start();
         let url = cluster.create_database("explain");
         drop(crate::pg::PgStore::open(&url).unwrap());
@@ -573,17 +849,27 @@ mod tests {
                 .join("\n")
         };
         for query in searches() {
-            let (walk, others) = conditions(&query, Dialect::Postgres);
-            let boundary = plan(&boundary_statement(&walk, CHUNK), &walk.params);
-            let (page, params) = page_statement(&walk, &others, 50);
-            let page = plan(&page, &params);
-            for plan in [&boundary, &page] {
-                assert!(
-                    plan.contains("Index Scan Backward using transfers_pkey")
-                        || plan.contains("Index Only Scan Backward using transfers_pkey"),
-                    "{query:?}: {plan}"
+            let others = filters(&query, Dialect::Postgres);
+            for walk in walks(&query) {
+                let conditions = walk.conditions(Dialect::Postgres);
+                let boundary = plan(
+                    &boundary_statement(&walk, &conditions, CHUNK),
+                    &conditions.params,
                 );
-                assert!(!plan.contains("Sort"), "no sort: {plan}");
+                let (page, params) = page_statement(&walk, &conditions, &others, 50);
+                let page = plan(&page, &params);
+                let index = match walk {
+                    Walk::Seq => "transfers_pkey",
+                    Walk::Key(_) => "transfer_keys_pkey",
+                };
+                for plan in [&boundary, &page] {
+                    assert!(
+                        plan.contains(&format!("Index Scan Backward using {index}"))
+                            || plan.contains(&format!("Index Only Scan Backward using {index}")),
+                        "{query:?}: {plan}"
+                    );
+                    assert!(!plan.contains("Sort"), "no sort: {plan}");
+                }
             }
         }
     }

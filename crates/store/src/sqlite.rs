@@ -22,7 +22,7 @@ use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
 use crate::history::{
     self, HistoryCheck, HistoryOptions, HistorySnapshot, HistorySource as _, Snapshotter,
 };
-use crate::search::{self, AccountOwners, SearchColumns, SearchPage, TransferQuery};
+use crate::search::{self, AccountOwners, PassClock, SearchColumns, SearchPage, TransferQuery};
 use crate::sqlite_history;
 use crate::sqlite_settlement::SettlementStatements;
 use crate::Prefetch;
@@ -44,7 +44,7 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// signed in); version 10 the transfers' search columns (`payer_id`,
 /// `payee_id`, `currency`, `amount_units`: `crate::search`) and their
 /// indexes.
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -288,6 +288,20 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     decision_reason TEXT    NOT NULL,
     decided_at_ms   INTEGER NOT NULL
 ) STRICT;
+-- Search keys (store::search): each transfer's payer ('p:ID'), payee
+-- ('q:ID') and currency ('c:CUR'), filed by the writer's pass once a
+-- second for the transfers committed since (through search_index's seq);
+-- a failure's error code ('e:CODE') and final state ('s:STATE'), and a
+-- commit's settlement window ('w:ID'), in its own commit.
+CREATE TABLE IF NOT EXISTS transfer_keys (
+    key TEXT    NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (key, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS search_index (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    through_seq INTEGER NOT NULL
+) STRICT;
 -- The latest conversion for a prepare's id (the prefetch's), once the
 -- conversion left memory.
 CREATE INDEX IF NOT EXISTS transfer_fx_by_determining ON transfer_fx (determining_transfer_id, seq)
@@ -350,6 +364,21 @@ ALTER TABLE transfers ADD COLUMN payee_id INTEGER;
 ALTER TABLE transfers ADD COLUMN currency TEXT;
 ALTER TABLE transfers ADD COLUMN amount_units INTEGER;";
 
+/// Version 10 → 11: `transfer_keys` is created by [`SCHEMA`]; the keys
+/// of the failures and commits kept before are filed here (a commit's
+/// window; those of every transfer by the writer's passes,
+/// [`search::SearchPass`]).
+const MIGRATE_10_TO_11: &str = "INSERT OR IGNORE INTO transfer_keys (key, seq)
+    SELECT 's:' || COALESCE(f.state, t.state), t.seq FROM transfers t
+    LEFT JOIN transfer_finishes f ON f.seq = t.seq
+    WHERE COALESCE(f.state, t.state) NOT IN ('COMMITTED', 'RESERVED');
+INSERT OR IGNORE INTO transfer_keys (key, seq)
+    SELECT 'e:' || COALESCE(f.reason, t.reason), t.seq FROM transfers t
+    LEFT JOIN transfer_finishes f ON f.seq = t.seq
+    WHERE COALESCE(f.reason, t.reason) IS NOT NULL;
+INSERT OR IGNORE INTO transfer_keys (key, seq)
+    SELECT 'w:' || settlement_window, seq FROM transfer_finishes WHERE settlement_window IS NOT NULL;";
+
 /// Version 5 → 6: the FX tables are created by [`SCHEMA`]; the funds
 /// movements' index is built again without conversions (its old predicate,
 /// `kind <> 'TRANSFER'`, would count them as funds movements), by
@@ -388,6 +417,8 @@ pub struct SqliteOptions {
     /// Keep a history snapshot (see [`crate::sqlite_history`]) so that
     /// recovery with a retention horizon reads only recent transfers.
     pub history: Option<HistoryOptions>,
+    /// How often the writer files transfers for search.
+    pub search_pass: search::SearchPass,
 }
 
 impl Default for SqliteOptions {
@@ -395,6 +426,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             fsync: true,
             history: None,
+            search_pass: search::SearchPass::default(),
         }
     }
 }
@@ -436,6 +468,8 @@ pub struct SqliteStore {
     /// Whose each account is, for the transfers' search columns (empty
     /// when opened read-only).
     owners: AccountOwners,
+    /// When the writer files the committed transfers' search keys next.
+    pass: PassClock,
 }
 
 impl SqliteStore {
@@ -482,7 +516,7 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
-            1..=9 => {
+            1..=10 => {
                 let migration = connection.transaction()?;
                 if version == 1 {
                     migration.execute_batch(MIGRATE_1_TO_2)?;
@@ -512,6 +546,9 @@ impl SqliteStore {
                 // Also for a store made by SCHEMA above (older than version
                 // 2 has no transfers to fill: nothing to do then).
                 fill_search_columns(&migration)?;
+                // The keys filed in the commit (failures, windows); the
+                // others are filed by the writer's passes from seq 0 on.
+                migration.execute_batch(MIGRATE_10_TO_11)?;
                 migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
                 migration.commit()?;
             }
@@ -522,6 +559,17 @@ impl SqliteStore {
         // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
         let owners = account_owners(&connection)?;
+        let pass = PassClock::new(
+            options.search_pass,
+            connection.query_row(
+                "SELECT COALESCE(MAX(through_seq), 0) FROM search_index",
+                [],
+                |row| row.get::<_, i64>(0),
+            )? as u64,
+            connection.query_row("SELECT COALESCE(MAX(seq), 0) FROM transfers", [], |row| {
+                row.get::<_, i64>(0)
+            })? as u64,
+        );
         let checkpointer = Checkpointer::start(&path)?;
         let history = match options.history {
             Some(history) => Some(Snapshotter::start(
@@ -543,6 +591,7 @@ impl SqliteStore {
             _lock: Some(lock),
             text: String::new(),
             owners,
+            pass,
         })
     }
 
@@ -619,11 +668,14 @@ impl SqliteStore {
             _lock: None,
             text: String::new(),
             owners: AccountOwners::default(),
+            // Never writes.
+            pass: PassClock::new(search::SearchPass::default(), 0, 0),
         })
     }
 
     fn write(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         let transaction = self.connection.transaction()?;
+        let mut last_seq = 0;
         {
             let mut participant = transaction.prepare_cached(
                 "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -688,6 +740,8 @@ impl SqliteStore {
                     answer_is_error = excluded.answer_is_error, answer_body = excluded.answer_body,
                     answered_at_ms = excluded.answered_at_ms",
             )?;
+            let mut key = transaction
+                .prepare_cached("INSERT OR IGNORE INTO transfer_keys (key, seq) VALUES (?1, ?2)")?;
             let text = &mut self.text;
             let owners = &mut self.owners;
             for record in batches.iter().flat_map(|batch| batch.iter()) {
@@ -750,6 +804,13 @@ impl SqliteStore {
                             search.currency.as_ref().map(Currency::as_str),
                             search.amount_units,
                         ])?;
+                        last_seq = last_seq.max(row.seq);
+                        for filed in search::commit_keys(row.state, row.reason.map(|c| c.0), None)
+                            .iter()
+                            .flatten()
+                        {
+                            key.execute(params![filed, row.seq as i64])?;
+                        }
                         if let Some(link) = &row.fx {
                             let fx = crate::FxColumns::of(link);
                             transfer_fx.execute(params![
@@ -936,9 +997,34 @@ impl SqliteStore {
                             row.settlement_window,
                             row.cause.map(|cause| cause.as_str()),
                         ])?;
+                        for filed in search::commit_keys(
+                            row.state,
+                            row.reason.map(|c| c.0),
+                            row.settlement_window,
+                        )
+                        .iter()
+                        .flatten()
+                        {
+                            key.execute(params![filed, row.seq as i64])?;
+                        }
                     }
                 }
             }
+        }
+        let pass = self.pass.due();
+        if let Some((after, through)) = pass {
+            transaction
+                .prepare_cached(&format!(
+                    "INSERT OR IGNORE INTO transfer_keys (key, seq) {}",
+                    search::pass_select(search::Dialect::Sqlite, 1, 2)
+                ))?
+                .execute(params![after as i64, through as i64])?;
+            transaction
+                .prepare_cached(
+                    "INSERT INTO search_index (id, through_seq) VALUES (1, ?1)
+                     ON CONFLICT (id) DO UPDATE SET through_seq = excluded.through_seq",
+                )?
+                .execute(params![through as i64])?;
         }
         let history = self
             .history
@@ -950,6 +1036,10 @@ impl SqliteStore {
         // Unknown until the commit succeeds.
         let kept_written = self.history_kept_written.take();
         transaction.commit()?;
+        if let Some((_, through)) = pass {
+            self.pass.passed(through);
+        }
+        self.pass.committed(last_seq);
         if let Some(snapshot) = history {
             self.history_kept_written = Some(snapshot.kept);
         } else {

@@ -32,6 +32,9 @@ fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
     })
 }
 
+/// The schema version this kasi writes.
+const CURRENT_VERSION: i64 = 11;
+
 const ULID: &str = "01K1WV2595Z7XST8FW5K4XRDZB";
 const UUID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
 
@@ -136,7 +139,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -160,7 +163,9 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 11).unwrap();
+        connection
+            .pragma_update(None, "user_version", CURRENT_VERSION + 1)
+            .unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -169,7 +174,10 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 11"), "{text}");
+        assert!(
+            text.contains(&format!("schema version {}", CURRENT_VERSION + 1)),
+            "{text}"
+        );
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -230,7 +238,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -287,7 +295,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -378,7 +386,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -449,7 +457,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -533,7 +541,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -644,7 +652,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
     assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
     for mode in ParticipantMode::ALL {
         store
@@ -702,7 +710,7 @@ fn a_version_7_store_gains_pending_changes_when_served() {
         ..asked.clone()
     };
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     store
         .commit(&[
             &[Record::PendingChange(asked)],
@@ -746,7 +754,7 @@ fn a_version_8_store_keeps_its_events_and_gains_their_source() {
     assert_eq!(user_version(dir.path()), 8, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     let break_glass = ledger::AuditEventRow {
         source: "tokens-file".into(),
         ..event(2, "funds.out")
@@ -858,7 +866,7 @@ fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
     assert_eq!(user_version(dir.path()), 9, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
     assert_eq!(
         support::sqlite_search_columns(dir.path()),
         filed,
@@ -886,4 +894,133 @@ fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
         )
         .unwrap();
     assert_eq!(indexed, 0);
+}
+
+/// The search keys (version 11): a failure is filed under its error code
+/// and final state in its own commit, every transfer under its payer,
+/// payee and currency by the writer's passes; a version 10 store's
+/// failures are filed by the migration, the rest by the passes that
+/// follow.
+#[test]
+fn a_version_10_stores_failures_are_filed_for_search_and_the_passes_file_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |dir: &std::path::Path| -> Vec<(String, i64)> {
+        let connection = rusqlite::Connection::open(dir.join("kasi.db")).unwrap();
+        let mut statement = connection
+            .prepare("SELECT key, seq FROM transfer_keys ORDER BY seq, key")
+            .unwrap();
+        statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let rejected = |seq: u64| {
+        let Record::Transfer(row) = transfer(seq, UUID, 0x11) else {
+            unreachable!()
+        };
+        Record::Transfer(TransferRow {
+            transfer_id: TransferId::new(u128::from(seq)),
+            state: TransferState::Rejected,
+            reason: Some(ErrorCode(4001)),
+            ..row
+        })
+    };
+    let reserved = |seq: u64| {
+        let Record::Transfer(row) = transfer(seq, UUID, 0x11) else {
+            unreachable!()
+        };
+        Record::Transfer(TransferRow {
+            transfer_id: TransferId::new(u128::from(seq)),
+            ..row
+        })
+    };
+    {
+        // No pass (a day between them): only the failures' keys.
+        let mut store = SqliteStore::open(
+            dir.path(),
+            SqliteOptions {
+                fsync: false,
+                search_pass: store::search::SearchPass {
+                    every: std::time::Duration::from_secs(86_400),
+                    most_transfers: 1_000,
+                },
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        store
+            .commit(&[&owners(), &[reserved(1), rejected(2)]])
+            .unwrap();
+        store
+            .commit(&[&[Record::Finish(finish(
+                1,
+                FinishKind::Abort,
+                TransferState::Aborted,
+                Some(5101),
+            ))]])
+            .unwrap();
+    }
+    let failures = vec![
+        ("e:5101".to_string(), 1),
+        ("s:ABORTED".to_string(), 1),
+        ("e:4001".to_string(), 2),
+        ("s:ABORTED_REJECTED".to_string(), 2),
+    ];
+    // The first commit passed over nothing (nothing was committed before
+    // it), and no second pass was due.
+    assert_eq!(keys(dir.path()), failures, "failures, in their own commit");
+    rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .execute_batch(
+            "DROP TABLE transfer_keys; DROP TABLE search_index; PRAGMA user_version = 10;",
+        )
+        .unwrap();
+    let old = SqliteStore::open_read_only(dir.path())
+        .unwrap()
+        .load()
+        .unwrap();
+    assert_eq!(old.transfers.len(), 2, "read as it is");
+
+    let mut store = SqliteStore::open(
+        dir.path(),
+        SqliteOptions {
+            fsync: false,
+            search_pass: store::search::SearchPass {
+                every: std::time::Duration::ZERO,
+                most_transfers: 1,
+            },
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(user_version(dir.path()), CURRENT_VERSION);
+    assert_eq!(keys(dir.path()), failures, "filed by the migration");
+    // Each commit now passes over one transfer committed before it.
+    store.commit(&[&[reserved(3)]]).unwrap();
+    let mut want = failures.clone();
+    want.extend([
+        ("c:USD".to_string(), 1),
+        ("p:4".to_string(), 1),
+        ("q:5".to_string(), 1),
+    ]);
+    want.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+    assert_eq!(keys(dir.path()), want, "the first pass: seq 1");
+    store.commit(&[]).unwrap();
+    store.commit(&[]).unwrap();
+    drop(store);
+    let filed = keys(dir.path());
+    for seq in 1..=3 {
+        for key in ["c:USD", "p:4", "q:5"] {
+            assert!(
+                filed.contains(&(key.to_string(), seq)),
+                "{key} of seq {seq}: {filed:?}"
+            );
+        }
+    }
+    let through: i64 = rusqlite::Connection::open(dir.path().join("kasi.db"))
+        .unwrap()
+        .query_row("SELECT through_seq FROM search_index", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(through, 3);
 }

@@ -140,14 +140,27 @@ impl Harness {
 
     /// Also commits every batch to `pg`.
     pub fn with_pg(dir: &std::path::Path, pg: Option<PgStore>) -> Harness {
+        Harness::with_search_pass(dir, pg, store::search::SearchPass::default())
+    }
+
+    /// Both stores file transfers for search by `pass`.
+    pub fn with_search_pass(
+        dir: &std::path::Path,
+        mut pg: Option<PgStore>,
+        pass: store::search::SearchPass,
+    ) -> Harness {
         let store = SqliteStore::open(
             dir,
             SqliteOptions {
                 fsync: false,
+                search_pass: pass,
                 ..SqliteOptions::default()
             },
         )
         .expect("open");
+        if let Some(pg) = pg.as_mut() {
+            pg.set_search_pass(pass);
+        }
         let mut harness = Harness {
             ledger: Ledger::new(Limits::default()),
             store,
