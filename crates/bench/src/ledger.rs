@@ -868,6 +868,7 @@ impl Driver<'_> {
             expiration_ms: i64::MAX / 2,
             request_hash: RequestHash([(id % 251) as u8; 32]),
             wire_version: 0x11,
+            parties: None,
         })
     }
 

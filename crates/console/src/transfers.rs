@@ -24,9 +24,13 @@ pub(crate) struct Find {
 }
 
 /// The search filters the page offers: the API's name, the label, a hint.
-const FILTERS: [(&str, &str, &str); 10] = [
+const FILTERS: [(&str, &str, &str); 14] = [
     ("payer", "Payer", "DFSP"),
     ("payee", "Payee", "DFSP"),
+    ("partyIdType", "Party id type", "MSISDN"),
+    ("partyIdentifier", "Party id", "27713803912"),
+    ("partySubIdOrType", "Party sub-id", "(if it has one)"),
+    ("partyRole", "Party is the", "payer, payee, or either"),
     ("state", "State", "COMMITTED, ABORTED, …"),
     ("currency", "Currency", "USD"),
     ("errorCode", "Error code", "4001"),

@@ -155,6 +155,7 @@ fn prepare(id: u128, expiration_ms: i64) -> Command {
         expiration_ms,
         request_hash: RequestHash([id as u8; 32]),
         wire_version: 0x11,
+        parties: None,
     })
 }
 

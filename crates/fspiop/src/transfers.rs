@@ -313,6 +313,11 @@ pub struct ParsedPrepare {
     pub expiration_ms: i64,
     /// SHA-256 of the raw body bytes.
     pub request_hash: RequestHash,
+    /// The payer and payee the `ilpPacket`'s transaction names, when it is
+    /// built as Mojaloop builds it ([`crate::ilp::transaction_parties`]);
+    /// for search only (Mojaloop's hub does not read the packet either,
+    /// and a packet kasi cannot read refuses nothing).
+    pub parties: Option<std::sync::Arc<ledger::PartyIds>>,
 }
 
 impl ParsedPrepare {
@@ -329,6 +334,7 @@ impl ParsedPrepare {
             expiration_ms: self.expiration_ms,
             request_hash: self.request_hash,
             wire_version: 0,
+            parties: self.parties.clone(),
         }
     }
 
@@ -379,12 +385,19 @@ pub fn parse_transfer_prepare(body: &[u8]) -> Result<ParsedPrepare, FspiopError>
     }
 
     let path = FieldPath::new("ilpPacket");
-    if !is_ilp_packet(required_str(&raw.ilp_packet, path)?) {
+    let ilp_packet = required_str(&raw.ilp_packet, path)?;
+    if !is_ilp_packet(ilp_packet) {
         return Err(FspiopError::invalid(
             path,
             format_args!("must be 1 to {ILP_PACKET_MAX_CHARS} base64url characters"),
         ));
     }
+    let parties = crate::ilp::transaction_parties(ilp_packet).map(|parties| {
+        std::sync::Arc::new(ledger::PartyIds {
+            payer: parties.payer.key().into(),
+            payee: parties.payee.key().into(),
+        })
+    });
     let path = FieldPath::new("condition");
     let condition = Condition::from_base64url(required_str(&raw.condition, path)?)
         .ok_or_else(|| FspiopError::invalid(path, "must be 43 base64url characters (32 bytes)"))?;
@@ -401,6 +414,7 @@ pub fn parse_transfer_prepare(body: &[u8]) -> Result<ParsedPrepare, FspiopError>
         condition,
         expiration_ms,
         request_hash: RequestHash::of(body),
+        parties,
     })
 }
 

@@ -160,6 +160,7 @@ fn convert(store: &mut SqliteStore) {
             expiration_ms: far_future(),
             request_hash: RequestHash([4; 32]),
             wire_version: 0x20,
+            parties: None,
         })]);
         apply(vec![Command::Fulfil(Fulfil {
             transfer_id: determining_transfer_id,

@@ -106,7 +106,12 @@ fn the_operator_finds_transfers_by_dfsp_state_error_amount_and_time_page_by_page
         ("limit=0", "limit must be"),
         ("minAmount=ten", "minAmount"),
         ("from=yesterday", "from must be"),
-        ("partyIdType=MSISDN&partyIdentifier=123", "party id"),
+        ("partyIdType=NOPE&partyIdentifier=123", "party: "),
+        ("partyIdentifier=123", "together"),
+        (
+            "partyIdType=MSISDN&partyIdentifier=1&partyRole=both",
+            "partyRole 'both'",
+        ),
         ("who=me", "unknown parameter 'who'"),
     ] {
         let response = s.hub.admin("GET", &format!("/transfers?{query}"), None);
@@ -121,4 +126,106 @@ fn the_operator_finds_transfers_by_dfsp_state_error_amount_and_time_page_by_page
             .unwrap();
         assert!(description.contains(says), "{query}: {description}");
     }
+}
+
+/// The `ilpPacket` of a Mojaloop-built test vector (crates/fspiop/tests/
+/// ilp-vectors), by name.
+fn ilp_packet(name: &str) -> String {
+    let vectors = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fspiop/tests/ilp-vectors/vectors.jsonl"),
+    )
+    .unwrap();
+    vectors
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|vector| vector["name"] == name)
+        .and_then(|vector| vector["ilpPacket"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no vector {name}"))
+}
+
+/// Issue 33: support searches by the customer's number. The parties are
+/// read from each prepare's ILP packet (as Mojaloop builds it) and kept
+/// with the transfer; the search finds them on either side or on one,
+/// before the writer's pass has filed them (walked by seq) and after
+/// (walked by their key), which the test waits for in the store itself.
+#[test]
+fn support_finds_a_transfer_by_the_payers_or_payees_party_id() {
+    let s = Scenario::new();
+    let packets = [
+        ("v1_payment_no_sub_ids", "1"),
+        ("v4_prepare_no_sub_ids", "2"),
+        ("v4_prepare_sub_ids", "3"),
+        // No transaction in it: found by nothing of a party.
+        ("v4_prepare_fx_conversion", "4"),
+    ];
+    for (vector, amount) in packets {
+        let id = new_id();
+        let body = prepare_body(&id, PAYER, PAYEE, amount, far_future())
+            .replace(ILP_PACKET, &ilp_packet(vector));
+        assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
+        s.payee.expect("POST", "/transfers");
+    }
+    let check = |when: &str| {
+        for (query, want) in [
+            ("partyIdType=MSISDN&partyIdentifier=22507008181", vec!["2", "1"]),
+            (
+                "partyIdType=MSISDN&partyIdentifier=22507008181&partyRole=payer",
+                vec!["2", "1"],
+            ),
+            (
+                "partyIdType=MSISDN&partyIdentifier=22507008181&partyRole=payee",
+                vec![],
+            ),
+            (
+                "partyIdType=EMAIL&partyIdentifier=awa.diop@example.org&partyRole=payee",
+                vec!["2", "1"],
+            ),
+            (
+                "partyIdType=ACCOUNT_ID&partyIdentifier=FR7630006000011234567890189&partySubIdOrType=EUR-1",
+                vec!["3"],
+            ),
+            // The sub-id is part of the party: without it, another party.
+            (
+                "partyIdType=ACCOUNT_ID&partyIdentifier=FR7630006000011234567890189",
+                vec![],
+            ),
+            (
+                "partyIdType=PERSONAL_ID&partyIdentifier=16135551212&partySubIdOrType=DRIVING_LICENSE&payer=payerfsp&limit=1",
+                vec!["3"],
+            ),
+        ] {
+            let page = search(&s.hub, query);
+            assert_eq!(amounts(&page), want, "{when}: {query}: {page:#}");
+            assert_eq!(page["complete"], true, "{when}: {query}");
+        }
+    };
+    check("just prepared");
+    // The writer's pass (a second at most) files the parties' keys.
+    let keys = || -> i64 {
+        rusqlite::Connection::open(s.dir.path().join("data/kasi.db"))
+            .and_then(|db| {
+                db.query_row(
+                    "SELECT count(*) FROM transfer_keys WHERE key LIKE 'P:%'",
+                    [],
+                    |row| row.get(0),
+                )
+            })
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    // Each pass runs with a commit: one a few hundred ms apart.
+    while keys() < 6 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the parties were never filed: {} keys",
+            keys()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let nudge = new_id();
+        let body = prepare_body(&nudge, PAYER, PAYEE, "0.01", far_future());
+        assert_eq!(s.hub.prepare(PAYER, PAYEE, &body).status, 202);
+        s.payee.expect("POST", "/transfers");
+    }
+    check("filed by the pass");
 }

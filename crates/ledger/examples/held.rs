@@ -232,6 +232,7 @@ fn main() {
                 expiration_ms: now + if phases { 86_400_000 } else { 60_000 },
                 request_hash: RequestHash(random.bytes()),
                 wire_version: 1,
+                parties: None,
             }));
             pending.push(Command::Fulfil(Fulfil {
                 transfer_id: id,

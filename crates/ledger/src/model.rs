@@ -248,6 +248,20 @@ pub struct Prepare {
     /// kept verbatim for callbacks the hub sends later on its own, such as
     /// the expiry's. Opaque to the ledger; 0 when not known.
     pub wire_version: u8,
+    /// The parties the prepare's ILP packet names, if it could be read:
+    /// handed to the store with the transfer's row, for search, and kept
+    /// nowhere in the ledger.
+    pub parties: Option<std::sync::Arc<PartyIds>>,
+}
+
+/// A transfer's payer and payee as the payer's ILP packet names them,
+/// each `TYPE/identifier` or `TYPE/identifier/subId` (the party registry's
+/// key form). What the payer said, not what the hub checked: for finding
+/// a transfer, never for deciding one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartyIds {
+    pub payer: Box<str>,
+    pub payee: Box<str>,
 }
 
 /// FSPIOP `PUT /transfers/{id}` from the payee.
@@ -1038,6 +1052,10 @@ pub enum Record {
     Fxp(FxpRow),
     /// A four-eyes pending change as it now stands (an upsert).
     PendingChange(PendingChangeRow),
+    /// The parties of the transfer recorded with this seq, right after its
+    /// `Transfer` record in the same batch ([`Prepare::parties`]): for
+    /// search only; recovery never reads them back.
+    TransferParties(u64, std::sync::Arc<PartyIds>),
 }
 
 /// Longest quote answer kept for resending (a `PUT /quotes/{ID}` body).

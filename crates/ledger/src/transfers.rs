@@ -331,6 +331,10 @@ impl Ledger {
                 }),
             },
         );
+        if let Some(parties) = &prepare.parties {
+            self.records
+                .push(Record::TransferParties(self.last_seq, parties.clone()));
+        }
         if let (
             Some(error),
             Some(FxLink::Dependent {

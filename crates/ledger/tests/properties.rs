@@ -359,6 +359,7 @@ impl Gen {
                     )),
                     // Kept verbatim, so replay must give it back.
                     wire_version: 0x10 | (transfer_id.bits() % 2) as u8,
+                    parties: None,
                 })
             }
             Op::Fulfil {
@@ -627,6 +628,9 @@ impl Mirror {
                 }
                 Record::PendingChange(_) => {
                     unreachable!("pending changes are checked by tests/audit.rs")
+                }
+                Record::TransferParties(..) => {
+                    unreachable!("the prepares here name no parties")
                 }
                 Record::Window(row) => {
                     self.windows.insert(row.id, row.clone());

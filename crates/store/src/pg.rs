@@ -372,10 +372,11 @@ impl UnnestTable {
 const TRANSFERS: UnnestTable = UnnestTable {
     insert: "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount,
         condition, expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo,
-        wire_version, payer_id, payee_id, currency, amount_units)",
+        wire_version, payer_id, payee_id, currency, amount_units, payer_party, payee_party)",
     types: &[
         "bigint", "bytea", "text", "bigint", "bigint", "text", "bytea", "bigint", "bigint", "bytea",
-        "text", "integer", "text", "text", "integer", "bigint", "bigint", "text", "bigint",
+        "text", "integer", "text", "text", "integer", "bigint", "bigint", "text", "bigint", "text",
+        "text",
     ],
     tail: "",
 };
@@ -976,6 +977,7 @@ impl PgStore {
             matches!(
                 record,
                 Record::Transfer(TransferRow { fx: None, .. })
+                    | Record::TransferParties(..)
                     | Record::Finish(_)
                     | Record::Account(_)
             )
@@ -1009,12 +1011,13 @@ impl PgStore {
         }
         let Columns {
             transfers,
+            parties_of,
             finishes,
             accounts,
             text,
             ..
         } = &mut columns;
-        let transfers = TransferArrays::of(transfers, text, &self.owners);
+        let transfers = TransferArrays::of(transfers, parties_of, text, &self.owners);
         let finishes = FinishArrays::of(finishes);
         let accounts = AccountArrays::of(accounts);
         let fencing = self.fencing;
@@ -1643,6 +1646,8 @@ fn audit_event_row(row: &postgres::Row) -> Result<ledger::AuditEventRow, StoreEr
 #[derive(Default)]
 struct Columns<'r> {
     transfers: Vec<&'r TransferRow>,
+    /// The transfers' parties (`Record::TransferParties`), by seq.
+    parties_of: HashMap<u64, &'r ledger::PartyIds>,
     finishes: Vec<&'r ledger::FinishRow>,
     conversion_fulfils: Vec<&'r ledger::ConversionFulfilRow>,
     accounts: Vec<&'r AccountRow>,
@@ -1661,6 +1666,9 @@ impl<'r> Columns<'r> {
     fn add_transfer_path(&mut self, record: &'r Record) {
         match record {
             Record::Transfer(row) => self.transfers.push(row),
+            Record::TransferParties(seq, parties) => {
+                self.parties_of.insert(*seq, parties);
+            }
             Record::Finish(row) => self.finishes.push(row),
             Record::Account(row) => self.account(row),
             _ => unreachable!("only the transfer path's records are written in one statement"),
@@ -1686,6 +1694,9 @@ impl<'r> Columns<'r> {
     ) -> Result<(), StoreError> {
         match record {
             Record::Transfer(row) => self.transfers.push(row),
+            Record::TransferParties(seq, parties) => {
+                self.parties_of.insert(*seq, parties);
+            }
             Record::ConversionFulfilled(row) => self.conversion_fulfils.push(row),
             Record::Finish(row) => self.finishes.push(row),
             Record::Account(row) => self.account(row),
@@ -2002,7 +2013,7 @@ impl<'r> Columns<'r> {
         statements: &Statements,
         owners: &AccountOwners,
     ) -> Result<(), StoreError> {
-        let arrays = TransferArrays::of(&self.transfers, &mut self.text, owners);
+        let arrays = TransferArrays::of(&self.transfers, &self.parties_of, &mut self.text, owners);
         transaction.execute(&statements.transfers, &arrays.params())?;
         let rows = &self.transfers;
         // One row per FX transfer, in the same statement's transaction.
@@ -2071,15 +2082,22 @@ struct TransferArrays<'a> {
     payee: Vec<Option<i64>>,
     currency: Vec<Option<&'a str>>,
     amount_units: Vec<i64>,
+    payer_party: Vec<Option<&'a str>>,
+    payee_party: Vec<Option<&'a str>>,
 }
 
 impl<'a> TransferArrays<'a> {
     /// `text` holds the amounts, written into one buffer and sliced.
     fn of(
         rows: &[&'a TransferRow],
+        parties_of: &HashMap<u64, &'a ledger::PartyIds>,
         text: &'a mut String,
         owners: &AccountOwners,
     ) -> TransferArrays<'a> {
+        let parties: Vec<Option<&'a ledger::PartyIds>> = rows
+            .iter()
+            .map(|r| parties_of.get(&r.seq).copied())
+            .collect();
         text.clear();
         let search: Vec<SearchColumns> = rows
             .iter()
@@ -2149,10 +2167,12 @@ impl<'a> TransferArrays<'a> {
             payee: search.iter().map(|c| c.payee.map(i64::from)).collect(),
             currency,
             amount_units: search.iter().map(|c| c.amount_units).collect(),
+            payer_party: parties.iter().map(|p| p.map(|p| &*p.payer)).collect(),
+            payee_party: parties.iter().map(|p| p.map(|p| &*p.payee)).collect(),
         }
     }
 
-    fn params(&self) -> [Param<'_>; 19] {
+    fn params(&self) -> [Param<'_>; 21] {
         [
             &self.seq,
             &self.id,
@@ -2173,6 +2193,8 @@ impl<'a> TransferArrays<'a> {
             &self.payee,
             &self.currency,
             &self.amount_units,
+            &self.payer_party,
+            &self.payee_party,
         ]
     }
 }

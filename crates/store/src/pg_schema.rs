@@ -132,12 +132,15 @@ CREATE TABLE pending_changes (
 /// kept before from their accounts (the amount exactly, in numeric, then
 /// clamped to 64 bits as the writer does), as SQLite's version 10; no
 /// index on them (see `crate::search`).
-/// Search keys (`store::search`): each transfer's payer, payee and
-/// currency filed by the writer's passes (through `search_index`'s seq),
+/// The transfers' parties as the prepare's ILP packet names them (none
+/// for the rows kept before). Search keys (`store::search`): each
+/// transfer's payer, payee, currency and parties filed by the writer's
+/// passes (through `search_index`'s seq),
 /// a failure's error code and final state and a commit's settlement
 /// window in its own commit; those of the rows kept before are filed
 /// here.
 const MIGRATION_11: &str = "
+ALTER TABLE transfers ADD COLUMN payer_party TEXT, ADD COLUMN payee_party TEXT;
 CREATE TABLE transfer_keys (
     key TEXT   NOT NULL,
     seq BIGINT NOT NULL,

@@ -178,8 +178,9 @@ pub(crate) fn commit_keys(
 }
 
 /// The keys a pass files for the transfers in `(after, through]` (two
-/// parameters' numbers): each one's payer, payee and currency, in key
-/// order (each index page dirtied once).
+/// parameters' numbers): each one's payer, payee, currency and parties
+/// (one key for either side: a payer and payee who are the same party
+/// are filed once), in key order (each index page dirtied once).
 pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> String {
     let cast = match dialect {
         Dialect::Sqlite => "",
@@ -195,6 +196,8 @@ pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> Str
              SELECT 'p:' || payer_id AS key, seq FROM transfers WHERE {range} AND payer_id IS NOT NULL
              UNION ALL SELECT 'q:' || payee_id, seq FROM transfers WHERE {range} AND payee_id IS NOT NULL
              UNION ALL SELECT 'c:' || currency, seq FROM transfers WHERE {range} AND currency IS NOT NULL
+             UNION ALL SELECT 'P:' || payer_party, seq FROM transfers WHERE {range} AND payer_party IS NOT NULL
+             UNION ALL SELECT 'P:' || payee_party, seq FROM transfers WHERE {range} AND payee_party IS NOT NULL
          ) keys ORDER BY key, seq"
     )
 }
@@ -205,6 +208,11 @@ pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> Str
 pub struct TransferQuery {
     pub payer: Option<FspName>,
     pub payee: Option<FspName>,
+    /// A party the prepare's ILP packet names (`TYPE/identifier` or
+    /// `TYPE/identifier/subId`), as payer or payee, or only as
+    /// [`TransferQuery::party_role`].
+    pub party: Option<String>,
+    pub party_role: Option<PartyRole>,
     pub currency: Option<Currency>,
     /// The transfer's state now (its finish's, else its own).
     pub state: Option<TransferState>,
@@ -228,11 +236,20 @@ pub struct TransferQuery {
     pub scan_budget: usize,
 }
 
+/// Which side of a transfer a searched party is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartyRole {
+    Payer,
+    Payee,
+}
+
 impl Default for TransferQuery {
     fn default() -> TransferQuery {
         TransferQuery {
             payer: None,
             payee: None,
+            party: None,
+            party_role: None,
             currency: None,
             state: None,
             error_code: None,
@@ -390,10 +407,13 @@ impl Walk {
 /// Which key serves `query`, if one does, and whether its entries are
 /// complete (failures are filed in their own commit) or filed by the pass
 /// (`transfer_keys` up to `search_index.through_seq`; the transfers after
-/// it are walked by seq). The rarest first: an error code, a failed
-/// state, a settlement window, then a payer, a payee, a currency; `ids` are the payer's and
+/// it are walked by seq). The rarest first: a party, an error code, a
+/// failed state, a settlement window, then a payer, a payee, a currency; `ids` are the payer's and
 /// payee's participant ids (`None`: no such participant).
 fn key_of(query: &TransferQuery, ids: (Option<i64>, Option<i64>)) -> Option<(String, bool)> {
+    if let Some(party) = &query.party {
+        return Some((format!("P:{party}"), false));
+    }
     if let Some(code) = query.error_code {
         return Some((format!("e:{code}"), true));
     }
@@ -424,6 +444,17 @@ fn filters(query: &TransferQuery, dialect: Dialect) -> Conditions {
     }
     if let Some(payee) = &query.payee {
         others.add(&format!("t.payee_id = {PARTICIPANT_ID}"), name(payee));
+    }
+    if let Some(party) = &query.party {
+        let party = || Param::Text(party.clone());
+        match query.party_role {
+            None => others.add(
+                "(t.payer_party = {} OR t.payee_party = {})",
+                vec![party(), party()],
+            ),
+            Some(PartyRole::Payer) => others.add("t.payer_party = {}", vec![party()]),
+            Some(PartyRole::Payee) => others.add("t.payee_party = {}", vec![party()]),
+        }
     }
     if let Some(currency) = &query.currency {
         others.add(
@@ -729,6 +760,12 @@ mod tests {
                 max_amount: Some(Amount::from_whole(5)),
                 ..TransferQuery::default()
             },
+            TransferQuery {
+                party: Some("MSISDN/27713803912".into()),
+                payer: Some(fsp("payerfsp")),
+                error_code: Some(4001),
+                ..TransferQuery::default()
+            },
         ]
     }
 
@@ -754,6 +791,7 @@ mod tests {
                 vec![Walk::Key("e:4001".into())],
                 vec![Walk::Seq, Walk::Key("c:USD".into())],
                 vec![Walk::Key("s:EXPIRED_RESERVED".into())],
+                vec![Walk::Seq, Walk::Key("P:MSISDN/27713803912".into())],
             ]
         );
     }

@@ -97,7 +97,9 @@ CREATE TABLE IF NOT EXISTS transfers (
     payer_id           INTEGER,
     payee_id           INTEGER,
     currency           TEXT,
-    amount_units       INTEGER
+    amount_units       INTEGER,
+    payer_party        TEXT,     -- as the prepare's ILP packet names them
+    payee_party        TEXT
 ) STRICT;
 CREATE TABLE IF NOT EXISTS endpoints (
     participant_id INTEGER NOT NULL,
@@ -289,7 +291,8 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     decided_at_ms   INTEGER NOT NULL
 ) STRICT;
 -- Search keys (store::search): each transfer's payer ('p:ID'), payee
--- ('q:ID') and currency ('c:CUR'), filed by the writer's pass once a
+-- ('q:ID'), currency ('c:CUR') and parties ('P:TYPE/ID[/SUB]', either
+-- side), filed by the writer's pass once a
 -- second for the transfers committed since (through search_index's seq);
 -- a failure's error code ('e:CODE') and final state ('s:STATE'), and a
 -- commit's settlement window ('w:ID'), in its own commit.
@@ -364,7 +367,9 @@ ALTER TABLE transfers ADD COLUMN payee_id INTEGER;
 ALTER TABLE transfers ADD COLUMN currency TEXT;
 ALTER TABLE transfers ADD COLUMN amount_units INTEGER;";
 
-/// Version 10 → 11: `transfer_keys` is created by [`SCHEMA`]; the keys
+/// Version 10 → 11: the transfers' party columns (none for the rows kept
+/// before: their ILP packets were not kept); `transfer_keys` is created
+/// by [`SCHEMA`]; the keys
 /// of the failures and commits kept before are filed here (a commit's
 /// window; those of every transfer by the writer's passes,
 /// [`search::SearchPass`]).
@@ -542,6 +547,12 @@ impl SqliteStore {
                 }
                 if !has_column(&migration, "transfers", "payer_id")? {
                     migration.execute_batch(MIGRATE_9_TO_10)?;
+                }
+                if !has_column(&migration, "transfers", "payer_party")? {
+                    migration.execute_batch(
+                        "ALTER TABLE transfers ADD COLUMN payer_party TEXT;
+                         ALTER TABLE transfers ADD COLUMN payee_party TEXT;",
+                    )?;
                 }
                 // Also for a store made by SCHEMA above (older than version
                 // 2 has no transfers to fill: nothing to do then).
@@ -984,6 +995,13 @@ impl SqliteStore {
                                 row.participant.0,
                                 crate::corridors_text(&row.corridors)
                             ])?;
+                    }
+                    Record::TransferParties(seq, parties) => {
+                        transaction
+                            .prepare_cached(
+                                "UPDATE transfers SET payer_party = ?2, payee_party = ?3 WHERE seq = ?1",
+                            )?
+                            .execute(params![*seq as i64, &*parties.payer, &*parties.payee])?;
                     }
                     Record::Finish(row) => {
                         finish.execute(params![

@@ -642,7 +642,8 @@ fn the_schema_is_kasis_own_and_versioned() {
 }
 
 /// What migration 11 (the search keys) added.
-const UNDO_MIGRATION_11: &str = "DROP TABLE transfer_keys, search_index";
+const UNDO_MIGRATION_11: &str = "DROP TABLE transfer_keys, search_index;
+    ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party";
 
 /// What migration 10 (the transfers' search columns) added; their
 /// indexes go with the columns.

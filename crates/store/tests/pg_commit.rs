@@ -105,6 +105,7 @@ fn a_deposed_writer_writes_nothing() {
         expiration_ms: harness.now + 60_000,
         request_hash: RequestHash([1; 32]),
         wire_version: 0x11,
+        parties: None,
     });
     let result = harness.ledger.apply_batch(harness.now, &[prepare]);
     assert!(!result.records.is_empty());

@@ -271,6 +271,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
         "DROP TABLE transfer_keys, search_index;
+         ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party;
          ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
             DROP COLUMN amount_units;
          ALTER TABLE audit_events DROP COLUMN source;
@@ -355,6 +356,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
         "DROP TABLE transfer_keys, search_index;
+         ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party;
          ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
             DROP COLUMN amount_units;
          ALTER TABLE audit_events DROP COLUMN source;

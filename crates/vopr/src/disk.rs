@@ -706,6 +706,14 @@ impl Rows {
             Record::CertificateUnpinned(fingerprint) => {
                 self.pins.remove(fingerprint);
             }
+            // UPDATE transfers SET payer_party, payee_party WHERE seq: the
+            // row must be there (its Transfer record came first); the
+            // parties are for search and no snapshot holds them.
+            Record::TransferParties(seq, _) => {
+                if !self.transfers.contains_key(seq) {
+                    violations.push(format!("parties of seq {seq}, which is no transfer"));
+                }
+            }
             Record::ConversionFulfilled(row) => {
                 let conversion = self.transfers.get(&row.seq);
                 if conversion.is_none_or(|t| t.kind != TransferKind::FxConversion) {
@@ -969,6 +977,7 @@ mod tests {
             expiration_ms: T0 + 60_000,
             request_hash: RequestHash([2; 32]),
             wire_version: 1,
+            parties: None,
         });
         let outcomes = apply(&mut ledger, 10, vec![funds, prepare]);
         assert!(matches!(outcomes[1], Outcome::Transfer(_)), "{outcomes:?}");
@@ -1106,6 +1115,7 @@ mod tests {
             expiration_ms: T0 + 60_000,
             request_hash: RequestHash([4; 32]),
             wire_version: 0x20,
+            parties: None,
         });
         let fulfil = Command::Fulfil(ledger::Fulfil {
             transfer_id: TransferId::new(2),

@@ -591,6 +591,7 @@ impl Workload {
                 expiration_ms,
             )),
             wire_version: 1,
+            parties: None,
         })
     }
 
@@ -640,6 +641,7 @@ impl Workload {
                 expiration_ms,
             )),
             wire_version: self.rng.below(3) as u8,
+            parties: None,
         })
     }
 

@@ -202,11 +202,15 @@ async fn get_transfer(
 }
 
 /// The filters `GET /transfers` takes.
-const SEARCH_PARAMETERS: [&str; 12] = [
+const SEARCH_PARAMETERS: [&str; 16] = [
     "from",
     "to",
     "payer",
     "payee",
+    "partyIdType",
+    "partyIdentifier",
+    "partySubIdOrType",
+    "partyRole",
     "state",
     "currency",
     "errorCode",
@@ -234,14 +238,8 @@ pub fn transfer_query(
         .keys()
         .find(|k| !SEARCH_PARAMETERS.contains(&k.as_str()))
     {
-        let hint = match unknown.as_str() {
-            "partyIdType" | "partyIdentifier" => {
-                " (transfers are not filed by party id yet: search by payer or payee DFSP)"
-            }
-            _ => "",
-        };
         return Err(invalid(format!(
-            "unknown parameter '{unknown}'{hint}; known: {}",
+            "unknown parameter '{unknown}'; known: {}",
             SEARCH_PARAMETERS.join(", ")
         )));
     }
@@ -309,6 +307,33 @@ pub fn transfer_query(
                 .ok_or_else(|| invalid(format!("errorCode '{t}' is not a four-digit FSPIOP code")))
         })
         .transpose()?;
+    // A party as the prepares' ILP packets name it, checked as
+    // `/parties/{Type}/{ID}/{SubId}` would be, in the registry's key form.
+    let party = match (text("partyIdType"), text("partyIdentifier")) {
+        (None, None) if text("partySubIdOrType").is_none() && text("partyRole").is_none() => None,
+        (Some(id_type), Some(identifier)) => {
+            let key = fspiop::parse_party_key(id_type, identifier, text("partySubIdOrType"))
+                .map_err(|error| invalid(format!("party: {}", error.description)))?;
+            Some(match &key.sub_id {
+                Some(sub_id) => format!("{}/{}/{sub_id}", key.id_type, key.identifier),
+                None => format!("{}/{}", key.id_type, key.identifier),
+            })
+        }
+        _ => {
+            return Err(invalid(
+                "a party is searched by partyIdType and partyIdentifier together \
+                 (partySubIdOrType and partyRole refine them)"
+                    .to_string(),
+            ))
+        }
+    };
+    let party_role = text("partyRole")
+        .map(|t| match t.to_ascii_lowercase().as_str() {
+            "payer" => Ok(store::search::PartyRole::Payer),
+            "payee" => Ok(store::search::PartyRole::Payee),
+            _ => Err(invalid(format!("partyRole '{t}' is not payer or payee"))),
+        })
+        .transpose()?;
     let limit =
         number("limit", store::search::MAX_PAGE as u64)?.map_or(Ok(DEFAULT_PAGE), |n| match n {
             0 => Err(invalid(format!(
@@ -320,6 +345,8 @@ pub fn transfer_query(
     Ok(store::search::TransferQuery {
         payer: fsp("payer")?,
         payee: fsp("payee")?,
+        party,
+        party_role,
         currency,
         state,
         error_code,
@@ -334,8 +361,9 @@ pub fn transfer_query(
     })
 }
 
-/// `GET /transfers?from=&to=&payer=&payee=&state=&currency=&errorCode=
-/// &minAmount=&maxAmount=&settlementWindowId=&limit=&after=`: the stored
+/// `GET /transfers?from=&to=&payer=&payee=&partyIdType=&partyIdentifier=
+/// &partySubIdOrType=&partyRole=&state=&currency=&errorCode=&minAmount=
+/// &maxAmount=&settlementWindowId=&limit=&after=`: the stored
 /// transfers that match, newest first, `limit` at a time; `next` is the
 /// `after` of the following page (absent when there is none), and
 /// `complete` is false when the scan budget ended the page early (more

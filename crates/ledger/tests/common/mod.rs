@@ -399,6 +399,7 @@ pub fn prepare_full(
         expiration_ms,
         request_hash,
         wire_version: 0x11,
+        parties: None,
     })
 }
 
