@@ -13,7 +13,7 @@ use engine::{Engine, EngineConfig, EngineError, EngineHandle, PipelineThreads, S
 use hdrhistogram::Histogram;
 use ledger::{
     AccountId, AccountKind, Amount, Command, Currency, FspName, Fulfil, Fulfilment, Funds,
-    FundsMemo, Ledger, Limits, Outcome, Prepare, RequestHash, TransferId, TransferState,
+    FundsMemo, Ledger, Limits, Outcome, PartyIds, Prepare, RequestHash, TransferId, TransferState,
 };
 use serde_json::json;
 use store::sqlite::{SqliteOptions, SqliteStore};
@@ -868,7 +868,12 @@ impl Driver<'_> {
             expiration_ms: i64::MAX / 2,
             request_hash: RequestHash([(id % 251) as u8; 32]),
             wire_version: 0x11,
-            parties: None,
+            // As the hub reads them from the ILP packet: a million
+            // customers, each transfer between two of them.
+            parties: Some(std::sync::Arc::new(PartyIds {
+                payer: format!("MSISDN/2557{:08}", id % 1_000_003).into(),
+                payee: format!("MSISDN/2557{:08}", id.wrapping_mul(7_919) % 1_000_003).into(),
+            })),
         })
     }
 

@@ -703,8 +703,8 @@ impl SqliteStore {
             let mut transfer = transaction.prepare_cached(
                 "INSERT INTO transfers (seq, transfer_id, kind, debit_account_id, credit_account_id, amount, condition,
                     expiration_ms, prepared_at_ms, request_hash, state, reason, external_reference, memo, wire_version,
-                    payer_id, payee_id, currency, amount_units)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                    payer_id, payee_id, currency, amount_units, payer_party, payee_party)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
             )?;
             let mut transfer_fx = transaction.prepare_cached(
                 "INSERT INTO transfer_fx (seq, determining_transfer_id, target_currency, target_amount,
@@ -755,7 +755,8 @@ impl SqliteStore {
                 .prepare_cached("INSERT OR IGNORE INTO transfer_keys (key, seq) VALUES (?1, ?2)")?;
             let text = &mut self.text;
             let owners = &mut self.owners;
-            for record in batches.iter().flat_map(|batch| batch.iter()) {
+            let mut records = batches.iter().flat_map(|batch| batch.iter()).peekable();
+            while let Some(record) = records.next() {
                 match record {
                     Record::Participant(row) => {
                         participant.execute(params![
@@ -792,6 +793,15 @@ impl SqliteStore {
                         // Funds movements have neither condition nor expiration.
                         let conditional = row.kind.is_between_positions();
                         let search = SearchColumns::of(owners, row.debit, row.credit, row.amount);
+                        // Its parties follow it (`Record::TransferParties`):
+                        // written with the row, not by an update of it.
+                        let parties = match records.peek() {
+                            Some(Record::TransferParties(seq, parties)) if *seq == row.seq => {
+                                records.next();
+                                Some(parties)
+                            }
+                            _ => None,
+                        };
                         transfer.execute(params![
                             row.seq as i64,
                             row.transfer_id.to_blob().as_slice(),
@@ -814,6 +824,8 @@ impl SqliteStore {
                             search.payee,
                             search.currency.as_ref().map(Currency::as_str),
                             search.amount_units,
+                            parties.map(|p| &*p.payer),
+                            parties.map(|p| &*p.payee),
                         ])?;
                         last_seq = last_seq.max(row.seq);
                         for filed in search::commit_keys(row.state, row.reason.map(|c| c.0), None)
@@ -996,6 +1008,8 @@ impl SqliteStore {
                                 crate::corridors_text(&row.corridors)
                             ])?;
                     }
+                    // Not right after its transfer (the ledger puts it
+                    // there): on the row already written.
                     Record::TransferParties(seq, parties) => {
                         transaction
                             .prepare_cached(

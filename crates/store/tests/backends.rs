@@ -112,6 +112,39 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
         "every transfer filed: {from_sqlite:?}"
     );
     assert_eq!(from_pg, from_sqlite, "filed alike");
+    // The parties the prepares named, and the search keys, alike too.
+    let parties = "SELECT seq, payer_party, payee_party FROM transfers ORDER BY seq";
+    let keys = "SELECT key, seq FROM transfer_keys ORDER BY key, seq";
+    let sqlite_db = rusqlite::Connection::open(harness.dir().join("kasi.db")).expect("open");
+    let mut pg_db = postgres::Client::connect(url, postgres::NoTls).expect("connect");
+    let sqlite_parties: Vec<(i64, Option<String>, Option<String>)> = sqlite_db
+        .prepare(parties)
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let pg_parties: Vec<(i64, Option<String>, Option<String>)> = pg_db
+        .query(parties, &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+    assert_eq!(pg_parties, sqlite_parties, "parties kept alike");
+    let sqlite_keys: Vec<(String, i64)> = sqlite_db
+        .prepare(keys)
+        .unwrap()
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let pg_keys: Vec<(String, i64)> = pg_db
+        .query(keys, &[])
+        .unwrap()
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(pg_keys, sqlite_keys, "the same search keys");
     let sorted = |mut touched: Vec<store::Touched>| {
         touched.sort_by_key(|(view, _, _)| view.transfer_id);
         touched

@@ -172,6 +172,8 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     let case = std::cell::Cell::new(0u32);
     let non_empty = std::cell::Cell::new(0u32);
     let cut_short = std::cell::Cell::new(0u32);
+    // Searches by party that found something.
+    let by_party = std::cell::Cell::new(0u32);
     // Cases whose keys were filed up to some seq, and not to the last.
     let lagging = std::cell::Cell::new(0u32);
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
@@ -304,6 +306,9 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
                 let want = expected(&all, &query);
                 if !want.is_empty() {
                     non_empty.set(non_empty.get() + 1);
+                    if query.party.is_some() {
+                        by_party.set(by_party.get() + 1);
+                    }
                 }
                 for (backend, reader) in
                     [("SQLite", &sqlite as &dyn StoreReader), ("PostgreSQL", &pg)]
@@ -320,9 +325,11 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     assert!(non_empty.get() >= 20, "{}", non_empty.get());
     assert!(cut_short.get() >= 5, "{}", cut_short.get());
     assert!(lagging.get() >= 2, "{}", lagging.get());
+    assert!(by_party.get() >= 3, "{}", by_party.get());
     eprintln!(
-        "non-empty {} cut short {} lagging {}",
+        "non-empty {} (by party {}) cut short {} lagging {}",
         non_empty.get(),
+        by_party.get(),
         cut_short.get(),
         lagging.get()
     );

@@ -561,8 +561,9 @@ pub fn sqlite_search_columns(dir: &std::path::Path) -> Vec<Filed> {
 /// none for every fourth amount.
 pub fn parties_of(amount: Amount) -> Option<PartyIds> {
     let units = amount.units().unsigned_abs();
-    (!units.is_multiple_of(4)).then(|| PartyIds {
-        payer: format!("MSISDN/{}", units % 3).into(),
-        payee: format!("MSISDN/{}", units % 5).into(),
+    let n = units / 10_000 + units % 10_000;
+    (!n.is_multiple_of(4)).then(|| PartyIds {
+        payer: format!("MSISDN/{}", n % 3).into(),
+        payee: format!("MSISDN/{}", n % 5).into(),
     })
 }
