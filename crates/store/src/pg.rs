@@ -760,7 +760,7 @@ impl PgStore {
     }
 
     /// How often this writer files transfers for search (tests pick
-    /// theirs; the default is a pass a second).
+    /// theirs; the default is [`crate::search::SearchPass::default`]).
     pub fn set_search_pass(&mut self, pass: crate::search::SearchPass) {
         self.search_pass = pass;
         self.pass = None;

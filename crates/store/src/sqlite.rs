@@ -291,7 +291,7 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     decided_at_ms   INTEGER NOT NULL
 ) STRICT;
 -- Search keys (store::search): each transfer's payer ('p:ID'), payee
--- ('q:ID'), currency ('c:CUR') and parties ('P:TYPE/ID[/SUB]', either
+-- ('q:ID') and parties ('P:TYPE/ID[/SUB]', either
 -- side), filed by the writer's pass once a
 -- second for the transfers committed since (through search_index's seq);
 -- a failure's error code ('e:CODE') and final state ('s:STATE'), and a
