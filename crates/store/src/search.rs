@@ -80,7 +80,7 @@ pub(crate) fn amount_units(amount: Amount) -> i64 {
 }
 
 /// How often the writer files the transfers committed since its last
-/// pass in `transfer_keys` (their payer, payee and parties), and how many
+/// pass in `transfer_keys` (their payer and payee), and how many
 /// transfers one pass files at most (which bounds how long the commit
 /// that carries it takes: ~15 µs a transfer).
 ///
@@ -179,9 +179,8 @@ pub(crate) fn commit_keys(
 }
 
 /// The keys a pass files for the transfers in `(after, through]` (two
-/// parameters' numbers): each one's payer, payee and parties
-/// (one key for either side: a payer and payee who are the same party
-/// are filed once), in key order (each index page dirtied once).
+/// parameters' numbers): each one's payer and payee, in key order (each
+/// index page dirtied once).
 pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> String {
     let cast = match dialect {
         Dialect::Sqlite => "",
@@ -196,8 +195,6 @@ pub(crate) fn pass_select(dialect: Dialect, after: usize, through: usize) -> Str
         "SELECT key, seq FROM (
              SELECT 'p:' || payer_id AS key, seq FROM transfers WHERE {range} AND payer_id IS NOT NULL
              UNION ALL SELECT 'q:' || payee_id, seq FROM transfers WHERE {range} AND payee_id IS NOT NULL
-             UNION ALL SELECT 'P:' || payer_party, seq FROM transfers WHERE {range} AND payer_party IS NOT NULL
-             UNION ALL SELECT 'P:' || payee_party, seq FROM transfers WHERE {range} AND payee_party IS NOT NULL
          ) keys ORDER BY key, seq"
     )
 }
@@ -407,13 +404,15 @@ impl Walk {
 /// Which key serves `query`, if one does, and whether its entries are
 /// complete (failures are filed in their own commit) or filed by the pass
 /// (`transfer_keys` up to `search_index.through_seq`; the transfers after
-/// it are walked by seq). The rarest first: a party, an error code, a
-/// failed state, a settlement window, then a payer, a payee; `ids` are the payer's and
+/// it are walked by seq). The rarest first: an error code, a failed
+/// state, a settlement window, then a payer, a payee; `ids` are the payer's and
 /// payee's participant ids (`None`: no such participant).
 fn key_of(query: &TransferQuery, ids: (Option<i64>, Option<i64>)) -> Option<(String, bool)> {
-    if let Some(party) = &query.party {
-        return Some((format!("P:{party}"), false));
-    }
+    // No key for a party yet: a party's entries are spread over the whole
+    // index, so each one dirties a page of its own, and filing them cost
+    // the store three quarters of its throughput (BENCHMARKS.md,
+    // "Transfer search"); a search by party walks by seq, within the
+    // budget, until they are filed off the writer's database.
     if let Some(code) = query.error_code {
         return Some((format!("e:{code}"), true));
     }
@@ -793,7 +792,7 @@ mod tests {
                 vec![Walk::Key("e:4001".into())],
                 vec![Walk::Seq],
                 vec![Walk::Key("s:EXPIRED_RESERVED".into())],
-                vec![Walk::Seq, Walk::Key("P:MSISDN/27713803912".into())],
+                vec![Walk::Key("e:4001".into())],
             ]
         );
     }

@@ -290,10 +290,9 @@ CREATE TABLE IF NOT EXISTS pending_changes (
     decision_reason TEXT    NOT NULL,
     decided_at_ms   INTEGER NOT NULL
 ) STRICT;
--- Search keys (store::search): each transfer's payer ('p:ID'), payee
--- ('q:ID') and parties ('P:TYPE/ID[/SUB]', either
--- side), filed by the writer's pass once a
--- second for the transfers committed since (through search_index's seq);
+-- Search keys (store::search): each transfer's payer ('p:ID') and payee
+-- ('q:ID'), filed by the writer's pass every 250 ms for the transfers
+-- committed since (through search_index's seq);
 -- a failure's error code ('e:CODE') and final state ('s:STATE'), and a
 -- commit's settlement window ('w:ID'), in its own commit.
 CREATE TABLE IF NOT EXISTS transfer_keys (
