@@ -407,16 +407,25 @@ const ACCOUNTS: UnnestTable = UnnestTable {
 fn transfer_commit_statement() -> String {
     let finishes_at = 2 + TRANSFERS.types.len();
     let accounts_at = finishes_at + FINISHES.types.len();
+    let changes_at = accounts_at + ACCOUNTS.types.len();
     format!(
         "WITH lease AS (UPDATE kasi_lease SET commits = commits + 1
              WHERE id = 1 AND ($1::bigint IS NULL OR fencing = $1) RETURNING commits),
-         {}, {}, {}
+         {}, {}, {}, {}
          SELECT commits FROM lease",
         TRANSFERS.in_commit("transfers_written", 2),
         FINISHES.in_commit("finishes_written", finishes_at),
         ACCOUNTS.in_commit("accounts_written", accounts_at),
+        CHANGES.in_commit("changes_written", changes_at),
     )
 }
+
+/// The change feed's rows (`pg_feed.rs`).
+const CHANGES: UnnestTable = UnnestTable {
+    insert: crate::pg_feed::CHANGES_INSERT,
+    types: crate::pg_feed::CHANGES_TYPES,
+    tail: "",
+};
 
 /// The statements a commit writes with, prepared once per connection.
 struct Statements {
@@ -448,6 +457,7 @@ struct Statements {
     fxp: Statement,
     fxp_withdrawn: Statement,
     pending_change: Statement,
+    changes: Statement,
 }
 
 impl Statements {
@@ -563,6 +573,7 @@ impl Statements {
                  ON CONFLICT (participant_id) DO UPDATE SET corridors = excluded.corridors",
             )?,
             fxp_withdrawn: prepare("DELETE FROM fxps WHERE participant_id = $1")?,
+            changes: prepare(&CHANGES.statement())?,
             pending_change: prepare(&format!(
                 "INSERT INTO pending_changes ({}) VALUES
                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
@@ -619,6 +630,11 @@ pub struct PgStore {
     /// Whose each account is, for the transfers' search columns (empty
     /// when opened read-only).
     owners: AccountOwners,
+    /// The change feed's writer state (`feed.rs`): `None` until the first
+    /// commit reads it, and again after a commit that failed or a new
+    /// fencing number (another process may have written meanwhile).
+    feed: Option<crate::feed::FeedState>,
+    feed_listener: Option<crate::feed::FeedListener>,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -663,6 +679,8 @@ impl PgStore {
             history: Default::default(),
             prefetch_statements: None,
             owners,
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -678,6 +696,7 @@ impl PgStore {
     /// still `fencing` (in its own transaction) and fails if it is not.
     pub fn fence(&mut self, fencing: i64) {
         self.fencing = Some(fencing);
+        self.feed = None;
     }
 
     /// Connects to an existing kasi store to read it (for `kasi audit`):
@@ -707,6 +726,8 @@ impl PgStore {
             history: Default::default(),
             prefetch_statements: None,
             owners: AccountOwners::default(),
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -893,6 +914,9 @@ impl PgStore {
         batches: &[&[Record]],
         expected: Option<i64>,
     ) -> Result<(), StoreError> {
+        let mut feed = self.feed.take();
+        let changes = crate::pg_feed::rows(&mut self.client, &mut feed, batches)?;
+        let changes = crate::pg_feed::ChangeArrays::of(&changes);
         let statements = self.statements.as_ref().expect("checked by write");
         let mut columns = Columns::default();
         for record in batches.iter().flat_map(|batch| batch.iter()) {
@@ -913,12 +937,16 @@ impl PgStore {
         let accounts = AccountArrays::of(accounts);
         let fencing = self.fencing;
         let mut params: Vec<Param<'_>> = Vec::with_capacity(
-            1 + TRANSFERS.types.len() + FINISHES.types.len() + ACCOUNTS.types.len(),
+            1 + TRANSFERS.types.len()
+                + FINISHES.types.len()
+                + ACCOUNTS.types.len()
+                + CHANGES.types.len(),
         );
         params.push(&fencing);
         params.extend(transfers.params());
         params.extend(finishes.params());
         params.extend(accounts.params());
+        params.extend(changes.params());
         self.in_flight = expected;
         let row = self
             .client
@@ -929,6 +957,8 @@ impl PgStore {
                 self.commits = Some(row.get(0));
                 self.one_statement_commits += 1;
                 self.history.committed();
+                let through = changes.last_seq();
+                self.feed_committed(feed, through);
                 Ok(())
             }
             (None, Some(fencing)) => {
@@ -954,12 +984,14 @@ impl PgStore {
             commits,
             history,
             owners,
+            feed,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
         *in_flight = None;
         let mut columns = Columns::default();
         let mut transaction = client.transaction()?;
+        let mut feed = feed.take();
         if let Some(fencing) = *fencing {
             match transaction.query_opt(&statements.count_commit, &[&fencing])? {
                 Some(row) => *in_flight = Some(row.get(0)),
@@ -978,11 +1010,26 @@ impl PgStore {
             columns.add(&mut transaction, statements, record)?;
         }
         columns.flush(&mut transaction, statements, owners)?;
+        let changes = crate::pg_feed::rows(&mut transaction, &mut feed, batches)?;
+        if !changes.is_empty() {
+            let arrays = crate::pg_feed::ChangeArrays::of(&changes);
+            transaction.execute(&statements.changes, &arrays.params())?;
+        }
         history.write_taken(&mut transaction)?;
         transaction.commit()?;
         history.committed();
         *commits = in_flight.take();
+        let through = changes.last().map(|row| row.feed_seq);
+        self.feed_committed(feed, through);
         Ok(())
+    }
+
+    /// After a commit: the feed's state kept, and the listener told.
+    fn feed_committed(&mut self, feed: Option<crate::feed::FeedState>, through: Option<u64>) {
+        self.feed = feed;
+        if let (Some(listener), Some(through)) = (&self.feed_listener, through) {
+            listener(through);
+        }
     }
 
     /// A standby's warm copy: the first call reads what recovery would
@@ -2117,6 +2164,10 @@ fn statements_settlement(statements: &Statements) -> crate::pg_settlement::State
 impl Store for PgStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
+    }
+
+    fn set_feed_listener(&mut self, listener: crate::feed::FeedListener) {
+        self.feed_listener = Some(listener);
     }
 
     fn prefetch(&mut self, ids: &ledger::PrefetchIds) -> Result<ledger::Prefetched, StoreError> {

@@ -136,7 +136,7 @@ fn a_version_1_store_is_read_as_it_is_and_migrated_when_served() {
     assert_eq!(user_version(dir.path()), 1, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     store.commit(&[&[transfer(2, ULID, 0x20)]]).unwrap();
     let snapshot = store.load().unwrap();
     let versions: Vec<u8> = snapshot.transfers.iter().map(|t| t.wire_version).collect();
@@ -160,7 +160,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
     drop(open(dir.path()).unwrap());
     {
         let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
-        connection.pragma_update(None, "user_version", 11).unwrap();
+        connection.pragma_update(None, "user_version", 12).unwrap();
     }
     for error in [
         open(dir.path()).err().expect("refused"),
@@ -169,7 +169,7 @@ fn a_store_from_a_newer_kasi_is_refused() {
             .expect("refused"),
     ] {
         let text = error.to_string();
-        assert!(text.contains("schema version 11"), "{text}");
+        assert!(text.contains("schema version 12"), "{text}");
         assert!(text.contains("newer kasi"), "{text}");
     }
 }
@@ -230,7 +230,7 @@ fn a_version_4_store_learns_which_aborts_were_invalid_fulfilments_when_served() 
     assert_eq!(user_version(dir.path()), 4, "audit changes nothing");
 
     let snapshot = open(dir.path()).unwrap().load().unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     let causes: Vec<Option<AbortCause>> = snapshot.finishes.iter().map(|f| f.cause).collect();
     assert_eq!(causes, [Some(AbortCause::InvalidFulfilment), None, None]);
     // And a cause written now reads back.
@@ -287,7 +287,7 @@ fn a_version_2_store_gains_audit_events_and_pins_when_served() {
     assert_eq!(user_version(dir.path()), 2, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     let pin = ledger::PinRow {
         fingerprint: [9; 32],
         participant: ledger::ParticipantId(2),
@@ -378,7 +378,7 @@ fn a_version_3_store_gains_the_accounts_last_change_when_served() {
     assert_eq!(user_version(dir.path()), 3, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 10);
     store.commit(&[&[account(1, 10, 90)]]).unwrap();
     assert_eq!(store.load().unwrap().accounts[0].changed_at_ms, 90);
@@ -449,7 +449,7 @@ fn an_old_store_with_a_history_snapshot_is_audited_as_it_is(version: i64, older:
 
     // Migrated, the store says the same.
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     assert_eq!(
         causes(&store.load().unwrap().finishes),
         causes(&whole.finishes)
@@ -533,7 +533,7 @@ fn a_version_5_store_gains_fx_when_served() {
     assert_eq!(user_version(dir.path()), 5, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     let index: String = rusqlite::Connection::open(dir.path().join("kasi.db"))
         .unwrap()
         .query_row(
@@ -644,7 +644,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
     assert_eq!(user_version(dir.path()), 6, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     assert_eq!(modes(&store.load().unwrap()), expected, "migrated");
     for mode in ParticipantMode::ALL {
         store
@@ -702,7 +702,7 @@ fn a_version_7_store_gains_pending_changes_when_served() {
         ..asked.clone()
     };
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     store
         .commit(&[
             &[Record::PendingChange(asked)],
@@ -746,7 +746,7 @@ fn a_version_8_store_keeps_its_events_and_gains_their_source() {
     assert_eq!(user_version(dir.path()), 8, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     let break_glass = ledger::AuditEventRow {
         source: "tokens-file".into(),
         ..event(2, "funds.out")
@@ -858,7 +858,7 @@ fn a_version_9_stores_transfers_are_filed_for_search_when_served() {
     assert_eq!(user_version(dir.path()), 9, "audit changes nothing");
 
     let mut store = open(dir.path()).unwrap();
-    assert_eq!(user_version(dir.path()), 10);
+    assert_eq!(user_version(dir.path()), 11);
     assert_eq!(
         support::sqlite_search_columns(dir.path()),
         filed,
