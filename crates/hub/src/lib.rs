@@ -74,6 +74,7 @@ pub mod outbound {
     pub mod callback_url;
     pub mod callbacks;
     pub mod endpoints;
+    pub mod feed_amqp;
     pub mod notify;
 }
 
@@ -105,7 +106,7 @@ pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
     settlement, watch,
 };
-pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, notify};
+pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };

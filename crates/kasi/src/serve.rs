@@ -419,6 +419,16 @@ fn serve_term(
             tokio::spawn(hub::alerts::watch_callbacks(hub.clone()));
         }
         tokio::spawn(hub::feed::keep_retention(feed.clone()));
+        if let Some(amqp) = &plan.feed.amqp {
+            tokio::spawn(hub::feed_amqp::publish(
+                feed.clone(),
+                hub::feed_amqp::AmqpSettings {
+                    url: amqp.url.clone(),
+                    exchange: amqp.exchange.clone(),
+                },
+                hub.metrics.clone(),
+            ));
+        }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
             while let Some(views) = expired.recv().await {

@@ -1208,8 +1208,9 @@ struct FeedArgs {
     feed_retention: Duration,
 
     /// Publish every change to this AMQP 0.9.1 broker (RabbitMQ):
-    /// `amqp://USER:PASSWORD@HOST:5672/VHOST` (or `amqps://`). At least
-    /// once, with publisher confirms, from a durable cursor in the store.
+    /// `amqp://USER:PASSWORD@HOST:5672/VHOST` (`%2f` for the default
+    /// vhost). At least once, with publisher confirms, from a durable
+    /// cursor in the store.
     #[arg(long, env = "KASI_FEED_AMQP_URL", value_name = "URL")]
     feed_amqp_url: Option<String>,
 
@@ -1226,7 +1227,6 @@ pub(crate) const DEFAULT_FEED_EXCHANGE: &str = "kasi.feed";
 #[derive(Debug)]
 pub(crate) struct FeedPlan {
     pub(crate) retention: Duration,
-    #[allow(dead_code)] // Read by the publisher, in the next commit.
     pub(crate) amqp: Option<AmqpPlan>,
 }
 
@@ -1258,10 +1258,11 @@ impl FeedArgs {
         let amqp = match &self.feed_amqp_url {
             None => None,
             Some(url) => {
-                if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+                if !url.starts_with("amqp://") {
                     return refuse(
                         "--feed-amqp-url",
-                        "must be amqp://USER:PASSWORD@HOST:PORT/VHOST (or amqps://)",
+                        "must be amqp://USER:PASSWORD@HOST:PORT/VHOST (amqps:// is not built in: \
+                         reach a remote broker through a TLS tunnel on the hub's host)",
                     );
                 }
                 let exchange = self
@@ -1404,6 +1405,41 @@ mod tests {
         args(flags)
             .plan()
             .unwrap_or_else(|error| panic!("{flags:?} refused: {error}"))
+    }
+
+    #[test]
+    fn the_change_feed_flags() {
+        let defaults = plan(&[]).feed;
+        assert_eq!(defaults.retention, Duration::from_secs(7 * 86_400));
+        assert!(defaults.amqp.is_none());
+        let amqp = plan(&["--feed-amqp-url", "amqp://kasi:s3cret@broker:5672/%2f"])
+            .feed
+            .amqp
+            .expect("a publisher");
+        assert_eq!(amqp.exchange, DEFAULT_FEED_EXCHANGE);
+        assert!(!format!("{amqp:?}").contains("s3cret"));
+        for (flags, flag) in [
+            (
+                &["--feed-amqp-exchange", "reports"][..],
+                "--feed-amqp-exchange",
+            ),
+            (
+                &["--feed-amqp-url", "amqps://broker/"][..],
+                "--feed-amqp-url",
+            ),
+            (
+                &[
+                    "--feed-amqp-url",
+                    "amqp://broker/",
+                    "--feed-amqp-exchange",
+                    "amq.topic",
+                ][..],
+                "--feed-amqp-exchange",
+            ),
+        ] {
+            let refused = args(flags).plan().expect_err("refused");
+            assert_eq!(refused.flag, flag, "{flags:?}");
+        }
     }
 
     #[test]
