@@ -288,7 +288,6 @@ impl FeedState {
         rows: &mut Vec<FeedRow>,
         summary: &TransferSummary,
         event: &str,
-        state: TransferState,
         reason: Option<u16>,
         at_ms: i64,
     ) {
@@ -302,15 +301,11 @@ impl FeedState {
         let payee = self.owner(summary.credit);
         let currency = payer.or(payee).map(|(_, currency)| currency);
         let key = summary.transfer_id.to_string();
-        let mut body = String::with_capacity(200);
-        body.push_str("{\"transferId\":");
-        push_json(&mut body, &key);
-        let _ = write!(
-            body,
-            ",\"transferKind\":\"{}\",\"state\":\"{}\",\"payer\":",
-            summary.kind.as_str(),
-            state.as_str()
-        );
+        // Only what neither the columns nor the kind say: the transfer's
+        // id, kind and state are rebuilt when read ([`transfer_fields`]),
+        // so that the row costs a commit as few bytes as it can.
+        let mut body = String::with_capacity(96);
+        body.push_str("{\"payer\":");
         push_json_or_null(&mut body, payer.map(|(p, _)| self.name(p)).as_deref());
         body.push_str(",\"payee\":");
         push_json_or_null(&mut body, payee.map(|(p, _)| self.name(p)).as_deref());
@@ -401,7 +396,6 @@ impl FeedState {
                     rows,
                     &summary,
                     event,
-                    row.state,
                     row.reason.map(|code| code.0),
                     row.prepared_at_ms,
                 );
@@ -418,7 +412,6 @@ impl FeedState {
                     rows,
                     &summary,
                     event,
-                    row.state,
                     row.reason.map(|code| code.0),
                     row.finished_at_ms,
                 );
@@ -430,14 +423,7 @@ impl FeedState {
                         row.seq
                     ))
                 })?;
-                self.transfer_row(
-                    rows,
-                    &summary,
-                    "fulfilled",
-                    TransferState::Reserved,
-                    None,
-                    row.at_ms,
-                );
+                self.transfer_row(rows, &summary, "fulfilled", None, row.at_ms);
             }
             Record::Window(row) => {
                 let mut body = format!(
@@ -515,6 +501,33 @@ impl FeedState {
         }
         Ok(())
     }
+}
+
+/// The fields of a transfer's change that its row leaves out (see
+/// `transfer_row`): its id (the key), its kind and its state, from the
+/// change's kind; `None` for a change that is not a transfer's.
+pub fn transfer_fields(kind: &str, key: &str) -> Option<[(&'static str, String); 3]> {
+    let (family, event) = kind.rsplit_once('.')?;
+    let transfer_kind = match family {
+        "transfer" => TransferKind::Fspiop,
+        "conversion" => TransferKind::FxConversion,
+        "funds.in" => TransferKind::FundsIn,
+        "funds.out" => TransferKind::FundsOut,
+        _ => return None,
+    };
+    let state = match event {
+        "prepared" | "fulfilled" => TransferState::Reserved,
+        "committed" => TransferState::Committed,
+        "aborted" => TransferState::Aborted,
+        "expired" => TransferState::Expired,
+        "rejected" => TransferState::Rejected,
+        _ => return None,
+    };
+    Some([
+        ("transferId", key.to_string()),
+        ("transferKind", transfer_kind.as_str().to_string()),
+        ("state", state.as_str().to_string()),
+    ])
 }
 
 /// The event of a transfer's state (an expiry says so whatever the state

@@ -131,6 +131,12 @@ pub fn change_json(row: &FeedRow) -> Value {
         object.insert("counterparty".into(), Value::from(counterparty.as_str()));
     }
     object.insert("key".into(), Value::from(row.key.as_str()));
+    for (name, value) in store::feed::transfer_fields(&row.kind, &row.key)
+        .into_iter()
+        .flatten()
+    {
+        object.insert(name.into(), Value::from(value));
+    }
     if let Ok(Value::Object(body)) = serde_json::from_str::<Value>(&row.body) {
         for (name, value) in body {
             object.entry(name).or_insert(value);
