@@ -43,6 +43,7 @@ pub mod operator {
     pub mod admin_transfers;
     pub mod approvals;
     pub mod audit;
+    pub mod feed;
     pub mod fxps;
     pub mod jws_keys;
     pub mod oracles;
@@ -73,6 +74,7 @@ pub mod outbound {
     pub mod callback_url;
     pub mod callbacks;
     pub mod endpoints;
+    pub mod feed_amqp;
     pub mod notify;
 }
 
@@ -101,10 +103,10 @@ mod references;
 pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats};
 pub use operator::{
-    admin, admin_refusals, admin_transfers, approvals, audit, fxps, jws_keys, oracles, pins,
+    admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
     settlement, watch,
 };
-pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, notify};
+pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };
@@ -167,6 +169,8 @@ pub struct HubConfig {
     /// The store's reads beside the pipeline, for the admin API's
     /// transfer search (`GET /transfers`); `None`: no search.
     pub store_reader: Option<Arc<dyn store::StoreReader>>,
+    /// The change feed (`GET /feed`, the AMQP publisher); `None`: none.
+    pub feed: Option<feed::FeedConfig>,
     /// Who may use the admin API (see [`admin_auth`]); open by default, as
     /// on a loopback address without a tokens file.
     pub admin_auth: Arc<admin_auth::AdminAuth>,
@@ -214,6 +218,7 @@ impl HubConfig {
             jws_keys_dir: None,
             jws_pool: None,
             store_reader: None,
+            feed: None,
             admin_auth: Arc::new(admin_auth::AdminAuth::open("loopback")),
             callback_allow: Vec::new(),
             role: Arc::new(role::Role::embedded()),
@@ -955,6 +960,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(transfer_stats::router(hub.clone()))
         .merge(refused::router(hub.clone()))
         .merge(admin_transfers::router(hub.clone()))
+        .merge(feed::router(hub.clone()))
         .merge(scrape)
         // Inside the authentication: it sees who asks.
         .layer(axum::middleware::from_fn(move |request, next| {

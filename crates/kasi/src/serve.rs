@@ -35,6 +35,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 ledger,
                 recovery,
                 reader: opened.reader,
+                feed: opened.feed,
                 delivery: opened.delivery,
                 role: Arc::new(hub::role::Role::embedded()),
                 listeners: None,
@@ -215,6 +216,9 @@ struct Term {
     ledger: ledger::Ledger,
     recovery: engine::Recovery,
     reader: Arc<dyn store::StoreReader>,
+    /// The change feed's own connection (`GET /feed`, retention, the
+    /// publisher's cursor).
+    feed: Arc<dyn store::feed::FeedLog>,
     delivery: Box<dyn store::delivery::Delivery>,
     role: Arc<hub::role::Role>,
     /// With PostgreSQL: the listeners the standby answered on, bound
@@ -247,10 +251,11 @@ fn serve_term(
 ) -> anyhow::Result<Ended> {
     let hub_name = plan.hub.hub_name;
     let Term {
-        store,
+        mut store,
         ledger,
         recovery,
         reader,
+        feed,
         mut delivery,
         role,
         listeners,
@@ -330,6 +335,17 @@ fn serve_term(
         threads = threads.count(),
         "ledger pipeline (--pipeline-threads)"
     );
+    // The store tells the last durable feed_seq after each commit: long
+    // polls and the publisher wake on it, never on a timer.
+    let (feed_head, feed_heads) = tokio::sync::watch::channel(0u64);
+    store.set_feed_listener(Box::new(move |through| {
+        feed_head.send_replace(through);
+    }));
+    let feed = hub::feed::FeedConfig {
+        log: feed,
+        head: feed_heads,
+        retention: plan.feed.retention,
+    };
     let engine = Engine::start(ledger, store, config);
     if existing_hub.is_none() {
         match engine
@@ -368,6 +384,7 @@ fn serve_term(
         hub_config.role = role.clone();
         hub_config.jws_pool = settings.jws_pool.clone();
         hub_config.store_reader = Some(reader.clone());
+        hub_config.feed = Some(feed.clone());
         hub_config.alerts = settings.alerts.clone();
         if hub_config.jws_verify.is_on() {
             info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
@@ -400,6 +417,17 @@ fn serve_term(
         }
         if hub.alerts.is_on() {
             tokio::spawn(hub::alerts::watch_callbacks(hub.clone()));
+        }
+        tokio::spawn(hub::feed::keep_retention(feed.clone()));
+        if let Some(amqp) = &plan.feed.amqp {
+            tokio::spawn(hub::feed_amqp::publish(
+                feed.clone(),
+                hub::feed_amqp::AmqpSettings {
+                    url: amqp.url.clone(),
+                    exchange: amqp.exchange.clone(),
+                },
+                hub.metrics.clone(),
+            ));
         }
         let expiry_hub = hub.clone();
         let expiry_task = tokio::spawn(async move {
@@ -498,6 +526,7 @@ const ABANDON_WAIT: Duration = Duration::from_secs(5);
 struct OpenedSqlite {
     store: Box<dyn store::Store>,
     reader: Arc<dyn store::StoreReader>,
+    feed: Arc<dyn store::feed::FeedLog>,
     delivery: Box<dyn store::delivery::Delivery>,
 }
 
@@ -517,9 +546,12 @@ fn open_sqlite(
         .context("cannot open the store for transfer lookups")?;
     let delivery = store::delivery::DeliveryDb::open(dir)
         .context("cannot open the callback delivery state (callbacks.db)")?;
+    let feed = store::sqlite_feed::SqliteFeed::open(dir)
+        .context("cannot open the store for the change feed")?;
     Ok(OpenedSqlite {
         store: Box::new(store),
         reader: Arc::new(reader),
+        feed: Arc::new(feed),
         delivery: Box::new(delivery),
     })
 }
@@ -692,9 +724,10 @@ fn serve_shared_term(
     let opened = (|| -> Result<_, store::StoreError> {
         let reader = store::pg_reader::PgReader::open(url)?;
         let delivery = store::pg_delivery::PgDelivery::open(url, Some(fencing))?;
-        Ok((reader, delivery))
+        let feed = store::pg_feed::PgFeed::open(url)?;
+        Ok((reader, delivery, feed))
     })();
-    let (reader, delivery) = match opened {
+    let (reader, delivery, feed) = match opened {
         Ok(opened) => opened,
         Err(error) if error.transient => {
             role.set_active(false);
@@ -724,6 +757,7 @@ fn serve_shared_term(
         ledger,
         recovery,
         reader: Arc::new(reader),
+        feed: Arc::new(feed),
         delivery: Box::new(delivery),
         role: role.clone(),
         listeners: Some(copies()?),

@@ -20,9 +20,11 @@ use std::fmt;
 use ledger::{Record, Snapshot};
 
 pub mod delivery;
+pub mod feed;
 pub mod history;
 pub mod pg;
 pub mod pg_delivery;
+pub mod pg_feed;
 mod pg_history;
 pub mod pg_lease;
 pub mod pg_reader;
@@ -32,6 +34,7 @@ mod pg_settlement;
 mod pg_worker;
 pub mod search;
 pub mod sqlite;
+pub mod sqlite_feed;
 pub mod sqlite_history;
 mod sqlite_settlement;
 
@@ -164,6 +167,13 @@ pub trait Store: Send {
     /// when this returns `Ok`, all of them survive a crash; when it returns
     /// `Err`, none of them is visible.
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError>;
+
+    /// Tells `listener` the last `feed_seq` of each commit that appended
+    /// change feed rows, once it is durable (`feed.rs`). A store without
+    /// a feed never calls it.
+    fn set_feed_listener(&mut self, listener: feed::FeedListener) {
+        let _ = listener;
+    }
 
     /// Reads every row, for recovery and audit.
     fn load(&mut self) -> Result<Snapshot, StoreError>;

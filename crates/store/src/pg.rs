@@ -403,12 +403,15 @@ const ACCOUNTS: UnnestTable = UnnestTable {
 
 /// The transfer path's commit in one statement (see the module's doc):
 /// $1 the fencing number (NULL: a store owned alone), then the arrays of
-/// transfers, finishes and accounts. Returns the lease's commit count, or
+/// transfers, finishes and accounts, the search pass's range (after,
+/// through), and the change feed's arrays. Returns the lease's commit count, or
 /// no row (deposed: nothing written).
 fn transfer_commit_statement() -> String {
     let finishes_at = 2 + TRANSFERS.types.len();
     let accounts_at = finishes_at + FINISHES.types.len();
     let pass_at = accounts_at + ACCOUNTS.types.len();
+    // After the pass's two parameters (`after`, `through`).
+    let changes_at = pass_at + 2;
     // The keys filed in the commit from the arrays already sent (seq,
     // state and reason of the transfers, then of the finishes with their
     // window); the pass's from the transfers committed before (this
@@ -430,13 +433,14 @@ fn transfer_commit_statement() -> String {
              SELECT k.key, k.seq FROM lease, ({commit_keys}) AS k ON CONFLICT DO NOTHING),
          passed AS (INSERT INTO transfer_keys (key, seq)
              SELECT k.key, k.seq FROM lease, ({}) AS k ON CONFLICT DO NOTHING),
-         indexed AS ({})
+         indexed AS ({}), {}
          SELECT commits FROM lease",
         TRANSFERS.in_commit("transfers_written", 2),
         FINISHES.in_commit("finishes_written", finishes_at),
         ACCOUNTS.in_commit("accounts_written", accounts_at),
         crate::search::pass_select(crate::search::Dialect::Postgres, pass_at, pass_at + 1),
         search_index_statement(pass_at, pass_at + 1, "FROM lease"),
+        CHANGES.in_commit("changes_written", changes_at),
     )
 }
 
@@ -483,6 +487,13 @@ fn search_index_statement(after: usize, through: usize, from: &str) -> String {
     )
 }
 
+/// The change feed's rows (`pg_feed.rs`).
+const CHANGES: UnnestTable = UnnestTable {
+    insert: crate::pg_feed::CHANGES_INSERT,
+    types: crate::pg_feed::CHANGES_TYPES,
+    tail: "",
+};
+
 /// The statements a commit writes with, prepared once per connection.
 struct Statements {
     count_commit: Statement,
@@ -516,6 +527,7 @@ struct Statements {
     commit_keys: Statement,
     pass: Statement,
     search_index: Statement,
+    changes: Statement,
 }
 
 impl Statements {
@@ -631,6 +643,7 @@ impl Statements {
                  ON CONFLICT (participant_id) DO UPDATE SET corridors = excluded.corridors",
             )?,
             fxp_withdrawn: prepare("DELETE FROM fxps WHERE participant_id = $1")?,
+            changes: prepare(&CHANGES.statement())?,
             pending_change: prepare(&format!(
                 "INSERT INTO pending_changes ({}) VALUES
                     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
@@ -702,6 +715,11 @@ pub struct PgStore {
     /// read from the store before the first commit after a load.
     pass: Option<PassClock>,
     search_pass: crate::search::SearchPass,
+    /// The change feed's writer state (`feed.rs`): `None` until the first
+    /// commit reads it, and again after a commit that failed or a new
+    /// fencing number (another process may have written meanwhile).
+    feed: Option<crate::feed::FeedState>,
+    feed_listener: Option<crate::feed::FeedListener>,
 }
 
 /// What a standby keeps loaded (see [`PgStore::warm`]).
@@ -748,6 +766,8 @@ impl PgStore {
             owners,
             pass: None,
             search_pass: Default::default(),
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -770,6 +790,7 @@ impl PgStore {
     /// still `fencing` (in its own transaction) and fails if it is not.
     pub fn fence(&mut self, fencing: i64) {
         self.fencing = Some(fencing);
+        self.feed = None;
     }
 
     /// Connects to an existing kasi store to read it (for `kasi audit`):
@@ -801,6 +822,8 @@ impl PgStore {
             owners: AccountOwners::default(),
             pass: None,
             search_pass: Default::default(),
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -1001,6 +1024,9 @@ impl PgStore {
         batches: &[&[Record]],
         expected: Option<i64>,
     ) -> Result<(), StoreError> {
+        let mut feed = self.feed.take();
+        let changes = crate::pg_feed::rows(&mut self.client, &mut feed, batches)?;
+        let changes = crate::pg_feed::ChangeArrays::of(&changes);
         let statements = self.statements.as_ref().expect("checked by write");
         let mut columns = Columns::default();
         for record in batches.iter().flat_map(|batch| batch.iter()) {
@@ -1022,7 +1048,11 @@ impl PgStore {
         let accounts = AccountArrays::of(accounts);
         let fencing = self.fencing;
         let mut params: Vec<Param<'_>> = Vec::with_capacity(
-            1 + TRANSFERS.types.len() + FINISHES.types.len() + ACCOUNTS.types.len(),
+            1 + TRANSFERS.types.len()
+                + FINISHES.types.len()
+                + ACCOUNTS.types.len()
+                + 2
+                + CHANGES.types.len(),
         );
         params.push(&fencing);
         params.extend(transfers.params());
@@ -1036,6 +1066,7 @@ impl PgStore {
         params.push(&after);
         params.push(&through);
         let last_seq = transfers.seq.iter().copied().max().unwrap_or(0) as u64;
+        params.extend(changes.params());
         self.in_flight = expected;
         let row = self
             .client
@@ -1052,6 +1083,8 @@ impl PgStore {
                     }
                     pass.committed(last_seq);
                 }
+                let through = changes.last_seq();
+                self.feed_committed(feed, through);
                 Ok(())
             }
             (None, Some(fencing)) => {
@@ -1078,12 +1111,14 @@ impl PgStore {
             history,
             owners,
             pass,
+            feed,
             ..
         } = self;
         let statements = statements.as_ref().expect("checked by write");
         *in_flight = None;
         let mut columns = Columns::default();
         let mut transaction = client.transaction()?;
+        let mut feed = feed.take();
         if let Some(fencing) = *fencing {
             match transaction.query_opt(&statements.count_commit, &[&fencing])? {
                 Some(row) => *in_flight = Some(row.get(0)),
@@ -1110,6 +1145,11 @@ impl PgStore {
             transaction.execute(&statements.search_index, &[&after, &through])?;
         }
         let last_seq = columns.transfers.iter().map(|t| t.seq).max().unwrap_or(0);
+        let changes = crate::pg_feed::rows(&mut transaction, &mut feed, batches)?;
+        if !changes.is_empty() {
+            let arrays = crate::pg_feed::ChangeArrays::of(&changes);
+            transaction.execute(&statements.changes, &arrays.params())?;
+        }
         history.write_taken(&mut transaction)?;
         transaction.commit()?;
         history.committed();
@@ -1120,7 +1160,17 @@ impl PgStore {
             pass.committed(last_seq);
         }
         *commits = in_flight.take();
+        let through = changes.last().map(|row| row.feed_seq);
+        self.feed_committed(feed, through);
         Ok(())
+    }
+
+    /// After a commit: the feed's state kept, and the listener told.
+    fn feed_committed(&mut self, feed: Option<crate::feed::FeedState>, through: Option<u64>) {
+        self.feed = feed;
+        if let (Some(listener), Some(through)) = (&self.feed_listener, through) {
+            listener(through);
+        }
     }
 
     /// A standby's warm copy: the first call reads what recovery would
@@ -2342,6 +2392,10 @@ fn statements_settlement(statements: &Statements) -> crate::pg_settlement::State
 impl Store for PgStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
+    }
+
+    fn set_feed_listener(&mut self, listener: crate::feed::FeedListener) {
+        self.feed_listener = Some(listener);
     }
 
     fn prefetch(&mut self, ids: &ledger::PrefetchIds) -> Result<ledger::Prefetched, StoreError> {

@@ -43,8 +43,11 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// `pending_changes`; version 9 `audit_events.source` (how the actor
 /// signed in); version 10 the transfers' search columns (`payer_id`,
 /// `payee_id`, `currency`, `amount_units`: `crate::search`) and their
-/// indexes.
-const SCHEMA_VERSION: i64 = 11;
+/// indexes; version 11 the transfers' parties (`payer_party`,
+/// `payee_party`) and the search keys (`transfer_keys`, `search_index`);
+/// version 12 the change feed's `changes` and `feed_cursors`
+/// (`sqlite_feed.rs`).
+const SCHEMA_VERSION: i64 = crate::sqlite_feed::FEED_SINCE;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -474,6 +477,10 @@ pub struct SqliteStore {
     owners: AccountOwners,
     /// When the writer files the committed transfers' search keys next.
     pass: PassClock,
+    /// The change feed's writer state (`feed.rs`): `None` until the first
+    /// commit reads it, and again after a commit that failed.
+    feed: Option<crate::feed::FeedState>,
+    feed_listener: Option<crate::feed::FeedListener>,
 }
 
 impl SqliteStore {
@@ -519,6 +526,9 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
+            // Version 11 → 12 only adds the change feed's tables, which
+            // are created below.
+            11 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
             1..=10 => {
                 let migration = connection.transaction()?;
@@ -568,6 +578,7 @@ impl SqliteStore {
         // recovery reads it with (built once on a store that predates them,
         // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
+        connection.execute_batch(crate::sqlite_feed::SCHEMA)?;
         let owners = account_owners(&connection)?;
         let pass = PassClock::new(
             options.search_pass,
@@ -602,6 +613,8 @@ impl SqliteStore {
             text: String::new(),
             owners,
             pass,
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -680,6 +693,8 @@ impl SqliteStore {
             owners: AccountOwners::default(),
             // Never writes.
             pass: PassClock::new(search::SearchPass::default(), 0, 0),
+            feed: None,
+            feed_listener: None,
         })
     }
 
@@ -1064,6 +1079,10 @@ impl SqliteStore {
         if let Some(history) = &history {
             sqlite_history::write(&transaction, history, self.history_kept_written.as_deref())?;
         }
+        // The change feed, from the same records in the same transaction;
+        // its state kept only once the commit succeeded.
+        let mut feed = self.feed.take();
+        let feed_through = crate::sqlite_feed::write(&transaction, &mut feed, batches)?;
         // Unknown until the commit succeeds.
         let kept_written = self.history_kept_written.take();
         transaction.commit()?;
@@ -1071,6 +1090,10 @@ impl SqliteStore {
             self.pass.passed(through);
         }
         self.pass.committed(last_seq);
+        self.feed = feed;
+        if let (Some(listener), Some(through)) = (&self.feed_listener, feed_through) {
+            listener(through);
+        }
         if let Some(snapshot) = history {
             self.history_kept_written = Some(snapshot.kept);
         } else {
@@ -2482,6 +2505,10 @@ fn stored_transfer(row: &Row<'_>) -> Result<StoredTransfer, StoreError> {
 impl Store for SqliteStore {
     fn commit(&mut self, batches: &[&[Record]]) -> Result<(), StoreError> {
         self.write(batches)
+    }
+
+    fn set_feed_listener(&mut self, listener: crate::feed::FeedListener) {
+        self.feed_listener = Some(listener);
     }
 
     fn prefetch(&mut self, ids: &PrefetchIds) -> Result<Prefetched, StoreError> {

@@ -8,8 +8,11 @@ mod support;
 
 use ledger::*;
 use proptest::prelude::*;
+use store::feed::{FeedLog, FeedRow};
 use store::pg::PgStore;
+use store::pg_feed::PgFeed;
 use store::pg_reader::PgReader;
+use store::sqlite_feed::SqliteFeed;
 use store::{Store, StoreReader};
 use support::{fsp, op, usd, Harness, Op};
 
@@ -145,6 +148,7 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
         .map(|row| (row.get(0), row.get(1)))
         .collect();
     assert_eq!(pg_keys, sqlite_keys, "the same search keys");
+    assert_same_feed(harness.dir(), url, &whole);
     let sorted = |mut touched: Vec<store::Touched>| {
         touched.sort_by_key(|(view, _, _)| view.transfer_id);
         touched
@@ -153,6 +157,72 @@ fn assert_same(harness: &mut Harness, url: &str, horizon_ms: i64, since_ms: i64)
         sorted(reader.transfers_touched_since(since_ms).expect("touched")),
         sorted(lookup.transfers_touched_since(since_ms).expect("touched"))
     );
+}
+
+/// Every row of a feed, a page at a time.
+fn whole_feed(feed: &dyn FeedLog, participant: Option<&str>) -> Vec<FeedRow> {
+    let mut rows = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = feed
+            .read_feed(after, store::feed::MAX_PAGE, participant)
+            .expect("read the feed");
+        if page.next_after == after {
+            return rows;
+        }
+        after = page.next_after;
+        rows.extend(page.rows);
+    }
+}
+
+/// Both stores wrote the same change feed for the same records: numbered
+/// from 1 without a gap, in time order, a row for every transfer's
+/// prepare and finish; a DFSP's share alike too.
+fn assert_same_feed(dir: &std::path::Path, url: &str, whole: &Snapshot) {
+    let from_sqlite = whole_feed(&SqliteFeed::open(dir).expect("open the SQLite feed"), None);
+    let pg_feed = PgFeed::open(url).expect("open the PostgreSQL feed");
+    let from_pg = whole_feed(&pg_feed, None);
+    assert_eq!(from_pg, from_sqlite, "the feeds differ");
+    for (at, row) in from_sqlite.iter().enumerate() {
+        assert_eq!(row.feed_seq, at as u64 + 1, "gap-free from 1");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(&row.body).is_ok_and(|b| b.is_object()),
+            "{row:?}"
+        );
+    }
+    assert!(from_sqlite.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    let transfer_rows = |key: &str| {
+        from_sqlite
+            .iter()
+            .filter(|row| row.key == key && !row.kind.starts_with("account"))
+            .count()
+    };
+    for transfer in &whole.transfers {
+        let finished = whole.finishes.iter().any(|f| f.seq == transfer.seq);
+        let fulfilled = whole
+            .conversion_fulfils
+            .iter()
+            .any(|f| f.seq == transfer.seq);
+        assert_eq!(
+            transfer_rows(&transfer.transfer_id.to_string()),
+            1 + usize::from(finished) + usize::from(fulfilled),
+            "the changes of {:?}",
+            transfer.transfer_id
+        );
+    }
+    if let Some(dfsp) = from_sqlite.iter().find_map(|row| row.counterparty.clone()) {
+        let own = whole_feed(&pg_feed, Some(&dfsp));
+        assert!(!own.is_empty());
+        assert!(own
+            .iter()
+            .all(|row| row.participant == dfsp || row.counterparty.as_deref() == Some(&dfsp)));
+        let expected: Vec<FeedRow> = from_sqlite
+            .iter()
+            .filter(|row| row.participant == dfsp || row.counterparty.as_deref() == Some(&dfsp))
+            .cloned()
+            .collect();
+        assert_eq!(own, expected);
+    }
 }
 
 /// A transfer whose participant row is gone is an error to the PostgreSQL
@@ -238,7 +308,14 @@ fn both_backends_give_back_the_same_history() {
             let url = cluster.create_database(&format!("case{}", case.get()));
             let dir = tempfile::tempdir().expect("tempdir");
             let pg = PgStore::open(&url).expect("open the PostgreSQL store");
-            let mut harness = Harness::with_pg(dir.path(), Some(pg));
+            // A pass at every commit: the search keys compared below are
+            // then the same on both whatever the commits took (a timed
+            // pass falls due at a different commit on each).
+            let pass = store::search::SearchPass {
+                every: std::time::Duration::ZERO,
+                most_transfers: 5_000,
+            };
+            let mut harness = Harness::with_search_pass(dir.path(), Some(pg), pass);
             // A standby's warm copy, made part way and refreshed at the
             // end, must give what a cold load gives.
             let warm_at = warm_at.index(ops.len());
@@ -674,6 +751,9 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 12 (the change feed) added.
+const UNDO_MIGRATION_12: &str = "DROP TABLE changes, feed_cursors";
+
 /// What migration 11 (the search keys) added.
 const UNDO_MIGRATION_11: &str = "DROP TABLE transfer_keys, search_index;
     ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party";
@@ -780,7 +860,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_12}; {UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

@@ -197,6 +197,10 @@ pub struct Metrics {
     lag: Histogram,
     lag_last: Gauge<f64, AtomicU64>,
     lag_max: Gauge<f64, AtomicU64>,
+    /// Changes the feed's publisher has had confirmed by the broker.
+    pub feed_published: Counter,
+    /// The last committed feed_seq less the publisher's durable cursor.
+    pub feed_lag: Gauge,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -267,6 +271,18 @@ impl Metrics {
             "kasi_runtime_lag_max_seconds",
             "The runtime probe's largest scheduling delay so far",
             lag_max.clone(),
+        );
+        let feed_published = Counter::default();
+        registry.register(
+            "kasi_feed_published",
+            "Change feed rows the AMQP publisher has had confirmed by the broker",
+            feed_published.clone(),
+        );
+        let feed_lag = Gauge::default();
+        registry.register(
+            "kasi_feed_lag",
+            "The last committed change feed_seq less the AMQP publisher's durable cursor",
+            feed_lag.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -376,6 +392,8 @@ impl Metrics {
             lag,
             lag_last,
             lag_max,
+            feed_published,
+            feed_lag,
             stage_durations,
             windows_closed,
             position_utilisation,

@@ -172,7 +172,17 @@ pub enum Filter {
     /// A settlement (or a list of them): only its own accounts' nets; a
     /// settlement without any is not found (left out of a list).
     Settlements,
+    /// Rows the handler reads already cut to the DFSP (the change feed:
+    /// the store filters by participant, so that a page and a long poll
+    /// hold only its own): the gate hands the handler [`ScopedTo`] and
+    /// cuts nothing after.
+    Rows,
 }
+
+/// The DFSP a [`Filter::Rows`] route's rows are cut to, a request
+/// extension the gate sets; a handler answers only its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScopedTo(pub FspName);
 
 /// One route of the admin address and who may use it.
 #[derive(Clone, Copy, Debug)]
@@ -337,6 +347,8 @@ pub const TABLE: &[Rule] = &[
         FINANCE,
         NO,
     ),
+    // The change feed: the whole scheme's, or a DFSP's own.
+    rule("GET", "/feed", AUDIT, Scope::Filtered(Filter::Rows)),
     // The audit trail, callbacks, statistics, metrics.
     rule("GET", "/audit-events", AUDIT, NO),
     rule(
@@ -616,6 +628,8 @@ pub fn own_only(filter: Filter, own: &Own, answer: Value) -> Option<Value> {
                 .collect(),
         )),
         (Filter::Settlements, settlement) => own_settlement(own, settlement),
+        // Cut by the handler's read (the gate never filters these after).
+        (Filter::Rows, answer) => Some(answer),
         // Not the shape the filter reads: nothing is known to be its own.
         (Filter::ListBy(_), _) => None,
     }
@@ -658,6 +672,9 @@ pub fn markdown_table() -> String {
                             "own (payer or payee) only".to_string()
                         }
                         Scope::Filtered(Filter::Settlements) => "own accounts only".to_string(),
+                        Scope::Filtered(Filter::Rows) => {
+                            "own (participant or counterparty) only".to_string()
+                        }
                     },
                     kind if roles.contains(kind) => "yes".to_string(),
                     _ => "-".to_string(),

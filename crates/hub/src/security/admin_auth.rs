@@ -727,6 +727,13 @@ pub async fn authenticate_reporting(
             );
         }
     };
+    if let Some((crate::access::Filter::Rows, dfsp)) = filter {
+        let mut request = request;
+        request
+            .extensions_mut()
+            .insert(crate::access::ScopedTo(dfsp));
+        return CALLER.scope(caller, next.run(request)).await;
+    }
     if let Some((filter, dfsp)) = filter {
         let response = CALLER.scope(caller, next.run(request)).await;
         return own_share(filter, dfsp, own_of.as_ref(), response).await;

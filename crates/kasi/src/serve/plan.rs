@@ -37,6 +37,8 @@ pub struct ServeArgs {
     watch: WatchArgs,
     #[command(flatten)]
     alerts: AlertArgs,
+    #[command(flatten)]
+    feed: FeedArgs,
 }
 
 /// What `kasi serve` will run, decided from its flags alone: each crate's
@@ -65,6 +67,7 @@ pub(crate) struct ServePlan {
     pub(crate) watch: WatchPlan,
     /// The alerts' files to read (their settings are in `hub.alerts`).
     pub(crate) alerts: AlertsFiles,
+    pub(crate) feed: FeedPlan,
 }
 
 /// A flag's value, or a combination of flags, that cannot be served; the
@@ -160,6 +163,7 @@ impl ServeArgs {
             admin,
             watch: self.watch.plan(),
             alerts,
+            feed: self.feed.plan()?,
         })
     }
 }
@@ -1191,6 +1195,114 @@ impl AlertArgs {
     }
 }
 
+/// The change feed (`GET /feed`) and its publisher to a message broker.
+#[derive(Args)]
+#[command(next_help_heading = "Change feed")]
+struct FeedArgs {
+    /// How long the change feed keeps a change (`12h`, `7d`, ...): older
+    /// ones are deleted (checked every quarter of it, at most every
+    /// minute), and a consumer whose cursor is older is told to
+    /// resynchronise (410).
+    #[arg(long, env = "KASI_FEED_RETENTION", default_value = "7d",
+          value_parser = parse_feed_retention, value_name = "DURATION")]
+    feed_retention: Duration,
+
+    /// Publish every change to this AMQP 0.9.1 broker (RabbitMQ):
+    /// `amqp://USER:PASSWORD@HOST:5672/VHOST` (`%2f` for the default
+    /// vhost). At least once, with publisher confirms, from a durable
+    /// cursor in the store.
+    #[arg(long, env = "KASI_FEED_AMQP_URL", value_name = "URL")]
+    feed_amqp_url: Option<String>,
+
+    /// The topic exchange changes are published to (declared durable),
+    /// routing key `<kind>.<participant>`.
+    #[arg(long, env = "KASI_FEED_AMQP_EXCHANGE", value_name = "NAME")]
+    feed_amqp_exchange: Option<String>,
+}
+
+/// The exchange when `--feed-amqp-exchange` is not given.
+pub(crate) const DEFAULT_FEED_EXCHANGE: &str = "kasi.feed";
+
+/// The change feed's settings.
+#[derive(Debug)]
+pub(crate) struct FeedPlan {
+    pub(crate) retention: Duration,
+    pub(crate) amqp: Option<AmqpPlan>,
+}
+
+/// Where the publisher sends the feed.
+pub(crate) struct AmqpPlan {
+    pub(crate) url: String,
+    pub(crate) exchange: String,
+}
+
+/// Passwords stay out of debug output.
+impl std::fmt::Debug for AmqpPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpPlan")
+            .field("url", &store::pg::redact_url(&self.url))
+            .field("exchange", &self.exchange)
+            .finish()
+    }
+}
+
+impl FeedArgs {
+    fn plan(&self) -> Result<FeedPlan, PlanError> {
+        require(
+            &self.feed_amqp_exchange,
+            "--feed-amqp-exchange",
+            &self.feed_amqp_url,
+            "--feed-amqp-url",
+            "the exchange is on that broker",
+        )?;
+        let amqp = match &self.feed_amqp_url {
+            None => None,
+            Some(url) => {
+                if !url.starts_with("amqp://") {
+                    return refuse(
+                        "--feed-amqp-url",
+                        "must be amqp://USER:PASSWORD@HOST:PORT/VHOST (amqps:// is not built in: \
+                         reach a remote broker through a TLS tunnel on the hub's host)",
+                    );
+                }
+                let exchange = self
+                    .feed_amqp_exchange
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_FEED_EXCHANGE.to_string());
+                let well_formed = !exchange.is_empty()
+                    && exchange.len() <= 127
+                    && exchange
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
+                    && !exchange.starts_with("amq.");
+                if !well_formed {
+                    return refuse(
+                        "--feed-amqp-exchange",
+                        "1-127 letters, digits, '-', '_', '.', ':', not starting with 'amq.' \
+                         (the broker's own)",
+                    );
+                }
+                Some(AmqpPlan {
+                    url: url.clone(),
+                    exchange,
+                })
+            }
+        };
+        Ok(FeedPlan {
+            retention: self.feed_retention,
+            amqp,
+        })
+    }
+}
+
+/// `--feed-retention`: at least a second.
+fn parse_feed_retention(text: &str) -> Result<Duration, String> {
+    match parse_duration_ms(text)? {
+        ms if ms >= 1_000 => Ok(Duration::from_millis(ms as u64)),
+        _ => Err("at least 1s".into()),
+    }
+}
+
 /// `--transfer-retention`: milliseconds, or `None` for ever.
 #[derive(Clone, Copy, Debug)]
 struct Retention(Option<i64>);
@@ -1293,6 +1405,41 @@ mod tests {
         args(flags)
             .plan()
             .unwrap_or_else(|error| panic!("{flags:?} refused: {error}"))
+    }
+
+    #[test]
+    fn the_change_feed_flags() {
+        let defaults = plan(&[]).feed;
+        assert_eq!(defaults.retention, Duration::from_secs(7 * 86_400));
+        assert!(defaults.amqp.is_none());
+        let amqp = plan(&["--feed-amqp-url", "amqp://kasi:s3cret@broker:5672/%2f"])
+            .feed
+            .amqp
+            .expect("a publisher");
+        assert_eq!(amqp.exchange, DEFAULT_FEED_EXCHANGE);
+        assert!(!format!("{amqp:?}").contains("s3cret"));
+        for (flags, flag) in [
+            (
+                &["--feed-amqp-exchange", "reports"][..],
+                "--feed-amqp-exchange",
+            ),
+            (
+                &["--feed-amqp-url", "amqps://broker/"][..],
+                "--feed-amqp-url",
+            ),
+            (
+                &[
+                    "--feed-amqp-url",
+                    "amqp://broker/",
+                    "--feed-amqp-exchange",
+                    "amq.topic",
+                ][..],
+                "--feed-amqp-exchange",
+            ),
+        ] {
+            let refused = args(flags).plan().expect_err("refused");
+            assert_eq!(refused.flag, flag, "{flags:?}");
+        }
     }
 
     #[test]

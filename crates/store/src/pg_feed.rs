@@ -1,0 +1,276 @@
+//! The change feed on PostgreSQL (`feed.rs`): the writer's part of a
+//! commit (the rows as one `INSERT … SELECT FROM UNNEST`, inside the
+//! transfer path's one statement or the commit's transaction), and
+//! [`PgFeed`], the hub's connection for pages, retention and cursors.
+//! The tables are migration 12 (`pg_schema.rs`).
+
+use ledger::{AccountId, ParticipantId, Record};
+use postgres::{GenericClient, Row};
+
+use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, FEED_COLUMNS};
+use crate::pg::redact_url;
+use crate::pg_worker::PgWorker;
+use crate::StoreError;
+
+/// `INSERT INTO changes`, the arrays' types in column order.
+pub(crate) const CHANGES_INSERT: &str =
+    "INSERT INTO changes (feed_seq, at_ms, kind, participant, counterparty, key, body)";
+pub(crate) const CHANGES_TYPES: &[&str] =
+    &["bigint", "bigint", "text", "text", "text", "text", "text"];
+
+/// The writer's state, read from the tables (see `feed.rs`).
+fn load_state(client: &mut impl GenericClient) -> Result<FeedState, StoreError> {
+    let newest = client
+        .query_opt(
+            "SELECT feed_seq, at_ms FROM changes ORDER BY feed_seq DESC LIMIT 1",
+            &[],
+        )?
+        .map(|row| (row.get::<_, i64>(0) as u64, row.get::<_, i64>(1)));
+    let mut state = FeedState::after(newest);
+    for row in client.query("SELECT id, name, is_hub FROM participants", &[])? {
+        let id: i64 = row.get(0);
+        let name: String = row.get(1);
+        state.note_participant(ParticipantId(id as u32), &name, row.get(2));
+    }
+    for row in client.query(
+        "SELECT id, participant_id, currency, is_active, net_debit_cap FROM accounts",
+        &[],
+    )? {
+        let id: i64 = row.get(0);
+        let participant: i64 = row.get(1);
+        let currency: String = row.get(2);
+        let cap: Option<String> = row.get(4);
+        state.note_account(
+            AccountId(id as u32),
+            ParticipantId(participant as u32),
+            ledger::Currency::parse(&currency).ok_or_else(|| {
+                StoreError::fatal(format!("account currency {currency:?} is not ISO 4217"))
+            })?,
+            row.get(3),
+            cap.map(|cap| {
+                ledger::Amount::parse_signed(&cap)
+                    .map_err(|_| StoreError::fatal(format!("bad amount {cap:?} in the store")))
+            })
+            .transpose()?,
+        );
+    }
+    Ok(state)
+}
+
+/// The rows of `batches`, the state read first if the writer has none and
+/// the transfers it does not remember read back (one round trip, only
+/// after a restart or for a transfer open very long). The caller writes
+/// them in its commit and keeps the state only once that succeeded.
+pub(crate) fn rows(
+    client: &mut impl GenericClient,
+    state: &mut Option<FeedState>,
+    batches: &[&[Record]],
+) -> Result<Vec<FeedRow>, StoreError> {
+    let feed = match state {
+        Some(feed) => feed,
+        None => state.insert(load_state(client)?),
+    };
+    let unknown: Vec<i64> = feed
+        .unknown_transfers(batches)
+        .into_iter()
+        .map(|seq| seq as i64)
+        .collect();
+    if !unknown.is_empty() {
+        for row in client.query(
+            "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount
+             FROM transfers WHERE seq = ANY($1)",
+            &[&unknown],
+        )? {
+            let seq: i64 = row.get(0);
+            let id: Vec<u8> = row.get(1);
+            let kind: String = row.get(2);
+            let debit: i64 = row.get(3);
+            let credit: i64 = row.get(4);
+            let amount: String = row.get(5);
+            feed.note_transfer(
+                seq as u64,
+                crate::sqlite_feed::summary_of(&id, &kind, debit as u32, credit as u32, &amount)?,
+            );
+        }
+    }
+    feed.rows(batches)
+}
+
+/// The rows as the arrays of [`CHANGES_TYPES`].
+pub(crate) struct ChangeArrays<'a> {
+    feed_seq: Vec<i64>,
+    at_ms: Vec<i64>,
+    kind: Vec<&'a str>,
+    participant: Vec<&'a str>,
+    counterparty: Vec<Option<&'a str>>,
+    key: Vec<&'a str>,
+    body: Vec<&'a str>,
+}
+
+impl<'a> ChangeArrays<'a> {
+    pub(crate) fn of(rows: &'a [FeedRow]) -> ChangeArrays<'a> {
+        ChangeArrays {
+            feed_seq: rows.iter().map(|r| r.feed_seq as i64).collect(),
+            at_ms: rows.iter().map(|r| r.at_ms).collect(),
+            kind: rows.iter().map(|r| r.kind.as_str()).collect(),
+            participant: rows.iter().map(|r| r.participant.as_str()).collect(),
+            counterparty: rows.iter().map(|r| r.counterparty.as_deref()).collect(),
+            key: rows.iter().map(|r| r.key.as_str()).collect(),
+            body: rows.iter().map(|r| r.body.as_str()).collect(),
+        }
+    }
+
+    pub(crate) fn last_seq(&self) -> Option<u64> {
+        self.feed_seq.last().map(|&seq| seq as u64)
+    }
+
+    pub(crate) fn params(&self) -> [&(dyn postgres::types::ToSql + Sync); 7] {
+        [
+            &self.feed_seq,
+            &self.at_ms,
+            &self.kind,
+            &self.participant,
+            &self.counterparty,
+            &self.key,
+            &self.body,
+        ]
+    }
+}
+
+fn feed_row(row: &Row) -> FeedRow {
+    FeedRow {
+        feed_seq: row.get::<_, i64>(0) as u64,
+        at_ms: row.get(1),
+        kind: row.get(2),
+        participant: row.get(3),
+        counterparty: row.get(4),
+        key: row.get(5),
+        body: row.get(6),
+    }
+}
+
+/// [`FeedLog`] on PostgreSQL: a connection on a thread of its own.
+pub struct PgFeed {
+    url: String,
+    worker: PgWorker,
+}
+
+impl std::fmt::Debug for PgFeed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PgFeed({})", redact_url(&self.url))
+    }
+}
+
+impl PgFeed {
+    pub fn open(url: &str) -> Result<PgFeed, StoreError> {
+        Ok(PgFeed {
+            url: url.to_string(),
+            worker: PgWorker::start(url, "kasi-pg-feed")?,
+        })
+    }
+}
+
+impl FeedLog for PgFeed {
+    fn read_feed(
+        &self,
+        after: u64,
+        limit: usize,
+        participant: Option<&str>,
+    ) -> Result<FeedPage, StoreError> {
+        let limit = limit.clamp(1, crate::feed::MAX_PAGE) as i64;
+        let participant = participant.map(str::to_string);
+        self.worker.run(move |client| {
+            let mut transaction = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let bounds = transaction.query_one("SELECT MIN(feed_seq), MAX(feed_seq) FROM changes", &[])?;
+            let oldest: Option<i64> = bounds.get(0);
+            let newest: Option<i64> = bounds.get(1);
+            let mut page = FeedPage {
+                rows: Vec::new(),
+                next_after: after,
+                oldest: oldest.map(|seq| seq as u64),
+                newest: newest.unwrap_or(0) as u64,
+            };
+            match &participant {
+                None => {
+                    page.rows = transaction
+                        .query(
+                            &format!(
+                                "SELECT {FEED_COLUMNS} FROM changes WHERE feed_seq > $1 ORDER BY feed_seq LIMIT $2"
+                            ),
+                            &[&(after as i64), &limit],
+                        )?
+                        .iter()
+                        .map(feed_row)
+                        .collect();
+                    if let Some(last) = page.rows.last() {
+                        page.next_after = last.feed_seq;
+                    }
+                }
+                Some(participant) => {
+                    let through = after.saturating_add(crate::feed::SCAN_BUDGET as u64);
+                    page.rows = transaction
+                        .query(
+                            &format!(
+                                "SELECT {FEED_COLUMNS} FROM changes WHERE feed_seq > $1 AND feed_seq <= $2
+                                   AND (participant = $3 OR counterparty = $3) ORDER BY feed_seq LIMIT $4"
+                            ),
+                            &[&(after as i64), &(through as i64), participant, &limit],
+                        )?
+                        .iter()
+                        .map(feed_row)
+                        .collect();
+                    page.next_after = match page.rows.last() {
+                        Some(last) if page.rows.len() as i64 == limit => last.feed_seq,
+                        _ => through.min(page.newest).max(after),
+                    };
+                }
+            }
+            transaction.commit()?;
+            Ok(page)
+        })
+    }
+
+    fn prune_feed(&self, before_ms: i64) -> Result<usize, StoreError> {
+        self.worker.run(move |client| {
+            let deleted = client.execute(
+                "DELETE FROM changes WHERE feed_seq IN (
+                    SELECT feed_seq FROM changes WHERE at_ms < $1
+                      AND feed_seq < (SELECT MAX(feed_seq) FROM changes)
+                    ORDER BY feed_seq LIMIT $2)",
+                &[&before_ms, &(crate::feed::PRUNE_CHUNK as i64)],
+            )?;
+            Ok(deleted as usize)
+        })
+    }
+
+    fn feed_cursor(&self, name: &str) -> Result<u64, StoreError> {
+        let name = name.to_string();
+        self.worker.run(move |client| {
+            let row = client.query_opt(
+                "SELECT feed_seq FROM feed_cursors WHERE name = $1",
+                &[&name],
+            )?;
+            Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
+        })
+    }
+
+    fn set_feed_cursor(&self, name: &str, feed_seq: u64) -> Result<(), StoreError> {
+        let name = name.to_string();
+        self.worker.run(move |client| {
+            client.execute(
+                "INSERT INTO feed_cursors (name, feed_seq) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET feed_seq = excluded.feed_seq",
+                &[&name, &(feed_seq as i64)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn is_remote(&self) -> bool {
+        true
+    }
+}
