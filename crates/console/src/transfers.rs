@@ -158,7 +158,7 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
     if let Some(after) = find.search.get("after").filter(|a| !a.trim().is_empty()) {
         query.push_str(&format!("&after={}", page::encode(after.trim())));
     }
-    let (found, results, errors, dead) = tokio::join!(
+    let (found, messages, results, errors, dead) = tokio::join!(
         async {
             match id {
                 Some(id) => Some(
@@ -166,6 +166,18 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
                         .get(&format!("/transfers/{}", page::encode(id)))
                         .await,
                 ),
+                None => None,
+            }
+        },
+        async {
+            match id {
+                Some(id) => visitor
+                    .get_if_may(
+                        "/transfers/:id/messages",
+                        &format!("/transfers/{}/messages", page::encode(id)),
+                    )
+                    .await
+                    .and_then(Result::ok),
                 None => None,
             }
         },
@@ -202,7 +214,10 @@ pub(crate) async fn show(visitor: Visitor, Query(find): Query<Find>) -> Response
         }
         @match found {
             None => {}
-            Some(Ok(transfer)) => (transfer_detail(visitor.session.caller.role, &transfer)),
+            Some(Ok(transfer)) => {
+                (transfer_detail(visitor.session.caller.role, &transfer))
+                @if let Some(messages) = &messages { (wire_messages(messages)) }
+            }
             Some(Err(error)) => {
                 @if error.not_found() {
                     p.flash.error role="alert" { "No transfer with id " code { (id.unwrap_or("")) } " is known to the hub." }
@@ -279,6 +294,67 @@ fn transfer_detail(role: Role, t: &Value) -> Markup {
                 @for step in t["timeline"].as_array().into_iter().flatten() {
                     li { span.phase { (page::text(&step["phase"])) } " " (page::time_cell_ms(&step["at"])) }
                 }
+            }
+        }
+    }
+}
+
+/// The transfer's messages as they crossed the hub (the wire log): one
+/// line each, its headers and body behind it, as received or sent.
+fn wire_messages(found: &Value) -> Markup {
+    let list = found["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    html! {
+        section.messages aria-labelledby="messages-title" {
+            h3 #messages-title { "Messages" }
+            @if found["enabled"] == false {
+                p.muted { "The hub keeps no messages (" code { "--wire-log off" } ")." }
+            } @else if list.is_empty() {
+                p.muted { "None kept: older than the wire log's retention, or not yet written." }
+            } @else {
+                @if found["complete"] == false {
+                    p.muted { "Searched through " (page::text(&found["searchedThrough"])) " only." }
+                }
+                ol.wire {
+                    @for message in list { li { (wire_message(message)) } }
+                }
+            }
+        }
+    }
+}
+
+fn wire_message(message: &Value) -> Markup {
+    let inbound = message["direction"] == "in";
+    let peer = page::text(&message["peer"]);
+    let outcome = match (message["status"].as_u64(), message["note"].as_str()) {
+        (Some(status), _) => status.to_string(),
+        (None, Some(note)) => format!("no answer: {note}"),
+        (None, None) => "no answer".to_string(),
+    };
+    let headers = message["headers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    html! {
+        details {
+            summary {
+                (page::time_cell(&message["at"])) " "
+                @if inbound { (peer) " → hub " } @else { "hub → " (peer) " " }
+                code { (page::text(&message["method"])) " " (page::text(&message["target"])) }
+                " " span.status { (outcome) }
+                @if let Some(attempt) = message["attempt"].as_u64().filter(|a| *a > 1) { " (attempt " (attempt) ")" }
+            }
+            table.headers {
+                @for pair in headers {
+                    tr { th scope="row" { (page::text(&pair[0])) } td { code { (page::text(&pair[1])) } } }
+                }
+            }
+            @if let Some(body) = message["body"].as_str().filter(|b| !b.is_empty()) {
+                pre.body { (body) }
+            } @else if let Some(body) = message["bodyBase64"].as_str() {
+                p.muted { "Body (not UTF-8, base64):" } pre.body { (body) }
             }
         }
     }

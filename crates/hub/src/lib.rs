@@ -86,6 +86,7 @@ pub mod observability {
     pub mod stages;
     pub mod trace;
     pub mod transfer_stats;
+    pub mod wire_log;
 }
 
 /// The HTTP server under both APIs: connections and their caps, bodies,
@@ -101,7 +102,7 @@ pub mod http {
 mod references;
 
 pub use http::{body, connections, door, refusals, server};
-pub use observability::{metrics, role, stages, trace, transfer_stats};
+pub use observability::{metrics, role, stages, trace, transfer_stats, wire_log};
 pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
     settlement, watch,
@@ -195,6 +196,9 @@ pub struct HubConfig {
     /// Alerts to the DFSPs' contacts: mail (with `--smtp-url`) and
     /// webhooks.
     pub alerts: alerts::AlertsConfig,
+    /// The wire log of transfers' and conversions' messages (see
+    /// [`wire_log`]); `None`: nothing is recorded.
+    pub wire_log: Option<wirelog::WireLog>,
 }
 
 impl HubConfig {
@@ -227,6 +231,7 @@ impl HubConfig {
             max_clock_skew: None,
             four_eyes: approvals::FourEyes::off(),
             alerts: alerts::AlertsConfig::default(),
+            wire_log: None,
         }
     }
 }
@@ -302,6 +307,9 @@ impl Hub {
             metrics.register_participant_modes(endpoints.clone(), config.hub_name);
             if let Some(pool) = &jws_pool {
                 metrics.register_jws_pool(pool);
+            }
+            if let Some(log) = &config.wire_log {
+                metrics.register_wire_log(log.clone());
             }
             Arc::new(metrics)
         };
@@ -725,7 +733,12 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(parties::routes().with_state(hub.clone()));
     // Layers run outside in: repeated headers and stale dates (see
     // [`door`]), the caller's identity, then its signature, then whether it
-    // is a participant at all.
+    // is a participant at all; innermost, the wire log of what the
+    // handlers took.
+    let recorder = hub.clone();
+    let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
+        wire_log::record_requests(recorder.clone(), request, next)
+    }));
     let directory = hub.clone();
     let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
         known_source(directory.clone(), request, next)
@@ -960,6 +973,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(transfer_stats::router(hub.clone()))
         .merge(refused::router(hub.clone()))
         .merge(admin_transfers::router(hub.clone()))
+        .merge(wire_log::router(hub.clone()))
         .merge(feed::router(hub.clone()))
         .merge(scrape)
         // Inside the authentication: it sees who asks.

@@ -67,6 +67,9 @@ struct Settings {
     caps: hub::connections::Caps,
     /// The alerts' settings with their files read.
     alerts: hub::alerts::AlertsConfig,
+    /// The wire log, opened once for the process (its writer thread owns
+    /// the directory).
+    wire_log: Option<wirelog::WireLog>,
 }
 
 impl Settings {
@@ -158,6 +161,25 @@ impl Settings {
             None => None,
         };
         let alerts = alerts_settings(plan)?;
+        let wire_log = match &plan.wire_log {
+            Some(wire) => {
+                let log =
+                    wirelog::WireLog::open(&wire.dir, wire.config.clone()).with_context(|| {
+                        format!(
+                            "cannot open the wire log in {} (--wire-log off to run without it)",
+                            wire.dir.display()
+                        )
+                    })?;
+                info!(
+                    dir = %wire.dir.display(),
+                    max_bytes = wire.config.max_bytes,
+                    retention_s = wire.config.retention.as_secs(),
+                    "transfers' messages kept in the wire log (--wire-log)"
+                );
+                Some(log)
+            }
+            None => None,
+        };
         Ok(Settings {
             admin_auth,
             tls,
@@ -166,6 +188,7 @@ impl Settings {
             jws_pool,
             caps,
             alerts,
+            wire_log,
         })
     }
 }
@@ -364,6 +387,7 @@ fn serve_term(
             tls: Some(settings.callback_tls.clone()),
             signer: settings.signer.clone(),
             final_retry_for: plan.callbacks.retry_for,
+            wire_log: settings.wire_log.clone(),
             ..DispatcherConfig::default()
         });
         // Until the callbacks since `watermark` are queued again, the saved
@@ -386,6 +410,7 @@ fn serve_term(
         hub_config.store_reader = Some(reader.clone());
         hub_config.feed = Some(feed.clone());
         hub_config.alerts = settings.alerts.clone();
+        hub_config.wire_log = settings.wire_log.clone();
         if hub_config.jws_verify.is_on() {
             info!(resources = %hub_config.jws_verify.resources.join(","), "inbound FSPIOP-Signature checked");
         }

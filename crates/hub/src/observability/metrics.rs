@@ -441,6 +441,12 @@ impl Metrics {
             .register_collector(Box::new(PendingAnswers(answers)));
     }
 
+    /// Exposes the wire log's counters (see [`crate::wire_log`]).
+    pub fn register_wire_log(&mut self, log: wirelog::WireLog) {
+        self.registry
+            .register_collector(Box::new(WireLogCollector(log)));
+    }
+
     /// Exposes the JWS pool's saturation (see [`crate::jws_pool`]).
     pub fn register_jws_pool(&mut self, pool: &crate::jws_pool::JwsPool) {
         pool.register(&mut self.registry);
@@ -734,6 +740,41 @@ fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: u64) 
 fn counter_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: f64) -> fmt::Result {
     let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     ConstCounter::new(value).encode(metric)
+}
+
+/// `kasi_wire_log_*`, read at scrape time.
+#[derive(Debug)]
+struct WireLogCollector(wirelog::WireLog);
+
+impl Collector for WireLogCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> fmt::Result {
+        let stats = self.0.stats();
+        counter(
+            &mut encoder,
+            "kasi_wire_log_written",
+            "Messages of transfers and conversions written to the wire log",
+            stats.written,
+        )?;
+        counter(
+            &mut encoder,
+            "kasi_wire_log_dropped",
+            "Messages the wire log dropped: its writer was behind, or could not write (transfers are not affected)",
+            stats.dropped,
+        )?;
+        counter(
+            &mut encoder,
+            "kasi_wire_log_write_errors",
+            "Writes to the wire log's files that failed (a full disk, ...)",
+            stats.write_errors,
+        )?;
+        let metric = encoder.encode_descriptor(
+            "kasi_wire_log_bytes",
+            "The wire log's files on disk, in bytes (bounded by --wire-log-max-bytes)",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(stats.bytes_on_disk as i64).encode(metric)
+    }
 }
 
 /// `kasi_pending_answers` and `kasi_pending_answers_capacity`.

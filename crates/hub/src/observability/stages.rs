@@ -541,6 +541,18 @@ pub(crate) struct Received {
     pub received: Instant,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// Where the wire log takes the body and a `POST`'s id, when it records.
+    pub capture: Option<Arc<crate::wire_log::Capture>>,
+}
+
+impl Received {
+    /// The id the wire log files this request under (a `POST`'s, which its
+    /// path does not name).
+    pub fn names(&self, id: impl std::fmt::Display) {
+        if let Some(capture) = &self.capture {
+            capture.names(id);
+        }
+    }
 }
 
 #[axum::async_trait]
@@ -550,15 +562,23 @@ impl<S: Send + Sync> FromRequest<S> for Received {
     async fn from_request(request: Request, state: &S) -> Result<Received, Self::Rejection> {
         let started = Instant::now();
         let (parts, body) = request.into_parts();
+        let capture = parts
+            .extensions
+            .get::<Arc<crate::wire_log::Capture>>()
+            .cloned();
         // The body limit travels in the extensions; the headers stay here.
         let mut body_request = Request::new(body);
         *body_request.extensions_mut() = parts.extensions;
         let body = Bytes::from_request(body_request, state).await?;
+        if let Some(capture) = &capture {
+            capture.read(&body);
+        }
         Ok(Received {
             started,
             received: Instant::now(),
             headers: parts.headers,
             body,
+            capture,
         })
     }
 }

@@ -180,25 +180,39 @@ async fn get_transfer(
     State(hub): State<Arc<Hub>>,
     Path(id): Path<String>,
 ) -> Result<Response, HubError> {
-    let transfer_id = fspiop::parse_correlation_id(&id)?;
-    let (view, source) = match hub.ask(ReadTransfer { transfer_id }).await? {
-        Ok((view, Held::InMemory)) => (view, Source::Memory),
+    let (view, held) = match read_transfer(&hub, &id).await? {
+        Ok(found) => found,
+        Err(not_found) => return Ok(not_found),
+    };
+    let source = match held {
+        Held::InMemory => Source::Memory,
         // Past the retention horizon: the ledger answered from the store's
         // copy (an evicted transfer was durable before it left).
-        Ok((view, Held::InStore)) => (view, Source::Store),
+        Held::InStore => Source::Store,
+    };
+    let partner = partner_of(&hub, &view).await;
+    Ok(Json(transfer_json(&view, partner.as_ref(), source)).into_response())
+}
+
+/// The transfer a path's `{id}` names, or the 404 to answer (3208: a 400
+/// on the FSPIOP API, an answer to a callback; a read of an unknown
+/// resource is a 404 here); a malformed id is 400 (3101).
+pub(crate) async fn read_transfer(
+    hub: &Hub,
+    id: &str,
+) -> Result<Result<(TransferView, Held), Response>, HubError> {
+    let transfer_id = fspiop::parse_correlation_id(id)?;
+    match hub.ask(ReadTransfer { transfer_id }).await? {
+        Ok(found) => Ok(Ok(found)),
         Err(error) if error.code == ErrorCode::TRANSFER_ID_NOT_FOUND => {
             let error = HubError::new(
                 ErrorCode::TRANSFER_ID_NOT_FOUND,
                 format!("Transfer ID not found - transfer {transfer_id} not found"),
             );
-            // 3208 is a 400 on the FSPIOP API (an answer to a callback); a
-            // read of an unknown resource is a 404.
-            return Ok((StatusCode::NOT_FOUND, error).into_response());
+            Ok(Err((StatusCode::NOT_FOUND, error).into_response()))
         }
-        Err(error) => return Err(HubError::refused(error)),
-    };
-    let partner = partner_of(&hub, &view).await;
-    Ok(Json(transfer_json(&view, partner.as_ref(), source)).into_response())
+        Err(error) => Err(HubError::refused(error)),
+    }
 }
 
 /// The filters `GET /transfers` takes.

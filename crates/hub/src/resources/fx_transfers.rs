@@ -411,6 +411,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let headers = &request.headers;
     let caller = check_headers(headers, Resource::FxTransfers, Shape::Post)?;
     let parsed = fspiop::parse_fx_transfer_prepare(&body)?;
+    request.names(parsed.commit_request_id);
     check_parties(
         &hub,
         &caller,

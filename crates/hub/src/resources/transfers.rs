@@ -698,6 +698,7 @@ async fn prepare(State(hub): State<Arc<Hub>>, mut request: Received) -> Result<R
     let headers = &request.headers;
     let caller = check_headers(headers, Resource::Transfers, Shape::Post)?;
     let parsed = fspiop::parse_transfer_prepare(&body)?;
+    request.names(parsed.transfer_id);
     let mut prepare = parsed.to_prepare();
     prepare.wire_version = caller.version.packed();
     check_parties(

@@ -308,6 +308,12 @@ pub const TABLE: &[Rule] = &[
         READERS,
         Scope::Filtered(Filter::Transfer),
     ),
+    rule(
+        "GET",
+        "/transfers/:id/messages",
+        READERS,
+        Scope::Filtered(Filter::Transfer),
+    ),
     // Settlement (central-settlement's API).
     rule("GET", "/v2/settlementWindows", READERS, Scope::Any),
     rule("GET", "/v2/settlementWindows/:id", READERS, Scope::Any),

@@ -39,6 +39,8 @@ pub struct ServeArgs {
     alerts: AlertArgs,
     #[command(flatten)]
     feed: FeedArgs,
+    #[command(flatten)]
+    wire_log: WireLogArgs,
 }
 
 /// What `kasi serve` will run, decided from its flags alone: each crate's
@@ -68,6 +70,8 @@ pub(crate) struct ServePlan {
     /// The alerts' files to read (their settings are in `hub.alerts`).
     pub(crate) alerts: AlertsFiles,
     pub(crate) feed: FeedPlan,
+    /// Where and how much the wire log keeps; `None`: off.
+    pub(crate) wire_log: Option<WireLogPlan>,
 }
 
 /// A flag's value, or a combination of flags, that cannot be served; the
@@ -164,6 +168,7 @@ impl ServeArgs {
             watch: self.watch.plan(),
             alerts,
             feed: self.feed.plan()?,
+            wire_log: self.wire_log.plan(&self.store.data_dir),
         })
     }
 }
@@ -1293,6 +1298,84 @@ impl FeedArgs {
             amqp,
         })
     }
+}
+
+/// The wire log: the FSPIOP messages of transfers and conversions.
+#[derive(Args)]
+#[command(next_help_heading = "Wire log")]
+struct WireLogArgs {
+    /// Keep the FSPIOP messages of every transfer and conversion — each
+    /// request as a DFSP sent it (headers and body) with the hub's answer,
+    /// each callback attempt as the hub sent it with the DFSP's answer —
+    /// for the console's transfer page and `GET /transfers/{id}/messages`.
+    /// Kept in `<data-dir>/wire`, written off the request path (a message
+    /// the writer cannot keep up with is dropped and counted, never
+    /// waited for), credentials in headers redacted: `on` or `off`.
+    #[arg(long, env = "KASI_WIRE_LOG", default_value = "on", value_name = "on|off",
+          value_parser = ["on", "off"])]
+    wire_log: String,
+
+    /// The disk the wire log may use (`4GiB`, `500MiB`, bytes): the oldest
+    /// messages are deleted first. At 1,000 transfers/s a transfer's
+    /// messages take ~5 KB, so 4 GiB holds about 15 minutes of that.
+    #[arg(long, env = "KASI_WIRE_LOG_MAX_BYTES", default_value = "4GiB",
+          value_parser = parse_bytes, value_name = "SIZE")]
+    wire_log_max_bytes: u64,
+
+    /// How long the wire log keeps a message (`2d`, `12h`, ...), at most:
+    /// the disk bound may delete it sooner.
+    #[arg(long, env = "KASI_WIRE_LOG_RETENTION", default_value = "7d",
+          value_parser = parse_feed_retention, value_name = "DURATION")]
+    wire_log_retention: Duration,
+}
+
+/// Where the wire log is kept, and its bounds.
+#[derive(Debug)]
+pub(crate) struct WireLogPlan {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: wirelog::Config,
+}
+
+impl WireLogArgs {
+    fn plan(&self, data_dir: &std::path::Path) -> Option<WireLogPlan> {
+        (self.wire_log == "on").then(|| WireLogPlan {
+            dir: data_dir.join("wire"),
+            config: wirelog::Config {
+                max_bytes: self.wire_log_max_bytes,
+                retention: self.wire_log_retention,
+                ..wirelog::Config::default()
+            },
+        })
+    }
+}
+
+/// A size: bytes, or with `KiB`, `MiB`, `GiB` (at least 1 MiB).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, ""),
+    };
+    let scale: u64 = match unit.trim() {
+        "" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?}: use bytes, KiB, MiB or GiB"
+            ))
+        }
+    };
+    let bytes = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 4GiB)"))?;
+    if bytes < 1 << 20 {
+        return Err("at least 1MiB".into());
+    }
+    Ok(bytes)
 }
 
 /// `--feed-retention`: at least a second.

@@ -188,6 +188,9 @@ pub struct DispatcherConfig {
     /// How long a tracked callback of a finished transfer (or a re-sent
     /// dead letter) is retried before it becomes a dead letter.
     pub final_retry_for: Duration,
+    /// Where each attempt of a transfer's or conversion's callback is
+    /// recorded (see [`crate::wire_log`]); `None`: nowhere.
+    pub wire_log: Option<wirelog::WireLog>,
 }
 
 /// The hub's FSPIOP-Signature on the callbacks it originates
@@ -215,6 +218,7 @@ impl Default for DispatcherConfig {
             tls: None,
             signer: None,
             final_retry_for: Duration::from_secs(3_600),
+            wire_log: None,
         }
     }
 }

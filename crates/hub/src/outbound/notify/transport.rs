@@ -124,11 +124,21 @@ pub(super) async fn deliver(
         *request.headers_mut() = job.headers.clone();
 
         let started = Instant::now();
+        let started_ms = crate::now_ms();
         let deadline = started + config.request_timeout;
         let error = match tokio::time::timeout_at(deadline, inner.client.request(request)).await {
             Ok(Ok(response)) => {
                 destination.record_latency(started.elapsed());
                 let status = response.status();
+                log_attempt(
+                    inner,
+                    destination,
+                    job,
+                    attempt,
+                    started_ms,
+                    Some(status.as_u16()),
+                    "",
+                );
                 // Read the (normally empty) body so the connection can be
                 // reused; the answer is already counted either way. A
                 // refusal's is kept when someone awaits the outcome.
@@ -179,8 +189,16 @@ pub(super) async fn deliver(
                     return Delivery::Answered(refused.then_some((status, body)));
                 }
             }
-            Ok(Err(error)) => ErrorChain(&error).to_string(),
-            Err(_) => format!("no response within {:?}", config.request_timeout),
+            Ok(Err(error)) => {
+                let error = ErrorChain(&error).to_string();
+                log_attempt(inner, destination, job, attempt, started_ms, None, &error);
+                error
+            }
+            Err(_) => {
+                let error = format!("no response within {:?}", config.request_timeout);
+                log_attempt(inner, destination, job, attempt, started_ms, None, &error);
+                error
+            }
         };
         release_follow_up(inner, job);
         let now_ms = crate::now_ms();
@@ -236,6 +254,48 @@ pub(super) async fn deliver(
         tokio::time::sleep(delay).await;
         attempt += 1;
     }
+}
+
+/// Records one attempt in the wire log, when there is one and the callback
+/// is a transfer's or a conversion's; the body with the first attempt only
+/// (a retry sends the same bytes).
+fn log_attempt(
+    inner: &Inner,
+    destination: &Destination,
+    job: &Job,
+    attempt: u32,
+    at_ms: i64,
+    status: Option<u16>,
+    note: &str,
+) {
+    let Some(log) = &inner.config.wire_log else {
+        return;
+    };
+    let tracked = job
+        .tracking
+        .as_ref()
+        .and_then(|tracking| tracking.transfer_id.as_deref());
+    let Some((resource, id)) = crate::wire_log::callback_key(job.uri.path(), tracked) else {
+        return;
+    };
+    log.record(wirelog::Message {
+        at_ms,
+        direction: wirelog::Direction::Out,
+        resource,
+        id,
+        peer: destination.name.as_str().into(),
+        method: job.method.clone(),
+        target: job.uri.to_string().into(),
+        status,
+        note: note.into(),
+        attempt,
+        headers: job.headers.clone(),
+        body: if attempt == 1 {
+            job.body.clone()
+        } else {
+            Bytes::new()
+        },
+    });
 }
 
 /// Reads a response body up to a limit, and returns what it read when
