@@ -314,12 +314,54 @@ fn wire_messages(found: &Value) -> Markup {
             } @else if list.is_empty() {
                 p.muted { "None kept: older than the wire log's retention, or not yet written." }
             } @else {
+                @if found["transaction"].is_object() { (transaction(&found["transaction"], &found["quote"])) }
                 @if found["complete"] == false {
                     p.muted { "Searched through " (page::text(&found["searchedThrough"])) " only." }
                 }
                 ol.wire {
                     @for message in list { li { (wire_message(message)) } }
                 }
+            }
+        }
+    }
+}
+
+/// A party of the transaction, as a person reads it.
+fn party(party: &Value) -> String {
+    let info = &party["partyIdInfo"];
+    let mut text = format!(
+        "{} {}",
+        page::text(&info["partyIdType"]),
+        page::text(&info["partyIdentifier"])
+    );
+    if let Some(sub_id) = info["partySubIdOrType"].as_str() {
+        text.push_str(&format!(" / {sub_id}"));
+    }
+    if let Some(fsp) = info["fspId"].as_str() {
+        text.push_str(&format!(" at {fsp}"));
+    }
+    if let Some(name) = party["name"].as_str() {
+        text.push_str(&format!(" ({name})"));
+    }
+    text
+}
+
+/// The transaction the prepare's ILP packet carries, and its quote when
+/// the hub kept it.
+fn transaction(transaction: &Value, quote: &Value) -> Markup {
+    html! {
+        h4 { "Transaction (from the prepare's ILP packet)" }
+        dl.effect {
+            dt { "Payer party" } dd { (party(&transaction["payer"])) }
+            dt { "Payee party" } dd { (party(&transaction["payee"])) }
+            dt { "Transaction id" } dd { code { (page::text(&transaction["transactionId"])) } }
+            dt { "Quote id" } dd { code { (page::text(&transaction["quoteId"])) } }
+            @if let Some(note) = transaction["note"].as_str() { dt { "Note" } dd { (note) } }
+        }
+        @if quote.is_object() {
+            details {
+                summary { "Quote " @if quote["answerIsError"] == true { "(answered with an error)" } @else { "as the payee answered it" } }
+                pre.body { (serde_json::to_string_pretty(&quote["answer"]).unwrap_or_default()) }
             }
         }
     }

@@ -93,17 +93,33 @@ pub struct IlpParties {
 /// [`crate::parse_party_key`]). An empty `partySubIdOrType` counts as
 /// absent. Never panics.
 pub fn transaction_parties(ilp_packet: &str) -> Option<IlpParties> {
-    if ilp_packet.len() > ILP_PACKET_DECODE_MAX_CHARS {
-        return None;
-    }
-    let packet = decode_base64(ilp_packet)?;
-    let data = packet_data(&packet)?;
-    let json = decode_base64(std::str::from_utf8(data).ok()?)?;
+    let json = transaction_bytes(ilp_packet)?;
     let transaction: Transaction = serde_json::from_slice(&json).ok()?;
     Some(IlpParties {
         payer: transaction.payer.party_id_info.into_party_ref()?,
         payee: transaction.payee.party_id_info.into_party_ref()?,
     })
+}
+
+/// The whole transaction object an `ilpPacket` carries (`quoteId`,
+/// `transactionId`, `payer`, `payee`, `amount`, `note`, ...), as JSON, for
+/// a person to read (the console's transfer page); `None` as for
+/// [`transaction_parties`], or when it is not a JSON object.
+pub fn transaction_json(ilp_packet: &str) -> Option<serde_json::Value> {
+    let json = transaction_bytes(ilp_packet)?;
+    serde_json::from_slice::<serde_json::Value>(&json)
+        .ok()
+        .filter(serde_json::Value::is_object)
+}
+
+/// The decoded `data` of a packet: the transaction's JSON bytes.
+fn transaction_bytes(ilp_packet: &str) -> Option<Vec<u8>> {
+    if ilp_packet.len() > ILP_PACKET_DECODE_MAX_CHARS {
+        return None;
+    }
+    let packet = decode_base64(ilp_packet)?;
+    let data = packet_data(&packet)?;
+    decode_base64(std::str::from_utf8(data).ok()?)
 }
 
 // Node's decoder takes padding or none, and ignores stray low bits.
@@ -347,6 +363,23 @@ mod tests {
         let parties = transaction_parties(&v.ilp_packet).unwrap();
         assert_eq!(parties.payer.key(), "MSISDN/22507008181");
         assert_eq!(parties.payee.key(), "EMAIL/awa.diop@example.org");
+    }
+
+    #[test]
+    fn the_whole_transaction_reads_as_json_with_its_quote_and_parties() {
+        let v = vector("v4_prepare_no_sub_ids");
+        let transaction = transaction_json(&v.ilp_packet).unwrap();
+        assert!(transaction["quoteId"].is_string(), "{transaction}");
+        assert!(transaction["transactionId"].is_string(), "{transaction}");
+        assert_eq!(
+            transaction["payer"]["partyIdInfo"]["partyIdentifier"],
+            "22507008181"
+        );
+        assert_eq!(transaction_json("not a packet"), None);
+        assert_eq!(
+            transaction_json(&"A".repeat(ILP_PACKET_DECODE_MAX_CHARS + 1)),
+            None
+        );
     }
 
     #[test]

@@ -128,22 +128,6 @@ fn the_operator_finds_transfers_by_dfsp_state_error_amount_and_time_page_by_page
     }
 }
 
-/// The `ilpPacket` of a Mojaloop-built test vector (crates/fspiop/tests/
-/// ilp-vectors), by name.
-fn ilp_packet(name: &str) -> String {
-    let vectors = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fspiop/tests/ilp-vectors/vectors.jsonl"),
-    )
-    .unwrap();
-    vectors
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap())
-        .find(|vector| vector["name"] == name)
-        .and_then(|vector| vector["ilpPacket"].as_str().map(str::to_string))
-        .unwrap_or_else(|| panic!("no vector {name}"))
-}
-
 /// Issue 33: support searches by the customer's number. The parties are
 /// read from each prepare's ILP packet (as Mojaloop builds it) and kept
 /// with the transfer; the search finds them on either side or on one,

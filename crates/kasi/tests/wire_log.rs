@@ -79,14 +79,46 @@ fn start(extra: &[&str]) -> (Scenario, String, String) {
     )
 }
 
+/// The quote a Mojaloop-built ILP packet names, asked by the payer and
+/// answered by the payee (kept: `--quotes-persistent`); the packet.
+fn quoted(s: &Scenario) -> (String, String) {
+    for (name, stub) in [(PAYER, &s.payer), (PAYEE, &s.payee)] {
+        s.hub
+            .add_endpoint(name, "FSPIOP_CALLBACK_URL_QUOTES", &stub.base_url());
+    }
+    let packet = ilp_packet("v4_prepare_no_sub_ids");
+    let transaction = fspiop::ilp::transaction_json(&packet).unwrap();
+    let quote_id = transaction["quoteId"].as_str().unwrap().to_string();
+    let quote = format!(
+        r#"{{"quoteId":"{quote_id}","transactionId":"{}","payee":{{"partyIdInfo":{{"partyIdType":"EMAIL","partyIdentifier":"awa.diop@example.org","fspId":"{PAYEE}"}}}},"payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"22507008181","fspId":"{PAYER}"}}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"12.5"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
+        transaction["transactionId"].as_str().unwrap()
+    );
+    let headers = resource_headers("quotes", "1.0", PAYER, Some(PAYEE), true);
+    let asked = s.hub.api("POST", "/quotes", &headers, quote.as_bytes());
+    assert_eq!(asked.status, 202, "{asked:?}");
+    s.payee.expect("POST", "/quotes");
+    let answer = format!(
+        r#"{{"transferAmount":{{"currency":"USD","amount":"12.5"}},"expiration":"{}","ilpPacket":"{packet}","condition":"{CONDITION}"}}"#,
+        fspiop_time(far_future())
+    );
+    let headers = resource_headers("quotes", "1.0", PAYEE, Some(PAYER), false);
+    let path = format!("/quotes/{quote_id}");
+    let answered = s.hub.api("PUT", &path, &headers, answer.as_bytes());
+    assert_eq!(answered.status, 200, "{answered:?}");
+    s.payer.expect("PUT", &path);
+    (quote_id, packet)
+}
+
 #[test]
 fn a_transfers_messages_read_back_as_they_crossed_the_hub() {
-    let (s, payer_person, third_person) = start(&[]);
+    let (s, payer_person, third_person) = start(&["--quotes-persistent"]);
     let third = Stub::start("thirdfsp");
     s.hub.onboard("thirdfsp", &third.base_url(), 1_000, 1_000);
+    let (quote_id, packet) = quoted(&s);
 
     let id = new_id();
-    let prepare = prepare_body(&id, PAYER, PAYEE, "12.5", far_future());
+    let prepare =
+        prepare_body(&id, PAYER, PAYEE, "12.5", far_future()).replace(ILP_PACKET, &packet);
     // A gateway's credential the DFSP sends along: never kept.
     let headers = with_header(
         fspiop_headers(PAYER, PAYEE, true),
@@ -108,6 +140,16 @@ fn a_transfers_messages_read_back_as_they_crossed_the_hub() {
     let all = messages(&s.hub, s.hub.admin_bearer.as_deref(), &id, 5);
     assert_eq!(all["transferId"], id.as_str());
     assert_eq!(all["complete"], true, "{all:#}");
+
+    // The transaction the packet carries, and the quote it was agreed in.
+    assert_eq!(
+        all["transaction"]["payer"]["partyIdInfo"]["partyIdentifier"], "22507008181",
+        "{all:#}"
+    );
+    assert_eq!(all["transaction"]["quoteId"], quote_id.as_str());
+    assert_eq!(all["quote"]["quoteId"], quote_id.as_str(), "{all:#}");
+    assert_eq!(all["quote"]["answerIsError"], false);
+    assert_eq!(all["quote"]["answer"]["transferAmount"]["amount"], "12.5");
 
     let asked = find(&all, "in", "POST", PAYER);
     assert_eq!(asked["target"], "/transfers");
@@ -223,6 +265,12 @@ fn a_transfers_messages_read_back_as_they_crossed_the_hub() {
         "{html}"
     );
     assert!(html.contains("[redacted]"), "{html}");
+    assert!(
+        html.contains("MSISDN 22507008181 at dfspa (Mats Hagman)"),
+        "{html}"
+    );
+    assert!(html.contains("Loyer de novembre"), "{html}");
+    assert!(html.contains(&quote_id), "{html}");
 }
 
 #[test]

@@ -186,8 +186,49 @@ async fn messages(
     if let Some(through) = found.searched_through_ms.filter(|_| !found.complete) {
         body["searchedThrough"] = json!(format_time(through));
     }
+    // The transaction the prepare's ILP packet carries (parties, quote id)
+    // and, when the hub kept it, the quote it was agreed in.
+    let transaction = found
+        .messages
+        .iter()
+        .filter(|m| m.direction == Direction::In && m.method == "POST")
+        .find_map(|m| prepare_transaction(&m.body));
+    if let Some(transaction) = transaction {
+        if let Some(quote) = quote_of(&hub, &transaction).await {
+            body["quote"] = quote;
+        }
+        body["transaction"] = transaction;
+    }
     body["messages"] = found.messages.iter().map(message_json).collect();
     Ok(Json(body).into_response())
+}
+
+/// The transaction object in a prepare body's `ilpPacket`, if it has one
+/// built as Mojaloop builds it.
+fn prepare_transaction(body: &[u8]) -> Option<Value> {
+    let prepare: Value = serde_json::from_slice(body).ok()?;
+    fspiop::ilp::transaction_json(prepare["ilpPacket"].as_str()?)
+}
+
+/// The recorded quote (`--quotes-persistent`) the transaction names.
+async fn quote_of(hub: &Hub, transaction: &Value) -> Option<Value> {
+    let quote_id = fspiop::parse_correlation_id(transaction["quoteId"].as_str()?).ok()?;
+    let reader = hub.config.store_reader.clone()?;
+    let row = tokio::task::spawn_blocking(move || reader.find_quote(quote_id))
+        .await
+        .ok()?
+        .map_err(|error| tracing::warn!(%error, "cannot read a quote for the transfer page"))
+        .ok()??;
+    let mut quote = json!({
+        "quoteId": row.quote_id.to_string(),
+        "receivedAt": format_time(row.received_at_ms),
+    });
+    if let Some(answer) = row.answer {
+        quote["answeredAt"] = json!(format_time(answer.answered_at_ms));
+        quote["answerIsError"] = json!(answer.is_error);
+        quote["answer"] = serde_json::from_str(&answer.body).unwrap_or(json!(answer.body));
+    }
+    Some(quote)
 }
 
 fn message_json(recorded: &Recorded) -> Value {

@@ -333,6 +333,22 @@ pub fn resource_headers(
     headers
 }
 
+/// The `ilpPacket` of a Mojaloop-built test vector (crates/fspiop/tests/
+/// ilp-vectors), by name.
+pub fn ilp_packet(name: &str) -> String {
+    let vectors = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fspiop/tests/ilp-vectors/vectors.jsonl"),
+    )
+    .unwrap();
+    vectors
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|vector| vector["name"] == name)
+        .and_then(|vector| vector["ilpPacket"].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("no vector {name}"))
+}
+
 // --------------------------------------------------------------- HTTP client
 
 pub struct Response {
