@@ -10,6 +10,9 @@
 //!   message (its bytes shared, not copied) to one writer thread through a
 //!   queue bounded in bytes; when the queue is full the message is dropped
 //!   and counted ([`Stats::dropped`]), with a warning at most every 10 s.
+//!   The writer drains the queue every 20 ms rather than being woken by
+//!   each message: a wake per message cost the request's thread a futex
+//!   call and a context switch (BENCHMARKS.md, "The wire log").
 //! - The writer appends to size- and age-bounded segment files in its own
 //!   directory, without fsync (a crash of the machine may lose the last
 //!   seconds, and a torn tail is detected by each record's checksum), and
