@@ -476,6 +476,150 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     );
 }
 
+/// Approving a change that moves money is irreversible for the approver:
+/// the console first shows what it moves (the amount) and applies it only
+/// once confirmed; a net debit cap change is approved at once.
+#[test]
+fn the_console_asks_the_approver_to_confirm_a_money_movement_with_its_amount() {
+    let (scenario, people) = start(&["--four-eyes", "funds-out,net-debit-cap"]);
+    let hub = &scenario.hub;
+    let pending = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(1_234),
+    );
+    let id = pending["id"].as_str().unwrap();
+    let before = hub.account_value(PAYER, "SETTLEMENT");
+    let (cookie, csrf, _) = approvals_page(hub, &people.bob);
+    let approve = |extra: &str| {
+        support::http(
+            hub.admin,
+            "POST",
+            &format!("/console/approvals/{id}"),
+            &[
+                ("Cookie".to_string(), cookie.clone()),
+                (
+                    "Content-Type".to_string(),
+                    "application/x-www-form-urlencoded".to_string(),
+                ),
+            ],
+            format!("csrf={csrf}&decision=approve&reason=checked{extra}").as_bytes(),
+        )
+    };
+    let asked = approve("");
+    assert_eq!(asked.status, 200, "a confirmation page: {asked:?}");
+    let page = asked.text();
+    assert!(
+        page.contains("Confirm: approve funds-out of payerfsp"),
+        "{page}"
+    );
+    assert!(page.contains("1,234"), "the amount is shown: {page}");
+    assert!(page.contains("name=\"confirmed\" value=\"yes\""), "{page}");
+    assert_eq!(
+        shown(hub, &pending["id"])["state"],
+        "pending",
+        "nothing applied yet"
+    );
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), before);
+
+    let confirmed = approve("&confirmed=yes");
+    assert_eq!(confirmed.status, 303, "{confirmed:?}");
+    assert_eq!(shown(hub, &pending["id"])["state"], "applied");
+
+    // A cap change moves no money: approved without a confirmation.
+    let limits = format!("/participants/{PAYER}/limits");
+    let cap = ask(hub, &people.carol, "PUT", &limits, &cap_change(7_000));
+    let cap_id = cap["id"].as_str().unwrap();
+    let posted = support::http(
+        hub.admin,
+        "POST",
+        &format!("/console/approvals/{cap_id}"),
+        &[
+            ("Cookie".to_string(), cookie.clone()),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        format!("csrf={csrf}&decision=approve&reason=ok").as_bytes(),
+    );
+    assert_eq!(posted.status, 303, "{posted:?}");
+    assert_eq!(net_debit_cap(hub), 7_000.0);
+}
+
+/// Advancing a settlement in the console into a stage it cannot be taken
+/// back from (its transfers committed, then SETTLED) first shows the net
+/// amounts and changes nothing until confirmed; the earlier stages advance
+/// at once.
+#[test]
+fn the_console_asks_to_confirm_advancing_a_settlement_past_abort_with_the_amounts() {
+    let (s, people) = start(&[]);
+    let hub = &s.hub;
+    let (transfer, _) = s.reserve("321", support::far_future());
+    s.fulfil(&transfer, &support::fulfil_body(support::FULFILMENT, "COMMITTED"));
+    s.payer.expect("PUT", &format!("/transfers/{transfer}"));
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    let settlement = hub
+        .admin_expect(
+            "POST",
+            "/v2/settlements",
+            Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+            200,
+        )
+        .json();
+    let id = settlement["id"].to_string();
+    let state = || {
+        hub.admin_expect("GET", &format!("/v2/settlements/{id}"), None, 200)
+            .json()["state"]
+            .clone()
+    };
+    let (cookie, csrf, _) = approvals_page(hub, &people.alice);
+    let advance = |extra: &str| {
+        support::http(
+            hub.admin,
+            "POST",
+            &format!("/console/settlement/settlements/{id}/advance"),
+            &[
+                ("Cookie".to_string(), cookie.clone()),
+                (
+                    "Content-Type".to_string(),
+                    "application/x-www-form-urlencoded".to_string(),
+                ),
+            ],
+            format!("csrf={csrf}{extra}").as_bytes(),
+        )
+    };
+    for reversible in ["PS_TRANSFERS_RECORDED", "PS_TRANSFERS_RESERVED"] {
+        let response = advance("");
+        assert_eq!(response.status, 303, "{reversible}: {response:?}");
+        assert_eq!(state(), reversible);
+    }
+    for (before, last) in [
+        ("PS_TRANSFERS_RESERVED", "PS_TRANSFERS_COMMITTED"),
+        ("PS_TRANSFERS_COMMITTED", "SETTLED"),
+    ] {
+        let asked = advance("");
+        assert_eq!(asked.status, 200, "a confirmation page: {asked:?}");
+        let page = asked.text();
+        assert!(
+            page.contains(&format!("Confirm: advance settlement {id} to {last}")),
+            "{page}"
+        );
+        assert!(page.contains("321"), "the net amounts: {page}");
+        assert_eq!(state(), before, "nothing changed before the confirmation");
+        let confirmed = advance("&confirmed=yes");
+        assert_eq!(confirmed.status, 303, "{confirmed:?}");
+        assert_eq!(state(), last);
+    }
+}
+
 /// The production configuration: a hub on a PostgreSQL store, with the
 /// tokens file of [`People`], the scenario's DFSPs onboarded, and alice's
 /// token on its own admin calls.
