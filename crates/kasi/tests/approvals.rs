@@ -427,9 +427,18 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     let held = form_post(
         &maker_cookie,
         &format!("/console/participants/{PAYER}/limits"),
-        format!("csrf={maker_csrf}&currency=USD&value=5000"),
+        format!("csrf={maker_csrf}&currency=USD&value=5000&reason=holiday+peak"),
     );
     assert_eq!(held.status, 303, "{held:?}");
+    // Kept with the maker's why, from the form's reason.
+    let listed = hub.admin_expect("GET", "/approvals", None, 200).json();
+    let from_console = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|change| change["request"]["body"].to_string().contains("5000"))
+        .unwrap_or_else(|| panic!("the console's cap change is pending: {listed}"));
+    assert_eq!(from_console["reason"], "holiday peak", "{from_console}");
     let told = support::http(
         hub.admin,
         "GET",
@@ -558,7 +567,10 @@ fn the_console_asks_to_confirm_advancing_a_settlement_past_abort_with_the_amount
     let (s, people) = start(&[]);
     let hub = &s.hub;
     let (transfer, _) = s.reserve("321", support::far_future());
-    s.fulfil(&transfer, &support::fulfil_body(support::FULFILMENT, "COMMITTED"));
+    s.fulfil(
+        &transfer,
+        &support::fulfil_body(support::FULFILMENT, "COMMITTED"),
+    );
     s.payer.expect("PUT", &format!("/transfers/{transfer}"));
     hub.admin_expect(
         "POST",
