@@ -485,6 +485,56 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     );
 }
 
+/// `participant-deactivate` holds every way of pausing: a participant's
+/// `isActive` false or 0 (central-ledger takes both), a mode other than
+/// active, a currency account's `isActive` false or 0; activating is not
+/// held.
+#[test]
+fn every_spelling_of_a_deactivation_is_held() {
+    let (scenario, people) = start(&["--four-eyes", "participant-deactivate"]);
+    let hub = &scenario.hub;
+    let participant = format!("/participants/{PAYER}");
+    let account = settlement_path(hub);
+    for (path, body) in [
+        (&participant, json!({"isActive": false})),
+        (&participant, json!({"isActive": 0})),
+        (&participant, json!({"mode": "suspended"})),
+        (&account, json!({"isActive": false})),
+        (&account, json!({"isActive": 0})),
+    ] {
+        let pending = ask(hub, &people.bob, "PUT", path, &body);
+        assert_eq!(pending["action"], "participant-deactivate", "{body}");
+        assert_eq!(pending["state"], "pending", "{body}");
+    }
+    let shown = hub.admin_expect("GET", &participant, None, 200).json();
+    assert_eq!(
+        (shown["isActive"].clone(), shown["mode"].clone()),
+        (json!(1), json!("active"))
+    );
+    let accounts = hub
+        .admin_expect("GET", &format!("{participant}/accounts"), None, 200)
+        .json();
+    assert!(
+        accounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["isActive"] == 1),
+        "no account disabled: {accounts}"
+    );
+    let activated = call(
+        hub,
+        &people.bob,
+        "PUT",
+        &participant,
+        Some(&json!({"isActive": 1})),
+    );
+    assert_eq!(
+        activated.status, 200,
+        "activating is not held: {activated:?}"
+    );
+}
+
 /// Approving a change that moves money is irreversible for the approver:
 /// the console first shows what it moves (the amount) and applies it only
 /// once confirmed; a net debit cap change is approved at once.
