@@ -398,6 +398,23 @@ fn approvals_page(hub: &Hub, token: &str) -> (String, String, String) {
     (cookie, csrf, html)
 }
 
+/// A console form `body` posted to `path` with `cookie`'s session.
+fn console_form(hub: &Hub, cookie: &str, path: &str, body: &str) -> Response {
+    support::http(
+        hub.admin,
+        "POST",
+        path,
+        &[
+            ("Cookie".to_string(), cookie.to_string()),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        body.as_bytes(),
+    )
+}
+
 #[test]
 fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     let (scenario, people) = start(&["--four-eyes", "net-debit-cap"]);
@@ -408,21 +425,7 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     let form = format!("action=\"/console/approvals/{id}\"");
 
     let (maker_cookie, maker_csrf, _) = approvals_page(hub, &people.carol);
-    let form_post = |cookie: &str, path: &str, body: String| {
-        support::http(
-            hub.admin,
-            "POST",
-            path,
-            &[
-                ("Cookie".to_string(), cookie.to_string()),
-                (
-                    "Content-Type".to_string(),
-                    "application/x-www-form-urlencoded".to_string(),
-                ),
-            ],
-            body.as_bytes(),
-        )
-    };
+    let form_post = |cookie: &str, path: &str, body: String| console_form(hub, cookie, path, &body);
     // The console's own cap form is held the same way, and says so.
     let held = form_post(
         &maker_cookie,
@@ -553,19 +556,8 @@ fn the_console_asks_the_approver_to_confirm_a_money_movement_with_its_amount() {
     let before = hub.account_value(PAYER, "SETTLEMENT");
     let (cookie, csrf, _) = approvals_page(hub, &people.bob);
     let approve = |extra: &str| {
-        support::http(
-            hub.admin,
-            "POST",
-            &format!("/console/approvals/{id}"),
-            &[
-                ("Cookie".to_string(), cookie.clone()),
-                (
-                    "Content-Type".to_string(),
-                    "application/x-www-form-urlencoded".to_string(),
-                ),
-            ],
-            format!("csrf={csrf}&decision=approve&reason=checked{extra}").as_bytes(),
-        )
+        let body = format!("csrf={csrf}&decision=approve&reason=checked{extra}");
+        console_form(hub, &cookie, &format!("/console/approvals/{id}"), &body)
     };
     let asked = approve("");
     assert_eq!(asked.status, 200, "a confirmation page: {asked:?}");
@@ -591,18 +583,11 @@ fn the_console_asks_the_approver_to_confirm_a_money_movement_with_its_amount() {
     let limits = format!("/participants/{PAYER}/limits");
     let cap = ask(hub, &people.carol, "PUT", &limits, &cap_change(7_000));
     let cap_id = cap["id"].as_str().unwrap();
-    let posted = support::http(
-        hub.admin,
-        "POST",
+    let posted = console_form(
+        hub,
+        &cookie,
         &format!("/console/approvals/{cap_id}"),
-        &[
-            ("Cookie".to_string(), cookie.clone()),
-            (
-                "Content-Type".to_string(),
-                "application/x-www-form-urlencoded".to_string(),
-            ),
-        ],
-        format!("csrf={csrf}&decision=approve&reason=ok").as_bytes(),
+        &format!("csrf={csrf}&decision=approve&reason=ok"),
     );
     assert_eq!(posted.status, 303, "{posted:?}");
     assert_eq!(net_debit_cap(hub), 7_000.0);
@@ -644,19 +629,8 @@ fn the_console_asks_to_confirm_advancing_a_settlement_past_abort_with_the_amount
     };
     let (cookie, csrf, _) = approvals_page(hub, &people.alice);
     let advance = |extra: &str| {
-        support::http(
-            hub.admin,
-            "POST",
-            &format!("/console/settlement/settlements/{id}/advance"),
-            &[
-                ("Cookie".to_string(), cookie.clone()),
-                (
-                    "Content-Type".to_string(),
-                    "application/x-www-form-urlencoded".to_string(),
-                ),
-            ],
-            format!("csrf={csrf}{extra}").as_bytes(),
-        )
+        let path = format!("/console/settlement/settlements/{id}/advance");
+        console_form(hub, &cookie, &path, &format!("csrf={csrf}{extra}"))
     };
     for reversible in ["PS_TRANSFERS_RECORDED", "PS_TRANSFERS_RESERVED"] {
         let response = advance("");

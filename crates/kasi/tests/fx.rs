@@ -98,6 +98,16 @@ impl Fx {
         }
     }
 
+    /// Declares the FXP's one corridor, USD to TZS (`/services/FXP`).
+    fn declare_usd_to_tzs(&self) {
+        self.hub.admin_expect(
+            "PUT",
+            &format!("/participants/{FXP}/fxCorridors"),
+            Some(json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]})),
+            200,
+        );
+    }
+
     /// (payer USD, FXP USD, FXP TZS, payee TZS) positions, as the admin
     /// API shows them (reservations included, as Mojaloop's).
     fn positions(&self) -> [f64; 4] {
@@ -433,12 +443,7 @@ fn a_restart_between_the_legs_loses_nothing() {
 #[test]
 fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
     let fx = Fx::new();
-    fx.hub.admin_expect(
-        "PUT",
-        &format!("/participants/{FXP}/fxCorridors"),
-        Some(json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]})),
-        200,
-    );
+    fx.declare_usd_to_tzs();
     let listed = fx.hub.admin_expect("GET", "/fxps", None, 200).json();
     assert_eq!(listed[0]["name"], json!(FXP));
     let headers = resource_headers("services", "2.0", PAYER, None, true);
@@ -474,12 +479,7 @@ fn services_fxp(fx: &Fx, corridor: &str) -> Value {
 #[test]
 fn services_fxp_offers_only_an_fxp_that_could_convert_now() {
     let fx = Fx::new();
-    fx.hub.admin_expect(
-        "PUT",
-        &format!("/participants/{FXP}/fxCorridors"),
-        Some(json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]})),
-        200,
-    );
+    fx.declare_usd_to_tzs();
     let set_mode = |mode: &str| {
         fx.hub.admin_expect(
             "PUT",
