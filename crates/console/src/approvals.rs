@@ -101,6 +101,10 @@ fn row(visitor: &Visitor, change: &Value) -> Markup {
     }
 }
 
+/// The four-eyes actions that move money for good once approved: the
+/// approver is asked to confirm them, with the amounts, first.
+const MONEY_ACTIONS: [&str; 3] = ["funds-out", "funds-in", "settlement-finalize"];
+
 pub(crate) async fn decide(Path(id): Path<String>, Posted { visitor, fields }: Posted) -> Response {
     let decision = fields.text("decision").to_string();
     if decision != "approve" && decision != "reject" {
@@ -108,6 +112,17 @@ pub(crate) async fn decide(Path(id): Path<String>, Posted { visitor, fields }: P
             .session
             .set_flash(Flash::error("choose Approve or Reject"));
         return visitor.redirect(HERE);
+    }
+    if decision == "approve" && fields.text("confirmed") != "yes" {
+        let path = format!("/approvals/{}", page::encode(&id));
+        let change = match visitor.get(&path).await {
+            Ok(change) => change,
+            Err(error) => return page::api_failure(&visitor, Section::Approvals, &error),
+        };
+        let action = change["action"].as_str().unwrap_or_default();
+        if MONEY_ACTIONS.contains(&action) {
+            return confirm_approval(&visitor, &id, &change, fields.text("reason")).await;
+        }
     }
     let body = json!({"decision": decision, "reason": fields.text("reason")});
     let path = format!("/approvals/{}", page::encode(&id));
@@ -121,4 +136,49 @@ pub(crate) async fn decide(Path(id): Path<String>, Posted { visitor, fields }: P
         )
     };
     visitor.after_change(result, done, HERE)
+}
+
+/// Step one of approving a change that moves money: what it moves — the
+/// amount of a funds movement, each participant's net amount of a
+/// settlement — and a button that approves it (applying it then).
+async fn confirm_approval(visitor: &Visitor, id: &str, change: &Value, reason: &str) -> Response {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let action = text(&change["action"]);
+    let target = text(&change["target"]);
+    let body: Value =
+        serde_json::from_str(change["request"]["body"].as_str().unwrap_or("")).unwrap_or_default();
+    let settlement = match target.strip_prefix("settlement/") {
+        Some(settlement) => {
+            match crate::settlement::settlement_and_owners(visitor, settlement).await {
+                Ok(read) => Some(read),
+                Err(error) => return page::api_failure(visitor, Section::Approvals, &error),
+            }
+        }
+        None => None,
+    };
+    let content = html! {
+        h1 #confirm-title { "Confirm: approve " (action) " of " (target) }
+        p {
+            "Approving applies this change now, against the hub as it is now; the money it moves cannot be moved back by "
+            "undoing it. Asked by " (text(&change["requestedBy"]["name"])) " (" (text(&change["requestedBy"]["role"])) "): "
+            (text(&change["reason"]))
+        }
+        @if let Some((settlement, owners)) = &settlement {
+            (crate::settlement::net_amounts(settlement, owners))
+        } @else {
+            dl.effect {
+                dt { "Movement" }
+                dd.amount { (action) " of " (page::money(&page::text(&body["amount"]["amount"]), &page::text(&body["amount"]["currency"]))) }
+            }
+        }
+        form method="post" action={ (HERE) "/" (id) } aria-labelledby="confirm-title" {
+            (page::csrf(visitor))
+            input type="hidden" name="reason" value=(reason);
+            input type="hidden" name="confirmed" value="yes";
+            button.primary type="submit" name="decision" value="approve" { "Approve " (action) " of " (target) }
+            " "
+            a href=(HERE) { "Cancel" }
+        }
+    };
+    page::render(visitor, Section::Approvals, "Confirm approval", content)
 }

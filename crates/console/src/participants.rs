@@ -383,6 +383,8 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                         option value=(value) selected[mode == *value] { (words) }
                     }
                 }
+                label for="mode-reason" { "Reason" }
+                input #mode-reason name="reason";
                 button type="submit" { "Set mode" }
             }
         }
@@ -431,6 +433,8 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
                 (currency_select("limit-currency", &currencies))
                 label for="limit-value" { "New net debit cap" }
                 input #limit-value name="value" required inputmode="decimal";
+                label for="limit-reason" { "Reason" }
+                input #limit-reason name="reason";
                 button type="submit" { "Set net debit cap" }
             }
         }
@@ -635,6 +639,17 @@ async fn change(
     visitor.after_change(result, |_| done, &console_path(name))
 }
 
+/// `body` with the form's `reason`, when the person gave one: the "why"
+/// a change held for a second person (`--four-eyes`) is kept with, and
+/// shown to whoever approves it. Other changes ignore it.
+fn with_reason(mut body: Value, fields: &crate::page::Fields) -> Value {
+    let reason = fields.text("reason");
+    if !reason.is_empty() {
+        body["reason"] = Value::from(reason);
+    }
+    body
+}
+
 pub(crate) async fn set_limit(
     Path(name): Path<String>,
     Posted { visitor, fields }: Posted,
@@ -646,7 +661,10 @@ pub(crate) async fn set_limit(
         &name,
         Method::PUT,
         &format!("{}/limits", participant_path(&name)),
-        json!({ "currency": currency, "limit": { "type": "NET_DEBIT_CAP", "value": value } }),
+        with_reason(
+            json!({ "currency": currency, "limit": { "type": "NET_DEBIT_CAP", "value": value } }),
+            &fields,
+        ),
         format!("Net debit cap of {name} in {currency} set to {value}"),
     )
     .await
@@ -720,7 +738,7 @@ pub(crate) async fn set_mode(
         &name,
         Method::PUT,
         &participant_path(&name),
-        json!({ "mode": mode }),
+        with_reason(json!({ "mode": mode }), &fields),
         format!("{name} is now {mode}"),
     )
     .await

@@ -553,7 +553,7 @@ async fn as_created(visitor: &Visitor, settlement: &Value) -> Option<Value> {
 }
 
 /// The settlement's net amounts, one row per account, named by owner.
-fn net_amounts(settlement: &Value, owners: &HashMap<u64, String>) -> Markup {
+pub(crate) fn net_amounts(settlement: &Value, owners: &HashMap<u64, String>) -> Markup {
     html! {
         div.table-wrap {
             table.settlement {
@@ -601,7 +601,7 @@ fn net_meaning(amount: &str) -> &'static str {
     }
 }
 
-async fn settlement_and_owners(
+pub(crate) async fn settlement_and_owners(
     visitor: &Visitor,
     id: &str,
 ) -> Result<(Value, HashMap<u64, String>), ApiError> {
@@ -663,7 +663,8 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
             h2 { "Move it on" }
             div.actions {
                 @if let Some(next) = next_stage(&state) {
-                    (page::button_form(&visitor, &format!("{here}/advance"), &format!("Advance every account to {next}"), ""))
+                    @let confirm = if FINAL_STAGES.contains(&next) { "…" } else { "" };
+                    (page::button_form(&visitor, &format!("{here}/advance"), &format!("Advance every account to {next}{confirm}"), ""))
                 }
                 (page::button_form(&visitor, &format!("{here}/finalize"), "Finalize (every stage, at once)…", "primary"))
                 (page::button_form(&visitor, &format!("{here}/abort"), "Abort", "danger"))
@@ -679,13 +680,51 @@ pub(crate) async fn detail(visitor: Visitor, Path(id): Path<String>) -> Response
     )
 }
 
-pub(crate) async fn advance(Path(id): Path<String>, Posted { visitor, .. }: Posted) -> Response {
+/// The stages an advance cannot be taken back from: the settlement
+/// transfers committed (positions and settlement accounts move), then
+/// SETTLED. Advancing into one asks for confirmation, with the amounts.
+const FINAL_STAGES: [&str; 2] = ["PS_TRANSFERS_COMMITTED", "SETTLED"];
+
+pub(crate) async fn advance(
+    Path(id): Path<String>,
+    Posted { visitor, fields }: Posted,
+) -> Response {
     let here = settlement_path(&id);
     let api_path = format!("/v2/settlements/{}", page::encode(&id));
-    let settlement = match visitor.get(&api_path).await {
-        Ok(s) => s,
+    let (settlement, owners) = match settlement_and_owners(&visitor, &id).await {
+        Ok(read) => read,
         Err(e) => return page::api_failure(&visitor, Section::Settlement, &e),
     };
+    let last_step = settlement["participants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["accounts"].as_array().into_iter().flatten())
+        .filter_map(|a| next_stage(a["state"].as_str()?))
+        .find(|next| FINAL_STAGES.contains(next));
+    if let (Some(next), false) = (last_step, fields.text("confirmed") == "yes") {
+        let content = html! {
+            h1 #confirm-title { "Confirm: advance settlement " (id) " to " (next) }
+            p {
+                "This cannot be undone: from " (next) " on the settlement can no longer be aborted. "
+                "The net amounts it settles:"
+            }
+            (net_amounts(&settlement, &owners))
+            form method="post" action={ (here) "/advance" } aria-labelledby="confirm-title" {
+                (page::csrf(&visitor))
+                input type="hidden" name="confirmed" value="yes";
+                button.primary type="submit" { "Advance settlement " (id) " to " (next) }
+                " "
+                a href=(here) { "Cancel" }
+            }
+        };
+        return page::render(
+            &visitor,
+            Section::Settlement,
+            &format!("Advance settlement {id}"),
+            content,
+        );
+    }
     let mut next_states = Vec::new();
     let participants: Vec<Value> = settlement["participants"]
         .as_array()

@@ -398,6 +398,23 @@ fn approvals_page(hub: &Hub, token: &str) -> (String, String, String) {
     (cookie, csrf, html)
 }
 
+/// A console form `body` posted to `path` with `cookie`'s session.
+fn console_form(hub: &Hub, cookie: &str, path: &str, body: &str) -> Response {
+    support::http(
+        hub.admin,
+        "POST",
+        path,
+        &[
+            ("Cookie".to_string(), cookie.to_string()),
+            (
+                "Content-Type".to_string(),
+                "application/x-www-form-urlencoded".to_string(),
+            ),
+        ],
+        body.as_bytes(),
+    )
+}
+
 #[test]
 fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     let (scenario, people) = start(&["--four-eyes", "net-debit-cap"]);
@@ -408,28 +425,23 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
     let form = format!("action=\"/console/approvals/{id}\"");
 
     let (maker_cookie, maker_csrf, _) = approvals_page(hub, &people.carol);
-    let form_post = |cookie: &str, path: &str, body: String| {
-        support::http(
-            hub.admin,
-            "POST",
-            path,
-            &[
-                ("Cookie".to_string(), cookie.to_string()),
-                (
-                    "Content-Type".to_string(),
-                    "application/x-www-form-urlencoded".to_string(),
-                ),
-            ],
-            body.as_bytes(),
-        )
-    };
+    let form_post = |cookie: &str, path: &str, body: String| console_form(hub, cookie, path, &body);
     // The console's own cap form is held the same way, and says so.
     let held = form_post(
         &maker_cookie,
         &format!("/console/participants/{PAYER}/limits"),
-        format!("csrf={maker_csrf}&currency=USD&value=5000"),
+        format!("csrf={maker_csrf}&currency=USD&value=5000&reason=holiday+peak"),
     );
     assert_eq!(held.status, 303, "{held:?}");
+    // Kept with the maker's why, from the form's reason.
+    let listed = hub.admin_expect("GET", "/approvals", None, 200).json();
+    let from_console = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|change| change["request"]["body"].to_string().contains("5000"))
+        .unwrap_or_else(|| panic!("the console's cap change is pending: {listed}"));
+    assert_eq!(from_console["reason"], "holiday peak", "{from_console}");
     let told = support::http(
         hub.admin,
         "GET",
@@ -474,6 +486,174 @@ fn the_console_lists_pending_changes_and_a_second_person_approves_there() {
         after.contains("net-debit-cap of payerfsp applied"),
         "the flash: {after}"
     );
+}
+
+/// `participant-deactivate` holds every way of pausing: a participant's
+/// `isActive` false or 0 (central-ledger takes both), a mode other than
+/// active, a currency account's `isActive` false or 0; activating is not
+/// held.
+#[test]
+fn every_spelling_of_a_deactivation_is_held() {
+    let (scenario, people) = start(&["--four-eyes", "participant-deactivate"]);
+    let hub = &scenario.hub;
+    let participant = format!("/participants/{PAYER}");
+    let account = settlement_path(hub);
+    for (path, body) in [
+        (&participant, json!({"isActive": false})),
+        (&participant, json!({"isActive": 0})),
+        (&participant, json!({"mode": "suspended"})),
+        (&account, json!({"isActive": false})),
+        (&account, json!({"isActive": 0})),
+    ] {
+        let pending = ask(hub, &people.bob, "PUT", path, &body);
+        assert_eq!(pending["action"], "participant-deactivate", "{body}");
+        assert_eq!(pending["state"], "pending", "{body}");
+    }
+    let shown = hub.admin_expect("GET", &participant, None, 200).json();
+    assert_eq!(
+        (shown["isActive"].clone(), shown["mode"].clone()),
+        (json!(1), json!("active"))
+    );
+    let accounts = hub
+        .admin_expect("GET", &format!("{participant}/accounts"), None, 200)
+        .json();
+    assert!(
+        accounts
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["isActive"] == 1),
+        "no account disabled: {accounts}"
+    );
+    let activated = call(
+        hub,
+        &people.bob,
+        "PUT",
+        &participant,
+        Some(&json!({"isActive": 1})),
+    );
+    assert_eq!(
+        activated.status, 200,
+        "activating is not held: {activated:?}"
+    );
+}
+
+/// Approving a change that moves money is irreversible for the approver:
+/// the console first shows what it moves (the amount) and applies it only
+/// once confirmed; a net debit cap change is approved at once.
+#[test]
+fn the_console_asks_the_approver_to_confirm_a_money_movement_with_its_amount() {
+    let (scenario, people) = start(&["--four-eyes", "funds-out,net-debit-cap"]);
+    let hub = &scenario.hub;
+    let pending = ask(
+        hub,
+        &people.carol,
+        "POST",
+        &settlement_path(hub),
+        &funds_out(1_234),
+    );
+    let id = pending["id"].as_str().unwrap();
+    let before = hub.account_value(PAYER, "SETTLEMENT");
+    let (cookie, csrf, _) = approvals_page(hub, &people.bob);
+    let approve = |extra: &str| {
+        let body = format!("csrf={csrf}&decision=approve&reason=checked{extra}");
+        console_form(hub, &cookie, &format!("/console/approvals/{id}"), &body)
+    };
+    let asked = approve("");
+    assert_eq!(asked.status, 200, "a confirmation page: {asked:?}");
+    let page = asked.text();
+    assert!(
+        page.contains("Confirm: approve funds-out of payerfsp"),
+        "{page}"
+    );
+    assert!(page.contains("1,234"), "the amount is shown: {page}");
+    assert!(page.contains("name=\"confirmed\" value=\"yes\""), "{page}");
+    assert_eq!(
+        shown(hub, &pending["id"])["state"],
+        "pending",
+        "nothing applied yet"
+    );
+    assert_eq!(hub.account_value(PAYER, "SETTLEMENT"), before);
+
+    let confirmed = approve("&confirmed=yes");
+    assert_eq!(confirmed.status, 303, "{confirmed:?}");
+    assert_eq!(shown(hub, &pending["id"])["state"], "applied");
+
+    // A cap change moves no money: approved without a confirmation.
+    let limits = format!("/participants/{PAYER}/limits");
+    let cap = ask(hub, &people.carol, "PUT", &limits, &cap_change(7_000));
+    let cap_id = cap["id"].as_str().unwrap();
+    let posted = console_form(
+        hub,
+        &cookie,
+        &format!("/console/approvals/{cap_id}"),
+        &format!("csrf={csrf}&decision=approve&reason=ok"),
+    );
+    assert_eq!(posted.status, 303, "{posted:?}");
+    assert_eq!(net_debit_cap(hub), 7_000.0);
+}
+
+/// Advancing a settlement in the console into a stage it cannot be taken
+/// back from (its transfers committed, then SETTLED) first shows the net
+/// amounts and changes nothing until confirmed; the earlier stages advance
+/// at once.
+#[test]
+fn the_console_asks_to_confirm_advancing_a_settlement_past_abort_with_the_amounts() {
+    let (s, people) = start(&[]);
+    let hub = &s.hub;
+    let (transfer, _) = s.reserve("321", support::far_future());
+    s.fulfil(
+        &transfer,
+        &support::fulfil_body(support::FULFILMENT, "COMMITTED"),
+    );
+    s.payer.expect("PUT", &format!("/transfers/{transfer}"));
+    hub.admin_expect(
+        "POST",
+        "/v2/settlementWindows/1",
+        Some(json!({"state": "CLOSED", "reason": "test"})),
+        200,
+    );
+    let settlement = hub
+        .admin_expect(
+            "POST",
+            "/v2/settlements",
+            Some(json!({"settlementModel": "DEFAULTDEFERREDNET", "reason": "test", "settlementWindows": [{"id": 1}]})),
+            200,
+        )
+        .json();
+    let id = settlement["id"].to_string();
+    let state = || {
+        hub.admin_expect("GET", &format!("/v2/settlements/{id}"), None, 200)
+            .json()["state"]
+            .clone()
+    };
+    let (cookie, csrf, _) = approvals_page(hub, &people.alice);
+    let advance = |extra: &str| {
+        let path = format!("/console/settlement/settlements/{id}/advance");
+        console_form(hub, &cookie, &path, &format!("csrf={csrf}{extra}"))
+    };
+    for reversible in ["PS_TRANSFERS_RECORDED", "PS_TRANSFERS_RESERVED"] {
+        let response = advance("");
+        assert_eq!(response.status, 303, "{reversible}: {response:?}");
+        assert_eq!(state(), reversible);
+    }
+    for (before, last) in [
+        ("PS_TRANSFERS_RESERVED", "PS_TRANSFERS_COMMITTED"),
+        ("PS_TRANSFERS_COMMITTED", "SETTLED"),
+    ] {
+        let asked = advance("");
+        assert_eq!(asked.status, 200, "a confirmation page: {asked:?}");
+        let page = asked.text();
+        assert!(
+            page.contains(&format!("Confirm: advance settlement {id} to {last}")),
+            "{page}"
+        );
+        assert!(page.contains("321"), "the net amounts: {page}");
+        assert_eq!(state(), before, "nothing changed before the confirmation");
+        let confirmed = advance("&confirmed=yes");
+        assert_eq!(confirmed.status, 303, "{confirmed:?}");
+        assert_eq!(state(), last);
+    }
 }
 
 /// The production configuration: a hub on a PostgreSQL store, with the

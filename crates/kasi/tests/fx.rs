@@ -98,6 +98,16 @@ impl Fx {
         }
     }
 
+    /// Declares the FXP's one corridor, USD to TZS (`/services/FXP`).
+    fn declare_usd_to_tzs(&self) {
+        self.hub.admin_expect(
+            "PUT",
+            &format!("/participants/{FXP}/fxCorridors"),
+            Some(json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]})),
+            200,
+        );
+    }
+
     /// (payer USD, FXP USD, FXP TZS, payee TZS) positions, as the admin
     /// API shows them (reservations included, as Mojaloop's).
     fn positions(&self) -> [f64; 4] {
@@ -433,12 +443,7 @@ fn a_restart_between_the_legs_loses_nothing() {
 #[test]
 fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
     let fx = Fx::new();
-    fx.hub.admin_expect(
-        "PUT",
-        &format!("/participants/{FXP}/fxCorridors"),
-        Some(json!({"corridors": [{"sourceCurrency": "USD", "targetCurrency": "TZS"}]})),
-        200,
-    );
+    fx.declare_usd_to_tzs();
     let listed = fx.hub.admin_expect("GET", "/fxps", None, 200).json();
     assert_eq!(listed[0]["name"], json!(FXP));
     let headers = resource_headers("services", "2.0", PAYER, None, true);
@@ -455,6 +460,87 @@ fn services_fxp_lists_the_declared_fxps_of_a_corridor() {
         .admin_expect("GET", "/audit-events?action=fxp.corridors", None, 200)
         .json();
     assert!(events.to_string().contains("USD"), "{events}");
+}
+
+/// The providers `/services/FXP[/USD/TZS]` name to the payer.
+fn services_fxp(fx: &Fx, corridor: &str) -> Value {
+    let headers = resource_headers("services", "2.0", PAYER, None, true);
+    let path = format!("/services/FXP{corridor}");
+    let response = fx.hub.api("GET", &path, &headers, b"");
+    assert_eq!(response.status, 202, "{response:?}");
+    fx.payer.expect("PUT", &path).json()["providers"].clone()
+}
+
+/// `/services/FXP` lists exactly the FXPs that could complete a conversion
+/// now: one whose mode lets it both take the source currency (the
+/// conversion's payee) and pay the target (the dependent transfer's
+/// payer), with both position accounts enabled — the same rule
+/// `POST /fxTransfers` applies, checked here side by side.
+#[test]
+fn services_fxp_offers_only_an_fxp_that_could_convert_now() {
+    let fx = Fx::new();
+    fx.declare_usd_to_tzs();
+    let set_mode = |mode: &str| {
+        fx.hub.admin_expect(
+            "PUT",
+            &format!("/participants/{FXP}"),
+            Some(json!({ "mode": mode })),
+            200,
+        );
+    };
+    // A conversion to the FXP: forwarded to it, or refused to the payer.
+    let converts = |refused_says: Option<&str>| {
+        let conversion = new_id();
+        fx.convert(&conversion, &new_id(), far_future());
+        match refused_says {
+            None => {
+                fx.fxp.expect("POST", "/fxTransfers");
+            }
+            Some(says) => {
+                let refused = fx
+                    .payer
+                    .expect("PUT", &format!("/fxTransfers/{conversion}/error"));
+                assert!(refused.text().contains(says), "{says}: {refused:?}");
+                fx.fxp.assert_quiet(QUIET_WAIT);
+            }
+        }
+    };
+    for (mode, says) in [
+        ("receive-only", "is receive-only: it may not send"),
+        ("send-only", "is send-only: it may not receive"),
+        ("suspended", "is inactive"),
+    ] {
+        set_mode(mode);
+        assert_eq!(services_fxp(&fx, "/USD/TZS"), json!([]), "{mode}");
+        assert_eq!(services_fxp(&fx, ""), json!([]), "{mode}");
+        converts(Some(says));
+    }
+    set_mode("active");
+    assert_eq!(services_fxp(&fx, "/USD/TZS"), json!([FXP]));
+    assert_eq!(services_fxp(&fx, ""), json!([FXP]));
+
+    // Its TZS position account disabled: it cannot pay the target.
+    let accounts = fx
+        .hub
+        .admin_expect("GET", &format!("/participants/{FXP}/accounts"), None, 200)
+        .json();
+    let tzs = accounts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["currency"] == "TZS" && a["ledgerAccountType"] == "POSITION")
+        .expect("the FXP's TZS position account")["id"]
+        .clone();
+    let path = format!("/participants/{FXP}/accounts/{tzs}");
+    fx.hub
+        .admin_expect("PUT", &path, Some(json!({"isActive": false})), 200);
+    assert_eq!(services_fxp(&fx, "/USD/TZS"), json!([]));
+    assert_eq!(services_fxp(&fx, ""), json!([]));
+    converts(Some(&format!("Participant {FXP} TZS account is inactive")));
+    fx.hub
+        .admin_expect("PUT", &path, Some(json!({"isActive": true})), 200);
+    assert_eq!(services_fxp(&fx, "/USD/TZS"), json!([FXP]));
+    converts(None);
 }
 
 #[test]

@@ -220,6 +220,53 @@ fn fx_quotes_are_routed_between_the_payer_and_the_fxp_as_sent() {
     fx.assert_all_quiet();
 }
 
+/// The pause rule for an FX quote: the FXP asked would take the source
+/// currency and pay the target, so an FXP whose mode forbids either
+/// (send-only, receive-only, suspended) is not asked — the payer hears
+/// 3201 from the hub, counted under it — and an active one is.
+#[test]
+fn an_fxp_that_may_not_both_take_and_pay_is_not_asked_for_a_quote() {
+    let fx = Fx::new(&[]);
+    let mut refused = 0;
+    for (mode, may_not) in [
+        ("receive-only", "send"),
+        ("send-only", "receive"),
+        ("suspended", "receive"),
+        ("active", ""),
+    ] {
+        fx.hub.admin_expect(
+            "PUT",
+            &format!("/participants/{FXP}"),
+            Some(serde_json::json!({ "mode": mode })),
+            200,
+        );
+        let id = new_id();
+        let body = fx_quote_body(&id, FXP);
+        let sent = fx.ask(FXP, &body);
+        if mode == "active" {
+            assert_forwarded(&fx.fxp.expect("POST", "/fxQuotes"), &body, &sent);
+            continue;
+        }
+        let error = expect_hub_fx_error(&fx.payer, &id, "3201");
+        let description = error.json()["errorInformation"]["errorDescription"].to_string();
+        let says = format!("Unsupported participant '{FXP}': it is {mode} and may not {may_not}");
+        assert!(description.contains(&says), "{mode}: {description}");
+        let class = match may_not {
+            "send" => "payer_may_not_send",
+            _ => "payee_may_not_receive",
+        };
+        refused += 1;
+        fx.hub.await_refusals(class, Some(PAYER), 1);
+        assert_eq!(
+            fx.hub.refusals("payer_may_not_send", Some(PAYER))
+                + fx.hub.refusals("payee_may_not_receive", Some(PAYER)),
+            refused
+        );
+        fx.fxp.assert_quiet(QUIET_WAIT);
+    }
+    fx.assert_all_quiet();
+}
+
 #[test]
 fn only_the_fxp_asked_answers_and_only_to_the_payer() {
     let fx = Fx::new(&[]);

@@ -2,7 +2,8 @@
 //! the real binary fetches a provider's discovery document and JWKS over
 //! HTTP, accepts the JWT access tokens that provider signs as bearer
 //! tokens naming a person and their role, refuses expired, wrong-audience,
-//! role-less and foreign tokens (each counted by reason), follows a key
+//! wrong-issuer, unsigned (`alg: none`), HMAC, role-less and foreign
+//! tokens (each counted by reason), follows a key
 //! rotation, and keeps the tokens file as the way in; on PostgreSQL a
 //! person's change and its audit event outlive a restart, and over TLS
 //! (the provider's HTTPS trusted with --oidc-ca) the same checks hold.
@@ -470,6 +471,34 @@ fn the_providers_tokens_name_people_and_roles_and_the_tokens_file_stays() {
         &foreign.sign(&claims(&issuer, "mallory", &["hub-ops"])),
         "unknown key",
     );
+    // The provider's own key, but another issuer's token.
+    refused(
+        &key.sign(&claims(
+            "https://elsewhere.example/realms/scheme",
+            "mallory",
+            &["hub-ops"],
+        )),
+        "wrong issuer",
+    );
+    // Unsigned (`alg: none`), and signed with a shared secret under the
+    // provider's kid (the HMAC confusion): refused before any key is used.
+    let part = |value: &Value| URL_SAFE_NO_PAD.encode(value.to_string());
+    let operator_claims = claims(&issuer, "mallory", &["hub-ops"]);
+    let unsigned = format!(
+        "{}.{}.",
+        part(&json!({"alg": "none", "typ": "JWT", "kid": key.kid})),
+        part(&operator_claims)
+    );
+    refused(&unsigned, "malformed");
+    let mut hmac = Header::new(Algorithm::HS256);
+    hmac.kid = Some(key.kid.clone());
+    let hmac = encode(
+        &hmac,
+        &operator_claims,
+        &EncodingKey::from_secret(b"kasi-console-secret"),
+    )
+    .unwrap();
+    refused(&hmac, "algorithm not allowed");
 
     // The provider rotates its key: once kasi may fetch again (at most
     // every 10 s for an unknown kid), the new key's tokens pass and the

@@ -1,10 +1,11 @@
 //! Pausing a DFSP, end to end through the real `kasi serve` binary over
 //! real HTTP with real DFSP stubs: for each mode (`active`, `send-only`,
-//! `receive-only`, `suspended`) exactly which new transfers, lookups and
-//! quotes the hub refuses, with which FSPIOP error, to whom, and that
-//! nothing is forwarded or reserved for them; a transfer prepared before
-//! a suspension still commits after it; the mode is audited, counted in
-//! `/metrics`, and survives a restart on SQLite and on PostgreSQL.
+//! `receive-only`, `suspended`) exactly which new transfers, lookups,
+//! quotes and party registrations the hub refuses, with which FSPIOP
+//! error, to whom, and that nothing is forwarded or reserved for them; a
+//! transfer prepared before a suspension still commits after it; the mode
+//! is audited, counted in `/metrics`, and survives a restart on SQLite and
+//! on PostgreSQL.
 
 mod support;
 
@@ -399,6 +400,93 @@ fn central_ledgers_is_active_and_a_disabled_account_pause_as_before_and_a_mode_s
     );
     quote(&s, SUBJECT, false, ("3202", "Unsupported participant"));
     transfer(&s, PAYER, true, "").expect("forwarded");
+}
+
+/// A registered party is found to be paid: a DFSP that may not receive
+/// (send-only, suspended) registers none, alone or in a batch — 3201 as a
+/// lookup of its parties is answered, counted under it — so nobody finds
+/// it; receive-only, it registers again.
+#[test]
+fn a_dfsp_that_may_not_receive_registers_no_party() {
+    let s = scenario();
+    let (single, listed) = ("255700000009", "255700000010");
+    let headers = resource_headers("participants", "1.0", SUBJECT, None, true);
+    let register = || {
+        let path = format!("/participants/MSISDN/{single}");
+        let body = format!(r#"{{"fspId":"{SUBJECT}","currency":"USD"}}"#);
+        let response = s.hub.api("POST", &path, &headers, body.as_bytes());
+        assert_eq!(response.status, 202, "{response:?}");
+        s.payee.next("the registration's answer")
+    };
+    let register_batch = || {
+        let request_id = new_id();
+        let body = json!({
+            "requestId": request_id,
+            "partyList": [{"partyIdType": "MSISDN", "partyIdentifier": listed, "fspId": SUBJECT}],
+            "currency": "USD",
+        });
+        let body = serde_json::to_vec(&body).unwrap();
+        let response = s.hub.api("POST", "/participants", &headers, &body);
+        assert_eq!(response.status, 202, "{response:?}");
+        let answer = s
+            .payee
+            .expect("PUT", &format!("/participants/{request_id}"));
+        answer.json()["partyList"][0].clone()
+    };
+    // Who the counterpart finds holding `identifier`: the answer's path
+    // and body.
+    let holder = |identifier: &str| {
+        let path = format!("/participants/MSISDN/{identifier}");
+        let headers = resource_headers("participants", "1.0", PAYER, None, true);
+        let response = s.hub.api("GET", &path, &headers, b"");
+        assert_eq!(response.status, 202, "{response:?}");
+        let answer = s.payer.next(&format!("the answer about {identifier}"));
+        (answer.path.clone(), answer.json())
+    };
+    let mut refused = 0;
+    for mode in ["send-only", "suspended"] {
+        set_mode(&s.hub, SUBJECT, mode);
+        let says = format!("Unsupported participant '{SUBJECT}': it is {mode} and may not receive");
+        let answer = register();
+        assert_eq!(
+            answer.path,
+            format!("/participants/MSISDN/{single}/error"),
+            "{answer:?}"
+        );
+        assert_error(&answer, "3201", &says);
+        let item = register_batch();
+        assert_eq!(item["errorInformation"]["errorCode"], "3201", "{item}");
+        let description = item["errorInformation"]["errorDescription"].to_string();
+        assert!(description.contains(&says), "{description}");
+        refused += 2;
+        s.hub
+            .await_refusals("payee_may_not_receive", Some(SUBJECT), refused);
+    }
+    assert!(s.hub.log().contains("payment refused"), "logged");
+    // Nothing was registered: active again, its parties are not found.
+    set_mode(&s.hub, SUBJECT, "active");
+    for identifier in [single, listed] {
+        let (path, answer) = holder(identifier);
+        assert_eq!(path, format!("/participants/MSISDN/{identifier}/error"));
+        assert_eq!(answer["errorInformation"]["errorCode"], "3200", "{answer}");
+    }
+    // Receive-only, it may be paid: it registers, and is found.
+    set_mode(&s.hub, SUBJECT, "receive-only");
+    let answer = register();
+    assert_eq!(answer.path, format!("/participants/MSISDN/{single}"));
+    assert_eq!(answer.json(), json!({"fspId": SUBJECT}));
+    let item = register_batch();
+    assert!(item.get("errorInformation").is_none(), "{item}");
+    for identifier in [single, listed] {
+        let (path, answer) = holder(identifier);
+        assert_eq!(path, format!("/participants/MSISDN/{identifier}"));
+        assert_eq!(answer, json!({"fspId": SUBJECT}));
+    }
+    assert_eq!(
+        s.hub.refusals("payee_may_not_receive", Some(SUBJECT)),
+        refused,
+        "a registration allowed is not counted"
+    );
 }
 
 /// A request to pay is a payment the addressee would make to the

@@ -562,12 +562,24 @@ impl Ledger {
             .iter()
             .map(|(&id, corridors)| {
                 let participant = self.participant(id);
+                // The corridors whose two position accounts (taking the
+                // source, paying the target) exist and are enabled, as
+                // `prepare_conversion` needs them.
+                let enabled = |currency| {
+                    self.find_account(id, currency, AccountKind::Position)
+                        .is_some_and(|account| self.account(account).active)
+                };
                 FxpView {
                     fsp: participant.name,
                     // An FXP takes the source currency and pays the
                     // target: it is offered only while it may do both.
-                    active: participant.mode == ParticipantMode::Active,
+                    active: crate::modes::may_convert(participant.mode),
                     corridors: corridors.clone(),
+                    convertible: corridors
+                        .iter()
+                        .copied()
+                        .filter(|corridor| enabled(corridor.source) && enabled(corridor.target))
+                        .collect(),
                 }
             })
             .collect();

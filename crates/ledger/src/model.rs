@@ -377,8 +377,13 @@ pub struct FxpRow {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FxpView {
     pub fsp: FspName,
+    /// Its mode lets it convert (take one currency and pay another).
     pub active: bool,
+    /// The corridors the operator declared.
     pub corridors: Vec<Corridor>,
+    /// Of those, the ones whose two currencies' position accounts exist
+    /// and are enabled: with `active`, what it could convert now.
+    pub convertible: Vec<Corridor>,
 }
 
 /// The FXP's acceptance of a conversion (`PUT /fxTransfers/{ID}`), as

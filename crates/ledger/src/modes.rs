@@ -170,10 +170,18 @@ pub fn payment_refusal(
     payer: (FspName, ParticipantMode),
     payee: (FspName, ParticipantMode),
 ) -> Option<Rejection> {
-    let sides = [(payer, Side::Payer), (payee, Side::Payee)];
-    let ((name, mode), side) = sides
-        .into_iter()
-        .find(|((_, mode), side)| !mode.allows(*side))?;
+    side_refusal(payer, Side::Payer).or_else(|| side_refusal(payee, Side::Payee))
+}
+
+/// The pause rule for one participant's side of a payment the hub routes
+/// without the ledger, in [`payment_refusal`]'s codes and words: 3202
+/// for a payer, 3201 for a payee. A party's holder is the payee of any
+/// payment found through it, so registering a party is refused with the
+/// payee's 3201 when its holder may not receive.
+pub fn side_refusal((name, mode): (FspName, ParticipantMode), side: Side) -> Option<Rejection> {
+    if mode.allows(side) {
+        return None;
+    }
     let (code, reason, may_not) = match side {
         Side::Payer => (
             ErrorCode::PAYER_FSP_ID_NOT_FOUND,
@@ -194,6 +202,32 @@ pub fn payment_refusal(
         ),
         reason,
     ))
+}
+
+/// Whether an FXP in `mode` could complete a conversion now: it is the
+/// payee of the conversion (takes the source currency) and the payer of
+/// the dependent transfer (pays the target), so it must be
+/// [`ParticipantMode::Active`] — `prepare_conversion` checks both sides.
+pub fn may_convert(mode: ParticipantMode) -> bool {
+    mode.may_receive() && mode.may_send()
+}
+
+/// The pause rule for an FX quote from `initiating` to `fxp`, as
+/// [`payment_refusal`] words it: the requester pays (3202), and the FXP
+/// must both take the source currency and pay the target (3201 for
+/// either), as the conversion it quotes for would need.
+pub fn conversion_refusal(
+    initiating: (FspName, ParticipantMode),
+    fxp: (FspName, ParticipantMode),
+) -> Option<Rejection> {
+    side_refusal(initiating, Side::Payer)
+        .or_else(|| side_refusal(fxp, Side::Payee))
+        .or_else(|| {
+            let mut refusal = side_refusal(fxp, Side::Payer)?;
+            // The FXP is the addressee: 3201, as for a payee.
+            refusal.code = ErrorCode::DESTINATION_FSP_ERROR;
+            Some(refusal)
+        })
 }
 
 #[cfg(test)]
@@ -255,5 +289,28 @@ mod tests {
             payee_only.description,
             "Unsupported participant 'payeefsp': it is send-only and may not receive"
         );
+    }
+
+    #[test]
+    fn an_fxp_converts_only_while_it_may_both_take_and_pay() {
+        use ParticipantMode::*;
+        let (payer, fxp) = (fsp("payerfsp"), fsp("fxp"));
+        assert!(conversion_refusal((payer, SendOnly), (fxp, Active)).is_none());
+        for mode in ParticipantMode::ALL {
+            assert_eq!(may_convert(mode), mode == Active, "{mode:?}");
+            let refused = conversion_refusal((payer, Active), (fxp, mode));
+            assert_eq!(refused.is_none(), mode == Active, "{mode:?}");
+            if let Some(refused) = refused {
+                assert_eq!(refused.code, ErrorCode::DESTINATION_FSP_ERROR, "{mode:?}");
+            }
+        }
+        let paying = conversion_refusal((payer, Active), (fxp, ReceiveOnly)).unwrap();
+        assert_eq!(paying.paused, Some(PauseRefusal::PayerMayNotSend));
+        assert_eq!(
+            paying.description,
+            "Unsupported participant 'fxp': it is receive-only and may not send"
+        );
+        let asking = conversion_refusal((payer, ReceiveOnly), (fxp, SendOnly)).unwrap();
+        assert_eq!(asking.code, ErrorCode::PAYER_FSP_ID_NOT_FOUND);
     }
 }

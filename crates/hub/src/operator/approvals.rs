@@ -174,7 +174,9 @@ fn classify(
         },
         ("PUT", "/participants/:name/limits") => Action::NetDebitCap,
         ("PUT", "/participants/:name") | ("PUT", "/participants/:name/accounts/:id") => {
-            let inactive = body["isActive"] == json!(false);
+            // Every spelling the handler reads as inactive
+            // (`admin::active_flag`: false or 0), else `0` would pass.
+            let inactive = body["isActive"] == json!(false) || body["isActive"] == json!(0);
             let paused = body["mode"].as_str().is_some_and(|mode| mode != "active");
             if !(inactive || paused) {
                 return None;
@@ -687,6 +689,17 @@ mod tests {
             classify("PUT", put, &name, &json!({"isActive": true})),
             None
         );
+        assert_eq!(classify("PUT", put, &name, &json!({"isActive": 1})), None);
+        let account = "/participants/:name/accounts/:id";
+        for off in [json!({"isActive": false}), json!({"isActive": 0})] {
+            for pattern in [put, account] {
+                assert_eq!(
+                    classify("PUT", pattern, &name, &off).map(|held| held.0),
+                    Some(Action::ParticipantDeactivate),
+                    "{pattern} {off}"
+                );
+            }
+        }
         let settle = json!({"participants": [{"accounts": [{"state": "SETTLED"}]}]});
         let settlement = [("id", "4")];
         assert_eq!(

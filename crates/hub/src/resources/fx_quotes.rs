@@ -55,6 +55,9 @@ static FX_QUOTES: Quoting = Quoting {
     },
     put: |body| Ok(fspiop::parse_fx_quote_put(body)?.request_hash),
     noun: "FX quote",
+    // The FXP takes the source currency and pays the target: one that may
+    // not do both could never complete the conversion it would quote for.
+    pause_rule: ledger::conversion_refusal,
 };
 
 pub fn routes() -> Router<Arc<Hub>> {

@@ -4,7 +4,10 @@
 //! party. Lookups read an in-memory table; only registrations go through
 //! the ledger (so they are durable before they are acknowledged). A party
 //! the registry does not hold is looked up in the external oracle
-//! configured for its type, if any (see [`crate::oracles`]).
+//! configured for its type, if any (see [`crate::oracles`]). The pause
+//! rule (`ledger::modes`) applies to both: a lookup's requester pays the
+//! holder, and a DFSP that may not receive (send-only, suspended)
+//! registers no party — 3201, as a lookup of its parties is answered.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -339,6 +342,10 @@ async fn register_party(
                 request.fsp, caller.source
             ),
         ))
+    } else if let Some(refusal) = hub.holder_refusal(caller.source) {
+        // A party is found to be paid: a holder that may not receive
+        // would only be found to be refused (3201, as lookups say).
+        Err(refusal)
     } else {
         let register = RegisterParty {
             key: key.clone(),
@@ -456,8 +463,15 @@ async fn register_batch(
         Vec::with_capacity(request.parties.len());
     let mut commands = Vec::new();
     let mut pending = Vec::new();
+    // Each party is found to pay its holder: one that may not receive
+    // registers none (3201, as lookups say), counted once per request.
+    let paused = hub.holder_refusal(caller.source);
     for item in &request.parties {
         let key = item.key.clone();
+        if let Some(refusal) = &paused {
+            results.push((key, Some((refusal.code, refusal.description.clone()))));
+            continue;
+        }
         if let Some(oracle) = hub.oracles.pick(&key.id_type, None) {
             hub.refuse(
                 crate::refused::Class::OracleServed,

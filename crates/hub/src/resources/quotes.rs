@@ -54,6 +54,7 @@ static QUOTES: Quoting = Quoting {
     },
     put: |body| Ok(fspiop::parse_quote_put(body)?.request_hash),
     noun: "quote",
+    pause_rule: ledger::payment_refusal,
 };
 
 pub fn routes() -> Router<Arc<Hub>> {
@@ -78,6 +79,10 @@ pub(crate) struct Quoting {
     pub(crate) put: fn(&[u8]) -> Result<RequestHash, FspiopError>,
     /// What the hub's own words call one request ("quote").
     pub(crate) noun: &'static str,
+    /// Whom the pause rule lets ask whom: a payment's requester pays and
+    /// its addressee is paid (`ledger::payment_refusal`); an FXP asked for
+    /// an FX quote must also pay (`ledger::conversion_refusal`).
+    pub(crate) pause_rule: crate::refused::PauseRule,
 }
 
 impl Quoting {
@@ -119,12 +124,16 @@ impl Quoting {
         let (request_id, request_hash) = (self.post)(&body)?;
         let id = request_id.to_string();
         // The pause rule, before anything is recorded or passed on: the
-        // requester would pay, the addressee be paid (quoting-service's
-        // 3202 / 3201 for a participant it finds inactive).
-        if self
-            .service
-            .refused_by_pause(hub, &caller, &id, caller.source, destination)
-        {
+        // requester would pay, the addressee be paid — and pay too, for
+        // an FXP (quoting-service's 3202 / 3201 for a participant it
+        // finds inactive).
+        if self.service.refused_by_pause(
+            hub,
+            &caller,
+            &id,
+            (caller.source, destination),
+            self.pause_rule,
+        ) {
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         if hub.config.quotes_persistent {

@@ -159,7 +159,7 @@ impl Routed {
         };
         if self
             .service
-            .refused_by_pause(hub, &caller, &id, payer, payee)
+            .refused_by_pause(hub, &caller, &id, (payer, payee), ledger::payment_refusal)
         {
             return Ok(StatusCode::ACCEPTED.into_response());
         }

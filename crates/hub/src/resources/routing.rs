@@ -190,10 +190,10 @@ impl Service {
         hub: &Hub,
         caller: &Caller,
         id: &str,
-        payer: FspName,
-        payee: FspName,
+        (payer, payee): (FspName, FspName),
+        rule: crate::refused::PauseRule,
     ) -> bool {
-        let Some(refusal) = hub.pause_refusal(caller.source, payer, payee) else {
+        let Some(refusal) = hub.pause_refusal_by(rule, caller.source, payer, payee) else {
             return false;
         };
         let description = format!("{} - {}", refusal.code.description(), refusal.description);

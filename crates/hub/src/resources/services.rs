@@ -5,7 +5,12 @@
 //! never built them (project#3783; fx-research §3); its DFSPs keep FXP
 //! lists in local configuration.
 //!
-//! Offered: active FXPs with a declared corridor (the one asked, for the
+//! Offered: exactly the FXPs that could complete a conversion now — a
+//! conversion makes the FXP its payee (it takes the source currency) and
+//! the payer of the dependent transfer (it pays the target), so its mode
+//! must allow both (`active`: not send-only, receive-only or suspended,
+//! `ledger::may_convert`) and both currencies' position accounts must be
+//! enabled — with a declared corridor so open (the one asked, for the
 //! corridor's path), never the asker itself, at most 16 (the schema's
 //! limit) in name order. The answer goes to the asker's
 //! `FSPIOP_CALLBACK_URL_FX_QUOTES` base URL (FSPIOP names no endpoint type
@@ -70,7 +75,10 @@ pub fn offered(
     let mut offered: Vec<FspName> = fxps
         .iter()
         .filter(|fxp| fxp.active && fxp.fsp != asker)
-        .filter(|fxp| corridor.is_none_or(|wanted| fxp.corridors.contains(&wanted)))
+        .filter(|fxp| match corridor {
+            Some(wanted) => fxp.convertible.contains(&wanted),
+            None => !fxp.convertible.is_empty(),
+        })
         .map(|fxp| fxp.fsp)
         .collect();
     offered.sort_by(|a, b| a.as_str().cmp(b.as_str()));
@@ -120,27 +128,21 @@ mod tests {
             source: Currency::parse(s).unwrap(),
             target: Currency::parse(t).unwrap(),
         };
+        let fxp = |n: &str, active: bool, corridors: Vec<Corridor>| FxpView {
+            fsp: name(n),
+            active,
+            convertible: corridors.clone(),
+            corridors,
+        };
+        let mut disabled = fxp("disabled", true, vec![c("USD", "TZS"), c("TZS", "USD")]);
+        // Its TZS account disabled: it declares both, converts neither.
+        disabled.convertible.clear();
         let fxps = vec![
-            FxpView {
-                fsp: name("zeta"),
-                active: true,
-                corridors: vec![c("USD", "TZS")],
-            },
-            FxpView {
-                fsp: name("alpha"),
-                active: true,
-                corridors: vec![c("USD", "TZS"), c("TZS", "USD")],
-            },
-            FxpView {
-                fsp: name("asleep"),
-                active: false,
-                corridors: vec![c("USD", "TZS")],
-            },
-            FxpView {
-                fsp: name("other"),
-                active: true,
-                corridors: vec![c("EUR", "XOF")],
-            },
+            fxp("zeta", true, vec![c("USD", "TZS")]),
+            fxp("alpha", true, vec![c("USD", "TZS"), c("TZS", "USD")]),
+            fxp("asleep", false, vec![c("USD", "TZS")]),
+            fxp("other", true, vec![c("EUR", "XOF")]),
+            disabled,
         ];
         let asker = name("payerfsp");
         assert_eq!(

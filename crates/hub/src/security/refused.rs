@@ -326,6 +326,13 @@ impl Refusals {
     }
 }
 
+/// A pause rule over (payer, payee) and their modes: a payment's
+/// (`ledger::payment_refusal`) or an FX quote's (`ledger::conversion_refusal`).
+pub(crate) type PauseRule = fn(
+    (FspName, ledger::ParticipantMode),
+    (FspName, ledger::ParticipantMode),
+) -> Option<ledger::Rejection>;
+
 impl Hub {
     /// Counts and logs a refusal by the pause rule, if `error` is one (its
     /// class is the rule's reason), under the participant that asked.
@@ -349,10 +356,33 @@ impl Hub {
         payer: FspName,
         payee: FspName,
     ) -> Option<ledger::Rejection> {
+        self.pause_refusal_by(ledger::payment_refusal, asker, payer, payee)
+    }
+
+    /// [`Hub::pause_refusal`] by another `rule` than a payment's (an FX
+    /// quote's: `ledger::conversion_refusal`).
+    pub(crate) fn pause_refusal_by(
+        &self,
+        rule: PauseRule,
+        asker: FspName,
+        payer: FspName,
+        payee: FspName,
+    ) -> Option<ledger::Rejection> {
         let payer_mode = self.endpoints.participant_mode(payer)?;
         let payee_mode = self.endpoints.participant_mode(payee)?;
-        let refusal = ledger::payment_refusal((payer, payer_mode), (payee, payee_mode))?;
+        let refusal = rule((payer, payer_mode), (payee, payee_mode))?;
         self.note_paused(asker, &refusal);
+        Some(refusal)
+    }
+
+    /// The pause rule for `holder` registering a party: every payment
+    /// found through the party pays its holder, so a holder that may not
+    /// receive (send-only, suspended) is refused as a lookup would refuse
+    /// it as the payee (3201), counted and logged under it.
+    pub(crate) fn holder_refusal(&self, holder: FspName) -> Option<ledger::Rejection> {
+        let mode = self.endpoints.participant_mode(holder)?;
+        let refusal = ledger::side_refusal((holder, mode), ledger::Side::Payee)?;
+        self.note_paused(holder, &refusal);
         Some(refusal)
     }
 
