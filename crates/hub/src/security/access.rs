@@ -272,6 +272,8 @@ pub const TABLE: &[Rule] = &[
     rule("POST", "/participants/:name/endpoints", OPERATOR, NO),
     rule("GET", "/participants/:name/positions", READERS, OWN),
     rule("GET", "/participants/:name/fxCorridors", READERS, OWN),
+    // A DFSP's statement: a report (the auditor reads it too).
+    rule("GET", "/participants/:name/statement", AUDIT, OWN),
     rule("PUT", "/participants/:name/fxCorridors", OPERATOR, NO),
     rule("GET", "/participants/:name/jwsKey", READERS, NO),
     rule("PUT", "/participants/:name/jwsKey", OPERATOR, NO),
