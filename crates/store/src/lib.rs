@@ -33,11 +33,11 @@ mod pg_schema;
 mod pg_settlement;
 mod pg_worker;
 pub mod search;
-pub mod statement;
 pub mod sqlite;
 pub mod sqlite_feed;
 pub mod sqlite_history;
 mod sqlite_settlement;
+pub mod statement;
 
 /// A store failure. A commit that fails leaves nothing of its batches
 /// visible; whether the pipeline may try the same commit again depends on

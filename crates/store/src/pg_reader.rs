@@ -382,15 +382,7 @@ impl crate::search::SearchSql for PgSearch<'_> {
         sql: &str,
         params: &[crate::search::Param],
     ) -> Result<Vec<i64>, StoreError> {
-        let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
-            .iter()
-            .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
-                match param {
-                    crate::search::Param::Int(n) => Box::new(*n),
-                    crate::search::Param::Text(text) => Box::new(text.clone()),
-                }
-            })
-            .collect();
+        let values = pg_values(params);
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
             values.iter().map(|value| value.as_ref()).collect();
         self.0
@@ -412,6 +404,19 @@ impl crate::search::SearchSql for PgSearch<'_> {
             .map(|row| Ok((col::<i64>(row, 0)? as u64, PgReader::stored(row)?)))
             .collect()
     }
+}
+
+/// A query's parameters as PostgreSQL binds them.
+fn pg_values(params: &[crate::search::Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
+    params
+        .iter()
+        .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
+            match param {
+                crate::search::Param::Int(n) => Box::new(*n),
+                crate::search::Param::Text(text) => Box::new(text.clone()),
+            }
+        })
+        .collect()
 }
 
 /// [`crate::statement::statement`] on a PostgreSQL connection.
@@ -441,15 +446,7 @@ impl crate::statement::StatementSql for PgStatement<'_> {
     ) -> Result<Vec<Vec<crate::statement::Cell>>, StoreError> {
         use crate::statement::Cell;
         use postgres::types::Type;
-        let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
-            .iter()
-            .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
-                match param {
-                    crate::search::Param::Int(n) => Box::new(*n),
-                    crate::search::Param::Text(text) => Box::new(text.clone()),
-                }
-            })
-            .collect();
+        let values = pg_values(params);
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
             values.iter().map(|value| value.as_ref()).collect();
         let rows = self.0.query(sql, &refs)?;

@@ -2287,13 +2287,7 @@ impl crate::statement::StatementSql for SqliteStatement<'_> {
         params: &[search::Param],
     ) -> Result<Vec<Vec<crate::statement::Cell>>, StoreError> {
         use crate::statement::Cell;
-        let values: Vec<rusqlite::types::Value> = params
-            .iter()
-            .map(|param| match param {
-                search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
-                search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
-            })
-            .collect();
+        let values = sqlite_values(params);
         let mut statement = self.0.prepare_cached(sql)?;
         let columns = statement.column_count();
         let mut rows = statement.query(rusqlite::params_from_iter(values))?;
@@ -2315,6 +2309,17 @@ impl crate::statement::StatementSql for SqliteStatement<'_> {
     }
 }
 
+/// A query's parameters as SQLite binds them.
+fn sqlite_values(params: &[search::Param]) -> Vec<rusqlite::types::Value> {
+    params
+        .iter()
+        .map(|param| match param {
+            search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
+            search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+        })
+        .collect()
+}
+
 /// [`search::search`] on a SQLite connection.
 struct SqliteSearch<'c>(&'c Connection);
 
@@ -2324,13 +2329,7 @@ impl search::SearchSql for SqliteSearch<'_> {
     }
 
     fn integers(&mut self, sql: &str, params: &[search::Param]) -> Result<Vec<i64>, StoreError> {
-        let values: Vec<rusqlite::types::Value> = params
-            .iter()
-            .map(|param| match param {
-                search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
-                search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
-            })
-            .collect();
+        let values = sqlite_values(params);
         let mut statement = self.0.prepare_cached(sql)?;
         let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -395,7 +395,6 @@ impl Accounts {
         }
         Ok(delta)
     }
-
 }
 
 fn read_accounts(
@@ -602,7 +601,10 @@ fn funds(sql: &mut dyn StatementSql, (a, b): (i64, i64)) -> Result<Vec<Row>, Sto
 fn first_entry_at(sql: &mut dyn StatementSql, at: i64) -> Result<i64, StoreError> {
     let d = sql.dialect();
     let last = sql
-        .rows("SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) FROM settlement_entries", &[])?
+        .rows(
+            "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) FROM settlement_entries",
+            &[],
+        )?
         .first()
         .map(|row| int(&row[0]))
         .transpose()?
@@ -1069,7 +1071,13 @@ mod tests {
             seq: 4,
         };
         assert!(funds < b);
-        assert!(b < Key { at_ms: 6, source: Source::Entry, seq: 1 });
+        assert!(
+            b < Key {
+                at_ms: 6,
+                source: Source::Entry,
+                seq: 1
+            }
+        );
         assert!(Key::at(5) < a);
         assert_eq!(Key::parse(&a.text()), Some(a));
         assert_eq!(Key::parse("5.3.1"), None);

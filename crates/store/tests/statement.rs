@@ -88,7 +88,11 @@ fn accounts_of(
     (find(AccountKind::Position), find(AccountKind::Settlement))
 }
 
-fn balance_before(all: &[Seen], accounts: (Option<AccountId>, Option<AccountId>), key: Key) -> Balances {
+fn balance_before(
+    all: &[Seen],
+    accounts: (Option<AccountId>, Option<AccountId>),
+    key: Key,
+) -> Balances {
     let mut balances = Balances::default();
     for (k, account, amount) in all.iter().filter(|(k, _, _)| *k < key) {
         let _ = k;
@@ -183,7 +187,10 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
     let strategy = (
         prop::collection::vec(op(), 20..70),
         prop::collection::vec(op(), 0..30),
-        prop::collection::vec((0usize..100, 0usize..100, 1usize..5, 1usize..6, 1usize..30), 6),
+        prop::collection::vec(
+            (0usize..100, 0usize..100, 1usize..5, 1usize..6, 1usize..30),
+            6,
+        ),
     );
     runner
         .run(&strategy, |(before, after, ranges)| {
@@ -247,7 +254,10 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
             // The audit's arithmetic: every account's value is what its
             // transfers and entries sum to.
             prop_assert_eq!(snapshot.audit(), Vec::<String>::new());
-            prop_assert!(!snapshot.entries.is_empty(), "the settlement posted entries");
+            prop_assert!(
+                !snapshot.entries.is_empty(),
+                "the settlement posted entries"
+            );
             let all = movements(&snapshot);
             let times: Vec<i64> = all.iter().map(|(key, _, _)| key.at_ms).collect();
             let at = |n: usize| times[n * times.len() / 100];
@@ -306,7 +316,9 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
                         // To the end: the accounts' values, which the
                         // audit found equal to their sums.
                         let value = |id: Option<AccountId>| {
-                            id.map_or(Amount::ZERO, |id| snapshot.accounts[id.0 as usize - 1].value)
+                            id.map_or(Amount::ZERO, |id| {
+                                snapshot.accounts[id.0 as usize - 1].value
+                            })
                         };
                         prop_assert_eq!(read.closing.position, value(accounts.0));
                         prop_assert_eq!(read.closing.settlement, value(accounts.1));
@@ -328,30 +340,33 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
             }
             // What the statements showed: every kind of movement.
             for name in [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()] {
-            let page = sqlite
-                .statement(&StatementQuery {
-                    participant: name,
-                    currency: usd(),
-                    from_ms: i64::MIN / 2,
-                    to_ms: end,
-                    after: None,
-                    limit: 1_000,
-                    chunk: 1_000,
-                    scan_budget: 1_000_000,
-                    now_ms: harness.now,
-                })
-                .unwrap()
-                .unwrap();
-            kinds
-                .borrow_mut()
-                .extend(page.movements.iter().map(|m| m.kind.clone()));
+                let page = sqlite
+                    .statement(&StatementQuery {
+                        participant: name,
+                        currency: usd(),
+                        from_ms: i64::MIN / 2,
+                        to_ms: end,
+                        after: None,
+                        limit: 1_000,
+                        chunk: 1_000,
+                        scan_budget: 1_000_000,
+                        now_ms: harness.now,
+                    })
+                    .unwrap()
+                    .unwrap();
+                kinds
+                    .borrow_mut()
+                    .extend(page.movements.iter().map(|m| m.kind.clone()));
             }
             Ok(())
         })
         .unwrap();
     let methods = methods.into_inner();
     for method in [Method::Snapshot, Method::Current, Method::Carried] {
-        assert!(methods.contains(&method), "{method:?} never used: {methods:?}");
+        assert!(
+            methods.contains(&method),
+            "{method:?} never used: {methods:?}"
+        );
     }
     assert!(cut_short.get() >= 3, "{}", cut_short.get());
     assert!(multi_page.get() >= 8, "{}", multi_page.get());
@@ -368,7 +383,11 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
     ] {
         assert!(kinds.contains(kind), "{kind} never shown: {kinds:?}");
     }
-    eprintln!("kinds {kinds:?} cut short {} multi-page {}", cut_short.get(), multi_page.get());
+    eprintln!(
+        "kinds {kinds:?} cut short {} multi-page {}",
+        cut_short.get(),
+        multi_page.get()
+    );
 }
 
 /// An FX conversion moves the initiating DFSP's and the FXP's positions,
@@ -416,10 +435,7 @@ fn conversions_and_funds_out_are_movements_and_unknown_names_are_none() {
         scan_budget: 10_000,
         now_ms: harness.now,
     };
-    let page = reader
-        .statement(&query("dfspa", usd()))
-        .unwrap()
-        .unwrap();
+    let page = reader.statement(&query("dfspa", usd())).unwrap().unwrap();
     let shown: Vec<(&str, &str, &str, String)> = page
         .movements
         .iter()

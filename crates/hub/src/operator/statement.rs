@@ -67,29 +67,21 @@ pub fn statement_query(
             PARAMETERS.join(", ")
         )));
     }
-    let participant = FspName::new(name)
-        .ok_or_else(|| invalid(format!("'{name}' is not an FSP name")))?;
+    let participant =
+        FspName::new(name).ok_or_else(|| invalid(format!("'{name}' is not an FSP name")))?;
     let text = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
     let currency = match text("currency") {
         None => return Err(invalid("currency is required (ISO 4217, e.g. USD)".into())),
-        Some(t) => Currency::parse(t)
-            .ok_or_else(|| invalid(format!("currency '{t}' is not ISO 4217")))?,
+        Some(t) => {
+            Currency::parse(t).ok_or_else(|| invalid(format!("currency '{t}' is not ISO 4217")))?
+        }
     };
-    let instant = |name: &str| -> Result<Option<i64>, HubError> {
-        text(name)
-            .map(|t| {
-                t.parse::<i64>()
-                    .ok()
-                    .or_else(|| fspiop::parse_date_time(t))
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "{name} must be a date-time (2026-01-31T12:00:00.000Z) or milliseconds"
-                        ))
-                    })
-            })
-            .transpose()
-    };
-    let to_ms = instant("to")?.unwrap_or(now_ms);
+    let instant = |name: &str| crate::admin_transfers::instant(query, name);
+    // A page after the first ends where the first did, unless `to` says
+    // otherwise: the cursor names its statement's end.
+    let cursor_to =
+        text("after").and_then(|after| after.split(CURSOR_SEPARATOR).nth(1)?.parse().ok());
+    let to_ms = instant("to")?.or(cursor_to).unwrap_or(now_ms);
     let from_ms = instant("from")?.unwrap_or(to_ms.saturating_sub(DEFAULT_RANGE_MS));
     if from_ms > to_ms {
         return Err(invalid("from must not be after to".into()));
@@ -136,11 +128,16 @@ fn sealing_key() -> &'static ring::hmac::Key {
     })
 }
 
+/// Between a cursor's parts (`key~to~position~settlement~seal`): none of
+/// them holds it (the seal is base64url), and it needs no escaping in a
+/// URL.
+const CURSOR_SEPARATOR: char = '~';
+
 /// What a cursor's seal covers: its place and balances, and the
 /// statement it belongs to.
 fn sealed_text(query: &StatementQuery, key: Key, balances: Balances) -> String {
     format!(
-        "{}_{}_{}|{}|{}|{}|{}",
+        "{}~{}~{}|{}|{}|{}|{}",
         key.text(),
         balances.position,
         balances.settlement,
@@ -153,14 +150,15 @@ fn sealed_text(query: &StatementQuery, key: Key, balances: Balances) -> String {
 
 fn seal(query: &StatementQuery, cursor: Cursor) -> String {
     let Some(balances) = cursor.balances else {
-        return cursor.key.text();
+        return format!("{}~{}", cursor.key.text(), query.to_ms);
     };
     let text = sealed_text(query, cursor.key, balances);
     let tag = ring::hmac::sign(sealing_key(), text.as_bytes());
-    let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&tag.as_ref()[..16]);
+    let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref());
     format!(
-        "{}_{}_{}_{tag}",
+        "{}~{}~{}~{}~{tag}",
         cursor.key.text(),
+        query.to_ms,
         balances.position,
         balances.settlement
     )
@@ -168,8 +166,9 @@ fn seal(query: &StatementQuery, cursor: Cursor) -> String {
 
 /// A cursor's place, with its balances when its seal holds.
 fn open_cursor(query: &StatementQuery, text: &str) -> Option<Cursor> {
-    let mut parts = text.split('_');
+    let mut parts = text.split(CURSOR_SEPARATOR);
     let key = Key::parse(parts.next()?)?;
+    let _to: i64 = parts.next()?.parse().ok()?;
     let rest: Vec<&str> = parts.collect();
     let balances = match rest.as_slice() {
         [] => None,
@@ -181,15 +180,14 @@ fn open_cursor(query: &StatementQuery, text: &str) -> Option<Cursor> {
             let tag = base64::engine::general_purpose::URL_SAFE_NO_PAD
                 .decode(tag)
                 .ok()?;
-            let expected = ring::hmac::sign(
+            // ring compares in constant time: a forged tag learns
+            // nothing from the answer's timing.
+            let holds = ring::hmac::verify(
                 sealing_key(),
                 sealed_text(query, key, balances).as_bytes(),
-            );
-            // Constant time: a forged tag learns nothing from the answer's
-            // timing.
-            let holds = tag.len() == 16
-                && ring::constant_time::verify_slices_are_equal(&expected.as_ref()[..16], &tag)
-                    .is_ok();
+                &tag,
+            )
+            .is_ok();
             holds.then_some(balances)
         }
         _ => return None,
@@ -313,35 +311,42 @@ async fn csv_statement(hub: &Hub, mut query: StatementQuery) -> Result<Response,
     let currency = query.currency;
     let mut rows = 0;
     let mut first = true;
-    let balance_rows = |csv: &mut String, at: i64, kind: &str, page: &StatementPage, b: Balances| {
-        for (account, id, value) in [
-            ("POSITION", page.position_account, b.position),
-            ("SETTLEMENT", page.settlement_account, b.settlement),
-        ] {
-            if let Some(id) = id {
-                csv_row(
-                    csv,
-                    &[
-                        &participant,
-                        &currency,
-                        &format_time(at),
-                        &kind,
-                        &account,
-                        &id.0,
-                        &"",
-                        &"",
-                        &"",
-                        &"",
-                        &value,
-                    ],
-                );
+    let balance_rows =
+        |csv: &mut String, at: i64, kind: &str, page: &StatementPage, b: Balances| {
+            for (account, id, value) in [
+                ("POSITION", page.position_account, b.position),
+                ("SETTLEMENT", page.settlement_account, b.settlement),
+            ] {
+                if let Some(id) = id {
+                    csv_row(
+                        csv,
+                        &[
+                            &participant,
+                            &currency,
+                            &format_time(at),
+                            &kind,
+                            &account,
+                            &id.0,
+                            &"",
+                            &"",
+                            &"",
+                            &"",
+                            &value,
+                        ],
+                    );
+                }
             }
-        }
-    };
+        };
     let next = loop {
         let page = read_page(hub, query.clone()).await?;
         if first {
-            balance_rows(&mut csv, query.from_ms, "OPENING_BALANCE", &page, page.opening);
+            balance_rows(
+                &mut csv,
+                query.from_ms,
+                "OPENING_BALANCE",
+                &page,
+                page.opening,
+            );
             first = false;
         }
         for movement in &page.movements {
@@ -354,7 +359,10 @@ async fn csv_statement(hub: &Hub, mut query: StatementQuery) -> Result<Response,
                     &movement.kind,
                     &movement.account.as_str(),
                     &movement.account_id.0,
-                    &movement.transfer_id.map(|id| id.to_string()).unwrap_or_default(),
+                    &movement
+                        .transfer_id
+                        .map(|id| id.to_string())
+                        .unwrap_or_default(),
                     &movement
                         .settlement_id
                         .map(|id| id.to_string())
@@ -416,7 +424,7 @@ mod tests {
         assert_eq!(open_cursor(&statement, &text), Some(cursor));
         // Another balance under the same seal: the place stays, the
         // balances are read again.
-        let forged = text.replacen("_-3_", "_-300_", 1);
+        let forged = text.replacen("~-3~", "~-300~", 1);
         assert_ne!(forged, text);
         assert_eq!(
             open_cursor(&statement, &forged),
@@ -429,6 +437,14 @@ mod tests {
         let (other, _) = query(&[("currency", "EUR"), ("from", "0")]).unwrap();
         assert_eq!(open_cursor(&other, &text).unwrap().balances, None);
         assert_eq!(open_cursor(&statement, "nonsense"), None);
+        // A page after the first ends where the first did.
+        let later: HashMap<String, String> = [("currency", "USD"), ("from", "0"), ("after", &text)]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (next, _) = statement_query("payerfsp", &later, 1_800_000_000_000).unwrap();
+        assert_eq!(next.to_ms, statement.to_ms);
+        assert_eq!(next.after, Some(cursor));
     }
 
     #[test]
