@@ -410,43 +410,6 @@ pub(crate) fn csrf(visitor: &Visitor) -> Markup {
     html! { input type="hidden" name="csrf" value=(visitor.session.csrf); }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn amounts_are_grouped_exactly() {
-        assert_eq!(grouped("0"), "0");
-        assert_eq!(grouped("999"), "999");
-        assert_eq!(grouped("1000"), "1,000");
-        assert_eq!(grouped("-1234567.5"), "-1,234,567.5");
-        assert_eq!(
-            grouped("123456789012345678.0001"),
-            "123,456,789,012,345,678.0001"
-        );
-    }
-
-    #[test]
-    fn balances_keep_their_sign() {
-        let parse = |v: Value| signed_amount(&v).map(|a| a.to_string());
-        assert_eq!(parse(serde_json::json!(-2000)), Some("-2000".to_string()));
-        assert_eq!(parse(serde_json::json!("-0.5")), Some("-0.5".to_string()));
-        assert_eq!(parse(serde_json::json!(12.25)), Some("12.25".to_string()));
-        assert_eq!(parse(serde_json::json!("x")), None);
-    }
-
-    #[test]
-    fn times_show_their_zone() {
-        assert_eq!(time("2026-11-23T20:02:31.123Z"), "2026-11-23 20:02:31 UTC");
-        assert_eq!(time(""), "");
-    }
-
-    #[test]
-    fn encoding_keeps_only_unreserved_characters() {
-        assert_eq!(encode("/console/x?a=b c"), "%2Fconsole%2Fx%3Fa%3Db%20c");
-    }
-}
-
 /// An API route's CSV (asked with `Accept: text/csv`) as a download named
 /// `file`; an error page of `section` when the API refuses.
 pub(crate) async fn csv_download(
@@ -483,5 +446,42 @@ pub(crate) async fn csv_download(
             api_failure(visitor, section, &error)
         }
         Err(error) => api_failure(visitor, section, &error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_are_grouped_exactly() {
+        assert_eq!(grouped("0"), "0");
+        assert_eq!(grouped("999"), "999");
+        assert_eq!(grouped("1000"), "1,000");
+        assert_eq!(grouped("-1234567.5"), "-1,234,567.5");
+        assert_eq!(
+            grouped("123456789012345678.0001"),
+            "123,456,789,012,345,678.0001"
+        );
+    }
+
+    #[test]
+    fn balances_keep_their_sign() {
+        let parse = |v: Value| signed_amount(&v).map(|a| a.to_string());
+        assert_eq!(parse(serde_json::json!(-2000)), Some("-2000".to_string()));
+        assert_eq!(parse(serde_json::json!("-0.5")), Some("-0.5".to_string()));
+        assert_eq!(parse(serde_json::json!(12.25)), Some("12.25".to_string()));
+        assert_eq!(parse(serde_json::json!("x")), None);
+    }
+
+    #[test]
+    fn times_show_their_zone() {
+        assert_eq!(time("2026-11-23T20:02:31.123Z"), "2026-11-23 20:02:31 UTC");
+        assert_eq!(time(""), "");
+    }
+
+    #[test]
+    fn encoding_keeps_only_unreserved_characters() {
+        assert_eq!(encode("/console/x?a=b c"), "%2Fconsole%2Fx%3Fa%3Db%20c");
     }
 }
