@@ -340,13 +340,13 @@ async fn csv_statement(hub: &Hub, mut query: StatementQuery) -> Result<Response,
     let next = loop {
         let page = read_page(hub, query.clone()).await?;
         if first {
-            balance_rows(
-                &mut csv,
-                query.from_ms,
-                "OPENING_BALANCE",
-                &page,
-                page.opening,
-            );
+            // Going on from a cursor: the balances before its place.
+            let kind = match query.after {
+                None => "OPENING_BALANCE",
+                Some(_) => "BALANCE_BEFORE",
+            };
+            let at = query.after.map_or(query.from_ms, |cursor| cursor.key.at_ms);
+            balance_rows(&mut csv, at, kind, &page, page.opening);
             first = false;
         }
         for movement in &page.movements {
