@@ -33,14 +33,18 @@
 //! held; the balance at every millisecond boundary and the closing one
 //! are exact.
 //!
-//! Opening balance: the exact value before a key is either the account's
-//! value now minus every movement since ([`Method::Current`]), or the
-//! history snapshot's sums (kept for recovery) plus what the snapshot does
-//! not sum: commits since its cut, commits of transfers after its
+//! Opening balance: the exact value before a key is the account's value
+//! now minus every movement since ([`Method::Current`]), or the history
+//! snapshot's sums (kept for recovery) plus what the snapshot does not
+//! sum: commits since its cut, commits of transfers after its
 //! `through_seq`, funds movements and settlement entries
-//! ([`Method::Snapshot`]; without a snapshot, the sums from the start).
-//! Both read in the same read transaction as the accounts, so both are
-//! exact; the one whose range of commits is shorter is read.
+//! ([`Method::Snapshot`]), or every movement before it
+//! ([`Method::Start`], the same with an empty snapshot). All are read in
+//! the same read transaction as the accounts, so all are exact; the one
+//! whose range of commits spans fewest milliseconds is read. Without a
+//! per-account index each walks every DFSP's commits of its range (the
+//! database filters them), so a key in the middle of a long history
+//! costs up to half of it (BENCHMARKS.md, "DFSP statements").
 
 use std::collections::HashMap;
 
@@ -212,8 +216,10 @@ pub struct Movement {
 /// How an opening balance was read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Method {
-    /// The history snapshot's sums (or none) plus what it does not sum.
+    /// The history snapshot's sums plus what it does not sum.
     Snapshot,
+    /// Everything before, summed from the start (a key near the start).
+    Start,
     /// The accounts' values now minus what moved since.
     Current,
     /// Carried in the cursor.
@@ -224,6 +230,7 @@ impl Method {
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Snapshot => "snapshot",
+            Method::Start => "start",
             Method::Current => "current",
             Method::Carried => "carried",
         }
@@ -756,19 +763,30 @@ fn balances_before(
     let ids = accounts.ids();
     let funds_before: Vec<Row> = funds.iter().filter(|r| r.key < key).cloned().collect();
     let funds_since: Vec<Row> = funds.iter().filter(|r| r.key >= key).cloned().collect();
-    let stored = snapshot(sql, accounts)?;
-    // Without a snapshot: sums from the start (through seq 0, no cut).
-    let (cut, through, sums) = stored.unwrap_or((i64::MIN, 0, Balances::default()));
-    let forward = key.at_ms.saturating_sub(cut.max(first_commit_at(sql)?));
+    let first = first_commit_at(sql)?;
+    // Forward from the stored snapshot, if the key is past its cut, or
+    // from the start (an empty snapshot: through seq 0, no cut), whichever
+    // spans fewer milliseconds of commits; else back from the accounts'
+    // values now.
+    let from_start = key.at_ms.saturating_sub(first);
+    let (cut, through, sums, forward, method) = match snapshot(sql, accounts)? {
+        Some((cut, through, sums))
+            if key.at_ms >= cut && key.at_ms.saturating_sub(cut.max(first)) < from_start =>
+        {
+            let forward = key.at_ms.saturating_sub(cut.max(first));
+            (cut, through, sums, forward, Method::Snapshot)
+        }
+        _ => (i64::MIN, 0, Balances::default(), from_start, Method::Start),
+    };
     let backward = now_ms.saturating_sub(key.at_ms);
     let entries_from = first_entry_from(sql, key)?;
-    if key.at_ms >= cut && forward <= backward {
+    if forward <= backward {
         let (at, seq) = key.bound_for(Source::Commit);
         let mut rows = commits(sql, (cut, i64::MIN), (at, seq), None, Some(ids))?;
         rows.extend(commits_after_seq(sql, through, cut, ids)?);
         rows.extend(funds_before);
         rows.extend(entries(sql, 1, entries_from, None, Some(ids))?);
-        return Ok((plus(sums, sum(accounts, &rows)?)?, Method::Snapshot));
+        return Ok((plus(sums, sum(accounts, &rows)?)?, method));
     }
     let (at, seq) = key.bound_for(Source::Commit);
     let mut rows = commits(sql, (at, seq), (i64::MAX, i64::MAX), None, Some(ids))?;

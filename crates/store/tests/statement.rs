@@ -362,7 +362,12 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
         })
         .unwrap();
     let methods = methods.into_inner();
-    for method in [Method::Snapshot, Method::Current, Method::Carried] {
+    for method in [
+        Method::Snapshot,
+        Method::Start,
+        Method::Current,
+        Method::Carried,
+    ] {
         assert!(
             methods.contains(&method),
             "{method:?} never used: {methods:?}"
