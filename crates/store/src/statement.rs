@@ -250,8 +250,6 @@ pub struct StatementQuery {
     pub limit: usize,
     pub chunk: usize,
     pub scan_budget: usize,
-    /// Ledger time now (which reading of the opening is shorter).
-    pub now_ms: i64,
 }
 
 /// One page of a statement.
@@ -553,10 +551,16 @@ fn commits_after_seq(
     (a, b): (i64, i64),
 ) -> Result<Vec<Row>, StoreError> {
     let d = sql.dialect();
+    // By seq (few after the snapshot's), never by the time index (every
+    // finish before the cut).
+    let by_seq = match d {
+        Dialect::Sqlite => " NOT INDEXED",
+        Dialect::Postgres => "",
+    };
     let query = format!(
         "SELECT CAST(f.finished_at_ms AS BIGINT), CAST(f.seq AS BIGINT), t.kind, t.transfer_id,
                 CAST(t.debit_account_id AS BIGINT), CAST(t.credit_account_id AS BIGINT), t.amount
-         FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq
+         FROM transfer_finishes f{by_seq} JOIN transfers t ON t.seq = f.seq
          WHERE f.seq > {} AND f.finished_at_ms < {} AND f.state = 'COMMITTED'
            AND t.kind IN ('TRANSFER', 'FX_CONVERSION')
            AND (t.debit_account_id IN ({a}, {b}) OR t.credit_account_id IN ({a}, {b}))",
@@ -602,14 +606,21 @@ fn funds(sql: &mut dyn StatementSql, (a, b): (i64, i64)) -> Result<Vec<Row>, Sto
     Ok(rows)
 }
 
-/// The first settlement entry seq with `at_ms >= at` (one past the last
-/// if none): a bisection on the primary key, as entries are posted in
-/// time order.
-fn first_entry_at(sql: &mut dyn StatementSql, at: i64) -> Result<i64, StoreError> {
+/// The first seq of `table` whose `at` column is at or after `at` (one
+/// past the last if none), and the last seq: a bisection on the primary
+/// key, as both tables are written in time order (the ledger's clock never
+/// goes back): transfers by their prepare, settlement entries by their
+/// posting.
+fn first_seq_at(
+    sql: &mut dyn StatementSql,
+    table: &str,
+    column: &str,
+    at: i64,
+) -> Result<(i64, i64), StoreError> {
     let d = sql.dialect();
     let last = sql
         .rows(
-            "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) FROM settlement_entries",
+            &format!("SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) FROM {table}"),
             &[],
         )?
         .first()
@@ -617,7 +628,7 @@ fn first_entry_at(sql: &mut dyn StatementSql, at: i64) -> Result<i64, StoreError
         .transpose()?
         .unwrap_or(0);
     let query = format!(
-        "SELECT CAST(at_ms AS BIGINT) FROM settlement_entries WHERE seq >= {} ORDER BY seq LIMIT 1",
+        "SELECT CAST({column} AS BIGINT) FROM {table} WHERE seq >= {} ORDER BY seq LIMIT 1",
         p(d, 1)
     );
     let (mut low, mut high) = (1i64, last + 1);
@@ -634,7 +645,12 @@ fn first_entry_at(sql: &mut dyn StatementSql, at: i64) -> Result<i64, StoreError
             None => high = middle,
         }
     }
-    Ok(low)
+    Ok((low, last))
+}
+
+/// The first settlement entry seq with `at_ms >= at`.
+fn first_entry_at(sql: &mut dyn StatementSql, at: i64) -> Result<i64, StoreError> {
+    Ok(first_seq_at(sql, "settlement_entries", "at_ms", at)?.0)
 }
 
 /// Settlement entries with `from_seq <= seq < to_seq`, in seq (= key)
@@ -758,32 +774,38 @@ fn balances_before(
     accounts: &Accounts,
     funds: &[Row],
     key: Key,
-    now_ms: i64,
 ) -> Result<(Balances, Method), StoreError> {
     let ids = accounts.ids();
     let funds_before: Vec<Row> = funds.iter().filter(|r| r.key < key).cloned().collect();
     let funds_since: Vec<Row> = funds.iter().filter(|r| r.key >= key).cloned().collect();
-    let first = first_commit_at(sql)?;
-    // Forward from the stored snapshot, if the key is past its cut, or
-    // from the start (an empty snapshot: through seq 0, no cut), whichever
-    // spans fewer milliseconds of commits; else back from the accounts'
-    // values now.
-    let from_start = key.at_ms.saturating_sub(first);
+    // What each way reads, in transfers (a commit follows its prepare
+    // closely, and transfers are numbered in prepare order): forward from
+    // the stored snapshot, if the key is past its cut (with the transfers
+    // after its `through_seq`), or from the start (an empty snapshot:
+    // through seq 0, no cut); else back from the accounts' values now.
+    let (at_key, last) = first_seq_at(sql, "transfers", "prepared_at_ms", key.at_ms)?;
     let (cut, through, sums, forward, method) = match snapshot(sql, accounts)? {
-        Some((cut, through, sums))
-            if key.at_ms >= cut && key.at_ms.saturating_sub(cut.max(first)) < from_start =>
-        {
-            let forward = key.at_ms.saturating_sub(cut.max(first));
-            (cut, through, sums, forward, Method::Snapshot)
+        Some((cut, through, sums)) if key.at_ms >= cut => {
+            let at_cut = first_seq_at(sql, "transfers", "prepared_at_ms", cut)?.0;
+            let forward = (at_key - at_cut) + (last - through).max(0);
+            match forward < at_key {
+                true => (cut, through, sums, forward, Method::Snapshot),
+                false => (i64::MIN, 0, Balances::default(), at_key, Method::Start),
+            }
         }
-        _ => (i64::MIN, 0, Balances::default(), from_start, Method::Start),
+        _ => (i64::MIN, 0, Balances::default(), at_key, Method::Start),
     };
-    let backward = now_ms.saturating_sub(key.at_ms);
+    let backward = last - at_key;
     let entries_from = first_entry_from(sql, key)?;
     if forward <= backward {
         let (at, seq) = key.bound_for(Source::Commit);
         let mut rows = commits(sql, (cut, i64::MIN), (at, seq), None, Some(ids))?;
-        rows.extend(commits_after_seq(sql, through, cut, ids)?);
+        // Summed from the start, nothing is left out; a snapshot leaves
+        // out the transfers after its `through_seq` that finished before
+        // its cut (found by seq: few, once it has caught up).
+        if method == Method::Snapshot && through < last {
+            rows.extend(commits_after_seq(sql, through, cut, ids)?);
+        }
         rows.extend(funds_before);
         rows.extend(entries(sql, 1, entries_from, None, Some(ids))?);
         return Ok((plus(sums, sum(accounts, &rows)?)?, method));
@@ -793,19 +815,6 @@ fn balances_before(
     rows.extend(funds_since);
     rows.extend(entries(sql, entries_from, i64::MAX, None, Some(ids))?);
     Ok((minus(accounts.now, sum(accounts, &rows)?)?, Method::Current))
-}
-
-/// When the store's first transfer was prepared (no commit is earlier).
-fn first_commit_at(sql: &mut dyn StatementSql) -> Result<i64, StoreError> {
-    Ok(sql
-        .rows(
-            "SELECT CAST(prepared_at_ms AS BIGINT) FROM transfers ORDER BY seq LIMIT 1",
-            &[],
-        )?
-        .first()
-        .map(|row| int(&row[0]))
-        .transpose()?
-        .unwrap_or(i64::MAX))
 }
 
 /// One page of `query`'s statement, in one read transaction; `None` when
@@ -853,7 +862,7 @@ fn read_page(
     };
     let (opening, method) = match query.after.and_then(|cursor| cursor.balances) {
         Some(balances) => (balances, Method::Carried),
-        None => balances_before(sql, &accounts, &funds_rows, start, query.now_ms)?,
+        None => balances_before(sql, &accounts, &funds_rows, start)?,
     };
     page.opening = opening;
     page.method = method;

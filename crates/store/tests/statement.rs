@@ -288,9 +288,6 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
                     limit,
                     chunk,
                     scan_budget,
-                    // Now as the ledger sees it: near the end, so that
-                    // late statements open from the accounts' values.
-                    now_ms: harness.now,
                 };
                 let want: Vec<Seen> = all
                     .iter()
@@ -350,7 +347,6 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
                         limit: 1_000,
                         chunk: 1_000,
                         scan_budget: 1_000_000,
-                        now_ms: harness.now,
                     })
                     .unwrap()
                     .unwrap();
@@ -438,7 +434,6 @@ fn conversions_and_funds_out_are_movements_and_unknown_names_are_none() {
         limit: 100,
         chunk: 100,
         scan_budget: 10_000,
-        now_ms: harness.now,
     };
     let page = reader.statement(&query("dfspa", usd())).unwrap().unwrap();
     let shown: Vec<(&str, &str, &str, String)> = page

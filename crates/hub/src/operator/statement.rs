@@ -108,7 +108,6 @@ pub fn statement_query(
         limit,
         chunk: CHUNK,
         scan_budget: SCAN_BUDGET,
-        now_ms,
     };
     if let Some(after) = text("after") {
         statement.after = Some(
