@@ -41,7 +41,7 @@
 //! ([`Method::Snapshot`]), or every movement before it
 //! ([`Method::Start`], the same with an empty snapshot). All are read in
 //! the same read transaction as the accounts, so all are exact; the one
-//! whose range of commits spans fewest milliseconds is read. Without a
+//! that reads the fewest transfers is read. Without a
 //! per-account index each walks every DFSP's commits of its range (the
 //! database filters them), so a key in the middle of a long history
 //! costs up to half of it (BENCHMARKS.md, "DFSP statements").
