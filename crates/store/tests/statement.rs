@@ -202,16 +202,7 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
             harness.apply(vec![Command::CreateSettlementModel {
                 name: "DEFERREDNET".into(),
                 definition: r#"{"settlementGranularity":"NET"}"#.into(),
-                rules: Some(ModelRules {
-                    granularity: Granularity::Net,
-                    interchange: Interchange::Multilateral,
-                    delay: Delay::Deferred,
-                    currency: Some(usd()),
-                    ledger_account_type: AccountKind::Position,
-                    settlement_account_type: AccountKind::Settlement,
-                    auto_position_reset: true,
-                    require_liquidity_check: false,
-                }),
+                rules: Some(support::deferred_net_usd(false)),
             }]);
             // Something settles: a committed transfer in the first window.
             harness.run(Op::Prepare {
