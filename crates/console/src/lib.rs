@@ -40,6 +40,7 @@ mod provider;
 mod scheme;
 mod session;
 mod settlement;
+mod statement;
 mod transfers;
 
 use std::sync::Arc;
@@ -135,6 +136,14 @@ pub fn router(
         .route(
             "/console/participants/:name/funds/abort",
             post(participants::funds_abort),
+        )
+        .route(
+            "/console/participants/:name/statement",
+            get(statement::show),
+        )
+        .route(
+            "/console/participants/:name/statement.csv",
+            get(statement::csv),
         )
         .route("/console/fx", get(fx::show))
         .route("/console/fx/corridors", post(fx::set_corridors))

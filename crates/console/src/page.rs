@@ -410,6 +410,45 @@ pub(crate) fn csrf(visitor: &Visitor) -> Markup {
     html! { input type="hidden" name="csrf" value=(visitor.session.csrf); }
 }
 
+/// An API route's CSV (asked with `Accept: text/csv`) as a download named
+/// `file`; an error page of `section` when the API refuses.
+pub(crate) async fn csv_download(
+    visitor: &crate::session::Visitor,
+    api_path: &str,
+    file: &str,
+    section: Section,
+) -> axum::response::Response {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+    let raw = visitor
+        .call_raw(axum::http::Method::GET, api_path, None, "text/csv")
+        .await;
+    match raw {
+        Ok(raw) if raw.status.is_success() => visitor.finish(
+            (
+                [
+                    (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+                    (
+                        header::CONTENT_DISPOSITION,
+                        format!("attachment; filename=\"{file}\""),
+                    ),
+                ],
+                raw.body,
+            )
+                .into_response(),
+        ),
+        Ok(raw) => {
+            let error = crate::api::ApiError {
+                status: raw.status,
+                code: String::new(),
+                description: String::from_utf8_lossy(&raw.body).into_owned(),
+            };
+            api_failure(visitor, section, &error)
+        }
+        Err(error) => api_failure(visitor, section, &error),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

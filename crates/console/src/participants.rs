@@ -389,6 +389,15 @@ pub(crate) async fn detail(visitor: Visitor, Path(name): Path<String>) -> Respon
             }
         }
         h2 { "Accounts" }
+        @if visitor.may(&axum::http::Method::GET, "/console/participants/:name/statement", &[("name", name.as_str())]) {
+            p {
+                "Statement: "
+                @for currency in &currencies {
+                    a href={ (here) "/statement?currency=" (page::encode(currency)) } { (currency) }
+                    " "
+                }
+            }
+        }
         div.table-wrap {
             table {
                 thead { tr {

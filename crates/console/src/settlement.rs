@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use axum::extract::{Path, Query};
-use axum::http::{header, Method};
-use axum::response::{IntoResponse, Response};
+use axum::http::Method;
+use axum::response::Response;
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
@@ -856,41 +856,17 @@ pub(crate) async fn abort(Path(id): Path<String>, Posted { visitor, .. }: Posted
 
 /// The API's CSV report, as a download.
 pub(crate) async fn report(visitor: Visitor, Path(id): Path<String>) -> Response {
-    let raw = visitor
-        .call_raw(
-            Method::GET,
-            &format!("/v2/settlements/{}/report", page::encode(&id)),
-            None,
-            "text/csv",
-        )
-        .await;
-    match raw {
-        Ok(raw) if raw.status.is_success() => {
-            let disposition = format!(
-                "attachment; filename=\"settlement-{}.csv\"",
-                id.chars().filter(char::is_ascii_digit).collect::<String>()
-            );
-            visitor.finish(
-                (
-                    [
-                        (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-                        (header::CONTENT_DISPOSITION, disposition),
-                    ],
-                    raw.body,
-                )
-                    .into_response(),
-            )
-        }
-        Ok(raw) => {
-            let error = ApiError {
-                status: raw.status,
-                code: String::new(),
-                description: String::from_utf8_lossy(&raw.body).into_owned(),
-            };
-            page::api_failure(&visitor, Section::Settlement, &error)
-        }
-        Err(error) => page::api_failure(&visitor, Section::Settlement, &error),
-    }
+    let file = format!(
+        "settlement-{}.csv",
+        id.chars().filter(char::is_ascii_digit).collect::<String>()
+    );
+    page::csv_download(
+        &visitor,
+        &format!("/v2/settlements/{}/report", page::encode(&id)),
+        &file,
+        Section::Settlement,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -49,6 +49,7 @@ pub mod operator {
     pub mod oracles;
     pub mod pins;
     pub mod settlement;
+    pub mod statement;
     pub mod watch;
 }
 
@@ -105,7 +106,7 @@ pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats, wire_log};
 pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
-    settlement, watch,
+    settlement, statement, watch,
 };
 pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify};
 pub use resources::{
@@ -975,6 +976,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(admin_transfers::router(hub.clone()))
         .merge(wire_log::router(hub.clone()))
         .merge(feed::router(hub.clone()))
+        .merge(statement::router(hub.clone()))
         .merge(scrape)
         // Inside the authentication: it sees who asks.
         .layer(axum::middleware::from_fn(move |request, next| {

@@ -37,6 +37,7 @@ pub mod sqlite;
 pub mod sqlite_feed;
 pub mod sqlite_history;
 mod sqlite_settlement;
+pub mod statement;
 
 /// A store failure. A commit that fails leaves nothing of its batches
 /// visible; whether the pipeline may try the same commit again depends on
@@ -145,6 +146,13 @@ pub trait StoreReader: Send + Sync + fmt::Debug {
         &self,
         query: &search::TransferQuery,
     ) -> Result<search::SearchPage, StoreError>;
+
+    /// A page of a DFSP's statement (`GET /participants/{name}/statement`,
+    /// [`statement`]); `None` when no participant has that name.
+    fn statement(
+        &self,
+        query: &statement::StatementQuery,
+    ) -> Result<Option<statement::StatementPage>, StoreError>;
 
     /// Whether a read waits on the network (a database server) rather than
     /// a local file: the hub then tells its runtime before blocking, so

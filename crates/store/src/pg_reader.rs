@@ -119,6 +119,16 @@ impl StoreReader for PgReader {
         self.with_client(move |client| crate::search::search(&mut PgSearch(client), &query))
     }
 
+    fn statement(
+        &self,
+        query: &crate::statement::StatementQuery,
+    ) -> Result<Option<crate::statement::StatementPage>, StoreError> {
+        let query = query.clone();
+        self.with_client(move |client| {
+            crate::statement::statement(&mut PgStatement(client), &query)
+        })
+    }
+
     fn find_transfer(&self, transfer_id: TransferId) -> Result<Option<StoredTransfer>, StoreError> {
         self.with_client(move |client| {
             let id = transfer_id.to_blob();
@@ -372,15 +382,7 @@ impl crate::search::SearchSql for PgSearch<'_> {
         sql: &str,
         params: &[crate::search::Param],
     ) -> Result<Vec<i64>, StoreError> {
-        let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
-            .iter()
-            .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
-                match param {
-                    crate::search::Param::Int(n) => Box::new(*n),
-                    crate::search::Param::Text(text) => Box::new(text.clone()),
-                }
-            })
-            .collect();
+        let values = pg_values(params);
         let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
             values.iter().map(|value| value.as_ref()).collect();
         self.0
@@ -401,5 +403,67 @@ impl crate::search::SearchSql for PgSearch<'_> {
             // The transfer's seq is the first column.
             .map(|row| Ok((col::<i64>(row, 0)? as u64, PgReader::stored(row)?)))
             .collect()
+    }
+}
+
+/// A query's parameters as PostgreSQL binds them.
+fn pg_values(params: &[crate::search::Param]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
+    params
+        .iter()
+        .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
+            match param {
+                crate::search::Param::Int(n) => Box::new(*n),
+                crate::search::Param::Text(text) => Box::new(text.clone()),
+            }
+        })
+        .collect()
+}
+
+/// [`crate::statement::statement`] on a PostgreSQL connection.
+pub(crate) struct PgStatement<'c>(pub(crate) &'c mut Client);
+
+impl crate::statement::StatementSql for PgStatement<'_> {
+    fn dialect(&self) -> crate::search::Dialect {
+        crate::search::Dialect::Postgres
+    }
+
+    fn begin(&mut self) -> Result<(), StoreError> {
+        // One snapshot of the store for the whole page: the balances and
+        // the movements agree.
+        Ok(self
+            .0
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?)
+    }
+
+    fn end(&mut self) -> Result<(), StoreError> {
+        Ok(self.0.batch_execute("COMMIT")?)
+    }
+
+    fn rows(
+        &mut self,
+        sql: &str,
+        params: &[crate::search::Param],
+    ) -> Result<Vec<Vec<crate::statement::Cell>>, StoreError> {
+        use crate::statement::Cell;
+        use postgres::types::Type;
+        let values = pg_values(params);
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            values.iter().map(|value| value.as_ref()).collect();
+        let rows = self.0.query(sql, &refs)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let mut cells = Vec::with_capacity(row.len());
+            for (at, column) in row.columns().iter().enumerate() {
+                let cell = match *column.type_() {
+                    Type::INT8 => row.get::<_, Option<i64>>(at).map(Cell::Int),
+                    Type::INT4 => row.get::<_, Option<i32>>(at).map(|n| Cell::Int(n.into())),
+                    Type::BYTEA => row.get::<_, Option<Vec<u8>>>(at).map(Cell::Blob),
+                    _ => row.get::<_, Option<String>>(at).map(Cell::Text),
+                };
+                cells.push(cell.unwrap_or(Cell::Null));
+            }
+            out.push(cells);
+        }
+        Ok(out)
     }
 }

@@ -2252,6 +2252,72 @@ impl StoreReader for TransferLookup {
             .unwrap_or_else(|e| e.into_inner());
         search::search(&mut SqliteSearch(&connection), query)
     }
+
+    fn statement(
+        &self,
+        query: &crate::statement::StatementQuery,
+    ) -> Result<Option<crate::statement::StatementPage>, StoreError> {
+        let connection = self
+            .search_connection
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        crate::statement::statement(&mut SqliteStatement(&connection), query)
+    }
+}
+
+/// [`crate::statement::statement`] on a SQLite connection.
+pub(crate) struct SqliteStatement<'c>(pub(crate) &'c Connection);
+
+impl crate::statement::StatementSql for SqliteStatement<'_> {
+    fn dialect(&self) -> search::Dialect {
+        search::Dialect::Sqlite
+    }
+
+    fn begin(&mut self) -> Result<(), StoreError> {
+        Ok(self.0.execute_batch("BEGIN")?)
+    }
+
+    fn end(&mut self) -> Result<(), StoreError> {
+        Ok(self.0.execute_batch("COMMIT")?)
+    }
+
+    fn rows(
+        &mut self,
+        sql: &str,
+        params: &[search::Param],
+    ) -> Result<Vec<Vec<crate::statement::Cell>>, StoreError> {
+        use crate::statement::Cell;
+        let values = sqlite_values(params);
+        let mut statement = self.0.prepare_cached(sql)?;
+        let columns = statement.column_count();
+        let mut rows = statement.query(rusqlite::params_from_iter(values))?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let mut cells = Vec::with_capacity(columns);
+            for at in 0..columns {
+                cells.push(match row.get_ref(at)? {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(n) => Cell::Int(n),
+                    ValueRef::Real(x) => Cell::Text(x.to_string()),
+                    ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+                    ValueRef::Blob(b) => Cell::Blob(b.to_vec()),
+                });
+            }
+            out.push(cells);
+        }
+        Ok(out)
+    }
+}
+
+/// A query's parameters as SQLite binds them.
+fn sqlite_values(params: &[search::Param]) -> Vec<rusqlite::types::Value> {
+    params
+        .iter()
+        .map(|param| match param {
+            search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
+            search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
+        })
+        .collect()
 }
 
 /// [`search::search`] on a SQLite connection.
@@ -2263,13 +2329,7 @@ impl search::SearchSql for SqliteSearch<'_> {
     }
 
     fn integers(&mut self, sql: &str, params: &[search::Param]) -> Result<Vec<i64>, StoreError> {
-        let values: Vec<rusqlite::types::Value> = params
-            .iter()
-            .map(|param| match param {
-                search::Param::Int(n) => rusqlite::types::Value::Integer(*n),
-                search::Param::Text(text) => rusqlite::types::Value::Text(text.clone()),
-            })
-            .collect();
+        let values = sqlite_values(params);
         let mut statement = self.0.prepare_cached(sql)?;
         let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)

@@ -479,16 +479,7 @@ fn every_kind_of_record_round_trips_alike() {
             id: 1,
             name: "DEFERREDNET".into(),
             definition: "{}".into(),
-            rules: Some(ModelRules {
-                granularity: Granularity::Net,
-                interchange: Interchange::Multilateral,
-                delay: Delay::Deferred,
-                currency: Some(usd()),
-                ledger_account_type: AccountKind::Position,
-                settlement_account_type: AccountKind::Settlement,
-                auto_position_reset: true,
-                require_liquidity_check: true,
-            }),
+            rules: Some(support::deferred_net_usd(true)),
         }),
         Record::SettlementModel(SettlementModelRow {
             id: 2,

@@ -244,6 +244,29 @@ fn invalid(description: String) -> HubError {
     )
 }
 
+/// The instant a query parameter names (a date-time or milliseconds), if
+/// it is given.
+pub(crate) fn instant(
+    query: &HashMap<String, String>,
+    name: &str,
+) -> Result<Option<i64>, HubError> {
+    query
+        .get(name)
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(|t| {
+            t.parse::<i64>()
+                .ok()
+                .or_else(|| fspiop::parse_date_time(t))
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "{name} must be a date-time (2026-01-31T12:00:00.000Z) or milliseconds"
+                    ))
+                })
+        })
+        .transpose()
+}
+
 /// The search `GET /transfers`' query asks for, or why it cannot be run.
 pub fn transfer_query(
     query: &HashMap<String, String>,
@@ -258,20 +281,7 @@ pub fn transfer_query(
         )));
     }
     let text = |name: &str| query.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let instant = |name: &str| -> Result<Option<i64>, HubError> {
-        text(name)
-            .map(|t| {
-                t.parse::<i64>()
-                    .ok()
-                    .or_else(|| fspiop::parse_date_time(t))
-                    .ok_or_else(|| {
-                        invalid(format!(
-                            "{name} must be a date-time (2026-01-31T12:00:00.000Z) or milliseconds"
-                        ))
-                    })
-            })
-            .transpose()
-    };
+    let instant = |name: &str| instant(query, name);
     let fsp = |name: &str| -> Result<Option<ledger::FspName>, HubError> {
         text(name)
             .map(|t| {

@@ -1036,7 +1036,7 @@ async fn report(
 }
 
 /// One CSV line of fields already safe to write.
-fn csv_row(csv: &mut String, fields: &[&dyn std::fmt::Display]) {
+pub(crate) fn csv_row(csv: &mut String, fields: &[&dyn std::fmt::Display]) {
     for (at, field) in fields.iter().enumerate() {
         if at > 0 {
             csv.push(',');
@@ -1052,7 +1052,7 @@ fn csv_row(csv: &mut String, fields: &[&dyn std::fmt::Display]) {
 /// holds a separator or quote, and a leading `=`, `+`, `-`, `@`, tab or CR
 /// neutralized with a `'` — a spreadsheet opening the report would
 /// otherwise run a name such as `=HYPERLINK(…)` as a formula.
-fn csv_field(text: &str) -> String {
+pub(crate) fn csv_field(text: &str) -> String {
     let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         std::borrow::Cow::Owned(format!("'{text}"))
     } else {

@@ -273,6 +273,8 @@ pub const TABLE: &[Rule] = &[
     rule("GET", "/participants/:name/positions", READERS, OWN),
     rule("GET", "/participants/:name/fxCorridors", READERS, OWN),
     rule("PUT", "/participants/:name/fxCorridors", OPERATOR, NO),
+    // A DFSP's statement: a report (the auditor reads it too).
+    rule("GET", "/participants/:name/statement", AUDIT, OWN),
     rule("GET", "/participants/:name/jwsKey", READERS, NO),
     rule("PUT", "/participants/:name/jwsKey", OPERATOR, NO),
     rule("DELETE", "/participants/:name/jwsKey", OPERATOR, NO),
@@ -406,6 +408,13 @@ pub const TABLE: &[Rule] = &[
         "/console/participants/:name/funds/abort",
         FINANCE,
         NO,
+    ),
+    rule("GET", "/console/participants/:name/statement", AUDIT, OWN),
+    rule(
+        "GET",
+        "/console/participants/:name/statement.csv",
+        AUDIT,
+        OWN,
     ),
     rule("GET", "/console/fx", READERS, NO),
     rule("POST", "/console/fx/corridors", OPERATOR, NO),

@@ -23,6 +23,20 @@ pub fn eur() -> Currency {
     Currency::parse("EUR").expect("currency")
 }
 
+/// A deferred net settlement model of USD positions, reset at settlement.
+pub fn deferred_net_usd(require_liquidity_check: bool) -> ModelRules {
+    ModelRules {
+        granularity: Granularity::Net,
+        interchange: Interchange::Multilateral,
+        delay: Delay::Deferred,
+        currency: Some(usd()),
+        ledger_account_type: AccountKind::Position,
+        settlement_account_type: AccountKind::Settlement,
+        auto_position_reset: true,
+        require_liquidity_check,
+    }
+}
+
 /// The FXP every harness has: it converts USD into EUR.
 pub fn fxp() -> FspName {
     fsp("fxp")
