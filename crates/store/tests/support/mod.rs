@@ -499,6 +499,11 @@ impl Harness {
             .advance_history_snapshot(cut_ms)
             .expect("advance the snapshot");
         if let Some(pg) = &mut self.pg {
+            // PostgreSQL's advance is a commit (of no records), which
+            // carries the writer's pass when one is due: SQLite's too, so
+            // that both pass at the same commits (the search keys compared
+            // between them depend on it).
+            self.store.commit(&[]).expect("an empty commit");
             let on_pg = pg
                 .advance_history_snapshot(cut_ms)
                 .expect("advance the snapshot on PostgreSQL");
