@@ -3,7 +3,7 @@
 //! when the segment is closed) is a run of `hash · offset` pairs, one per
 //! record. Nothing here touches a file.
 
-use crate::{Direction, Recorded, Resource};
+use crate::{Direction, Message, Recorded, Resource};
 
 /// Marks the start of every record ("KWL1").
 pub(crate) const MAGIC: u32 = 0x314C_574B;
@@ -38,20 +38,35 @@ pub(crate) fn key_hash(resource: Resource, id: &str) -> u64 {
     hash
 }
 
-/// The parts of a record, borrowed from the message being written.
-pub(crate) struct Fields<'a> {
-    pub at_ms: i64,
-    pub direction: Direction,
-    pub resource: Resource,
-    pub status: u16,
-    pub attempt: u32,
-    pub id: &'a str,
-    pub peer: &'a str,
-    pub method: &'a str,
-    pub target: &'a str,
-    pub note: &'a str,
-    pub headers: &'a http::HeaderMap,
-    pub body: &'a [u8],
+/// A request's headers encoded as a record holds them, taken before its
+/// handler consumes the request: the record is then built from these bytes
+/// without keeping (or sharing across threads) the header map itself.
+#[derive(Clone, Debug, Default)]
+pub struct EncodedHeaders {
+    /// The count, then each name and value (credentials redacted).
+    section: Vec<u8>,
+}
+
+impl EncodedHeaders {
+    pub fn of(headers: &http::HeaderMap) -> EncodedHeaders {
+        let mut section = Vec::with_capacity(headers_len_hint(headers));
+        encode_headers(headers, &mut section);
+        EncodedHeaders { section }
+    }
+}
+
+/// A message's headers: the map itself, or already encoded.
+#[derive(Clone, Copy)]
+pub enum Headers<'a> {
+    Map(&'a http::HeaderMap),
+    Encoded(&'a EncodedHeaders),
+}
+
+fn headers_len_hint(headers: &http::HeaderMap) -> usize {
+    2 + headers
+        .iter()
+        .map(|(name, value)| 4 + name.as_str().len() + value.len())
+        .sum::<usize>()
 }
 
 fn put_str16(out: &mut Vec<u8>, text: &[u8]) {
@@ -60,25 +75,10 @@ fn put_str16(out: &mut Vec<u8>, text: &[u8]) {
     out.extend_from_slice(&text[..len]);
 }
 
-/// Appends one whole record to `out`; credentials' header values are
-/// replaced by [`REDACTED`].
-pub(crate) fn encode(fields: &Fields<'_>, out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&MAGIC.to_le_bytes());
-    out.extend_from_slice(&[0; 8]); // length and crc, below
-    out.extend_from_slice(&fields.at_ms.to_le_bytes());
-    out.push(fields.direction as u8);
-    out.push(fields.resource as u8);
-    out.extend_from_slice(&fields.status.to_le_bytes());
-    out.extend_from_slice(&fields.attempt.to_le_bytes());
-    put_str16(out, fields.id.as_bytes());
-    put_str16(out, fields.peer.as_bytes());
-    put_str16(out, fields.method.as_bytes());
-    put_str16(out, fields.target.as_bytes());
-    put_str16(out, fields.note.as_bytes());
-    let count = fields.headers.len().min(usize::from(u16::MAX));
+fn encode_headers(headers: &http::HeaderMap, out: &mut Vec<u8>) {
+    let count = headers.len().min(usize::from(u16::MAX));
     out.extend_from_slice(&(count as u16).to_le_bytes());
-    for (name, value) in fields.headers.iter().take(count) {
+    for (name, value) in headers.iter().take(count) {
         put_str16(out, name.as_str().as_bytes());
         if is_secret_header(name.as_str()) {
             put_str16(out, REDACTED.as_bytes());
@@ -86,7 +86,52 @@ pub(crate) fn encode(fields: &Fields<'_>, out: &mut Vec<u8>) {
             put_str16(out, value.as_bytes());
         }
     }
-    let body = &fields.body[..fields.body.len().min(MAX_PAYLOAD_BYTES / 2)];
+}
+
+/// The bytes [`encode`] appends for `message`, or a little more.
+pub(crate) fn encoded_len_hint(message: &Message<'_>) -> usize {
+    let headers = match message.headers {
+        Headers::Map(map) => headers_len_hint(map),
+        Headers::Encoded(encoded) => encoded.section.len(),
+    };
+    RECORD_HEAD_BYTES
+        + 8
+        + 1
+        + 1
+        + 2
+        + 4
+        + 5 * 2
+        + message.id.len()
+        + message.peer.len()
+        + message.method.len()
+        + message.target.len()
+        + message.note.len()
+        + headers
+        + 4
+        + message.body.len()
+}
+
+/// Appends one whole record to `out`; credentials' header values are
+/// replaced by [`REDACTED`].
+pub(crate) fn encode(message: &Message<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&MAGIC.to_le_bytes());
+    out.extend_from_slice(&[0; 8]); // length and crc, below
+    out.extend_from_slice(&message.at_ms.to_le_bytes());
+    out.push(message.direction as u8);
+    out.push(message.resource as u8);
+    out.extend_from_slice(&message.status.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&message.attempt.to_le_bytes());
+    put_str16(out, message.id.as_bytes());
+    put_str16(out, message.peer.as_bytes());
+    put_str16(out, message.method.as_bytes());
+    put_str16(out, message.target.as_bytes());
+    put_str16(out, message.note.as_bytes());
+    match message.headers {
+        Headers::Map(map) => encode_headers(map, out),
+        Headers::Encoded(encoded) => out.extend_from_slice(&encoded.section),
+    }
+    let body = &message.body[..message.body.len().min(MAX_PAYLOAD_BYTES / 2)];
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(body);
     let payload = &out[start + RECORD_HEAD_BYTES..];

@@ -12,8 +12,8 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::format::{self, Fields};
-use crate::{Config, Message, Shared};
+use crate::format;
+use crate::{Config, Encoded, Shared};
 
 /// How often the writer looks for queued messages when it found none: what
 /// a message waits before it is written, at most (and a little more).
@@ -135,7 +135,7 @@ impl Writer {
         Ok(writer)
     }
 
-    pub(crate) fn run(mut self, receiver: Receiver<Message>) {
+    pub(crate) fn run(mut self, receiver: Receiver<Encoded>) {
         let mut batch = Vec::with_capacity(BATCH_BYTES + (64 << 10));
         let mut keys: Vec<(u64, u64)> = Vec::new();
         loop {
@@ -163,9 +163,8 @@ impl Writer {
             while let Some(message) = next.take() {
                 first_at_ms = first_at_ms.min(message.at_ms);
                 queued += message.queued_bytes();
-                let offset = batch.len() as u64;
-                format::encode(&fields(&message), &mut batch);
-                keys.push((format::key_hash(message.resource, &message.id), offset));
+                keys.push((message.key, batch.len() as u64));
+                batch.extend_from_slice(&message.record);
                 count += 1;
                 if batch.len() < BATCH_BYTES {
                     next = receiver.try_recv().ok();
@@ -296,22 +295,5 @@ impl Writer {
         self.shared
             .bytes_on_disk
             .store(self.total_bytes(), Ordering::Relaxed);
-    }
-}
-
-pub(crate) fn fields(message: &Message) -> Fields<'_> {
-    Fields {
-        at_ms: message.at_ms,
-        direction: message.direction,
-        resource: message.resource,
-        status: message.status.unwrap_or(0),
-        attempt: message.attempt,
-        id: &message.id,
-        peer: &message.peer,
-        method: message.method.as_str(),
-        target: &message.target,
-        note: &message.note,
-        headers: &message.headers,
-        body: &message.body,
     }
 }

@@ -8,6 +8,7 @@
 //! body limits are the handler's; the id of a `POST` is the one its handler
 //! parsed (set with [`Capture::names`]). Nothing here waits on the log.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Bytes;
@@ -42,53 +43,66 @@ impl Capture {
 }
 
 /// An FSPIOP path's id, canonical when it is a correlation id (a DFSP may
-/// write a UUID in capitals), else as given.
-fn canonical(id: &str) -> Box<str> {
+/// write a UUID in capitals), else as given; borrowed when it already is.
+fn canonical(id: &str) -> Cow<'_, str> {
+    if !id.bytes().any(|byte| byte.is_ascii_uppercase()) {
+        // Canonical correlation ids are lower case; any other id is kept
+        // as given.
+        return Cow::Borrowed(id);
+    }
     match fspiop::parse_correlation_id(id) {
-        Ok(id) => id.to_string().into(),
-        Err(_) => id.into(),
+        Ok(id) => Cow::Owned(id.to_string()),
+        Err(_) => Cow::Borrowed(id),
     }
 }
 
 /// The FSPIOP router's layer: records each transfer or conversion request
-/// its handler took, after the handler answered.
+/// its handler took, after the handler answered. The headers are encoded
+/// before the handler takes the request, so nothing of the request is
+/// kept or shared beyond this function.
 pub async fn record_requests(hub: Arc<Hub>, mut request: Request, next: Next) -> Response {
     let Some(log) = hub.config.wire_log.clone() else {
         return next.run(request).await;
     };
-    let Some((resource, path_id)) = Resource::of_path(request.uri().path()) else {
+    if Resource::of_path(request.uri().path()).is_none() {
         return next.run(request).await;
-    };
-    let path_id = path_id.map(canonical);
+    }
     let at_ms = crate::now_ms();
     let capture = Arc::new(Capture::default());
     request.extensions_mut().insert(capture.clone());
     let method = request.method().clone();
-    let target: Box<str> = request.uri().path().into();
-    let headers = request.headers().clone();
+    let uri = request.uri().clone();
+    let peer = request.headers().get("fspiop-source").cloned();
+    let headers = wirelog::EncodedHeaders::of(request.headers());
     let response = next.run(request).await;
-    let Some(id) = path_id.or_else(|| capture.id.get().cloned()) else {
-        // A POST refused before its id was read: nothing to file it under.
+    let Some((resource, path_id)) = Resource::of_path(uri.path()) else {
         return response;
     };
-    let peer = headers
-        .get("fspiop-source")
-        .and_then(|value| value.to_str().ok())
-        .unwrap_or("")
-        .into();
+    let id = match path_id {
+        Some(id) => canonical(id),
+        // A POST refused before its id was read: nothing to file it under.
+        None => match capture.id.get() {
+            Some(id) => Cow::Borrowed(&**id),
+            None => return response,
+        },
+    };
+    let body = capture.body.get();
     log.record(Message {
         at_ms,
         direction: Direction::In,
         resource,
-        id,
-        peer,
-        method,
-        target,
+        id: &id,
+        peer: peer
+            .as_ref()
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or(""),
+        method: method.as_str(),
+        target: uri.path(),
         status: Some(response.status().as_u16()),
-        note: "".into(),
+        note: "",
         attempt: 0,
-        headers,
-        body: capture.body.get().cloned().unwrap_or_default(),
+        headers: wirelog::Headers::Encoded(&headers),
+        body: body.map_or(&[][..], |body| &body[..]),
     });
     response
 }
@@ -101,7 +115,7 @@ pub(crate) fn callback_key(
 ) -> Option<(Resource, Box<str>)> {
     let (resource, id) = Resource::of_path(url_path)?;
     let id = match id {
-        Some(id) => canonical(id),
+        Some(id) => canonical(id).into_owned().into(),
         None => tracked_id?.into(),
     };
     Some((resource, id))

@@ -278,23 +278,21 @@ fn log_attempt(
     let Some((resource, id)) = crate::wire_log::callback_key(job.uri.path(), tracked) else {
         return;
     };
+    let target = job.uri.to_string();
     log.record(wirelog::Message {
         at_ms,
         direction: wirelog::Direction::Out,
         resource,
-        id,
-        peer: destination.name.as_str().into(),
-        method: job.method.clone(),
-        target: job.uri.to_string().into(),
+        id: &id,
+        peer: destination.name.as_str(),
+        method: job.method.as_str(),
+        target: &target,
         status,
-        note: note.into(),
+        note,
         attempt,
-        headers: job.headers.clone(),
-        body: if attempt == 1 {
-            job.body.clone()
-        } else {
-            Bytes::new()
-        },
+        headers: wirelog::Headers::Map(&job.headers),
+        // A retry's body is the first attempt's.
+        body: if attempt == 1 { &job.body } else { &[] },
     });
 }
 
