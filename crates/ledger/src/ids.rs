@@ -174,16 +174,19 @@ impl fmt::Display for TransferId {
         let bits = self.bits();
         match self.form() {
             IdForm::Uuid => {
-                let hex = format!("{bits:032x}");
-                write!(
-                    f,
-                    "{}-{}-{}-{}-{}",
-                    &hex[0..8],
-                    &hex[8..12],
-                    &hex[12..16],
-                    &hex[16..20],
-                    &hex[20..32]
-                )
+                // Written in place: ids are formatted for every message
+                // the hub sends or records.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut text = [b'-'; 36];
+                let mut nibble = 0;
+                for (at, slot) in text.iter_mut().enumerate() {
+                    if matches!(at, 8 | 13 | 18 | 23) {
+                        continue;
+                    }
+                    *slot = HEX[((bits >> (124 - 4 * nibble)) & 15) as usize];
+                    nibble += 1;
+                }
+                f.write_str(std::str::from_utf8(&text).unwrap_or("?"))
             }
             IdForm::Ulid => {
                 let mut text = [0u8; ULID_LEN];
