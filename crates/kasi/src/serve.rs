@@ -387,6 +387,7 @@ fn serve_term(
             tls: Some(settings.callback_tls.clone()),
             signer: settings.signer.clone(),
             final_retry_for: plan.callbacks.retry_for,
+            max_in_flight_per_destination: plan.callbacks.concurrency,
             wire_log: settings.wire_log.clone(),
             ..DispatcherConfig::default()
         });

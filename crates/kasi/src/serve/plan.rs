@@ -478,6 +478,13 @@ struct CallbackArgs {
     #[arg(long, env = "KASI_CALLBACK_RETRY_FOR_S", default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(1..))]
     callback_retry_for_s: u64,
 
+    /// Callback requests in flight at once to one DFSP, each on a
+    /// connection of its own (kept open): more queue behind them. A DFSP
+    /// that receives a share of every payment (an FXP serving a corridor,
+    /// a large bank) may need more; a small DFSP's server, fewer.
+    #[arg(long, env = "KASI_CALLBACK_CONCURRENCY", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    callback_concurrency: u16,
+
     /// Seconds to keep delivering queued callbacks after a stop signal.
     #[arg(long, env = "KASI_SHUTDOWN_GRACE_S", default_value_t = 5)]
     shutdown_grace_s: u64,
@@ -520,6 +527,8 @@ pub(crate) struct CallbackPlan {
     /// signed as (the hub's).
     pub(crate) signing_key: Option<(PathBuf, FspName)>,
     pub(crate) retry_for: Duration,
+    /// Requests in flight at once to one destination.
+    pub(crate) concurrency: usize,
     /// How long queued callbacks are still delivered after a stop signal.
     pub(crate) shutdown_grace: Duration,
 }
@@ -555,6 +564,7 @@ impl CallbackArgs {
             },
             signing_key: jws.jws_signing_key.clone().map(|path| (path, hub_name)),
             retry_for: Duration::from_secs(self.callback_retry_for_s),
+            concurrency: usize::from(self.callback_concurrency),
             shutdown_grace: Duration::from_secs(self.shutdown_grace_s),
         })
     }
@@ -1568,6 +1578,7 @@ mod tests {
         assert!(plan.callbacks.identity.is_none());
         assert!(plan.callbacks.signing_key.is_none());
         assert_eq!(plan.callbacks.retry_for, Duration::from_secs(3_600));
+        assert_eq!(plan.callbacks.concurrency, 8);
         assert_eq!(plan.callbacks.shutdown_grace, Duration::from_secs(5));
         assert!(plan.watch.close_at.is_empty());
         assert_eq!(
@@ -1755,6 +1766,8 @@ mod tests {
                     "/no/k.pem",
                     "--callback-retry-for-s",
                     "60",
+                    "--callback-concurrency",
+                    "32",
                     "--shutdown-grace-s",
                     "1",
                 ],
@@ -1765,6 +1778,7 @@ mod tests {
                     assert_eq!(identity.cert, Path::new("/no/c.pem"));
                     assert_eq!(identity.key, Path::new("/no/k.pem"));
                     assert_eq!(callbacks.retry_for, Duration::from_secs(60));
+                    assert_eq!(callbacks.concurrency, 32);
                     assert_eq!(callbacks.shutdown_grace, Duration::from_secs(1));
                 },
             ),
