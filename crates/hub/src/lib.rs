@@ -1022,13 +1022,17 @@ fn guarded(router: Router, hub: &Hub, api: &'static str) -> Router {
         body: hub.config.max_body_bytes,
     };
     let metrics = hub.metrics.clone();
-    router
-        .layer(axum::middleware::from_fn(move |request, next| {
-            guard(limits, metrics.clone(), api, request, next)
-        }))
-        .layer(axum::extract::DefaultBodyLimit::max(
-            hub.config.max_body_bytes,
-        ))
+    // One layer, not two (see `api_app`): the body limit outside the guard.
+    router.layer(
+        tower::ServiceBuilder::new()
+            .layer(axum::extract::DefaultBodyLimit::max(
+                hub.config.max_body_bytes,
+            ))
+            .layer(axum::middleware::from_fn(move |request, next| {
+                guard(limits, metrics.clone(), api, request, next)
+            }))
+            .into_inner(),
+    )
 }
 
 /// Bounds each request's time, answers the framework's own refusals
