@@ -1,14 +1,14 @@
-//! The hub's in-memory copies of reference data — the DFSPs' endpoints and
-//! whether they are active, the party registry, the external oracles, the
+//! The hub's in-memory copies of reference data — the DFSPs' endpoints,
+//! their modes and disabled currency accounts, the party registry, the external oracles, the
 //! pinned certificates — kept current in one place: from the records of
 //! every committed batch (`EngineHandle::on_committed`), applied before
 //! the batch's outcomes are released, so a handler that hears back sees
 //! its own change and no handler refreshes a copy by hand.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use ledger::{FspName, ParticipantId, ParticipantView, Record};
+use ledger::{AccountId, AccountKind, FspName, ParticipantId, ParticipantView, Record};
 
 use crate::endpoints::Endpoints;
 use crate::oracles::Oracles;
@@ -23,6 +23,10 @@ pub(crate) struct Copies {
     pub(crate) oracles: Arc<Oracles>,
     pub(crate) pins: Arc<Pins>,
     names: HashMap<ParticipantId, FspName>,
+    /// The POSITION accounts disabled, as `endpoints` was last told: an
+    /// account's record comes with every batch that moves its balance, so
+    /// the shared copy is written only when its `active` changed.
+    disabled: HashSet<AccountId>,
 }
 
 impl Copies {
@@ -38,12 +42,19 @@ impl Copies {
             .iter()
             .map(|view| (view.participant.id, view.participant.name))
             .collect();
+        let disabled = participants
+            .iter()
+            .flat_map(|view| &view.accounts)
+            .filter(|account| account.kind == AccountKind::Position && !account.active)
+            .map(|account| account.id)
+            .collect();
         Copies {
             endpoints,
             parties,
             oracles,
             pins,
             names,
+            disabled,
         }
     }
 
@@ -54,6 +65,15 @@ impl Copies {
                 Record::Participant(row) => {
                     self.names.insert(row.id, row.name);
                     self.endpoints.note_participant(row.name, row.mode);
+                }
+                Record::Account(row) if row.kind == AccountKind::Position => {
+                    let changed = match row.active {
+                        true => self.disabled.remove(&row.id),
+                        false => self.disabled.insert(row.id),
+                    };
+                    if let (true, Some(&name)) = (changed, self.names.get(&row.participant)) {
+                        self.endpoints.note_account(name, row.currency, row.active);
+                    }
                 }
                 Record::Endpoint(row) => {
                     if let Some(&name) = self.names.get(&row.participant) {
@@ -89,6 +109,90 @@ mod tests {
 
     fn fsp(name: &str) -> FspName {
         FspName::new(name).unwrap()
+    }
+
+    /// A disabled POSITION account is known from the start, and each
+    /// committed change of an account's `isActive` reaches the copy;
+    /// a SETTLEMENT account's, or a balance's move, changes nothing.
+    #[test]
+    fn disabled_position_accounts_are_copied_from_the_start_and_each_commit() {
+        use ledger::{AccountKind, AccountRow, Amount, Currency};
+        let payer = ParticipantId(2);
+        let (usd, eur) = (
+            Currency::parse("USD").unwrap(),
+            Currency::parse("EUR").unwrap(),
+        );
+        let account = |id: u32, currency: Currency, kind: AccountKind, active: bool| AccountRow {
+            id: AccountId(id),
+            participant: payer,
+            currency,
+            kind,
+            active,
+            value: Amount::ZERO,
+            reserved: Amount::ZERO,
+            net_debit_cap: None,
+            created_at_ms: 0,
+            changed_at_ms: 0,
+        };
+        let view = ParticipantView {
+            participant: ParticipantRow {
+                id: payer,
+                name: fsp("payerfsp"),
+                is_hub: false,
+                mode: ParticipantMode::Active,
+                created_at_ms: 0,
+            },
+            accounts: vec![
+                account(1, usd, AccountKind::Position, false),
+                account(2, usd, AccountKind::Settlement, true),
+                account(3, eur, AccountKind::Position, true),
+            ],
+            endpoints: vec![],
+        };
+        let endpoints = Arc::new(Endpoints::default());
+        // Loaded at start as the hub loads them.
+        endpoints.load(std::slice::from_ref(&view));
+        let mut copies = Copies::new(
+            endpoints.clone(),
+            Arc::default(),
+            Arc::new(Oracles::new(&crate::HubConfig::new(fsp("Hub")))),
+            Arc::default(),
+            std::slice::from_ref(&view),
+        );
+        let payerfsp = fsp("payerfsp");
+        let disabled = || {
+            (
+                endpoints.account_disabled(payerfsp, usd),
+                endpoints.account_disabled(payerfsp, eur),
+            )
+        };
+        assert_eq!(disabled(), (true, false));
+        // Enabled USD; disabled EUR; a disabled SETTLEMENT account is not
+        // a position's.
+        copies.apply(&[
+            Record::Account(account(1, usd, AccountKind::Position, true)),
+            Record::Account(account(3, eur, AccountKind::Position, false)),
+            Record::Account(account(2, usd, AccountKind::Settlement, false)),
+        ]);
+        assert_eq!(disabled(), (false, true));
+        // A later balance move of the still-disabled EUR account keeps it
+        // disabled; one of USD keeps it enabled.
+        let mut moved = account(3, eur, AccountKind::Position, false);
+        moved.changed_at_ms = 5;
+        copies.apply(&[
+            Record::Account(moved),
+            Record::Account(account(1, usd, AccountKind::Position, true)),
+        ]);
+        assert_eq!(disabled(), (false, true));
+        copies.apply(&[Record::Account(account(
+            3,
+            eur,
+            AccountKind::Position,
+            true,
+        ))]);
+        assert_eq!(disabled(), (false, false));
+        // A participant the hub does not know has no disabled account.
+        assert!(!endpoints.account_disabled(fsp("other"), usd));
     }
 
     /// Each kind of committed record reaches its copy; a record about a

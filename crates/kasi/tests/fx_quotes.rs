@@ -267,6 +267,64 @@ fn an_fxp_that_may_not_both_take_and_pay_is_not_asked_for_a_quote() {
     fx.assert_all_quiet();
 }
 
+/// A disabled currency account pauses FX quotes as the FXP's mode does:
+/// the payer's in the source currency (3202), the FXP's in the source
+/// currency it would take or the target it would pay (3201), each naming
+/// the currency and counted as `account_inactive` under the payer; the
+/// FXP is not asked. Enabled again, it is.
+#[test]
+fn an_fx_quote_needs_the_payers_source_and_the_fxps_source_and_target_accounts() {
+    let fx = Fx::new(&[]);
+    for currency in ["BWP", "TZS"] {
+        for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+            fx.hub.admin_expect(
+                "POST",
+                "/participants/Hub/accounts",
+                Some(serde_json::json!({"type": kind, "currency": currency})),
+                201,
+            );
+        }
+    }
+    for (name, currency) in [(PAYER, "BWP"), (FXP, "BWP"), (FXP, "TZS"), (PAYER, "TZS")] {
+        fx.hub.add_currency(name, currency, 10_000, 0);
+    }
+    let mut refused = 0;
+    for (name, currency, code) in [
+        (PAYER, "BWP", Some("3202")),
+        // The payer pays no TZS: its TZS account is not needed.
+        (PAYER, "TZS", None),
+        (FXP, "BWP", Some("3201")),
+        (FXP, "TZS", Some("3201")),
+    ] {
+        fx.hub.set_position_active(name, currency, false);
+        let id = new_id();
+        let body = fx_quote_body(&id, FXP);
+        let sent = fx.ask(FXP, &body);
+        match code {
+            None => assert_forwarded(&fx.fxp.expect("POST", "/fxQuotes"), &body, &sent),
+            Some(code) => {
+                let error = expect_hub_fx_error(&fx.payer, &id, code);
+                let description = error.json()["errorInformation"]["errorDescription"].to_string();
+                let says =
+                    format!("Unsupported participant '{name}': its {currency} account is inactive");
+                assert!(description.contains(&says), "{description}");
+                refused += 1;
+                fx.hub
+                    .await_refusals("account_inactive", Some(PAYER), refused);
+                fx.fxp.assert_quiet(QUIET_WAIT);
+            }
+        }
+        fx.hub.set_position_active(name, currency, true);
+    }
+    // All enabled again: the FXP is asked.
+    let id = new_id();
+    let body = fx_quote_body(&id, FXP);
+    let sent = fx.ask(FXP, &body);
+    assert_forwarded(&fx.fxp.expect("POST", "/fxQuotes"), &body, &sent);
+    assert_eq!(fx.hub.refusals("account_inactive", None), refused);
+    fx.assert_all_quiet();
+}
+
 #[test]
 fn only_the_fxp_asked_answers_and_only_to_the_payer() {
     let fx = Fx::new(&[]);

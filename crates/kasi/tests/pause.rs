@@ -108,6 +108,11 @@ fn transfer(s: &Scenario, from: &str, allowed: bool, refused_says: &str) -> Opti
 /// `GET /parties/{party}` from `from` (the other holds the party): asked
 /// of the holder when `allowed`, else the hub's error to `from`.
 fn lookup(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
+    lookup_with(s, from, "", allowed, refused)
+}
+
+/// [`lookup`] with `query` (`""` or `?currency=…`) on both lookups.
+fn lookup_with(s: &Scenario, from: &str, query: &str, allowed: bool, refused: (&str, &str)) {
     let (requester, holder) = pair(s, from);
     let party = if from == PAYER {
         SUBJECTS_PARTY
@@ -117,7 +122,7 @@ fn lookup(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
     let headers = resource_headers("parties", "1.0", from, None, true);
     let response = s
         .hub
-        .api("GET", &format!("/parties/{party}"), &headers, b"");
+        .api("GET", &format!("/parties/{party}{query}"), &headers, b"");
     assert_eq!(response.status, 202, "{response:?}");
     if allowed {
         holder.expect("GET", &format!("/parties/{party}"));
@@ -128,9 +133,12 @@ fn lookup(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
     }
     // The registry answers the same way: who holds the party, or why not.
     let headers = resource_headers("participants", "1.0", from, None, true);
-    let response = s
-        .hub
-        .api("GET", &format!("/participants/{party}"), &headers, b"");
+    let response = s.hub.api(
+        "GET",
+        &format!("/participants/{party}{query}"),
+        &headers,
+        b"",
+    );
     assert_eq!(response.status, 202, "{response:?}");
     let answer = requester.next(&format!("the answer about {party}"));
     if allowed {
@@ -149,10 +157,15 @@ fn lookup(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
 /// `POST /quotes` from `from` to the other: forwarded when `allowed`, else
 /// the hub's `PUT /quotes/{ID}/error` to `from`.
 fn quote(s: &Scenario, from: &str, allowed: bool, refused: (&str, &str)) {
+    quote_in(s, from, "USD", allowed, refused)
+}
+
+/// [`quote`] of an amount in `currency`.
+fn quote_in(s: &Scenario, from: &str, currency: &str, allowed: bool, refused: (&str, &str)) {
     let (requester, addressee) = pair(s, from);
     let id = new_id();
     let body = format!(
-        r#"{{"quoteId":"{id}","transactionId":"{}","payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"1","fspId":"{to}"}}}},"payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"2","fspId":"{from}"}}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"10"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
+        r#"{{"quoteId":"{id}","transactionId":"{}","payee":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"1","fspId":"{to}"}}}},"payer":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"2","fspId":"{from}"}}}},"amountType":"SEND","amount":{{"currency":"{currency}","amount":"10"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
         new_id(),
         to = addressee.name,
     );
@@ -524,6 +537,111 @@ fn requests_to_pay_and_bulk_quotes_follow_the_same_rule() {
     set_mode(&s.hub, PAYER, "receive-only");
     request_to_pay(Some(("3202", &payer_refused)));
     s.hub.await_refusals("payer_may_not_send", Some(SUBJECT), 1);
+}
+
+/// A disabled currency account (`PUT /participants/{name}/accounts/{id}`
+/// `isActive: false`) pauses lookups, quotes and requests to pay in its
+/// currency as it pauses prepares: its holder is neither asked nor found
+/// — 3201 as an addressee, 3202 as a requester, naming the currency,
+/// counted as `account_inactive` under who asked — while another currency
+/// and a lookup naming none go through; enabled again, its currency does.
+/// Loaded again after a restart.
+#[test]
+fn a_disabled_currency_account_pauses_lookups_quotes_and_requests_to_pay_in_its_currency() {
+    let mut s = scenario();
+    for kind in ["HUB_MULTILATERAL_SETTLEMENT", "HUB_RECONCILIATION"] {
+        s.hub.admin_expect(
+            "POST",
+            "/participants/Hub/accounts",
+            Some(json!({"type": kind, "currency": "EUR"})),
+            201,
+        );
+    }
+    for name in [PAYER, SUBJECT] {
+        s.hub.add_currency(name, "EUR", 10_000, 0);
+    }
+    let eur_request_to_pay: fn(&str) -> String =
+        |id| transaction_request_body(id).replace(r#""currency":"USD""#, r#""currency":"EUR""#);
+    let says = format!("Unsupported participant '{SUBJECT}': its USD account is inactive");
+    let as_payee = ("3201", says.as_str());
+    let as_payer = ("3202", says.as_str());
+    let allowed = ("", "");
+    // Everything in USD, before and after: both ways.
+    let all_in_usd_and_eur = |s: &Scenario, usd_allowed: bool| {
+        let refusals = s.hub.refusals("account_inactive", None);
+        quote_in(s, PAYER, "USD", usd_allowed, as_payee);
+        quote_in(s, SUBJECT, "USD", usd_allowed, as_payer);
+        lookup_with(s, PAYER, "?currency=USD", usd_allowed, as_payee);
+        lookup_with(s, SUBJECT, "?currency=USD", usd_allowed, as_payer);
+        // SUBJECT asks PAYER to pay it in USD: SUBJECT is the payee.
+        routed(
+            s,
+            "transactionRequests",
+            SUBJECT,
+            transaction_request_body,
+            (!usd_allowed).then_some(as_payee),
+        );
+        // Another currency, and a lookup naming none, are not paused.
+        quote_in(s, PAYER, "EUR", true, allowed);
+        quote_in(s, SUBJECT, "EUR", true, allowed);
+        lookup_with(s, PAYER, "?currency=EUR", true, allowed);
+        lookup(s, SUBJECT, true, allowed);
+        routed(s, "transactionRequests", SUBJECT, eur_request_to_pay, None);
+        if !usd_allowed {
+            // quote, 2 lookups (/parties and /participants), request to
+            // pay under PAYER and SUBJECT: 1 + 2 + 0 and 1 + 2 + 1.
+            s.hub.await_refusals("account_inactive", Some(PAYER), 3);
+            s.hub.await_refusals("account_inactive", Some(SUBJECT), 4);
+            assert!(s
+                .hub
+                .log()
+                .contains("a currency account it needs is disabled"));
+        } else {
+            assert_eq!(
+                s.hub.refusals("account_inactive", None),
+                refusals,
+                "nothing allowed is counted"
+            );
+        }
+    };
+    all_in_usd_and_eur(&s, true);
+
+    s.hub.set_position_active(SUBJECT, "USD", false);
+    all_in_usd_and_eur(&s, false);
+    // The mode is unchanged: only the account is paused.
+    let participant = s
+        .hub
+        .admin("GET", &format!("/participants/{SUBJECT}"), None)
+        .json();
+    assert_eq!(participant["mode"], "active", "{participant}");
+    let audited = format!("/audit-events?participant={SUBJECT}&action=account.deactivate");
+    let events = s.hub.admin_expect("GET", &audited, None, 200).json();
+    assert_eq!(
+        events.as_array().map(Vec::len),
+        Some(1),
+        "the change is audited: {events:#}"
+    );
+
+    // Loaded at start: still paused after a restart.
+    s.hub.terminate();
+    s.hub = Hub::start(&s.dir.path().join("data"));
+    quote_in(&s, PAYER, "USD", false, as_payee);
+    quote_in(&s, PAYER, "EUR", true, allowed);
+
+    // Enabled again: its currency goes through.
+    s.hub.set_position_active(SUBJECT, "USD", true);
+    let counted = s.hub.refusals("account_inactive", None);
+    quote_in(&s, PAYER, "USD", true, allowed);
+    quote_in(&s, SUBJECT, "USD", true, allowed);
+    lookup_with(&s, PAYER, "?currency=USD", true, allowed);
+    routed(
+        &s,
+        "transactionRequests",
+        SUBJECT,
+        transaction_request_body,
+        None,
+    );
+    assert_eq!(s.hub.refusals("account_inactive", None), counted);
 }
 
 /// Durable on PostgreSQL too: the mode is a column of the participant's

@@ -49,8 +49,8 @@ pub use ids::{
 pub use ledger::{BatchResult, Ledger, Limits};
 pub use model::*;
 pub use modes::{
-    conversion_refusal, may_convert, payment_refusal, side_refusal, ParticipantMode, PauseRefusal,
-    Side,
+    accounts_refusal, conversion_refusal, may_convert, payment_refusal, side_refusal,
+    ParticipantMode, PauseRefusal, Side,
 };
 pub use prefetch::{Lookup, PrefetchIds, Prefetched, StoredParties, StoredTransfer};
 pub use request::{Held, QuoteReply, Request, SettlementUpdate, TransferReply, Unexpected};

@@ -1,7 +1,8 @@
 //! Pausing a DFSP: what a participant may do (its [`ParticipantMode`]), and
 //! the one rule every new payment is checked against — a prepare here, and
-//! the hub's lookups and quotes through [`payment_refusal`], from the
-//! modes of its reference copy (kept from this ledger's committed records).
+//! the hub's lookups and quotes through [`payment_refusal`] and
+//! [`accounts_refusal`], from the modes and disabled accounts of its
+//! reference copy (kept from this ledger's committed records).
 //!
 //! Mojaloop has one flag, central-ledger's participant `isActive`; `false`
 //! is [`ParticipantMode::Suspended`] here, and `true` [`ParticipantMode::Active`].
@@ -204,6 +205,37 @@ pub fn side_refusal((name, mode): (FspName, ParticipantMode), side: Side) -> Opt
     ))
 }
 
+/// The pause rule for the currency accounts a payment the hub routes
+/// without the ledger needs (a lookup naming a currency, a quote, a
+/// request to pay): `payer`'s POSITION account in each of its currencies,
+/// then `payee`'s in each of its own (an FXP's: the source currency it
+/// takes and the target it pays), none of them `disabled`
+/// (`PUT /participants/{name}/accounts/{id}` `isActive: false`), from the
+/// hub's copy of the committed accounts. In [`payment_refusal`]'s codes —
+/// 3202 for the payer, 3201 for the payee — naming the currency, for the
+/// reason a prepare needing the account gives ([`account_refusal`]).
+pub fn accounts_refusal(
+    (payer, payer_currencies): (FspName, &[Currency]),
+    (payee, payee_currencies): (FspName, &[Currency]),
+    disabled: impl Fn(FspName, Currency) -> bool,
+) -> Option<Rejection> {
+    let sides = [
+        (payer, payer_currencies, ErrorCode::PAYER_FSP_ID_NOT_FOUND),
+        (payee, payee_currencies, ErrorCode::DESTINATION_FSP_ERROR),
+    ];
+    sides.into_iter().find_map(|(name, currencies, code)| {
+        let currency = currencies
+            .iter()
+            .copied()
+            .find(|&currency| disabled(name, currency))?;
+        Some(Rejection::paused(
+            code,
+            format!("Unsupported participant '{name}': its {currency} account is inactive"),
+            PauseRefusal::AccountInactive,
+        ))
+    })
+}
+
 /// Whether an FXP in `mode` could complete a conversion now: it is the
 /// payee of the conversion (takes the source currency) and the payer of
 /// the dependent transfer (pays the target), so it must be
@@ -289,6 +321,54 @@ mod tests {
             payee_only.description,
             "Unsupported participant 'payeefsp': it is send-only and may not receive"
         );
+    }
+
+    #[test]
+    fn a_disabled_account_refuses_its_side_in_quoting_services_codes_naming_the_currency() {
+        let (payer, fxp) = (fsp("payerfsp"), fsp("fxp"));
+        let usd = Currency::parse("USD").unwrap();
+        let eur = Currency::parse("EUR").unwrap();
+        let disabled = |off: &'static [(&'static str, &'static str)]| {
+            move |name: FspName, currency: Currency| {
+                off.iter()
+                    .any(|(n, c)| *n == name.as_str() && *c == currency.as_str())
+            }
+        };
+        // Nothing disabled, or only a currency the payment does not need.
+        assert!(accounts_refusal((payer, &[usd]), (fxp, &[usd, eur]), disabled(&[])).is_none());
+        assert!(accounts_refusal(
+            (payer, &[usd]),
+            (fxp, &[usd]),
+            disabled(&[("payerfsp", "EUR"), ("fxp", "EUR")])
+        )
+        .is_none());
+        // The payer's account first: 3202.
+        let both = accounts_refusal(
+            (payer, &[usd]),
+            (fxp, &[usd]),
+            disabled(&[("payerfsp", "USD"), ("fxp", "USD")]),
+        )
+        .unwrap();
+        assert_eq!(both.code, ErrorCode::PAYER_FSP_ID_NOT_FOUND);
+        assert_eq!(both.paused, Some(PauseRefusal::AccountInactive));
+        assert_eq!(
+            both.description,
+            "Unsupported participant 'payerfsp': its USD account is inactive"
+        );
+        // An FXP needs both currencies: its target account alone refuses, 3201.
+        let target = accounts_refusal(
+            (payer, &[usd]),
+            (fxp, &[usd, eur]),
+            disabled(&[("fxp", "EUR")]),
+        )
+        .unwrap();
+        assert_eq!(target.code, ErrorCode::DESTINATION_FSP_ERROR);
+        assert_eq!(
+            target.description,
+            "Unsupported participant 'fxp': its EUR account is inactive"
+        );
+        // A lookup naming no currency needs no account.
+        assert!(accounts_refusal((payer, &[]), (fxp, &[]), |_, _| true).is_none());
     }
 
     #[test]

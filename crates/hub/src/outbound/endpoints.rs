@@ -3,10 +3,10 @@
 //! The ledger keeps them durable; this is the read side, refreshed after
 //! each durable change.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
-use ledger::{ErrorCode, FspName, ParticipantMode, ParticipantView};
+use ledger::{AccountKind, Currency, ErrorCode, FspName, ParticipantMode, ParticipantView};
 
 use crate::HubError;
 
@@ -116,6 +116,12 @@ pub struct Endpoints {
     /// the ledger's, current as of the last committed batch, which the
     /// lookups and quotes apply the pause rule to.
     participants: RwLock<HashMap<FspName, ParticipantMode>>,
+    /// The participants' disabled POSITION accounts (`PUT
+    /// /participants/{name}/accounts/{id}` `isActive: false`), by
+    /// currency: the hub's copy of the ledger's, current as of the last
+    /// committed batch, which lookups and quotes apply the pause rule to
+    /// as a prepare does.
+    disabled_accounts: RwLock<HashSet<(FspName, Currency)>>,
 }
 
 impl Endpoints {
@@ -123,6 +129,11 @@ impl Endpoints {
     pub fn load(&self, views: &[ParticipantView]) {
         for view in views {
             self.note_participant(view.participant.name, view.participant.mode);
+            for account in &view.accounts {
+                if account.kind == AccountKind::Position && !account.active {
+                    self.note_account(view.participant.name, account.currency, false);
+                }
+            }
             for endpoint in &view.endpoints {
                 self.set(
                     view.participant.name,
@@ -150,6 +161,29 @@ impl Endpoints {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(participant, mode);
+    }
+
+    /// Records whether `participant`'s POSITION account in `currency` is
+    /// active (after each change of its `isActive`).
+    pub fn note_account(&self, participant: FspName, currency: Currency, active: bool) {
+        let mut disabled = self
+            .disabled_accounts
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match active {
+            true => disabled.remove(&(participant, currency)),
+            false => disabled.insert((participant, currency)),
+        };
+    }
+
+    /// Whether `participant`'s POSITION account in `currency` is disabled
+    /// (false for one the hub does not know: the ledger refuses a
+    /// payment it lacks).
+    pub fn account_disabled(&self, participant: FspName, currency: Currency) -> bool {
+        self.disabled_accounts
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(participant, currency))
     }
 
     /// Every participant the hub knows, and its mode, by name.

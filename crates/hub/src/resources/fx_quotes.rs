@@ -24,20 +24,24 @@
 //! modified resend, the known answer again for a resend — are the quotes'
 //! own, in the ledger's words for quotes.
 //!
+//! The pause rule refuses one whose requester's source-currency account,
+//! or the FXP's account in the source or the target currency, is disabled
+//! (3202 / 3201, `ledger::accounts_refusal`), from the hub's copy of the
+//! disabled POSITION accounts (`references.rs`).
+//!
 //! Not done: quoting-service also refuses a `POST /fxQuotes` whose
 //! destination holds no POSITION account in the source or the target
-//! currency. The hub's in-memory reference copies (`references.rs`) know
-//! participants' endpoints and active flags, not their accounts, and
-//! asking the ledger would put a pipeline round trip on a request that
-//! otherwise needs none; the FXP's accounts in both currencies are
-//! checked where they move, at `POST /fxTransfers`.
+//! currency. The hub's in-memory reference copies know which accounts are
+//! disabled, not which exist, and asking the ledger would put a pipeline
+//! round trip on a request that otherwise needs none; the FXP's accounts
+//! in both currencies are checked where they move, at `POST /fxTransfers`.
 
 use std::sync::Arc;
 
 use axum::Router;
 use fspiop::Resource;
 
-use crate::quotes::Quoting;
+use crate::quotes::{Posted, Quoting};
 use crate::routing::Service;
 use crate::Hub;
 
@@ -51,12 +55,18 @@ static FX_QUOTES: Quoting = Quoting {
     },
     post: |body| {
         let parsed = fspiop::parse_fx_quote_post(body)?;
-        Ok((parsed.conversion_request_id, parsed.request_hash))
+        Ok(Posted {
+            id: parsed.conversion_request_id,
+            request_hash: parsed.request_hash,
+            currency: parsed.conversion_terms.source.currency,
+            target: Some(parsed.conversion_terms.target.currency),
+        })
     },
     put: |body| Ok(fspiop::parse_fx_quote_put(body)?.request_hash),
     noun: "FX quote",
     // The FXP takes the source currency and pays the target: one that may
-    // not do both could never complete the conversion it would quote for.
+    // not do both (by its mode, or either currency's account) could never
+    // complete the conversion it would quote for.
     pause_rule: ledger::conversion_refusal,
 };
 

@@ -383,9 +383,10 @@ async fn answer_lookup(
     let caller = check_headers(&headers, Resource::Participants, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(fsp) => match hub.pause_refusal(caller.source, caller.source, fsp) {
-            // The requester would pay the holder: the pause rule says
-            // whether it may (3202 or 3201, as quoting-service words it).
+        Holder::Found(fsp) => match hub.pause_refusal(caller.source, caller.source, fsp, currency) {
+            // The requester would pay the holder (in the query's currency,
+            // if any): the pause rule says whether it may (3202 or 3201,
+            // as quoting-service words it).
             Some(refusal) => (refusal.code, described(&refusal)),
             None => {
                 let body = Bytes::from(fspiop::participant_put_body(&fsp));
@@ -543,9 +544,10 @@ async fn route_get_party(
     let caller = check_headers(&headers, Resource::Parties, Shape::Get)?;
     let currency = query_currency(query.as_deref())?;
     let (code, description) = match hub.find_holder(&key, currency, caller.source).await {
-        Holder::Found(holder) => match hub.pause_refusal(caller.source, caller.source, holder) {
-            // Not asked at all: the requester would pay the holder, and
-            // the pause rule says it may not (3202 or 3201).
+        Holder::Found(holder) => match hub.pause_refusal(caller.source, caller.source, holder, currency) {
+            // Not asked at all: the requester would pay the holder (in the
+            // query's currency, if any), and the pause rule says it may
+            // not (3202 or 3201).
             Some(refusal) => (refusal.code, described(&refusal)),
             None => {
                 forward_get_party(&hub, &key, &headers, &caller, holder)?;

@@ -16,7 +16,9 @@
 //! `PUT {its base}/quotes/{ID}/error` with 3201 "Destination FSP Error".
 //! So does a request the pause rule refuses (a requester that may not
 //! pay: 3202; a destination that may not be paid: 3201; see
-//! `ledger::payment_refusal`), before anything is recorded or passed on.
+//! `ledger::payment_refusal`; the same codes for either's disabled
+//! account in the amount's currency, `ledger::accounts_refusal`), before
+//! anything is recorded or passed on.
 //! No ledger command is involved, so the answer does not wait on the
 //! pipeline.
 //!
@@ -34,7 +36,7 @@ use axum::routing::{post, put};
 use axum::Router;
 use fspiop::{FspiopError, Resource};
 use ledger::request::{AnswerQuote, RecordQuote};
-use ledger::{ErrorCode, QuoteReply, RequestHash, TransferId};
+use ledger::{Currency, ErrorCode, QuoteReply, RequestHash, TransferId};
 
 use crate::routing::{required_destination, Route, Service, Target};
 use crate::wire::{check_headers, forwarded_headers, Caller, Shape};
@@ -50,7 +52,12 @@ static QUOTES: Quoting = Quoting {
     },
     post: |body| {
         let parsed = fspiop::parse_quote_post(body)?;
-        Ok((parsed.quote_id, parsed.request_hash))
+        Ok(Posted {
+            id: parsed.quote_id,
+            request_hash: parsed.request_hash,
+            currency: parsed.amount.currency,
+            target: None,
+        })
     },
     put: |body| Ok(fspiop::parse_quote_put(body)?.request_hash),
     noun: "quote",
@@ -61,9 +68,21 @@ pub fn routes() -> Router<Arc<Hub>> {
     QUOTES.routes()
 }
 
-/// Checks a `POST` body and returns the request's id and the hash of its
-/// bytes.
-pub(crate) type CheckPost = fn(&[u8]) -> Result<(TransferId, RequestHash), FspiopError>;
+/// Checks a `POST` body and returns what the hub routes it by.
+pub(crate) type CheckPost = fn(&[u8]) -> Result<Posted, FspiopError>;
+
+/// A checked `POST`: the request's id, the hash of its bytes, and the
+/// currencies of the payment it quotes for, whose accounts the pause rule
+/// looks at.
+pub(crate) struct Posted {
+    pub(crate) id: TransferId,
+    pub(crate) request_hash: RequestHash,
+    /// The amount's currency (an FX quote's source): the requester pays
+    /// in it, the addressee takes it.
+    pub(crate) currency: Currency,
+    /// An FX quote's target currency, which the FXP pays.
+    pub(crate) target: Option<Currency>,
+}
 
 /// A resource the quoting service routes as it routes quotes: where it
 /// goes (its [`Service`]) and how its bodies are checked. In persistent
@@ -121,17 +140,25 @@ impl Quoting {
         let resource = self.service.resource;
         let caller = check_headers(headers, resource, Shape::Post)?;
         let destination = required_destination(headers)?;
-        let (request_id, request_hash) = (self.post)(&body)?;
+        let posted = (self.post)(&body)?;
+        let (request_id, request_hash) = (posted.id, posted.request_hash);
         let id = request_id.to_string();
         // The pause rule, before anything is recorded or passed on: the
         // requester would pay, the addressee be paid — and pay too, for
         // an FXP (quoting-service's 3202 / 3201 for a participant it
-        // finds inactive).
+        // finds inactive), each with its accounts in those currencies
+        // enabled.
+        let paying = [posted.currency];
+        let both = [posted.currency, posted.target.unwrap_or(posted.currency)];
+        let paid: &[Currency] = match posted.target {
+            Some(target) if target != posted.currency => &both,
+            _ => &paying,
+        };
         if self.service.refused_by_pause(
             hub,
             &caller,
             &id,
-            (caller.source, destination),
+            ((caller.source, &paying), (destination, paid)),
             self.pause_rule,
         ) {
             return Ok(StatusCode::ACCEPTED.into_response());

@@ -15,8 +15,10 @@
 //! | `GET /bulkQuotes/{ID}` | 202 | … + `/bulkQuotes/{ID}` |
 //!
 //! A `POST` the pause rule refuses (`ledger::payment_refusal`: the bulk
-//! quote's requester pays, the transaction request's addressee does) is
-//! not passed on; the requester gets the hub's `PUT …/{ID}/error`.
+//! quote's requester pays, the transaction request's addressee does; and
+//! for a transaction request `ledger::accounts_refusal`, either side's
+//! account in the amount's currency disabled) is not passed on; the
+//! requester gets the hub's `PUT …/{ID}/error`.
 //!
 //! The query of `GET /authorizations/{ID}` is checked (all four keys) and
 //! forwarded as the sender wrote it, so a signature over `FSPIOP-URI`
@@ -31,14 +33,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::Router;
 use fspiop::{FspiopError, Resource};
-use ledger::TransferId;
+use ledger::{Currency, TransferId};
 
 use crate::routing::{required_destination, Route, Service, Target};
 use crate::wire::{check_headers, forwarded_headers, Shape};
 use crate::{Hub, HubError};
 
-/// Checks a `POST` body and returns its id.
-type CheckPost = fn(&[u8]) -> Result<TransferId, FspiopError>;
+/// Checks a `POST` body and returns its id, and the currency of the
+/// payment it starts when it has one (a bulk quote's individual quotes
+/// each have their own: not looked at).
+type CheckPost = fn(&[u8]) -> Result<(TransferId, Option<Currency>), FspiopError>;
 /// Checks the query string of a `GET` (without its `?`).
 type CheckQuery = fn(Option<&str>) -> Result<(), FspiopError>;
 
@@ -70,7 +74,10 @@ static TRANSACTION_REQUESTS: Routed = Routed {
         resource: Resource::TransactionRequests,
         endpoint_type: "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
     },
-    post: Some(|body| Ok(fspiop::parse_transaction_request_post(body)?.transaction_request_id)),
+    post: Some(|body| {
+        let parsed = fspiop::parse_transaction_request_post(body)?;
+        Ok((parsed.transaction_request_id, Some(parsed.amount.currency)))
+    }),
     put: |body| fspiop::parse_transaction_request_put(body).map(drop),
     query: None,
     payer: Payer::Addressee,
@@ -94,7 +101,7 @@ static BULK_QUOTES: Routed = Routed {
         resource: Resource::BulkQuotes,
         endpoint_type: "FSPIOP_CALLBACK_URL_BULK_QUOTES",
     },
-    post: Some(|body| Ok(fspiop::parse_bulk_quote_post(body)?.bulk_quote_id)),
+    post: Some(|body| Ok((fspiop::parse_bulk_quote_post(body)?.bulk_quote_id, None))),
     put: |body| fspiop::parse_bulk_quote_put(body).map(drop),
     query: None,
     payer: Payer::Requester,
@@ -152,15 +159,20 @@ impl Routed {
     ) -> Result<Response, HubError> {
         let caller = check_headers(headers, self.service.resource, Shape::Post)?;
         let destination = required_destination(headers)?;
-        let id = check(&body)?.to_string();
+        let (id, currency) = check(&body)?;
+        let id = id.to_string();
         let (payer, payee) = match self.payer {
             Payer::Requester => (caller.source, destination),
             Payer::Addressee => (destination, caller.source),
         };
-        if self
-            .service
-            .refused_by_pause(hub, &caller, &id, (payer, payee), ledger::payment_refusal)
-        {
+        let currencies = currency.as_slice();
+        if self.service.refused_by_pause(
+            hub,
+            &caller,
+            &id,
+            ((payer, currencies), (payee, currencies)),
+            ledger::payment_refusal,
+        ) {
             return Ok(StatusCode::ACCEPTED.into_response());
         }
         self.service.ask(

@@ -18,6 +18,7 @@ use fspiop::Resource;
 use ledger::{ErrorCode, FspName};
 
 use crate::notify::{Callback, OnUndelivered, Origin, Undelivered};
+use crate::refused::PaymentSide;
 use crate::wire::{Caller, Reply};
 use crate::{Hub, HubError};
 
@@ -182,15 +183,17 @@ impl Service {
 
     /// An error callback from the hub to the caller about its request `id`.
     /// The pause rule (`ledger::payment_refusal`) for a request of
-    /// `caller`'s that starts a payment from `payer` to `payee`: when it
-    /// refuses, `caller` is told by the hub's error callback (the request
-    /// is not passed on) and the answer is true.
+    /// `caller`'s that starts a payment from `payer` to `payee`, each
+    /// needing its accounts in the currencies given with it
+    /// (`ledger::accounts_refusal`): when it refuses, `caller` is told by
+    /// the hub's error callback (the request is not passed on) and the
+    /// answer is true.
     pub(crate) fn refused_by_pause(
         &self,
         hub: &Hub,
         caller: &Caller,
         id: &str,
-        (payer, payee): (FspName, FspName),
+        (payer, payee): (PaymentSide<'_>, PaymentSide<'_>),
         rule: crate::refused::PauseRule,
     ) -> bool {
         let Some(refusal) = hub.pause_refusal_by(rule, caller.source, payer, payee) else {

@@ -22,7 +22,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use ledger::FspName;
+use ledger::{Currency, FspName};
 
 use crate::Hub;
 
@@ -333,6 +333,11 @@ pub(crate) type PauseRule = fn(
     (FspName, ledger::ParticipantMode),
 ) -> Option<ledger::Rejection>;
 
+/// One side of a payment for the pause rule: the participant, and the
+/// currencies it needs its POSITION accounts enabled in (none for a lookup
+/// naming no currency).
+pub(crate) type PaymentSide<'a> = (FspName, &'a [Currency]);
+
 impl Hub {
     /// Counts and logs a refusal by the pause rule, if `error` is one (its
     /// class is the rule's reason), under the participant that asked.
@@ -345,32 +350,48 @@ impl Hub {
 
     /// The pause rule for a request the hub routes without the ledger (a
     /// lookup, a quote, a request to pay) that starts a payment from
-    /// `payer` to `payee`, asked by `asker` (one of the two), on the hub's
-    /// copy of the committed modes (current as of the last committed
-    /// batch); a refusal is counted and logged under `asker`. A
-    /// participant the hub does not know is left to the route's other
-    /// checks.
+    /// `payer` to `payee`, in `currency` if it names one, asked by `asker`
+    /// (one of the two), on the hub's copy of the committed modes and
+    /// disabled accounts (current as of the last committed batch); a
+    /// refusal is counted and logged under `asker`. A participant the hub
+    /// does not know is left to the route's other checks.
     pub(crate) fn pause_refusal(
         &self,
         asker: FspName,
         payer: FspName,
         payee: FspName,
+        currency: Option<Currency>,
     ) -> Option<ledger::Rejection> {
-        self.pause_refusal_by(ledger::payment_refusal, asker, payer, payee)
+        let currencies = currency.as_slice();
+        self.pause_refusal_by(
+            ledger::payment_refusal,
+            asker,
+            (payer, currencies),
+            (payee, currencies),
+        )
     }
 
     /// [`Hub::pause_refusal`] by another `rule` than a payment's (an FX
-    /// quote's: `ledger::conversion_refusal`).
+    /// quote's: `ledger::conversion_refusal`), the payer needing accounts
+    /// in its currencies and the payee in its own (an FXP: the source
+    /// currency it takes and the target it pays): the modes first, then
+    /// the accounts (`ledger::accounts_refusal`).
     pub(crate) fn pause_refusal_by(
         &self,
         rule: PauseRule,
         asker: FspName,
-        payer: FspName,
-        payee: FspName,
+        (payer, payer_currencies): PaymentSide<'_>,
+        (payee, payee_currencies): PaymentSide<'_>,
     ) -> Option<ledger::Rejection> {
         let payer_mode = self.endpoints.participant_mode(payer)?;
         let payee_mode = self.endpoints.participant_mode(payee)?;
-        let refusal = rule((payer, payer_mode), (payee, payee_mode))?;
+        let refusal = rule((payer, payer_mode), (payee, payee_mode)).or_else(|| {
+            ledger::accounts_refusal(
+                (payer, payer_currencies),
+                (payee, payee_currencies),
+                |name, currency| self.endpoints.account_disabled(name, currency),
+            )
+        })?;
         self.note_paused(asker, &refusal);
         Some(refusal)
     }

@@ -1691,6 +1691,25 @@ impl Hub {
             .expect("numeric account id")
     }
 
+    /// The id of a DFSP's `currency` account of `kind`.
+    pub fn account_id_in(&self, name: &str, kind: &str, currency: &str) -> u64 {
+        self.account_in(name, kind, currency)["id"]
+            .as_u64()
+            .expect("numeric account id")
+    }
+
+    /// Enables or disables (`isActive`) a DFSP's `currency` POSITION
+    /// account through the admin API.
+    pub fn set_position_active(&self, name: &str, currency: &str, active: bool) {
+        let account = self.account_id_in(name, "POSITION", currency);
+        self.admin_expect(
+            "PUT",
+            &format!("/participants/{name}/accounts/{account}"),
+            Some(json!({ "isActive": active })),
+            200,
+        );
+    }
+
     /// The `value` of a DFSP's USD account of `kind`, from
     /// `GET /participants/{name}/accounts`.
     pub fn account_value(&self, name: &str, kind: &str) -> f64 {
