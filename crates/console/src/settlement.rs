@@ -44,6 +44,10 @@ pub(crate) struct Narrowed {
     window_state: String,
     #[serde(default, rename = "settlementState")]
     settlement_state: String,
+    /// One window, by its id (a transfer's page links to the window its
+    /// commit fell in): the windows listed are that one alone.
+    #[serde(default)]
+    window: String,
 }
 
 /// A `YYYY-MM-DD` day as the API's DateTime at its start (or its last
@@ -60,6 +64,7 @@ impl Narrowed {
             && self.to.is_empty()
             && self.window_state.is_empty()
             && self.settlement_state.is_empty()
+            && self.window.is_empty()
     }
 
     /// The API query for windows (`states`: the window states) or
@@ -160,6 +165,12 @@ fn list_or_empty(read: Result<Value, ApiError>) -> Result<Vec<Value>, ApiError> 
     }
 }
 
+/// A settlement window's page: the overview narrowed to that window.
+pub(crate) fn window_path(id: &str) -> String {
+    let id = page::encode(id);
+    format!("/console/settlement?window={id}#window-{id}")
+}
+
 fn settlement_path(id: &str) -> String {
     format!("/console/settlement/settlements/{}", page::encode(id))
 }
@@ -173,6 +184,11 @@ pub(crate) async fn overview(visitor: Visitor, Query(narrowed): Query<Narrowed>)
                 narrowed.query(&narrowed.settlement_state, &SETTLEMENT_STATES)?,
             ))
         });
+    let window = narrowed.window.trim();
+    let queries = queries.and_then(|queries| match window.parse::<u32>() {
+        Err(_) if !window.is_empty() => Err(format!("'{window}' is not a window id")),
+        _ => Ok(queries),
+    });
     let (window_query, settlement_query) = match queries {
         Ok(queries) => queries,
         Err(why) => {
@@ -191,12 +207,22 @@ pub(crate) async fn overview(visitor: Visitor, Query(narrowed): Query<Narrowed>)
     let (windows, shown_windows, settlements, models) = tokio::join!(
         visitor.get(&format!("/v2/settlementWindows?{SINCE_EVER}")),
         async {
-            match narrowed.is_empty() {
-                true => None,
-                false => Some(
+            match (narrowed.is_empty(), window) {
+                (true, _) => None,
+                (false, "") => Some(
                     visitor
                         .get(&format!("/v2/settlementWindows?{window_query}"))
                         .await,
+                ),
+                // One window: the API answers it alone, as a list of one.
+                (false, id) => Some(
+                    visitor
+                        .get(&format!("/v2/settlementWindows/{id}"))
+                        .await
+                        .map(|one| match one {
+                            Value::Object(_) => Value::Array(vec![one]),
+                            other => other,
+                        }),
                 ),
             }
         },
@@ -233,6 +259,9 @@ pub(crate) async fn overview(visitor: Visitor, Query(narrowed): Query<Narrowed>)
         h1 { "Settlement" }
         (narrow_form(&narrowed))
         h2 { "Settlement windows" }
+        @if !window.is_empty() {
+            p.hint { "Window " (window) " only. " a href="/console/settlement" { "Every window" } }
+        }
         @if listed.is_empty() { p { "No window matches." } }
         div.table-wrap {
             table.windows {
@@ -247,7 +276,7 @@ pub(crate) async fn overview(visitor: Visitor, Query(narrowed): Query<Narrowed>)
                 tbody {
                     @for w in listed.iter().take(LISTED) {
                         @let id = page::text(&w["settlementWindowId"]);
-                        tr data-window=(id) {
+                        tr id={ "window-" (id) } data-window=(id) {
                             td.num { (id) }
                             td { span class={ "status " (state_class(&page::text(&w["state"]))) } { (page::text(&w["state"])) } }
                             td { (page::time_cell(&w["createdDate"])) }

@@ -243,6 +243,17 @@ fn transfer_path(id: &str) -> String {
     format!("/console/transfers?id={}", page::encode(id))
 }
 
+/// The settlement window a committed transfer fell in, linked to that
+/// window's page when the person may open the settlement pages.
+fn window_link(role: Role, window: &Value) -> Markup {
+    let id = page::text(window);
+    let linked = hub::access::may(role, &Method::GET, "/console/settlement", &[]);
+    html! {
+        @if linked { a.window href=(crate::settlement::window_path(&id)) { "Window " (id) } }
+        @else { "Window " (id) }
+    }
+}
+
 /// A DFSP's name, linked to its page when the person may open it (a
 /// DFSP's person sees the other party's name, not a link it may not follow).
 fn participant_link(role: Role, name: &str) -> Markup {
@@ -279,6 +290,9 @@ fn transfer_detail(role: Role, t: &Value) -> Markup {
                 dt { (payee_label) } dd { (participant_link(role, &page::text(&t["payeeFsp"]))) }
                 dt { (amount_label) } dd.num { (page::money(&page::text(&t["amount"]["amount"]), &currency)) }
                 dt { "Expiration" } dd { (page::time_cell(&t["expiration"])) }
+                @if !t["settlementWindowId"].is_null() {
+                    dt { "Settlement window" } dd { (window_link(role, &t["settlementWindowId"])) }
+                }
                 @if t["errorCode"].is_string() {
                     dt { "Error" } dd { code { (page::text(&t["errorCode"])) } " " (page::text(&t["errorDescription"])) }
                 }
@@ -639,6 +653,28 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("payeefsp"), "{html}");
+    }
+
+    #[test]
+    fn a_committed_transfer_links_to_the_window_it_fell_in() {
+        let mut transfer = serde_json::json!({
+            "transferId": "t1", "kind": "transfer", "payerFsp": "payerfsp", "payeeFsp": "payeefsp",
+            "amount": {"amount": "10", "currency": "USD"}, "transferState": "COMMITTED",
+            "settlementWindowId": 12, "source": "store", "timeline": [],
+        });
+        let html = transfer_detail(Role::Viewer, &transfer).into_string();
+        assert!(
+            html.contains(r#"href="/console/settlement?window=12#window-12""#),
+            "{html}"
+        );
+        assert!(html.contains("Window 12"), "{html}");
+        transfer["transferState"] = "RESERVED".into();
+        transfer
+            .as_object_mut()
+            .unwrap()
+            .remove("settlementWindowId");
+        let html = transfer_detail(Role::Viewer, &transfer).into_string();
+        assert!(!html.contains("Settlement window"), "{html}");
     }
 
     #[test]

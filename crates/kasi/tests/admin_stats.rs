@@ -17,6 +17,14 @@ fn admin_json(hub: &Hub, path: &str) -> Value {
     response.json()
 }
 
+/// The id of the settlement window open now.
+fn open_window(hub: &Hub) -> u64 {
+    let windows = admin_json(hub, "/v2/settlementWindows?state=OPEN");
+    windows[0]["settlementWindowId"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no open window in {windows}"))
+}
+
 fn metrics(hub: &Hub) -> String {
     let response = hub.admin("GET", "/metrics", None);
     assert_eq!(response.status, 200, "{response:?}");
@@ -54,7 +62,12 @@ fn the_console_reads_a_transfer_and_the_outcomes_by_dfsp_and_error() {
     assert_eq!(view["hasFulfilment"], false);
     assert_eq!(view["source"], "memory");
     assert!(view["expiration"].is_string() && view["preparedAt"].is_string());
-    for absent in ["completedAt", "errorCode", "errorDescription"] {
+    for absent in [
+        "completedAt",
+        "errorCode",
+        "errorDescription",
+        "settlementWindowId",
+    ] {
         assert!(view.get(absent).is_none(), "{absent}: {view}");
     }
     assert_eq!(view["timeline"].as_array().unwrap().len(), 1, "{view}");
@@ -68,6 +81,7 @@ fn the_console_reads_a_transfer_and_the_outcomes_by_dfsp_and_error() {
     assert_eq!(view["hasFulfilment"], true);
     assert!(view["completedAt"].is_string(), "{view}");
     assert!(view.get("errorCode").is_none(), "{view}");
+    assert_eq!(view["settlementWindowId"], open_window(&s.hub), "{view}");
     let phases: Vec<&Value> = view["timeline"]
         .as_array()
         .unwrap()
@@ -86,6 +100,7 @@ fn the_console_reads_a_transfer_and_the_outcomes_by_dfsp_and_error() {
     assert_eq!(view["internalState"], "ABORTED_REJECTED");
     assert_eq!(view["errorCode"], "4200");
     assert!(view["errorDescription"].is_string(), "{view}");
+    assert!(view.get("settlementWindowId").is_none(), "{view}");
 
     // Aborted by the payee with its own code.
     let (aborted, _) = s.reserve("10", far_future());
@@ -111,6 +126,7 @@ fn the_console_reads_a_transfer_and_the_outcomes_by_dfsp_and_error() {
     assert_eq!(view["internalState"], "EXPIRED_RESERVED");
     assert_eq!(view["errorCode"], "3303");
     assert_eq!(view["timeline"][1]["phase"], "expire", "{view}");
+    assert!(view.get("settlementWindowId").is_none(), "{view}");
 
     // Unknown and malformed ids.
     let response = s
@@ -217,7 +233,8 @@ fn metric(hub: &Hub, name: &str) -> f64 {
 #[test]
 fn a_transfer_past_the_retention_horizon_is_read_from_the_store() {
     let dir = tempfile::tempdir().unwrap();
-    let hub = Hub::start_with(&dir.path().join("data"), &["--transfer-retention", "1s"]);
+    let data = dir.path().join("data");
+    let mut hub = Hub::start_with(&data, &["--transfer-retention", "1s"]);
     hub.setup();
     let payer = Stub::start(PAYER);
     let payee = Stub::start(PAYEE);
@@ -231,10 +248,10 @@ fn a_transfer_past_the_retention_horizon_is_read_from_the_store() {
     let fulfil = fulfil_body(FULFILMENT, "COMMITTED");
     assert_eq!(hub.fulfil(&id, PAYEE, PAYER, &fulfil).status, 200);
     payer.expect("PUT", &format!("/transfers/{id}"));
-    assert_eq!(
-        admin_json(&hub, &format!("/transfers/{id}"))["source"],
-        "memory"
-    );
+    let window = open_window(&hub);
+    let view = admin_json(&hub, &format!("/transfers/{id}"));
+    assert_eq!(view["source"], "memory", "{view}");
+    assert_eq!(view["settlementWindowId"], window, "{view}");
 
     let deadline = Instant::now() + Duration::from_secs(20);
     while metric(&hub, "kasi_ledger_transfers_evicted_total") < 1.0 {
@@ -247,6 +264,22 @@ fn a_transfer_past_the_retention_horizon_is_read_from_the_store() {
     assert_eq!(view["hasFulfilment"], true, "{view}");
     assert_eq!(view["amount"]["amount"], "100", "{view}");
     assert_eq!(view["timeline"][1]["phase"], "commit", "{view}");
+    assert_eq!(view["settlementWindowId"], window, "{view}");
     let response = hub.admin("GET", &format!("/transfers/{}", new_id()), None);
     assert_error_response(&response, 404, "3208");
+
+    // After a restart: past the horizon, still from the store; without
+    // one, restored into memory from the finish's row.
+    for (flags, source) in [
+        (&["--transfer-retention", "1s"][..], "store"),
+        (&[][..], "memory"),
+    ] {
+        assert!(hub.terminate().success());
+        hub = Hub::start_with(&data, flags);
+        let view = admin_json(&hub, &format!("/transfers/{id}"));
+        assert_eq!(view["source"], source, "{flags:?}: {view}");
+        assert_eq!(view["transferState"], "COMMITTED", "{view}");
+        assert_eq!(view["settlementWindowId"], window, "{flags:?}: {view}");
+        assert_eq!(open_window(&hub), window, "no window closed");
+    }
 }

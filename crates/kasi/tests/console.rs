@@ -1672,11 +1672,22 @@ async fn a_dfsp_person_sees_a_portal_of_its_own_dfsp_only() {
     assert!(!main.contains(PAYEE), "{main}");
     browser.shot("portal").await;
 
-    // Its transfer, found; its settlement net, alone.
+    // Its transfer, found, with the window it fell in: the window's page
+    // shows that window alone.
     browser.goto(&format!("/console/transfers?id={id}")).await;
     assert!(browser.text("main").await.contains(&id));
     assert_eq!(browser.count(".flash.error").await, 0);
+    assert_eq!(
+        browser.attribute("a.window", "href").await.as_deref(),
+        Some("/console/settlement?window=1#window-1")
+    );
     browser.shot("transfer").await;
+    browser.click("a.window").await;
+    assert_eq!(browser.count("tr[data-window]").await, 1);
+    let window = browser.text("tr#window-1").await;
+    assert!(window.contains("PENDING_SETTLEMENT"), "{window}");
+    browser.shot("transfer-window").await;
+    // Its settlement net, alone.
     browser.goto("/console/settlement/settlements/1").await;
     let net = browser.text("main").await;
     assert!(net.contains(PAYER) && !net.contains(PAYEE), "{net}");

@@ -832,6 +832,10 @@ pub struct TransferView {
     /// A conversion's terms, or a dependent transfer's conversion, with
     /// the partner's state.
     pub fx: Option<FxView>,
+    /// The settlement window its commit fell in (the finish's
+    /// `settlement_window`): `None` until it commits, for one that did
+    /// not commit, and for a funds movement (no window holds those).
+    pub settlement_window: Option<u32>,
 }
 
 /// The FX side of a [`TransferView`]: what the transfer's own rows say, so

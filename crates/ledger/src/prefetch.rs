@@ -125,6 +125,7 @@ impl StoredTransfer {
                 fulfilment,
                 wire_version: transfer.wire_version,
                 fx,
+                settlement_window: finish.and_then(|finish| finish.settlement_window),
             },
             request_hash: transfer.request_hash,
             finish: finish.map(|finish| (finish.kind, finish.request_hash)),

@@ -44,6 +44,7 @@ impl Ledger {
             fulfilment: transfer.fulfilment,
             wire_version: transfer.wire_version,
             fx,
+            settlement_window: transfer.finish.and_then(|finish| finish.settlement_window),
         }
     }
 

@@ -225,16 +225,73 @@ fn assert_same_feed(dir: &std::path::Path, url: &str, whole: &Snapshot) {
     }
 }
 
+/// A harness writing to SQLite and to a new database `name` of
+/// `cluster`: the database's URL, the SQLite store's directory (kept while
+/// it is held), the harness.
+fn harness_on_pg(cluster: &testpg::Cluster, name: &str) -> (String, tempfile::TempDir, Harness) {
+    let url = cluster.create_database(name);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pg = PgStore::open(&url).expect("open");
+    let harness = Harness::with_pg(dir.path(), Some(pg));
+    (url, dir, harness)
+}
+
+/// A committed transfer is read back from either store with the
+/// settlement window its commit fell in, as memory shows it; an aborted
+/// or a reserved one with none.
+#[test]
+fn both_stores_read_a_committed_transfer_with_its_settlement_window() {
+    let cluster = testpg::Cluster::start();
+    let (url, _dir, mut harness) = harness_on_pg(&cluster, "windows");
+    for _ in 0..4 {
+        harness.run(Op::Prepare {
+            payer: 0,
+            amount: 5,
+            ttl_ms: 60_000,
+        });
+    }
+    let ids: Vec<TransferId> = harness.reserved.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids.len(), 4);
+    // The first commits in the open window, the second is aborted, the
+    // third commits in the next window, the fourth stays reserved.
+    let first = harness.open_window().expect("an open window");
+    harness.run(Op::Fulfil(0));
+    harness.run(Op::Abort(0));
+    harness.run(Op::CloseWindow);
+    let next = harness.open_window().expect("an open window");
+    assert_ne!(first, next);
+    harness.run(Op::Fulfil(0));
+    let reader = PgReader::open(&url).expect("a PostgreSQL reader");
+    let lookup = harness.lookup();
+    for (id, window) in [
+        (ids[0], Some(first)),
+        (ids[1], None),
+        (ids[2], Some(next)),
+        (ids[3], None),
+    ] {
+        let outcomes = harness.apply(vec![Command::ReadTransfer { transfer_id: id }]);
+        let Outcome::Transfer(in_memory) = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        assert_eq!(in_memory.settlement_window, window, "{id} in memory");
+        for (backend, found) in [
+            ("SQLite", lookup.find_transfer(id)),
+            ("PostgreSQL", reader.find_transfer(id)),
+        ] {
+            let stored = found.expect("find").expect("stored");
+            assert_eq!(stored.view.settlement_window, window, "{id} on {backend}");
+            assert_eq!(stored.view, *in_memory, "{id} on {backend}");
+        }
+    }
+}
+
 /// A transfer whose participant row is gone is an error to the PostgreSQL
 /// reader, as to SQLite's, never "not found": that answer would let its id
 /// be used again.
 #[test]
 fn a_transfer_whose_participant_is_missing_is_an_error_to_the_reader() {
     let cluster = testpg::Cluster::start();
-    let url = cluster.create_database("damaged");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pg = PgStore::open(&url).expect("open");
-    let mut harness = Harness::with_pg(dir.path(), Some(pg));
+    let (url, _dir, mut harness) = harness_on_pg(&cluster, "damaged");
     harness.run(Op::Prepare {
         payer: 0,
         amount: 5,
@@ -919,10 +976,7 @@ fn finish_of(snapshot: &Snapshot, transfer_id: TransferId) -> Option<(FinishKind
 #[test]
 fn conversions_round_trip_alike() {
     let cluster = testpg::Cluster::start();
-    let url = cluster.create_database("fx");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let pg = PgStore::open(&url).expect("open");
-    let mut harness = Harness::with_pg(dir.path(), Some(pg));
+    let (url, _dir, mut harness) = harness_on_pg(&cluster, "fx");
     let convert = |harness: &mut Harness, payer: u8, ttl_ms: i64| {
         harness.run(Op::Convert {
             payer,

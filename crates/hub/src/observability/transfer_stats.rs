@@ -504,6 +504,7 @@ mod tests {
             fulfilment: None,
             wire_version: 0,
             fx: None,
+            settlement_window: None,
         }
     }
 

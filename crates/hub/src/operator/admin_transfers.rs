@@ -103,6 +103,10 @@ pub fn transfer_json(view: &TransferView, partner: Option<&TransferView>, source
         body.insert("completedAt".into(), json!(format_time(completed)));
     }
     body.insert("hasFulfilment".into(), json!(view.fulfilment.is_some()));
+    // central-settlement's name for a window's id.
+    if let Some(window) = view.settlement_window {
+        body.insert("settlementWindowId".into(), json!(window));
+    }
     if let Some(fx) = view.fx {
         body.insert("fx".into(), fx_json(&fx, partner));
     }
@@ -459,6 +463,7 @@ mod tests {
             fulfilment: None,
             wire_version: 0,
             fx: None,
+            settlement_window: (state == TransferState::Committed).then_some(3),
         }
     }
 
@@ -475,6 +480,10 @@ mod tests {
         assert_eq!(body["fx"]["role"], "dependentTransfer");
         assert_eq!(body["fx"]["fxpFsp"], "fxp");
         assert_eq!(body["fx"]["conversionState"], "COMMITTED");
+        assert_eq!(
+            body["settlementWindowId"], 3,
+            "the window its commit fell in"
+        );
         assert_eq!(
             body["fx"]["commitRequestId"],
             TransferId::new(9).to_string()
@@ -494,7 +503,12 @@ mod tests {
         assert_eq!(body["source"], "memory");
         assert_eq!(body["kind"], "transfer");
         assert_eq!(body["hasFulfilment"], false);
-        for absent in ["completedAt", "errorCode", "errorDescription"] {
+        for absent in [
+            "completedAt",
+            "errorCode",
+            "errorDescription",
+            "settlementWindowId",
+        ] {
             assert!(body.get(absent).is_none(), "{absent} in {body}");
         }
         assert_eq!(body["timeline"].as_array().unwrap().len(), 1);
@@ -513,6 +527,7 @@ mod tests {
         assert_eq!(body["errorCode"], "3303");
         assert_eq!(body["source"], "store");
         assert_eq!(body["completedAt"], format_time(1_700_000_010_004));
+        assert!(body.get("settlementWindowId").is_none(), "{body}");
         assert_eq!(
             body["timeline"],
             json!([

@@ -287,6 +287,18 @@ impl Harness {
         result.outcomes
     }
 
+    /// The id of the settlement window open now, if one is.
+    pub fn open_window(&mut self) -> Option<u32> {
+        let outcomes = self.apply(vec![Command::ReadSettlementWindows]);
+        let Outcome::SettlementWindows(windows) = &outcomes[0] else {
+            panic!("{outcomes:?}");
+        };
+        windows
+            .iter()
+            .find(|w| w.row.state.as_str() == "OPEN")
+            .map(|open| open.row.id)
+    }
+
     /// A reader of the SQLite store.
     pub fn lookup(&self) -> TransferLookup {
         TransferLookup::open(&self.dir).expect("open a reader")
@@ -345,12 +357,7 @@ impl Harness {
                 self.apply(vec![Command::Expire]);
             }
             Op::CloseWindow => {
-                let outcomes = self.apply(vec![Command::ReadSettlementWindows]);
-                let Outcome::SettlementWindows(windows) = &outcomes[0] else {
-                    panic!("{outcomes:?}");
-                };
-                if let Some(open) = windows.iter().find(|w| w.row.state.as_str() == "OPEN") {
-                    let id = open.row.id;
+                if let Some(id) = self.open_window() {
                     self.apply(vec![Command::CloseSettlementWindow {
                         id,
                         reason: "test".into(),
