@@ -22,7 +22,7 @@ use crate::transfers::{
     MoneyRaw,
 };
 use crate::FspiopError;
-use ledger::{Condition, RequestHash, TransferId};
+use ledger::{Condition, Currency, RequestHash, TransferId};
 use serde::Deserialize;
 
 /// `individualQuotes` and `individualQuoteResults` maxItems.
@@ -118,6 +118,9 @@ pub struct ParsedBulkQuotePost {
     pub expiration_ms: Option<i64>,
     /// Each `individualQuotes[i].quoteId`, in order.
     pub quote_ids: Vec<TransferId>,
+    /// The currencies of the individual quotes' amounts, each once, in the
+    /// order they first appear: the payments the bulk quote would start.
+    pub currencies: Vec<Currency>,
     /// SHA-256 of the raw body bytes.
     pub request_hash: RequestHash,
 }
@@ -139,8 +142,13 @@ pub fn parse_bulk_quote_post(body: &[u8]) -> Result<ParsedBulkQuotePost, FspiopE
     let list_path = FieldPath::new("individualQuotes");
     let quotes = items(&raw.individual_quotes, list_path, 1)?.unwrap_or_default();
     let mut quote_ids = Vec::with_capacity(quotes.len());
+    let mut currencies = Vec::new();
     for (index, quote) in quotes.iter().enumerate() {
-        quote_ids.push(individual_quote(quote, Item(list_path, index))?);
+        let (quote_id, currency) = individual_quote(quote, Item(list_path, index))?;
+        quote_ids.push(quote_id);
+        if !currencies.contains(&currency) {
+            currencies.push(currency);
+        }
     }
     check_extension_list(&raw.extension_list, FieldPath::new("extensionList"))?;
 
@@ -149,28 +157,29 @@ pub fn parse_bulk_quote_post(body: &[u8]) -> Result<ParsedBulkQuotePost, FspiopE
         payer,
         expiration_ms,
         quote_ids,
+        currencies,
         request_hash: RequestHash::of(body),
     })
 }
 
-/// One `IndividualQuote`; its `quoteId`. It is read as a quote request
+/// One `IndividualQuote`; its `quoteId` and its amount's currency. It is read as a quote request
 /// whose payer, geoCode and expiration belong to the bulk: those of an
 /// item are unknown properties, ignored.
 fn individual_quote(
     value: &JsonObj<QuotePostRaw<'_>>,
     path: Item<FieldPath<'static>>,
-) -> Result<TransferId, FspiopError> {
+) -> Result<(TransferId, Currency), FspiopError> {
     let quote = required_obj(value, path)?;
     let quote_id = correlation_id_field(&quote.quote_id, Child(path, "quoteId"))?;
     correlation_id_field(&quote.transaction_id, Child(path, "transactionId"))?;
     party(&quote.payee, Child(path, "payee"))?;
     amount_type(&quote.amount_type, Child(path, "amountType"))?;
-    money(&quote.amount, Child(path, "amount"))?;
+    let amount = money(&quote.amount, Child(path, "amount"))?;
     optional_money(&quote.fees, Child(path, "fees"))?;
     transaction_type(&quote.transaction_type, Child(path, "transactionType"))?;
     optional_text(&quote.note, Child(path, "note"), TEXT_MAX_CHARS)?;
     check_extension_list(&quote.extension_list, Child(path, "extensionList"))?;
-    Ok(quote_id)
+    Ok((quote_id, amount.currency))
 }
 
 // -------------------------------------------------------------------- PUT
@@ -332,6 +341,22 @@ mod tests {
             ]
         );
         assert_eq!(parsed.request_hash, RequestHash::of(&body));
+        assert_eq!(parsed.currencies, [Currency::parse("XOF").unwrap()]);
+        let mut mixed = post_json();
+        mixed["individualQuotes"][1]["amount"]["currency"] = json!("USD");
+        mixed["individualQuotes"]
+            .as_array_mut()
+            .unwrap()
+            .push(individual(2));
+        let parsed = parse_bulk_quote_post(&bytes(&mixed)).unwrap();
+        assert_eq!(
+            parsed.currencies,
+            [
+                Currency::parse("XOF").unwrap(),
+                Currency::parse("USD").unwrap()
+            ],
+            "each currency once, in the order it first appears"
+        );
         let minimal = json!({
             "bulkQuoteId": BULK_ID,
             "payer": {"partyIdInfo": {"partyIdType": "MSISDN", "partyIdentifier": "1"}},

@@ -540,7 +540,7 @@ fn requests_to_pay_and_bulk_quotes_follow_the_same_rule() {
 }
 
 /// A disabled currency account (`PUT /participants/{name}/accounts/{id}`
-/// `isActive: false`) pauses lookups, quotes and requests to pay in its
+/// `isActive: false`) pauses lookups, quotes, bulk quotes and requests to pay in its
 /// currency as it pauses prepares: its holder is neither asked nor found
 /// — 3201 as an addressee, 3202 as a requester, naming the currency,
 /// counted as `account_inactive` under who asked — while another currency
@@ -562,6 +562,22 @@ fn a_disabled_currency_account_pauses_lookups_quotes_and_requests_to_pay_in_its_
     }
     let eur_request_to_pay: fn(&str) -> String =
         |id| transaction_request_body(id).replace(r#""currency":"USD""#, r#""currency":"EUR""#);
+    let eur_bulk_quote: fn(&str) -> String =
+        |id| bulk_quote_body(id).replace(r#""currency":"USD""#, r#""currency":"EUR""#);
+    // An individual quote in EUR, then one in USD: any of its currencies
+    // paused pauses the bulk quote.
+    let mixed_bulk_quote: fn(&str) -> String = |id| {
+        let mut body: Value = serde_json::from_str(&bulk_quote_body(id)).unwrap();
+        let mut in_eur = body["individualQuotes"][0].clone();
+        in_eur["quoteId"] = json!(new_id());
+        in_eur["transactionId"] = json!(new_id());
+        in_eur["amount"]["currency"] = json!("EUR");
+        body["individualQuotes"]
+            .as_array_mut()
+            .unwrap()
+            .insert(0, in_eur);
+        body.to_string()
+    };
     let says = format!("Unsupported participant '{SUBJECT}': its USD account is inactive");
     let as_payee = ("3201", says.as_str());
     let as_payer = ("3202", says.as_str());
@@ -581,16 +597,26 @@ fn a_disabled_currency_account_pauses_lookups_quotes_and_requests_to_pay_in_its_
             transaction_request_body,
             (!usd_allowed).then_some(as_payee),
         );
+        // PAYER asks SUBJECT for a bulk quote with a quote in USD.
+        routed(
+            s,
+            "bulkQuotes",
+            PAYER,
+            mixed_bulk_quote,
+            (!usd_allowed).then_some(as_payee),
+        );
         // Another currency, and a lookup naming none, are not paused.
         quote_in(s, PAYER, "EUR", true, allowed);
         quote_in(s, SUBJECT, "EUR", true, allowed);
         lookup_with(s, PAYER, "?currency=EUR", true, allowed);
         lookup(s, SUBJECT, true, allowed);
         routed(s, "transactionRequests", SUBJECT, eur_request_to_pay, None);
+        routed(s, "bulkQuotes", PAYER, eur_bulk_quote, None);
         if !usd_allowed {
             // quote, 2 lookups (/parties and /participants), request to
-            // pay under PAYER and SUBJECT: 1 + 2 + 0 and 1 + 2 + 1.
-            s.hub.await_refusals("account_inactive", Some(PAYER), 3);
+            // pay, bulk quote under PAYER and SUBJECT: 1 + 2 + 0 + 1 and
+            // 1 + 2 + 1 + 0.
+            s.hub.await_refusals("account_inactive", Some(PAYER), 4);
             s.hub.await_refusals("account_inactive", Some(SUBJECT), 4);
             assert!(s
                 .hub

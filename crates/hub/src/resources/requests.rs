@@ -16,8 +16,9 @@
 //!
 //! A `POST` the pause rule refuses (`ledger::payment_refusal`: the bulk
 //! quote's requester pays, the transaction request's addressee does; and
-//! for a transaction request `ledger::accounts_refusal`, either side's
-//! account in the amount's currency disabled) is not passed on; the
+//! `ledger::accounts_refusal`, either side's account disabled in the
+//! amount's currency, or for a bulk quote in any of its individual
+//! quotes' currencies) is not passed on; the
 //! requester gets the hub's `PUT …/{ID}/error`.
 //!
 //! The query of `GET /authorizations/{ID}` is checked (all four keys) and
@@ -39,10 +40,10 @@ use crate::routing::{required_destination, Route, Service, Target};
 use crate::wire::{check_headers, forwarded_headers, Shape};
 use crate::{Hub, HubError};
 
-/// Checks a `POST` body and returns its id, and the currency of the
-/// payment it starts when it has one (a bulk quote's individual quotes
-/// each have their own: not looked at).
-type CheckPost = fn(&[u8]) -> Result<(TransferId, Option<Currency>), FspiopError>;
+/// Checks a `POST` body and returns its id, and the currencies of the
+/// payments it starts (a bulk quote's individual quotes each have their
+/// own).
+type CheckPost = fn(&[u8]) -> Result<(TransferId, Vec<Currency>), FspiopError>;
 /// Checks the query string of a `GET` (without its `?`).
 type CheckQuery = fn(Option<&str>) -> Result<(), FspiopError>;
 
@@ -76,7 +77,7 @@ static TRANSACTION_REQUESTS: Routed = Routed {
     },
     post: Some(|body| {
         let parsed = fspiop::parse_transaction_request_post(body)?;
-        Ok((parsed.transaction_request_id, Some(parsed.amount.currency)))
+        Ok((parsed.transaction_request_id, vec![parsed.amount.currency]))
     }),
     put: |body| fspiop::parse_transaction_request_put(body).map(drop),
     query: None,
@@ -101,7 +102,10 @@ static BULK_QUOTES: Routed = Routed {
         resource: Resource::BulkQuotes,
         endpoint_type: "FSPIOP_CALLBACK_URL_BULK_QUOTES",
     },
-    post: Some(|body| Ok((fspiop::parse_bulk_quote_post(body)?.bulk_quote_id, None))),
+    post: Some(|body| {
+        let parsed = fspiop::parse_bulk_quote_post(body)?;
+        Ok((parsed.bulk_quote_id, parsed.currencies))
+    }),
     put: |body| fspiop::parse_bulk_quote_put(body).map(drop),
     query: None,
     payer: Payer::Requester,
@@ -159,18 +163,17 @@ impl Routed {
     ) -> Result<Response, HubError> {
         let caller = check_headers(headers, self.service.resource, Shape::Post)?;
         let destination = required_destination(headers)?;
-        let (id, currency) = check(&body)?;
+        let (id, currencies) = check(&body)?;
         let id = id.to_string();
         let (payer, payee) = match self.payer {
             Payer::Requester => (caller.source, destination),
             Payer::Addressee => (destination, caller.source),
         };
-        let currencies = currency.as_slice();
         if self.service.refused_by_pause(
             hub,
             &caller,
             &id,
-            ((payer, currencies), (payee, currencies)),
+            ((payer, &currencies), (payee, &currencies)),
             ledger::payment_refusal,
         ) {
             return Ok(StatusCode::ACCEPTED.into_response());
