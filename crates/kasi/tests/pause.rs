@@ -540,7 +540,8 @@ fn requests_to_pay_and_bulk_quotes_follow_the_same_rule() {
 }
 
 /// A disabled currency account (`PUT /participants/{name}/accounts/{id}`
-/// `isActive: false`) pauses lookups, quotes, bulk quotes and requests to pay in its
+/// `isActive: false`) pauses lookups, quotes, bulk quotes, requests to pay
+/// and party registrations in its
 /// currency as it pauses prepares: its holder is neither asked nor found
 /// — 3201 as an addressee, 3202 as a requester, naming the currency,
 /// counted as `account_inactive` under who asked — while another currency
@@ -634,6 +635,32 @@ fn a_disabled_currency_account_pauses_lookups_quotes_and_requests_to_pay_in_its_
 
     s.hub.set_position_active(SUBJECT, "USD", false);
     all_in_usd_and_eur(&s, false);
+    {
+        // SUBJECT registers no party in USD (it would be found to be paid
+        // in USD, and refused then), and one in EUR.
+        let headers = resource_headers("participants", "1.0", SUBJECT, None, true);
+        let register_in = |identifier: &str, currency: &str| {
+            let path = format!("/participants/MSISDN/{identifier}");
+            let body = format!(r#"{{"fspId":"{SUBJECT}","currency":"{currency}"}}"#);
+            let response = s.hub.api("POST", &path, &headers, body.as_bytes());
+            assert_eq!(response.status, 202, "{response:?}");
+            s.payee.next("the registration's answer")
+        };
+        let refused = s.hub.refusals("account_inactive", Some(SUBJECT));
+        let answer = register_in("255700000021", "USD");
+        assert_eq!(
+            answer.path, "/participants/MSISDN/255700000021/error",
+            "{answer:?}"
+        );
+        assert_error(&answer, "3201", &says);
+        s.hub
+            .await_refusals("account_inactive", Some(SUBJECT), refused + 1);
+        let answer = register_in("255700000022", "EUR");
+        assert_eq!(
+            answer.path, "/participants/MSISDN/255700000022",
+            "{answer:?}"
+        );
+    }
     // The mode is unchanged: only the account is paused.
     let participant = s
         .hub

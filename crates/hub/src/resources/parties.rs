@@ -342,7 +342,7 @@ async fn register_party(
                 request.fsp, caller.source
             ),
         ))
-    } else if let Some(refusal) = hub.holder_refusal(caller.source) {
+    } else if let Some(refusal) = hub.holder_refusal(caller.source, request.currency) {
         // A party is found to be paid: a holder that may not receive
         // would only be found to be refused (3201, as lookups say).
         Err(refusal)
@@ -465,8 +465,9 @@ async fn register_batch(
     let mut commands = Vec::new();
     let mut pending = Vec::new();
     // Each party is found to pay its holder: one that may not receive
-    // registers none (3201, as lookups say), counted once per request.
-    let paused = hub.holder_refusal(caller.source);
+    // registers none (3201, as lookups say), nor in a currency whose
+    // account it has disabled; counted once per request.
+    let paused = hub.holder_refusal(caller.source, request.currency);
     for item in &request.parties {
         let key = item.key.clone();
         if let Some(refusal) = &paused {

@@ -400,9 +400,21 @@ impl Hub {
     /// found through the party pays its holder, so a holder that may not
     /// receive (send-only, suspended) is refused as a lookup would refuse
     /// it as the payee (3201), counted and logged under it.
-    pub(crate) fn holder_refusal(&self, holder: FspName) -> Option<ledger::Rejection> {
+    /// A party registered in a `currency` is found to be paid in it: the
+    /// holder's account in it disabled refuses it too (3201, naming it).
+    pub(crate) fn holder_refusal(
+        &self,
+        holder: FspName,
+        currency: Option<ledger::Currency>,
+    ) -> Option<ledger::Rejection> {
         let mode = self.endpoints.participant_mode(holder)?;
-        let refusal = ledger::side_refusal((holder, mode), ledger::Side::Payee)?;
+        let refusal = ledger::side_refusal((holder, mode), ledger::Side::Payee).or_else(|| {
+            ledger::accounts_refusal(
+                (holder, &[]),
+                (holder, currency.as_slice()),
+                |name, currency| self.endpoints.account_disabled(name, currency),
+            )
+        })?;
         self.note_paused(holder, &refusal);
         Some(refusal)
     }
