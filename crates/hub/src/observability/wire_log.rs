@@ -8,7 +8,6 @@
 //! body limits are the handler's; the id of a `POST` is the one its handler
 //! parsed (set with [`Capture::names`]). Nothing here waits on the log.
 
-use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use axum::body::Bytes;
@@ -42,20 +41,6 @@ impl Capture {
     }
 }
 
-/// An FSPIOP path's id, canonical when it is a correlation id (a DFSP may
-/// write a UUID in capitals), else as given; borrowed when it already is.
-fn canonical(id: &str) -> Cow<'_, str> {
-    if !id.bytes().any(|byte| byte.is_ascii_uppercase()) {
-        // Canonical correlation ids are lower case; any other id is kept
-        // as given.
-        return Cow::Borrowed(id);
-    }
-    match fspiop::parse_correlation_id(id) {
-        Ok(id) => Cow::Owned(id.to_string()),
-        Err(_) => Cow::Borrowed(id),
-    }
-}
-
 /// The FSPIOP router's layer: records each transfer or conversion request
 /// its handler took, after the handler answered. The headers are encoded
 /// before the handler takes the request, so nothing of the request is
@@ -78,11 +63,13 @@ pub async fn record_requests(hub: Arc<Hub>, mut request: Request, next: Next) ->
     let Some((resource, path_id)) = Resource::of_path(uri.path()) else {
         return response;
     };
+    // A path's id is filed as written: the hub takes correlation ids only
+    // in their canonical forms (`fspiop::is_correlation_id`).
     let id = match path_id {
-        Some(id) => canonical(id),
+        Some(id) => id,
         // A POST refused before its id was read: nothing to file it under.
         None => match capture.id.get() {
-            Some(id) => Cow::Borrowed(&**id),
+            Some(id) => &**id,
             None => return response,
         },
     };
@@ -91,7 +78,7 @@ pub async fn record_requests(hub: Arc<Hub>, mut request: Request, next: Next) ->
         at_ms,
         direction: Direction::In,
         resource,
-        id: &id,
+        id,
         peer: peer
             .as_ref()
             .and_then(|value| value.to_str().ok())
@@ -115,7 +102,7 @@ pub(crate) fn callback_key(
 ) -> Option<(Resource, Box<str>)> {
     let (resource, id) = Resource::of_path(url_path)?;
     let id = match id {
-        Some(id) => canonical(id).into_owned().into(),
+        Some(id) => id.into(),
         None => tracked_id?.into(),
     };
     Some((resource, id))
