@@ -147,13 +147,8 @@ struct Encoded {
     at_ms: i64,
     key: u64,
     record: Vec<u8>,
-}
-
-impl Encoded {
-    /// What it holds in the queue: its bytes and a fixed allowance.
-    fn queued_bytes(&self) -> usize {
-        64 + self.record.len()
-    }
+    /// What it holds of the queue's bound (taken before it was encoded).
+    queued_bytes: usize,
 }
 
 /// One message read back.
@@ -266,20 +261,24 @@ impl WireLog {
     /// Encodes `message` and queues it for the writer; drops it (counted)
     /// when the queue is full. Never blocks.
     pub fn record(&self, message: Message<'_>) {
-        let mut record = Vec::with_capacity(format::encoded_len_hint(&message));
-        format::encode(&message, &mut record);
-        let encoded = Encoded {
-            at_ms: message.at_ms,
-            key: format::key_hash(message.resource, message.id),
-            record,
-        };
-        let bytes = encoded.queued_bytes();
+        let len = format::encoded_len_hint(&message);
+        // Its room in the queue is taken first: a message that will be
+        // dropped is not encoded.
+        let bytes = 64 + len;
         let queued = self.shared.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
         if queued + bytes > self.max_queued_bytes {
             self.shared.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             self.dropped(1);
             return;
         }
+        let mut record = Vec::with_capacity(len);
+        format::encode(&message, &mut record);
+        let encoded = Encoded {
+            at_ms: message.at_ms,
+            key: format::key_hash(message.resource, message.id),
+            record,
+            queued_bytes: bytes,
+        };
         match self.sender.try_send(encoded) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {

@@ -162,7 +162,7 @@ impl Writer {
             let mut next = Some(first);
             while let Some(message) = next.take() {
                 first_at_ms = first_at_ms.min(message.at_ms);
-                queued += message.queued_bytes();
+                queued += message.queued_bytes;
                 keys.push((message.key, batch.len() as u64));
                 batch.extend_from_slice(&message.record);
                 count += 1;
