@@ -176,11 +176,20 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     let by_party = std::cell::Cell::new(0u32);
     // Cases whose keys were filed up to some seq, and not to the last.
     let lagging = std::cell::Cell::new(0u32);
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 16,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    // A fixed seed: the coverage asserted below (matches, pages cut short,
+    // keys lagging, party searches) is then the same on every run. With a
+    // seed of the moment, 16 cases sometimes held a single lagging case,
+    // and CI failed on the count, not on a search.
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig {
+            cases: 16,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
     let strategy = (
         prop::collection::vec(op(), 1..80),
         prop::collection::vec(query_strategy(), 12),
