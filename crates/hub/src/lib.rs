@@ -724,7 +724,6 @@ impl IntoResponse for HubError {
 
 /// The DFSP-facing application: FSPIOP routes behind the common guard.
 pub fn api_app(hub: Arc<Hub>) -> Router {
-    let binding = hub.clone();
     let fspiop = transfers::router(hub.clone())
         .merge(fx_transfers::routes().with_state(hub.clone()))
         .merge(services::routes().with_state(hub.clone()))
@@ -732,50 +731,56 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
         .merge(fx_quotes::routes().with_state(hub.clone()))
         .merge(requests::routes().with_state(hub.clone()))
         .merge(parties::routes().with_state(hub.clone()));
-    // Layers run outside in: repeated headers and stale dates (see
-    // [`door`]), the caller's identity, then its signature, then whether it
-    // is a participant at all; innermost, the wire log of what the
-    // handlers took. They are added as one layer: each layer added to a
-    // router wraps every route in a boxed service of its own, and a
-    // request then clones every boxed layer below each one it passes
-    // (~20 boxed clones per request for six); as one layer, each route
-    // is boxed once around them.
-    let recorder = hub.clone();
-    let directory = hub.clone();
-    let reserved = hub.clone();
-    let door = hub.clone();
-    let verifier = hub.config.jws_verify.is_on().then(|| hub.clone());
-    let binding = hub.config.identity.is_enforced().then_some(binding);
-    let stack = tower::ServiceBuilder::new()
-        // Outermost: every layer below reads a header's first value, so
-        // one sent twice is refused before any of them runs.
-        .layer(axum::middleware::from_fn(move |request, next| {
-            door::check(door.clone(), request, next)
-        }))
-        // Whatever the identity policy: the hub is a participant, so
-        // without this `known_source` would let a DFSP speak as the hub.
-        .layer(axum::middleware::from_fn(move |request, next| {
-            refuse_hub_source(reserved.clone(), request, next)
-        }))
-        .option_layer(binding.map(|binding| {
-            axum::middleware::from_fn(move |request, next| {
-                bind_source(binding.clone(), request, next)
-            })
-        }))
-        .option_layer(verifier.map(|verifier| {
-            axum::middleware::from_fn(move |request, next| {
-                jws_keys::verify_signature(verifier.clone(), request, next)
-            })
-        }))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            known_source(directory.clone(), request, next)
-        }))
-        .layer(axum::middleware::from_fn(move |request, next| {
-            wire_log::record_requests(recorder.clone(), request, next)
-        }))
-        .into_inner();
-    let fspiop = fspiop.layer(stack);
+    let gate = hub.clone();
+    let fspiop = fspiop.layer(axum::middleware::from_fn(move |request, next| {
+        fspiop_gate(gate.clone(), request, next)
+    }));
     guarded(fspiop, &hub, "fspiop")
+}
+
+/// What every FSPIOP request passes before its route's handler, outside
+/// in: repeated headers and stale dates (see [`door`]); FSPIOP-Source
+/// naming the hub; the caller's identity (when enforced); its signature
+/// (when verified); whether it is a participant at all; innermost, the
+/// wire log of what the handler took. The first refusal answers.
+///
+/// One middleware, not six: each `from_fn` layer clones the services
+/// below it and boxes a future of its own for every request (~40
+/// allocations per transfer for six, counted with uprobes on the
+/// allocator; see BENCHMARKS.md), and a router boxes every route again
+/// for each layer added to it.
+async fn fspiop_gate(
+    hub: Arc<Hub>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    // Every check below reads a header's first value, so one sent twice
+    // is refused before any of them runs.
+    if let Some(refused) = door::refusal(&hub, request.headers(), std::time::SystemTime::now()) {
+        return refused;
+    }
+    // Whatever the identity policy: the hub is a participant, so without
+    // this the participant check would let a DFSP speak as the hub.
+    if let Some(refused) = hub_source_refusal(&hub, &request) {
+        return refused;
+    }
+    if hub.config.identity.is_enforced() {
+        if let Some(refused) = source_binding_refusal(&hub, &request) {
+            return refused;
+        }
+    }
+    let request = if hub.config.jws_verify.is_on() {
+        match jws_keys::verified(&hub, request).await {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        }
+    } else {
+        request
+    };
+    if let Some(refused) = unknown_source_refusal(&hub, &request) {
+        return refused;
+    }
+    wire_log::record_requests(hub, request, next).await
 }
 
 /// Refuses a request whose FSPIOP-Source (any of them) is the hub's own
@@ -783,11 +788,7 @@ pub fn api_app(hub: Arc<Hub>) -> Router {
 /// could send as the hub could make its messages look like the scheme's
 /// (a forged 'from the hub' error or state callback, a lookup answered as
 /// the hub). 400 with 3100, before anything is read or changed.
-async fn refuse_hub_source(
-    hub: Arc<Hub>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+fn hub_source_refusal(hub: &Hub, request: &axum::extract::Request) -> Option<Response> {
     let hub_name = hub.config.hub_name.as_str().as_bytes();
     let claims_hub = request
         .headers()
@@ -795,7 +796,7 @@ async fn refuse_hub_source(
         .iter()
         .any(|value| value.as_bytes().trim_ascii() == hub_name);
     if !claims_hub {
-        return next.run(request).await;
+        return None;
     }
     let route = format!("{} {}", request.method(), request.uri().path());
     // The older, narrower counter of refused sources, for its dashboards.
@@ -806,7 +807,7 @@ async fn refuse_hub_source(
         hub.config.hub_name.as_str(),
         &format!("FSPIOP-Source is the hub's name on {route}"),
     );
-    hub_name_reserved(&hub).into_response()
+    Some(hub_name_reserved(hub).into_response())
 }
 
 /// 400 (3100): FSPIOP-Source, or the client's identity, is the hub's name.
@@ -827,31 +828,26 @@ fn hub_name_reserved(hub: &Hub) -> Response {
 /// participant of this hub: it could never be answered (the hub has no
 /// endpoint for it), so a 202 would be followed by silence. A request
 /// without a usable FSPIOP-Source is left to the route's own header checks.
-async fn known_source(
-    hub: Arc<Hub>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+fn unknown_source_refusal(hub: &Hub, request: &axum::extract::Request) -> Option<Response> {
     let source = request
         .headers()
         .get("fspiop-source")
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| FspName::new(value.trim()));
-    let Some(source) = source else {
-        return next.run(request).await;
-    };
+        .and_then(|value| FspName::new(value.trim()))?;
     match hub.endpoints.participant_mode(source) {
         // An inactive participant still has its endpoints: it is told by
         // callback, as Mojaloop tells it (3100 for a prepare), which its
         // conformance tests expect.
-        Some(_) => next.run(request).await,
-        None => HubError::new(
-            ErrorCode::ID_NOT_FOUND,
-            format!(
+        Some(_) => None,
+        None => Some(
+            HubError::new(
+                ErrorCode::ID_NOT_FOUND,
+                format!(
                 "Generic ID not found - FSPIOP-Source '{source}' is not a participant of this hub"
             ),
-        )
-        .into_response(),
+            )
+            .into_response(),
+        ),
     }
 }
 
@@ -859,19 +855,12 @@ async fn known_source(
 /// to be (its client certificate, or a trusted gateway's word): a DFSP acts
 /// only as itself, on every route, before anything is looked at or changed.
 /// A request without FSPIOP-Source is left to the route's own checks (3102).
-async fn bind_source(
-    hub: Arc<Hub>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let Some(source) = request
+fn source_binding_refusal(hub: &Hub, request: &axum::extract::Request) -> Option<Response> {
+    let source = request
         .headers()
         .get("fspiop-source")
         .map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
-        .filter(|source| !source.is_empty())
-    else {
-        return next.run(request).await;
-    };
+        .filter(|source| !source.is_empty())?;
     let connection = request.extensions().get::<tls::Connection>();
     let certificate = connection.and_then(|c| c.certificate.as_deref());
     let hub_name = hub.config.hub_name.as_str();
@@ -882,7 +871,7 @@ async fn bind_source(
         hub_name,
     ) {
         Ok(names) if pins::may_act_as(&names, certificate, &hub.pins, &source, hub_name) => {
-            return next.run(request).await
+            return None
         }
         Err(refusal) if refusal.names_hub => {
             // A DFSP holding a certificate (or a gateway vouching for a
@@ -894,7 +883,7 @@ async fn bind_source(
                 &source,
                 &format!("the client's identity names the hub ({})", refusal.reason),
             );
-            return hub_name_reserved(&hub);
+            return Some(hub_name_reserved(hub));
         }
         Ok(names) => {
             hub.note_refused_source(
@@ -909,7 +898,7 @@ async fn bind_source(
             refusal
         }
     };
-    refusal.into_response()
+    Some(refusal.into_response())
 }
 
 impl Hub {

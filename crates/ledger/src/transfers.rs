@@ -396,7 +396,8 @@ impl Ledger {
         let net_debit_cap = position.net_debit_cap.unwrap_or(Amount::ZERO);
         let available_limit = net_debit_cap.checked_sub(effective).ok_or_else(overflow)?;
         position.reserved.checked_add(amount).ok_or_else(overflow)?;
-        let debtor = match debtor {
+        // Words for a refusal only: a prepare that passes allocates nothing.
+        let debtor = || match debtor {
             Debtor::Payer => "the payer's".to_string(),
             Debtor::Fxp => format!("the FXP {owner}'s {}", position.currency),
         };
@@ -404,14 +405,16 @@ impl Ledger {
             Some(Rejection::new(
                 ErrorCode::PAYER_FSP_INSUFFICIENT_LIQUIDITY,
                 format!(
-                    "amount {amount} exceeds {debtor} available liquidity of {available_liquidity}"
+                    "amount {amount} exceeds {} available liquidity of {available_liquidity}",
+                    debtor()
                 ),
             ))
         } else if amount > available_limit {
             Some(Rejection::new(
                 ErrorCode::PAYER_LIMIT_ERROR,
                 format!(
-                    "amount {amount} exceeds {debtor} available net debit cap of {available_limit}"
+                    "amount {amount} exceeds {} available net debit cap of {available_limit}",
+                    debtor()
                 ),
             ))
         } else {

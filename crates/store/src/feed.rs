@@ -254,10 +254,15 @@ impl FeedState {
     }
 
     fn name(&self, participant: ParticipantId) -> String {
-        self.names
-            .get(&participant.0)
-            .cloned()
-            .unwrap_or_else(|| format!("#{}", participant.0))
+        self.name_ref(participant).into_owned()
+    }
+
+    /// The name, borrowed when known (a row's body copies it anyway).
+    fn name_ref(&self, participant: ParticipantId) -> std::borrow::Cow<'_, str> {
+        match self.names.get(&participant.0) {
+            Some(name) => std::borrow::Cow::Borrowed(name.as_str()),
+            None => std::borrow::Cow::Owned(format!("#{}", participant.0)),
+        }
     }
 
     fn owner(&self, account: AccountId) -> Option<(ParticipantId, Currency)> {
@@ -306,9 +311,9 @@ impl FeedState {
         // so that the row costs a commit as few bytes as it can.
         let mut body = String::with_capacity(96);
         body.push_str("{\"payer\":");
-        push_json_or_null(&mut body, payer.map(|(p, _)| self.name(p)).as_deref());
+        push_json_or_null(&mut body, payer.map(|(p, _)| self.name_ref(p)).as_deref());
         body.push_str(",\"payee\":");
-        push_json_or_null(&mut body, payee.map(|(p, _)| self.name(p)).as_deref());
+        push_json_or_null(&mut body, payee.map(|(p, _)| self.name_ref(p)).as_deref());
         let _ = write!(body, ",\"amount\":\"{}\",\"currency\":", summary.amount);
         push_json_or_null(&mut body, currency.as_ref().map(Currency::as_str));
         if let Some(code) = reason {

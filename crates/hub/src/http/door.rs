@@ -13,12 +13,9 @@
 //! header (Mojaloop's header validation would see the joined value, which
 //! is not an FSP id, and answer the same code).
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ledger::ErrorCode;
 
@@ -28,15 +25,9 @@ use crate::{Hub, HubError};
 /// Headers with one value only, by their FSPIOP spelling.
 const SINGLE_VALUED: [&str; 2] = [fspiop::FSPIOP_SOURCE, fspiop::FSPIOP_DESTINATION];
 
-/// The middleware: see the module's documentation.
-pub(crate) async fn check(hub: Arc<Hub>, request: Request, next: Next) -> Response {
-    match refusal(&hub, request.headers(), SystemTime::now()) {
-        Some(response) => response,
-        None => next.run(request).await,
-    }
-}
-
-fn refusal(hub: &Hub, headers: &HeaderMap, now: SystemTime) -> Option<Response> {
+/// The check (see the module's documentation): the answer to a request
+/// refused at the door, if it is.
+pub(crate) fn refusal(hub: &Hub, headers: &HeaderMap, now: SystemTime) -> Option<Response> {
     let claimed = || {
         headers
             .get("fspiop-source")
@@ -50,12 +41,11 @@ fn refusal(hub: &Hub, headers: &HeaderMap, now: SystemTime) -> Option<Response> 
         .as_ref()
         .map(|proxy| &proxy.header);
     let repeated = SINGLE_VALUED
-        .iter()
-        .map(|name| name.to_string())
-        .chain(identity_header.map(|header| header.as_str().to_string()))
+        .into_iter()
+        .chain(identity_header.map(|header| header.as_str()))
         .find(|name| repeats(headers, name));
     if let Some(name) = repeated {
-        let count = headers.get_all(name.as_str()).iter().count();
+        let count = headers.get_all(name).iter().count();
         hub.refuse(
             Class::DuplicateHeader,
             &claimed(),

@@ -273,16 +273,16 @@ impl JwsKeys {
     }
 }
 
-/// The FSPIOP middleware: checks the signature of the requests `policy`
-/// covers and passes the rest untouched.
-pub(crate) async fn verify_signature(
-    hub: Arc<Hub>,
+/// Checks the signature of a request the policy covers (the FSPIOP gate,
+/// `fspiop_gate`): the request, its body read, or the refusal to answer.
+/// Requests the policy does not cover pass untouched.
+pub(crate) async fn verified(
+    hub: &Hub,
     request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
+) -> Result<axum::extract::Request, Response> {
     let policy = &hub.config.jws_verify;
     if !policy.covers(request.method(), request.uri().path()) {
-        return next.run(request).await;
+        return Ok(request);
     }
     let headers = request.headers();
     let header = |name: &str| -> Option<String> {
@@ -301,11 +301,11 @@ pub(crate) async fn verify_signature(
     );
     // Without FSPIOP-Source the route refuses the request itself (3102).
     let Some(source) = source.filter(|s| !s.is_empty()) else {
-        return next.run(request).await;
+        return Ok(request);
     };
     if let Some(participants) = &policy.participants {
         if !participants.contains(&source) {
-            return next.run(request).await;
+            return Ok(request);
         }
     }
     let refuse = |why: String| {
@@ -314,12 +314,12 @@ pub(crate) async fn verify_signature(
         HubError::new(INVALID_SIGNATURE, description).into_response()
     };
     let Some(key) = hub.jws_keys.as_ref().and_then(|keys| keys.get(&source)) else {
-        return refuse(format!("no JWS public key for {source}"));
+        return Err(refuse(format!("no JWS public key for {source}")));
     };
     let (Some(uri), Some(method), Some(signature)) = (uri, method, signature) else {
-        return refuse(
+        return Err(refuse(
             "the fspiop-uri, fspiop-http-method and fspiop-signature headers are required".into(),
-        );
+        ));
     };
     // Stricter than Mojaloop: the signed target must be this request's,
     // so a signed message cannot be replayed on another resource or method.
@@ -329,7 +329,9 @@ pub(crate) async fn verify_signature(
         .map_or("/", |p| p.as_str())
         .to_string();
     if uri != real_uri || method != request.method().as_str() {
-        return refuse("fspiop-uri or fspiop-http-method is not this request's".into());
+        return Err(refuse(
+            "fspiop-uri or fspiop-http-method is not this request's".into(),
+        ));
     }
     let (parts, body) = request.into_parts();
     let body = match axum::body::to_bytes(body, hub.config.max_body_bytes).await {
@@ -341,7 +343,7 @@ pub(crate) async fn verify_signature(
             )
             .into_response();
             *response.status_mut() = StatusCode::PAYLOAD_TOO_LARGE;
-            return response;
+            return Err(response);
         }
     };
     let covered = jws::Covered {
@@ -353,22 +355,21 @@ pub(crate) async fn verify_signature(
     };
     let checked = match jws::check(&key, &signature, &covered) {
         Ok(checked) => checked,
-        Err(jws::Invalid(why)) => return refuse(why),
+        Err(jws::Invalid(why)) => return Err(refuse(why)),
     };
     let Some(pool) = &hub.jws_pool else {
         // `Hub::new` makes a pool whenever verification is on.
-        return internal_error("the hub has no JWS pool");
+        return Err(internal_error("the hub has no JWS pool"));
     };
     match pool.verify(key, checked, body.clone()).await {
         Ok(Ok(())) => {}
-        Ok(Err(jws::Invalid(why))) => return refuse(why),
-        Err(unavailable) => return internal_error(&unavailable.to_string()),
+        Ok(Err(jws::Invalid(why))) => return Err(refuse(why)),
+        Err(unavailable) => return Err(internal_error(&unavailable.to_string())),
     }
-    next.run(axum::extract::Request::from_parts(
+    Ok(axum::extract::Request::from_parts(
         parts,
         axum::body::Body::from(body),
     ))
-    .await
 }
 
 /// A signature that could not be checked for a fault of the hub's own.

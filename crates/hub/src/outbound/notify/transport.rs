@@ -390,11 +390,17 @@ pub(super) fn set_fspiop_target(headers: &mut HeaderMap, method: &Method, uri: &
     if let Ok(value) = http::HeaderValue::from_str(fspiop_uri(uri)) {
         headers.insert(http::HeaderName::from_static("fspiop-uri"), value);
     }
-    headers.insert(
-        http::HeaderName::from_static("fspiop-http-method"),
-        http::HeaderValue::from_str(method.as_str())
+    // FSPIOP's methods without a copy of their name per callback.
+    let method = match *method {
+        Method::PUT => http::HeaderValue::from_static("PUT"),
+        Method::POST => http::HeaderValue::from_static("POST"),
+        Method::PATCH => http::HeaderValue::from_static("PATCH"),
+        Method::GET => http::HeaderValue::from_static("GET"),
+        Method::DELETE => http::HeaderValue::from_static("DELETE"),
+        ref other => http::HeaderValue::from_str(other.as_str())
             .unwrap_or(http::HeaderValue::from_static("PUT")),
-    );
+    };
+    headers.insert(http::HeaderName::from_static("fspiop-http-method"), method);
 }
 
 /// Removes the headers that describe the connection or the framing rather
