@@ -360,8 +360,6 @@ mod tests {
                 "{body}"
             );
         }
-        let unnamed = account(r#""5""#, Some(r#""1""#)).replace("payerfsp", "#12");
-        assert_eq!(due(&row(3, "account.changed", &unnamed)), Due::Nothing);
     }
 
     #[test]
