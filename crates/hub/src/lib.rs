@@ -68,9 +68,11 @@ pub mod security {
 
 /// What the hub sends: who is told what (`callback_plan`), the dispatcher
 /// (`notify`), the DFSPs' endpoints and the URLs they may name, and the
-/// alerts mailed to the DFSPs' contacts (`alerts`).
+/// alerts mailed to the DFSPs' contacts (`alerts`, those about committed
+/// changes from the change feed, `alerts_feed`).
 pub mod outbound {
     pub mod alerts;
+    pub mod alerts_feed;
     pub mod callback_plan;
     pub mod callback_url;
     pub mod callbacks;
@@ -108,7 +110,9 @@ pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
     settlement, statement, watch,
 };
-pub use outbound::{alerts, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify};
+pub use outbound::{
+    alerts, alerts_feed, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify,
+};
 pub use resources::{
     answers, fx_quotes, fx_transfers, parties, quotes, requests, routing, services, transfers, wire,
 };

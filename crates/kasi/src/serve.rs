@@ -443,6 +443,8 @@ fn serve_term(
         }
         if hub.alerts.is_on() {
             tokio::spawn(hub::alerts::watch_callbacks(hub.clone()));
+            // Cap changes and settlements, at least once: from the feed.
+            tokio::spawn(hub::alerts_feed::follow(hub.clone(), feed.clone()));
         }
         tokio::spawn(hub::feed::keep_retention(feed.clone()));
         if let Some(amqp) = &plan.feed.amqp {

@@ -336,17 +336,9 @@ fn an_alert_waits_for_an_smtp_server_that_is_down_and_is_sent_once_it_is_up() {
     hub.await_log("alerts are sent again");
 }
 
-#[test]
-fn a_settled_settlement_mails_each_dfsp_its_net() {
-    let (_dir, sink, hub) = mailing_hub(&[]);
-    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
-    let payer_finance = "finance@payer.test";
-    let payee_finance = "finance@payee.test";
-    let kind = "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL";
-    hub.add_endpoint(PAYER, kind, payer_finance);
-    hub.add_endpoint(PAYEE, kind, payee_finance);
-    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "120");
-
+/// Closes the open window and settles it at once (finalize): the
+/// settlement's id.
+fn settle(hub: &Hub) -> u64 {
     let windows = hub.admin_expect("GET", "/v2/settlementWindows?state=OPEN", None, 200);
     let window = windows.json()[0]["settlementWindowId"].as_u64().unwrap();
     hub.admin_expect(
@@ -373,6 +365,175 @@ fn a_settled_settlement_mails_each_dfsp_its_net() {
         200,
     );
     assert_eq!(done.json()["state"], "SETTLED");
+    id
+}
+
+/// The `feedSeq` of the first change of `kind` whose fields hold `fields`.
+fn feed_seq_of(hub: &Hub, kind: &str, fields: &Value) -> u64 {
+    let feed = hub.admin_expect("GET", "/feed?after=0&limit=1000", None, 200);
+    feed.text()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|change| {
+            change["kind"] == kind
+                && fields
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .all(|(name, value)| &change[name] == value)
+        })
+        .unwrap_or_else(|| panic!("no {kind} with {fields} in the feed:\n{}", feed.text()))
+        ["feedSeq"]
+        .as_u64()
+        .unwrap()
+}
+
+/// Waits until the unlabelled metric `name` is above 0.
+fn await_above_zero(hub: &Hub, name: &str) {
+    let prefix = format!("{name} ");
+    hub.await_metrics(&format!("{name} above 0"), |text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))?
+            .parse::<u64>()
+            .ok()
+            .filter(|&value| value > 0)
+    });
+}
+
+/// Waits until the alerts' follower has read the whole feed (its
+/// `kasi_alerts_lag` 0) after this process started following it.
+fn await_alerts_caught_up(hub: &Hub) {
+    hub.await_log("alerts: following the change feed");
+    hub.await_metric_line("\nkasi_alerts_lag 0\n");
+}
+
+/// A cap change and a settlement committed while the SMTP server is down
+/// and the hub then crashes are mailed after the restart, from the change
+/// feed, each with the Message-ID of its change; and once only.
+#[test]
+fn alerts_of_committed_changes_survive_a_crash_and_are_sent_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let mut hub = hub_with_alerts(dir.path(), smtp, &[]);
+    hub.setup();
+    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
+    let limits = "limits@payer.test";
+    let payer_finance = "finance@payer.test";
+    let payee_finance = "finance@payee.test";
+    let settled = "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL";
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", limits);
+    hub.add_endpoint(PAYER, settled, payer_finance);
+    hub.add_endpoint(PAYEE, settled, payee_finance);
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "120");
+
+    // No SMTP server: the alerts wait, the requests do not.
+    set_cap(&hub, 3000);
+    let id = settle(&hub);
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"retried\"}");
+    await_above_zero(&hub, "kasi_alerts_lag");
+    let cap_seq = feed_seq_of(
+        &hub,
+        "account.changed",
+        &json!({"participant": PAYER, "netDebitCap": "3000", "previousNetDebitCap": "1000"}),
+    );
+    let settled_seq = feed_seq_of(
+        &hub,
+        "settlement.changed",
+        &json!({"settlementId": id, "state": "SETTLED"}),
+    );
+    hub.kill();
+
+    let sink = MailSink::start(dir.path(), smtp);
+    let mut hub = hub_with_alerts(dir.path(), smtp, &[]);
+    let mail = sink.await_mails(limits, 1);
+    assert_eq!(
+        header(&mail[0], "Message-ID"),
+        format!("<ndc.{PAYER}.USD.{cap_seq}@hub.kasi>")
+    );
+    assert!(header(&mail[0], "Subject").contains("USD net debit cap set to 3000"));
+    let text = mail[0]["data"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "The hub operator set the USD net debit cap of {PAYER} to"
+        )) && text.contains("refused (4200)"),
+        "{text}"
+    );
+    for (to, net) in [(payer_finance, "120"), (payee_finance, "-120")] {
+        let mail = sink.await_mails(to, 1);
+        let subject = header(&mail[0], "Subject");
+        assert!(
+            subject.contains(&format!("settlement {id} settled (USD {net})")),
+            "{subject}"
+        );
+        let message_id = header(&mail[0], "Message-ID");
+        assert!(
+            message_id.starts_with(&format!("<settlement.{id}."))
+                && message_id.ends_with(&format!(".{settled_seq}.settled@hub.kasi>")),
+            "{message_id}"
+        );
+    }
+    await_alerts_caught_up(&hub);
+    assert_eq!(sink.mails().len(), 3, "{:#?}", sink.mails());
+
+    // Delivered and the cursor kept: a restart sends nothing again.
+    assert!(hub.terminate().success());
+    let hub = hub_with_alerts(dir.path(), smtp, &[]);
+    await_alerts_caught_up(&hub);
+    std::thread::sleep(QUIET_WAIT);
+    assert_eq!(sink.mails().len(), 3, "{:#?}", sink.mails());
+}
+
+/// A hub down longer than `--feed-retention`: the changes deleted before
+/// the alerts read them are passed over, said loudly and counted, and the
+/// follower goes on.
+#[test]
+fn changes_deleted_by_retention_before_the_alerts_read_them_are_passed_over_loudly() {
+    let dir = tempfile::tempdir().unwrap();
+    let smtp = reserve_address();
+    let flags = ["--feed-retention", "2s"];
+    let mut hub = hub_with_alerts(dir.path(), smtp, &flags);
+    hub.setup();
+    let payer = Stub::start(PAYER);
+    hub.onboard(PAYER, &payer.base_url(), 1_000, 5_000);
+    hub.add_endpoint(PAYER, "NET_DEBIT_CAP_ADJUSTMENT_EMAIL", "limits@payer.test");
+    set_cap(&hub, 3000);
+    hub.await_metric_line("kasi_alerts_total{kind=\"net_debit_cap\",result=\"retried\"}");
+    // A later change: retention keeps the newest row, whatever its age.
+    hub.add_endpoint(
+        PAYER,
+        "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL",
+        "finance@payer.test",
+    );
+    hub.kill();
+    std::thread::sleep(Duration::from_secs(3));
+
+    let skipped = "deleted by --feed-retention before their alerts were sent";
+    let mut hub = hub_with_alerts(dir.path(), smtp, &flags);
+    if !hub.wait_for_log(skipped, Duration::from_secs(10)) {
+        // The follower read the cap's change before retention's first
+        // pass deleted it, and waits on the SMTP server; the next start
+        // finds it deleted.
+        hub.await_log("changes past retention deleted");
+        hub.kill();
+        hub = hub_with_alerts(dir.path(), smtp, &flags);
+        hub.await_log(skipped);
+    }
+    await_above_zero(&hub, "kasi_alerts_skipped_total");
+    await_alerts_caught_up(&hub);
+}
+
+#[test]
+fn a_settled_settlement_mails_each_dfsp_its_net() {
+    let (_dir, sink, hub) = mailing_hub(&[]);
+    let (payer, payee) = two_dfsps(&hub, 1_000, 5_000);
+    let payer_finance = "finance@payer.test";
+    let payee_finance = "finance@payee.test";
+    let kind = "SETTLEMENT_TRANSFER_POSITION_CHANGE_EMAIL";
+    hub.add_endpoint(PAYER, kind, payer_finance);
+    hub.add_endpoint(PAYEE, kind, payee_finance);
+    pay(&hub, (PAYER, &payer), (PAYEE, &payee), "120");
+
+    let id = settle(&hub);
 
     let to_payer = sink.await_mails(payer_finance, 1);
     let to_payee = sink.await_mails(payee_finance, 1);

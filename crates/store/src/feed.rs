@@ -108,8 +108,9 @@ pub trait FeedLog: Send + Sync + std::fmt::Debug {
     /// the newest (which numbers the next); how many went.
     fn prune_feed(&self, before_ms: i64) -> Result<usize, StoreError>;
 
-    /// The durable cursor of the publisher `name` (0: none yet).
-    fn feed_cursor(&self, name: &str) -> Result<u64, StoreError>;
+    /// The durable cursor of the follower `name` (`None`: never set, so
+    /// that a follower can tell its first start from a cursor at 0).
+    fn feed_cursor(&self, name: &str) -> Result<Option<u64>, StoreError>;
 
     /// Keeps the publisher's cursor (after the broker confirmed).
     fn set_feed_cursor(&self, name: &str, feed_seq: u64) -> Result<(), StoreError>;
@@ -368,11 +369,12 @@ impl FeedState {
                         row.kind.as_str(),
                         row.active
                     );
-                    match row.net_debit_cap {
-                        Some(cap) => {
-                            let _ = write!(body, "\"{cap}\"");
-                        }
-                        None => body.push_str("null"),
+                    push_cap(&mut body, row.net_debit_cap);
+                    // The cap before, for an account that was open: a
+                    // follower tells a cap change from the row alone.
+                    if let Some(before) = before {
+                        body.push_str(",\"previousNetDebitCap\":");
+                        push_cap(&mut body, before.net_debit_cap);
                     }
                     body.push('}');
                     self.push(
@@ -567,6 +569,16 @@ fn push_json(out: &mut String, text: &str) {
         }
     }
     out.push('"');
+}
+
+/// A net debit cap as a JSON string, or `null` if none is set.
+fn push_cap(out: &mut String, cap: Option<Amount>) {
+    match cap {
+        Some(cap) => {
+            let _ = write!(out, "\"{cap}\"");
+        }
+        None => out.push_str("null"),
+    }
 }
 
 fn push_json_or_null(out: &mut String, text: Option<&str>) {

@@ -247,14 +247,14 @@ impl FeedLog for PgFeed {
         })
     }
 
-    fn feed_cursor(&self, name: &str) -> Result<u64, StoreError> {
+    fn feed_cursor(&self, name: &str) -> Result<Option<u64>, StoreError> {
         let name = name.to_string();
         self.worker.run(move |client| {
             let row = client.query_opt(
                 "SELECT feed_seq FROM feed_cursors WHERE name = $1",
                 &[&name],
             )?;
-            Ok(row.map_or(0, |row| row.get::<_, i64>(0) as u64))
+            Ok(row.map(|row| row.get::<_, i64>(0) as u64))
         })
     }
 

@@ -260,7 +260,7 @@ impl FeedLog for SqliteFeed {
         Ok(deleted)
     }
 
-    fn feed_cursor(&self, name: &str) -> Result<u64, StoreError> {
+    fn feed_cursor(&self, name: &str) -> Result<Option<u64>, StoreError> {
         let connection = self.connection();
         let seq: Option<i64> = connection
             .query_row(
@@ -269,7 +269,7 @@ impl FeedLog for SqliteFeed {
                 |row| row.get(0),
             )
             .optional()?;
-        Ok(seq.unwrap_or(0) as u64)
+        Ok(seq.map(|seq| seq as u64))
     }
 
     fn set_feed_cursor(&self, name: &str, feed_seq: u64) -> Result<(), StoreError> {

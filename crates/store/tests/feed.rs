@@ -111,6 +111,27 @@ fn the_feed_is_gap_free_across_a_restart_and_pruned_in_chunks() {
     assert_eq!(body["payer"], aborted.participant.as_str());
     assert_eq!(body["payee"], aborted.counterparty.as_deref().unwrap());
 
+    // A cap change says the cap before, read from the store by this new
+    // writer (the alerts tell a change from the row alone).
+    let mut position = snapshot
+        .accounts
+        .iter()
+        .find(|a| a.kind == AccountKind::Position && a.net_debit_cap.is_some())
+        .expect("a position account with a cap")
+        .clone();
+    let cap_before = position.net_debit_cap.expect("a cap").to_string();
+    position.net_debit_cap = Some(Amount::from_whole(12_345));
+    store
+        .commit(&[&[Record::Account(position.clone())]])
+        .expect("commit the cap");
+    let changed = whole_feed(&feed, last + 1);
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].kind, "account.changed");
+    let body: serde_json::Value = serde_json::from_str(&changed[0].body).expect("JSON");
+    assert_eq!(body["netDebitCap"], "12345");
+    assert_eq!(body["previousNetDebitCap"], cap_before.as_str());
+    let last = last + 1;
+
     // Retention: the rows before a time go, a chunk at a time.
     let cut_ms = before
         .iter()
@@ -141,8 +162,10 @@ fn the_feed_is_gap_free_across_a_restart_and_pruned_in_chunks() {
     drop(store);
 
     // Cursors: none until set, then kept.
-    assert_eq!(feed.feed_cursor("amqp").expect("cursor"), 0);
+    assert_eq!(feed.feed_cursor("amqp").expect("cursor"), None);
+    feed.set_feed_cursor("amqp", 0).expect("set");
+    assert_eq!(feed.feed_cursor("amqp").expect("cursor"), Some(0));
     feed.set_feed_cursor("amqp", 42).expect("set");
     feed.set_feed_cursor("amqp", 43).expect("set");
-    assert_eq!(feed.feed_cursor("amqp").expect("cursor"), 43);
+    assert_eq!(feed.feed_cursor("amqp").expect("cursor"), Some(43));
 }

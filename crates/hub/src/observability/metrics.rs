@@ -201,6 +201,11 @@ pub struct Metrics {
     pub feed_published: Counter,
     /// The last committed feed_seq less the publisher's durable cursor.
     pub feed_lag: Gauge,
+    /// The last committed feed_seq less the alerts' durable cursor.
+    pub alerts_lag: Gauge,
+    /// Changes the alerts passed over: deleted by retention before they
+    /// were read.
+    pub alerts_skipped: Counter,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -283,6 +288,18 @@ impl Metrics {
             "kasi_feed_lag",
             "The last committed change feed_seq less the AMQP publisher's durable cursor",
             feed_lag.clone(),
+        );
+        let alerts_lag = Gauge::default();
+        registry.register(
+            "kasi_alerts_lag",
+            "The last committed change feed_seq less the alerts' durable cursor (changes not yet turned into alerts and delivered)",
+            alerts_lag.clone(),
+        );
+        let alerts_skipped = Counter::default();
+        registry.register(
+            "kasi_alerts_skipped",
+            "Changes deleted by --feed-retention before the alerts read them (their alerts never sent)",
+            alerts_skipped.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -394,6 +411,8 @@ impl Metrics {
             lag_max,
             feed_published,
             feed_lag,
+            alerts_lag,
+            alerts_skipped,
             stage_durations,
             windows_closed,
             position_utilisation,

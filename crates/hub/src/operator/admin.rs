@@ -612,14 +612,9 @@ async fn set_limits(
         currency: currency(&request.currency)?,
         net_debit_cap: cap,
     };
-    let currency_code = command.currency;
+    // The DFSP is told by the alerts' change feed follower
+    // (`alerts_feed`), from the committed change.
     apply(&hub, Change::participant("limits.set", name), command).await?;
-    hub.alerts.net_debit_cap_changed(
-        name,
-        currency_code.as_str(),
-        &cap.to_string(),
-        crate::now_ms(),
-    );
     Ok(axum::Json(json!({
         "currency": request.currency,
         "limit": { "type": "NET_DEBIT_CAP", "value": number(cap), "alarmPercentage": 10 },

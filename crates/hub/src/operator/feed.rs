@@ -229,6 +229,36 @@ fn gone(after: u64, oldest: u64, retention: Duration) -> Response {
 /// the changes older than the horizon are deleted a chunk at a time
 /// (`store::feed::PRUNE_CHUNK`), with a pause between chunks, off the
 /// transfer path.
+/// Keeps `gauge` at the feed's head less `cursor` as commits come, so
+/// that a follower held up (a broker, an SMTP server down) shows its lag
+/// growing; the follower sets `cursor` as it moves.
+pub fn track_lag(
+    feed: &FeedConfig,
+    cursor: Arc<std::sync::atomic::AtomicU64>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+) {
+    let mut head = feed.head.clone();
+    tokio::spawn(async move {
+        while head.changed().await.is_ok() {
+            let through = *head.borrow_and_update();
+            let done = cursor.load(std::sync::atomic::Ordering::Relaxed);
+            gauge.set(through.saturating_sub(done) as i64);
+        }
+    });
+}
+
+/// Runs `work` on the feed's connection off the runtime's threads.
+pub(crate) async fn blocking<T: Send + 'static>(
+    log: &Arc<dyn FeedLog>,
+    work: impl FnOnce(&dyn FeedLog) -> Result<T, store::StoreError> + Send + 'static,
+) -> Result<T, String> {
+    let log = log.clone();
+    tokio::task::spawn_blocking(move || work(log.as_ref()))
+        .await
+        .map_err(|error| error.to_string())?
+        .map_err(|error| format!("the store: {error}"))
+}
+
 pub async fn keep_retention(feed: FeedConfig) {
     let retention_ms = i64::try_from(feed.retention.as_millis()).unwrap_or(i64::MAX);
     let every = (feed.retention / 4).clamp(Duration::from_secs(1), PRUNE_EVERY);

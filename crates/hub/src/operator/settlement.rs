@@ -184,7 +184,7 @@ async fn windows(hub: &Hub) -> Result<Vec<WindowView>, HubError> {
     Ok(hub.ask(ReadSettlementWindows {}).await??)
 }
 
-async fn settlements(hub: &Hub) -> Result<Vec<SettlementView>, HubError> {
+pub(crate) async fn settlements(hub: &Hub) -> Result<Vec<SettlementView>, HubError> {
     Ok(hub.ask(ReadSettlements {}).await??)
 }
 
@@ -690,7 +690,6 @@ async fn transitions(
         },
     )
     .await?;
-    alert_settled(hub, &settlement).await;
     let mut by_participant: BTreeMap<u32, Vec<Value>> = BTreeMap::new();
     for (change, result) in asked.iter().zip(&results) {
         by_participant
@@ -759,7 +758,6 @@ async fn finalize_settlement(
     )
     .await?;
     tracing::info!(settlement = id, "settlement finalized");
-    alert_settled(&hub, &view).await;
     Ok(json(settlement_json(&view, true)))
 }
 
@@ -1062,40 +1060,6 @@ pub(crate) fn csv_field(text: &str) -> String {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.into_owned()
-    }
-}
-
-/// Tells each DFSP of a settlement that is SETTLED its net
-/// ([`crate::alerts`]; a settlement told twice is one alert, by its id).
-async fn alert_settled(hub: &Hub, view: &SettlementView) {
-    if !hub.alerts.is_on() || view.row.state != ledger::SettlementState::Settled {
-        return;
-    }
-    let names = match hub.ask(ReadParticipants { name: None }).await {
-        Ok(Ok(views)) => views,
-        other => {
-            tracing::warn!(
-                settlement = view.row.id,
-                ?other,
-                "settlement alerts not sent: the participants could not be read"
-            );
-            return;
-        }
-    };
-    for account in &view.row.accounts {
-        let Some(participant) = names
-            .iter()
-            .find(|v| v.participant.id == account.participant)
-        else {
-            continue;
-        };
-        hub.alerts.settlement_settled(
-            view.row.id,
-            participant.participant.name,
-            account.currency.as_str(),
-            &account.net.to_string(),
-            account.account.0,
-        );
     }
 }
 

@@ -19,25 +19,30 @@
 //! may also register kasi's [`WEBHOOK_TYPE`], a URL every alert of every
 //! kind is POSTed to as JSON, whether mail is configured or not.
 //!
-//! The events are noticed where they happen (the position watch, the admin
-//! handlers after their change is durable, a watch of the dispatcher's
-//! per-destination health) and queued here with [`Alerts::send`], which
-//! never waits: a bounded queue, a full one drops the alert (counted). One
-//! task sends them, one at a time, over one SMTP server: deduplicated by
-//! the alert's id (which is also its Message-ID, so a resend after a lost
-//! answer is one mail to a receiver that deduplicates), rate-limited per
-//! DFSP, retried with backoff on a transient SMTP failure until it is
-//! sent (a permanent refusal, 5xx, is given up); a webhook's delivery is a
-//! task of its own, so that a DFSP's dead webhook holds up nobody else.
-//! Every alert ends counted in
+//! The events are noticed where they happen (the position watch, a watch
+//! of the dispatcher's per-destination health) and queued here with
+//! [`Alerts::send`], which never waits: a bounded queue, a full one drops
+//! the alert (counted). The alerts about committed changes (a net debit
+//! cap changed, a settlement SETTLED) come from one source only, the
+//! change feed's follower (`alerts_feed`), which queues each with
+//! [`Alerts::deliver`] and waits until it has ended before it moves its
+//! durable cursor. One task sends them, one at a time, over one SMTP
+//! server: deduplicated by the alert's id (which is also its Message-ID,
+//! so a resend after a lost answer or a crash is one mail to a receiver
+//! that deduplicates), rate-limited per DFSP, retried with backoff on a
+//! transient SMTP failure until it is sent (a permanent refusal, 5xx, is
+//! given up); a webhook's delivery is a task of its own, so that a DFSP's
+//! dead webhook holds up nobody else. Every alert ends counted in
 //! `kasi_alerts_total{kind,result}`; failures are logged at most once a
 //! minute with how many the line stands for.
 //!
-//! Nothing is stored: the queue is lost when the hub stops. The position
-//! alarms are computed again from the positions when it starts, so a DFSP
-//! still above its threshold is told again after a restart (at least
-//! once, not exactly once); a cap change, a settlement or a callback outage
-//! under way when the hub stopped is not.
+//! Across a restart: the cap changes and settlements are at least once
+//! (the follower reads again from its cursor, with the same ids). The
+//! queue of the rest is lost when the hub stops: the position alarms are
+//! computed again from the positions when it starts, so a DFSP still above
+//! its threshold is told again (at least once, not exactly once); a
+//! callback outage under way when the hub stopped is told only if it goes
+//! on after the start.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -50,7 +55,7 @@ use lettre::message::Mailbox;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::endpoints::Endpoints;
 use crate::metrics::Metrics;
@@ -278,15 +283,19 @@ pub struct Alerts {
     inner: Option<Arc<Queue>>,
 }
 
+/// Held by whatever still works on an alert that someone awaits (its
+/// mail, its webhook's delivery); the alert has ended, delivered or given
+/// up for good, once the last holder drops it.
+type Ending = Option<Arc<oneshot::Sender<()>>>;
+
 struct Queue {
-    sender: mpsc::Sender<Alert>,
+    sender: mpsc::Sender<(Alert, Ending)>,
     metrics: Arc<Metrics>,
     callbacks_failing_after: Duration,
     dropped: Mutex<engine::Repeats>,
 }
 
 impl Alerts {
-    /// Starts the sending task on the current runtime.
     /// Starts the sending task on the current runtime; webhooks are
     /// called with `tls` (the hub's outbound TLS) for `https://`.
     pub fn start(
@@ -340,7 +349,7 @@ impl Alerts {
             return;
         };
         let kind = alert.kind;
-        if let Err(error) = queue.sender.try_send(alert) {
+        if let Err(error) = queue.sender.try_send((alert, None)) {
             queue.metrics.record_alert(kind.label(), "dropped");
             let repeated = queue
                 .dropped
@@ -350,6 +359,27 @@ impl Alerts {
             if let Some(repeated) = repeated {
                 tracing::warn!(kind = kind.label(), %error, repeated, "alert dropped: its queue is full");
             }
+        }
+    }
+
+    /// Queues `alert`, waiting for room, and returns once it has ended:
+    /// mailed (the SMTP server accepted it) and its webhook answered 2xx,
+    /// or given up for good (no recipient, the DFSP's hourly limit, a
+    /// permanent refusal, a webhook failing for an hour). For the change
+    /// feed's alerts (`alerts_feed`), whose cursor moves only then.
+    pub async fn deliver(&self, alert: Alert) {
+        let Some(queue) = &self.inner else {
+            return;
+        };
+        let (held, ended) = oneshot::channel();
+        if queue
+            .sender
+            .send((alert, Some(Arc::new(held))))
+            .await
+            .is_ok()
+        {
+            // Never sent to: this returns once the last holder drops it.
+            let _ = ended.await;
         }
     }
 
@@ -417,50 +447,6 @@ impl Alerts {
         });
     }
 
-    /// The operator set a DFSP's net debit cap (`limits.set`); `at_ms`
-    /// is when the change was answered.
-    pub fn net_debit_cap_changed(
-        &self,
-        participant: FspName,
-        currency: &str,
-        net_debit_cap: &str,
-        at_ms: i64,
-    ) {
-        self.send(Alert {
-            kind: Kind::NetDebitCap,
-            participant,
-            id: format!("ndc.{participant}.{currency}.{at_ms}"),
-            subject: format!("{participant}: {currency} net debit cap set to {net_debit_cap}"),
-            body: format!(
-                "The hub operator set the {currency} net debit cap of {participant} to \
-                 {net_debit_cap}.\n\nPrepares that would take the position past it are \
-                 refused (4200).\n"
-            ),
-        });
-    }
-
-    /// A settlement moved a DFSP's position: one alert per account.
-    pub fn settlement_settled(
-        &self,
-        settlement: u32,
-        participant: FspName,
-        currency: &str,
-        net: &str,
-        account: u32,
-    ) {
-        self.send(Alert {
-            kind: Kind::Settlement,
-            participant,
-            id: format!("settlement.{settlement}.{account}.settled"),
-            subject: format!("{participant}: settlement {settlement} settled ({currency} {net})"),
-            body: format!(
-                "Settlement {settlement} is SETTLED. The net settlement amount of \
-                 {participant} in {currency} (account {account}) is {net}; its position \
-                 moved by it.\n"
-            ),
-        });
-    }
-
     /// Callbacks to a DFSP have failed since `since_ms` (`failing`), or
     /// are answered again after that outage (`!failing`).
     pub fn callbacks(&self, participant: FspName, since_ms: i64, failing: bool) {
@@ -493,6 +479,50 @@ impl Alerts {
             subject,
             body,
         });
+    }
+}
+
+/// The operator changed a DFSP's net debit cap: change `feed_seq` of
+/// the feed (the alert's id, so a resend after a crash is the same mail).
+pub fn net_debit_cap_alert(
+    feed_seq: u64,
+    participant: FspName,
+    currency: &str,
+    net_debit_cap: &str,
+) -> Alert {
+    Alert {
+        kind: Kind::NetDebitCap,
+        participant,
+        id: format!("ndc.{participant}.{currency}.{feed_seq}"),
+        subject: format!("{participant}: {currency} net debit cap set to {net_debit_cap}"),
+        body: format!(
+            "The hub operator set the {currency} net debit cap of {participant} to \
+             {net_debit_cap}.\n\nPrepares that would take the position past it are \
+             refused (4200).\n"
+        ),
+    }
+}
+
+/// A settlement SETTLED (change `feed_seq` of the feed) moved a DFSP's
+/// position: one alert per account.
+pub fn settlement_alert(
+    feed_seq: u64,
+    settlement: u32,
+    participant: FspName,
+    currency: &str,
+    net: &str,
+    account: u32,
+) -> Alert {
+    Alert {
+        kind: Kind::Settlement,
+        participant,
+        id: format!("settlement.{settlement}.{account}.{feed_seq}.settled"),
+        subject: format!("{participant}: settlement {settlement} settled ({currency} {net})"),
+        body: format!(
+            "Settlement {settlement} is SETTLED. The net settlement amount of \
+             {participant} in {currency} (account {account}) is {net}; its position \
+             moved by it.\n"
+        ),
     }
 }
 
@@ -641,9 +671,9 @@ struct Sending {
 }
 
 impl Sending {
-    async fn run(mut self, mut queue: mpsc::Receiver<Alert>) {
-        while let Some(alert) = queue.recv().await {
-            if let Some(result) = self.deliver(&alert).await {
+    async fn run(mut self, mut queue: mpsc::Receiver<(Alert, Ending)>) {
+        while let Some((alert, ending)) = queue.recv().await {
+            if let Some(result) = self.deliver(&alert, ending).await {
                 self.metrics.record_alert(alert.kind.label(), result);
             }
         }
@@ -653,7 +683,7 @@ impl Sending {
     /// itself), its mail sent, retrying a transient failure until it
     /// goes. The label of what became of it, if anything is to be counted
     /// here.
-    async fn deliver(&mut self, alert: &Alert) -> Option<&'static str> {
+    async fn deliver(&mut self, alert: &Alert, ending: Ending) -> Option<&'static str> {
         if !self.seen.insert(&alert.id) {
             return Some("duplicate");
         }
@@ -680,8 +710,12 @@ impl Sending {
             return Some("rate_limited");
         }
         if let Some(url) = hook {
-            self.webhooks
-                .post(url, alert, webhook_body(self.hub_name, alert));
+            self.webhooks.post(
+                url,
+                alert,
+                webhook_body(self.hub_name, alert),
+                ending.clone(),
+            );
         }
         let to = to?;
         Some(self.mail(alert, &to).await)
@@ -819,20 +853,33 @@ impl Webhooks {
     }
 
     /// POSTs `body` to `url`, retried on a transport error or a 5xx with
-    /// backoff for up to [`WEBHOOK_RETRY_FOR`]; a 4xx is final.
-    fn post(&self, url: String, alert: &Alert, body: String) {
+    /// backoff for up to [`WEBHOOK_RETRY_FOR`]; a 4xx is final. An alert
+    /// someone awaits (`ending`) waits for room rather than being dropped.
+    fn post(&self, url: String, alert: &Alert, body: String, ending: Ending) {
         let kind = alert.kind.label();
-        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
-            self.metrics.record_alert(kind, "webhook_dropped");
-            return;
+        let permit = match self.in_flight.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(_) if ending.is_some() => None,
+            Err(_) => {
+                self.metrics.record_alert(kind, "webhook_dropped");
+                return;
+            }
         };
+        let in_flight = self.in_flight.clone();
         let client = self.client.clone();
         let metrics = self.metrics.clone();
         let failures = self.failures.clone();
         let id = alert.id.clone();
         let participant = alert.participant;
         tokio::spawn(async move {
-            let _permit = permit;
+            let _ending = ending;
+            let _permit = match permit {
+                Some(permit) => permit,
+                None => match in_flight.acquire_owned().await {
+                    Ok(permit) => permit,
+                    Err(_) => return,
+                },
+            };
             let started = Instant::now();
             let mut wait = RETRY_FIRST;
             loop {

@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
-use store::feed::{FeedLog, FeedPage};
+use store::feed::FeedPage;
 
-use crate::feed::{change_json, FeedConfig};
+use crate::feed::{blocking, change_json, FeedConfig};
 use crate::metrics::Metrics;
 
 /// Where the publisher sends the feed.
@@ -52,20 +52,7 @@ pub fn cursor_name(exchange: &str) -> String {
 pub async fn publish(feed: FeedConfig, settings: AmqpSettings, metrics: Arc<Metrics>) {
     let cursor = Arc::new(AtomicU64::new(0));
     // The lag follows the commits even while the broker is down.
-    {
-        let mut head = feed.head.clone();
-        let cursor = cursor.clone();
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            while head.changed().await.is_ok() {
-                let through = *head.borrow_and_update();
-                let published = cursor.load(Ordering::Relaxed);
-                metrics
-                    .feed_lag
-                    .set(through.saturating_sub(published) as i64);
-            }
-        });
-    }
+    crate::feed::track_lag(&feed, cursor.clone(), metrics.feed_lag.clone());
     let redacted = store::pg::redact_url(&settings.url);
     let mut backoff = BACKOFF_FIRST;
     // Since when, when last said, how many failures.
@@ -93,17 +80,6 @@ pub async fn publish(feed: FeedConfig, settings: AmqpSettings, metrics: Arc<Metr
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MOST);
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    log: &Arc<dyn FeedLog>,
-    work: impl FnOnce(&dyn FeedLog) -> Result<T, store::StoreError> + Send + 'static,
-) -> Result<T, String> {
-    let log = log.clone();
-    tokio::task::spawn_blocking(move || work(log.as_ref()))
-        .await
-        .map_err(|error| error.to_string())?
-        .map_err(|error| format!("the store: {error}"))
 }
 
 /// One connection's life: returns why it ended.
@@ -152,7 +128,7 @@ async fn session(
     })
     .await
     {
-        Ok(cursor) => cursor,
+        Ok(cursor) => cursor.unwrap_or(0),
         Err(error) => return error,
     };
     published.store(cursor, Ordering::Relaxed);
