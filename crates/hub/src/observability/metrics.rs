@@ -201,6 +201,8 @@ pub struct Metrics {
     pub feed_published: Counter,
     /// The last committed feed_seq less the publisher's durable cursor.
     pub feed_lag: Gauge,
+    /// The last committed feed_seq less the hourly rollup's cursor.
+    pub rollup_lag: Gauge,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -283,6 +285,12 @@ impl Metrics {
             "kasi_feed_lag",
             "The last committed change feed_seq less the AMQP publisher's durable cursor",
             feed_lag.clone(),
+        );
+        let rollup_lag = Gauge::default();
+        registry.register(
+            "kasi_rollup_lag",
+            "The last committed change feed_seq less the hourly rollup's durable cursor (the dashboard's)",
+            rollup_lag.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -394,6 +402,7 @@ impl Metrics {
             lag_max,
             feed_published,
             feed_lag,
+            rollup_lag,
             stage_durations,
             windows_closed,
             position_utilisation,
