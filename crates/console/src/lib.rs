@@ -32,6 +32,8 @@
 mod api;
 mod approvals;
 mod audit;
+mod chart;
+mod dashboard;
 mod fx;
 mod overview;
 mod page;
@@ -148,6 +150,7 @@ pub fn router(
         .route("/console/fx", get(fx::show))
         .route("/console/fx/corridors", post(fx::set_corridors))
         .route("/console/transfers", get(transfers::show))
+        .route("/console/dashboard", get(dashboard::show))
         .route(
             "/console/transfers/dead-letters/resend",
             post(transfers::resend),

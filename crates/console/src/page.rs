@@ -20,13 +20,14 @@ pub(crate) enum Section {
     Participants,
     Fx,
     Transfers,
+    Dashboard,
     Settlement,
     Audit,
     Approvals,
     Scheme,
 }
 
-const SECTIONS: [(Section, &str, &str); 8] = [
+const SECTIONS: [(Section, &str, &str); 9] = [
     (Section::Overview, "Overview", "/console/"),
     (
         Section::Participants,
@@ -35,6 +36,7 @@ const SECTIONS: [(Section, &str, &str); 8] = [
     ),
     (Section::Fx, "FX", "/console/fx"),
     (Section::Transfers, "Transfers", "/console/transfers"),
+    (Section::Dashboard, "Dashboard", "/console/dashboard"),
     (Section::Settlement, "Settlement", "/console/settlement"),
     (Section::Audit, "Audit", "/console/audit"),
     (Section::Approvals, "Approvals", "/console/approvals"),

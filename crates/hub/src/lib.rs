@@ -48,6 +48,7 @@ pub mod operator {
     pub mod jws_keys;
     pub mod oracles;
     pub mod pins;
+    pub mod rollup;
     pub mod settlement;
     pub mod statement;
     pub mod watch;
@@ -108,7 +109,7 @@ pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats, wire_log};
 pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles, pins,
-    settlement, statement, watch,
+    rollup, settlement, statement, watch,
 };
 pub use outbound::{
     alerts, alerts_feed, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify,
@@ -973,6 +974,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
         .merge(admin_transfers::router(hub.clone()))
         .merge(wire_log::router(hub.clone()))
         .merge(feed::router(hub.clone()))
+        .merge(rollup::router(hub.clone()))
         .merge(statement::router(hub.clone()))
         .merge(scrape)
         // Inside the authentication: it sees who asks.

@@ -447,6 +447,7 @@ fn serve_term(
             tokio::spawn(hub::alerts_feed::follow(hub.clone(), feed.clone()));
         }
         tokio::spawn(hub::feed::keep_retention(feed.clone()));
+        tokio::spawn(hub::rollup::follow(feed.clone(), hub.metrics.clone()));
         if let Some(amqp) = &plan.feed.amqp {
             tokio::spawn(hub::feed_amqp::publish(
                 feed.clone(),

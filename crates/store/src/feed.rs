@@ -26,6 +26,10 @@
 //! | `settlement.changed` | a settlement created or moved a step | settlement id |
 //! | `admin.change` | an admin change's audit event | audit event id |
 //!
+//! A finish's body also says when its transfer was prepared
+//! (`preparedAtMs`, since schema 13): the hourly rollup's latency
+//! (`rollup.rs`) is read from it.
+//!
 //! Position moves are not rows of their own (a transfer's rows imply
 //! them; one per account per batch would triple the feed); quotes, parties,
 //! endpoints, oracles and the like are seen through their admin change's
@@ -115,6 +119,26 @@ pub trait FeedLog: Send + Sync + std::fmt::Debug {
     /// Keeps the publisher's cursor (after the broker confirmed).
     fn set_feed_cursor(&self, name: &str, feed_seq: u64) -> Result<(), StoreError>;
 
+    /// Adds `fold` (the changes `(after, through]`) to the hourly rollup
+    /// and moves its cursor ([`crate::rollup::CURSOR`]) from `after` to
+    /// `through`, in one transaction; writes nothing (a transient error)
+    /// if the cursor is not at `after`.
+    fn fold_rollup(
+        &self,
+        after: u64,
+        through: u64,
+        fold: &crate::rollup::Fold,
+    ) -> Result<(), StoreError>;
+
+    /// The rollup of the hours in `[from_ms, to_ms)`; with `participant`,
+    /// only the rows it is the payer or payee of.
+    fn read_rollup(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        participant: Option<&str>,
+    ) -> Result<crate::rollup::Rollup, StoreError>;
+
     /// Whether a read waits on the network (see `StoreReader::is_remote`).
     fn is_remote(&self) -> bool {
         false
@@ -133,6 +157,8 @@ pub(crate) struct TransferSummary {
     pub debit: AccountId,
     pub credit: AccountId,
     pub amount: Amount,
+    /// Told in its finish's change (`preparedAtMs`: the rollup's latency).
+    pub prepared_at_ms: i64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -296,6 +322,7 @@ impl FeedState {
         event: &str,
         reason: Option<u16>,
         at_ms: i64,
+        finished: bool,
     ) {
         let family = match summary.kind {
             TransferKind::Fspiop => "transfer",
@@ -310,7 +337,7 @@ impl FeedState {
         // Only what neither the columns nor the kind say: the transfer's
         // id, kind and state are rebuilt when read ([`transfer_fields`]),
         // so that the row costs a commit as few bytes as it can.
-        let mut body = String::with_capacity(96);
+        let mut body = String::with_capacity(128);
         body.push_str("{\"payer\":");
         push_json_or_null(&mut body, payer.map(|(p, _)| self.name_ref(p)).as_deref());
         body.push_str(",\"payee\":");
@@ -319,6 +346,9 @@ impl FeedState {
         push_json_or_null(&mut body, currency.as_ref().map(Currency::as_str));
         if let Some(code) = reason {
             let _ = write!(body, ",\"errorCode\":\"{code}\"");
+        }
+        if finished {
+            let _ = write!(body, ",\"preparedAtMs\":{}", summary.prepared_at_ms);
         }
         body.push('}');
         let parties = self.parties(summary);
@@ -394,6 +424,7 @@ impl FeedState {
                     debit: row.debit,
                     credit: row.credit,
                     amount: row.amount,
+                    prepared_at_ms: row.prepared_at_ms,
                 };
                 if row.state == TransferState::Reserved {
                     self.open.insert(row.seq, summary);
@@ -405,6 +436,7 @@ impl FeedState {
                     event,
                     row.reason.map(|code| code.0),
                     row.prepared_at_ms,
+                    false,
                 );
             }
             Record::Finish(row) => {
@@ -421,6 +453,7 @@ impl FeedState {
                     event,
                     row.reason.map(|code| code.0),
                     row.finished_at_ms,
+                    true,
                 );
             }
             Record::ConversionFulfilled(row) => {
@@ -430,7 +463,7 @@ impl FeedState {
                         row.seq
                     ))
                 })?;
-                self.transfer_row(rows, &summary, "fulfilled", None, row.at_ms);
+                self.transfer_row(rows, &summary, "fulfilled", None, row.at_ms, false);
             }
             Record::Window(row) => {
                 let mut body = format!(

@@ -32,6 +32,7 @@ mod pg_rows;
 mod pg_schema;
 mod pg_settlement;
 mod pg_worker;
+pub mod rollup;
 pub mod search;
 pub mod sqlite;
 pub mod sqlite_feed;

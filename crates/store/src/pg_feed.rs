@@ -10,6 +10,7 @@ use postgres::{GenericClient, Row};
 use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, FEED_COLUMNS};
 use crate::pg::redact_url;
 use crate::pg_worker::PgWorker;
+use crate::rollup::{self, Fold, PairCounts, PairKey, Rollup};
 use crate::StoreError;
 
 /// `INSERT INTO changes`, the arrays' types in column order.
@@ -77,7 +78,7 @@ pub(crate) fn rows(
         .collect();
     if !unknown.is_empty() {
         for row in client.query(
-            "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount
+            "SELECT seq, transfer_id, kind, debit_account_id, credit_account_id, amount, prepared_at_ms
              FROM transfers WHERE seq = ANY($1)",
             &[&unknown],
         )? {
@@ -87,9 +88,16 @@ pub(crate) fn rows(
             let debit: i64 = row.get(3);
             let credit: i64 = row.get(4);
             let amount: String = row.get(5);
+            let prepared_at_ms: i64 = row.get(6);
             feed.note_transfer(
                 seq as u64,
-                crate::sqlite_feed::summary_of(&id, &kind, debit as u32, credit as u32, &amount)?,
+                crate::sqlite_feed::summary_of(
+                    &id,
+                    &kind,
+                    (debit as u32, credit as u32),
+                    &amount,
+                    prepared_at_ms,
+                )?,
             );
         }
     }
@@ -267,6 +275,170 @@ impl FeedLog for PgFeed {
                 &[&name, &(feed_seq as i64)],
             )?;
             Ok(())
+        })
+    }
+
+    fn fold_rollup(&self, after: u64, through: u64, fold: &Fold) -> Result<(), StoreError> {
+        let fold = fold.clone();
+        self.worker.run(move |client| {
+            let mut transaction = client.transaction()?;
+            // The cursor's row locked: a second hub's fold waits, then
+            // finds it moved.
+            transaction.execute(
+                "INSERT INTO feed_cursors (name, feed_seq) VALUES ($1, 0) ON CONFLICT (name) DO NOTHING",
+                &[&rollup::CURSOR],
+            )?;
+            let found: i64 = transaction
+                .query_one(
+                    "SELECT feed_seq FROM feed_cursors WHERE name = $1 FOR UPDATE",
+                    &[&rollup::CURSOR],
+                )?
+                .get(0);
+            if found as u64 != after {
+                return Err(rollup::moved(after, found as u64));
+            }
+            let select = transaction.prepare(
+                "SELECT committed, amount, failed FROM rollup_pairs
+                 WHERE hour_ms = $1 AND currency = $2 AND payer = $3 AND payee = $4",
+            )?;
+            let upsert = transaction.prepare(
+                "INSERT INTO rollup_pairs (hour_ms, currency, payer, payee, committed, amount, failed)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (hour_ms, currency, payer, payee) DO UPDATE SET
+                   committed = excluded.committed, amount = excluded.amount, failed = excluded.failed",
+            )?;
+            for (key, counts) in &fold.pairs {
+                let stored = transaction
+                    .query_opt(&select, &[&key.hour_ms, &key.currency, &key.payer, &key.payee])?
+                    .map(|row| (row.get(0), row.get(1), row.get(2)));
+                let (committed, amount, failed) = rollup::add_counts(stored, counts)?;
+                transaction.execute(
+                    &upsert,
+                    &[
+                        &key.hour_ms,
+                        &key.currency,
+                        &key.payer,
+                        &key.payee,
+                        &committed,
+                        &amount,
+                        &failed,
+                    ],
+                )?;
+            }
+            let errors = transaction.prepare(
+                "INSERT INTO rollup_errors (hour_ms, payer, payee, error_code, failures)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (hour_ms, payer, payee, error_code) DO UPDATE SET
+                   failures = rollup_errors.failures + excluded.failures",
+            )?;
+            for ((hour_ms, payer, payee, code), failures) in &fold.errors {
+                transaction.execute(&errors, &[hour_ms, payer, payee, code, &(*failures as i64)])?;
+            }
+            let latency = transaction.prepare(
+                "INSERT INTO rollup_latency (hour_ms, payer, payee, bucket, transfers)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (hour_ms, payer, payee, bucket) DO UPDATE SET
+                   transfers = rollup_latency.transfers + excluded.transfers",
+            )?;
+            for ((hour_ms, payer, payee, bucket), transfers) in &fold.latency {
+                transaction.execute(
+                    &latency,
+                    &[hour_ms, payer, payee, &(*bucket as i64), &(*transfers as i64)],
+                )?;
+            }
+            transaction.execute(
+                "UPDATE feed_cursors SET feed_seq = $2 WHERE name = $1",
+                &[&rollup::CURSOR, &(through as i64)],
+            )?;
+            transaction.commit()?;
+            Ok(())
+        })
+    }
+
+    fn read_rollup(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        participant: Option<&str>,
+    ) -> Result<Rollup, StoreError> {
+        let participant = participant.map(str::to_string);
+        self.worker.run(move |client| {
+            let mut transaction = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            // `$3 IS NULL`: the whole scheme's; else the DFSP's own pairs.
+            let own = "($3::text IS NULL OR payer = $3 OR payee = $3)";
+            let mut rollup = Rollup::default();
+            for row in transaction.query(
+                &format!(
+                    "SELECT hour_ms, currency, payer, payee, committed, amount, failed FROM rollup_pairs
+                     WHERE hour_ms >= $1 AND hour_ms < $2 AND {own}
+                     ORDER BY hour_ms, currency, payer, payee"
+                ),
+                &[&from_ms, &to_ms, &participant],
+            )? {
+                let amount: String = row.get(5);
+                rollup.pairs.push((
+                    PairKey {
+                        hour_ms: row.get(0),
+                        currency: row.get(1),
+                        payer: row.get(2),
+                        payee: row.get(3),
+                    },
+                    PairCounts {
+                        committed: row.get::<_, i64>(4) as u64,
+                        amount: ledger::Amount::parse_signed(&amount).map_err(|_| {
+                            StoreError::fatal(format!("bad rollup amount {amount:?} in the store"))
+                        })?,
+                        failed: row.get::<_, i64>(6) as u64,
+                    },
+                ));
+            }
+            rollup.errors = transaction
+                .query(
+                    &format!(
+                        "SELECT hour_ms, payer, payee, error_code, failures FROM rollup_errors
+                         WHERE hour_ms >= $1 AND hour_ms < $2 AND {own}
+                         ORDER BY hour_ms, payer, payee, error_code"
+                    ),
+                    &[&from_ms, &to_ms, &participant],
+                )?
+                .iter()
+                .map(|row| {
+                    (
+                        row.get(0),
+                        row.get(1),
+                        row.get(2),
+                        row.get(3),
+                        row.get::<_, i64>(4) as u64,
+                    )
+                })
+                .collect();
+            for row in transaction.query(
+                &format!(
+                    "SELECT payer, payee, bucket, SUM(transfers)::bigint FROM rollup_latency
+                     WHERE hour_ms >= $1 AND hour_ms < $2 AND {own}
+                     GROUP BY payer, payee, bucket"
+                ),
+                &[&from_ms, &to_ms, &participant],
+            )? {
+                rollup::add_bucket(
+                    &mut rollup.latency,
+                    (row.get(0), row.get(1)),
+                    row.get(2),
+                    row.get(3),
+                );
+            }
+            rollup.through = transaction
+                .query_opt(
+                    "SELECT feed_seq FROM feed_cursors WHERE name = $1",
+                    &[&rollup::CURSOR],
+                )?
+                .map_or(0, |row| row.get::<_, i64>(0) as u64);
+            transaction.commit()?;
+            Ok(rollup)
         })
     }
 

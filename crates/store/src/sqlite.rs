@@ -46,8 +46,9 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// indexes; version 11 the transfers' parties (`payer_party`,
 /// `payee_party`) and the search keys (`transfer_keys`, `search_index`);
 /// version 12 the change feed's `changes` and `feed_cursors`
-/// (`sqlite_feed.rs`).
-const SCHEMA_VERSION: i64 = crate::sqlite_feed::FEED_SINCE;
+/// (`sqlite_feed.rs`); version 13 the hourly rollup's `rollup_pairs`,
+/// `rollup_errors`, `rollup_latency` (`crate::rollup`).
+const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -526,9 +527,9 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
-            // Version 11 → 12 only adds the change feed's tables, which
-            // are created below.
-            11 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
+            // Version 11 → 12 only adds the change feed's tables, and
+            // 12 → 13 the rollup's, which are created below.
+            11 | 12 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
             1..=10 => {
                 let migration = connection.transaction()?;

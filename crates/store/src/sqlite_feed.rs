@@ -10,10 +10,17 @@ use ledger::{AccountId, Amount, Currency, ParticipantId, Record, TransferId, Tra
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
 use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, TransferSummary, FEED_COLUMNS};
+use crate::rollup::{self, Fold, PairCounts, PairKey, Rollup};
 use crate::StoreError;
+
+/// Keeps a follower's cursor.
+pub(crate) const SET_CURSOR: &str = "INSERT INTO feed_cursors (name, feed_seq) VALUES (?1, ?2)
+     ON CONFLICT (name) DO UPDATE SET feed_seq = excluded.feed_seq";
 
 /// The schema version that added the feed's tables.
 pub(crate) const FEED_SINCE: i64 = 12;
+/// The schema version that added the hourly rollup's (`crate::rollup`).
+pub(crate) const ROLLUP_SINCE: i64 = FEED_SINCE + 1;
 
 /// Created on every writable open (`IF NOT EXISTS`), so that a store
 /// migrated to version 12 and one created at it hold the same.
@@ -31,6 +38,32 @@ CREATE TABLE IF NOT EXISTS feed_cursors (
     name     TEXT    PRIMARY KEY,
     feed_seq INTEGER NOT NULL
 ) STRICT;
+CREATE TABLE IF NOT EXISTS rollup_pairs (
+    hour_ms   INTEGER NOT NULL,
+    currency  TEXT    NOT NULL,
+    payer     TEXT    NOT NULL,
+    payee     TEXT    NOT NULL,
+    committed INTEGER NOT NULL,
+    amount    TEXT    NOT NULL,
+    failed    INTEGER NOT NULL,
+    PRIMARY KEY (hour_ms, currency, payer, payee)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rollup_errors (
+    hour_ms    INTEGER NOT NULL,
+    payer      TEXT    NOT NULL,
+    payee      TEXT    NOT NULL,
+    error_code TEXT    NOT NULL,
+    failures   INTEGER NOT NULL,
+    PRIMARY KEY (hour_ms, payer, payee, error_code)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rollup_latency (
+    hour_ms   INTEGER NOT NULL,
+    payer     TEXT    NOT NULL,
+    payee     TEXT    NOT NULL,
+    bucket    INTEGER NOT NULL,
+    transfers INTEGER NOT NULL,
+    PRIMARY KEY (hour_ms, payer, payee, bucket)
+) STRICT, WITHOUT ROWID;
 ";
 
 /// The writer's state, read from the tables (see `feed.rs`).
@@ -81,7 +114,8 @@ pub(crate) fn write(
     let unknown = feed.unknown_transfers(batches);
     if !unknown.is_empty() {
         let mut select = transaction.prepare_cached(
-            "SELECT transfer_id, kind, debit_account_id, credit_account_id, amount FROM transfers WHERE seq = ?1",
+            "SELECT transfer_id, kind, debit_account_id, credit_account_id, amount, prepared_at_ms
+             FROM transfers WHERE seq = ?1",
         )?;
         for seq in unknown {
             let summary = select
@@ -92,11 +126,15 @@ pub(crate) fn write(
                         row.get::<_, u32>(2)?,
                         row.get::<_, u32>(3)?,
                         row.get::<_, String>(4)?,
+                        row.get::<_, i64>(5)?,
                     ))
                 })
                 .optional()?;
-            if let Some((id, kind, debit, credit, amount)) = summary {
-                feed.note_transfer(seq, summary_of(&id, &kind, debit, credit, &amount)?);
+            if let Some((id, kind, debit, credit, amount, prepared_at_ms)) = summary {
+                feed.note_transfer(
+                    seq,
+                    summary_of(&id, &kind, (debit, credit), &amount, prepared_at_ms)?,
+                );
             }
         }
     }
@@ -122,9 +160,9 @@ pub(crate) fn write(
 pub(crate) fn summary_of(
     id: &[u8],
     kind: &str,
-    debit: u32,
-    credit: u32,
+    (debit, credit): (u32, u32),
     amount: &str,
+    prepared_at_ms: i64,
 ) -> Result<TransferSummary, StoreError> {
     Ok(TransferSummary {
         transfer_id: TransferId::from_blob(id)
@@ -134,6 +172,7 @@ pub(crate) fn summary_of(
         debit: AccountId(debit),
         credit: AccountId(credit),
         amount: parse_amount(amount)?,
+        prepared_at_ms,
     })
 }
 
@@ -274,11 +313,160 @@ impl FeedLog for SqliteFeed {
 
     fn set_feed_cursor(&self, name: &str, feed_seq: u64) -> Result<(), StoreError> {
         let connection = self.connection();
-        connection.execute(
-            "INSERT INTO feed_cursors (name, feed_seq) VALUES (?1, ?2)
-             ON CONFLICT (name) DO UPDATE SET feed_seq = excluded.feed_seq",
-            params![name, feed_seq as i64],
-        )?;
+        connection.execute(SET_CURSOR, params![name, feed_seq as i64])?;
         Ok(())
+    }
+
+    fn fold_rollup(&self, after: u64, through: u64, fold: &Fold) -> Result<(), StoreError> {
+        let mut connection = self.connection();
+        // IMMEDIATE: the write lock first, so that the cursor read is the
+        // one the commit moves.
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let found: Option<i64> = transaction
+            .query_row(
+                "SELECT feed_seq FROM feed_cursors WHERE name = ?1",
+                params![rollup::CURSOR],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let found = found.unwrap_or(0) as u64;
+        if found != after {
+            return Err(rollup::moved(after, found));
+        }
+        {
+            let mut select = transaction.prepare_cached(
+                "SELECT committed, amount, failed FROM rollup_pairs
+                 WHERE hour_ms = ?1 AND currency = ?2 AND payer = ?3 AND payee = ?4",
+            )?;
+            let mut upsert = transaction.prepare_cached(
+                "INSERT INTO rollup_pairs (hour_ms, currency, payer, payee, committed, amount, failed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (hour_ms, currency, payer, payee) DO UPDATE SET
+                   committed = excluded.committed, amount = excluded.amount, failed = excluded.failed",
+            )?;
+            for (key, counts) in &fold.pairs {
+                let key_params = params![key.hour_ms, key.currency, key.payer, key.payee];
+                let stored = select
+                    .query_row(key_params, |row| {
+                        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                    })
+                    .optional()?;
+                let (committed, amount, failed) = rollup::add_counts(stored, counts)?;
+                upsert.execute(params![
+                    key.hour_ms,
+                    key.currency,
+                    key.payer,
+                    key.payee,
+                    committed,
+                    amount,
+                    failed
+                ])?;
+            }
+            let mut errors = transaction.prepare_cached(
+                "INSERT INTO rollup_errors (hour_ms, payer, payee, error_code, failures)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (hour_ms, payer, payee, error_code) DO UPDATE SET
+                   failures = failures + excluded.failures",
+            )?;
+            for ((hour_ms, payer, payee, code), failures) in &fold.errors {
+                errors.execute(params![hour_ms, payer, payee, code, *failures as i64])?;
+            }
+            let mut latency = transaction.prepare_cached(
+                "INSERT INTO rollup_latency (hour_ms, payer, payee, bucket, transfers)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (hour_ms, payer, payee, bucket) DO UPDATE SET
+                   transfers = transfers + excluded.transfers",
+            )?;
+            for ((hour_ms, payer, payee, bucket), transfers) in &fold.latency {
+                latency.execute(params![
+                    hour_ms,
+                    payer,
+                    payee,
+                    *bucket as i64,
+                    *transfers as i64
+                ])?;
+            }
+        }
+        transaction.execute(SET_CURSOR, params![rollup::CURSOR, through as i64])?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    fn read_rollup(
+        &self,
+        from_ms: i64,
+        to_ms: i64,
+        participant: Option<&str>,
+    ) -> Result<Rollup, StoreError> {
+        let mut connection = self.connection();
+        let transaction = connection.transaction()?;
+        let mut rollup = Rollup::default();
+        // `?3 IS NULL`: the whole scheme's; else the DFSP's own pairs.
+        let own = "(?3 IS NULL OR payer = ?3 OR payee = ?3)";
+        {
+            let mut pairs = transaction.prepare_cached(&format!(
+                "SELECT hour_ms, currency, payer, payee, committed, amount, failed FROM rollup_pairs
+                 WHERE hour_ms >= ?1 AND hour_ms < ?2 AND {own}
+                 ORDER BY hour_ms, currency, payer, payee"
+            ))?;
+            let mut rows = pairs.query(params![from_ms, to_ms, participant])?;
+            while let Some(row) = rows.next()? {
+                let amount: String = row.get(5)?;
+                rollup.pairs.push((
+                    PairKey {
+                        hour_ms: row.get(0)?,
+                        currency: row.get(1)?,
+                        payer: row.get(2)?,
+                        payee: row.get(3)?,
+                    },
+                    PairCounts {
+                        committed: row.get::<_, i64>(4)? as u64,
+                        amount: parse_amount(&amount)?,
+                        failed: row.get::<_, i64>(6)? as u64,
+                    },
+                ));
+            }
+            let mut errors = transaction.prepare_cached(&format!(
+                "SELECT hour_ms, payer, payee, error_code, failures FROM rollup_errors
+                 WHERE hour_ms >= ?1 AND hour_ms < ?2 AND {own}
+                 ORDER BY hour_ms, payer, payee, error_code"
+            ))?;
+            rollup.errors = errors
+                .query_map(params![from_ms, to_ms, participant], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get::<_, i64>(4)? as u64,
+                    ))
+                })?
+                .collect::<Result<_, _>>()?;
+            let mut latency = transaction.prepare_cached(&format!(
+                "SELECT payer, payee, bucket, SUM(transfers) FROM rollup_latency
+                 WHERE hour_ms >= ?1 AND hour_ms < ?2 AND {own}
+                 GROUP BY payer, payee, bucket"
+            ))?;
+            let mut rows = latency.query(params![from_ms, to_ms, participant])?;
+            while let Some(row) = rows.next()? {
+                rollup::add_bucket(
+                    &mut rollup.latency,
+                    (row.get(0)?, row.get(1)?),
+                    row.get(2)?,
+                    row.get(3)?,
+                );
+            }
+            let through: Option<i64> = transaction
+                .query_row(
+                    "SELECT feed_seq FROM feed_cursors WHERE name = ?1",
+                    params![rollup::CURSOR],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            rollup.through = through.unwrap_or(0) as u64;
+        }
+        transaction.commit()?;
+        Ok(rollup)
     }
 }

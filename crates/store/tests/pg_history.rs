@@ -270,7 +270,8 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE changes, feed_cursors;
+        "DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
+         DROP TABLE changes, feed_cursors;
          DROP TABLE transfer_keys, search_index;
          ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party;
          ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
@@ -314,7 +315,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "12");
+    assert_eq!(version, "13");
     let funds_index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
@@ -356,7 +357,8 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE changes, feed_cursors;
+        "DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
+         DROP TABLE changes, feed_cursors;
          DROP TABLE transfer_keys, search_index;
          ALTER TABLE transfers DROP COLUMN payer_party, DROP COLUMN payee_party;
          ALTER TABLE transfers DROP COLUMN payer_id, DROP COLUMN payee_id, DROP COLUMN currency,
@@ -395,7 +397,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "12");
+    assert_eq!(version, "13");
     // Declared again, on both.
     harness.run(Op::Corridors(false));
     harness.run(Op::Corridors(true));

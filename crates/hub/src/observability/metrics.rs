@@ -206,6 +206,8 @@ pub struct Metrics {
     /// Changes the alerts passed over: deleted by retention before they
     /// were read.
     pub alerts_skipped: Counter,
+    /// The last committed feed_seq less the hourly rollup's cursor.
+    pub rollup_lag: Gauge,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -300,6 +302,12 @@ impl Metrics {
             "kasi_alerts_skipped",
             "Changes deleted by --feed-retention before the alerts read them (their alerts never sent)",
             alerts_skipped.clone(),
+        );
+        let rollup_lag = Gauge::default();
+        registry.register(
+            "kasi_rollup_lag",
+            "The last committed change feed_seq less the hourly rollup's durable cursor (the dashboard's)",
+            rollup_lag.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -413,6 +421,7 @@ impl Metrics {
             feed_lag,
             alerts_lag,
             alerts_skipped,
+            rollup_lag,
             stage_durations,
             windows_closed,
             position_utilisation,

@@ -357,6 +357,14 @@ pub const TABLE: &[Rule] = &[
     ),
     // The change feed: the whole scheme's, or a DFSP's own.
     rule("GET", "/feed", AUDIT, Scope::Filtered(Filter::Rows)),
+    // The hourly rollup (the dashboard): the scheme's, or a DFSP's own
+    // pairs.
+    rule(
+        "GET",
+        "/stats/hourly",
+        READERS,
+        Scope::Filtered(Filter::Rows),
+    ),
     // The audit trail, callbacks, statistics, metrics.
     rule("GET", "/audit-events", AUDIT, NO),
     rule(
@@ -419,6 +427,7 @@ pub const TABLE: &[Rule] = &[
     rule("GET", "/console/fx", READERS, NO),
     rule("POST", "/console/fx/corridors", OPERATOR, NO),
     rule("GET", "/console/transfers", READERS, Scope::Any),
+    rule("GET", "/console/dashboard", READERS, Scope::Any),
     rule(
         "POST",
         "/console/transfers/dead-letters/resend",
