@@ -18,7 +18,10 @@ use support::{some_transfers, Harness, Op};
 /// Folds the whole feed after the rollup's cursor, `page` rows at a time.
 fn fold_all(feed: &dyn FeedLog, page: usize) {
     loop {
-        let cursor = feed.feed_cursor(rollup::CURSOR).expect("cursor").unwrap_or(0);
+        let cursor = feed
+            .feed_cursor(rollup::CURSOR)
+            .expect("cursor")
+            .unwrap_or(0);
         let read = feed.read_feed(cursor, page, None).expect("read");
         let Some(last) = read.rows.last() else {
             return;

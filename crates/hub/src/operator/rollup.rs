@@ -4,7 +4,8 @@
 //!
 //! The follower costs the transfer path nothing: no commit writes the
 //! rollup. Woken by the store's commits (the feed's head, as the AMQP
-//! publisher is; never a timer), it reads the feed after its durable
+//! publisher is), at most once a second once it has caught up (a fold is
+//! a write transaction beside the writer's commits), it reads the feed after its durable
 //! cursor (`feed_cursors`, name `rollup`) on the feed's own connection, on
 //! a blocking thread, and folds each page into the rollup's tables in the
 //! same store transaction that moves the cursor — so a crash never loses
@@ -37,8 +38,15 @@ use crate::feed::FeedConfig;
 use crate::metrics::Metrics;
 use crate::{format_time, Hub, HubError};
 
-/// Changes folded per store transaction.
-const PAGE: usize = 500;
+/// Changes read per page (the most `read_feed` answers).
+const PAGE: usize = store::feed::MAX_PAGE;
+/// Pages folded per store transaction at most.
+const PAGES_PER_FOLD: usize = 10;
+/// Once caught up, the least time between two folds. A fold is a write
+/// transaction (SQLite's write lock and an fsync) beside the writer's
+/// commits: woken by every commit, the follower would add one to each.
+/// Hourly figures a second late cost nobody anything.
+const FOLD_EVERY: Duration = Duration::from_secs(1);
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MOST: Duration = Duration::from_secs(10);
 /// While a failure lasts, how often it is said again.
@@ -60,25 +68,41 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| store::StoreError::transient(error.to_string()))?
 }
 
-/// One page: read after the cursor, folded, the cursor moved. How many
-/// changes were read (0: none after the cursor), the cursor after.
-async fn fold_page(feed: &FeedConfig) -> Result<(usize, u64), store::StoreError> {
+/// One fold: up to [`PAGES_PER_FOLD`] pages read after the cursor, folded
+/// in one store transaction that moves the cursor. How many changes were
+/// read (0: none after the cursor), the cursor after, and whether it
+/// caught up with the feed.
+async fn fold_pages(feed: &FeedConfig) -> Result<(usize, u64, bool), store::StoreError> {
     blocking(&feed.log, |log| {
         // Never set: from the oldest change the feed still keeps.
         let cursor = log.feed_cursor(rollup::CURSOR)?.unwrap_or(0);
-        let page = log.read_feed(cursor, PAGE, None)?;
-        let Some(last) = page.rows.last().map(|row| row.feed_seq) else {
-            return Ok((0, cursor));
+        let mut rows = Vec::new();
+        let mut after = cursor;
+        let mut caught_up = false;
+        for _ in 0..PAGES_PER_FOLD {
+            let page = log.read_feed(after, PAGE, None)?;
+            let full = page.rows.len() >= PAGE;
+            if let Some(last) = page.rows.last() {
+                after = last.feed_seq;
+            }
+            rows.extend(page.rows);
+            if !full {
+                caught_up = true;
+                break;
+            }
+        }
+        let Some(first) = rows.first().map(|row| row.feed_seq) else {
+            return Ok((0, cursor, true));
         };
-        if page.rows[0].feed_seq > cursor + 1 {
+        if first > cursor + 1 {
             tracing::warn!(
                 from = cursor + 1,
-                to = page.rows[0].feed_seq - 1,
+                to = first - 1,
                 "hourly rollup: changes past --feed-retention were deleted before they were counted; the dashboard misses them"
             );
         }
-        log.fold_rollup(cursor, last, &Fold::of(&page.rows)?)?;
-        Ok((page.rows.len(), last))
+        log.fold_rollup(cursor, after, &Fold::of(&rows)?)?;
+        Ok((rows.len(), after, caught_up))
     })
     .await
 }
@@ -93,8 +117,8 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
     loop {
         // Seen before the read: a commit after it wakes the wait below.
         let through = *head.borrow_and_update();
-        match fold_page(&feed).await {
-            Ok((read, at)) => {
+        match fold_pages(&feed).await {
+            Ok((read, at, caught_up)) => {
                 cursor = at;
                 backoff = BACKOFF_FIRST;
                 if let Some((since, _, failures)) = failing.take() {
@@ -107,8 +131,13 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
                 metrics
                     .rollup_lag
                     .set(through.max(*head.borrow()).saturating_sub(cursor) as i64);
-                if read == 0 && head.changed().await.is_err() {
-                    return;
+                if caught_up {
+                    if read > 0 {
+                        tokio::time::sleep(FOLD_EVERY).await;
+                    }
+                    if read == 0 && head.changed().await.is_err() {
+                        return;
+                    }
                 }
             }
             Err(error) => {

@@ -43,6 +43,14 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MOST: Duration = Duration::from_secs(10);
 /// How often a repeating failure is logged at most.
 const LOG_EVERY: Duration = Duration::from_secs(60);
+/// Once caught up, the least time between two reads of the feed, and
+/// between two saves of a cursor that passed only changes that ask for
+/// no alert. Each save is a write transaction (SQLite's write lock and an
+/// fsync) beside the writer's commits, and woken by every commit the
+/// follower would add one to each; a change re-read after a crash that
+/// asks for nothing costs nothing. A cursor past a delivered alert is
+/// saved at once.
+const QUIET_EVERY: Duration = Duration::from_secs(1);
 
 /// What a change of the feed asks of the alerts.
 #[derive(Debug, PartialEq, Eq)]
@@ -189,6 +197,9 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
     shared.store(cursor, Ordering::Relaxed);
     let mut head = feed.head.clone();
     let mut said = false;
+    // The cursor as saved, and when.
+    let mut saved = cursor;
+    let mut saved_at = std::time::Instant::now();
     loop {
         // Seen before the read: a commit after it wakes the wait below.
         head.borrow_and_update();
@@ -224,11 +235,23 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             );
         }
         if page.rows.is_empty() {
-            if head.changed().await.is_err() {
-                return "the hub is stopping".to_string();
+            if saved < cursor && saved_at.elapsed() >= QUIET_EVERY {
+                if let Err(error) = keep(feed, cursor).await {
+                    return error;
+                }
+                (saved, saved_at) = (cursor, std::time::Instant::now());
+            }
+            let quiet = saved < cursor;
+            tokio::select! {
+                changed = head.changed() => if changed.is_err() {
+                    return "the hub is stopping".to_string();
+                },
+                // A cursor left unsaved is saved when the feed stays quiet.
+                () = tokio::time::sleep(QUIET_EVERY), if quiet => {}
             }
             continue;
         }
+        let full = page.rows.len() >= PAGE;
         let mut kept = cursor;
         for row in &page.rows {
             let alerts = match due(row) {
@@ -254,18 +277,28 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             if let Err(error) = keep(feed, cursor).await {
                 return error;
             }
+            (saved, saved_at) = (cursor, std::time::Instant::now());
             kept = cursor;
             shared.store(cursor, Ordering::Relaxed);
             *moved = true;
         }
         if kept < cursor {
-            if let Err(error) = keep(feed, cursor).await {
-                return error;
+            // Past changes that ask for nothing: saved at most once a
+            // second ([`QUIET_EVERY`]).
+            if saved_at.elapsed() >= QUIET_EVERY {
+                if let Err(error) = keep(feed, cursor).await {
+                    return error;
+                }
+                (saved, saved_at) = (cursor, std::time::Instant::now());
             }
             shared.store(cursor, Ordering::Relaxed);
             *moved = true;
         }
         hub.metrics.alerts_lag.set(lag(&head, cursor));
+        if !full {
+            // Caught up: the next commits are read together.
+            tokio::time::sleep(QUIET_EVERY).await;
+        }
     }
 }
 
