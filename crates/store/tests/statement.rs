@@ -179,11 +179,20 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
     let cut_short = std::cell::Cell::new(0u32);
     let multi_page = std::cell::Cell::new(0u32);
     let kinds = std::cell::RefCell::new(std::collections::BTreeSet::new());
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-        cases: 8,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
+    // A fixed seed: what the cases cover (every method, cut-short and
+    // multi-page reads, every kind of movement) is asserted below, so it
+    // must be the same on every run (with a seed of the moment, a run
+    // failed now and then on coverage, not on a statement).
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig {
+            cases: 8,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        },
+        proptest::test_runner::TestRng::deterministic_rng(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+        ),
+    );
     let strategy = (
         prop::collection::vec(op(), 20..70),
         prop::collection::vec(op(), 0..30),
