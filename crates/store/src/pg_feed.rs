@@ -193,7 +193,10 @@ impl FeedLog for PgFeed {
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let bounds = transaction.query_one("SELECT MIN(feed_seq), MAX(feed_seq) FROM changes", &[])?;
+            let bounds = transaction.query_one(
+                "SELECT (SELECT MIN(feed_seq) FROM changes), (SELECT MAX(feed_seq) FROM changes)",
+                &[],
+            )?;
             let oldest: Option<i64> = bounds.get(0);
             let newest: Option<i64> = bounds.get(1);
             let mut page = FeedPage {
