@@ -213,4 +213,17 @@ fn support_finds_a_transfer_by_the_payers_or_payees_party_id() {
         s.payee.expect("POST", "/transfers");
     }
     check("filed by the pass");
+    // The party index's follower looked at the store: its block is not
+    // whole yet, so every transfer is one a search walks (the index
+    // itself is checked against an oracle in the store's tests).
+    let transfers: u64 = rusqlite::Connection::open(s.dir.path().join("data/kasi.db"))
+        .and_then(|db| db.query_row("SELECT MAX(seq) FROM transfers", [], |row| row.get(0)))
+        .expect("the last seq");
+    s.hub.await_metrics("kasi_party_index_unfiled", |text| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("kasi_party_index_unfiled "))
+            .and_then(|value| value.trim().parse::<u64>().ok())
+            .filter(|&unfiled| unfiled > transfers)
+    });
+    check("looked at by the party index");
 }

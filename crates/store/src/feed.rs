@@ -139,6 +139,19 @@ pub trait FeedLog: Send + Sync + std::fmt::Debug {
         participant: Option<&str>,
     ) -> Result<crate::rollup::Rollup, StoreError>;
 
+    /// Files the party index's next blocks ([`crate::party_index`]): each
+    /// block wholly committed and not filed yet, at most `most_blocks`, in
+    /// one transaction that moves `party_index.next_block` (fenced: a
+    /// second hub filing the same blocks finds it moved and writes
+    /// nothing). Blocks of `block_seqs` seqs, unless the index already
+    /// records its own size. Never on the writer's connection: the
+    /// transfer path pays nothing for it.
+    fn file_party_blocks(
+        &self,
+        most_blocks: u64,
+        block_seqs: u64,
+    ) -> Result<crate::party_index::Filing, StoreError>;
+
     /// Whether a read waits on the network (see `StoreReader::is_remote`).
     fn is_remote(&self) -> bool {
         false

@@ -22,6 +22,7 @@ use ledger::{Record, Snapshot};
 pub mod delivery;
 pub mod feed;
 pub mod history;
+pub mod party_index;
 pub mod pg;
 pub mod pg_delivery;
 pub mod pg_feed;

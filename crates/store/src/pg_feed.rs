@@ -8,6 +8,7 @@ use ledger::{AccountId, ParticipantId, Record};
 use postgres::{GenericClient, Row};
 
 use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, FEED_COLUMNS};
+use crate::party_index;
 use crate::pg::redact_url;
 use crate::pg_worker::PgWorker;
 use crate::rollup::{self, Fold, PairCounts, PairKey, Rollup};
@@ -278,6 +279,90 @@ impl FeedLog for PgFeed {
                 &[&name, &(feed_seq as i64)],
             )?;
             Ok(())
+        })
+    }
+
+    fn file_party_blocks(
+        &self,
+        most_blocks: u64,
+        block_seqs: u64,
+    ) -> Result<party_index::Filing, StoreError> {
+        self.worker.run(move |client| {
+            // The blocks filed and their size, or none yet at `block_seqs`.
+            fn filed(
+                client: &mut impl GenericClient,
+                block_seqs: u64,
+                lock: &str,
+            ) -> Result<(u64, u64), StoreError> {
+                let row = client.query_opt(
+                    &format!("SELECT next_block, block_seqs FROM party_index WHERE id = 1{lock}"),
+                    &[],
+                )?;
+                let (next, seqs): (i64, i64) =
+                    row.map_or((0, block_seqs as i64), |row| (row.get(0), row.get(1)));
+                Ok((next as u64, party_index::checked_block_seqs(seqs)?))
+            }
+            let (next, block_seqs, last_seq, to, rows) = {
+                let mut reading = client
+                    .build_transaction()
+                    .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()?;
+                let (next, block_seqs) = filed(&mut reading, block_seqs, "")?;
+                let last_seq = reading
+                    .query_one("SELECT COALESCE(MAX(seq), 0) FROM transfers", &[])?
+                    .get::<_, i64>(0) as u64;
+                let to = party_index::blocks_complete(last_seq, block_seqs)
+                    .min(next + most_blocks)
+                    .max(next);
+                let select = reading.prepare(
+                    "SELECT seq, payer_party, payee_party FROM transfers
+                     WHERE seq >= $1 AND seq < $2 AND (payer_party IS NOT NULL OR payee_party IS NOT NULL)",
+                )?;
+                let rows = party_index::rows_of_blocks(next, to, block_seqs, |from, to| {
+                    Ok(reading
+                        .query(&select, &[&(from as i64), &(to as i64)])?
+                        .iter()
+                        .map(|row| (row.get::<_, i64>(0) as u64, row.get(1), row.get(2)))
+                        .collect())
+                })?;
+                reading.commit()?;
+                (next, block_seqs, last_seq, to, rows)
+            };
+            let mut filing = party_index::Filing {
+                filed: 0,
+                next_block: next,
+                block_seqs,
+                last_seq,
+            };
+            if to <= next {
+                return Ok(filing);
+            }
+            let mut transaction = client.transaction()?;
+            // The row locked: a second hub's filing waits, then finds it moved.
+            transaction.execute(
+                "INSERT INTO party_index (id, next_block, block_seqs) VALUES (1, 0, $1)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&(block_seqs as i64)],
+            )?;
+            let found = filed(&mut transaction, block_seqs, " FOR UPDATE")?;
+            if found != (next, block_seqs) {
+                return Err(party_index::moved(next, found.0));
+            }
+            let keys: Vec<i64> = rows.iter().map(|(key, _)| *key).collect();
+            let entries: Vec<&[u8]> = rows.iter().map(|(_, entries)| entries.as_slice()).collect();
+            transaction.execute(
+                "INSERT INTO party_blocks (key, entries) SELECT * FROM UNNEST($1::bigint[], $2::bytea[])",
+                &[&keys, &entries],
+            )?;
+            transaction.execute(
+                "UPDATE party_index SET next_block = $1 WHERE id = 1",
+                &[&(to as i64)],
+            )?;
+            transaction.commit()?;
+            filing.filed = to - next;
+            filing.next_block = to;
+            Ok(filing)
         })
     }
 

@@ -392,6 +392,21 @@ impl crate::search::SearchSql for PgSearch<'_> {
             .collect()
     }
 
+    fn keyed_blobs(
+        &mut self,
+        sql: &str,
+        params: &[crate::search::Param],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let values = pg_values(params);
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            values.iter().map(|value| value.as_ref()).collect();
+        self.0
+            .query(sql, &refs)?
+            .iter()
+            .map(|row| Ok((col::<i64>(row, 0)?, col::<Vec<u8>>(row, 1)?)))
+            .collect()
+    }
+
     fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError> {
         let seqs: Vec<i64> = seqs.iter().map(|&seq| seq as i64).collect();
         self.0

@@ -21,6 +21,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_11,
     MIGRATION_12,
     MIGRATION_13,
+    MIGRATION_14,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -223,6 +224,21 @@ CREATE TABLE rollup_latency (
     bucket    BIGINT NOT NULL,
     transfers BIGINT NOT NULL,
     PRIMARY KEY (hour_ms, payer, payee, bucket)
+);
+";
+
+/// The party index (`crate::party_index`), filed by the hub's follower
+/// by block of seqs, never by a commit; as SQLite's version 14. Empty in
+/// a store migrated to it: the follower files the blocks kept before.
+const MIGRATION_14: &str = "
+CREATE TABLE party_blocks (
+    key     BIGINT PRIMARY KEY,
+    entries BYTEA  NOT NULL
+);
+CREATE TABLE party_index (
+    id         INT    PRIMARY KEY CHECK (id = 1),
+    next_block BIGINT NOT NULL,
+    block_seqs BIGINT NOT NULL
 );
 ";
 

@@ -12,6 +12,7 @@
 
 use ledger::{AccountId, Amount, Currency, FspName, ParticipantId, StoredTransfer, TransferState};
 
+use crate::party_index;
 use crate::StoreError;
 
 /// Each account's participant and currency, by account id (dense from 1).
@@ -315,6 +316,12 @@ pub(crate) trait SearchSql {
     fn dialect(&self) -> Dialect;
     /// The first column of each row, as integers.
     fn integers(&mut self, sql: &str, params: &[Param]) -> Result<Vec<i64>, StoreError>;
+    /// Rows of an integer and a blob (the party index's bucket rows).
+    fn keyed_blobs(
+        &mut self,
+        sql: &str,
+        params: &[Param],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError>;
     /// The transfers with these seqs, in any order.
     fn views(&mut self, seqs: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError>;
 }
@@ -373,13 +380,21 @@ const PARTICIPANT_ID: &str = "(SELECT id FROM participants WHERE name = {})";
 enum Walk {
     Seq,
     Key(String),
+    /// The party index's entries for a party (its hash), on one side or
+    /// either (`crate::party_index`), in its blocks of `block_seqs`: the
+    /// filed blocks only.
+    Party {
+        hash: u64,
+        role: Option<PartyRole>,
+        block_seqs: u64,
+    },
 }
 
 impl Walk {
     /// The table a round's boundary is read from, and its seq column.
     fn boundary_from(&self) -> (&'static str, &'static str) {
         match self {
-            Walk::Seq => ("transfers t", "t.seq"),
+            Walk::Seq | Walk::Party { .. } => ("transfers t", "t.seq"),
             Walk::Key(_) => ("transfer_keys k", "k.seq"),
         }
     }
@@ -387,7 +402,7 @@ impl Walk {
     /// The rows a round's page joins, and the seq column it orders by.
     fn page_from(&self) -> (&'static str, &'static str) {
         match self {
-            Walk::Seq => ("transfers t", "t.seq"),
+            Walk::Seq | Walk::Party { .. } => ("transfers t", "t.seq"),
             Walk::Key(_) => ("transfer_keys k JOIN transfers t ON t.seq = k.seq", "k.seq"),
         }
     }
@@ -408,11 +423,10 @@ impl Walk {
 /// state, a settlement window, then a payer, a payee; `ids` are the payer's and
 /// payee's participant ids (`None`: no such participant).
 fn key_of(query: &TransferQuery, ids: (Option<i64>, Option<i64>)) -> Option<(String, bool)> {
-    // No key for a party yet: a party's entries are spread over the whole
-    // index, so each one dirties a page of its own, and filing them cost
-    // the store three quarters of its throughput (BENCHMARKS.md,
-    // "Transfer search"); a search by party walks by seq, within the
-    // budget, until they are filed off the writer's database.
+    // A party is served by the party index ([`segments`]), not a key: a
+    // party's keys would be spread over the whole index, each dirtying a
+    // page of its own (three quarters of the store's throughput,
+    // BENCHMARKS.md, "Transfer search").
     if let Some(code) = query.error_code {
         return Some((format!("e:{code}"), true));
     }
@@ -586,25 +600,35 @@ pub(crate) fn search(
             }
         }
     }
-    let segments: Vec<(Walk, u64)> = match key_of(query, ids) {
-        None => vec![(Walk::Seq, low)],
-        Some((key, true)) => vec![(Walk::Key(key), low)],
-        Some((key, false)) => {
-            let through = sql
-                .integers(
-                    "SELECT COALESCE(MAX(through_seq), 0) FROM search_index",
-                    &[],
-                )?
-                .first()
-                .copied()
-                .unwrap_or(0) as u64;
-            vec![(Walk::Seq, low.max(through + 1)), (Walk::Key(key), low)]
-        }
-    };
+    let segments = segments(sql, query, ids, low)?;
     let others = filters(query, dialect);
     let floor = low;
     let mut found: Vec<u64> = Vec::new();
     'segments: for (walk, low) in segments {
+        if let Walk::Party {
+            hash,
+            role,
+            block_seqs,
+        } = walk
+        {
+            let (to_high, ended) = walk_party(
+                sql,
+                (hash, role, block_seqs),
+                (low, high),
+                &others,
+                limit,
+                &mut found,
+                &mut page,
+                query.scan_budget,
+            )?;
+            match ended {
+                true => break 'segments,
+                false => {
+                    high = to_high;
+                    continue;
+                }
+            }
+        }
         let conditions = walk.conditions(dialect);
         while high >= low && high > 0 {
             // The seq of the round's last (oldest) entry of the walk.
@@ -648,6 +672,160 @@ pub(crate) fn search(
     transfers.sort_by_key(|(seq, _)| std::cmp::Reverse(*seq));
     page.transfers = transfers;
     Ok(page)
+}
+
+/// What `query` walks, newest first, each from a low seq up to where the
+/// one before began: the transfers after the last filed by seq, then the
+/// filed ones by a key or the party index; or all by one.
+fn segments(
+    sql: &mut impl SearchSql,
+    query: &TransferQuery,
+    ids: (Option<i64>, Option<i64>),
+    low: u64,
+) -> Result<Vec<(Walk, u64)>, StoreError> {
+    let mut through = |statement: &str| -> Result<u64, StoreError> {
+        Ok(sql.integers(statement, &[])?.first().copied().unwrap_or(0) as u64)
+    };
+    Ok(match (key_of(query, ids), &query.party) {
+        (Some((key, true)), _) => vec![(Walk::Key(key), low)],
+        (_, Some(party)) => {
+            // Seqs below it are filed.
+            let filed_end =
+                through("SELECT COALESCE(MAX(next_block * block_seqs), 0) FROM party_index")?;
+            let block_seqs = match through("SELECT COALESCE(MAX(block_seqs), 0) FROM party_index")?
+            {
+                0 => party_index::BLOCK_SEQS,
+                seqs => party_index::checked_block_seqs(seqs as i64)?,
+            };
+            vec![
+                (Walk::Seq, low.max(filed_end)),
+                (
+                    Walk::Party {
+                        hash: party_index::party_hash(party),
+                        role: query.party_role,
+                        block_seqs,
+                    },
+                    low,
+                ),
+            ]
+        }
+        (None, None) => vec![(Walk::Seq, low)],
+        (Some((key, false)), None) => {
+            let through = through("SELECT COALESCE(MAX(through_seq), 0) FROM search_index")?;
+            vec![(Walk::Seq, low.max(through + 1)), (Walk::Key(key), low)]
+        }
+    })
+}
+
+/// Bucket rows a party walk reads at once (~770 bytes each; 1,024 cover
+/// ~16.7 M transfers).
+const PARTY_ROWS_PER_READ: usize = 1_024;
+/// Candidate transfers fetched and checked per round of a party walk.
+const PARTY_CANDIDATES_PER_ROUND: usize = 1_000;
+
+/// The party index's bucket rows of one bucket over a block range (two
+/// parameters, keys), newest first (a third: how many at most).
+fn party_rows_statement(dialect: Dialect) -> String {
+    format!(
+        "SELECT key, entries FROM party_blocks WHERE key BETWEEN {} AND {}
+         ORDER BY key DESC LIMIT {}",
+        dialect.placeholder(1),
+        dialect.placeholder(2),
+        dialect.placeholder(3)
+    )
+}
+
+/// The query for the matches among `candidates` (seqs), newest first:
+/// every filter of the search checked on each (the party's text among
+/// them: a tag may collide).
+fn candidates_statement(others: &Conditions, candidates: &[u64], limit: usize) -> String {
+    let list = candidates
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    format!(
+        "SELECT t.seq FROM transfers t LEFT JOIN transfer_finishes f ON f.seq = t.seq
+         WHERE t.seq IN ({list}) AND {} ORDER BY t.seq DESC LIMIT {limit}",
+        others.joined()
+    )
+}
+
+/// Walks a party's entries in the filed blocks of `[low, high]`, newest
+/// first, fetching the candidates a round at a time with every filter
+/// checked, into `found` until the page fills or the budget is spent.
+/// Where the walk left `high`, and whether the page ended (full, or cut
+/// by the budget with `next` set).
+#[allow(clippy::too_many_arguments)]
+fn walk_party(
+    sql: &mut impl SearchSql,
+    (hash, role, block_seqs): (u64, Option<PartyRole>, u64),
+    (low, mut high): (u64, u64),
+    others: &Conditions,
+    limit: usize,
+    found: &mut Vec<u64>,
+    page: &mut SearchPage,
+    scan_budget: usize,
+) -> Result<(u64, bool), StoreError> {
+    let bucket = party_index::bucket_of(hash);
+    let statement = party_rows_statement(sql.dialect());
+    while high >= low && high > 0 {
+        let rows = sql.keyed_blobs(
+            &statement,
+            &[
+                Param::Int(party_index::row_key(
+                    bucket,
+                    party_index::block_of(low, block_seqs),
+                )),
+                Param::Int(party_index::row_key(
+                    bucket,
+                    party_index::block_of(high, block_seqs),
+                )),
+                Param::Int(PARTY_ROWS_PER_READ as i64),
+            ],
+        )?;
+        // The blocks read reach down to the last row's (all of them when
+        // fewer rows than asked came back).
+        let read_low = match rows.len() < PARTY_ROWS_PER_READ {
+            true => low,
+            false => rows
+                .last()
+                .map(|(key, _)| party_index::first_seq(party_index::block_of_key(*key), block_seqs))
+                .unwrap_or(low)
+                .max(low),
+        };
+        let mut candidates = Vec::new();
+        for (key, entries) in &rows {
+            let block = party_index::block_of_key(*key);
+            candidates.extend(
+                party_index::seqs_in(block, block_seqs, entries, hash, role)?
+                    .into_iter()
+                    .filter(|seq| (read_low..=high).contains(seq)),
+            );
+        }
+        let rounds = candidates.len().div_ceil(PARTY_CANDIDATES_PER_ROUND);
+        for (at, round) in candidates.chunks(PARTY_CANDIDATES_PER_ROUND).enumerate() {
+            let matches = sql.integers(
+                &candidates_statement(others, round, limit - found.len()),
+                &others.params,
+            )?;
+            found.extend(matches.into_iter().map(|seq| seq as u64));
+            page.examined += round.len();
+            if found.len() == limit {
+                page.next = found.last().copied();
+                return Ok((high, true));
+            }
+            let oldest = *round.last().expect("chunks are not empty");
+            let more = at + 1 < rounds || read_low > low;
+            if page.examined >= scan_budget && more {
+                page.complete = false;
+                page.next = Some(oldest);
+                return Ok((high, true));
+            }
+        }
+        high = read_low.saturating_sub(1);
+    }
+    Ok((high, false))
 }
 
 /// The query for the seq of a round's oldest entry of the walk: its
@@ -839,6 +1017,7 @@ mod tests {
                         "SEARCH k USING PRIMARY KEY (key=? AND seq>? AND seq<?)",
                         Some("SEARCH t USING INTEGER PRIMARY KEY (rowid=?)"),
                     ),
+                    Walk::Party { .. } => unreachable!("walks() yields no party walk"),
                 };
                 assert!(boundary.contains(walked), "{query:?}: {boundary}");
                 assert!(page.contains(walked), "{query:?}: {page}");
@@ -850,6 +1029,127 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A search by party reads its bucket's rows by one range of the
+    /// party index's primary key, newest first, and fetches the candidates
+    /// by the transfers' (SQLite).
+    #[test]
+    fn a_party_search_reads_primary_keys_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(crate::sqlite::SqliteStore::open(dir.path(), Default::default()).unwrap());
+        let connection = rusqlite::Connection::open(dir.path().join("kasi.db")).unwrap();
+        let rows = sqlite_plan(&connection, &party_rows_statement(Dialect::Sqlite));
+        assert!(
+            rows.contains("SEARCH party_blocks USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"),
+            "{rows}"
+        );
+        assert!(!rows.contains("TEMP B-TREE"), "no sort: {rows}");
+        for query in party_searches() {
+            let others = filters(&query, Dialect::Sqlite);
+            let page = sqlite_plan(&connection, &candidates_statement(&others, &[9, 5, 2], 50));
+            assert!(
+                page.contains("SEARCH t USING INTEGER PRIMARY KEY (rowid=?)"),
+                "{query:?}: {page}"
+            );
+            assert!(!page.contains("SCAN t"), "{query:?}: {page}");
+        }
+    }
+
+    /// Searches by party, with and without other filters.
+    fn party_searches() -> Vec<TransferQuery> {
+        let party = || Some("MSISDN/27713803912".to_string());
+        vec![
+            TransferQuery {
+                party: party(),
+                ..TransferQuery::default()
+            },
+            TransferQuery {
+                party: party(),
+                party_role: Some(PartyRole::Payee),
+                payer: Some(fsp("payerfsp")),
+                currency: Currency::parse("USD"),
+                min_amount: Some(Amount::from_whole(5)),
+                ..TransferQuery::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn a_party_is_searched_by_the_party_index_after_the_unfiled_transfers() {
+        for query in party_searches() {
+            let hash = party_index::party_hash("MSISDN/27713803912");
+            let mut sql = Fixed { next_block: 3 };
+            let segments = segments(&mut sql, &query, (Some(1), None), 10).unwrap();
+            assert_eq!(
+                segments,
+                vec![
+                    (Walk::Seq, 3 * 64),
+                    (
+                        Walk::Party {
+                            hash,
+                            role: query.party_role,
+                            block_seqs: 64,
+                        },
+                        10
+                    )
+                ]
+            );
+        }
+        // A failure's key is rarer still.
+        let query = TransferQuery {
+            error_code: Some(4001),
+            ..party_searches().remove(0)
+        };
+        let segments = segments(&mut Fixed { next_block: 3 }, &query, (None, None), 1).unwrap();
+        assert_eq!(segments, vec![(Walk::Key("e:4001".into()), 1)]);
+    }
+
+    /// A store whose party index is filed up to `next_block`.
+    struct Fixed {
+        next_block: i64,
+    }
+
+    impl SearchSql for Fixed {
+        fn dialect(&self) -> Dialect {
+            Dialect::Sqlite
+        }
+        /// Blocks of 64 seqs.
+        fn integers(&mut self, sql: &str, _: &[Param]) -> Result<Vec<i64>, StoreError> {
+            assert!(sql.contains("party_index"), "{sql}");
+            match sql.contains("next_block * block_seqs") {
+                true => Ok(vec![self.next_block * 64]),
+                false => Ok(vec![64]),
+            }
+        }
+        fn keyed_blobs(&mut self, _: &str, _: &[Param]) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+            unreachable!()
+        }
+        fn views(&mut self, _: &[u64]) -> Result<Vec<(u64, StoredTransfer)>, StoreError> {
+            unreachable!()
+        }
+    }
+
+    /// PostgreSQL's plan of `sql` with `params` bound, as text.
+    fn pg_explain(client: &mut postgres::Client, sql: &str, params: &[Param]) -> String {
+        let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
+            .iter()
+            .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
+                match param {
+                    Param::Int(n) => Box::new(*n),
+                    Param::Text(text) => Box::new(text.clone()),
+                }
+            })
+            .collect();
+        let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+            values.iter().map(|value| value.as_ref()).collect();
+        client
+            .query(&format!("EXPLAIN {sql}"), &refs)
+            .unwrap()
+            .iter()
+            .map(|row| row.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The same on PostgreSQL: an index scan of a primary key in seq
@@ -868,24 +1168,7 @@ mod tests {
         let mut plan = |sql: &str, params: &[Param]| -> String {
             let mut params: Vec<Param> = params.to_vec();
             params.extend([Param::Int(1), Param::Int(1_000_000)]);
-            let values: Vec<Box<dyn postgres::types::ToSql + Sync>> = params
-                .iter()
-                .map(|param| -> Box<dyn postgres::types::ToSql + Sync> {
-                    match param {
-                        Param::Int(n) => Box::new(*n),
-                        Param::Text(text) => Box::new(text.clone()),
-                    }
-                })
-                .collect();
-            let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
-                values.iter().map(|value| value.as_ref()).collect();
-            client
-                .query(&format!("EXPLAIN {sql}"), &refs)
-                .unwrap()
-                .iter()
-                .map(|row| row.get::<_, String>(0))
-                .collect::<Vec<_>>()
-                .join("\n")
+            pg_explain(&mut client, sql, &params)
         };
         for query in searches() {
             let others = filters(&query, Dialect::Postgres);
@@ -900,6 +1183,7 @@ mod tests {
                 let index = match walk {
                     Walk::Seq => "transfers_pkey",
                     Walk::Key(_) => "transfer_keys_pkey",
+                    Walk::Party { .. } => unreachable!("walks() yields no party walk"),
                 };
                 for plan in [&boundary, &page] {
                     assert!(
@@ -910,6 +1194,38 @@ mod tests {
                     assert!(!plan.contains("Sort"), "no sort: {plan}");
                 }
             }
+        }
+    }
+
+    /// The same for a party on PostgreSQL: the bucket's rows by the party
+    /// index's primary key, the candidates by the transfers'.
+    #[test]
+    fn a_party_search_reads_primary_keys_on_postgresql() {
+        let cluster = testpg::Cluster::start();
+        let url = cluster.create_database("explain_party");
+        drop(crate::pg::PgStore::open(&url).unwrap());
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client
+            .batch_execute("SET enable_seqscan = off; SET enable_bitmapscan = off")
+            .unwrap();
+        let rows = pg_explain(
+            &mut client,
+            &party_rows_statement(Dialect::Postgres),
+            &[Param::Int(1), Param::Int(100), Param::Int(1024)],
+        );
+        assert!(
+            rows.contains("Index Scan Backward using party_blocks_pkey"),
+            "{rows}"
+        );
+        assert!(!rows.contains("Sort"), "no sort: {rows}");
+        for query in party_searches() {
+            let others = filters(&query, Dialect::Postgres);
+            let page = pg_explain(
+                &mut client,
+                &candidates_statement(&others, &[9, 5, 2], 50),
+                &others.params,
+            );
+            assert!(page.contains("using transfers_pkey"), "{query:?}: {page}");
         }
     }
 

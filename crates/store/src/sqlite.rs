@@ -47,8 +47,9 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// `payee_party`) and the search keys (`transfer_keys`, `search_index`);
 /// version 12 the change feed's `changes` and `feed_cursors`
 /// (`sqlite_feed.rs`); version 13 the hourly rollup's `rollup_pairs`,
-/// `rollup_errors`, `rollup_latency` (`crate::rollup`).
-const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE;
+/// `rollup_errors`, `rollup_latency` (`crate::rollup`); version 14 the
+/// party index's `party_blocks` and `party_index` (`crate::party_index`).
+const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE + 1;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -559,9 +560,10 @@ impl SqliteStore {
             }
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
-            // Version 11 → 12 only adds the change feed's tables, and
-            // 12 → 13 the rollup's, which are created below.
-            11 | 12 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
+            // Version 11 → 12 only adds the change feed's tables, 12 → 13
+            // the rollup's and 13 → 14 the party index's, which are
+            // created below.
+            11..=13 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
             1..=10 => {
                 let migration = connection.transaction()?;
@@ -612,6 +614,7 @@ impl SqliteStore {
         // and `transfers_funds` again after the migration to version 6).
         connection.execute_batch(sqlite_history::SCHEMA)?;
         connection.execute_batch(crate::sqlite_feed::SCHEMA)?;
+        connection.execute_batch(crate::party_index::SQLITE_SCHEMA)?;
         let owners = account_owners(&connection)?;
         let pass = PassClock::new(
             options.search_pass,
@@ -2386,6 +2389,19 @@ impl search::SearchSql for SqliteSearch<'_> {
         let values = sqlite_values(params);
         let mut statement = self.0.prepare_cached(sql)?;
         let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn keyed_blobs(
+        &mut self,
+        sql: &str,
+        params: &[search::Param],
+    ) -> Result<Vec<(i64, Vec<u8>)>, StoreError> {
+        let values = sqlite_values(params);
+        let mut statement = self.0.prepare_cached(sql)?;
+        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -10,6 +10,7 @@ use ledger::{AccountId, Amount, Currency, ParticipantId, Record, TransferId, Tra
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
 use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, TransferSummary, FEED_COLUMNS};
+use crate::party_index;
 use crate::rollup::{self, Fold, PairCounts, PairKey, Rollup};
 use crate::StoreError;
 
@@ -320,6 +321,79 @@ impl FeedLog for SqliteFeed {
         let connection = self.connection();
         connection.execute(SET_CURSOR, params![name, feed_seq as i64])?;
         Ok(())
+    }
+
+    fn file_party_blocks(
+        &self,
+        most_blocks: u64,
+        block_seqs: u64,
+    ) -> Result<party_index::Filing, StoreError> {
+        let mut connection = self.connection();
+        // The blocks filed and their size, or none yet at `block_seqs`.
+        let filed = |connection: &Connection| -> Result<(u64, u64), StoreError> {
+            let row: Option<(i64, i64)> = connection
+                .query_row(
+                    "SELECT next_block, block_seqs FROM party_index WHERE id = 1",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()?;
+            let (next, seqs) = row.unwrap_or((0, block_seqs as i64));
+            Ok((next as u64, party_index::checked_block_seqs(seqs)?))
+        };
+        // Read without the write lock: a committed block's rows no longer
+        // change, so only the fence below needs it.
+        let reading = connection.transaction()?;
+        let (next, block_seqs) = filed(&reading)?;
+        let last_seq =
+            reading.query_row("SELECT COALESCE(MAX(seq), 0) FROM transfers", [], |row| {
+                row.get::<_, i64>(0)
+            })? as u64;
+        let to = party_index::blocks_complete(last_seq, block_seqs).min(next + most_blocks);
+        let mut filing = party_index::Filing {
+            filed: 0,
+            next_block: next,
+            block_seqs,
+            last_seq,
+        };
+        if to <= next {
+            return Ok(filing);
+        }
+        let rows = party_index::rows_of_blocks(next, to, block_seqs, |from, to| {
+            let mut select = reading.prepare_cached(
+                "SELECT seq, payer_party, payee_party FROM transfers
+                 WHERE seq >= ?1 AND seq < ?2 AND (payer_party IS NOT NULL OR payee_party IS NOT NULL)",
+            )?;
+            let parties = select
+                .query_map(params![from as i64, to as i64], |row| {
+                    Ok((row.get::<_, i64>(0)? as u64, row.get(1)?, row.get(2)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            Ok(parties)
+        })?;
+        drop(reading);
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let found = filed(&transaction)?;
+        if found != (next, block_seqs) {
+            return Err(party_index::moved(next, found.0));
+        }
+        {
+            let mut insert = transaction
+                .prepare_cached("INSERT INTO party_blocks (key, entries) VALUES (?1, ?2)")?;
+            for (key, entries) in &rows {
+                insert.execute(params![key, entries])?;
+            }
+        }
+        transaction.execute(
+            "INSERT INTO party_index (id, next_block, block_seqs) VALUES (1, ?1, ?2)
+             ON CONFLICT (id) DO UPDATE SET next_block = excluded.next_block",
+            params![to as i64, block_seqs as i64],
+        )?;
+        transaction.commit()?;
+        filing.filed = to - next;
+        filing.next_block = to;
+        Ok(filing)
     }
 
     fn fold_rollup(&self, after: u64, through: u64, fold: &Fold) -> Result<(), StoreError> {

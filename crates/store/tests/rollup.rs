@@ -247,12 +247,14 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
     let raw = rusqlite::Connection::open(&path).expect("open");
     raw.execute_batch(
         "DROP TABLE rollup_pairs; DROP TABLE rollup_errors; DROP TABLE rollup_latency;
+         DROP TABLE party_blocks; DROP TABLE party_index;
          PRAGMA user_version = 12;",
     )
     .expect("downgrade");
+    // The rollup's (13) and the party index's (14).
     let tables = |raw: &rusqlite::Connection| -> i64 {
         raw.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'rollup_%'",
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'rollup_%' OR name LIKE 'party_%'",
             [],
             |row| row.get(0),
         )
@@ -260,11 +262,11 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
     };
     assert_eq!(tables(&raw), 0);
     let store = SqliteStore::open(dir.path(), SqliteOptions::default()).expect("migrate");
-    assert_eq!(tables(&raw), 3);
+    assert_eq!(tables(&raw), 5);
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     drop(store);
     let feed = SqliteFeed::open(dir.path()).expect("open the feed");
     fold_all(&feed, MAX_PAGE);

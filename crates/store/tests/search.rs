@@ -176,6 +176,10 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     let by_party = std::cell::Cell::new(0u32);
     // Cases whose keys were filed up to some seq, and not to the last.
     let lagging = std::cell::Cell::new(0u32);
+    // Searches by party that found something in blocks the party index
+    // filed, and cases whose index covered some blocks and not all.
+    let by_party_index = std::cell::Cell::new(0u32);
+    let index_lagging = std::cell::Cell::new(0u32);
     // A fixed seed: the coverage asserted below (matches, pages cut short,
     // keys lagging, party searches) is then the same on every run. With a
     // seed of the moment, 16 cases sometimes held a single lagging case,
@@ -194,152 +198,193 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
         prop::collection::vec(op(), 1..80),
         prop::collection::vec(query_strategy(), 12),
         1u64..4,
+        // The party index: seqs per block, and filings of up to 3 blocks.
+        (1u64..6, 0usize..12),
     );
     runner
-        .run(&strategy, |(ops, queries, pass_most)| {
-            case.set(case.get() + 1);
-            let url = cluster.create_database(&format!("case{}", case.get()));
-            let dir = tempfile::tempdir().expect("tempdir");
-            let pg = PgStore::open(&url).expect("open the PostgreSQL store");
-            // A pass at every commit, of a few transfers: the keys lag the
-            // transfers by a varying tail, which the searches walk by seq.
-            let pass = SearchPass {
-                every: std::time::Duration::ZERO,
-                most_transfers: pass_most,
-            };
-            let mut harness = Harness::with_search_pass(dir.path(), Some(pg), pass);
-            for op in ops {
-                harness.run(op);
-            }
-            let snapshot = harness.store.load().expect("load");
-            let all = seen(&snapshot);
-            let through: i64 = rusqlite::Connection::open(dir.path().join("kasi.db"))
-                .and_then(|db| {
-                    db.query_row(
-                        "SELECT COALESCE(MAX(through_seq), 0) FROM search_index",
-                        [],
-                        |row| row.get(0),
-                    )
-                })
-                .expect("the search pass's seq");
-            let last = all.iter().map(|t| t.seq as i64).max().unwrap_or(0);
-            if through > 0 && through < last {
-                lagging.set(lagging.get() + 1);
-            }
-            let times: Vec<i64> = all.iter().map(|t| t.prepared_at_ms).collect();
-            let first_error = all.iter().find_map(|t| t.reason);
-            let ids: HashMap<u64, TransferId> = snapshot
-                .transfers
+        .run(
+            &strategy,
+            |(ops, queries, pass_most, (block_seqs, filings))| {
+                case.set(case.get() + 1);
+                let url = cluster.create_database(&format!("case{}", case.get()));
+                let dir = tempfile::tempdir().expect("tempdir");
+                let pg = PgStore::open(&url).expect("open the PostgreSQL store");
+                // A pass at every commit, of a few transfers: the keys lag the
+                // transfers by a varying tail, which the searches walk by seq.
+                let pass = SearchPass {
+                    every: std::time::Duration::ZERO,
+                    most_transfers: pass_most,
+                };
+                let mut harness = Harness::with_search_pass(dir.path(), Some(pg), pass);
+                for op in ops {
+                    harness.run(op);
+                }
+                let snapshot = harness.store.load().expect("load");
+                let all = seen(&snapshot);
+                let through: i64 = rusqlite::Connection::open(dir.path().join("kasi.db"))
+                    .and_then(|db| {
+                        db.query_row(
+                            "SELECT COALESCE(MAX(through_seq), 0) FROM search_index",
+                            [],
+                            |row| row.get(0),
+                        )
+                    })
+                    .expect("the search pass's seq");
+                let last = all.iter().map(|t| t.seq as i64).max().unwrap_or(0);
+                if through > 0 && through < last {
+                    lagging.set(lagging.get() + 1);
+                }
+                // The party index, filed as the hub's follower files it (on the
+                // feed's connection, beside the open writer), on both backends
+                // alike; often only some of the blocks.
+                let mut filed_end = [0u64; 2];
+                for (at, feed) in [
+                    Box::new(store::sqlite_feed::SqliteFeed::open(dir.path()).expect("feed"))
+                        as Box<dyn store::feed::FeedLog>,
+                    Box::new(store::pg_feed::PgFeed::open(&url).expect("feed")),
+                ]
                 .iter()
-                .map(|t| (t.seq, t.transfer_id))
-                .collect();
-            let sqlite = harness.lookup();
-            let pg = PgReader::open(&url).expect("a PostgreSQL reader");
-            let mut searches = Vec::new();
-            for (
-                payer,
-                payee,
-                currency,
-                state,
-                error,
-                window,
-                (amounts, span, party, role),
-                limit,
-                round,
-                budget,
-            ) in queries
-            {
-                let dfsp = |n: u8| {
-                    (1..5)
-                        .contains(&n)
-                        .then(|| harness.dfsps[(n as usize - 1) % harness.dfsps.len()].0)
-                };
-                let (amounts, span) = (amounts * u8::from(amounts < 4), span * u8::from(span < 4));
-                let at = |n: usize| times.get(n % times.len().max(1)).copied().unwrap_or(0);
-                let query = TransferQuery {
-                    payer: dfsp(payer),
-                    payee: dfsp(payee),
-                    party: (party < 5).then(|| format!("MSISDN/{party}")),
-                    party_role: match role {
-                        1 => Some(PartyRole::Payer),
-                        2 => Some(PartyRole::Payee),
-                        _ => None,
-                    },
-                    currency: match currency {
-                        1 => Currency::parse("USD"),
-                        2 => Currency::parse("EUR"),
-                        _ => None,
-                    },
-                    state: match state {
-                        1 => Some(TransferState::Committed),
-                        2 => Some(TransferState::Aborted),
-                        3 => Some(TransferState::Reserved),
-                        4 => Some(TransferState::Expired),
-                        5 => Some(TransferState::Rejected),
-                        _ => None,
-                    },
-                    error_code: match error {
-                        1 => first_error,
-                        2 => Some(9_999),
-                        _ => None,
-                    },
-                    settlement_window: (1..3).contains(&window).then_some(u32::from(window)),
-                    min_amount: (amounts & 1 == 1).then(|| Amount::from_whole(20)),
-                    max_amount: (amounts & 2 == 2).then(|| Amount::from_whole(400)),
-                    from_ms: (span & 1 == 1).then(|| at(times.len() / 3)),
-                    to_ms: (span & 2 == 2).then(|| at(2 * times.len() / 3)),
-                    before_seq: None,
-                    limit,
-                    chunk: round,
-                    scan_budget: budget,
-                };
-                searches.push(query);
-            }
-            // Two that exercise every case whatever the draw: all
-            // transfers, a few per round; and a filter nothing matches,
-            // walked a transfer at a time, which the budget cuts.
-            searches.push(TransferQuery {
-                limit: 4,
-                chunk: 3,
-                scan_budget: 5,
-                ..TransferQuery::default()
-            });
-            searches.push(TransferQuery {
-                min_amount: Some(Amount::from_whole(1_000_000_000)),
-                limit: 5,
-                chunk: 1,
-                scan_budget: 2,
-                ..TransferQuery::default()
-            });
-            for query in searches {
-                let want = expected(&all, &query);
-                if !want.is_empty() {
-                    non_empty.set(non_empty.get() + 1);
-                    if query.party.is_some() {
-                        by_party.set(by_party.get() + 1);
+                .enumerate()
+                {
+                    for _ in 0..filings {
+                        let filing = feed.file_party_blocks(3, block_seqs).expect("file");
+                        prop_assert_eq!(filing.last_seq as i64, last);
+                        prop_assert_eq!(filing.block_seqs, block_seqs);
+                        filed_end[at] = filing.next_block * block_seqs;
                     }
                 }
-                for (backend, reader) in
-                    [("SQLite", &sqlite as &dyn StoreReader), ("PostgreSQL", &pg)]
-                {
-                    let (found, cut) = every_page(reader, &query, &ids);
-                    prop_assert_eq!(&found, &want, "{} {:?}", backend, query);
-                    cut_short.set(cut_short.get() + cut);
+                prop_assert_eq!(filed_end[0], filed_end[1], "both backends filed the same");
+                let filed_end = filed_end[0];
+                if filed_end > 0 && filed_end <= last as u64 {
+                    index_lagging.set(index_lagging.get() + 1);
                 }
-            }
-            Ok(())
-        })
+                let times: Vec<i64> = all.iter().map(|t| t.prepared_at_ms).collect();
+                let first_error = all.iter().find_map(|t| t.reason);
+                let ids: HashMap<u64, TransferId> = snapshot
+                    .transfers
+                    .iter()
+                    .map(|t| (t.seq, t.transfer_id))
+                    .collect();
+                let sqlite = harness.lookup();
+                let pg = PgReader::open(&url).expect("a PostgreSQL reader");
+                let mut searches = Vec::new();
+                for (
+                    payer,
+                    payee,
+                    currency,
+                    state,
+                    error,
+                    window,
+                    (amounts, span, party, role),
+                    limit,
+                    round,
+                    budget,
+                ) in queries
+                {
+                    let dfsp = |n: u8| {
+                        (1..5)
+                            .contains(&n)
+                            .then(|| harness.dfsps[(n as usize - 1) % harness.dfsps.len()].0)
+                    };
+                    let (amounts, span) =
+                        (amounts * u8::from(amounts < 4), span * u8::from(span < 4));
+                    let at = |n: usize| times.get(n % times.len().max(1)).copied().unwrap_or(0);
+                    let query = TransferQuery {
+                        payer: dfsp(payer),
+                        payee: dfsp(payee),
+                        party: (party < 5).then(|| format!("MSISDN/{party}")),
+                        party_role: match role {
+                            1 => Some(PartyRole::Payer),
+                            2 => Some(PartyRole::Payee),
+                            _ => None,
+                        },
+                        currency: match currency {
+                            1 => Currency::parse("USD"),
+                            2 => Currency::parse("EUR"),
+                            _ => None,
+                        },
+                        state: match state {
+                            1 => Some(TransferState::Committed),
+                            2 => Some(TransferState::Aborted),
+                            3 => Some(TransferState::Reserved),
+                            4 => Some(TransferState::Expired),
+                            5 => Some(TransferState::Rejected),
+                            _ => None,
+                        },
+                        error_code: match error {
+                            1 => first_error,
+                            2 => Some(9_999),
+                            _ => None,
+                        },
+                        settlement_window: (1..3).contains(&window).then_some(u32::from(window)),
+                        min_amount: (amounts & 1 == 1).then(|| Amount::from_whole(20)),
+                        max_amount: (amounts & 2 == 2).then(|| Amount::from_whole(400)),
+                        from_ms: (span & 1 == 1).then(|| at(times.len() / 3)),
+                        to_ms: (span & 2 == 2).then(|| at(2 * times.len() / 3)),
+                        before_seq: None,
+                        limit,
+                        chunk: round,
+                        scan_budget: budget,
+                    };
+                    searches.push(query);
+                }
+                // Two that exercise every case whatever the draw: all
+                // transfers, a few per round; and a filter nothing matches,
+                // walked a transfer at a time, which the budget cuts.
+                searches.push(TransferQuery {
+                    limit: 4,
+                    chunk: 3,
+                    scan_budget: 5,
+                    ..TransferQuery::default()
+                });
+                searches.push(TransferQuery {
+                    min_amount: Some(Amount::from_whole(1_000_000_000)),
+                    limit: 5,
+                    chunk: 1,
+                    scan_budget: 2,
+                    ..TransferQuery::default()
+                });
+                for query in searches {
+                    let want = expected(&all, &query);
+                    if !want.is_empty() {
+                        non_empty.set(non_empty.get() + 1);
+                        if query.party.is_some() {
+                            by_party.set(by_party.get() + 1);
+                            if want.iter().any(|&seq| seq < filed_end)
+                                && query.error_code.is_none()
+                                && query.state.is_none()
+                                && query.settlement_window.is_none()
+                            {
+                                by_party_index.set(by_party_index.get() + 1);
+                            }
+                        }
+                    }
+                    for (backend, reader) in
+                        [("SQLite", &sqlite as &dyn StoreReader), ("PostgreSQL", &pg)]
+                    {
+                        let (found, cut) = every_page(reader, &query, &ids);
+                        prop_assert_eq!(&found, &want, "{} {:?}", backend, query);
+                        cut_short.set(cut_short.get() + cut);
+                    }
+                }
+                Ok(())
+            },
+        )
         .unwrap();
     // The cases exercised something: matches, and pages the budget ended.
     assert!(non_empty.get() >= 20, "{}", non_empty.get());
     assert!(cut_short.get() >= 5, "{}", cut_short.get());
     assert!(lagging.get() >= 2, "{}", lagging.get());
     assert!(by_party.get() >= 3, "{}", by_party.get());
+    assert!(by_party_index.get() >= 2, "{}", by_party_index.get());
+    assert!(index_lagging.get() >= 2, "{}", index_lagging.get());
     eprintln!(
-        "non-empty {} (by party {}) cut short {} lagging {}",
+        "non-empty {} (by party {}, in the party index {}) cut short {} lagging {} index lagging {}",
         non_empty.get(),
         by_party.get(),
+        by_party_index.get(),
         cut_short.get(),
-        lagging.get()
+        lagging.get(),
+        index_lagging.get()
     );
 }

@@ -208,6 +208,8 @@ pub struct Metrics {
     pub alerts_skipped: Counter,
     /// The last committed feed_seq less the hourly rollup's cursor.
     pub rollup_lag: Gauge,
+    /// Transfers committed that the party index does not cover yet.
+    pub party_index_unfiled: Gauge,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -308,6 +310,12 @@ impl Metrics {
             "kasi_rollup_lag",
             "The last committed change feed_seq less the hourly rollup's durable cursor (the dashboard's)",
             rollup_lag.clone(),
+        );
+        let party_index_unfiled = Gauge::default();
+        registry.register(
+            "kasi_party_index_unfiled",
+            "Transfers committed that the party index does not cover yet (a search by party walks them one by one; about one block of 16,384 once caught up)",
+            party_index_unfiled.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -422,6 +430,7 @@ impl Metrics {
             alerts_lag,
             alerts_skipped,
             rollup_lag,
+            party_index_unfiled,
             stage_durations,
             windows_closed,
             position_utilisation,
