@@ -27,6 +27,66 @@ pub const FULFILMENT: &str = "UNlJ98hZTY_dsw0cAqw4i_UN3v4utt7CZFB4yfLbVFA";
 /// Any base64url string is a valid `ilpPacket`; this is the size of a real one.
 pub const ILP_PACKET: &str = "AYIBgQAAAAAAAASwNGxldmVsb25lLmRmc3AxLm1lci45T2RTOF81MDdqUUZERmZlakgyOVc4bXFmNEpLMHlGTFGCAUBQU0svMS4wCk5vbmNlOiB1SXlweUYzY3pYSXBFdzVVc05TYWh3CkVuY3J5cHRpb246IG5vbmUKUGF5bWVudC1JZDogMTMyMzZhM2ItOGZhOC00MTYzLTg0NDctNGMzZWQzZGE5OGE3CgpDb250ZW50LUxlbmd0aDogMTM1CkNvbnRlbnQtVHlwZTogYXBwbGljYXRpb24vanNvbgpTZW5kZXItSWRlbnRpZmllcjogOTI4MDYzOTEKCiJ7XCJmZWVcIjowLFwidHJhbnNmZXJDb2RlXCI6XCJpbnZvaWNlXCIsXCJkZWJpdE5hbWVcIjpcImFsaWNlIGNvb3BlclwiLFwiY3JlZGl0TmFtZVwiOlwibWVyIGNoYW50XCIsXCJkZWJpdElkZW50aWZpZXJcIjpcIjkyODA2MzkxXCJ9IgA";
 
+/// An `ilpPacket` as Mojaloop's SDK builds it when answering a quote
+/// (`fspiop::ilp`'s documentation): an ILP v4 prepare (type 12) whose data
+/// is base64url of the transaction, naming the payer's and payee's MSISDNs
+/// at their DFSPs; the whole base64url. The hub reads the parties out of
+/// it and files the transfer by them.
+pub fn ilp_packet_naming(
+    transaction_id: &str,
+    (payer_fsp, payer_msisdn): (&str, &str),
+    (payee_fsp, payee_msisdn): (&str, &str),
+    (amount, currency): (&str, &str),
+) -> String {
+    use base64::Engine as _;
+    let base64url = &base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let transaction = format!(
+        concat!(
+            r#"{{"amount":{{"amount":"{}","currency":"{}"}},"#,
+            r#""payee":{{"partyIdInfo":{{"fspId":"{}","partyIdType":"MSISDN","partyIdentifier":"{}"}}}},"#,
+            r#""payer":{{"partyIdInfo":{{"fspId":"{}","partyIdType":"MSISDN","partyIdentifier":"{}"}}}},"#,
+            r#""quoteId":"{}","transactionId":"{}","#,
+            r#""transactionType":{{"initiator":"PAYER","initiatorType":"CONSUMER","scenario":"TRANSFER"}}}}"#
+        ),
+        amount,
+        currency,
+        payee_fsp,
+        payee_msisdn,
+        payer_fsp,
+        payer_msisdn,
+        transaction_id,
+        transaction_id
+    );
+    let data = base64url.encode(transaction);
+    let destination = b"g.mojaloop";
+    let condition = base64url.decode(CONDITION).expect("CONDITION is base64url");
+    let mut fields = Vec::with_capacity(80 + data.len());
+    fields.extend_from_slice(&0u64.to_be_bytes());
+    fields.extend_from_slice(b"20261129120000000");
+    fields.extend_from_slice(&condition);
+    push_oer_octets(&mut fields, destination);
+    push_oer_octets(&mut fields, data.as_bytes());
+    let mut packet = Vec::with_capacity(fields.len() + 4);
+    packet.push(12);
+    push_oer_octets(&mut packet, &fields);
+    base64url.encode(packet)
+}
+
+/// An OER variable-length octet string: the length (one byte below 128,
+/// else `0x80 | n` and `n` big-endian bytes, the shortest), the octets.
+fn push_oer_octets(out: &mut Vec<u8>, octets: &[u8]) {
+    let length = octets.len();
+    if length < 128 {
+        out.push(length as u8);
+    } else {
+        let bytes = length.to_be_bytes();
+        let skip = bytes.iter().take_while(|&&b| b == 0).count();
+        out.push(0x80 | (bytes.len() - skip) as u8);
+        out.extend_from_slice(&bytes[skip..]);
+    }
+    out.extend_from_slice(octets);
+}
+
 /// The FSPIOP resources the driver speaks, with the versions a DFSP of
 /// Mojaloop's SDK sends (MOJALOOP-REFERENCE.md §8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -747,6 +807,22 @@ mod tests {
         ]));
         assert_eq!(applicable_model(&none, "USD"), None);
         assert_eq!(applicable_model(&models(json!([])), "USD"), None);
+    }
+
+    /// The packets the prepares carry name their parties as the hub reads
+    /// them (the reader is checked against Mojaloop's own vectors).
+    #[test]
+    fn a_packet_names_the_payer_and_the_payee() {
+        let packet = ilp_packet_naming(
+            "01K1WV2595Z7XST8FW5K4XRDZB",
+            ("b1d0", "255700000017"),
+            ("b1d1", "255700000042"),
+            ("10", "USD"),
+        );
+        let parties = fspiop::ilp::transaction_parties(&packet).expect("the hub reads it");
+        assert_eq!(parties.payer.key(), "MSISDN/255700000017");
+        assert_eq!(parties.payee.key(), "MSISDN/255700000042");
+        assert!(packet.len() < 1_000, "{}", packet.len());
     }
 
     #[test]

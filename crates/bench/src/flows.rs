@@ -213,12 +213,13 @@ pub(crate) fn transaction_request_body(
     )
 }
 
-/// A `POST /transfers` body.
+/// A `POST /transfers` body carrying `ilp_packet`.
 pub(crate) fn prepare_body(
     transfer_id: &str,
     payer: &str,
     payee: &str,
     (amount, currency): (&str, &str),
+    ilp_packet: &str,
 ) -> String {
     format!(
         concat!(
@@ -231,7 +232,7 @@ pub(crate) fn prepare_body(
         payee,
         amount,
         currency,
-        ILP_PACKET,
+        ilp_packet,
         CONDITION,
         fspiop::format_date_time(now_ms() + 60_000),
     )
@@ -567,7 +568,24 @@ pub(crate) async fn transfer(
 ) -> Result<Instant, Failure> {
     let payer_name = &shared.names[payer as usize];
     let payee_name = &shared.names[payee as usize];
-    let body = prepare_body(&shared.ids.format(counter), payer_name, payee_name, amount);
+    let transfer_id = shared.ids.format(counter);
+    let packet = match shared.ilp_customers {
+        0 => std::borrow::Cow::Borrowed(ILP_PACKET),
+        customers => {
+            // Two customers drawn from the counter, spread over the range.
+            let customer = |salt: u64| {
+                let drawn = crate::ids::splitmix64(counter ^ salt) % u64::from(customers);
+                format!("2557{drawn:08}")
+            };
+            std::borrow::Cow::Owned(crate::dfsp::ilp_packet_naming(
+                &transfer_id,
+                (payer_name, &customer(0x70a7)),
+                (payee_name, &customer(0x70a8)),
+                amount,
+            ))
+        }
+    };
+    let body = prepare_body(&transfer_id, payer_name, payee_name, amount, &packet);
     let request = fspiop_request(
         Method::POST,
         &format!("{}/transfers", shared.api),
@@ -824,7 +842,7 @@ mod tests {
     fn a_prepare_body_is_valid_fspiop() {
         let ids = IdGen::new(3);
         let id = ids.format(9);
-        let body = prepare_body(&id, "b1d0", "b1d1", ("10", CURRENCY));
+        let body = prepare_body(&id, "b1d0", "b1d1", ("10", CURRENCY), ILP_PACKET);
         let parsed = fspiop::parse_transfer_prepare(body.as_bytes()).expect("valid");
         assert_eq!(parsed.transfer_id.to_string(), id);
         let fulfil = format!(

@@ -227,6 +227,19 @@ pub struct BenchTransfersArgs {
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000), hide_short_help = true)]
     pub(crate) parties: u32,
 
+    /// Customers each side of a transfer is drawn from: every prepare's
+    /// `ilpPacket` is an ILP v4 prepare carrying the transaction (payer and
+    /// payee MSISDNs among these), as Mojaloop's SDK builds it, so the hub
+    /// keeps and files the parties as it would in a scheme. 0: one fixed
+    /// packet that names no party (the benches before 2026-11-29).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1_000_000,
+        hide_short_help = true
+    )]
+    pub(crate) ilp_customers: u32,
+
     /// Virtual users, each with one flow in flight at a time (closed loop);
     /// with --profile, the level it shapes.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]

@@ -272,6 +272,8 @@ pub(crate) struct Shared {
     pub(crate) parties: u32,
     /// This run's tag in the party identifiers.
     pub(crate) party_tag: u32,
+    /// `--ilp-customers`: the prepares' packets name two of these (0: none).
+    pub(crate) ilp_customers: u32,
     /// Per payee DFSP: the lookups' round robin over its parties.
     pub(crate) next_party: Vec<AtomicU64>,
     pub(crate) pending: Mutex<HashMap<u64, Pending>>,
@@ -484,6 +486,7 @@ pub(crate) async fn drive(
         index_of,
         parties: args.parties,
         party_tag: (splitmix64(seed ^ 0x5eed) % 1_000_000) as u32,
+        ilp_customers: args.ilp_customers,
         next_party: (0..args.dfsps).map(|_| AtomicU64::new(0)).collect(),
         names,
         dfsps: args.dfsps,
