@@ -234,6 +234,7 @@ pub struct BenchTransfersArgs {
     /// packet that names no party (the benches before 2026-11-29).
     #[arg(
         long,
+        env = "KASI_BENCH_ILP_CUSTOMERS",
         value_name = "N",
         default_value_t = 1_000_000,
         hide_short_help = true
