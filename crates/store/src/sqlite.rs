@@ -485,6 +485,25 @@ impl<'t> Lazy<'t> {
 /// How long the writer's own statements wait for a lock (SQLite's busy
 /// handler); the WAL restart does not wait at all.
 const WRITER_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the writer tries again for a lock another connection holds.
+const WRITER_BUSY_RETRY: Duration = Duration::from_micros(100);
+
+/// The writer's busy handler. The hub's followers (the rollup's fold, the
+/// party index's filing, the feed's retention) each take SQLite's write
+/// lock for a millisecond or two between the writer's commits. SQLite's
+/// own handler (`busy_timeout`) sleeps 1, 2, 5, 10, 15 … ms between tries,
+/// so the writer — and every transfer behind it — slept up to 15 ms for a
+/// lock free after 2 (measured at 5,000 transfers/s: 15 such sleeps, 64 ms
+/// in 8 s, and the closed loop's throughput down by a tenth). This one
+/// tries every 100 µs, for as long as [`WRITER_BUSY_TIMEOUT`].
+fn writer_busy(tries: i32) -> bool {
+    let waited = WRITER_BUSY_RETRY.saturating_mul(u32::try_from(tries).unwrap_or(u32::MAX));
+    if waited >= WRITER_BUSY_TIMEOUT {
+        return false;
+    }
+    std::thread::sleep(WRITER_BUSY_RETRY);
+    true
+}
 
 /// After a reset, a WAL longer than this is truncated to it: the disk space
 /// a store keeps beside its database.
@@ -537,7 +556,7 @@ impl SqliteStore {
         })?;
         let path = data_dir.join(DATABASE_FILE);
         let mut connection = Connection::open(&path)?;
-        connection.busy_timeout(WRITER_BUSY_TIMEOUT)?;
+        connection.busy_handler(Some(writer_busy))?;
         connection.set_prepared_statement_cache_capacity(WRITER_STATEMENT_CACHE);
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(
@@ -1193,7 +1212,7 @@ impl SqliteStore {
                 })
         });
         // Back to the connection's usual patience for its own statements.
-        let _ = self.connection.busy_timeout(WRITER_BUSY_TIMEOUT);
+        let _ = self.connection.busy_handler(Some(writer_busy));
         // The first column is 1 when the checkpoint was blocked.
         match restarted {
             Ok(0) => self.wal_restarts += 1,
@@ -2743,5 +2762,18 @@ impl SqliteStore {
             bytes,
             schema_version,
         })
+    }
+}
+
+#[cfg(test)]
+mod busy_tests {
+    use super::*;
+
+    #[test]
+    fn the_writer_tries_again_every_100_us_for_five_seconds() {
+        assert!(writer_busy(0));
+        assert!(writer_busy(49_999));
+        assert!(!writer_busy(50_000));
+        assert!(!writer_busy(i32::MAX));
     }
 }

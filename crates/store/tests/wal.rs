@@ -130,3 +130,32 @@ fn a_long_reader_neither_delays_commits_nor_stops_restarts_for_good() {
         "the WAL was never restarted after the reader left"
     );
 }
+
+/// A follower's write (the rollup's fold, the party index's filing) holds
+/// the write lock between the writer's commits: the writer's commit waits
+/// for it and goes through. (How soon after the lock is free it goes is
+/// the busy handler's schedule, `writer_busy`, measured in BENCHMARKS.md,
+/// not timed here.)
+#[test]
+fn a_commit_waits_for_a_followers_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = open_unsynced(dir.path());
+    store.commit(&[&parties(0, 10)]).unwrap();
+    let path = dir.path().join("kasi.db");
+    let (locked, is_locked) = std::sync::mpsc::channel();
+    let follower = std::thread::spawn(move || {
+        let mut connection = rusqlite::Connection::open(path).unwrap();
+        let transaction = connection
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        locked.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        transaction.commit().unwrap();
+    });
+    is_locked.recv().unwrap();
+    store
+        .commit(&[&parties(100, 10)])
+        .expect("the commit waits for the lock");
+    follower.join().unwrap();
+    assert_eq!(store.load().unwrap().parties.len(), 20);
+}
