@@ -360,7 +360,11 @@ fn serve_term(
     );
     // The store tells the last durable feed_seq after each commit: long
     // polls and the publisher wake on it, never on a timer.
-    let (feed_head, feed_heads) = tokio::sync::watch::channel(0u64);
+    // It starts at the newest change kept, so that a follower that starts
+    // behind it (the rollup after an upgrade) shows its lag at once, not
+    // only after the first commit.
+    let newest = feed.read_feed(0, 1, None).map_or(0, |page| page.newest);
+    let (feed_head, feed_heads) = tokio::sync::watch::channel(newest);
     store.set_feed_listener(Box::new(move |through| {
         feed_head.send_replace(through);
     }));

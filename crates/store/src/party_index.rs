@@ -1,6 +1,7 @@
 //! The party index: which transfers name a party (`TYPE/identifier[/subId]`,
-//! as the prepare's ILP packet gives it), filed by block of seqs, off the
-//! commit (`docs/design/back-office.md`, "Party keys by block").
+//! as the prepare's ILP packet gives it) — and, under [`amount_key`], which
+//! move one exact amount — filed by block of seqs, off the commit
+//! (`docs/design/back-office.md`, "Party keys by block").
 //!
 //! A key per party and transfer in one B-tree costs the writer a page per
 //! key (a party's entries sit anywhere in the tree: BENCHMARKS.md measured
@@ -147,8 +148,15 @@ impl Filing {
 }
 
 /// A block's transfers as the store gives them: seq, payer's and payee's
-/// parties.
-pub type BlockParties = Vec<(u64, Option<String>, Option<String>)>;
+/// parties, amount in units (`transfers.amount_units`).
+pub type BlockParties = Vec<(u64, Option<String>, Option<String>, Option<i64>)>;
+
+/// The key an amount is filed under beside the parties (a party's text is
+/// `TYPE/identifier`, never this): support's "the transfer for 250" is a
+/// search for one exact amount, which the index then serves like a party.
+pub fn amount_key(units: i64) -> String {
+    format!("#{units}")
+}
 
 /// The rows of blocks `[from, to)` from their transfers' parties
 /// (`read` gives one block's), keyed for `party_blocks`.
@@ -167,9 +175,9 @@ pub fn rows_of_blocks(
         let filed = block_rows(
             block,
             block_seqs,
-            parties
-                .iter()
-                .map(|(seq, payer, payee)| (*seq, payer.as_deref(), payee.as_deref())),
+            parties.iter().map(|(seq, payer, payee, amount)| {
+                (*seq, payer.as_deref(), payee.as_deref(), *amount)
+            }),
         )?;
         rows.extend(
             filed
@@ -192,23 +200,31 @@ pub fn first_seq(block: u64, block_seqs: u64) -> u64 {
     block * block_seqs
 }
 
-/// The rows to file for `block` from its transfers' parties (`seq`, payer,
-/// payee; seqs within the block): each non-empty bucket's entries, by
-/// bucket.
+/// The rows to file for `block` from its transfers' parties and amounts
+/// (`seq`, payer, payee, amount in units; seqs within the block): each
+/// non-empty bucket's entries, by bucket. An amount is filed under
+/// [`amount_key`] on the payer's side.
 pub fn block_rows<'a>(
     block: u64,
     block_seqs: u64,
-    transfers: impl IntoIterator<Item = (u64, Option<&'a str>, Option<&'a str>)>,
+    transfers: impl IntoIterator<Item = (u64, Option<&'a str>, Option<&'a str>, Option<i64>)>,
 ) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
     let mut buckets: Vec<Vec<u8>> = vec![Vec::new(); BUCKETS as usize];
-    for (seq, payer, payee) in transfers {
+    let mut amount = String::new();
+    for (seq, payer, payee, units) in transfers {
         if block_of(seq, block_seqs) != block {
             return Err(StoreError::fatal(format!(
                 "party index: transfer {seq} is not in block {block}"
             )));
         }
         let offset = (seq % block_seqs) as u16;
-        for (party, side) in [(payer, 0), (payee, PAYEE_BIT)] {
+        amount.clear();
+        if let Some(units) = units {
+            use std::fmt::Write as _;
+            write!(amount, "#{units}").expect("writing to a String");
+        }
+        let amount = (!amount.is_empty()).then_some(amount.as_str());
+        for (party, side) in [(payer, 0), (payee, PAYEE_BIT), (amount, 0)] {
             let Some(party) = party.filter(|party| !party.is_empty()) else {
                 continue;
             };
@@ -277,10 +293,15 @@ mod tests {
         let block = 3;
         let base = first_seq(block, BLOCK_SEQS);
         let transfers = [
-            (base, Some("MSISDN/1"), Some("MSISDN/2")),
-            (base + 7, Some("MSISDN/2"), None),
-            (base + BLOCK_SEQS - 1, None, Some("MSISDN/1")),
-            (base + 9, Some(""), Some("MSISDN/1")),
+            (base, Some("MSISDN/1"), Some("MSISDN/2"), Some(250_0000)),
+            (base + 7, Some("MSISDN/2"), None, None),
+            (
+                base + BLOCK_SEQS - 1,
+                None,
+                Some("MSISDN/1"),
+                Some(250_0000),
+            ),
+            (base + 9, Some(""), Some("MSISDN/1"), Some(1)),
         ];
         let rows = block_rows(block, BLOCK_SEQS, transfers).unwrap();
         let find = |party: &str, role| -> Vec<u64> {
@@ -301,14 +322,19 @@ mod tests {
         );
         assert_eq!(find("MSISDN/2", None), vec![base + 7, base]);
         assert_eq!(find("MSISDN/3", None), Vec::<u64>::new());
-        // Five entries, none for the empty party.
+        assert_eq!(
+            find(&amount_key(250_0000), None),
+            vec![base + BLOCK_SEQS - 1, base]
+        );
+        assert_eq!(find(&amount_key(1), None), vec![base + 9]);
+        // Five party entries (none for the empty party), three amounts.
         let entries: usize = rows.iter().map(|(_, e)| e.len()).sum();
-        assert_eq!(entries, 5 * ENTRY_BYTES);
+        assert_eq!(entries, 8 * ENTRY_BYTES);
     }
 
     #[test]
     fn a_party_on_both_sides_of_one_transfer_is_found_once() {
-        let rows = block_rows(0, BLOCK_SEQS, [(5, Some("IBAN/X"), Some("IBAN/X"))]).unwrap();
+        let rows = block_rows(0, BLOCK_SEQS, [(5, Some("IBAN/X"), Some("IBAN/X"), None)]).unwrap();
         let hash = party_hash("IBAN/X");
         let (_, entries) = rows.iter().find(|(b, _)| *b == bucket_of(hash)).unwrap();
         assert_eq!(
@@ -319,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_transfer_outside_the_block_or_a_torn_row_is_refused() {
-        assert!(block_rows(1, BLOCK_SEQS, [(3, Some("A/1"), None)]).is_err());
+        assert!(block_rows(1, BLOCK_SEQS, [(3, Some("A/1"), None, None)]).is_err());
         assert!(seqs_in(0, BLOCK_SEQS, &[0; 7], 1, None).is_err());
     }
 

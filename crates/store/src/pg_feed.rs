@@ -316,14 +316,14 @@ impl FeedLog for PgFeed {
                     .min(next + most_blocks)
                     .max(next);
                 let select = reading.prepare(
-                    "SELECT seq, payer_party, payee_party FROM transfers
-                     WHERE seq >= $1 AND seq < $2 AND (payer_party IS NOT NULL OR payee_party IS NOT NULL)",
+                    "SELECT seq, payer_party, payee_party, amount_units FROM transfers
+                     WHERE seq >= $1 AND seq < $2",
                 )?;
                 let rows = party_index::rows_of_blocks(next, to, block_seqs, |from, to| {
                     Ok(reading
                         .query(&select, &[&(from as i64), &(to as i64)])?
                         .iter()
-                        .map(|row| (row.get::<_, i64>(0) as u64, row.get(1), row.get(2)))
+                        .map(|row| (row.get::<_, i64>(0) as u64, row.get(1), row.get(2), row.get(3)))
                         .collect())
                 })?;
                 reading.commit()?;

@@ -686,9 +686,20 @@ fn segments(
     let mut through = |statement: &str| -> Result<u64, StoreError> {
         Ok(sql.integers(statement, &[])?.first().copied().unwrap_or(0) as u64)
     };
-    Ok(match (key_of(query, ids), &query.party) {
+    // One exact amount ("the transfer for 250") is filed in the party
+    // index too, under its own key.
+    let amount = match (query.min_amount, query.max_amount) {
+        (Some(min), Some(max)) if min == max => Some(party_index::amount_key(amount_units(min))),
+        _ => None,
+    };
+    let indexed = query
+        .party
+        .as_ref()
+        .map(|party| (party.as_str(), query.party_role))
+        .or(amount.as_deref().map(|amount| (amount, None)));
+    Ok(match (key_of(query, ids), indexed) {
         (Some((key, true)), _) => vec![(Walk::Key(key), low)],
-        (_, Some(party)) => {
+        (_, Some((text, role))) => {
             // Seqs below it are filed.
             let filed_end =
                 through("SELECT COALESCE(MAX(next_block * block_seqs), 0) FROM party_index")?;
@@ -701,8 +712,8 @@ fn segments(
                 (Walk::Seq, low.max(filed_end)),
                 (
                     Walk::Party {
-                        hash: party_index::party_hash(party),
-                        role: query.party_role,
+                        hash: party_index::party_hash(text),
+                        role,
                         block_seqs,
                     },
                     low,

@@ -361,12 +361,17 @@ impl FeedLog for SqliteFeed {
         }
         let rows = party_index::rows_of_blocks(next, to, block_seqs, |from, to| {
             let mut select = reading.prepare_cached(
-                "SELECT seq, payer_party, payee_party FROM transfers
-                 WHERE seq >= ?1 AND seq < ?2 AND (payer_party IS NOT NULL OR payee_party IS NOT NULL)",
+                "SELECT seq, payer_party, payee_party, amount_units FROM transfers
+                 WHERE seq >= ?1 AND seq < ?2",
             )?;
             let parties = select
                 .query_map(params![from as i64, to as i64], |row| {
-                    Ok((row.get::<_, i64>(0)? as u64, row.get(1)?, row.get(2)?))
+                    Ok((
+                        row.get::<_, i64>(0)? as u64,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                    ))
                 })?
                 .collect::<Result<_, _>>()?;
             Ok(parties)

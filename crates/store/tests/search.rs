@@ -180,6 +180,8 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     // filed, and cases whose index covered some blocks and not all.
     let by_party_index = std::cell::Cell::new(0u32);
     let index_lagging = std::cell::Cell::new(0u32);
+    // Searches for one exact amount that found something the index filed.
+    let by_amount_index = std::cell::Cell::new(0u32);
     // A fixed seed: the coverage asserted below (matches, pages cut short,
     // keys lagging, party searches) is then the same on every run. With a
     // seed of the moment, 16 cases sometimes held a single lagging case,
@@ -286,6 +288,15 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
                             .contains(&n)
                             .then(|| harness.dfsps[(n as usize - 1) % harness.dfsps.len()].0)
                     };
+                    // 4 and 5: one exact amount, a transfer's (found) or not.
+                    let exact = match amounts {
+                        4 => Some(
+                            all.get(usize::from(party) % all.len().max(1))
+                                .map_or(Amount::from_whole(7), |t| t.amount),
+                        ),
+                        5 => Some(Amount::from_units(3)),
+                        _ => None,
+                    };
                     let (amounts, span) =
                         (amounts * u8::from(amounts < 4), span * u8::from(span < 4));
                     let at = |n: usize| times.get(n % times.len().max(1)).copied().unwrap_or(0);
@@ -317,8 +328,8 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
                             _ => None,
                         },
                         settlement_window: (1..3).contains(&window).then_some(u32::from(window)),
-                        min_amount: (amounts & 1 == 1).then(|| Amount::from_whole(20)),
-                        max_amount: (amounts & 2 == 2).then(|| Amount::from_whole(400)),
+                        min_amount: exact.or((amounts & 1 == 1).then(|| Amount::from_whole(20))),
+                        max_amount: exact.or((amounts & 2 == 2).then(|| Amount::from_whole(400))),
                         from_ms: (span & 1 == 1).then(|| at(times.len() / 3)),
                         to_ms: (span & 2 == 2).then(|| at(2 * times.len() / 3)),
                         before_seq: None,
@@ -348,6 +359,11 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
                     let want = expected(&all, &query);
                     if !want.is_empty() {
                         non_empty.set(non_empty.get() + 1);
+                        let exact =
+                            query.min_amount.is_some() && query.min_amount == query.max_amount;
+                        if exact && want.iter().any(|&seq| seq < filed_end) {
+                            by_amount_index.set(by_amount_index.get() + 1);
+                        }
                         if query.party.is_some() {
                             by_party.set(by_party.get() + 1);
                             if want.iter().any(|&seq| seq < filed_end)
@@ -378,11 +394,13 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
     assert!(by_party.get() >= 3, "{}", by_party.get());
     assert!(by_party_index.get() >= 2, "{}", by_party_index.get());
     assert!(index_lagging.get() >= 2, "{}", index_lagging.get());
+    assert!(by_amount_index.get() >= 2, "{}", by_amount_index.get());
     eprintln!(
-        "non-empty {} (by party {}, in the party index {}) cut short {} lagging {} index lagging {}",
+        "non-empty {} (by party {}, in the party index {}, by amount in it {}) cut short {} lagging {} index lagging {}",
         non_empty.get(),
         by_party.get(),
         by_party_index.get(),
+        by_amount_index.get(),
         cut_short.get(),
         lagging.get(),
         index_lagging.get()
