@@ -209,6 +209,11 @@ pub(crate) fn connect(url: &str) -> Result<Client, StoreError> {
     if level != "on" && level != "remote_apply" {
         client.batch_execute("SET synchronous_commit = on")?;
     }
+    // kasi's queries are short and walk indexes; a plan whose estimate
+    // passes `jit_above_cost` (a search's key walk over ten million rows,
+    // cut short by its LIMIT) spent ~25 ms compiling before it read a row
+    // (BENCHMARKS.md, "The back office at 10 M transfers").
+    client.batch_execute("SET jit = off")?;
     Ok(client)
 }
 
@@ -2445,6 +2450,22 @@ impl Store for PgStore {
 #[cfg(test)]
 mod tests {
     use super::redact_url;
+
+    /// Every connection kasi opens commits durably and compiles nothing.
+    #[test]
+    fn a_connection_waits_for_its_flush_and_never_compiles_a_plan() {
+        let cluster = testpg::Cluster::start();
+        let url = cluster.create_database("settings");
+        let mut client = super::connect(&url).unwrap();
+        let show = |client: &mut postgres::Client, name: &str| -> String {
+            client
+                .query_one(&format!("SHOW {name}"), &[])
+                .unwrap()
+                .get(0)
+        };
+        assert_eq!(show(&mut client, "jit"), "off");
+        assert_eq!(show(&mut client, "synchronous_commit"), "on");
+    }
 
     #[test]
     fn passwords_never_reach_a_log() {
