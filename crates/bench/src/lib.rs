@@ -246,6 +246,14 @@ pub struct BenchTransfersArgs {
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) concurrency: u32,
 
+    /// Each simulated DFSP's requests in flight at once, as its connection
+    /// pool bounds them: one connection each. A flow that finds its DFSP's
+    /// all busy waits for one (the wait is in its latency). Without a bound,
+    /// an open loop that falls behind opens a connection per request it
+    /// queues (with --tls, a full mutual-TLS handshake each).
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=100_000), hide_short_help = true)]
+    pub(crate) connections_per_dfsp: u32,
+
     /// Seconds measured, after the warm-up (default 10); with --profile,
     /// the whole run (default 10 s for smoke, 60 s for the others, and for
     /// breakpoint each step: see --step-duration).

@@ -475,6 +475,7 @@ pub(crate) async fn drive(
         &args.hub_name,
         material.admin_client(),
         &api_base_path,
+        args.connections_per_dfsp as usize,
     )?);
     let shared = Arc::new(Shared {
         identities: identities.clone(),

@@ -44,6 +44,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::sync::Semaphore;
 
 use crate::dfsp::HttpClient;
 
@@ -386,13 +387,15 @@ impl Material {
     }
 
     /// Each DFSP's identity (`names` in order): its client, its signing key,
-    /// and the keys the DFSPs verify what they receive with.
+    /// the keys the DFSPs verify what they receive with, and at most
+    /// `connections_per_dfsp` requests of each in flight at once.
     pub(crate) fn identities(
         &self,
         names: &[String],
         hub_name: &str,
         admin: HttpClient,
         api_base_path: &str,
+        connections_per_dfsp: usize,
     ) -> anyhow::Result<Identities> {
         let mut clients = Vec::new();
         if let Some(pki) = &self.pki {
@@ -428,6 +431,10 @@ impl Material {
         Ok(Identities {
             admin,
             clients,
+            in_flight: names
+                .iter()
+                .map(|_| Semaphore::new(connections_per_dfsp.max(1)))
+                .collect(),
             signers,
             public_keys,
             verifiers,
@@ -517,6 +524,12 @@ pub(crate) struct Identities {
     pub(crate) admin: HttpClient,
     /// By DFSP index (`Shared::names`): its client, with its certificate.
     clients: Vec<HttpClient>,
+    /// By DFSP index: its requests in flight, bounded as a DFSP's
+    /// connection pool is. hyper's pool opens a connection for every
+    /// request that finds none idle: in an open loop that falls behind,
+    /// thousands of connections (each a full mutual-TLS handshake on the
+    /// hub), which measures handshakes, not transfers.
+    in_flight: Vec<Semaphore>,
     /// By DFSP index: its JWS key.
     signers: Vec<SigningKey>,
     /// By DFSP index: its public key (PEM), installed in the hub.
@@ -558,6 +571,10 @@ impl Identities {
         let client = index
             .and_then(|index| self.clients.get(index))
             .unwrap_or(&self.admin);
+        let _slot = match index.and_then(|index| self.in_flight.get(index)) {
+            Some(slots) => Some(slots.acquire().await.expect("never closed")),
+            None => None,
+        };
         crate::dfsp::send(client, request).await
     }
 
@@ -746,7 +763,7 @@ mod tests {
         let names = ["a".to_string(), "b".to_string()];
         let identities = Arc::new(
             material
-                .identities(&names, "Hub", plain_client(), "")
+                .identities(&names, "Hub", plain_client(), "", 8)
                 .unwrap(),
         );
         let app = axum::Router::new()
@@ -887,7 +904,7 @@ mod tests {
         .unwrap();
         let names = ["a".to_string()];
         let identities = material
-            .identities(&names, "Hub", material.admin_client(), "")
+            .identities(&names, "Hub", material.admin_client(), "", 8)
             .unwrap();
         let app =
             axum::Router::new().route("/a/transfers", post(|| async { StatusCode::ACCEPTED }));
@@ -917,5 +934,74 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dfsps_requests_in_flight_and_its_connections_stay_within_its_bound() {
+        #[derive(Default)]
+        struct Seen {
+            now: AtomicU64,
+            most: AtomicU64,
+            peers: std::sync::Mutex<std::collections::HashSet<std::net::SocketAddr>>,
+        }
+        let seen = Arc::new(Seen::default());
+        let handler = {
+            let seen = seen.clone();
+            move |axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<
+                std::net::SocketAddr,
+            >| {
+                let seen = seen.clone();
+                async move {
+                    seen.peers.lock().unwrap().insert(peer);
+                    let now = seen.now.fetch_add(1, Ordering::SeqCst) + 1;
+                    seen.most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    seen.now.fetch_sub(1, Ordering::SeqCst);
+                    StatusCode::ACCEPTED
+                }
+            }
+        };
+        let app = axum::Router::new().route("/transfers", post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/transfers", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+            )
+            .await
+        });
+        let material = Material::new(Choice::default()).unwrap();
+        let names = ["a".to_string(), "b".to_string()];
+        let bound = 3;
+        let identities = Arc::new(
+            material
+                .identities(&names, "Hub", plain_client(), "", bound)
+                .unwrap(),
+        );
+        let mut sent = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let (identities, url) = (identities.clone(), url.clone());
+            sent.spawn(async move { identities.send_as(Some(0), request(&url, "a")).await });
+        }
+        while let Some(answer) = sent.join_next().await {
+            assert_eq!(answer.unwrap().unwrap().0, StatusCode::ACCEPTED);
+        }
+        let most = seen.most.load(Ordering::SeqCst);
+        assert!(
+            most <= bound as u64,
+            "{most} requests of one DFSP in flight"
+        );
+        assert!(
+            most >= 2,
+            "the requests never overlapped: nothing was bounded"
+        );
+        // hyper may open one more while a finished request's connection
+        // returns to its pool; never one per request.
+        let connections = seen.peers.lock().unwrap().len();
+        assert!(
+            connections <= 2 * bound,
+            "{connections} connections for 40 requests"
+        );
     }
 }

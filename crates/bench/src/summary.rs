@@ -410,6 +410,7 @@ impl Report {
             "api": self.api,
             "profile": self.profile(args),
             "dfsps": args.dfsps,
+            "connections_per_dfsp": args.connections_per_dfsp,
             "parties_per_dfsp": args.flow.discovers().then_some(args.parties),
             "load": plan.load.name(),
             "start_target": plan.start_target,
