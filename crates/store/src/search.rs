@@ -316,6 +316,13 @@ pub(crate) trait SearchSql {
     fn dialect(&self) -> Dialect;
     /// The first column of each row, as integers.
     fn integers(&mut self, sql: &str, params: &[Param]) -> Result<Vec<i64>, StoreError>;
+    /// The same, for a statement whose text is unique to this call (the
+    /// party walk's literal list of candidates): kept out of a
+    /// connection's statement cache, where it would push out the
+    /// statements that are used again.
+    fn integers_once(&mut self, sql: &str, params: &[Param]) -> Result<Vec<i64>, StoreError> {
+        self.integers(sql, params)
+    }
     /// Rows of an integer and a blob (the party index's bucket rows).
     fn keyed_blobs(
         &mut self,
@@ -816,7 +823,7 @@ fn walk_party(
         }
         let rounds = candidates.len().div_ceil(PARTY_CANDIDATES_PER_ROUND);
         for (at, round) in candidates.chunks(PARTY_CANDIDATES_PER_ROUND).enumerate() {
-            let matches = sql.integers(
+            let matches = sql.integers_once(
                 &candidates_statement(others, round, limit - found.len()),
                 &others.params,
             )?;

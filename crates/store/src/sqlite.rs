@@ -2411,6 +2411,17 @@ impl search::SearchSql for SqliteSearch<'_> {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn integers_once(
+        &mut self,
+        sql: &str,
+        params: &[search::Param],
+    ) -> Result<Vec<i64>, StoreError> {
+        let values = sqlite_values(params);
+        let mut statement = self.0.prepare(sql)?;
+        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn keyed_blobs(
         &mut self,
         sql: &str,

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -247,6 +247,83 @@ pub fn track_lag(
     });
 }
 
+/// A follower's first wait after a failure; each failure in a row doubles
+/// it, up to [`RETRY_MOST`].
+pub(crate) const RETRY_FIRST: Duration = Duration::from_millis(200);
+pub(crate) const RETRY_MOST: Duration = Duration::from_secs(10);
+/// While a follower's failures last, how often they are said again.
+pub(crate) const FAILURES_SAID_EVERY: Duration = Duration::from_secs(60);
+
+/// What a follower of the feed says about a failure (its own words: each
+/// follower names what lags).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Say {
+    /// The first of a run: say what fails and what it means.
+    First,
+    /// Still failing, a minute (or more) after it was last said.
+    Still { for_s: u64, failures: u64 },
+    /// Said recently: nothing.
+    Nothing,
+}
+
+/// A follower's run of failures and its backoff: the first failure said
+/// at once, again once a minute while they last, their end once, and
+/// between attempts a wait from [`RETRY_FIRST`] doubling to
+/// [`RETRY_MOST`] — so a store or broker down for an hour costs a few
+/// log lines, and a follower retries quickly after a blip.
+pub(crate) struct Failures {
+    backoff: Duration,
+    /// Since when, when last said, how many.
+    run: Option<(Instant, Instant, u64)>,
+}
+
+impl Failures {
+    pub(crate) fn new() -> Failures {
+        Failures {
+            backoff: RETRY_FIRST,
+            run: None,
+        }
+    }
+
+    /// The work succeeded: the backoff starts over. When it ends a run of
+    /// failures, how long it lasted (s) and how many, to say once.
+    pub(crate) fn succeeded(&mut self) -> Option<(u64, u64)> {
+        self.backoff = RETRY_FIRST;
+        self.run
+            .take()
+            .map(|(since, _, failures)| (since.elapsed().as_secs(), failures))
+    }
+
+    /// The work failed at `now`: what to say about it.
+    pub(crate) fn failed(&mut self, now: Instant) -> Say {
+        match &mut self.run {
+            None => {
+                self.run = Some((now, now, 1));
+                Say::First
+            }
+            Some((since, said, failures)) => {
+                *failures += 1;
+                if now.duration_since(*said) >= FAILURES_SAID_EVERY {
+                    *said = now;
+                    Say::Still {
+                        for_s: now.duration_since(*since).as_secs(),
+                        failures: *failures,
+                    }
+                } else {
+                    Say::Nothing
+                }
+            }
+        }
+    }
+
+    /// The wait before the next attempt; the one after will be twice it.
+    pub(crate) fn next_wait(&mut self) -> Duration {
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(RETRY_MOST);
+        wait
+    }
+}
+
 /// Runs `work` on the feed's connection off the runtime's threads.
 pub(crate) async fn blocking<T: Send + 'static>(
     log: &Arc<dyn FeedLog>,
@@ -336,5 +413,40 @@ mod tests {
         assert_eq!(line["kind"], "transfer.committed");
         assert_eq!(line["amount"], "5");
         assert_eq!(line["at"], "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_followers_failures_are_said_once_then_once_a_minute_and_waits_double_to_the_most() {
+        let mut failures = Failures::new();
+        assert_eq!(failures.succeeded(), None, "nothing failed yet");
+        let start = Instant::now();
+        assert_eq!(failures.failed(start), Say::First);
+        assert_eq!(failures.next_wait(), RETRY_FIRST);
+        assert_eq!(
+            failures.failed(start + Duration::from_secs(1)),
+            Say::Nothing
+        );
+        assert_eq!(failures.next_wait(), RETRY_FIRST * 2);
+        assert_eq!(
+            failures.failed(start + FAILURES_SAID_EVERY),
+            Say::Still {
+                for_s: FAILURES_SAID_EVERY.as_secs(),
+                failures: 3
+            }
+        );
+        // Said again a minute after it was last said, not after the first.
+        assert_eq!(
+            failures.failed(start + FAILURES_SAID_EVERY + Duration::from_secs(30)),
+            Say::Nothing
+        );
+        let waits: Vec<Duration> = (0..10).map(|_| failures.next_wait()).collect();
+        assert_eq!(waits[0], RETRY_FIRST * 4);
+        assert!(waits.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*waits.last().unwrap(), RETRY_MOST);
+        // The run ends once, with its count; the backoff starts over.
+        assert_eq!(failures.succeeded().map(|(_, n)| n), Some(4));
+        assert_eq!(failures.succeeded(), None);
+        assert_eq!(failures.next_wait(), RETRY_FIRST);
+        assert_eq!(failures.failed(start + 2 * FAILURES_SAID_EVERY), Say::First);
     }
 }

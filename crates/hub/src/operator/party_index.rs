@@ -21,17 +21,13 @@ use std::time::{Duration, Instant};
 use store::feed::FeedLog;
 use store::party_index::{Filing, BLOCK_SEQS, MOST_BLOCKS_PER_FILING};
 
-use crate::feed::FeedConfig;
+use crate::feed::{Failures, FeedConfig, Say};
 use crate::metrics::Metrics;
 
 /// Once caught up, the least time between two filings: a filing is a
 /// write transaction (SQLite's write lock and an fsync) beside the
 /// writer's commits.
 const FILE_EVERY: Duration = Duration::from_secs(1);
-const BACKOFF_FIRST: Duration = Duration::from_millis(200);
-const BACKOFF_MOST: Duration = Duration::from_secs(10);
-/// While a failure lasts, how often it is said again.
-const FAILURE_SAID_EVERY: Duration = Duration::from_secs(60);
 
 async fn file(log: &Arc<dyn FeedLog>) -> Result<Filing, store::StoreError> {
     let log = log.clone();
@@ -43,21 +39,14 @@ async fn file(log: &Arc<dyn FeedLog>) -> Result<Filing, store::StoreError> {
 /// Runs the follower for ever (a task of the serving runtime).
 pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
     let mut head = feed.head.clone();
-    let mut backoff = BACKOFF_FIRST;
-    // Since when, when last said, how many failures.
-    let mut failing: Option<(Instant, Instant, u64)> = None;
+    let mut failures = Failures::new();
     loop {
         // Seen before the filing: a commit after it wakes the wait below.
         head.borrow_and_update();
         match file(&feed.log).await {
             Ok(filing) => {
-                backoff = BACKOFF_FIRST;
-                if let Some((since, _, failures)) = failing.take() {
-                    tracing::info!(
-                        after_s = since.elapsed().as_secs(),
-                        failures,
-                        "party index: filing again"
-                    );
+                if let Some((after_s, failures)) = failures.succeeded() {
+                    tracing::info!(after_s, failures, "party index: filing again");
                 }
                 metrics
                     .party_index_unfiled
@@ -74,22 +63,16 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
                 }
             }
             Err(error) => {
-                let now = Instant::now();
-                match &mut failing {
-                    None => {
-                        tracing::warn!(%error, "party index: filing failed; transfers go on, searches by party walk the transfers not filed (kasi_party_index_unfiled); retrying");
-                        failing = Some((now, now, 1));
+                match failures.failed(Instant::now()) {
+                    Say::First => {
+                        tracing::warn!(%error, "party index: filing failed; transfers go on, searches by party walk the transfers not filed (kasi_party_index_unfiled); retrying")
                     }
-                    Some((since, said, failures)) => {
-                        *failures += 1;
-                        if now.duration_since(*said) >= FAILURE_SAID_EVERY {
-                            tracing::warn!(%error, for_s = now.duration_since(*since).as_secs(), failures = *failures, "party index: filing still fails");
-                            *said = now;
-                        }
+                    Say::Still { for_s, failures } => {
+                        tracing::warn!(%error, for_s, failures, "party index: filing still fails")
                     }
+                    Say::Nothing => {}
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MOST);
+                tokio::time::sleep(failures.next_wait()).await;
             }
         }
     }

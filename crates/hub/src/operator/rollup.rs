@@ -34,7 +34,7 @@ use store::feed::FeedLog;
 use store::rollup::{self, Fold, Rollup, HOUR_MS, LATENCY_BOUNDS_MS, MAX_HOURS};
 
 use crate::access::ScopedTo;
-use crate::feed::FeedConfig;
+use crate::feed::{Failures, FeedConfig, Say};
 use crate::metrics::Metrics;
 use crate::{format_time, Hub, HubError};
 
@@ -47,10 +47,6 @@ const PAGES_PER_FOLD: usize = 10;
 /// commits: woken by every commit, the follower would add one to each.
 /// Hourly figures a second late cost nobody anything.
 const FOLD_EVERY: Duration = Duration::from_secs(1);
-const BACKOFF_FIRST: Duration = Duration::from_millis(200);
-const BACKOFF_MOST: Duration = Duration::from_secs(10);
-/// While a failure lasts, how often it is said again.
-const FAILURE_SAID_EVERY: Duration = Duration::from_secs(60);
 
 /// The presets of `range` (and the console's), in hours.
 pub const PRESETS: [(&str, i64); 4] = [("24h", 24), ("48h", 48), ("7d", 7 * 24), ("31d", 31 * 24)];
@@ -110,23 +106,16 @@ async fn fold_pages(feed: &FeedConfig) -> Result<(usize, u64, bool), store::Stor
 /// Runs the follower for ever (a task of the serving runtime).
 pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
     let mut head = feed.head.clone();
-    let mut backoff = BACKOFF_FIRST;
+    let mut failures = Failures::new();
     let mut cursor = 0u64;
-    // Since when, when last said, how many failures.
-    let mut failing: Option<(Instant, Instant, u64)> = None;
     loop {
         // Seen before the read: a commit after it wakes the wait below.
         let through = *head.borrow_and_update();
         match fold_pages(&feed).await {
             Ok((read, at, caught_up)) => {
                 cursor = at;
-                backoff = BACKOFF_FIRST;
-                if let Some((since, _, failures)) = failing.take() {
-                    tracing::info!(
-                        after_s = since.elapsed().as_secs(),
-                        failures,
-                        "hourly rollup: folding again"
-                    );
+                if let Some((after_s, failures)) = failures.succeeded() {
+                    tracing::info!(after_s, failures, "hourly rollup: folding again");
                 }
                 metrics
                     .rollup_lag
@@ -144,22 +133,16 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
                 metrics
                     .rollup_lag
                     .set(through.saturating_sub(cursor) as i64);
-                let now = Instant::now();
-                match &mut failing {
-                    None => {
-                        tracing::warn!(%error, "hourly rollup: folding the change feed failed; transfers go on, the dashboard lags (kasi_rollup_lag); retrying");
-                        failing = Some((now, now, 1));
+                match failures.failed(Instant::now()) {
+                    Say::First => {
+                        tracing::warn!(%error, "hourly rollup: folding the change feed failed; transfers go on, the dashboard lags (kasi_rollup_lag); retrying")
                     }
-                    Some((since, said, failures)) => {
-                        *failures += 1;
-                        if now.duration_since(*said) >= FAILURE_SAID_EVERY {
-                            tracing::warn!(%error, for_s = now.duration_since(*since).as_secs(), failures = *failures, "hourly rollup: folding still fails");
-                            *said = now;
-                        }
+                    Say::Still { for_s, failures } => {
+                        tracing::warn!(%error, for_s, failures, "hourly rollup: folding still fails")
                     }
+                    Say::Nothing => {}
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MOST);
+                tokio::time::sleep(failures.next_wait()).await;
             }
         }
     }

@@ -17,14 +17,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Connection, ConnectionProperties, ExchangeKind};
 use store::feed::FeedPage;
 
-use crate::feed::{blocking, change_json, FeedConfig};
+use crate::feed::{blocking, change_json, Failures, FeedConfig, Say};
 use crate::metrics::Metrics;
 
 /// Where the publisher sends the feed.
@@ -37,10 +37,6 @@ pub struct AmqpSettings {
 
 /// Changes published per round (their confirms awaited together).
 const PAGE: usize = 500;
-const BACKOFF_FIRST: Duration = Duration::from_millis(200);
-const BACKOFF_MOST: Duration = Duration::from_secs(10);
-/// While an outage lasts, how often it is said again.
-const OUTAGE_SAID_EVERY: Duration = Duration::from_secs(60);
 
 /// The cursor's name in the store: one per exchange, so that a second
 /// exchange starts from the beginning.
@@ -54,31 +50,19 @@ pub async fn publish(feed: FeedConfig, settings: AmqpSettings, metrics: Arc<Metr
     // The lag follows the commits even while the broker is down.
     crate::feed::track_lag(&feed, cursor.clone(), metrics.feed_lag.clone());
     let redacted = store::pg::redact_url(&settings.url);
-    let mut backoff = BACKOFF_FIRST;
-    // Since when, when last said, how many failures.
-    let mut outage: Option<(Instant, Instant, u64)> = None;
+    let mut failures = Failures::new();
     loop {
-        let connected = &mut false;
-        let error = session(&feed, &settings, &metrics, &cursor, connected, &mut outage).await;
-        if *connected {
-            backoff = BACKOFF_FIRST;
-        }
-        let now = Instant::now();
-        match &mut outage {
-            None => {
-                tracing::warn!(broker = %redacted, %error, "change feed publisher: the broker cannot be reached; transfers go on, the feed's lag grows (kasi_feed_lag); reconnecting");
-                outage = Some((now, now, 1));
+        let error = session(&feed, &settings, &metrics, &cursor, &mut failures).await;
+        match failures.failed(Instant::now()) {
+            Say::First => {
+                tracing::warn!(broker = %redacted, %error, "change feed publisher: the broker cannot be reached; transfers go on, the feed's lag grows (kasi_feed_lag); reconnecting")
             }
-            Some((since, said, failures)) => {
-                *failures += 1;
-                if now.duration_since(*said) >= OUTAGE_SAID_EVERY {
-                    tracing::warn!(broker = %redacted, %error, for_s = now.duration_since(*since).as_secs(), failures = *failures, "change feed publisher: the broker still cannot be reached");
-                    *said = now;
-                }
+            Say::Still { for_s, failures } => {
+                tracing::warn!(broker = %redacted, %error, for_s, failures, "change feed publisher: the broker still cannot be reached")
             }
+            Say::Nothing => {}
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(BACKOFF_MOST);
+        tokio::time::sleep(failures.next_wait()).await;
     }
 }
 
@@ -88,8 +72,7 @@ async fn session(
     settings: &AmqpSettings,
     metrics: &Metrics,
     published: &AtomicU64,
-    connected: &mut bool,
-    outage: &mut Option<(Instant, Instant, u64)>,
+    failures: &mut Failures,
 ) -> String {
     let connection = match Connection::connect(&settings.url, ConnectionProperties::default()).await
     {
@@ -120,7 +103,6 @@ async fn session(
     {
         return format!("exchange.declare {}: {error}", settings.exchange);
     }
-    *connected = true;
     let name = cursor_name(&settings.exchange);
     let mut cursor = match blocking(&feed.log, {
         let name = name.clone();
@@ -132,10 +114,10 @@ async fn session(
         Err(error) => return error,
     };
     published.store(cursor, Ordering::Relaxed);
-    match outage.take() {
-        Some((since, _, failures)) => tracing::info!(
+    match failures.succeeded() {
+        Some((after_s, failures)) => tracing::info!(
             exchange = %settings.exchange,
-            after_s = since.elapsed().as_secs(),
+            after_s,
             failures,
             from_feed_seq = cursor + 1,
             "change feed publisher: the broker is reachable again; publishing from the cursor"
