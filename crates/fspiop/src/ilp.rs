@@ -130,11 +130,13 @@ const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIEN
 const STANDARD: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
 
 fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let engine = if text.bytes().any(|b| b == b'+' || b == b'/') {
-        &STANDARD
-    } else {
-        &URL_SAFE
-    };
+    // Without an early exit, so that it is vectorised (a packet is ~1 KB).
+    let standard = text.as_bytes().chunks(32).fold(false, |seen, chunk| {
+        seen | chunk
+            .iter()
+            .fold(false, |seen, &b| seen | (b == b'+') | (b == b'/'))
+    });
+    let engine = if standard { &STANDARD } else { &URL_SAFE };
     engine.decode(text).ok()
 }
 
