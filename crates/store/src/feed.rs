@@ -97,6 +97,22 @@ pub struct FeedPage {
 /// What the hub reads and writes beside the pipeline: the feed's pages,
 /// its retention, and the publishers' durable cursors. Each backend
 /// implements it on a connection of its own.
+/// Where a filtered read that examined `(after, through]` of a feed whose
+/// newest row is `newest` stops: at its last row when the page is full
+/// (rows after it are unread), else at the end of what it examined.
+pub(crate) fn next_after(
+    rows: &[FeedRow],
+    limit: usize,
+    after: u64,
+    through: u64,
+    newest: u64,
+) -> u64 {
+    match rows.last() {
+        Some(last) if rows.len() == limit => last.feed_seq,
+        _ => through.min(newest).max(after),
+    }
+}
+
 pub trait FeedLog: Send + Sync + std::fmt::Debug {
     /// Rows after `after`, at most `limit` (≤ [`MAX_PAGE`]); with
     /// `participant`, only those it is the participant or counterparty of
@@ -106,6 +122,18 @@ pub trait FeedLog: Send + Sync + std::fmt::Debug {
         after: u64,
         limit: usize,
         participant: Option<&str>,
+    ) -> Result<FeedPage, StoreError>;
+
+    /// Rows after `after` of the `kinds` given, at most `limit` (≤
+    /// [`MAX_PAGE`]), examining at most [`SCAN_BUDGET`] rows: a follower
+    /// that folds a few kinds (the rollup: transfers' finishes, about
+    /// half the feed) passes over the rest in the database, never turning
+    /// them into rows. `next_after` is the last row examined.
+    fn read_feed_kinds(
+        &self,
+        after: u64,
+        limit: usize,
+        kinds: &'static [&'static str],
     ) -> Result<FeedPage, StoreError>;
 
     /// Deletes at most [`PRUNE_CHUNK`] rows older than `before_ms`, never

@@ -235,14 +235,58 @@ impl FeedLog for PgFeed {
                         .iter()
                         .map(feed_row)
                         .collect();
-                    page.next_after = match page.rows.last() {
-                        Some(last) if page.rows.len() as i64 == limit => last.feed_seq,
-                        _ => through.min(page.newest).max(after),
-                    };
+                    page.next_after = crate::feed::next_after(
+                        &page.rows,
+                        limit as usize,
+                        after,
+                        through,
+                        page.newest,
+                    );
                 }
             }
             transaction.commit()?;
             Ok(page)
+        })
+    }
+
+    fn read_feed_kinds(
+        &self,
+        after: u64,
+        limit: usize,
+        kinds: &'static [&'static str],
+    ) -> Result<FeedPage, StoreError> {
+        let limit = limit.clamp(1, crate::feed::MAX_PAGE);
+        self.worker.run(move |client| {
+            let mut transaction = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let bounds = transaction.query_one(
+                "SELECT (SELECT MIN(feed_seq) FROM changes), (SELECT MAX(feed_seq) FROM changes)",
+                &[],
+            )?;
+            let oldest: Option<i64> = bounds.get(0);
+            let newest = bounds.get::<_, Option<i64>>(1).unwrap_or(0) as u64;
+            let through = after.saturating_add(crate::feed::SCAN_BUDGET as u64);
+            let rows: Vec<FeedRow> = transaction
+                .query(
+                    &format!(
+                        "SELECT {FEED_COLUMNS} FROM changes WHERE feed_seq > $1 AND feed_seq <= $2
+                           AND kind = ANY($3) ORDER BY feed_seq LIMIT $4"
+                    ),
+                    &[&(after as i64), &(through as i64), &kinds, &(limit as i64)],
+                )?
+                .iter()
+                .map(feed_row)
+                .collect();
+            transaction.commit()?;
+            Ok(FeedPage {
+                next_after: crate::feed::next_after(&rows, limit, after, through, newest),
+                rows,
+                oldest: oldest.map(|seq| seq as u64),
+                newest,
+            })
         })
     }
 

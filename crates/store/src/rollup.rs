@@ -36,6 +36,15 @@ use crate::StoreError;
 /// The rollup follower's cursor in `feed_cursors`.
 pub const CURSOR: &str = "rollup";
 
+/// The kinds of change the rollup folds (a transfer's finish), the first
+/// committed; the follower reads only these (`FeedLog::read_feed_kinds`).
+pub const KINDS: &[&str] = &[
+    "transfer.committed",
+    "transfer.aborted",
+    "transfer.expired",
+    "transfer.rejected",
+];
+
 /// An hour in milliseconds.
 pub const HOUR_MS: i64 = 3_600_000;
 
@@ -129,10 +138,10 @@ impl Fold {
     }
 
     fn add(&mut self, row: &FeedRow) -> Result<(), StoreError> {
-        let failed = match row.kind.as_str() {
-            "transfer.committed" => false,
-            "transfer.aborted" | "transfer.expired" | "transfer.rejected" => true,
-            _ => return Ok(()),
+        let failed = match KINDS.iter().position(|kind| *kind == row.kind) {
+            Some(0) => false,
+            Some(_) => true,
+            None => return Ok(()),
         };
         let bad = |what: &str| {
             StoreError::fatal(format!(

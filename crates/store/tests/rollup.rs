@@ -15,20 +15,46 @@ use store::sqlite::{SqliteOptions, SqliteStore};
 use store::sqlite_feed::SqliteFeed;
 use support::{some_transfers, Harness, Op};
 
-/// Folds the whole feed after the rollup's cursor, `page` rows at a time.
+/// Folds the whole feed after the rollup's cursor, `page` rows of the
+/// kinds it counts at a time, as the hub's follower reads it.
 fn fold_all(feed: &dyn FeedLog, page: usize) {
     loop {
         let cursor = feed
             .feed_cursor(rollup::CURSOR)
             .expect("cursor")
             .unwrap_or(0);
-        let read = feed.read_feed(cursor, page, None).expect("read");
-        let Some(last) = read.rows.last() else {
+        let read = feed
+            .read_feed_kinds(cursor, page, rollup::KINDS)
+            .expect("read");
+        if read.next_after == cursor {
             return;
-        };
+        }
         let fold = Fold::of(&read.rows).expect("fold");
-        feed.fold_rollup(cursor, last.feed_seq, &fold)
+        feed.fold_rollup(cursor, read.next_after, &fold)
             .expect("fold_rollup");
+    }
+}
+
+/// Every row of `kinds`, read `page` at a time, and where the reads ended.
+fn kinds_read(
+    feed: &dyn FeedLog,
+    page: usize,
+    kinds: &'static [&'static str],
+) -> (Vec<FeedRow>, u64) {
+    let (mut rows, mut after) = (Vec::new(), 0);
+    loop {
+        let read = feed.read_feed_kinds(after, page, kinds).expect("read");
+        assert!(read.rows.len() <= page);
+        assert!(read
+            .rows
+            .iter()
+            .all(|row| row.feed_seq > after && row.feed_seq <= read.next_after));
+        let done = read.next_after == after;
+        after = read.next_after;
+        rows.extend(read.rows);
+        if done {
+            return (rows, after);
+        }
     }
 }
 
@@ -88,6 +114,21 @@ fn each_finish_is_counted_once_on_both_backends() {
         .fold(Amount::ZERO, |sum, a| sum.checked_add(a).unwrap());
 
     for (name, feed) in [("SQLite", &sqlite as &dyn FeedLog), ("PostgreSQL", &pg)] {
+        // Reading by kind gives exactly the rows of those kinds, in order,
+        // and passes over the rest to the feed's end.
+        for (kinds, page) in [(rollup::KINDS, 3), (&["transfer.expired"][..], 2)] {
+            let (read, end) = kinds_read(feed, page, kinds);
+            let expected: Vec<&FeedRow> = rows
+                .iter()
+                .filter(|row| kinds.contains(&row.kind.as_str()))
+                .collect();
+            assert_eq!(
+                read.iter().collect::<Vec<_>>(),
+                expected,
+                "{name}: {kinds:?}"
+            );
+            assert_eq!(end, rows.last().unwrap().feed_seq, "{name}: {kinds:?}");
+        }
         assert_eq!(everything(feed, None), Rollup::default(), "{name}: empty");
         fold_all(feed, 37);
         let folded = everything(feed, None);

@@ -64,41 +64,41 @@ async fn blocking<T: Send + 'static>(
         .map_err(|error| store::StoreError::transient(error.to_string()))?
 }
 
-/// One fold: up to [`PAGES_PER_FOLD`] pages read after the cursor, folded
-/// in one store transaction that moves the cursor. How many changes were
-/// read (0: none after the cursor), the cursor after, and whether it
-/// caught up with the feed.
-async fn fold_pages(feed: &FeedConfig) -> Result<(usize, u64, bool), store::StoreError> {
+/// One fold: up to [`PAGES_PER_FOLD`] pages of the changes it counts
+/// (`rollup::KINDS`) read after the cursor, folded in one store
+/// transaction that moves the cursor past every change examined. Whether
+/// the cursor moved, where it is after, and whether it caught up with the
+/// feed.
+async fn fold_pages(feed: &FeedConfig) -> Result<(bool, u64, bool), store::StoreError> {
     blocking(&feed.log, |log| {
         // Never set: from the oldest change the feed still keeps.
         let cursor = log.feed_cursor(rollup::CURSOR)?.unwrap_or(0);
         let mut rows = Vec::new();
         let mut after = cursor;
         let mut caught_up = false;
-        for _ in 0..PAGES_PER_FOLD {
-            let page = log.read_feed(after, PAGE, None)?;
-            let full = page.rows.len() >= PAGE;
-            if let Some(last) = page.rows.last() {
-                after = last.feed_seq;
+        for round in 0..PAGES_PER_FOLD {
+            let page = log.read_feed_kinds(after, PAGE, rollup::KINDS)?;
+            if round == 0 {
+                if let Some(oldest) = page.oldest.filter(|&oldest| oldest > cursor + 1) {
+                    tracing::warn!(
+                        from = cursor + 1,
+                        to = oldest - 1,
+                        "hourly rollup: changes past --feed-retention were deleted before they were counted; the dashboard misses them"
+                    );
+                }
             }
+            after = page.next_after;
             rows.extend(page.rows);
-            if !full {
+            if after >= page.newest {
                 caught_up = true;
                 break;
             }
         }
-        let Some(first) = rows.first().map(|row| row.feed_seq) else {
-            return Ok((0, cursor, true));
-        };
-        if first > cursor + 1 {
-            tracing::warn!(
-                from = cursor + 1,
-                to = first - 1,
-                "hourly rollup: changes past --feed-retention were deleted before they were counted; the dashboard misses them"
-            );
+        if after == cursor {
+            return Ok((false, cursor, true));
         }
         log.fold_rollup(cursor, after, &Fold::of(&rows)?)?;
-        Ok((rows.len(), after, caught_up))
+        Ok((true, after, caught_up))
     })
     .await
 }
@@ -112,7 +112,7 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
         // Seen before the read: a commit after it wakes the wait below.
         let through = *head.borrow_and_update();
         match fold_pages(&feed).await {
-            Ok((read, at, caught_up)) => {
+            Ok((moved, at, caught_up)) => {
                 cursor = at;
                 if let Some((after_s, failures)) = failures.succeeded() {
                     tracing::info!(after_s, failures, "hourly rollup: folding again");
@@ -121,10 +121,9 @@ pub async fn follow(feed: FeedConfig, metrics: Arc<Metrics>) {
                     .rollup_lag
                     .set(through.max(*head.borrow()).saturating_sub(cursor) as i64);
                 if caught_up {
-                    if read > 0 {
+                    if moved {
                         tokio::time::sleep(FOLD_EVERY).await;
-                    }
-                    if read == 0 && head.changed().await.is_err() {
+                    } else if head.changed().await.is_err() {
                         return;
                     }
                 }
