@@ -179,6 +179,24 @@ impl PgFeed {
     }
 }
 
+/// A page of nothing yet after `after`, with the feed's bounds as
+/// `transaction` sees them (the rows are read in the same snapshot).
+fn bounds(
+    transaction: &mut postgres::Transaction<'_>,
+    after: u64,
+) -> Result<FeedPage, postgres::Error> {
+    let bounds = transaction.query_one(
+        "SELECT (SELECT MIN(feed_seq) FROM changes), (SELECT MAX(feed_seq) FROM changes)",
+        &[],
+    )?;
+    Ok(FeedPage {
+        rows: Vec::new(),
+        next_after: after,
+        oldest: bounds.get::<_, Option<i64>>(0).map(|seq| seq as u64),
+        newest: bounds.get::<_, Option<i64>>(1).unwrap_or(0) as u64,
+    })
+}
+
 impl FeedLog for PgFeed {
     fn read_feed(
         &self,
@@ -194,18 +212,7 @@ impl FeedLog for PgFeed {
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let bounds = transaction.query_one(
-                "SELECT (SELECT MIN(feed_seq) FROM changes), (SELECT MAX(feed_seq) FROM changes)",
-                &[],
-            )?;
-            let oldest: Option<i64> = bounds.get(0);
-            let newest: Option<i64> = bounds.get(1);
-            let mut page = FeedPage {
-                rows: Vec::new(),
-                next_after: after,
-                oldest: oldest.map(|seq| seq as u64),
-                newest: newest.unwrap_or(0) as u64,
-            };
+            let mut page = bounds(&mut transaction, after)?;
             match &participant {
                 None => {
                     page.rows = transaction
@@ -262,14 +269,9 @@ impl FeedLog for PgFeed {
                 .isolation_level(postgres::IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let bounds = transaction.query_one(
-                "SELECT (SELECT MIN(feed_seq) FROM changes), (SELECT MAX(feed_seq) FROM changes)",
-                &[],
-            )?;
-            let oldest: Option<i64> = bounds.get(0);
-            let newest = bounds.get::<_, Option<i64>>(1).unwrap_or(0) as u64;
+            let mut page = bounds(&mut transaction, after)?;
             let through = after.saturating_add(crate::feed::SCAN_BUDGET as u64);
-            let rows: Vec<FeedRow> = transaction
+            page.rows = transaction
                 .query(
                     &format!(
                         "SELECT {FEED_COLUMNS} FROM changes WHERE feed_seq > $1 AND feed_seq <= $2
@@ -280,13 +282,10 @@ impl FeedLog for PgFeed {
                 .iter()
                 .map(feed_row)
                 .collect();
+            page.next_after =
+                crate::feed::next_after(&page.rows, limit, after, through, page.newest);
             transaction.commit()?;
-            Ok(FeedPage {
-                next_after: crate::feed::next_after(&rows, limit, after, through, newest),
-                rows,
-                oldest: oldest.map(|seq| seq as u64),
-                newest,
-            })
+            Ok(page)
         })
     }
 

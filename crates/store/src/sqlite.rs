@@ -2396,6 +2396,17 @@ fn sqlite_values(params: &[search::Param]) -> Vec<rusqlite::types::Value> {
         .collect()
 }
 
+/// The first column of each row of `statement`, as integers.
+fn first_integers(
+    statement: &mut rusqlite::Statement<'_>,
+    params: &[search::Param],
+) -> Result<Vec<i64>, StoreError> {
+    let rows = statement.query_map(rusqlite::params_from_iter(sqlite_values(params)), |row| {
+        row.get(0)
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 /// [`search::search`] on a SQLite connection.
 struct SqliteSearch<'c>(&'c Connection);
 
@@ -2405,10 +2416,7 @@ impl search::SearchSql for SqliteSearch<'_> {
     }
 
     fn integers(&mut self, sql: &str, params: &[search::Param]) -> Result<Vec<i64>, StoreError> {
-        let values = sqlite_values(params);
-        let mut statement = self.0.prepare_cached(sql)?;
-        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        first_integers(&mut *self.0.prepare_cached(sql)?, params)
     }
 
     fn integers_once(
@@ -2416,10 +2424,7 @@ impl search::SearchSql for SqliteSearch<'_> {
         sql: &str,
         params: &[search::Param],
     ) -> Result<Vec<i64>, StoreError> {
-        let values = sqlite_values(params);
-        let mut statement = self.0.prepare(sql)?;
-        let rows = statement.query_map(rusqlite::params_from_iter(values), |row| row.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        first_integers(&mut self.0.prepare(sql)?, params)
     }
 
     fn keyed_blobs(

@@ -228,6 +228,19 @@ impl SqliteFeed {
     }
 }
 
+/// A page of nothing yet after `after`, with the feed's bounds as
+/// `transaction` sees them (the rows are read in the same snapshot).
+fn bounds(transaction: &Transaction<'_>, after: u64) -> rusqlite::Result<FeedPage> {
+    let (oldest, newest): (Option<i64>, Option<i64>) =
+        transaction.query_row(FEED_BOUNDS, [], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    Ok(FeedPage {
+        rows: Vec::new(),
+        next_after: after,
+        oldest: oldest.map(|seq| seq as u64),
+        newest: newest.unwrap_or(0) as u64,
+    })
+}
+
 /// The rows of some kinds over a range of the key (`read_feed_kinds`):
 /// after ?1, through ?2, of the kinds in the JSON array ?3, at most ?4.
 fn kinds_select() -> String {
@@ -260,14 +273,7 @@ impl FeedLog for SqliteFeed {
         let mut connection = self.connection();
         // One snapshot for the bounds and the rows.
         let transaction = connection.transaction()?;
-        let (oldest, newest): (Option<i64>, Option<i64>) =
-            transaction.query_row(FEED_BOUNDS, [], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        let mut page = FeedPage {
-            rows: Vec::new(),
-            next_after: after,
-            oldest: oldest.map(|seq| seq as u64),
-            newest: newest.unwrap_or(0) as u64,
-        };
+        let mut page = bounds(&transaction, after)?;
         match participant {
             None => {
                 let mut select = transaction.prepare_cached(&format!(
@@ -310,28 +316,22 @@ impl FeedLog for SqliteFeed {
         let limit = limit.clamp(1, crate::feed::MAX_PAGE);
         let mut connection = self.connection();
         let transaction = connection.transaction()?;
-        let (oldest, newest): (Option<i64>, Option<i64>) =
-            transaction.query_row(FEED_BOUNDS, [], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        let newest = newest.unwrap_or(0) as u64;
+        let mut page = bounds(&transaction, after)?;
         let through = after.saturating_add(crate::feed::SCAN_BUDGET as u64);
         // The kinds as one JSON array parameter: one statement text
         // whatever their number.
         let kinds_json = serde_json::to_string(kinds).expect("strings serialise");
         let mut select = transaction.prepare_cached(&kinds_select())?;
-        let rows: Vec<FeedRow> = select
+        page.rows = select
             .query_map(
                 params![after as i64, through as i64, kinds_json, limit as i64],
                 feed_row,
             )?
             .collect::<Result<_, _>>()?;
+        page.next_after = next_after(&page.rows, limit, after, through, page.newest);
         drop(select);
         transaction.commit()?;
-        Ok(FeedPage {
-            next_after: next_after(&rows, limit, after, through, newest),
-            rows,
-            oldest: oldest.map(|seq| seq as u64),
-            newest,
-        })
+        Ok(page)
     }
 
     fn prune_feed(&self, before_ms: i64) -> Result<usize, StoreError> {
