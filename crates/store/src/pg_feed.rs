@@ -179,6 +179,16 @@ impl PgFeed {
     }
 }
 
+/// A read-only transaction that sees one snapshot throughout (the feed's
+/// bounds and its rows, the index's fence and its blocks agree).
+fn snapshot(client: &mut postgres::Client) -> Result<postgres::Transaction<'_>, postgres::Error> {
+    client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+}
+
 /// A page of nothing yet after `after`, with the feed's bounds as
 /// `transaction` sees them (the rows are read in the same snapshot).
 fn bounds(
@@ -207,11 +217,7 @@ impl FeedLog for PgFeed {
         let limit = limit.clamp(1, crate::feed::MAX_PAGE) as i64;
         let participant = participant.map(str::to_string);
         self.worker.run(move |client| {
-            let mut transaction = client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut transaction = snapshot(client)?;
             let mut page = bounds(&mut transaction, after)?;
             match &participant {
                 None => {
@@ -264,11 +270,7 @@ impl FeedLog for PgFeed {
     ) -> Result<FeedPage, StoreError> {
         let limit = limit.clamp(1, crate::feed::MAX_PAGE);
         self.worker.run(move |client| {
-            let mut transaction = client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut transaction = snapshot(client)?;
             let mut page = bounds(&mut transaction, after)?;
             let through = after.saturating_add(crate::feed::SCAN_BUDGET as u64);
             page.rows = transaction
@@ -346,11 +348,7 @@ impl FeedLog for PgFeed {
                 Ok((next as u64, party_index::checked_block_seqs(seqs)?))
             }
             let (next, block_seqs, last_seq, to, rows) = {
-                let mut reading = client
-                    .build_transaction()
-                    .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()?;
+                let mut reading = snapshot(client)?;
                 let (next, block_seqs) = filed(&mut reading, block_seqs, "")?;
                 let last_seq = reading
                     .query_one("SELECT COALESCE(MAX(seq), 0) FROM transfers", &[])?
@@ -494,11 +492,7 @@ impl FeedLog for PgFeed {
     ) -> Result<Rollup, StoreError> {
         let participant = participant.map(str::to_string);
         self.worker.run(move |client| {
-            let mut transaction = client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()?;
+            let mut transaction = snapshot(client)?;
             // `$3 IS NULL`: the whole scheme's; else the DFSP's own pairs.
             let own = "($3::text IS NULL OR payer = $3 OR payee = $3)";
             let mut rollup = Rollup::default();
