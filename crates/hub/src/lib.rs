@@ -45,9 +45,9 @@ pub mod operator {
     pub mod audit;
     pub mod feed;
     pub mod fxps;
+    pub mod indexes;
     pub mod jws_keys;
     pub mod oracles;
-    pub mod party_index;
     pub mod pins;
     pub mod rollup;
     pub mod settlement;
@@ -109,8 +109,8 @@ mod references;
 pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats, wire_log};
 pub use operator::{
-    admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, jws_keys, oracles,
-    party_index, pins, rollup, settlement, statement, watch,
+    admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, indexes, jws_keys,
+    oracles, pins, rollup, settlement, statement, watch,
 };
 pub use outbound::{
     alerts, alerts_feed, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify,

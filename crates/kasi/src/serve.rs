@@ -452,7 +452,7 @@ fn serve_term(
         }
         tokio::spawn(hub::feed::keep_retention(feed.clone()));
         tokio::spawn(hub::rollup::follow(feed.clone(), hub.metrics.clone()));
-        tokio::spawn(hub::party_index::follow(feed.clone(), hub.metrics.clone()));
+        tokio::spawn(hub::indexes::follow(feed.clone(), hub.metrics.clone()));
         if let Some(amqp) = &plan.feed.amqp {
             tokio::spawn(hub::feed_amqp::publish(
                 feed.clone(),

@@ -63,6 +63,19 @@ fn committed_transfer(s: &Scenario, amount: &str) -> String {
 }
 
 /// The value of a counter in `/metrics`, 0 when absent.
+/// The first instant a transfer finished at.
+fn first_finish_ms(s: &Scenario) -> i64 {
+    rusqlite::Connection::open(s.dir.path().join("data/kasi.db"))
+        .and_then(|db| {
+            db.query_row(
+                "SELECT MIN(finished_at_ms) FROM transfer_finishes",
+                [],
+                |row| row.get(0),
+            )
+        })
+        .expect("a finish")
+}
+
 fn counter(metrics: &str, series: &str) -> f64 {
     metrics
         .lines()
@@ -117,6 +130,38 @@ fn a_statement_reconciles_pages_and_is_the_dfsps_own() {
         assert!(pages < 10, "the statement never ended");
     }
     assert!(pages >= 2, "{pages} pages");
+    // The commit index's follower looked at the store and recorded where
+    // its minutes start: at or before the first commit, on a minute. (A
+    // minute is filed once a later minute's commit is durable; the index
+    // itself is checked against an oracle in the store's tests.)
+    let first_commit_ms = first_finish_ms(&s);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let index: Option<(i64, i64, i64)> =
+            rusqlite::Connection::open(s.dir.path().join("data/kasi.db"))
+                .and_then(|db| {
+                    db.query_row(
+                        "SELECT origin_ms, span_ms, next_span FROM commit_index",
+                        [],
+                        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                    )
+                })
+                .ok();
+        if let Some((origin_ms, span_ms, _)) = index {
+            assert_eq!(span_ms, 60_000, "{index:?}");
+            assert_eq!(origin_ms % span_ms, 0, "{index:?}");
+            assert!(
+                (0..span_ms).contains(&(first_commit_ms - origin_ms)),
+                "{index:?} first commit at {first_commit_ms}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the commit index was never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert_eq!(
         opening,
         serde_json::json!({"POSITION": "0", "SETTLEMENT": "0"})

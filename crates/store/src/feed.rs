@@ -180,6 +180,19 @@ pub trait FeedLog: Send + Sync + std::fmt::Debug {
         block_seqs: u64,
     ) -> Result<crate::party_index::Filing, StoreError>;
 
+    /// Files the commit index's next spans ([`crate::commit_index`]): each
+    /// span wholly committed and not filed yet, at most `most_spans` and
+    /// about `most_commits` commits (one span at least), in one
+    /// transaction that moves `commit_index.next_span` (fenced as
+    /// [`FeedLog::file_party_blocks`]). Spans of `span_ms`, unless the
+    /// index already records its own. Never on the writer's connection.
+    fn file_commit_spans(
+        &self,
+        most_spans: u64,
+        most_commits: usize,
+        span_ms: i64,
+    ) -> Result<crate::commit_index::Filing, StoreError>;
+
     /// Whether a read waits on the network (see `StoreReader::is_remote`).
     fn is_remote(&self) -> bool {
         false

@@ -19,6 +19,7 @@ use std::fmt;
 
 use ledger::{Record, Snapshot};
 
+pub mod commit_index;
 pub mod delivery;
 pub mod feed;
 pub mod history;

@@ -7,6 +7,7 @@
 use ledger::{AccountId, ParticipantId, Record};
 use postgres::{GenericClient, Row};
 
+use crate::commit_index::{self, Filed};
 use crate::feed::{FeedLog, FeedPage, FeedRow, FeedState, FEED_COLUMNS};
 use crate::party_index;
 use crate::pg::redact_url;
@@ -324,6 +325,106 @@ impl FeedLog for PgFeed {
                 &[&name, &(feed_seq as i64)],
             )?;
             Ok(())
+        })
+    }
+
+    fn file_commit_spans(
+        &self,
+        most_spans: u64,
+        most_commits: usize,
+        span_ms: i64,
+    ) -> Result<commit_index::Filing, StoreError> {
+        self.worker.run(move |client| {
+            fn filed(
+                client: &mut impl GenericClient,
+                lock: &str,
+            ) -> Result<Option<Filed>, StoreError> {
+                client
+                    .query_opt(
+                        &format!(
+                            "SELECT origin_ms, span_ms, next_span FROM commit_index WHERE id = 1{lock}"
+                        ),
+                        &[],
+                    )?
+                    .map(|row| Filed::checked(row.get(0), row.get(1), row.get(2)))
+                    .transpose()
+            }
+            let (found, index, newest, spans, to, rows) = {
+                let mut reading = snapshot(client)?;
+                let found = filed(&mut reading, "")?;
+                let times = reading.query_one(
+                    "SELECT MIN(finished_at_ms), MAX(finished_at_ms) FROM transfer_finishes",
+                    &[],
+                )?;
+                let (index, spans, newest) =
+                    match commit_index::Plan::of(found, (times.get(0), times.get(1)), span_ms, most_spans)? {
+                        commit_index::Plan::Done(filing) => return Ok(filing),
+                        commit_index::Plan::File {
+                            index,
+                            spans,
+                            newest_ms,
+                        } => (index, spans, newest_ms),
+                    };
+                let select = reading.prepare(
+                    "SELECT f.seq, f.finished_at_ms, t.debit_account_id, t.credit_account_id
+                     FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq
+                     WHERE f.finished_at_ms >= $1 AND f.finished_at_ms < $2
+                       AND f.state = 'COMMITTED' AND t.kind IN ('TRANSFER', 'FX_CONVERSION')
+                     ORDER BY f.finished_at_ms, f.seq LIMIT $3",
+                )?;
+                let (to, rows) = commit_index::rows_of_spans(
+                    index,
+                    spans,
+                    most_commits,
+                    |from_ms, to_ms, limit| {
+                        let limit = limit.map(|limit| limit as i64);
+                        reading
+                            .query(&select, &[&from_ms, &to_ms, &limit])?
+                            .iter()
+                            .map(|row| {
+                                let account = |at: usize| {
+                                    u32::try_from(row.get::<_, i64>(at)).map_err(|_| {
+                                        StoreError::fatal("commit index: an account id out of range")
+                                    })
+                                };
+                                Ok(commit_index::Commit {
+                                    seq: row.get::<_, i64>(0) as u64,
+                                    at_ms: row.get(1),
+                                    debit: account(2)?,
+                                    credit: account(3)?,
+                                })
+                            })
+                            .collect()
+                    },
+                )?;
+                reading.commit()?;
+                (found, index, newest, spans, to, rows)
+            };
+            let mut transaction = client.transaction()?;
+            // The row locked: a second hub's filing waits, then finds it moved.
+            transaction.execute(
+                "INSERT INTO commit_index (id, origin_ms, span_ms, next_span) VALUES (1, $1, $2, 0)
+                 ON CONFLICT (id) DO NOTHING",
+                &[&index.origin_ms, &index.span_ms],
+            )?;
+            let now = filed(&mut transaction, " FOR UPDATE")?;
+            // A row inserted just now stands for none found.
+            let now = now.filter(|now| found.is_some() || *now != Filed { next_span: 0, ..index });
+            if now != found {
+                return Err(commit_index::moved(index, now));
+            }
+            let keys: Vec<i64> = rows.iter().map(|(key, _)| *key).collect();
+            let entries: Vec<&[u8]> = rows.iter().map(|(_, entries)| entries.as_slice()).collect();
+            transaction.execute(
+                "INSERT INTO commit_spans (key, entries) SELECT * FROM UNNEST($1::bigint[], $2::bytea[])",
+                &[&keys, &entries],
+            )?;
+            transaction.execute(
+                "UPDATE commit_index SET next_span = $1 WHERE id = 1",
+                &[&(to as i64)],
+            )?;
+            transaction.commit()?;
+            Ok(commit_index::Filing::of(index, spans.0, to, newest))
         })
     }
 

@@ -22,6 +22,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_12,
     MIGRATION_13,
     MIGRATION_14,
+    MIGRATION_15,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -239,6 +240,22 @@ CREATE TABLE party_index (
     id         INT    PRIMARY KEY CHECK (id = 1),
     next_block BIGINT NOT NULL,
     block_seqs BIGINT NOT NULL
+);
+";
+
+/// The commit index (`crate::commit_index`), filed by the hub's follower
+/// by span of time, never by a commit; as SQLite's version 15. Empty in a
+/// store migrated to it: the follower files the finishes kept before.
+const MIGRATION_15: &str = "
+CREATE TABLE commit_spans (
+    key     BIGINT PRIMARY KEY,
+    entries BYTEA  NOT NULL
+);
+CREATE TABLE commit_index (
+    id        INT    PRIMARY KEY CHECK (id = 1),
+    origin_ms BIGINT NOT NULL,
+    span_ms   BIGINT NOT NULL,
+    next_span BIGINT NOT NULL
 );
 ";
 

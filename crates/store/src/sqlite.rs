@@ -48,8 +48,10 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// version 12 the change feed's `changes` and `feed_cursors`
 /// (`sqlite_feed.rs`); version 13 the hourly rollup's `rollup_pairs`,
 /// `rollup_errors`, `rollup_latency` (`crate::rollup`); version 14 the
-/// party index's `party_blocks` and `party_index` (`crate::party_index`).
-const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE + 1;
+/// party index's `party_blocks` and `party_index` (`crate::party_index`);
+/// version 15 the commit index's `commit_spans` and `commit_index`
+/// (`crate::commit_index`).
+const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE + 2;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -580,9 +582,9 @@ impl SqliteStore {
             // Tables added within a version are created on open.
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 11 → 12 only adds the change feed's tables, 12 → 13
-            // the rollup's and 13 → 14 the party index's, which are
-            // created below.
-            11..=13 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
+            // the rollup's, 13 → 14 the party index's and 14 → 15 the
+            // commit index's, which are created below.
+            11..=14 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
             1..=10 => {
                 let migration = connection.transaction()?;
@@ -634,6 +636,7 @@ impl SqliteStore {
         connection.execute_batch(sqlite_history::SCHEMA)?;
         connection.execute_batch(crate::sqlite_feed::SCHEMA)?;
         connection.execute_batch(crate::party_index::SQLITE_SCHEMA)?;
+        connection.execute_batch(crate::commit_index::SQLITE_SCHEMA)?;
         let owners = account_owners(&connection)?;
         let pass = PassClock::new(
             options.search_pass,

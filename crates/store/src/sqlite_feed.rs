@@ -9,6 +9,7 @@ use std::time::Duration;
 use ledger::{AccountId, Amount, Currency, ParticipantId, Record, TransferId, TransferKind};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 
+use crate::commit_index::{self, Filed};
 use crate::feed::{
     next_after, FeedLog, FeedPage, FeedRow, FeedState, TransferSummary, FEED_COLUMNS,
 };
@@ -362,6 +363,96 @@ impl FeedLog for SqliteFeed {
         let connection = self.connection();
         connection.execute(SET_CURSOR, params![name, feed_seq as i64])?;
         Ok(())
+    }
+
+    fn file_commit_spans(
+        &self,
+        most_spans: u64,
+        most_commits: usize,
+        span_ms: i64,
+    ) -> Result<commit_index::Filing, StoreError> {
+        let mut connection = self.connection();
+        let filed = |connection: &Connection| -> Result<Option<Filed>, StoreError> {
+            connection
+                .query_row(
+                    "SELECT origin_ms, span_ms, next_span FROM commit_index WHERE id = 1",
+                    [],
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+                )
+                .optional()?
+                .map(|(origin, span, next)| Filed::checked(origin, span, next))
+                .transpose()
+        };
+        let time = |connection: &Connection, sql: &str| -> Result<Option<i64>, StoreError> {
+            Ok(connection.query_row(sql, [], |row| row.get(0))?)
+        };
+        // Read without the write lock, as the party index's filing.
+        let reading = connection.transaction()?;
+        let found = filed(&reading)?;
+        // Each alone: SQLite serves a lone MIN or MAX from the index's end.
+        let times = (
+            time(
+                &reading,
+                "SELECT MIN(finished_at_ms) FROM transfer_finishes",
+            )?,
+            time(
+                &reading,
+                "SELECT MAX(finished_at_ms) FROM transfer_finishes",
+            )?,
+        );
+        let (index, spans, newest) =
+            match commit_index::Plan::of(found, times, span_ms, most_spans)? {
+                commit_index::Plan::Done(filing) => return Ok(filing),
+                commit_index::Plan::File {
+                    index,
+                    spans,
+                    newest_ms,
+                } => (index, spans, newest_ms),
+            };
+        let (to, rows) =
+            commit_index::rows_of_spans(index, spans, most_commits, |from_ms, to_ms, limit| {
+                let mut select = reading.prepare_cached(
+                    "SELECT f.seq, f.finished_at_ms, t.debit_account_id, t.credit_account_id
+                     FROM transfer_finishes f INDEXED BY transfer_finishes_by_time
+                     JOIN transfers t ON t.seq = f.seq
+                     WHERE f.finished_at_ms >= ?1 AND f.finished_at_ms < ?2
+                       AND f.state = 'COMMITTED' AND t.kind IN ('TRANSFER', 'FX_CONVERSION')
+                     ORDER BY f.finished_at_ms, f.seq LIMIT ?3",
+                )?;
+                let limit = limit.map_or(-1, |limit| limit as i64);
+                let commits = select
+                    .query_map(params![from_ms, to_ms, limit], |row| {
+                        Ok(commit_index::Commit {
+                            seq: row.get::<_, i64>(0)? as u64,
+                            at_ms: row.get(1)?,
+                            debit: row.get(2)?,
+                            credit: row.get(3)?,
+                        })
+                    })?
+                    .collect::<Result<_, _>>()?;
+                Ok(commits)
+            })?;
+        drop(reading);
+        let transaction =
+            connection.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = filed(&transaction)?;
+        if now != found {
+            return Err(commit_index::moved(index, now));
+        }
+        {
+            let mut insert = transaction
+                .prepare_cached("INSERT INTO commit_spans (key, entries) VALUES (?1, ?2)")?;
+            for (key, entries) in &rows {
+                insert.execute(params![key, entries])?;
+            }
+        }
+        transaction.execute(
+            "INSERT INTO commit_index (id, origin_ms, span_ms, next_span) VALUES (1, ?1, ?2, ?3)
+             ON CONFLICT (id) DO UPDATE SET next_span = excluded.next_span",
+            params![index.origin_ms, index.span_ms, to as i64],
+        )?;
+        transaction.commit()?;
+        Ok(commit_index::Filing::of(index, spans.0, to, newest))
     }
 
     fn file_party_blocks(

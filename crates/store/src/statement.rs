@@ -10,8 +10,10 @@
 //! arithmetic, `ledger::Snapshot::audit`: a debit raises an account's
 //! value, a credit lowers it):
 //! - transfers and FX conversions, when they commit: their
-//!   `transfer_finishes` row (COMMITTED, at `finished_at_ms`), found by
-//!   time through `transfer_finishes_by_time` — source [`Source::Commit`];
+//!   `transfer_finishes` row (COMMITTED, at `finished_at_ms`), found
+//!   through the commit index ([`crate::commit_index`]: the account's
+//!   commits by minute) where it is filed, and by time through
+//!   `transfer_finishes_by_time` after — source [`Source::Commit`];
 //! - funds in (committed at once, at `prepared_at_ms`) and funds out
 //!   (at their COMMITTED finish), found through `transfers_funds` (funds
 //!   movements are few: the ledger keeps every one in memory) —
@@ -41,15 +43,17 @@
 //! ([`Method::Snapshot`]), or every movement before it
 //! ([`Method::Start`], the same with an empty snapshot). All are read in
 //! the same read transaction as the accounts, so all are exact; the one
-//! that reads the fewest transfers is read. Without a
-//! per-account index each walks every DFSP's commits of its range (the
-//! database filters them), so a key in the middle of a long history
-//! costs up to half of it (BENCHMARKS.md, "DFSP statements").
+//! that reads the fewest transfers is read. Each reads the accounts'
+//! commits of its range through the commit index (and every DFSP's
+//! where it is not filed, the database filtering them), so a key in the
+//! middle of a long history costs up to half of the DFSP's (BENCHMARKS.md,
+//! "DFSP statements").
 
 use std::collections::HashMap;
 
 use ledger::{AccountId, Amount, Currency, FspName, TransferId};
 
+use crate::commit_index::{self, Filed};
 use crate::search::{Dialect, Param};
 use crate::StoreError;
 
@@ -467,10 +471,162 @@ fn read_accounts(
     Ok(Some(accounts))
 }
 
+/// How far the commit index ([`crate::commit_index`]) is filed, as this
+/// read transaction sees it.
+fn commit_index(sql: &mut dyn StatementSql) -> Result<Option<Filed>, StoreError> {
+    sql.rows(
+        "SELECT CAST(origin_ms AS BIGINT), CAST(span_ms AS BIGINT), CAST(next_span AS BIGINT)
+         FROM commit_index WHERE id = 1",
+        &[],
+    )?
+    .first()
+    .map(|row| Filed::checked(int(&row[0])?, int(&row[1])?, int(&row[2])?))
+    .transpose()
+}
+
+/// The first `(at, seq)` the commit index does not cover.
+fn filed_bound(index: Option<Filed>) -> (i64, i64) {
+    (
+        index.map_or(i64::MIN, |index| index.filed_to_ms()),
+        i64::MIN,
+    )
+}
+
+/// The transfers' and conversions' commits with `lo <= (at, seq) < hi`,
+/// in key order, at most `limit`; with `only`, those touching the two
+/// accounts: through the commit index where it is filed, by time (the
+/// database filtering every DFSP's commits) after.
+fn commits(
+    sql: &mut dyn StatementSql,
+    index: Option<Filed>,
+    lo: (i64, i64),
+    hi: (i64, i64),
+    limit: Option<usize>,
+    only: Option<(i64, i64)>,
+) -> Result<Vec<Row>, StoreError> {
+    let (Some(ids), Some(index)) = (only, index) else {
+        return walk_commits(sql, lo, hi, limit, only);
+    };
+    let filed = filed_bound(Some(index));
+    let mut rows = Vec::new();
+    if lo < filed {
+        rows = indexed_commits(sql, index, ids, lo, hi.min(filed), limit)?;
+        if hi <= filed || limit.is_some_and(|limit| rows.len() >= limit) {
+            return Ok(rows);
+        }
+    }
+    let rest = limit.map(|limit| limit - rows.len());
+    rows.extend(walk_commits(sql, lo.max(filed), hi, rest, only)?);
+    Ok(rows)
+}
+
+/// Spans of the commit index a read asks for at first; it asks for more
+/// each time (a quiet DFSP's month is a few thousand small rows, a busy
+/// one's minute thousands of commits).
+const FIRST_SPANS: u64 = 16;
+const MOST_SPANS_PER_READ: u64 = 4_096;
+/// Commits fetched by seq in one query.
+const FETCH_SEQS: usize = 500;
+
+/// [`commits`] of the two accounts in `[lo, hi)`, all within the filed
+/// spans: their (instant, seq) from the index, then each commit fetched by
+/// seq with every check (committed, a transfer or a conversion).
+fn indexed_commits(
+    sql: &mut dyn StatementSql,
+    index: Filed,
+    (a, b): (i64, i64),
+    lo: (i64, i64),
+    hi: (i64, i64),
+    limit: Option<usize>,
+) -> Result<Vec<Row>, StoreError> {
+    if index.next_span == 0 || lo >= hi {
+        return Ok(Vec::new());
+    }
+    let d = sql.dialect();
+    let read = format!(
+        "SELECT CAST(key AS BIGINT), entries FROM commit_spans WHERE key >= {} AND key < {} ORDER BY key",
+        p(d, 1),
+        p(d, 2)
+    );
+    let last_span = index.span_of(hi.0).min(index.next_span - 1);
+    let mut span = index.span_of(lo.0);
+    let mut spans = FIRST_SPANS;
+    let mut found: Vec<(i64, u64)> = Vec::new();
+    while span <= last_span {
+        let upto = (span + spans).min(last_span + 1);
+        for account in [a, b] {
+            let Ok(account) = u32::try_from(account) else {
+                continue;
+            };
+            let first = commit_index::key_range(index, AccountId(account), 0, 0)?.0;
+            let (low, high) = (first + span as i64, first + upto as i64);
+            for row in sql.rows(&read, &[Param::Int(low), Param::Int(high)])? {
+                let (key, entries) = match (&row[0], &row[1]) {
+                    (Cell::Int(key), Cell::Blob(entries)) => (*key, entries),
+                    _ => return Err(bad("commit index row")),
+                };
+                found.extend(
+                    commit_index::entries_of(index, key, entries)?
+                        .filter(|&(at, seq)| (at, seq as i64) >= lo && (at, seq as i64) < hi),
+                );
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        if limit.is_some_and(|limit| found.len() >= limit) {
+            break;
+        }
+        span = upto;
+        spans = (spans * 4).min(MOST_SPANS_PER_READ);
+    }
+    found.truncate(limit.unwrap_or(usize::MAX));
+    let query = commits_by_seq(d);
+    let mut rows = Vec::with_capacity(found.len());
+    for seqs in found.chunks(FETCH_SEQS) {
+        let list = seqs
+            .iter()
+            .map(|(_, seq)| seq.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let list = match d {
+            Dialect::Sqlite => format!("[{list}]"),
+            Dialect::Postgres => format!("{{{list}}}"),
+        };
+        let fetched = sql.rows(&query, &[Param::Text(list)])?;
+        if fetched.len() != seqs.len() {
+            return Err(StoreError::fatal(format!(
+                "commit index: {} of {} transfers filed as committed are not",
+                seqs.len() - fetched.len(),
+                seqs.len()
+            )));
+        }
+        for row in &fetched {
+            rows.push(commit_row(row, Source::Commit)?);
+        }
+    }
+    rows.sort_by_key(|row| row.key);
+    Ok(rows)
+}
+
+/// The committed transfers and conversions of a list of seqs (a JSON
+/// array on SQLite, an array literal on PostgreSQL), each by its key.
+fn commits_by_seq(d: Dialect) -> String {
+    let listed = match d {
+        Dialect::Sqlite => "f.seq IN (SELECT value FROM json_each(?1))",
+        Dialect::Postgres => "f.seq = ANY(CAST($1::text AS bigint[]))",
+    };
+    format!(
+        "SELECT CAST(f.finished_at_ms AS BIGINT), CAST(f.seq AS BIGINT), t.kind, t.transfer_id,
+                CAST(t.debit_account_id AS BIGINT), CAST(t.credit_account_id AS BIGINT), t.amount
+         FROM transfer_finishes f JOIN transfers t ON t.seq = f.seq
+         WHERE {listed} AND f.state = 'COMMITTED' AND t.kind IN ('TRANSFER', 'FX_CONVERSION')"
+    )
+}
+
 /// The transfers' and conversions' commits with `lo <= (at, seq) < hi`,
 /// in key order, at most `limit` (`None`: all, and only those touching
-/// `accounts`' two, filtered by the database).
-fn commits(
+/// `accounts`' two, filtered by the database), by time.
+fn walk_commits(
     sql: &mut dyn StatementSql,
     lo: (i64, i64),
     hi: (i64, i64),
@@ -771,6 +927,7 @@ fn snapshot(
 /// `funds` are the accounts' funds movements.
 fn balances_before(
     sql: &mut dyn StatementSql,
+    index: Option<Filed>,
     accounts: &Accounts,
     funds: &[Row],
     key: Key,
@@ -799,7 +956,7 @@ fn balances_before(
     let entries_from = first_entry_from(sql, key)?;
     if forward <= backward {
         let (at, seq) = key.bound_for(Source::Commit);
-        let mut rows = commits(sql, (cut, i64::MIN), (at, seq), None, Some(ids))?;
+        let mut rows = commits(sql, index, (cut, i64::MIN), (at, seq), None, Some(ids))?;
         // Summed from the start, nothing is left out; a snapshot leaves
         // out the transfers after its `through_seq` that finished before
         // its cut (found by seq: few, once it has caught up).
@@ -811,7 +968,7 @@ fn balances_before(
         return Ok((plus(sums, sum(accounts, &rows)?)?, method));
     }
     let (at, seq) = key.bound_for(Source::Commit);
-    let mut rows = commits(sql, (at, seq), (i64::MAX, i64::MAX), None, Some(ids))?;
+    let mut rows = commits(sql, index, (at, seq), (i64::MAX, i64::MAX), None, Some(ids))?;
     rows.extend(funds_since);
     rows.extend(entries(sql, entries_from, i64::MAX, None, Some(ids))?);
     Ok((minus(accounts.now, sum(accounts, &rows)?)?, Method::Current))
@@ -854,6 +1011,7 @@ fn read_page(
         return Ok(Some(page));
     }
     let ids = accounts.ids();
+    let index = commit_index(sql)?;
     let funds_rows = funds(sql, ids)?;
     // The first key the page may show.
     let start = match query.after {
@@ -862,7 +1020,7 @@ fn read_page(
     };
     let (opening, method) = match query.after.and_then(|cursor| cursor.balances) {
         Some(balances) => (balances, Method::Carried),
-        None => balances_before(sql, &accounts, &funds_rows, start)?,
+        None => balances_before(sql, index, &accounts, &funds_rows, start)?,
     };
     page.opening = opening;
     page.method = method;
@@ -874,6 +1032,8 @@ fn read_page(
     let limit = query.limit.clamp(1, MAX_PAGE);
     let chunk = query.chunk.max(1);
     let mut walk = Walk {
+        index,
+        ids,
         commits: Default::default(),
         funds: funds_rows
             .into_iter()
@@ -955,6 +1115,9 @@ enum Buffer {
 /// passed, each in key order, and how far the two long ones were read
 /// (`None`: to the end of the range).
 struct Walk {
+    index: Option<Filed>,
+    /// The DFSP's two accounts.
+    ids: (i64, i64),
     commits: std::collections::VecDeque<Row>,
     funds: std::collections::VecDeque<Row>,
     entries: std::collections::VecDeque<Row>,
@@ -975,16 +1138,23 @@ impl Walk {
     ) -> Result<usize, StoreError> {
         let mut read = 0;
         if let (true, Some(from)) = (self.commits.is_empty(), self.commits_read_to) {
-            let rows = commits(
-                sql,
-                from.bound_for(Source::Commit),
-                end.bound_for(Source::Commit),
-                Some(chunk),
-                None,
-            )?;
+            // Where the index is filed, the DFSP's commits only; after
+            // it, every DFSP's, a chunk at a time (the scan budget bounds
+            // what a page reads, wherever the DFSP's commits are).
+            let filed = filed_bound(self.index);
+            let from = from.bound_for(Source::Commit);
+            let (to, only, filed_end) = match from < filed {
+                true => {
+                    let to = end.bound_for(Source::Commit).min(filed);
+                    let more = (to == filed).then(|| Key::at(filed.0));
+                    (to, Some(self.ids), more)
+                }
+                false => (end.bound_for(Source::Commit), None, None),
+            };
+            let rows = commits(sql, self.index, from, to, Some(chunk), only)?;
             read += rows.len();
             self.commits_read_to = match rows.len() < chunk {
-                true => None,
+                true => filed_end,
                 false => rows.last().map(|r| r.key.next()),
             };
             self.commits.extend(rows);
@@ -1110,6 +1280,41 @@ mod tests {
         assert_eq!(Key::parse("5.3.1"), None);
         assert_eq!(Key::parse("5.1"), None);
         assert_eq!(Key::parse("5.1.2.3"), None);
+    }
+
+    /// A statement's commits through the index are fetched by key, each
+    /// transfer and its finish: never a scan of either table.
+    #[test]
+    fn commits_listed_by_seq_are_read_by_their_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(crate::sqlite::SqliteStore::open(dir.path(), Default::default()).unwrap());
+        let connection =
+            rusqlite::Connection::open(dir.path().join(crate::sqlite::DATABASE_FILE)).unwrap();
+        let mut plan = connection
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                commits_by_seq(Dialect::Sqlite)
+            ))
+            .unwrap();
+        let details: Vec<String> = plan
+            .query_map(["[1,2,3]"], |row| row.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for table in ["f", "t"] {
+            assert!(
+                details
+                    .iter()
+                    .any(|d| d == &format!("SEARCH {table} USING INTEGER PRIMARY KEY (rowid=?)")),
+                "{details:?}"
+            );
+        }
+        assert!(
+            !details
+                .iter()
+                .any(|d| d.starts_with("SCAN f") || d.starts_with("SCAN t")),
+            "{details:?}"
+        );
     }
 
     #[test]

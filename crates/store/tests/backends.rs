@@ -806,6 +806,8 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 15 (the commit index) added.
+const UNDO_MIGRATION_15: &str = "DROP TABLE commit_spans, commit_index";
 /// What migration 14 (the party index) added.
 const UNDO_MIGRATION_14: &str = "DROP TABLE party_blocks, party_index";
 /// What migration 13 (the hourly rollup) added.
@@ -919,7 +921,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_14}; {UNDO_MIGRATION_13}; {UNDO_MIGRATION_12}; {UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_15}; {UNDO_MIGRATION_14}; {UNDO_MIGRATION_13}; {UNDO_MIGRATION_12}; {UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

@@ -270,7 +270,8 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE party_blocks, party_index;
+        "DROP TABLE commit_spans, commit_index;
+         DROP TABLE party_blocks, party_index;
          DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
          DROP TABLE changes, feed_cursors;
          DROP TABLE transfer_keys, search_index;
@@ -316,7 +317,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "14");
+    assert_eq!(version, "15");
     let funds_index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
@@ -358,7 +359,8 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE party_blocks, party_index;
+        "DROP TABLE commit_spans, commit_index;
+         DROP TABLE party_blocks, party_index;
          DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
          DROP TABLE changes, feed_cursors;
          DROP TABLE transfer_keys, search_index;
@@ -399,7 +401,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "14");
+    assert_eq!(version, "15");
     // Declared again, on both.
     harness.run(Op::Corridors(false));
     harness.run(Op::Corridors(true));

@@ -289,13 +289,15 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
     raw.execute_batch(
         "DROP TABLE rollup_pairs; DROP TABLE rollup_errors; DROP TABLE rollup_latency;
          DROP TABLE party_blocks; DROP TABLE party_index;
+         DROP TABLE commit_spans; DROP TABLE commit_index;
          PRAGMA user_version = 12;",
     )
     .expect("downgrade");
-    // The rollup's (13) and the party index's (14).
+    // The rollup's (13), the party index's (14) and the commit index's (15).
     let tables = |raw: &rusqlite::Connection| -> i64 {
         raw.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'rollup_%' OR name LIKE 'party_%'",
+            "SELECT count(*) FROM sqlite_master
+             WHERE name LIKE 'rollup_%' OR name LIKE 'party_%' OR name LIKE 'commit_%'",
             [],
             |row| row.get(0),
         )
@@ -303,11 +305,11 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
     };
     assert_eq!(tables(&raw), 0);
     let store = SqliteStore::open(dir.path(), SqliteOptions::default()).expect("migrate");
-    assert_eq!(tables(&raw), 5);
+    assert_eq!(tables(&raw), 7);
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     drop(store);
     let feed = SqliteFeed::open(dir.path()).expect("open the feed");
     fold_all(&feed, MAX_PAGE);

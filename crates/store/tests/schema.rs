@@ -33,7 +33,7 @@ fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
 }
 
 /// The schema version this kasi writes.
-const CURRENT_VERSION: i64 = 14;
+const CURRENT_VERSION: i64 = 15;
 
 const ULID: &str = "01K1WV2595Z7XST8FW5K4XRDZB";
 const UUID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";

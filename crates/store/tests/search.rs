@@ -240,14 +240,7 @@ fn every_search_finds_what_a_filter_over_the_snapshot_finds() {
                 // feed's connection, beside the open writer), on both backends
                 // alike; often only some of the blocks.
                 let mut filed_end = [0u64; 2];
-                for (at, feed) in [
-                    Box::new(store::sqlite_feed::SqliteFeed::open(dir.path()).expect("feed"))
-                        as Box<dyn store::feed::FeedLog>,
-                    Box::new(store::pg_feed::PgFeed::open(&url).expect("feed")),
-                ]
-                .iter()
-                .enumerate()
-                {
+                for (at, feed) in support::feeds(dir.path(), &url).iter().enumerate() {
                     for _ in 0..filings {
                         let filing = feed.file_party_blocks(3, block_seqs).expect("file");
                         prop_assert_eq!(filing.last_seq as i64, last);

@@ -178,6 +178,8 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
     let methods = std::cell::RefCell::new(std::collections::HashSet::new());
     let cut_short = std::cell::Cell::new(0u32);
     let multi_page = std::cell::Cell::new(0u32);
+    let index_part = std::cell::Cell::new(0u32);
+    let index_whole = std::cell::Cell::new(0u32);
     let kinds = std::cell::RefCell::new(std::collections::BTreeSet::new());
     // A fixed seed: what the cases cover (every method, cut-short and
     // multi-page reads, every kind of movement) is asserted below, so it
@@ -200,162 +202,197 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
             (0usize..100, 0usize..100, 1usize..5, 1usize..6, 1usize..30),
             6,
         ),
+        // The commit index: spans of a few ms to a few s, filed a few at
+        // a time (or all), in a few filings, each of a budget of commits.
+        (
+            prop_oneof![5i64..60, 60i64..3_000],
+            prop_oneof![1u64..6, Just(1_000_000u64)],
+            0usize..4,
+            prop_oneof![1usize..8, Just(1_000_000usize)],
+        ),
     );
     runner
-        .run(&strategy, |(before, after, ranges)| {
-            case.set(case.get() + 1);
-            let url = cluster.create_database(&format!("statement{}", case.get()));
-            let dir = tempfile::tempdir().expect("tempdir");
-            let pg = PgStore::open(&url).expect("open the PostgreSQL store");
-            let mut harness = Harness::with_pg(dir.path(), Some(pg));
-            harness.apply(vec![Command::CreateSettlementModel {
-                name: "DEFERREDNET".into(),
-                definition: r#"{"settlementGranularity":"NET"}"#.into(),
-                rules: Some(support::deferred_net_usd(false)),
-            }]);
-            // Something settles: a committed transfer in the first window.
-            harness.run(Op::Prepare {
-                payer: 0,
-                amount: 7,
-                ttl_ms: 60_000,
-            });
-            harness.run(Op::Fulfil(usize::MAX));
-            for op in before {
-                harness.run(op);
-            }
-            harness.run(Op::Advance(5));
-            harness.run(Op::CloseWindow);
-            let outcomes = harness.apply(vec![Command::CreateSettlement {
-                model: "DEFERREDNET".into(),
-                reason: "test".into(),
-                windows: vec![1],
-            }]);
-            if let Outcome::Settlement(view) = &outcomes[0] {
-                let settlement = view.row.id;
-                harness.run(Op::Advance(3));
-                let outcomes = harness.apply(vec![Command::FinalizeSettlement {
-                    settlement,
-                    reason: "test".into(),
-                    external_reference: None,
+        .run(
+            &strategy,
+            |(before, after, ranges, (span_ms, most_spans, filings, most_commits))| {
+                case.set(case.get() + 1);
+                let url = cluster.create_database(&format!("statement{}", case.get()));
+                let dir = tempfile::tempdir().expect("tempdir");
+                let pg = PgStore::open(&url).expect("open the PostgreSQL store");
+                let mut harness = Harness::with_pg(dir.path(), Some(pg));
+                harness.apply(vec![Command::CreateSettlementModel {
+                    name: "DEFERREDNET".into(),
+                    definition: r#"{"settlementGranularity":"NET"}"#.into(),
+                    rules: Some(support::deferred_net_usd(false)),
                 }]);
-                prop_assert!(
-                    matches!(outcomes[0], Outcome::Settlement(_)),
-                    "{:?}",
-                    outcomes
-                );
-            } else {
-                panic!("no settlement: {outcomes:?}");
-            }
-            for op in after {
-                harness.run(op);
-            }
-            harness.run(Op::Snapshot { behind_ms: 2_000 });
-            let snapshot = harness.store.load().expect("load");
-            // The audit's arithmetic: every account's value is what its
-            // transfers and entries sum to.
-            prop_assert_eq!(snapshot.audit(), Vec::<String>::new());
-            prop_assert!(
-                !snapshot.entries.is_empty(),
-                "the settlement posted entries"
-            );
-            let all = movements(&snapshot);
-            let times: Vec<i64> = all.iter().map(|(key, _, _)| key.at_ms).collect();
-            let at = |n: usize| times[n * times.len() / 100];
-            let end = harness.now + 1;
-            let sqlite = harness.lookup();
-            let pg = PgReader::open(&url).expect("a PostgreSQL reader");
-            let mut statements = Vec::new();
-            for name in [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()] {
-                for currency in [usd(), eur()] {
-                    // The whole history, a page of one or two.
-                    statements.push((name, currency, i64::MIN / 2, end, 1, 3, 7));
+                // Something settles: a committed transfer in the first window.
+                harness.run(Op::Prepare {
+                    payer: 0,
+                    amount: 7,
+                    ttl_ms: 60_000,
+                });
+                harness.run(Op::Fulfil(usize::MAX));
+                for op in before {
+                    harness.run(op);
                 }
-            }
-            for (i, (a, b, limit, chunk, budget)) in ranges.into_iter().enumerate() {
-                let name = [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()][i % 4];
-                let currency = [usd(), eur()][i % 2];
-                let (from, to) = (at(a.min(b)), if a == b { end } else { at(a.max(b)) });
-                statements.push((name, currency, from, to, limit, chunk, budget));
-            }
-            for (name, currency, from_ms, to_ms, limit, chunk, scan_budget) in statements {
-                let accounts = accounts_of(&snapshot, name, currency);
-                let query = StatementQuery {
-                    participant: name,
-                    currency,
-                    from_ms,
-                    to_ms,
-                    after: None,
-                    limit,
-                    chunk,
-                    scan_budget,
-                };
-                let want: Vec<Seen> = all
+                harness.run(Op::Advance(5));
+                harness.run(Op::CloseWindow);
+                let outcomes = harness.apply(vec![Command::CreateSettlement {
+                    model: "DEFERREDNET".into(),
+                    reason: "test".into(),
+                    windows: vec![1],
+                }]);
+                if let Outcome::Settlement(view) = &outcomes[0] {
+                    let settlement = view.row.id;
+                    harness.run(Op::Advance(3));
+                    let outcomes = harness.apply(vec![Command::FinalizeSettlement {
+                        settlement,
+                        reason: "test".into(),
+                        external_reference: None,
+                    }]);
+                    prop_assert!(
+                        matches!(outcomes[0], Outcome::Settlement(_)),
+                        "{:?}",
+                        outcomes
+                    );
+                } else {
+                    panic!("no settlement: {outcomes:?}");
+                }
+                for op in after {
+                    harness.run(op);
+                }
+                harness.run(Op::Snapshot { behind_ms: 2_000 });
+                let snapshot = harness.store.load().expect("load");
+                // The audit's arithmetic: every account's value is what its
+                // transfers and entries sum to.
+                prop_assert_eq!(snapshot.audit(), Vec::<String>::new());
+                prop_assert!(
+                    !snapshot.entries.is_empty(),
+                    "the settlement posted entries"
+                );
+                // The commit index, filed as the hub's follower files it (on
+                // the feed's connection), on both backends alike; often only
+                // some of the spans.
+                let mut filed_to = [i64::MIN; 2];
+                for (at, feed) in support::feeds(dir.path(), &url).iter().enumerate() {
+                    for _ in 0..filings {
+                        let filing = feed
+                            .file_commit_spans(most_spans, most_commits, span_ms)
+                            .expect("file");
+                        prop_assert_eq!(filing.index.map(|index| index.span_ms), Some(span_ms));
+                        filed_to[at] = filing.index.map_or(i64::MIN, |index| index.filed_to_ms());
+                    }
+                }
+                prop_assert_eq!(filed_to[0], filed_to[1], "both backends filed the same");
+                let all = movements(&snapshot);
+                let commits_at: Vec<i64> = all
                     .iter()
-                    .filter(|(key, account, _)| {
-                        *key >= Key::at(from_ms)
-                            && *key < Key::at(to_ms)
-                            && (Some(*account) == accounts.0 || Some(*account) == accounts.1)
-                    })
-                    .copied()
+                    .filter(|(key, _, _)| key.source == Source::Commit)
+                    .map(|(key, _, _)| key.at_ms)
                     .collect();
-                let opening = balance_before(&all, accounts, Key::at(from_ms));
-                let closing = balance_before(&all, accounts, Key::at(to_ms));
-                for (backend, reader) in
-                    [("SQLite", &sqlite as &dyn StoreReader), ("PostgreSQL", &pg)]
-                {
-                    let read = read_all(reader, &query);
-                    prop_assert_eq!(read.opening, opening, "{} opening {:?}", backend, query);
-                    let mut moved = read.moved.clone();
-                    moved.sort_by_key(|(key, account, _)| (*key, *account));
-                    prop_assert_eq!(&moved, &want, "{} movements {:?}", backend, query);
-                    prop_assert_eq!(read.closing, closing, "{} closing {:?}", backend, query);
-                    if to_ms == end {
-                        // To the end: the accounts' values, which the
-                        // audit found equal to their sums.
-                        let value = |id: Option<AccountId>| {
-                            id.map_or(Amount::ZERO, |id| {
-                                snapshot.accounts[id.0 as usize - 1].value
-                            })
-                        };
-                        prop_assert_eq!(read.closing.position, value(accounts.0));
-                        prop_assert_eq!(read.closing.settlement, value(accounts.1));
-                        // And the ledger's own, in memory.
-                        let ledger_now = harness.ledger.snapshot();
-                        for id in [accounts.0, accounts.1].into_iter().flatten() {
-                            prop_assert_eq!(
-                                ledger_now.accounts[id.0 as usize - 1].value,
-                                snapshot.accounts[id.0 as usize - 1].value
-                            );
+                match commits_at.iter().filter(|at| **at < filed_to[0]).count() {
+                    0 => {}
+                    n if n < commits_at.len() => index_part.set(index_part.get() + 1),
+                    _ => index_whole.set(index_whole.get() + 1),
+                }
+                let times: Vec<i64> = all.iter().map(|(key, _, _)| key.at_ms).collect();
+                let at = |n: usize| times[n * times.len() / 100];
+                let end = harness.now + 1;
+                let sqlite = harness.lookup();
+                let pg = PgReader::open(&url).expect("a PostgreSQL reader");
+                let mut statements = Vec::new();
+                for name in [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()] {
+                    for currency in [usd(), eur()] {
+                        // The whole history, a page of one or two.
+                        statements.push((name, currency, i64::MIN / 2, end, 1, 3, 7));
+                    }
+                }
+                for (i, (a, b, limit, chunk, budget)) in ranges.into_iter().enumerate() {
+                    let name = [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()][i % 4];
+                    let currency = [usd(), eur()][i % 2];
+                    let (from, to) = (at(a.min(b)), if a == b { end } else { at(a.max(b)) });
+                    statements.push((name, currency, from, to, limit, chunk, budget));
+                }
+                for (name, currency, from_ms, to_ms, limit, chunk, scan_budget) in statements {
+                    let accounts = accounts_of(&snapshot, name, currency);
+                    let query = StatementQuery {
+                        participant: name,
+                        currency,
+                        from_ms,
+                        to_ms,
+                        after: None,
+                        limit,
+                        chunk,
+                        scan_budget,
+                    };
+                    let want: Vec<Seen> = all
+                        .iter()
+                        .filter(|(key, account, _)| {
+                            *key >= Key::at(from_ms)
+                                && *key < Key::at(to_ms)
+                                && (Some(*account) == accounts.0 || Some(*account) == accounts.1)
+                        })
+                        .copied()
+                        .collect();
+                    let opening = balance_before(&all, accounts, Key::at(from_ms));
+                    let closing = balance_before(&all, accounts, Key::at(to_ms));
+                    for (backend, reader) in
+                        [("SQLite", &sqlite as &dyn StoreReader), ("PostgreSQL", &pg)]
+                    {
+                        let read = read_all(reader, &query);
+                        prop_assert_eq!(read.opening, opening, "{} opening {:?}", backend, query);
+                        let mut moved = read.moved.clone();
+                        moved.sort_by_key(|(key, account, _)| (*key, *account));
+                        prop_assert_eq!(&moved, &want, "{} movements {:?}", backend, query);
+                        prop_assert_eq!(read.closing, closing, "{} closing {:?}", backend, query);
+                        if to_ms == end {
+                            // To the end: the accounts' values, which the
+                            // audit found equal to their sums.
+                            let value = |id: Option<AccountId>| {
+                                id.map_or(Amount::ZERO, |id| {
+                                    snapshot.accounts[id.0 as usize - 1].value
+                                })
+                            };
+                            prop_assert_eq!(read.closing.position, value(accounts.0));
+                            prop_assert_eq!(read.closing.settlement, value(accounts.1));
+                            // And the ledger's own, in memory.
+                            let ledger_now = harness.ledger.snapshot();
+                            for id in [accounts.0, accounts.1].into_iter().flatten() {
+                                prop_assert_eq!(
+                                    ledger_now.accounts[id.0 as usize - 1].value,
+                                    snapshot.accounts[id.0 as usize - 1].value
+                                );
+                            }
+                        }
+                        methods.borrow_mut().extend(read.methods.iter().copied());
+                        cut_short.set(cut_short.get() + read.cut_short);
+                        if read.pages > 2 && !want.is_empty() {
+                            multi_page.set(multi_page.get() + 1);
                         }
                     }
-                    methods.borrow_mut().extend(read.methods.iter().copied());
-                    cut_short.set(cut_short.get() + read.cut_short);
-                    if read.pages > 2 && !want.is_empty() {
-                        multi_page.set(multi_page.get() + 1);
-                    }
                 }
-            }
-            // What the statements showed: every kind of movement.
-            for name in [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()] {
-                let page = sqlite
-                    .statement(&StatementQuery {
-                        participant: name,
-                        currency: usd(),
-                        from_ms: i64::MIN / 2,
-                        to_ms: end,
-                        after: None,
-                        limit: 1_000,
-                        chunk: 1_000,
-                        scan_budget: 1_000_000,
-                    })
-                    .unwrap()
-                    .unwrap();
-                kinds
-                    .borrow_mut()
-                    .extend(page.movements.iter().map(|m| m.kind.clone()));
-            }
-            Ok(())
-        })
+                // What the statements showed: every kind of movement.
+                for name in [fsp("dfspa"), fsp("dfspb"), fsp("dfspc"), fxp()] {
+                    let page = sqlite
+                        .statement(&StatementQuery {
+                            participant: name,
+                            currency: usd(),
+                            from_ms: i64::MIN / 2,
+                            to_ms: end,
+                            after: None,
+                            limit: 1_000,
+                            chunk: 1_000,
+                            scan_budget: 1_000_000,
+                        })
+                        .unwrap()
+                        .unwrap();
+                    kinds
+                        .borrow_mut()
+                        .extend(page.movements.iter().map(|m| m.kind.clone()));
+                }
+                Ok(())
+            },
+        )
         .unwrap();
     let methods = methods.into_inner();
     for method in [
@@ -370,6 +407,10 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
         );
     }
     assert!(cut_short.get() >= 3, "{}", cut_short.get());
+    // The commit index covered some of the commits in some cases and all
+    // of them in others.
+    assert!(index_part.get() >= 1, "{}", index_part.get());
+    assert!(index_whole.get() >= 1, "{}", index_whole.get());
     assert!(multi_page.get() >= 8, "{}", multi_page.get());
     let kinds = kinds.into_inner();
     for kind in [
@@ -385,9 +426,11 @@ fn statements_reconcile_with_the_rows_the_ledger_and_the_audit() {
         assert!(kinds.contains(kind), "{kind} never shown: {kinds:?}");
     }
     eprintln!(
-        "kinds {kinds:?} cut short {} multi-page {}",
+        "kinds {kinds:?} cut short {} multi-page {} commit index part {} whole {}",
         cut_short.get(),
-        multi_page.get()
+        multi_page.get(),
+        index_part.get(),
+        index_whole.get()
     );
 }
 

@@ -210,6 +210,8 @@ pub struct Metrics {
     pub rollup_lag: Gauge,
     /// Transfers committed that the party index does not cover yet.
     pub party_index_unfiled: Gauge,
+    /// Seconds of commits the commit index does not cover yet.
+    pub commit_index_unfiled_seconds: Gauge,
     /// `kasi_stage_duration_seconds`, one per (phase, stage) in
     /// [`cell_index`] order, created up front so recording never hashes.
     stage_durations: Vec<Histogram>,
@@ -316,6 +318,12 @@ impl Metrics {
             "kasi_party_index_unfiled",
             "Transfers committed that the party index does not cover yet (a search by party walks them one by one; about one block of 16,384 once caught up)",
             party_index_unfiled.clone(),
+        );
+        let commit_index_unfiled_seconds = Gauge::default();
+        registry.register(
+            "kasi_commit_index_unfiled_seconds",
+            "Seconds of commits, up to the newest, that the commit index does not cover yet (a statement walks every DFSP's commits of them; a minute or two once caught up)",
+            commit_index_unfiled_seconds.clone(),
         );
         let stages = Family::<StageLabels, Histogram, fn() -> Histogram>::new_with_constructor(
             latency_histogram,
@@ -431,6 +439,7 @@ impl Metrics {
             alerts_skipped,
             rollup_lag,
             party_index_unfiled,
+            commit_index_unfiled_seconds,
             stage_durations,
             windows_closed,
             position_utilisation,

@@ -593,3 +593,12 @@ pub fn parties_of(amount: Amount) -> Option<PartyIds> {
         payee: format!("MSISDN/{}", n % 5).into(),
     })
 }
+
+/// The feed's connections to a SQLite store and a PostgreSQL one, as the
+/// hub's followers open them (beside the open writer).
+pub fn feeds(dir: &std::path::Path, url: &str) -> [Box<dyn store::feed::FeedLog>; 2] {
+    [
+        Box::new(store::sqlite_feed::SqliteFeed::open(dir).expect("the SQLite feed")),
+        Box::new(store::pg_feed::PgFeed::open(url).expect("the PostgreSQL feed")),
+    ]
+}
