@@ -71,26 +71,4 @@ if [[ -n $newest ]]; then
 fi
 
 # The statement: every page of the DFSP's USD movements.
-python3 - "$admin" "$dfsp" <<'PY'
-import json, sys, time, urllib.request
-admin, dfsp = sys.argv[1:]
-started = time.monotonic()
-pages, movements, after, page_ms = 0, 0, None, []
-while True:
-    url = f"{admin}/participants/{dfsp}/statement?currency=USD&limit=1000"
-    if after:
-        url += f"&after={after}"
-    t = time.monotonic()
-    page = json.load(urllib.request.urlopen(url))
-    page_ms.append((time.monotonic() - t) * 1000)
-    pages += 1
-    movements += len(page.get("movements", []))
-    after = page.get("next")
-    if not after:
-        break
-total = time.monotonic() - started
-page_ms.sort()
-print(f"statement of {dfsp} (USD): {movements} movements in {pages} pages, {total:.2f} s in all; "
-      f"first page {page_ms[0] if pages == 1 else page_ms[0]:.0f}–{max(page_ms):.0f} ms, "
-      f"median page {page_ms[len(page_ms)//2]:.0f} ms")
-PY
+"$(dirname "$0")/statement-latency.sh" "$admin" "$dfsp"

@@ -39,6 +39,8 @@ pub const CURSOR: &str = "alerts";
 
 /// Rows read per page.
 const PAGE: usize = 500;
+/// The kinds of change that may ask for an alert ([`due`]).
+const KINDS: &[&str] = &["account.changed", "settlement.changed"];
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MOST: Duration = Duration::from_secs(10);
 /// How often a repeating failure is logged at most.
@@ -203,7 +205,13 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
     loop {
         // Seen before the read: a commit after it wakes the wait below.
         head.borrow_and_update();
-        let page = match blocking(&feed.log, move |log| log.read_feed(cursor, PAGE, None)).await {
+        // Only the kinds that may ask for an alert: the others are passed
+        // over in the database, never turned into rows.
+        let page = match blocking(&feed.log, move |log| {
+            log.read_feed_kinds(cursor, PAGE, KINDS)
+        })
+        .await
+        {
             Ok(page) => page,
             Err(error) => return error,
         };
@@ -220,12 +228,8 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             );
             said = true;
         }
-        let first = page
-            .rows
-            .first()
-            .map_or(page.newest + 1, |row| row.feed_seq);
-        if first > cursor + 1 && page.oldest.is_some_and(|oldest| oldest > cursor + 1) {
-            let lost = first - cursor - 1;
+        if let Some(oldest) = page.oldest.filter(|&oldest| oldest > cursor + 1) {
+            let (first, lost) = (oldest, oldest - cursor - 1);
             hub.metrics.alerts_skipped.inc_by(lost);
             tracing::error!(
                 from = cursor + 1,
@@ -234,7 +238,9 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
                 "alerts: changes were deleted by --feed-retention before their alerts were sent (the hub was down longer than it); they are passed over, never told (kasi_alerts_skipped)"
             );
         }
-        if page.rows.is_empty() {
+        // Past the last change examined, whichever its kind.
+        let (examined, more) = (page.next_after, page.next_after < page.newest);
+        if page.rows.is_empty() && examined <= cursor {
             if saved < cursor && saved_at.elapsed() >= QUIET_EVERY {
                 if let Err(error) = keep(feed, cursor).await {
                     return error;
@@ -251,7 +257,6 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             }
             continue;
         }
-        let full = page.rows.len() >= PAGE;
         let mut kept = cursor;
         for row in &page.rows {
             let alerts = match due(row) {
@@ -282,6 +287,7 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             shared.store(cursor, Ordering::Relaxed);
             *moved = true;
         }
+        cursor = cursor.max(examined);
         if kept < cursor {
             // Past changes that ask for nothing: saved at most once a
             // second ([`QUIET_EVERY`]).
@@ -295,7 +301,7 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
             *moved = true;
         }
         hub.metrics.alerts_lag.set(lag(&head, cursor));
-        if !full {
+        if !more {
             // Caught up: the next commits are read together.
             tokio::time::sleep(QUIET_EVERY).await;
         }
@@ -354,6 +360,8 @@ mod tests {
         )) else {
             panic!("no alert");
         };
+        // The follower reads this kind (it reads no other kinds).
+        assert!(KINDS.contains(&"account.changed"));
         let payer = FspName::new("payerfsp").unwrap();
         assert_eq!(alert, net_debit_cap_alert(42, payer, "USD", "2000"));
         assert_eq!(alert.kind, Kind::NetDebitCap);
@@ -406,6 +414,7 @@ mod tests {
             due(&row(5, "settlement.changed", &step("SETTLED"))),
             Due::Settled(9)
         );
+        assert!(KINDS.contains(&"settlement.changed"));
         for state in ["PENDING_SETTLEMENT", "PS_TRANSFERS_RECORDED", "ABORTED"] {
             assert_eq!(
                 due(&row(5, "settlement.changed", &step(state))),
