@@ -558,7 +558,7 @@ fn indexed_commits(
             let Ok(account) = u32::try_from(account) else {
                 continue;
             };
-            let first = commit_index::key_range(index, AccountId(account), 0, 0)?.0;
+            let first = commit_index::row_key(AccountId(account), 0)?;
             let (low, high) = (first + span as i64, first + upto as i64);
             for row in sql.rows(&read, &[Param::Int(low), Param::Int(high)])? {
                 let (key, entries) = match (&row[0], &row[1]) {

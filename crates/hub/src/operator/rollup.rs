@@ -77,7 +77,7 @@ async fn fold_pages(feed: &FeedConfig) -> Result<(bool, u64, bool), store::Store
         let mut after = cursor;
         let mut caught_up = false;
         for round in 0..PAGES_PER_FOLD {
-            let page = log.read_feed_kinds(after, PAGE, rollup::KINDS)?;
+            let mut page = log.read_feed_kinds(after, PAGE, rollup::KINDS)?;
             if round == 0 {
                 if let Some(oldest) = page.oldest.filter(|&oldest| oldest > cursor + 1) {
                     tracing::warn!(
@@ -85,6 +85,9 @@ async fn fold_pages(feed: &FeedConfig) -> Result<(bool, u64, bool), store::Store
                         to = oldest - 1,
                         "hourly rollup: changes past --feed-retention were deleted before they were counted; the dashboard misses them"
                     );
+                    // Said once: read on from the oldest change kept.
+                    after = oldest - 1;
+                    page = log.read_feed_kinds(after, PAGE, rollup::KINDS)?;
                 }
             }
             after = page.next_after;

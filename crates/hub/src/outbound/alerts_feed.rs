@@ -237,6 +237,9 @@ async fn session(hub: &Hub, feed: &FeedConfig, shared: &AtomicU64, moved: &mut b
                 lost,
                 "alerts: changes were deleted by --feed-retention before their alerts were sent (the hub was down longer than it); they are passed over, never told (kasi_alerts_skipped)"
             );
+            // Counted once: read again from the oldest change kept.
+            cursor = oldest - 1;
+            continue;
         }
         // Past the last change examined, whichever its kind.
         let (examined, more) = (page.next_after, page.next_after < page.newest);
