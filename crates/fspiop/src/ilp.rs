@@ -37,11 +37,12 @@
 //! A packet this reader cannot use gives `None`; the hub then files the
 //! transfer without party ids.
 
-use crate::party::parse_party_key;
+use crate::party::{check_party_identifier, check_party_sub_id, parse_party_id_type};
 use base64::alphabet;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine as _;
 use serde::Deserialize;
+use std::borrow::Cow;
 
 /// The longest `ilpPacket` text [`transaction_parties`] decodes (the
 /// schema's limit is 32768; this bounds the work on anything longer).
@@ -93,11 +94,40 @@ pub struct IlpParties {
 /// [`crate::parse_party_key`]). An empty `partySubIdOrType` counts as
 /// absent. Never panics.
 pub fn transaction_parties(ilp_packet: &str) -> Option<IlpParties> {
-    let json = transaction_bytes(ilp_packet)?;
-    let transaction: Transaction = serde_json::from_slice(&json).ok()?;
-    Some(IlpParties {
-        payer: transaction.payer.party_id_info.into_party_ref()?,
-        payee: transaction.payee.party_id_info.into_party_ref()?,
+    with_transaction_parties(ilp_packet, |payer, payee| IlpParties {
+        payer: payer.to_party_ref(),
+        payee: payee.to_party_ref(),
+    })
+}
+
+/// The payer's and payee's keys (as [`PartyRef::key`]), read as
+/// [`transaction_parties`] reads them: the transfer path's form, which
+/// allocates nothing but the two keys (a packet is decoded into buffers the
+/// thread keeps, and the JSON's strings are borrowed).
+pub fn transaction_party_keys(ilp_packet: &str) -> Option<(String, String)> {
+    with_transaction_parties(ilp_packet, |payer, payee| (payer.key(), payee.key()))
+}
+
+/// Decodes the packet, then its `data` (the transaction's JSON), and gives
+/// the two parties, checked, to `answer`.
+fn with_transaction_parties<R>(
+    ilp_packet: &str,
+    answer: impl FnOnce(CheckedParty<'_>, CheckedParty<'_>) -> R,
+) -> Option<R> {
+    if ilp_packet.len() > ILP_PACKET_DECODE_MAX_CHARS {
+        return None;
+    }
+    DECODED.with(|buffers| {
+        let mut buffers = buffers.borrow_mut();
+        let (packet, json) = &mut *buffers;
+        decode_base64_into(ilp_packet, packet)?;
+        let data = packet_data(packet)?;
+        decode_base64_into(std::str::from_utf8(data).ok()?, json)?;
+        let transaction: Transaction<'_> = serde_json::from_slice(json).ok()?;
+        Some(answer(
+            transaction.payer.party_id_info.checked()?,
+            transaction.payee.party_id_info.checked()?,
+        ))
     })
 }
 
@@ -106,20 +136,24 @@ pub fn transaction_parties(ilp_packet: &str) -> Option<IlpParties> {
 /// a person to read (the console's transfer page); `None` as for
 /// [`transaction_parties`], or when it is not a JSON object.
 pub fn transaction_json(ilp_packet: &str) -> Option<serde_json::Value> {
-    let json = transaction_bytes(ilp_packet)?;
+    if ilp_packet.len() > ILP_PACKET_DECODE_MAX_CHARS {
+        return None;
+    }
+    let (mut packet, mut json) = (Vec::new(), Vec::new());
+    decode_base64_into(ilp_packet, &mut packet)?;
+    decode_base64_into(std::str::from_utf8(packet_data(&packet)?).ok()?, &mut json)?;
     serde_json::from_slice::<serde_json::Value>(&json)
         .ok()
         .filter(serde_json::Value::is_object)
 }
 
-/// The decoded `data` of a packet: the transaction's JSON bytes.
-fn transaction_bytes(ilp_packet: &str) -> Option<Vec<u8>> {
-    if ilp_packet.len() > ILP_PACKET_DECODE_MAX_CHARS {
-        return None;
-    }
-    let packet = decode_base64(ilp_packet)?;
-    let data = packet_data(&packet)?;
-    decode_base64(std::str::from_utf8(data).ok()?)
+thread_local! {
+    /// The packet's bytes and the transaction's JSON, decoded on the
+    /// transfer path for every prepare: kept, so that a prepare costs no
+    /// allocation for them (bounded: a packet is at most
+    /// [`ILP_PACKET_DECODE_MAX_CHARS`] characters).
+    static DECODED: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 // Node's decoder takes padding or none, and ignores stray low bits.
@@ -129,7 +163,8 @@ const LENIENT: GeneralPurposeConfig = GeneralPurposeConfig::new()
 const URL_SAFE: GeneralPurpose = GeneralPurpose::new(&alphabet::URL_SAFE, LENIENT);
 const STANDARD: GeneralPurpose = GeneralPurpose::new(&alphabet::STANDARD, LENIENT);
 
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
+/// Decodes `text` into `out` (cleared first); `None` when it is not base64.
+fn decode_base64_into(text: &str, out: &mut Vec<u8>) -> Option<()> {
     // Without an early exit, so that it is vectorised (a packet is ~1 KB).
     let standard = text.as_bytes().chunks(32).fold(false, |seen, chunk| {
         seen | chunk
@@ -137,7 +172,8 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
             .fold(false, |seen, &b| seen | (b == b'+') | (b == b'/'))
     });
     let engine = if standard { &STANDARD } else { &URL_SAFE };
-    engine.decode(text).ok()
+    out.clear();
+    engine.decode_vec(text, out).ok()
 }
 
 /// The `data` field of an ILP v1 payment or ILP v4 prepare.
@@ -202,42 +238,78 @@ impl<'a> Reader<'a> {
     }
 }
 
-// Only what is read; serde skips the rest of the transaction object.
+// Only what is read; serde skips the rest of the transaction object. The
+// strings are borrowed from the JSON unless they hold an escape.
 #[derive(Deserialize)]
-struct Transaction {
-    payer: Party,
-    payee: Party,
+struct Transaction<'a> {
+    #[serde(borrow)]
+    payer: Party<'a>,
+    #[serde(borrow)]
+    payee: Party<'a>,
 }
 
 #[derive(Deserialize)]
-struct Party {
-    #[serde(rename = "partyIdInfo")]
-    party_id_info: PartyIdInfo,
+struct Party<'a> {
+    #[serde(rename = "partyIdInfo", borrow)]
+    party_id_info: PartyIdInfo<'a>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct PartyIdInfo {
-    party_id_type: String,
-    party_identifier: String,
-    #[serde(default)]
-    party_sub_id_or_type: Option<String>,
+struct PartyIdInfo<'a> {
+    #[serde(borrow)]
+    party_id_type: Cow<'a, str>,
+    #[serde(borrow)]
+    party_identifier: Cow<'a, str>,
+    #[serde(default, borrow)]
+    party_sub_id_or_type: Option<Cow<'a, str>>,
 }
 
-impl PartyIdInfo {
-    fn into_party_ref(self) -> Option<PartyRef> {
+/// A party id the hub's `/parties/{Type}/{ID}/{SubId}` would take.
+struct CheckedParty<'a> {
+    id_type: &'static str,
+    identifier: Cow<'a, str>,
+    sub_id: Option<Cow<'a, str>>,
+}
+
+impl<'a> PartyIdInfo<'a> {
+    fn checked(self) -> Option<CheckedParty<'a>> {
         let sub_id = self.party_sub_id_or_type.filter(|s| !s.is_empty());
-        let key = parse_party_key(
-            &self.party_id_type,
-            &self.party_identifier,
-            sub_id.as_deref(),
-        )
-        .ok()?;
-        Some(PartyRef {
-            id_type: key.id_type,
-            identifier: key.identifier,
-            sub_id: key.sub_id,
+        let id_type = parse_party_id_type(&self.party_id_type).ok()?;
+        check_party_identifier(&self.party_identifier).ok()?;
+        if let Some(sub_id) = &sub_id {
+            check_party_sub_id(sub_id).ok()?;
+        }
+        Some(CheckedParty {
+            id_type: id_type.as_str(),
+            identifier: self.party_identifier,
+            sub_id,
         })
+    }
+}
+
+impl CheckedParty<'_> {
+    fn to_party_ref(&self) -> PartyRef {
+        PartyRef {
+            id_type: self.id_type.to_owned(),
+            identifier: self.identifier.clone().into_owned(),
+            sub_id: self.sub_id.as_ref().map(|s| s.clone().into_owned()),
+        }
+    }
+
+    /// As [`PartyRef::key`], in one allocation.
+    fn key(&self) -> String {
+        let sub_len = self.sub_id.as_ref().map_or(0, |s| s.len() + 1);
+        let mut key =
+            String::with_capacity(self.id_type.len() + 1 + self.identifier.len() + sub_len);
+        key.push_str(self.id_type);
+        key.push('/');
+        key.push_str(&self.identifier);
+        if let Some(sub_id) = &self.sub_id {
+            key.push('/');
+            key.push_str(sub_id);
+        }
+        key
     }
 }
 
@@ -348,6 +420,16 @@ mod tests {
     fn mojaloop_packets_give_their_parties() {
         for v in vectors() {
             assert_eq!(transaction_parties(&v.ilp_packet), v.parties, "{}", v.name);
+            // The transfer path's form reads the same keys, twice over on
+            // one thread (its buffers are kept between packets).
+            for _ in 0..2 {
+                assert_eq!(
+                    transaction_party_keys(&v.ilp_packet),
+                    v.parties.as_ref().map(|p| (p.payer.key(), p.payee.key())),
+                    "{}",
+                    v.name
+                );
+            }
         }
         let v = vector("v1_payment_sub_ids");
         assert_eq!(raw(&v)[0], TYPE_ILP_PAYMENT);
@@ -532,6 +614,22 @@ mod tests {
     }
 
     #[test]
+    fn escaped_json_strings_read_as_their_text() {
+        // The borrowed strings fall back to owned ones where the JSON has
+        // an escape; the key is the unescaped text.
+        let data = br#"{"payer":{"partyIdInfo":{"partyIdType":"MSISDN","partyIdentifier":"2250\u0037008181"}},"payee":{"partyIdInfo":{"partyIdType":"EMAIL","partyIdentifier":"awa.diop@example.org","partySubIdOrType":"\u0045UR"}}}"#;
+        let text = URL_SAFE_NO_PAD.encode(data);
+        let packet = URL_SAFE_NO_PAD.encode(prepare_with_data(text.as_bytes()));
+        let keys = (
+            "MSISDN/22507008181".to_string(),
+            "EMAIL/awa.diop@example.org/EUR".to_string(),
+        );
+        assert_eq!(transaction_party_keys(&packet), Some(keys.clone()));
+        let parties = transaction_parties(&packet).unwrap();
+        assert_eq!((parties.payer.key(), parties.payee.key()), keys);
+    }
+
+    #[test]
     fn data_must_be_base64url_of_a_json_object() {
         let json = serde_json::to_vec(&transaction()).unwrap();
         assert_eq!(
@@ -608,7 +706,11 @@ mod tests {
             let mut bytes = raw(&vectors()[index]);
             let at = at.index(bytes.len());
             bytes.splice(at..(at + junk.len()).min(bytes.len()), junk);
-            transaction_parties(&URL_SAFE_NO_PAD.encode(&bytes));
+            let text = URL_SAFE_NO_PAD.encode(&bytes);
+            prop_assert_eq!(
+                transaction_party_keys(&text),
+                transaction_parties(&text).map(|p| (p.payer.key(), p.payee.key()))
+            );
         }
     }
 }

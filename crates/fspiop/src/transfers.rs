@@ -411,10 +411,10 @@ pub fn parse_transfer_prepare(body: &[u8]) -> Result<ParsedPrepare, FspiopError>
             format_args!("must be 1 to {ILP_PACKET_MAX_CHARS} base64url characters"),
         ));
     }
-    let parties = crate::ilp::transaction_parties(ilp_packet).map(|parties| {
+    let parties = crate::ilp::transaction_party_keys(ilp_packet).map(|(payer, payee)| {
         std::sync::Arc::new(ledger::PartyIds {
-            payer: parties.payer.key().into(),
-            payee: parties.payee.key().into(),
+            payer: payer.into(),
+            payee: payee.into(),
         })
     });
     let path = FieldPath::new("condition");
