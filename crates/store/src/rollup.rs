@@ -28,7 +28,8 @@
 use std::collections::BTreeMap;
 
 use ledger::Amount;
-use serde_json::Value;
+use serde::Deserialize;
+use std::borrow::Cow;
 
 use crate::feed::FeedRow;
 use crate::StoreError;
@@ -149,11 +150,10 @@ impl Fold {
                 row.feed_seq, row.kind
             ))
         };
-        let body: Value = serde_json::from_str(&row.body).map_err(|_| bad("is not JSON"))?;
-        let text = |name: &str| body[name].as_str().map(str::to_string);
+        let body: Body<'_> = serde_json::from_str(&row.body).map_err(|_| bad("is not JSON"))?;
         let payer = row.participant.clone();
         let payee = row.counterparty.clone().unwrap_or_default();
-        let currency = text("currency").unwrap_or_default();
+        let currency = body.currency.map(Cow::into_owned).unwrap_or_default();
         let hour_ms = hour_of(row.at_ms);
         let counts = self
             .pairs
@@ -166,13 +166,16 @@ impl Fold {
             .or_default();
         if failed {
             counts.failed += 1;
-            let code = text("errorCode").unwrap_or_else(|| "none".to_string());
+            let code = body
+                .error_code
+                .map_or_else(|| "none".to_string(), Cow::into_owned);
             *self
                 .errors
                 .entry((hour_ms, payer.clone(), payee.clone(), code))
                 .or_default() += 1;
         } else {
-            let amount = text("amount")
+            let amount = body
+                .amount
                 .and_then(|amount| Amount::parse_signed(&amount).ok())
                 .ok_or_else(|| bad("has no amount"))?;
             counts.committed += 1;
@@ -182,7 +185,7 @@ impl Fold {
                 .ok_or_else(|| bad("overflows the hour's amount"))?;
         }
         // A transfer rejected at its prepare was never open.
-        if let Some(prepared_at_ms) = body["preparedAtMs"].as_i64() {
+        if let Some(prepared_at_ms) = body.prepared_at_ms {
             let bucket = bucket_of(row.at_ms.saturating_sub(prepared_at_ms).max(0));
             *self
                 .latency
@@ -191,6 +194,22 @@ impl Fold {
         }
         Ok(())
     }
+}
+
+/// What a transfer's change says that the rollup counts (the feed's body,
+/// `FeedState::transfer_row`); its strings borrowed unless escaped, the
+/// rest of the object skipped.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    #[serde(default, borrow)]
+    currency: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    error_code: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    amount: Option<Cow<'a, str>>,
+    #[serde(default)]
+    prepared_at_ms: Option<i64>,
 }
 
 /// What [`FeedLog::read_rollup`](crate::feed::FeedLog::read_rollup)

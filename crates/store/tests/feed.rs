@@ -169,3 +169,55 @@ fn the_feed_is_gap_free_across_a_restart_and_pruned_in_chunks() {
     feed.set_feed_cursor("amqp", 43).expect("set");
     assert_eq!(feed.feed_cursor("amqp").expect("cursor"), Some(43));
 }
+
+/// A batch of many changes is written in chunks of one statement each
+/// and a rest row by row: every row is there, in order, with its own
+/// values (not a neighbour's).
+#[test]
+fn a_batch_of_many_changes_is_written_row_for_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut harness = Harness::new(dir.path());
+    // 16 × 2 + 5: two whole chunks and a rest, in one expiry batch.
+    const OPEN: usize = 37;
+    for payer in 0..OPEN {
+        harness.run(Op::Prepare {
+            payer: (payer % 2) as u8,
+            amount: 1 + payer as i64,
+            ttl_ms: 50,
+        });
+    }
+    let prepared: Vec<TransferId> = harness.reserved.iter().map(|(id, _)| *id).collect();
+    assert_eq!(prepared.len(), OPEN, "every prepare reserved");
+    let feed = SqliteFeed::open(dir.path()).expect("open the feed");
+    let before = whole_feed(&feed, 0).len() as u64;
+    harness.run(Op::Advance(1_000));
+    let expired = whole_feed(&feed, before);
+    assert_eq!(expired.len(), OPEN, "a row per expired transfer");
+    let mut keys = Vec::new();
+    for (at, row) in expired.iter().enumerate() {
+        assert_eq!(row.feed_seq, before + 1 + at as u64, "gap-free");
+        assert_eq!(row.kind, "transfer.expired");
+        let body: serde_json::Value = serde_json::from_str(&row.body).expect("JSON");
+        let at_prepare = prepared
+            .iter()
+            .position(|p| p.to_string() == row.key)
+            .expect("a prepared id");
+        let id = prepared[at_prepare];
+        // The row's amount is its own transfer's, whichever chunk it is in.
+        assert_eq!(body["amount"], format!("{}", 1 + at_prepare), "{}", row.key);
+        let payer = harness.dfsps[at_prepare % 2].0;
+        let payee = harness.reserved[at_prepare].1;
+        assert_eq!(row.participant, payer.as_str(), "{}", row.key);
+        assert_eq!(
+            row.counterparty.as_deref(),
+            Some(payee.as_str()),
+            "{}",
+            row.key
+        );
+        keys.push(id);
+    }
+    keys.sort();
+    let mut want = prepared.clone();
+    want.sort();
+    assert_eq!(keys, want, "each expired transfer once");
+}
