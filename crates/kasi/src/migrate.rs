@@ -270,6 +270,7 @@ fn count(copied: &mut BTreeMap<&'static str, u64>, record: &Record) {
         Record::SettlementModel(_) => add("settlement_models", 1),
         Record::Party(_) => add("parties", 1),
         Record::Oracle(_) => add("oracles", 1),
+        Record::ProxyMapping(_) => add("proxy_map", 1),
         Record::Quote(_) => add("quotes", 1),
         Record::Window(_) => add("settlement_windows", 1),
         Record::Content(_) => add("settlement_content", 1),
@@ -291,6 +292,7 @@ fn count(copied: &mut BTreeMap<&'static str, u64>, record: &Record) {
         // read back: an export has none to write.
         Record::PartyDeleted(_)
         | Record::OracleDeleted(_)
+        | Record::ProxyUnmapped(_)
         | Record::CertificateUnpinned(_)
         | Record::TransferParties(..) => {}
     }

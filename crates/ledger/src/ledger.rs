@@ -49,6 +49,7 @@ impl Default for Limits {
 pub(crate) struct Participant {
     pub(crate) name: FspName,
     pub(crate) is_hub: bool,
+    pub(crate) is_proxy: bool,
     pub(crate) mode: ParticipantMode,
     pub(crate) created_at_ms: i64,
     pub(crate) accounts: Vec<AccountId>,
@@ -150,6 +151,9 @@ pub struct Ledger {
     /// Every oracle ever created, by id (index + 1); deleted ones stay,
     /// inactive, so that ids are never reused.
     pub(crate) oracles: Vec<OracleRow>,
+    /// DFSPs of other schemes and the proxy each is reached through
+    /// (`proxies.rs`), at most [`PROXY_MAP_MAX`].
+    pub(crate) proxy_map: BTreeMap<FspName, ProxyMapRow>,
     pub(crate) quotes: HashMap<TransferId, QuoteRow>,
     /// The latest conversion in memory for each determining transfer id:
     /// how a `POST /transfers` finds the conversion it depends on.
@@ -211,6 +215,7 @@ impl Ledger {
             settlement_models: Vec::new(),
             parties: HashMap::new(),
             oracles: Vec::new(),
+            proxy_map: BTreeMap::new(),
             quotes: HashMap::new(),
             conversions_by_determining: HashMap::new(),
             fxps: BTreeMap::new(),
@@ -288,8 +293,17 @@ impl Ledger {
                 self.create_hub_account(*currency, *kind)
             }
             Command::CreateParticipant { name, currency } => {
-                self.create_participant(*name, *currency)
+                self.create_participant(*name, *currency, false)
             }
+            Command::CreateProxy { name, currency } => {
+                self.create_participant(*name, *currency, true)
+            }
+            Command::MapProxy {
+                dfsp,
+                proxy,
+                by_operator,
+            } => self.map_proxy(*dfsp, *proxy, *by_operator),
+            Command::UnmapProxy { dfsp, learnt_via } => self.unmap_proxy(*dfsp, *learnt_via),
             Command::SetParticipantActive { name, active } => {
                 self.set_participant_mode(*name, ParticipantMode::from_active(*active))
             }
@@ -407,6 +421,7 @@ impl Ledger {
             | Command::ReadParticipants { .. }
             | Command::ReadSettlementModels
             | Command::ReadOracles
+            | Command::ReadProxyMap
             | Command::ReadAuditEvents(_)
             | Command::ReadPendingChanges
             | Command::ReadCertificatePins
@@ -448,6 +463,7 @@ impl Ledger {
             Command::ReadOracles => Ok(Outcome::Oracles(
                 self.oracles.iter().filter(|o| o.active).cloned().collect(),
             )),
+            Command::ReadProxyMap => Ok(self.read_proxy_map()),
             Command::ReadAuditEvents(query) => Ok(self.read_audit_events(query)),
             Command::ReadPendingChanges => Ok(Outcome::PendingChanges(
                 self.pending_changes.values().cloned().collect(),
@@ -575,6 +591,7 @@ pub(crate) fn participant_row(id: ParticipantId, participant: &Participant) -> P
         id,
         name: participant.name,
         is_hub: participant.is_hub,
+        is_proxy: participant.is_proxy,
         mode: participant.mode,
         created_at_ms: participant.created_at_ms,
     }

@@ -28,6 +28,7 @@ mod model;
 mod modes;
 mod participants;
 mod prefetch;
+mod proxies;
 mod quotes;
 mod registry;
 pub mod request;

@@ -439,6 +439,33 @@ pub enum Command {
         name: FspName,
         currency: Currency,
     },
+    /// `POST /participants` with `"isProxy": true`: as
+    /// [`Command::CreateParticipant`], the participant created a proxy
+    /// (a currency added to an existing participant keeps what it is).
+    CreateProxy {
+        name: FspName,
+        currency: Currency,
+    },
+    /// The proxy map: the DFSP `dfsp` of another scheme is reached through
+    /// the proxy participant `proxy`. `by_operator`: set through the admin
+    /// API, replacing any entry; otherwise learnt from a proxy's answer to
+    /// a discovery this hub asked, kept only where `dfsp` has no entry (an
+    /// operator's entry, or the first proxy that answered, stays).
+    MapProxy {
+        dfsp: FspName,
+        proxy: FspName,
+        by_operator: bool,
+    },
+    /// Drops `dfsp`'s proxy map entry. `learnt_via: None` is the
+    /// operator's delete (the entry must exist); `Some(proxy)` heals a
+    /// route that failed through `proxy`: the entry goes only if it is a
+    /// learnt one through that proxy (an operator's entry stays).
+    UnmapProxy {
+        dfsp: FspName,
+        learnt_via: Option<FspName>,
+    },
+    /// The proxy map, in DFSP name order.
+    ReadProxyMap,
     /// `PUT /participants/{name}` `{"isActive": …}`: `true` is the
     /// `active` mode, `false` `suspended`.
     SetParticipantActive {
@@ -908,6 +935,11 @@ pub enum Outcome {
     OracleCreated(u32),
     /// Live oracles, in id order.
     Oracles(Vec<OracleRow>),
+    /// A proxy map change: whether it changed the map (a learnt entry
+    /// where one exists, or a heal of another entry, changes nothing).
+    ProxyMapChanged(bool),
+    /// The proxy map, in DFSP name order.
+    ProxyMap(Vec<ProxyMapView>),
     /// A window: the new open one after a close.
     Window(WindowView),
     SettlementWindows(Vec<WindowView>),
@@ -949,6 +981,10 @@ pub struct ParticipantRow {
     pub id: ParticipantId,
     pub name: FspName,
     pub is_hub: bool,
+    /// Stands for the DFSPs of another scheme (central-ledger's `isProxy`):
+    /// positions, caps, funds and settlement like a DFSP's; the DFSPs it
+    /// represents are in the proxy map ([`ProxyMapRow`]). Set at creation.
+    pub is_proxy: bool,
     /// What it may do in new payments (`modes.rs`); central-ledger's
     /// `isActive` is [`ParticipantMode::is_active`].
     pub mode: ParticipantMode,
@@ -1036,6 +1072,10 @@ pub enum Record {
     /// The oracle with this id was deleted (its row stays, inactive, so
     /// that the id is never reused).
     OracleDeleted(u32),
+    /// A proxy map entry as set (an upsert by DFSP name).
+    ProxyMapping(ProxyMapRow),
+    /// The proxy map entry of this DFSP was dropped.
+    ProxyUnmapped(FspName),
     /// A quote as recorded or answered (an upsert of the whole row).
     Quote(QuoteRow),
     /// A settlement window as created or changed (an upsert).
@@ -1195,6 +1235,32 @@ pub struct OracleRow {
     pub is_default: bool,
     /// False once deleted.
     pub active: bool,
+}
+
+/// DFSPs of other schemes the proxy map holds at most (a learnt entry
+/// past it is refused; the operator can delete entries).
+pub const PROXY_MAP_MAX: usize = 100_000;
+
+/// A DFSP of another scheme and the proxy participant it is reached
+/// through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyMapRow {
+    /// Never a participant of this scheme (a participant's name wins).
+    pub dfsp: FspName,
+    /// A participant created as a proxy.
+    pub proxy: ParticipantId,
+    /// Set through the admin API (else learnt from a discovery answer).
+    pub by_operator: bool,
+    pub since_ms: i64,
+}
+
+/// A proxy map entry with its proxy's name, for the admin API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyMapView {
+    pub dfsp: FspName,
+    pub proxy: FspName,
+    pub by_operator: bool,
+    pub since_ms: i64,
 }
 
 /// A participant with its accounts and endpoints, for the admin API.

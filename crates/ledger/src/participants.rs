@@ -10,7 +10,12 @@ use crate::ledger::{
 use crate::model::*;
 
 impl Ledger {
-    fn add_participant(&mut self, name: FspName, is_hub: bool) -> Result<ParticipantId, Rejection> {
+    fn add_participant(
+        &mut self,
+        name: FspName,
+        is_hub: bool,
+        is_proxy: bool,
+    ) -> Result<ParticipantId, Rejection> {
         if self.participants.len() >= self.limits.max_participants {
             return Err(Rejection::new(
                 ErrorCode::INTERNAL_SERVER_ERROR,
@@ -24,6 +29,7 @@ impl Ledger {
         self.participants.push(Participant {
             name,
             is_hub,
+            is_proxy,
             mode: ParticipantMode::Active,
             created_at_ms: self.now_ms,
             accounts: Vec::new(),
@@ -72,7 +78,7 @@ impl Ledger {
                 format!("'{name}' is a DFSP already"),
             ));
         }
-        self.hub = Some(self.add_participant(name, true)?);
+        self.hub = Some(self.add_participant(name, true, false)?);
         self.ensure_window(true);
         Ok(Outcome::Done)
     }
@@ -144,10 +150,14 @@ impl Ledger {
         self.find_account(hub, currency, AccountKind::HubReconciliation)
     }
 
+    /// `is_proxy` makes a new participant a proxy; a currency added to an
+    /// existing participant leaves it what it is (central-ledger reads
+    /// `isProxy` only when it creates the participant).
     pub(crate) fn create_participant(
         &mut self,
         name: FspName,
         currency: Currency,
+        is_proxy: bool,
     ) -> Result<Outcome, Rejection> {
         if self.hub_name() == Some(name) {
             return Err(validation(format!("'{name}' is the hub's name")));
@@ -177,7 +187,13 @@ impl Ledger {
         }
         let id = match existing {
             Some(id) => id,
-            None => self.add_participant(name, false)?,
+            None => {
+                let id = self.add_participant(name, false, is_proxy)?;
+                // A participant's name wins over a DFSP of another scheme
+                // of the same name: the map no longer routes it away.
+                self.forget_mapped(name);
+                id
+            }
         };
         let position = self.add_account(id, currency, AccountKind::Position);
         let settlement = self.add_account(id, currency, AccountKind::Settlement);

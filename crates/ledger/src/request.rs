@@ -150,6 +150,20 @@ fn settlement_models(outcome: Outcome) -> Answer<Vec<SettlementModelRow>> {
     })
 }
 
+fn proxy_map_changed(outcome: Outcome) -> Answer<bool> {
+    answer(outcome, |o| match o {
+        Outcome::ProxyMapChanged(changed) => Ok(changed),
+        other => Err(unexpected(other)),
+    })
+}
+
+fn proxy_map(outcome: Outcome) -> Answer<Vec<ProxyMapView>> {
+    answer(outcome, |o| match o {
+        Outcome::ProxyMap(rows) => Ok(rows),
+        other => Err(unexpected(other)),
+    })
+}
+
 fn oracles(outcome: Outcome) -> Answer<Vec<OracleRow>> {
     answer(outcome, |o| match o {
         Outcome::Oracles(rows) => Ok(rows),
@@ -281,6 +295,11 @@ requests! {
     CreateHub { name: FspName } => Changed<()> = done;
     CreateHubAccount { currency: Currency, kind: AccountKind } => Changed<Vec<AccountId>> = accounts;
     CreateParticipant { name: FspName, currency: Currency } => Changed<Vec<AccountId>> = accounts;
+    CreateProxy { name: FspName, currency: Currency } => Changed<Vec<AccountId>> = accounts;
+    /// Whether the map changed (see [`Command::MapProxy`]).
+    MapProxy { dfsp: FspName, proxy: FspName, by_operator: bool } => Changed<bool> = proxy_map_changed;
+    /// Whether the map changed (see [`Command::UnmapProxy`]).
+    UnmapProxy { dfsp: FspName, learnt_via: Option<FspName> } => Changed<bool> = proxy_map_changed;
     SetParticipantActive { name: FspName, active: bool } => Changed<()> = done;
     SetParticipantMode { name: FspName, mode: ParticipantMode } => Changed<()> = done;
     SetAccountActive { name: FspName, account: AccountId, active: bool } => Changed<()> = done;
@@ -321,6 +340,7 @@ requests! {
     ReadParties {} => Changed<Vec<PartyView>> = parties;
     ReadSettlementModels {} => Changed<Vec<SettlementModelRow>> = settlement_models;
     ReadOracles {} => Changed<Vec<OracleRow>> = oracles;
+    ReadProxyMap {} => Changed<Vec<ProxyMapView>> = proxy_map;
     ReadSettlementWindows {} => Changed<Vec<WindowView>> = windows;
     ReadSettlements {} => Changed<Vec<SettlementView>> = settlements;
     ReadSettlementReport { settlement: u32 } => Changed<SettlementReport> = settlement_report;

@@ -111,6 +111,7 @@ impl Ledger {
         Snapshot {
             parties,
             oracles: self.oracles.clone(),
+            proxy_map: self.proxy_map.values().cloned().collect(),
             quotes: {
                 let mut quotes: Vec<QuoteRow> = self.quotes.values().cloned().collect();
                 quotes.sort_by_key(|row| row.quote_id);
@@ -169,6 +170,7 @@ impl Ledger {
             ledger.participants.push(Participant {
                 name: row.name,
                 is_hub: row.is_hub,
+                is_proxy: row.is_proxy,
                 mode: row.mode,
                 created_at_ms: row.created_at_ms,
                 accounts: Vec::new(),
@@ -202,6 +204,10 @@ impl Ledger {
         }
         ledger.settlement_models = snapshot.settlement_models;
         ledger.oracles = snapshot.oracles;
+        for row in snapshot.proxy_map {
+            now_ms = now_ms.max(row.since_ms);
+            ledger.proxy_map.insert(row.dfsp, row);
+        }
         if ledger.limits.transfer_retention_ms.is_some() {
             let quotes = snapshot.quotes.iter();
             ledger.retention.restored_quotes(

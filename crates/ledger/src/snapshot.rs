@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub parties: Vec<PartyRow>,
     /// External oracles, in id order, deleted ones included (inactive).
     pub oracles: Vec<OracleRow>,
+    /// The proxy map, in DFSP name order.
+    pub proxy_map: Vec<ProxyMapRow>,
     /// Quotes of the persistent mode, in id order.
     pub quotes: Vec<QuoteRow>,
     /// Settlement windows, in id order.
@@ -109,9 +111,44 @@ impl Snapshot {
                 problem(format!("participant name '{}' appears twice", row.name));
             }
             hubs += usize::from(row.is_hub);
+            if row.is_hub && row.is_proxy {
+                problem(format!("the hub '{}' is marked as a proxy", row.name));
+            }
         }
         if hubs > 1 {
             problem(format!("{hubs} participants are marked as the hub"));
+        }
+        let mut previous: Option<FspName> = None;
+        for entry in &self.proxy_map {
+            if previous.is_some_and(|previous| previous >= entry.dfsp) {
+                problem(format!(
+                    "proxy map entry '{}' is out of order or duplicated",
+                    entry.dfsp
+                ));
+            }
+            previous = Some(entry.dfsp);
+            if names.contains(&entry.dfsp) {
+                problem(format!(
+                    "participant '{}' is also in the proxy map",
+                    entry.dfsp
+                ));
+            }
+            match self
+                .participants
+                .get((entry.proxy.0 as usize).wrapping_sub(1))
+            {
+                Some(proxy) if proxy.is_proxy => {}
+                _ => problem(format!(
+                    "proxy map entry '{}' names participant {}, not a proxy",
+                    entry.dfsp, entry.proxy.0
+                )),
+            }
+        }
+        if self.proxy_map.len() > PROXY_MAP_MAX {
+            problem(format!(
+                "the proxy map's {} entries exceed its limit",
+                self.proxy_map.len()
+            ));
         }
         for pin in &self.certificate_pins {
             if self

@@ -623,6 +623,9 @@ impl Mirror {
                 Record::Oracle(_) | Record::OracleDeleted(_) | Record::Quote(_) => {
                     unreachable!("oracles are not generated here")
                 }
+                Record::ProxyMapping(_) | Record::ProxyUnmapped(_) => {
+                    unreachable!("the proxy map is checked by tests/proxies.rs")
+                }
                 Record::ConversionFulfilled(_) | Record::Fxp(_) => {
                     unreachable!("FX is checked by tests/fx.rs")
                 }
@@ -830,6 +833,10 @@ fn predict(m: &Mirror, command: &Command, now: i64) -> (Expect, Vec<Delta>) {
         | Command::UpdateOracle { .. }
         | Command::DeleteOracle { .. }
         | Command::ReadOracles
+        | Command::CreateProxy { .. }
+        | Command::MapProxy { .. }
+        | Command::UnmapProxy { .. }
+        | Command::ReadProxyMap
         | Command::ReadTransfer { .. }
         | Command::RecordQuote { .. }
         | Command::AnswerQuote { .. }

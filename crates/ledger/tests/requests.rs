@@ -190,6 +190,41 @@ fn reference_data_requests_reply_in_their_types() {
     assert_eq!(ask(&mut hub, ReadOracles {}).unwrap().len(), 1);
     ask(&mut hub, DeleteOracle { id }).unwrap();
     refused(ask(&mut hub, DeleteOracle { id }));
+    let proxy = fsp("pxAB");
+    assert_eq!(
+        ask(
+            &mut hub,
+            CreateProxy {
+                name: proxy,
+                currency: usd()
+            }
+        )
+        .unwrap()
+        .len(),
+        2
+    );
+    let dfsp = fsp("dfspB");
+    let learnt = MapProxy {
+        dfsp,
+        proxy,
+        by_operator: false,
+    };
+    assert!(ask(&mut hub, learnt.clone()).unwrap());
+    assert!(!ask(&mut hub, learnt).unwrap());
+    assert_eq!(ask(&mut hub, ReadProxyMap {}).unwrap()[0].proxy, proxy);
+    let healed = UnmapProxy {
+        dfsp,
+        learnt_via: Some(proxy),
+    };
+    assert!(ask(&mut hub, healed.clone()).unwrap());
+    assert!(!ask(&mut hub, healed).unwrap());
+    refused(ask(
+        &mut hub,
+        UnmapProxy {
+            dfsp,
+            learnt_via: None,
+        },
+    ));
     ask(
         &mut hub,
         PinCertificate {

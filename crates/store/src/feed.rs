@@ -417,10 +417,15 @@ impl FeedState {
                 push_json(&mut body, row.name.as_str());
                 let _ = write!(
                     body,
-                    ",\"isHub\":{},\"mode\":\"{}\"}}",
+                    ",\"isHub\":{},\"mode\":\"{}\"",
                     row.is_hub,
                     row.mode.as_str()
                 );
+                // Only on a proxy: the rows of the others stay as they were.
+                if row.is_proxy {
+                    body.push_str(",\"isProxy\":true");
+                }
+                body.push('}');
                 let name = row.name.as_str().to_string();
                 self.push(
                     rows,
@@ -574,6 +579,35 @@ impl FeedState {
                     "admin.change".into(),
                     (HUB_PARTICIPANT.into(), None),
                     row.id.to_string(),
+                    body,
+                );
+            }
+            Record::ProxyMapping(row) => {
+                let mut body = String::from("{\"dfsp\":");
+                push_json(&mut body, row.dfsp.as_str());
+                body.push_str(",\"proxy\":");
+                push_json(&mut body, &self.name_ref(row.proxy));
+                let _ = write!(body, ",\"byOperator\":{}}}", row.by_operator);
+                let proxy = self.name(row.proxy);
+                self.push(
+                    rows,
+                    row.since_ms,
+                    "proxy.mapped".into(),
+                    (proxy, None),
+                    row.dfsp.as_str().to_string(),
+                    body,
+                );
+            }
+            Record::ProxyUnmapped(dfsp) => {
+                let mut body = String::from("{\"dfsp\":");
+                push_json(&mut body, dfsp.as_str());
+                body.push('}');
+                self.push(
+                    rows,
+                    self.last_at_ms,
+                    "proxy.unmapped".into(),
+                    (HUB_PARTICIPANT.into(), None),
+                    dfsp.as_str().to_string(),
                     body,
                 );
             }

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use ledger::{
     AccountId, AccountKind, AccountRow, EndpointRow, FspName, OracleRow, ParticipantId,
-    ParticipantRow, PartyKey, PartyRow, QuoteRow, Record, SettlementModelRow, Snapshot,
-    TransferRow,
+    ParticipantRow, PartyKey, PartyRow, ProxyMapRow, QuoteRow, Record, SettlementModelRow,
+    Snapshot, TransferRow,
 };
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, NoTls, Statement, Transaction};
@@ -44,7 +44,7 @@ use crate::pg_rows::{
 };
 use crate::pg_schema::{
     AUDIT_SOURCE_SINCE, FX_SINCE, MIGRATIONS, MIGRATION_LOCK, MODE_SINCE, PENDING_SINCE,
-    SCHEMA_VERSION, STORE_KIND,
+    PROXY_SINCE, SCHEMA_VERSION, STORE_KIND,
 };
 use crate::search::{AccountOwners, PassClock, SearchColumns};
 use crate::{Store, StoreError};
@@ -512,6 +512,8 @@ struct Statements {
     parties: Statement,
     parties_deleted: Statement,
     oracle: Statement,
+    proxy_mapping: Statement,
+    proxy_unmapped: Statement,
     oracle_deleted: Statement,
     quotes: Statement,
     window: Statement,
@@ -544,9 +546,16 @@ impl Statements {
             )?,
             transfer_commit: prepare(&transfer_commit_statement())?,
             participant: prepare(
-                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode) VALUES ($1, $2, $3, $4, $5, $6)
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode, is_proxy)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, mode = excluded.mode",
             )?,
+            proxy_mapping: prepare(
+                "INSERT INTO proxy_map (dfsp, proxy_id, by_operator, since_ms) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (dfsp) DO UPDATE SET proxy_id = excluded.proxy_id,
+                    by_operator = excluded.by_operator, since_ms = excluded.since_ms",
+            )?,
+            proxy_unmapped: prepare("DELETE FROM proxy_map WHERE dfsp = $1")?,
             accounts: prepare(&ACCOUNTS.statement())?,
             transfers: prepare(&TRANSFERS.statement())?,
             finishes: prepare(&FINISHES.statement())?,
@@ -1499,9 +1508,13 @@ fn read_state(
             true => "mode",
             false => "NULL::TEXT",
         };
+        let is_proxy = match version >= PROXY_SINCE {
+            true => "is_proxy",
+            false => "false",
+        };
         for row in transaction.query(
             &format!(
-                "SELECT id, name, is_hub, is_active, created_at_ms, {mode} FROM participants ORDER BY id"
+                "SELECT id, name, is_hub, is_active, created_at_ms, {mode}, {is_proxy} FROM participants ORDER BY id"
             ),
             &[],
         )? {
@@ -1509,9 +1522,25 @@ fn read_state(
                 id: participant(&row, 0)?,
                 name: parsed(&row, 1, "participant name", FspName::new)?,
                 is_hub: col(&row, 2)?,
+                is_proxy: col(&row, 6)?,
                 mode: crate::participant_mode(col(&row, 3)?, col(&row, 5)?)?,
                 created_at_ms: col(&row, 4)?,
             });
+        }
+        if version >= PROXY_SINCE {
+            for row in transaction.query(
+                "SELECT dfsp, proxy_id, by_operator, since_ms FROM proxy_map",
+                &[],
+            )? {
+                snapshot.proxy_map.push(ProxyMapRow {
+                    dfsp: parsed(&row, 0, "proxy map DFSP", FspName::new)?,
+                    proxy: participant(&row, 1)?,
+                    by_operator: col(&row, 2)?,
+                    since_ms: col(&row, 3)?,
+                });
+            }
+            // In the ledger's name order (Rust's, not the database's collation).
+            snapshot.proxy_map.sort_by(|a, b| a.dfsp.cmp(&b.dfsp));
         }
         let changed_at = match version >= 3 {
             true => "COALESCE(changed_at_ms, created_at_ms)",
@@ -1775,8 +1804,23 @@ impl<'r> Columns<'r> {
                         &row.mode.is_active(),
                         &row.created_at_ms,
                         &row.mode.as_str(),
+                        &row.is_proxy,
                     ],
                 )?;
+            }
+            Record::ProxyMapping(row) => {
+                transaction.execute(
+                    &statements.proxy_mapping,
+                    &[
+                        &row.dfsp.as_str(),
+                        &i64::from(row.proxy.0),
+                        &row.by_operator,
+                        &row.since_ms,
+                    ],
+                )?;
+            }
+            Record::ProxyUnmapped(dfsp) => {
+                transaction.execute(&statements.proxy_unmapped, &[&dfsp.as_str()])?;
             }
             Record::Endpoint(row) => {
                 transaction.execute(

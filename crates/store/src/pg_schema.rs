@@ -23,6 +23,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     MIGRATION_13,
     MIGRATION_14,
     MIGRATION_15,
+    MIGRATION_16,
 ];
 
 /// The version this kasi writes: a database at a higher one is refused.
@@ -37,6 +38,10 @@ pub(crate) const FX_SINCE: i64 = 6;
 
 /// The version from which participants have a `mode` column (migration 7).
 pub(crate) const MODE_SINCE: i64 = 7;
+
+/// The version from which participants have `is_proxy` and the store holds
+/// the proxy map (migration 16).
+pub(crate) const PROXY_SINCE: i64 = 16;
 
 /// The version from which four-eyes pending changes are kept (migration 8).
 pub(crate) const PENDING_SINCE: i64 = 8;
@@ -256,6 +261,19 @@ CREATE TABLE commit_index (
     origin_ms BIGINT NOT NULL,
     span_ms   BIGINT NOT NULL,
     next_span BIGINT NOT NULL
+);
+";
+
+/// Inter-scheme (`ledger::ProxyMapRow`): proxy participants and the map of
+/// other schemes' DFSPs to the proxy each is reached through; as SQLite's
+/// version 16.
+const MIGRATION_16: &str = "
+ALTER TABLE participants ADD COLUMN is_proxy BOOLEAN NOT NULL DEFAULT false;
+CREATE TABLE proxy_map (
+    dfsp        TEXT    PRIMARY KEY,
+    proxy_id    BIGINT  NOT NULL,
+    by_operator BOOLEAN NOT NULL,
+    since_ms    BIGINT  NOT NULL
 );
 ";
 

@@ -13,8 +13,8 @@ use ledger::{
     AbortCause, AccountId, AccountKind, AccountRow, Amount, Condition, ConversionFulfilRow,
     Currency, EndpointRow, ErrorCode, FinishKind, FinishRow, FspName, Fulfilment, FundsMemo,
     Lookup, OracleRow, ParticipantId, ParticipantRow, PartyKey, PartyRow, PrefetchIds, Prefetched,
-    QuoteAnswer, QuoteRow, Record, RequestHash, SettlementModelRow, Snapshot, TransferId,
-    TransferKind, TransferRow, TransferState,
+    ProxyMapRow, QuoteAnswer, QuoteRow, Record, RequestHash, SettlementModelRow, Snapshot,
+    TransferId, TransferKind, TransferRow, TransferState,
 };
 use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row};
@@ -50,8 +50,12 @@ pub const LOCK_FILE: &str = "kasi.lock";
 /// `rollup_errors`, `rollup_latency` (`crate::rollup`); version 14 the
 /// party index's `party_blocks` and `party_index` (`crate::party_index`);
 /// version 15 the commit index's `commit_spans` and `commit_index`
-/// (`crate::commit_index`).
-const SCHEMA_VERSION: i64 = crate::sqlite_feed::ROLLUP_SINCE + 2;
+/// (`crate::commit_index`); version 16 the participants' `is_proxy` and
+/// the `proxy_map` (inter-scheme: `ledger::ProxyMapRow`).
+const SCHEMA_VERSION: i64 = PROXY_SINCE;
+/// The version from which participants have `is_proxy` and the store
+/// holds the proxy map.
+const PROXY_SINCE: i64 = crate::sqlite_feed::ROLLUP_SINCE + 3;
 /// The version from which audit events say how their actor signed in.
 const AUDIT_SOURCE_SINCE: i64 = 9;
 /// The version from which a store holds four-eyes pending changes.
@@ -71,7 +75,16 @@ CREATE TABLE IF NOT EXISTS participants (
     is_hub        INTEGER NOT NULL,
     is_active     INTEGER NOT NULL,
     created_at_ms INTEGER NOT NULL,
-    mode          TEXT
+    mode          TEXT,
+    is_proxy      INTEGER NOT NULL DEFAULT 0
+) STRICT;
+-- The proxy map (ledger::ProxyMapRow): a DFSP of another scheme and the
+-- proxy participant it is reached through.
+CREATE TABLE IF NOT EXISTS proxy_map (
+    dfsp        TEXT    PRIMARY KEY,
+    proxy_id    INTEGER NOT NULL,
+    by_operator INTEGER NOT NULL,
+    since_ms    INTEGER NOT NULL
 ) STRICT;
 CREATE TABLE IF NOT EXISTS accounts (
     id             INTEGER PRIMARY KEY,
@@ -583,8 +596,15 @@ impl SqliteStore {
             SCHEMA_VERSION => connection.execute_batch(SCHEMA)?,
             // Version 11 → 12 only adds the change feed's tables, 12 → 13
             // the rollup's, 13 → 14 the party index's and 14 → 15 the
-            // commit index's, which are created below.
-            11..=14 => connection.pragma_update(None, "user_version", SCHEMA_VERSION)?,
+            // commit index's, which are created below; 15 → 16 a column
+            // and the proxy map.
+            11..=15 => {
+                let migration = connection.transaction()?;
+                add_proxy_column(&migration)?;
+                migration.execute_batch(SCHEMA)?;
+                migration.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                migration.commit()?;
+            }
             // Version 2 → 3 and 7 → 8 only add tables, which SCHEMA creates.
             1..=10 => {
                 let migration = connection.transaction()?;
@@ -599,6 +619,7 @@ impl SqliteStore {
                     migration.execute_batch(MIGRATE_3_TO_4)?;
                 }
                 migration.execute_batch(SCHEMA)?;
+                add_proxy_column(&migration)?;
                 if !has_column(&migration, "transfer_finishes", "cause")? {
                     migration.execute_batch(MIGRATE_4_TO_5)?;
                 }
@@ -762,9 +783,18 @@ impl SqliteStore {
         {
             let mut participant = Lazy::new(
                 &transaction,
-                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO participants (id, name, is_hub, is_active, created_at_ms, mode, is_proxy)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (id) DO UPDATE SET is_active = excluded.is_active, mode = excluded.mode",
             );
+            let mut proxy_mapping = Lazy::new(
+                &transaction,
+                "INSERT INTO proxy_map (dfsp, proxy_id, by_operator, since_ms) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (dfsp) DO UPDATE SET proxy_id = excluded.proxy_id,
+                    by_operator = excluded.by_operator, since_ms = excluded.since_ms",
+            );
+            let mut proxy_unmapped =
+                Lazy::new(&transaction, "DELETE FROM proxy_map WHERE dfsp = ?1");
             let mut account = Lazy::new(
                 &transaction,
                 "INSERT INTO accounts (id, participant_id, currency, kind, is_active, value, reserved, net_debit_cap, created_at_ms,
@@ -853,8 +883,20 @@ impl SqliteStore {
                             row.is_hub,
                             row.mode.is_active(),
                             row.created_at_ms,
-                            row.mode.as_str()
+                            row.mode.as_str(),
+                            row.is_proxy
                         ])?;
+                    }
+                    Record::ProxyMapping(row) => {
+                        proxy_mapping.execute(params![
+                            row.dfsp.as_str(),
+                            row.proxy.0,
+                            row.by_operator,
+                            row.since_ms
+                        ])?;
+                    }
+                    Record::ProxyUnmapped(dfsp) => {
+                        proxy_unmapped.execute(params![dfsp.as_str()])?;
                     }
                     Record::Account(row) => {
                         owners.note(row.id, row.participant, row.currency);
@@ -1332,6 +1374,7 @@ impl SqliteStore {
             endpoints,
             settlement_models,
             oracles,
+            proxy_map,
             windows,
             content,
             content_accounts,
@@ -1349,6 +1392,7 @@ impl SqliteStore {
         records.extend(endpoints.into_iter().map(Record::Endpoint));
         records.extend(settlement_models.into_iter().map(Record::SettlementModel));
         records.extend(oracles.into_iter().map(Record::Oracle));
+        records.extend(proxy_map.into_iter().map(Record::ProxyMapping));
         records.extend(certificate_pins.into_iter().map(Record::CertificatePin));
         records.extend(fxps.into_iter().map(Record::Fxp));
         records.extend(pending_changes.into_iter().map(Record::PendingChange));
@@ -1505,8 +1549,12 @@ fn read_rows(
             true => "mode",
             false => "NULL",
         };
+        let is_proxy = match version >= PROXY_SINCE {
+            true => "is_proxy",
+            false => "0",
+        };
         let mut statement = transaction.prepare(&format!(
-            "SELECT id, name, is_hub, is_active, created_at_ms, {mode} FROM participants ORDER BY id",
+            "SELECT id, name, is_hub, is_active, created_at_ms, {mode}, {is_proxy} FROM participants ORDER BY id",
         ))?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
@@ -1515,9 +1563,25 @@ fn read_rows(
                 id: ParticipantId(row.get(0)?),
                 name: parse(row, 1, "participant name", FspName::new)?,
                 is_hub: row.get(2)?,
+                is_proxy: row.get(6)?,
                 mode: crate::participant_mode(row.get(3)?, mode.as_deref())?,
                 created_at_ms: row.get(4)?,
             });
+        }
+        if version >= PROXY_SINCE {
+            let mut statement = transaction
+                .prepare("SELECT dfsp, proxy_id, by_operator, since_ms FROM proxy_map")?;
+            let mut rows = statement.query([])?;
+            while let Some(row) = rows.next()? {
+                snapshot.proxy_map.push(ProxyMapRow {
+                    dfsp: parse(row, 0, "proxy map DFSP", FspName::new)?,
+                    proxy: ParticipantId(row.get(1)?),
+                    by_operator: row.get(2)?,
+                    since_ms: row.get(3)?,
+                });
+            }
+            // In the ledger's name order (Rust's, not SQLite's collation).
+            snapshot.proxy_map.sort_by(|a, b| a.dfsp.cmp(&b.dfsp));
         }
         // Before version 4 an account's last change is not known: its
         // creation stands in.
@@ -1946,6 +2010,16 @@ fn fill_search_columns(connection: &Connection) -> Result<(), StoreError> {
         }
         after = last;
     }
+}
+
+/// Version 16's column, on a store whose participants table predates it.
+fn add_proxy_column(connection: &Connection) -> Result<(), StoreError> {
+    if !has_column(connection, "participants", "is_proxy")? {
+        connection.execute_batch(
+            "ALTER TABLE participants ADD COLUMN is_proxy INTEGER NOT NULL DEFAULT 0",
+        )?;
+    }
+    Ok(())
 }
 
 fn has_column(connection: &Connection, table: &str, column: &str) -> Result<bool, StoreError> {

@@ -524,11 +524,38 @@ fn every_kind_of_record_round_trips_alike() {
             id: ParticipantId(1),
             name: fsp("payerfsp"),
             is_hub: false,
+            is_proxy: false,
             mode: ledger::ParticipantMode::SendOnly,
             created_at_ms: 1,
         }),
         Record::Account(account(1, 10)),
         Record::Account(account(2, 20)),
+        Record::Participant(ParticipantRow {
+            id: ParticipantId(2),
+            name: fsp("pxAB"),
+            is_hub: false,
+            is_proxy: true,
+            mode: ledger::ParticipantMode::Active,
+            created_at_ms: 2,
+        }),
+        Record::ProxyMapping(ProxyMapRow {
+            dfsp: fsp("dfspB"),
+            proxy: ParticipantId(2),
+            by_operator: false,
+            since_ms: 3,
+        }),
+        Record::ProxyMapping(ProxyMapRow {
+            dfsp: fsp("Zdfsp"),
+            proxy: ParticipantId(2),
+            by_operator: true,
+            since_ms: 3,
+        }),
+        Record::ProxyMapping(ProxyMapRow {
+            dfsp: fsp("dfspC"),
+            proxy: ParticipantId(2),
+            by_operator: false,
+            since_ms: 3,
+        }),
         Record::Endpoint(EndpointRow {
             participant: ParticipantId(1),
             endpoint_type: "FSPIOP_CALLBACK_URL_TRANSFER_POST".into(),
@@ -610,6 +637,13 @@ fn every_kind_of_record_round_trips_alike() {
         Record::Quote(quote(true)),
         Record::PartyDeleted(other_key.clone()),
         Record::OracleDeleted(1),
+        Record::ProxyUnmapped(fsp("dfspC")),
+        Record::ProxyMapping(ProxyMapRow {
+            dfsp: fsp("dfspB"),
+            proxy: ParticipantId(2),
+            by_operator: true,
+            since_ms: 4,
+        }),
         Record::CertificateUnpinned([7; 32]),
         Record::PendingChange(pending_change("a", "applied", 5)),
         Record::Window(WindowRow {
@@ -686,6 +720,26 @@ fn every_kind_of_record_round_trips_alike() {
     assert!(from_pg.quotes[0].answer.is_some());
     assert_eq!(from_pg.parties.len(), 1);
     assert!(!from_pg.oracles[0].active);
+    assert!(from_pg.participants[1].is_proxy && !from_pg.participants[0].is_proxy);
+    // In the ledger's name order (upper case first), the last state of
+    // each, the one dropped gone.
+    assert_eq!(
+        from_pg.proxy_map,
+        [
+            ProxyMapRow {
+                dfsp: fsp("Zdfsp"),
+                proxy: ParticipantId(2),
+                by_operator: true,
+                since_ms: 3,
+            },
+            ProxyMapRow {
+                dfsp: fsp("dfspB"),
+                proxy: ParticipantId(2),
+                by_operator: true,
+                since_ms: 4,
+            },
+        ]
+    );
     assert_eq!(from_pg.certificate_pins.len(), 1);
     assert_eq!(from_pg.windows[0].state, WindowState::Closed);
     assert_eq!(from_pg.settlements[0].accounts.len(), 1);
@@ -741,6 +795,7 @@ fn the_schema_is_kasis_own_and_versioned() {
         id: ParticipantId(1),
         name: fsp("Hub"),
         is_hub: true,
+        is_proxy: false,
         mode: ledger::ParticipantMode::Active,
         created_at_ms: 1,
     })];
@@ -806,6 +861,9 @@ fn the_schema_is_kasis_own_and_versioned() {
     assert!(!error.message.contains("s3cret"), "{error}");
 }
 
+/// What migration 16 (proxies) added.
+const UNDO_MIGRATION_16: &str =
+    "DROP TABLE proxy_map; ALTER TABLE participants DROP COLUMN is_proxy";
 /// What migration 15 (the commit index) added.
 const UNDO_MIGRATION_15: &str = "DROP TABLE commit_spans, commit_index";
 /// What migration 14 (the party index) added.
@@ -883,6 +941,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             id: ParticipantId(1),
             name: fsp("payerfsp"),
             is_hub: false,
+            is_proxy: false,
             mode: ledger::ParticipantMode::Active,
             created_at_ms: 1,
         }),
@@ -921,7 +980,7 @@ fn an_older_schema_is_read_as_it_is_and_as_migrated() {
             10,
         ),
     ] {
-        let downgrade = format!("{UNDO_MIGRATION_15}; {UNDO_MIGRATION_14}; {UNDO_MIGRATION_13}; {UNDO_MIGRATION_12}; {UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
+        let downgrade = format!("{UNDO_MIGRATION_16}; {UNDO_MIGRATION_15}; {UNDO_MIGRATION_14}; {UNDO_MIGRATION_13}; {UNDO_MIGRATION_12}; {UNDO_MIGRATION_11}; {UNDO_MIGRATION_10}; {UNDO_MIGRATION_9}; {UNDO_MIGRATION_8}; {UNDO_MIGRATION_7}; {UNDO_MIGRATION_6}; {UNDO_MIGRATION_5}; {downgrade}");
         let url = cluster.create_database(&format!("version{version}"));
         let mut store = PgStore::open(&url).expect("create");
         store.commit(&[&records]).expect("commit");

@@ -270,7 +270,8 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE commit_spans, commit_index;
+        "DROP TABLE proxy_map; ALTER TABLE participants DROP COLUMN is_proxy;
+         DROP TABLE commit_spans, commit_index;
          DROP TABLE party_blocks, party_index;
          DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
          DROP TABLE changes, feed_cursors;
@@ -317,7 +318,7 @@ fn a_version_4_store_is_read_as_it_is_and_gains_the_snapshot_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "15");
+    assert_eq!(version, "16");
     let funds_index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'transfers_funds'",
@@ -359,7 +360,8 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
     drop(harness.pg.take());
     let mut raw = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     raw.batch_execute(
-        "DROP TABLE commit_spans, commit_index;
+        "DROP TABLE proxy_map; ALTER TABLE participants DROP COLUMN is_proxy;
+         DROP TABLE commit_spans, commit_index;
          DROP TABLE party_blocks, party_index;
          DROP TABLE rollup_pairs, rollup_errors, rollup_latency;
          DROP TABLE changes, feed_cursors;
@@ -401,7 +403,7 @@ fn a_version_5_store_is_read_as_it_is_and_gains_fx_when_served() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(version, "15");
+    assert_eq!(version, "16");
     // Declared again, on both.
     harness.run(Op::Corridors(false));
     harness.run(Op::Corridors(true));

@@ -290,6 +290,7 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
         "DROP TABLE rollup_pairs; DROP TABLE rollup_errors; DROP TABLE rollup_latency;
          DROP TABLE party_blocks; DROP TABLE party_index;
          DROP TABLE commit_spans; DROP TABLE commit_index;
+         DROP TABLE proxy_map; ALTER TABLE participants DROP COLUMN is_proxy;
          PRAGMA user_version = 12;",
     )
     .expect("downgrade");
@@ -309,7 +310,17 @@ fn a_version_12_sqlite_store_gains_the_rollup_when_served() {
     let version: i64 = raw
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!(version, 15);
+    assert_eq!(version, 16);
+    // And version 16's column and proxy map (empty: no proxy here).
+    let (proxies, mapped): (i64, i64) = raw
+        .query_row(
+            "SELECT (SELECT count(*) FROM participants WHERE is_proxy),
+                    (SELECT count(*) FROM proxy_map)",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .expect("version 16's column and table");
+    assert_eq!((proxies, mapped), (0, 0));
     drop(store);
     let feed = SqliteFeed::open(dir.path()).expect("open the feed");
     fold_all(&feed, MAX_PAGE);

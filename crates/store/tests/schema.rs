@@ -33,7 +33,7 @@ fn transfer(seq: u64, id: &str, wire_version: u8) -> Record {
 }
 
 /// The schema version this kasi writes.
-const CURRENT_VERSION: i64 = 15;
+const CURRENT_VERSION: i64 = 16;
 
 const ULID: &str = "01K1WV2595Z7XST8FW5K4XRDZB";
 const UUID: &str = "b51ec534-ee48-4575-b6a9-ead2955b8069";
@@ -623,6 +623,7 @@ fn a_version_6_store_reads_its_participants_modes_from_is_active() {
             id: ParticipantId(id),
             name: FspName::new(name).unwrap(),
             is_hub: false,
+            is_proxy: false,
             mode,
             created_at_ms: 1,
         })
@@ -784,6 +785,7 @@ fn owners() -> Vec<Record> {
             id: ParticipantId(id),
             name: FspName::new(name).unwrap(),
             is_hub: id == 9,
+            is_proxy: false,
             mode: ledger::ParticipantMode::Active,
             created_at_ms: 1,
         })

@@ -55,6 +55,7 @@ fn reference_difference(left: &Snapshot, right: &Snapshot) -> Option<String> {
         })
         .or_else(|| rows("parties", &left.parties, &right.parties))
         .or_else(|| rows("oracles", &left.oracles, &right.oracles))
+        .or_else(|| rows("proxy map", &left.proxy_map, &right.proxy_map))
         .or_else(|| rows("windows", &left.windows, &right.windows))
         .or_else(|| rows("window content", &left.content, &right.content))
         .or_else(|| {

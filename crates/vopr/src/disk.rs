@@ -22,9 +22,9 @@ use ledger::{
     AccountId, AccountRow, Amount, Archived, AuditEventRow, Condition, ContentAccountRow,
     ContentPairRow, ContentRow, ConversionFulfilRow, EndpointRow, EntryRow, FinishRow, FspName,
     FxLink, FxpRow, Lookup, OracleRow, ParticipantRow, PartyKey, PartyRow, PinRow, PrefetchIds,
-    Prefetched, QuoteRow, Record, SettlementAccountRow, SettlementModelRow, SettlementRow,
-    Snapshot, StoredParties, StoredTransfer, TransferId, TransferKind, TransferRow, TransferState,
-    WindowPairSum, WindowRow, WindowState, AUDIT_EVENTS_IN_MEMORY,
+    Prefetched, ProxyMapRow, QuoteRow, Record, SettlementAccountRow, SettlementModelRow,
+    SettlementRow, Snapshot, StoredParties, StoredTransfer, TransferId, TransferKind, TransferRow,
+    TransferState, WindowPairSum, WindowRow, WindowState, AUDIT_EVENTS_IN_MEMORY,
 };
 use store::{Prefetch, Store, StoreError};
 
@@ -442,6 +442,7 @@ pub struct Rows {
     settlement_models: BTreeMap<u32, SettlementModelRow>,
     parties: BTreeMap<PartyKey, PartyRow>,
     oracles: BTreeMap<u32, OracleRow>,
+    proxy_map: BTreeMap<FspName, ProxyMapRow>,
     quotes: BTreeMap<TransferId, QuoteRow>,
     windows: BTreeMap<u32, WindowRow>,
     content: BTreeMap<u32, ContentRow>,
@@ -593,6 +594,13 @@ impl Rows {
                 if let Some(row) = self.oracles.get_mut(id) {
                     row.active = false;
                 }
+            }
+            // ON CONFLICT (dfsp) DO UPDATE SET the whole row.
+            Record::ProxyMapping(row) => {
+                self.proxy_map.insert(row.dfsp, row.clone());
+            }
+            Record::ProxyUnmapped(dfsp) => {
+                self.proxy_map.remove(dfsp);
             }
             // ON CONFLICT (quote_id) DO UPDATE SET the answer's columns
             Record::Quote(row) => match self.quotes.get_mut(&row.quote_id) {
@@ -811,6 +819,7 @@ impl Rows {
             settlement_models: self.settlement_models.values().cloned().collect(),
             parties: self.parties.values().cloned().collect(),
             oracles: self.oracles.values().cloned().collect(),
+            proxy_map: self.proxy_map.values().cloned().collect(),
             quotes: self
                 .quotes
                 .values()
