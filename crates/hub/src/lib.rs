@@ -49,6 +49,7 @@ pub mod operator {
     pub mod jws_keys;
     pub mod oracles;
     pub mod pins;
+    pub mod proxies;
     pub mod rollup;
     pub mod settlement;
     pub mod statement;
@@ -110,7 +111,7 @@ pub use http::{body, connections, door, refusals, server};
 pub use observability::{metrics, role, stages, trace, transfer_stats, wire_log};
 pub use operator::{
     admin, admin_refusals, admin_transfers, approvals, audit, feed, fxps, indexes, jws_keys,
-    oracles, pins, rollup, settlement, statement, watch,
+    oracles, pins, proxies, rollup, settlement, statement, watch,
 };
 pub use outbound::{
     alerts, alerts_feed, callback_plan, callback_url, callbacks, endpoints, feed_amqp, notify,
@@ -963,6 +964,7 @@ pub fn admin_api(hub: Arc<Hub>) -> Router {
     let api = admin::router(hub.clone())
         .merge(approvals::router(hub.clone(), built.clone()))
         .merge(oracles::router(hub.clone()))
+        .merge(proxies::router(hub.clone()))
         .merge(fxps::router(hub.clone()))
         .merge(settlement::router(hub.clone()))
         .merge(stages::router(hub.clone()))

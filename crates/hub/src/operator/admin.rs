@@ -11,9 +11,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 use ledger::request::{
-    CreateHubAccount, CreateParticipant, CreateSettlementModel, FundsIn, FundsOutAbort,
-    FundsOutCommit, FundsOutReserve, InitNetDebitCap, ReadParticipants, ReadSettlementModels,
-    SetAccountActive, SetEndpoint, SetNetDebitCap, SetParticipantActive, SetParticipantMode,
+    CreateHubAccount, CreateParticipant, CreateProxy, CreateSettlementModel, FundsIn,
+    FundsOutAbort, FundsOutCommit, FundsOutReserve, InitNetDebitCap, ReadParticipants,
+    ReadSettlementModels, SetAccountActive, SetEndpoint, SetNetDebitCap, SetParticipantActive,
+    SetParticipantMode,
 };
 use ledger::{
     AccountId, AccountKind, AccountRow, Amount, Currency, ErrorCode, FspName, Funds, FundsFinish,
@@ -149,7 +150,8 @@ fn participant_json(hub: &Hub, view: &ParticipantView) -> Value {
             "createdDate": format_time(account.created_at_ms),
             "createdBy": "unknown",
         })).collect::<Vec<_>>(),
-        "isProxy": 0,
+        // central-ledger's flag, 0 or 1 as its table holds it.
+        "isProxy": u8::from(view.participant.is_proxy),
     })
 }
 
@@ -207,10 +209,36 @@ where
     Ok(hub.ask_audited(change, request).await??)
 }
 
-async fn list_participants(State(hub): State<Arc<Hub>>) -> Result<Response, HubError> {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    is_proxy: Option<String>,
+}
+
+/// `?isProxy=true` (or `1`): the proxies only (central-ledger's filter,
+/// which Mojaloop's services read the proxy list with); `false` (or `0`):
+/// the others.
+fn proxy_filter(text: Option<&str>) -> Result<Option<bool>, HubError> {
+    match text {
+        None => Ok(None),
+        Some("true" | "1") => Ok(Some(true)),
+        Some("false" | "0") => Ok(Some(false)),
+        Some(other) => Err(HubError::new(
+            ErrorCode::MALFORMED_SYNTAX,
+            format!("Malformed syntax - isProxy '{other}' is not true, false, 1 or 0"),
+        )),
+    }
+}
+
+async fn list_participants(
+    State(hub): State<Arc<Hub>>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, HubError> {
+    let only = proxy_filter(query.is_proxy.as_deref())?;
     let views = read_participants(&hub, None).await?;
     let body: Vec<Value> = views
         .iter()
+        .filter(|view| only.is_none_or(|proxy| view.participant.is_proxy == proxy))
         .map(|view| participant_json(&hub, view))
         .collect();
     Ok(axum::Json(body).into_response())
@@ -225,26 +253,45 @@ async fn get_participant(
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct NewParticipant {
     name: String,
     currency: String,
+    #[serde(default)]
+    is_proxy: Option<Value>,
 }
 
+/// `isProxy` as central-ledger's Joi boolean takes it: `true`/`false`, or
+/// the strings `"true"`/`"false"`; absent is `false`.
+fn is_proxy_flag(value: Option<&Value>) -> Result<bool, HubError> {
+    match value {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(flag)) => Ok(*flag),
+        Some(Value::String(text)) if text == "true" => Ok(true),
+        Some(Value::String(text)) if text == "false" => Ok(false),
+        Some(other) => Err(HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("isProxy: {other} is not a boolean"),
+        )),
+    }
+}
+
+/// Creates a DFSP, or a proxy with `"isProxy": true` (a participant that
+/// stands for another scheme's DFSPs); for an existing participant, adds
+/// the currency and leaves it what it is.
 async fn create_participant(
     State(hub): State<Arc<Hub>>,
     body: Bytes,
 ) -> Result<Response, HubError> {
     let request: NewParticipant = parse(&body)?;
     let name = participant_name(&request.name)?;
-    apply(
-        &hub,
-        Change::participant("participant.create", name),
-        CreateParticipant {
-            name,
-            currency: currency(&request.currency)?,
-        },
-    )
-    .await?;
+    let currency = currency(&request.currency)?;
+    let change = Change::participant("participant.create", name);
+    if is_proxy_flag(request.is_proxy.as_ref())? {
+        apply(&hub, change, CreateProxy { name, currency }).await?;
+    } else {
+        apply(&hub, change, CreateParticipant { name, currency }).await?;
+    }
     let view = read_participant(&hub, name.as_str()).await?;
     Ok(created(participant_json(&hub, &view)))
 }

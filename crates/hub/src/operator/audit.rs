@@ -80,6 +80,17 @@ impl Change {
         }
     }
 
+    /// A proxy map entry set or deleted: the event shows the DFSP's entry
+    /// before and after.
+    pub fn proxy_map(action: &str, dfsp: FspName) -> Change {
+        Change {
+            action: action.to_string(),
+            target: format!("proxyMap/{dfsp}"),
+            view: Some(Command::ReadProxyMap),
+            render: crate::proxies::render_entry,
+        }
+    }
+
     /// A settlement model created: the event shows the model after.
     pub fn settlement_model(name: &str) -> Change {
         Change {

@@ -297,6 +297,9 @@ pub const TABLE: &[Rule] = &[
     rule("POST", "/oracles", OPERATOR, NO),
     rule("PUT", "/oracles/:id", OPERATOR, NO),
     rule("DELETE", "/oracles/:id", OPERATOR, NO),
+    rule("GET", "/proxyMap", READERS, NO),
+    rule("PUT", "/proxyMap/:fsp_id", OPERATOR, NO),
+    rule("DELETE", "/proxyMap/:fsp_id", OPERATOR, NO),
     rule("GET", "/fxps", READERS, NO),
     rule(
         "GET",

@@ -1,0 +1,190 @@
+//! Inter-scheme through the real `kasi serve` binary (issue 34,
+//! docs/design/interscheme.md): proxy participants created as Mojaloop's
+//! onboarding creates them (`"isProxy": true` on `POST /participants`),
+//! listed by central-ledger's filter, and the proxy map on the admin
+//! address — set and deleted by the operator, audited, in the change feed,
+//! durable across a restart.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// `POST /participants` as central-ledger's onboarding sends it.
+fn create(hub: &Hub, name: &str, is_proxy: Option<Value>) -> Value {
+    let mut body = json!({"name": name, "currency": "USD"});
+    if let Some(flag) = is_proxy {
+        body["isProxy"] = flag;
+    }
+    hub.admin_expect("POST", "/participants", Some(body), 201)
+        .json()
+}
+
+fn names(hub: &Hub, query: &str) -> Vec<String> {
+    let response = hub.admin_expect("GET", &format!("/participants{query}"), None, 200);
+    let mut names: Vec<String> = response
+        .json()
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {response:?}"))
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn proxy_map(hub: &Hub) -> Vec<Value> {
+    hub.admin_expect("GET", "/proxyMap", None, 200)
+        .json()
+        .as_array()
+        .expect("a list")
+        .clone()
+}
+
+#[test]
+fn proxies_are_onboarded_as_mojaloop_does_and_the_operator_maps_dfsps_to_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut hub = Hub::start(&data);
+    hub.setup();
+    create(&hub, "payerfsp", None);
+    let proxy = create(&hub, "pxAB", Some(json!(true)));
+    assert_eq!(proxy["isProxy"], json!(1), "{proxy}");
+    // The string form central-ledger's Joi boolean converts, and false.
+    create(&hub, "pxAC", Some(json!("true")));
+    create(&hub, "payeefsp", Some(json!(false)));
+    let refused = hub.admin(
+        "POST",
+        "/participants",
+        Some(&json!({"name": "odd", "currency": "USD", "isProxy": "yes"})),
+    );
+    assert_error_response(&refused, 400, "3100");
+    assert_eq!(names(&hub, "?isProxy=true"), ["pxAB", "pxAC"]);
+    assert_eq!(names(&hub, "?isProxy=1"), ["pxAB", "pxAC"]);
+    assert_eq!(
+        names(&hub, "?isProxy=false"),
+        ["Hub", "payeefsp", "payerfsp"]
+    );
+    assert_eq!(names(&hub, "").len(), 5);
+    let payer = hub.admin_expect("GET", "/participants/payerfsp", None, 200);
+    assert_eq!(payer.json()["isProxy"], json!(0));
+    // A proxy has positions and accounts like any DFSP.
+    hub.admin_expect(
+        "POST",
+        "/participants/pxAB/initialPositionAndLimits",
+        Some(json!({"currency": "USD", "limit": {"type": "NET_DEBIT_CAP", "value": 1000}, "initialPosition": 0})),
+        201,
+    );
+    let positions = hub.admin_expect("GET", "/participants/pxAB/positions", None, 200);
+    assert_eq!(positions.json()[0]["value"], json!(0), "{positions:?}");
+
+    // The operator's entries: 201 when new, 200 when replaced.
+    let set = hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspB",
+        Some(json!({"proxy": "pxAB"})),
+        201,
+    );
+    assert_eq!(set.json()["proxy"], json!("pxAB"));
+    assert_eq!(set.json()["source"], json!("operator"));
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspB",
+        Some(json!({"proxy": "pxAC"})),
+        200,
+    );
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspC",
+        Some(json!({"proxy": "pxAB"})),
+        201,
+    );
+    // A DFSP of this scheme is never mapped; only proxies are mapped to.
+    for (dfsp, body, code, status) in [
+        ("payerfsp", json!({"proxy": "pxAB"}), "3100", 400),
+        ("dfspD", json!({"proxy": "payeefsp"}), "3100", 400),
+        ("dfspD", json!({"proxy": "nobody"}), "3200", 400),
+        ("dfspD", json!({"proxi": "pxAB"}), "3101", 400),
+    ] {
+        let response = hub.admin("PUT", &format!("/proxyMap/{dfsp}"), Some(&body));
+        assert_error_response(&response, status, code);
+    }
+    let map = proxy_map(&hub);
+    assert_eq!(map.len(), 2, "{map:?}");
+    assert_eq!(
+        (&map[0]["fspId"], &map[0]["proxy"]),
+        (&json!("dfspB"), &json!("pxAC"))
+    );
+    assert_eq!(
+        (&map[1]["fspId"], &map[1]["proxy"]),
+        (&json!("dfspC"), &json!("pxAB"))
+    );
+    hub.admin_expect("DELETE", "/proxyMap/dfspC", None, 204);
+    let again = hub.admin("DELETE", "/proxyMap/dfspC", None);
+    assert_error_response(&again, 400, "3200");
+
+    // Each change audited with the entry before and after.
+    let events = hub.admin_expect("GET", "/audit-events?limit=1000", None, 200);
+    let events: Vec<Value> = events.json().as_array().expect("a list").clone();
+    let of = |action: &str, target: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| e["action"] == json!(action) && e["target"] == json!(target))
+            .cloned()
+            .collect()
+    };
+    let sets = of("proxyMap.set", "proxyMap/dfspB");
+    assert_eq!(sets.len(), 2, "{events:?}");
+    let deletes = of("proxyMap.delete", "proxyMap/dfspC");
+    assert!(!deletes.is_empty(), "{events:?}");
+    assert!(
+        deletes.iter().any(|e| e["after"].is_null()),
+        "the entry gone after: {deletes:?}"
+    );
+
+    // The feed has the map's changes, in the commit of each.
+    let feed = hub.admin_expect("GET", "/feed?after=0&limit=1000", None, 200);
+    let kinds: Vec<(String, String)> = feed
+        .text()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("NDJSON"))
+        .filter(|row| {
+            row["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("proxy."))
+        })
+        .map(|row| {
+            (
+                row["kind"].as_str().unwrap().to_string(),
+                row["key"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let kinds: Vec<(&str, &str)> = kinds
+        .iter()
+        .map(|(k, d)| (k.as_str(), d.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("proxy.mapped", "dfspB"),
+            ("proxy.mapped", "dfspB"),
+            ("proxy.mapped", "dfspC"),
+            ("proxy.unmapped", "dfspC"),
+        ]
+    );
+
+    // Durable: the same after a restart.
+    hub.terminate();
+    let hub = Hub::start(&data);
+    assert_eq!(names(&hub, "?isProxy=true"), ["pxAB", "pxAC"]);
+    let map = proxy_map(&hub);
+    assert_eq!(map.len(), 1, "{map:?}");
+    assert_eq!(map[0]["fspId"], json!("dfspB"));
+    assert_eq!(map[0]["proxy"], json!("pxAC"));
+    assert_eq!(map[0]["source"], json!("operator"));
+
+    // A DFSP of the other scheme that joins this one leaves the map.
+    create(&hub, "dfspB", None);
+    assert!(proxy_map(&hub).is_empty());
+}
