@@ -153,6 +153,9 @@ pub const ACCEPT: &str = "Accept";
 pub const DATE: &str = "Date";
 pub const FSPIOP_SOURCE: &str = "FSPIOP-Source";
 pub const FSPIOP_DESTINATION: &str = "FSPIOP-Destination";
+/// Set by a proxy (Mojaloop's inter-scheme proxy adapter) on every message
+/// it passes between two schemes: the proxy's participant name.
+pub const FSPIOP_PROXY: &str = "FSPIOP-Proxy";
 
 /// `application/vnd.interoperability.{resource}+json;version={major.minor}`,
 /// the Content-Type of a body kasi sends in `version`.

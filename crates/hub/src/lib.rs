@@ -256,6 +256,8 @@ pub struct Hub {
     pub oracles: Arc<Oracles>,
     /// Client certificates pinned to participants (see [`pins`]).
     pub pins: Arc<pins::Pins>,
+    /// The proxies and the proxy map, as committed (see [`proxies`]).
+    pub proxies: Arc<proxies::ProxyRoutes>,
     pub dispatcher: Dispatcher,
     /// Prometheus metrics, served on the admin address.
     pub metrics: Arc<metrics::Metrics>,
@@ -353,6 +355,7 @@ impl Hub {
             answers: pending_answers,
             oracles,
             pins: Arc::default(),
+            proxies: Arc::default(),
             dispatcher,
             metrics,
             stages,
@@ -360,7 +363,9 @@ impl Hub {
             admin_refusal_events: admin_refusals::Coalescer::default(),
             started: Instant::now(),
         };
-        use ledger::request::{ReadCertificatePins, ReadOracles, ReadParticipants, ReadParties};
+        use ledger::request::{
+            ReadCertificatePins, ReadOracles, ReadParticipants, ReadParties, ReadProxyMap,
+        };
         // Loaded before serving (nothing changes meanwhile), then kept
         // current from what the engine commits.
         let views = hub.ask(ReadParticipants { name: None }).await??;
@@ -368,11 +373,13 @@ impl Hub {
         hub.parties.load(hub.ask(ReadParties {}).await??);
         hub.oracles.replace(hub.ask(ReadOracles {}).await??);
         hub.pins.replace(&hub.ask(ReadCertificatePins {}).await??);
+        hub.proxies.load(&views, &hub.ask(ReadProxyMap {}).await??);
         let mut copies = references::Copies::new(
             hub.endpoints.clone(),
             hub.parties.clone(),
             hub.oracles.clone(),
             hub.pins.clone(),
+            hub.proxies.clone(),
             &views,
         );
         hub.engine
@@ -771,10 +778,21 @@ async fn fspiop_gate(
     if let Some(refused) = hub_source_refusal(&hub, &request) {
         return refused;
     }
-    if hub.config.identity.is_enforced() {
+    // A message a proxy carries from another scheme is bound to the proxy
+    // (its identity, and whom it may speak for) instead of FSPIOP-Source
+    // to the caller: the source is not a participant here.
+    let proxied = match proxy_binding(&hub, &request) {
+        Ok(proxied) => proxied,
+        Err(refused) => return refused,
+    };
+    if proxied.is_none() && hub.config.identity.is_enforced() {
         if let Some(refused) = source_binding_refusal(&hub, &request) {
             return refused;
         }
+    }
+    let mut request = request;
+    if let Some(proxied) = proxied {
+        request.extensions_mut().insert(proxied);
     }
     let request = if hub.config.jws_verify.is_on() {
         match jws_keys::verified(&hub, request).await {
@@ -784,10 +802,84 @@ async fn fspiop_gate(
     } else {
         request
     };
-    if let Some(refused) = unknown_source_refusal(&hub, &request) {
-        return refused;
+    if proxied.is_none() {
+        if let Some(refused) = unknown_source_refusal(&hub, &request) {
+            return refused;
+        }
     }
     wire_log::record_requests(hub, request, next).await
+}
+
+/// A message a proxy carried across schemes, as the gate accepted it: the
+/// proxy participant (FSPIOP-Proxy) and the other scheme's DFSP it spoke
+/// for (FSPIOP-Source). In the request's extensions for the routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proxied {
+    pub proxy: FspName,
+    pub source: FspName,
+}
+
+/// Rule 6 of docs/design/interscheme.md: a message with FSPIOP-Proxy is
+/// accepted only from the caller authenticated as that proxy (when client
+/// identities are enforced), only through a participant created as a
+/// proxy, and only for a source that is the proxy itself or a DFSP of
+/// another scheme the map does not place behind another proxy. Anything
+/// else is 400 (3100), counted `proxy_source` and logged. `Ok(None)`: no
+/// FSPIOP-Proxy, or no usable FSPIOP-Source (the route's checks answer).
+fn proxy_binding(hub: &Hub, request: &axum::extract::Request) -> Result<Option<Proxied>, Response> {
+    let Some(value) = request.headers().get("fspiop-proxy") else {
+        return Ok(None);
+    };
+    let claimed = request
+        .headers()
+        .get("fspiop-source")
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
+        .unwrap_or_default();
+    let Some(source) = FspName::new(&claimed) else {
+        return Ok(None);
+    };
+    let refuse = |detail: String| -> Result<Option<Proxied>, Response> {
+        hub.refuse(refused::Class::ProxySource, &claimed, &detail);
+        let mut response = HubError::new(
+            ErrorCode::GENERIC_VALIDATION_ERROR,
+            format!("Generic validation error - Invalid fspiop-proxy header: {detail}"),
+        )
+        .into_response();
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+        Err(response)
+    };
+    let text = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
+    let Some(proxy) = FspName::new(&text) else {
+        return refuse(format!("'{text}' is not a participant name"));
+    };
+    if hub.config.identity.is_enforced() {
+        let connection = request.extensions().get::<tls::Connection>();
+        let certificate = connection.and_then(|c| c.certificate.as_deref());
+        let hub_name = hub.config.hub_name.as_str();
+        match tls::identities(
+            &hub.config.identity,
+            connection,
+            request.headers(),
+            hub_name,
+        ) {
+            Ok(names)
+                if pins::may_act_as(&names, certificate, &hub.pins, proxy.as_str(), hub_name) => {}
+            Ok(names) => {
+                return refuse(format!(
+                    "'{proxy}' is not the client's identity ('{}')",
+                    names.join(",")
+                ))
+            }
+            Err(refusal) => return refuse(refusal.reason.to_string()),
+        }
+    }
+    match hub.proxies.may_act_for(proxy, source) {
+        Ok(()) => Ok(Some(Proxied { proxy, source })),
+        Err(why) => refuse(format!(
+            "{} (FSPIOP-Proxy '{proxy}', FSPIOP-Source '{source}')",
+            why.reason()
+        )),
+    }
 }
 
 /// Refuses a request whose FSPIOP-Source (any of them) is the hub's own

@@ -1,6 +1,6 @@
 //! The hub's in-memory copies of reference data — the DFSPs' endpoints,
 //! their modes and disabled currency accounts, the party registry, the external oracles, the
-//! pinned certificates — kept current in one place: from the records of
+//! pinned certificates, the proxies and the proxy map — kept current in one place: from the records of
 //! every committed batch (`EngineHandle::on_committed`), applied before
 //! the batch's outcomes are released, so a handler that hears back sees
 //! its own change and no handler refreshes a copy by hand.
@@ -14,6 +14,7 @@ use crate::endpoints::Endpoints;
 use crate::oracles::Oracles;
 use crate::parties::Parties;
 use crate::pins::Pins;
+use crate::proxies::ProxyRoutes;
 
 /// The copies, and the participant names their records need (rows name
 /// participants by id; names never change).
@@ -22,6 +23,7 @@ pub(crate) struct Copies {
     pub(crate) parties: Arc<Parties>,
     pub(crate) oracles: Arc<Oracles>,
     pub(crate) pins: Arc<Pins>,
+    pub(crate) proxies: Arc<ProxyRoutes>,
     names: HashMap<ParticipantId, FspName>,
     /// The POSITION accounts disabled, as `endpoints` was last told: an
     /// account's record comes with every batch that moves its balance, so
@@ -36,6 +38,7 @@ impl Copies {
         parties: Arc<Parties>,
         oracles: Arc<Oracles>,
         pins: Arc<Pins>,
+        proxies: Arc<ProxyRoutes>,
         participants: &[ParticipantView],
     ) -> Copies {
         let names = participants
@@ -53,6 +56,7 @@ impl Copies {
             parties,
             oracles,
             pins,
+            proxies,
             names,
             disabled,
         }
@@ -65,7 +69,14 @@ impl Copies {
                 Record::Participant(row) => {
                     self.names.insert(row.id, row.name);
                     self.endpoints.note_participant(row.name, row.mode);
+                    self.proxies.note_participant(row.name, row.is_proxy);
                 }
+                Record::ProxyMapping(row) => {
+                    if let Some(&proxy) = self.names.get(&row.proxy) {
+                        self.proxies.note_mapping(row.dfsp, Some(proxy));
+                    }
+                }
+                Record::ProxyUnmapped(dfsp) => self.proxies.note_mapping(*dfsp, None),
                 Record::Account(row) if row.kind == AccountKind::Position => {
                     let changed = match row.active {
                         true => self.disabled.remove(&row.id),
@@ -158,6 +169,7 @@ mod tests {
             Arc::default(),
             Arc::new(Oracles::new(&crate::HubConfig::new(fsp("Hub")))),
             Arc::default(),
+            Arc::default(),
             std::slice::from_ref(&view),
         );
         let payerfsp = fsp("payerfsp");
@@ -206,6 +218,7 @@ mod tests {
             Arc::default(),
             Arc::default(),
             Arc::new(Oracles::new(&crate::HubConfig::new(fsp("Hub")))),
+            Arc::default(),
             Arc::default(),
             &[],
         );

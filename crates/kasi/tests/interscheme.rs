@@ -188,3 +188,114 @@ fn proxies_are_onboarded_as_mojaloop_does_and_the_operator_maps_dfsps_to_them() 
     create(&hub, "dfspB", None);
     assert!(proxy_map(&hub).is_empty());
 }
+
+/// Rule 6 at the door: a message with FSPIOP-Proxy is taken only from the
+/// caller authenticated as that proxy, through a participant created as a
+/// proxy, for a source that is no participant here and that the map does
+/// not place behind another proxy. Every refusal is 400 (3100), counted
+/// `proxy_source`, and changes nothing.
+#[test]
+fn a_proxy_speaks_only_as_itself_and_only_for_its_schemes_dfsps() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start_with(
+        &dir.path().join("data"),
+        &[
+            "--trusted-proxy",
+            "127.0.0.1/32",
+            "--client-identity-header",
+            "X-Client-Identity",
+        ],
+    );
+    hub.setup();
+    let stub = Stub::start("dfsps");
+    hub.onboard("payerfsp", &stub.base_url(), 10_000, 5_000);
+    create(&hub, "pxAB", Some(json!(true)));
+    create(&hub, "pxAC", Some(json!(true)));
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspC",
+        Some(json!({"proxy": "pxAC"})),
+        201,
+    );
+    let trusted: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    // A lookup, as a proxy passes one on: FSPIOP-Proxy set, the rest the
+    // other scheme's DFSP's.
+    let lookup = |identity: &str, proxies: &[&str], source: &str| {
+        let mut headers = resource_headers("parties", "1.1", source, None, true);
+        headers.push(("X-Client-Identity".into(), identity.into()));
+        for proxy in proxies {
+            headers.push(("FSPIOP-Proxy".into(), proxy.to_string()));
+        }
+        http_from(
+            trusted,
+            hub.api,
+            "GET",
+            "/parties/MSISDN/2557000",
+            &headers,
+            b"",
+        )
+    };
+    let mut refused = hub.refusals("proxy_source", None);
+    for (identity, proxy, source, why) in [
+        ("payerfsp", "pxAB", "dfspB", "is not the client's identity"),
+        ("pxAB", "pxAC", "dfspB", "is not the client's identity"),
+        ("pxAB", "pxAB", "payerfsp", "a participant of this scheme"),
+        ("pxAB", "pxAB", "pxAC", "a participant of this scheme"),
+        ("pxAB", "pxAB", "dfspC", "behind another proxy"),
+        (
+            "payerfsp",
+            "payerfsp",
+            "dfspB",
+            "not a participant created as a proxy",
+        ),
+        (
+            "payerfsp",
+            "payerfsp",
+            "payerfsp",
+            "not a participant created as a proxy",
+        ),
+        ("pxAB", "px AB", "dfspB", "is not a participant name"),
+    ] {
+        let response = lookup(identity, &[proxy], source);
+        let case = format!("{identity} as {proxy} for {source}");
+        assert_error_response(&response, 400, "3100");
+        let description = response.json()["errorInformation"]["errorDescription"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            description.contains("fspiop-proxy") && description.contains(why),
+            "{case}: {description}"
+        );
+        refused += 1;
+        assert_eq!(hub.refusals("proxy_source", None), refused, "{case}");
+    }
+    // One name only, as for FSPIOP-Source.
+    let twice = lookup("pxAB", &["pxAB", "pxAB"], "dfspB");
+    assert_error_response(&twice, 400, "3101");
+    stub.assert_nothing_pending();
+
+    // The proxy as itself, and for a DFSP of its scheme (mapped to it or
+    // not in the map): past the door (what follows is the routes').
+    for source in ["pxAB", "dfspB", "dfspZ"] {
+        let response = lookup("pxAB", &["pxAB"], source);
+        let text = response.text();
+        assert!(
+            !text.contains("fspiop-proxy") && !text.contains("is not a participant of this hub"),
+            "{source}: {response:?}"
+        );
+    }
+    assert_eq!(hub.refusals("proxy_source", None), refused);
+    // Without FSPIOP-Proxy, a proxy is held to its own name as any DFSP.
+    let mut headers = resource_headers("parties", "1.1", "dfspB", None, true);
+    headers.push(("X-Client-Identity".into(), "pxAB".into()));
+    let response = http_from(
+        trusted,
+        hub.api,
+        "GET",
+        "/parties/MSISDN/2557000",
+        &headers,
+        b"",
+    );
+    assert_error_response(&response, 400, "3100");
+}

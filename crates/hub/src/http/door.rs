@@ -8,10 +8,10 @@
 //! read the last, or join them (`payerfsp, mallory`): with two values, two
 //! components can disagree about who sent a message or whom it is for.
 //! RFC 9110 §5.3 allows repeating only list-valued fields, and FSPIOP's
-//! `FSPIOP-Source` and `FSPIOP-Destination` hold one FSP id, so a repeat is
-//! malformed syntax: 400 with 3101, as kasi answers for any other malformed
-//! header (Mojaloop's header validation would see the joined value, which
-//! is not an FSP id, and answer the same code).
+//! `FSPIOP-Source`, `FSPIOP-Destination` and `FSPIOP-Proxy` hold one FSP
+//! id, so a repeat is malformed syntax: 400 with 3101, as kasi answers for
+//! any other malformed header (Mojaloop's header validation would see the
+//! joined value, which is not an FSP id, and answer the same code).
 
 use std::time::{Duration, SystemTime};
 
@@ -23,7 +23,11 @@ use crate::refused::Class;
 use crate::{Hub, HubError};
 
 /// Headers with one value only, by their FSPIOP spelling.
-const SINGLE_VALUED: [&str; 2] = [fspiop::FSPIOP_SOURCE, fspiop::FSPIOP_DESTINATION];
+const SINGLE_VALUED: [&str; 3] = [
+    fspiop::FSPIOP_SOURCE,
+    fspiop::FSPIOP_DESTINATION,
+    fspiop::FSPIOP_PROXY,
+];
 
 /// The check (see the module's documentation): the answer to a request
 /// refused at the door, if it is.

@@ -69,6 +69,11 @@ pub enum Class {
     /// A party registered in the built-in registry although an external
     /// oracle serves its type (it would override the oracle's holder).
     OracleServed,
+    /// A message carried by a proxy (FSPIOP-Proxy) from a caller that is
+    /// not that proxy, through a participant that is not one, or from a
+    /// source the proxy may not speak for (docs/design/interscheme.md,
+    /// section 8, rule 6).
+    ProxySource,
     /// A connection refused at accept: the address held its
     /// `--max-connections`.
     Connections,
@@ -85,7 +90,7 @@ pub enum Class {
 }
 
 impl Class {
-    pub const ALL: [Class; 19] = [
+    pub const ALL: [Class; 20] = [
         Class::Identity,
         Class::HubSource,
         Class::NotParty,
@@ -100,6 +105,7 @@ impl Class {
         Class::AdminCrossSite,
         Class::Busy,
         Class::OracleServed,
+        Class::ProxySource,
         Class::Connections,
         Class::ClientConnections,
         Class::PayerMayNotSend,
@@ -133,6 +139,7 @@ impl Class {
             Class::AdminCrossSite => "admin_cross_site",
             Class::Busy => "busy",
             Class::OracleServed => "oracle_served",
+            Class::ProxySource => "proxy_source",
             Class::Connections => "connections",
             Class::ClientConnections => "client_connections",
             Class::PayerMayNotSend => ledger::PauseRefusal::PayerMayNotSend.as_str(),
@@ -162,6 +169,9 @@ impl Class {
             Class::AdminCrossSite => "admin request refused: cross-site or foreign Host",
             Class::Busy => "request refused (2003): too many requests await answers",
             Class::OracleServed => "party registration refused: an external oracle serves its type",
+            Class::ProxySource => {
+                "FSPIOP request refused: its FSPIOP-Proxy may not carry it (not the caller, not a proxy, or not for that source)"
+            }
             Class::Connections => "connection refused: the address holds its --max-connections",
             Class::ClientConnections => {
                 "connection refused: its client holds its share of the address's connections (--max-connections-per-client)"
