@@ -783,7 +783,7 @@ async fn fspiop_gate(
     // to the caller: the source is not a participant here.
     let proxied = match proxy_binding(&hub, &request) {
         Ok(proxied) => proxied,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     if proxied.is_none() && hub.config.identity.is_enforced() {
         if let Some(refused) = source_binding_refusal(&hub, &request) {
@@ -826,7 +826,10 @@ pub struct Proxied {
 /// another scheme the map does not place behind another proxy. Anything
 /// else is 400 (3100), counted `proxy_source` and logged. `Ok(None)`: no
 /// FSPIOP-Proxy, or no usable FSPIOP-Source (the route's checks answer).
-fn proxy_binding(hub: &Hub, request: &axum::extract::Request) -> Result<Option<Proxied>, Response> {
+fn proxy_binding(
+    hub: &Hub,
+    request: &axum::extract::Request,
+) -> Result<Option<Proxied>, Box<Response>> {
     let Some(value) = request.headers().get("fspiop-proxy") else {
         return Ok(None);
     };
@@ -838,7 +841,7 @@ fn proxy_binding(hub: &Hub, request: &axum::extract::Request) -> Result<Option<P
     let Some(source) = FspName::new(&claimed) else {
         return Ok(None);
     };
-    let refuse = |detail: String| -> Result<Option<Proxied>, Response> {
+    let refuse = |detail: String| -> Result<Option<Proxied>, Box<Response>> {
         hub.refuse(refused::Class::ProxySource, &claimed, &detail);
         let mut response = HubError::new(
             ErrorCode::GENERIC_VALIDATION_ERROR,
@@ -846,7 +849,7 @@ fn proxy_binding(hub: &Hub, request: &axum::extract::Request) -> Result<Option<P
         )
         .into_response();
         *response.status_mut() = StatusCode::BAD_REQUEST;
-        Err(response)
+        Err(Box::new(response))
     };
     let text = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
     let Some(proxy) = FspName::new(&text) else {

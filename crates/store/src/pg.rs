@@ -1540,7 +1540,7 @@ fn read_state(
                 });
             }
             // In the ledger's name order (Rust's, not the database's collation).
-            snapshot.proxy_map.sort_by(|a, b| a.dfsp.cmp(&b.dfsp));
+            snapshot.proxy_map.sort_by_key(|row| row.dfsp);
         }
         let changed_at = match version >= 3 {
             true => "COALESCE(changed_at_ms, created_at_ms)",

@@ -1581,7 +1581,7 @@ fn read_rows(
                 });
             }
             // In the ledger's name order (Rust's, not SQLite's collation).
-            snapshot.proxy_map.sort_by(|a, b| a.dfsp.cmp(&b.dfsp));
+            snapshot.proxy_map.sort_by_key(|row| row.dfsp);
         }
         // Before version 4 an account's last change is not known: its
         // creation stands in.
