@@ -299,3 +299,119 @@ fn a_proxy_speaks_only_as_itself_and_only_for_its_schemes_dfsps() {
     );
     assert_error_response(&response, 400, "3100");
 }
+
+fn quote_body(quote_id: &str, payer: &str, payee: &str) -> String {
+    format!(
+        r#"{{"quoteId":"{quote_id}","transactionId":"{}","payee":{{"partyIdInfo":{}}},"payer":{{"partyIdInfo":{}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"100"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
+        new_id(),
+        party_id_info(payee, "255700000001"),
+        party_id_info(payer, "255700000002"),
+    )
+}
+
+fn quote_put_body() -> String {
+    format!(
+        r#"{{"transferAmount":{{"currency":"USD","amount":"100"}},"expiration":"{}","ilpPacket":"{ILP_PACKET}","condition":"{CONDITION}"}}"#,
+        fspiop_time(far_future())
+    )
+}
+
+/// The payer's side of a quote across schemes: a `POST /quotes` for a DFSP
+/// the map places behind a proxy goes, unchanged, to the proxy; the answer
+/// the proxy carries back reaches the payer byte for byte; an answer for
+/// that DFSP carried by another proxy is refused at the door, and a DFSP
+/// of the other scheme nothing maps is still 3201.
+#[test]
+fn a_quote_for_another_schemes_dfsp_goes_through_its_proxy_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payer = Stub::start("payerfsp");
+    let far_side = Stub::start("pxAB");
+    hub.onboard("payerfsp", &payer.base_url(), 10_000, 5_000);
+    hub.add_endpoint("payerfsp", "FSPIOP_CALLBACK_URL_QUOTES", &payer.base_url());
+    for proxy in ["pxAB", "pxAC"] {
+        create(&hub, proxy, Some(json!(true)));
+        hub.add_endpoint(proxy, "FSPIOP_CALLBACK_URL_QUOTES", &far_side.base_url());
+    }
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspB",
+        Some(json!({"proxy": "pxAB"})),
+        201,
+    );
+
+    let quote_id = new_id();
+    let body = quote_body(&quote_id, "payerfsp", "dfspB");
+    let response = hub.api(
+        "POST",
+        "/quotes",
+        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspB"), true),
+        body.as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    let passed = far_side.expect("POST", "/quotes");
+    assert_eq!(passed.body, body.as_bytes(), "the payer's bytes");
+    assert_eq!(passed.header("fspiop-source"), Some("payerfsp"));
+    assert_eq!(passed.header("fspiop-destination"), Some("dfspB"));
+
+    // The answer, as the proxy carries it back.
+    let answer = quote_put_body();
+    let carried = |proxy: &str| {
+        let mut headers = resource_headers("quotes", "1.1", "dfspB", Some("payerfsp"), false);
+        headers.push(("FSPIOP-Proxy".into(), proxy.into()));
+        hub.api(
+            "PUT",
+            &format!("/quotes/{quote_id}"),
+            &headers,
+            answer.as_bytes(),
+        )
+    };
+    let before = hub.refusals("proxy_source", None);
+    let forged = carried("pxAC");
+    assert_error_response(&forged, 400, "3100");
+    assert_eq!(hub.refusals("proxy_source", None), before + 1);
+    let response = carried("pxAB");
+    assert_eq!(response.status, 200, "{response:?}");
+    let delivered = payer.expect("PUT", &format!("/quotes/{quote_id}"));
+    assert_eq!(delivered.body, answer.as_bytes(), "the payee's bytes");
+    assert_eq!(delivered.header("fspiop-source"), Some("dfspB"));
+    assert_eq!(
+        delivered.header("fspiop-proxy"),
+        None,
+        "the header stays on the link"
+    );
+
+    // A DFSP of another scheme nothing maps: the payer hears 3201.
+    let unmapped = new_id();
+    let response = hub.api(
+        "POST",
+        "/quotes",
+        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspZ"), true),
+        quote_body(&unmapped, "payerfsp", "dfspZ").as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = payer.expect("PUT", &format!("/quotes/{unmapped}/error"));
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
+    far_side.assert_nothing_pending();
+
+    // A paused proxy pauses the payments through it: its DFSPs may not be
+    // paid (3201), as a paused DFSP's own.
+    hub.admin_expect(
+        "PUT",
+        "/participants/pxAB",
+        Some(json!({"isActive": false})),
+        200,
+    );
+    let paused = new_id();
+    let response = hub.api(
+        "POST",
+        "/quotes",
+        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspB"), true),
+        quote_body(&paused, "payerfsp", "dfspB").as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = payer.expect("PUT", &format!("/quotes/{paused}/error"));
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
+    far_side.assert_nothing_pending();
+}

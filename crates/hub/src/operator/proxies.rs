@@ -146,6 +146,19 @@ impl ProxyRoutes {
     }
 }
 
+impl Hub {
+    /// Who carries messages to `dfsp`, and whose mode and accounts apply
+    /// to it: itself when it is a participant here, else the proxy the
+    /// map reaches it through (rule 2); itself when neither (it has no
+    /// endpoint, and the sender is told 3201).
+    pub(crate) fn reach(&self, dfsp: FspName) -> FspName {
+        if self.endpoints.participant_mode(dfsp).is_some() {
+            return dfsp;
+        }
+        self.proxies.proxy_of(dfsp).unwrap_or(dfsp)
+    }
+}
+
 pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
         .route("/proxyMap", get(list))

@@ -158,11 +158,14 @@ impl Service {
         body: Bytes,
         on_undelivered: Option<OnUndelivered>,
     ) -> bool {
-        let Some(base) = hub.endpoints.url(participant, self.endpoint_type, &[]) else {
+        // Another scheme's DFSP is reached through its proxy, the message
+        // unchanged (its FSPIOP-Destination still names the DFSP).
+        let carrier = hub.reach(participant);
+        let Some(base) = hub.endpoints.url(carrier, self.endpoint_type, &[]) else {
             return false;
         };
         let callback = Callback {
-            destination: participant.to_string(),
+            destination: carrier.to_string(),
             origin,
             method,
             url: self.url(&base, target),
@@ -298,7 +301,7 @@ impl Service {
         // nothing to wait for.
         if hub
             .endpoints
-            .url(route.destination, self.endpoint_type, &[])
+            .url(hub.reach(route.destination), self.endpoint_type, &[])
             .is_none()
         {
             self.route(hub, route);

@@ -393,6 +393,9 @@ impl Hub {
         (payer, payer_currencies): PaymentSide<'_>,
         (payee, payee_currencies): PaymentSide<'_>,
     ) -> Option<ledger::Rejection> {
+        // Another scheme's DFSP pays or is paid through its proxy: the
+        // proxy's mode and accounts are the ones that apply.
+        let (payer, payee) = (self.reach(payer), self.reach(payee));
         let payer_mode = self.endpoints.participant_mode(payer)?;
         let payee_mode = self.endpoints.participant_mode(payee)?;
         let refusal = rule((payer, payer_mode), (payee, payee_mode)).or_else(|| {
