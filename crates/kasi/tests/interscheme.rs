@@ -415,3 +415,73 @@ fn a_quote_for_another_schemes_dfsp_goes_through_its_proxy_and_back() {
     assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
     far_side.assert_nothing_pending();
 }
+
+/// The payee's side of a quote across schemes: a `POST /quotes` a proxy
+/// carries from another scheme's payer reaches the payee byte for byte,
+/// and the payee's answer goes back through that proxy (no map entry
+/// needed: the question remembers who carried it); the hub's own errors
+/// about a carried request go back through the proxy too, and the proxy's
+/// mode is the payer's for the pause rule.
+#[test]
+fn a_quote_a_proxy_carries_in_is_answered_back_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payee = Stub::start("payeefsp");
+    let far_side = Stub::start("pxAB");
+    hub.onboard("payeefsp", &payee.base_url(), 10_000, 5_000);
+    hub.add_endpoint("payeefsp", "FSPIOP_CALLBACK_URL_QUOTES", &payee.base_url());
+    create(&hub, "pxAB", Some(json!(true)));
+    hub.add_endpoint("pxAB", "FSPIOP_CALLBACK_URL_QUOTES", &far_side.base_url());
+    let carried_in = |quote_id: &str, destination: &str| {
+        let mut headers = resource_headers("quotes", "1.1", "payerX", Some(destination), true);
+        headers.push(("FSPIOP-Proxy".into(), "pxAB".into()));
+        let body = quote_body(quote_id, "payerX", destination);
+        (hub.api("POST", "/quotes", &headers, body.as_bytes()), body)
+    };
+
+    let quote_id = new_id();
+    let (response, body) = carried_in(&quote_id, "payeefsp");
+    assert_eq!(response.status, 202, "{response:?}");
+    let asked = payee.expect("POST", "/quotes");
+    assert_eq!(asked.body, body.as_bytes());
+    assert_eq!(asked.header("fspiop-source"), Some("payerX"));
+    let answer = quote_put_body();
+    let response = hub.api(
+        "PUT",
+        &format!("/quotes/{quote_id}"),
+        &resource_headers("quotes", "1.1", "payeefsp", Some("payerX"), false),
+        answer.as_bytes(),
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    let back = far_side.expect("PUT", &format!("/quotes/{quote_id}"));
+    assert_eq!(back.body, answer.as_bytes(), "the payee's bytes");
+    assert_eq!(back.header("fspiop-destination"), Some("payerX"));
+    assert!(
+        proxy_map(&hub).is_empty(),
+        "nothing learnt from a message nobody here asked for"
+    );
+
+    // A destination this scheme does not have: the hub's 3201 goes back
+    // through the proxy, addressed to the payer.
+    let nowhere = new_id();
+    let (response, _) = carried_in(&nowhere, "nobodyfsp");
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = far_side.expect("PUT", &format!("/quotes/{nowhere}/error"));
+    assert_eq!(told.header("fspiop-destination"), Some("payerX"));
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
+
+    // The proxy paused: the payers behind it may not pay (3202).
+    hub.admin_expect(
+        "PUT",
+        "/participants/pxAB",
+        Some(json!({"isActive": false})),
+        200,
+    );
+    let paused = new_id();
+    let (response, _) = carried_in(&paused, "payeefsp");
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = far_side.expect("PUT", &format!("/quotes/{paused}/error"));
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3202"));
+    payee.assert_nothing_pending();
+}

@@ -70,6 +70,10 @@ impl Key {
 struct Question {
     requester: FspName,
     addressee: FspName,
+    /// The proxy that carried the question from another scheme's
+    /// requester (FSPIOP-Proxy, bound by the gate): the answer goes back
+    /// through it.
+    via: Option<FspName>,
     expires_at: Instant,
     /// When it was asked, or asked again: an answer without a named
     /// destination goes to the latest requester; and the stamp by which a
@@ -288,6 +292,19 @@ impl Answers {
         addressee: FspName,
         now: Instant,
     ) -> Result<Instant, AskError> {
+        self.ask_via(key, requester, addressee, None, now)
+    }
+
+    /// [`ask`](Self::ask), for a question `via` carried from another
+    /// scheme (its answer goes back through that proxy).
+    pub fn ask_via(
+        &self,
+        key: &Key,
+        requester: FspName,
+        addressee: FspName,
+        via: Option<FspName>,
+        now: Instant,
+    ) -> Result<Instant, AskError> {
         let expires_at = now + self.window;
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
@@ -301,6 +318,7 @@ impl Answers {
                 question.expires_at = expires_at;
                 question.asked_at = now;
                 question.answered = false;
+                question.via = via;
                 return Ok(now);
             }
             if slot.questions.len() >= ASKERS_PER_KEY
@@ -313,6 +331,7 @@ impl Answers {
             slot.questions.push(Question {
                 requester,
                 addressee,
+                via,
                 expires_at,
                 asked_at: now,
                 answered: false,
@@ -328,6 +347,7 @@ impl Answers {
                 questions: vec![Question {
                     requester,
                     addressee,
+                    via,
                     expires_at,
                     asked_at: now,
                     answered: false,
@@ -403,6 +423,19 @@ impl Answers {
         destination: Option<FspName>,
         now: Instant,
     ) -> Result<FspName, Refusal> {
+        self.answer_via(key, source, destination, now)
+            .map(|(requester, _)| requester)
+    }
+
+    /// [`answer`](Self::answer), with the proxy the question came through
+    /// (if it did), which the answer goes back through.
+    pub fn answer_via(
+        &self,
+        key: &Key,
+        source: FspName,
+        destination: Option<FspName>,
+        now: Instant,
+    ) -> Result<(FspName, Option<FspName>), Refusal> {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
         let slot = shard
@@ -436,7 +469,7 @@ impl Answers {
                 Refusal::NothingPending
             });
         };
-        let requester = question.requester;
+        let (requester, via) = (question.requester, question.via);
         question.answered = true;
         let until = now + ANSWERED_GRACE;
         if question.expires_at > until {
@@ -448,7 +481,7 @@ impl Answers {
                 shard.due.push(Reverse(Due(until, key.clone())));
             }
         }
-        Ok(requester)
+        Ok((requester, via))
     }
 }
 
@@ -496,7 +529,22 @@ impl crate::Hub {
         requester: FspName,
         addressee: FspName,
     ) -> Result<Instant, crate::HubError> {
-        match self.answers.ask(key, requester, addressee, Instant::now()) {
+        self.await_answer_via(key, requester, addressee, None)
+    }
+
+    /// [`await_answer`](Self::await_answer) for a question carried `via`
+    /// a proxy from another scheme.
+    pub(crate) fn await_answer_via(
+        &self,
+        key: &Key,
+        requester: FspName,
+        addressee: FspName,
+        via: Option<FspName>,
+    ) -> Result<Instant, crate::HubError> {
+        match self
+            .answers
+            .ask_via(key, requester, addressee, via, Instant::now())
+        {
             Ok(asked_at) => Ok(asked_at),
             Err(AskError::Full) => {
                 self.refuse(
@@ -523,8 +571,20 @@ impl crate::Hub {
         source: FspName,
         destination: Option<FspName>,
     ) -> Result<FspName, crate::HubError> {
+        self.answer_route_via(key, source, destination)
+            .map(|(requester, _)| requester)
+    }
+
+    /// [`answer_route`](Self::answer_route), with the proxy the question
+    /// came through (the answer's carrier), if it did.
+    pub(crate) fn answer_route_via(
+        &self,
+        key: &Key,
+        source: FspName,
+        destination: Option<FspName>,
+    ) -> Result<(FspName, Option<FspName>), crate::HubError> {
         self.answers
-            .answer(key, source, destination, Instant::now())
+            .answer_via(key, source, destination, Instant::now())
             .map_err(|refusal| {
                 let to = destination.map_or_else(|| "any requester".to_string(), |d| format!("'{d}'"));
                 self.refuse(

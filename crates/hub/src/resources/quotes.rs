@@ -323,7 +323,7 @@ impl Quoting {
         // Only the addressee asked, only to the requester that asked, only
         // while pending; in persistent mode the ledger then checks the
         // stored request.
-        self.service.check_answer(hub, &caller, &id, destination)?;
+        let via = self.service.check_answer(hub, &caller, &id, destination)?;
         if !self
             .record_answer(hub, &caller, &id, request_id, is_error, &body, request_hash)
             .await?
@@ -335,7 +335,8 @@ impl Quoting {
         } else {
             Target::Item(&id)
         };
-        self.service.route(
+        // Back through the proxy that carried the question, if one did.
+        self.service.route_through(
             hub,
             Route {
                 caller,
@@ -346,6 +347,7 @@ impl Quoting {
                 headers: forwarded_headers(headers, false),
                 body,
             },
+            via,
         );
         Ok(StatusCode::OK.into_response())
     }

@@ -135,7 +135,7 @@ impl Service {
         self.send_with(
             hub,
             origin,
-            participant,
+            hub.reach(participant),
             target,
             method,
             headers,
@@ -144,23 +144,22 @@ impl Service {
         )
     }
 
-    /// [`send`](Self::send), `on_undelivered` (if any) told when the
-    /// callback is not delivered.
+    /// [`send`](Self::send) to the participant that carries it (the
+    /// addressee, or the proxy that reaches it: the message unchanged, its
+    /// FSPIOP-Destination still naming the addressee), `on_undelivered`
+    /// (if any) told when the callback is not delivered.
     #[allow(clippy::too_many_arguments)]
     fn send_with(
         &self,
         hub: &Hub,
         origin: Origin,
-        participant: FspName,
+        carrier: FspName,
         target: Target<'_>,
         method: Method,
         headers: HeaderMap,
         body: Bytes,
         on_undelivered: Option<OnUndelivered>,
     ) -> bool {
-        // Another scheme's DFSP is reached through its proxy, the message
-        // unchanged (its FSPIOP-Destination still names the DFSP).
-        let carrier = hub.reach(participant);
         let Some(base) = hub.endpoints.url(carrier, self.endpoint_type, &[]) else {
             return false;
         };
@@ -199,6 +198,13 @@ impl Service {
         (payer, payee): (PaymentSide<'_>, PaymentSide<'_>),
         rule: crate::refused::PauseRule,
     ) -> bool {
+        // A request a proxy carried pays or is paid as the proxy.
+        let as_carried = |name: FspName| match caller.via {
+            Some(via) if name == caller.source => via,
+            _ => name,
+        };
+        let payer = (as_carried(payer.0), payer.1);
+        let payee = (as_carried(payee.0), payee.1);
         let Some(refusal) = hub.pause_refusal_by(rule, caller.source, payer, payee) else {
             return false;
         };
@@ -215,15 +221,23 @@ impl Service {
         code: ErrorCode,
         description: &str,
     ) {
-        self.send_error_to(hub, caller.source, caller.reply(), id, code, description);
+        self.send_error_to(
+            hub,
+            (caller.source, caller.via),
+            caller.reply(),
+            id,
+            code,
+            description,
+        );
     }
 
-    /// An error callback from the hub to `source` about its request `id`,
+    /// An error callback from the hub to `source` about its request `id`
+    /// (through `via`, the proxy that carried the request, if one did),
     /// written as `reply` says.
     fn send_error_to(
         &self,
         hub: &Hub,
-        source: FspName,
+        (source, via): (FspName, Option<FspName>),
         reply: Reply,
         id: &str,
         code: ErrorCode,
@@ -231,14 +245,15 @@ impl Service {
     ) {
         let body = Bytes::from(fspiop::error_body(code, description));
         let headers = self.hub_headers(hub, source, reply);
-        if !self.send(
+        if !self.send_with(
             hub,
             Origin::Hub,
-            source,
+            via.unwrap_or_else(|| hub.reach(source)),
             Target::Error(id),
             Method::PUT,
             headers,
             body,
+            None,
         ) {
             let endpoint_type = self.endpoint_type;
             tracing::warn!(%source, id, code = code.0, "no {endpoint_type} endpoint for the source; error callback dropped");
@@ -249,15 +264,29 @@ impl Service {
     /// tells the sender with a 3201 error callback from the hub (and says
     /// false).
     pub(crate) fn route(&self, hub: &Hub, route: Route<'_>) -> bool {
-        self.route_with(hub, route, None)
+        self.route_with(hub, route, None, None)
     }
 
-    /// [`route`](Self::route), `on_undelivered` (if any) told when the
-    /// request is not delivered.
+    /// [`route`](Self::route) through `carrier` (an answer's: the proxy
+    /// that carried its question from another scheme, if one did; None:
+    /// the destination or the proxy that reaches it).
+    pub(crate) fn route_through(
+        &self,
+        hub: &Hub,
+        route: Route<'_>,
+        carrier: Option<FspName>,
+    ) -> bool {
+        self.route_with(hub, route, carrier, None)
+    }
+
+    /// [`route`](Self::route) through `carrier` (None: the destination or
+    /// its proxy), `on_undelivered` (if any) told when the request is not
+    /// delivered.
     fn route_with(
         &self,
         hub: &Hub,
         route: Route<'_>,
+        carrier: Option<FspName>,
         on_undelivered: Option<OnUndelivered>,
     ) -> bool {
         let Route {
@@ -269,11 +298,13 @@ impl Service {
             headers,
             body,
         } = route;
-        // The sender's request, passed on as it came.
+        // The sender's request, passed on as it came, to the destination
+        // or the participant that carries messages to it.
+        let carrier = carrier.unwrap_or_else(|| hub.reach(destination));
         if self.send_with(
             hub,
             Origin::Forwarded,
-            destination,
+            carrier,
             target,
             method,
             headers,
@@ -309,7 +340,8 @@ impl Service {
         }
         let question = crate::answers::Key::new(self.resource, route.id);
         let (requester, addressee) = (route.caller.source, route.destination);
-        let asked_at = hub.await_answer(&question, requester, addressee)?;
+        let via = route.caller.via;
+        let asked_at = hub.await_answer_via(&question, requester, addressee, via)?;
         let service = *self;
         let (reply, id) = (route.caller.reply(), route.id.to_string());
         let on_undelivered = hub.on_undelivered(
@@ -318,10 +350,10 @@ impl Service {
             addressee,
             asked_at,
             move |hub, code, description| {
-                service.send_error_to(hub, requester, reply, &id, code, description);
+                service.send_error_to(hub, (requester, via), reply, &id, code, description);
             },
         );
-        if !self.route_with(hub, route, Some(on_undelivered)) {
+        if !self.route_with(hub, route, None, Some(on_undelivered)) {
             hub.answers.withdraw(&question, requester, addressee);
         }
         Ok(())
@@ -331,22 +363,24 @@ impl Service {
     /// DFSP that was asked, to a DFSP that asked it, while pending;
     /// otherwise 3100 and nothing is passed on (see [`crate::answers`]).
     pub(crate) fn answer(&self, hub: &Hub, route: Route<'_>) -> Result<(), HubError> {
-        self.check_answer(hub, &route.caller, route.id, route.destination)?;
-        self.route(hub, route);
+        let via = self.check_answer(hub, &route.caller, route.id, route.destination)?;
+        // Back through the proxy that carried the question, if one did.
+        self.route_through(hub, route, via);
         Ok(())
     }
 
-    /// Whether `caller` may answer request `id` to `destination` now.
+    /// Whether `caller` may answer request `id` to `destination` now; the
+    /// proxy that carried the question, if one did.
     pub(crate) fn check_answer(
         &self,
         hub: &Hub,
         caller: &Caller,
         id: &str,
         destination: FspName,
-    ) -> Result<(), HubError> {
+    ) -> Result<Option<FspName>, HubError> {
         let question = crate::answers::Key::new(self.resource, id);
-        hub.answer_route(&question, caller.source, Some(destination))
-            .map(drop)
+        hub.answer_route_via(&question, caller.source, Some(destination))
+            .map(|(_, via)| via)
     }
 }
 

@@ -21,6 +21,12 @@ pub struct Caller {
     pub content_version: fspiop::Version,
     /// The request's W3C trace context, if it sent a valid one.
     pub trace: Option<TraceParent>,
+    /// The proxy that carried the request from another scheme
+    /// (FSPIOP-Proxy): the gate bound it to the caller's identity and to
+    /// whom it may speak for (`hub::Proxied`) before any route runs, so
+    /// the header is the gate's word here. The hub's answers to the
+    /// request, and the answer to its question, go back through it.
+    pub via: Option<FspName>,
 }
 
 impl Caller {
@@ -89,6 +95,10 @@ pub fn check_headers(
         trace: headers
             .get("traceparent")
             .and_then(|value| TraceParent::parse(value.as_bytes())),
+        via: headers
+            .get("fspiop-proxy")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| FspName::new(value.trim())),
     })
 }
 
