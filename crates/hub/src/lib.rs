@@ -432,13 +432,12 @@ impl Hub {
         probe: Option<stages::CallbackProbe>,
         tracking: Option<notify::Tracking>,
     ) -> bool {
-        let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
+        let Some((carrier, url)) = self.carrier_url(destination, endpoint_type, variables) else {
             return false;
         };
-        let destination = destination.to_string();
         self.dispatcher.send_tracked(
             notify::Callback {
-                destination,
+                destination: carrier.to_string(),
                 origin,
                 method,
                 url,
@@ -448,6 +447,66 @@ impl Hub {
             probe,
             tracking,
         );
+        true
+    }
+
+    /// Where a message for `destination` goes: its own `endpoint_type`
+    /// endpoint, or, for another scheme's DFSP, its proxy's (the message
+    /// unchanged: FSPIOP-Destination still names the DFSP). The carrier
+    /// and the URL; `None` when neither has one.
+    fn carrier_url(
+        &self,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+    ) -> Option<(FspName, String)> {
+        if let Some(url) = self.endpoints.url(destination, endpoint_type, variables) {
+            return Some((destination, url));
+        }
+        // Never a participant's name: the ledger maps none.
+        let proxy = self.proxies.proxy_of(destination)?;
+        let url = self.endpoints.url(proxy, endpoint_type, variables)?;
+        Some((proxy, url))
+    }
+
+    /// [`send_callback`](Self::send_callback) through `via`, the proxy
+    /// that carried the request this answers from another scheme (its
+    /// endpoint, the message unchanged), or as `send_callback` without.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_callback_via(
+        &self,
+        via: Option<FspName>,
+        origin: notify::Origin,
+        destination: FspName,
+        endpoint_type: &str,
+        variables: &[(&str, &str)],
+        method: axum::http::Method,
+        headers: axum::http::HeaderMap,
+        body: axum::body::Bytes,
+    ) -> bool {
+        let Some(via) = via else {
+            return self.send_callback(
+                origin,
+                destination,
+                endpoint_type,
+                variables,
+                method,
+                headers,
+                body,
+                None,
+            );
+        };
+        let Some(url) = self.endpoints.url(via, endpoint_type, variables) else {
+            return false;
+        };
+        self.dispatcher.send(notify::Callback {
+            destination: via.to_string(),
+            origin,
+            method,
+            url,
+            headers,
+            body,
+        });
         true
     }
 
@@ -464,12 +523,12 @@ impl Hub {
         headers: axum::http::HeaderMap,
         on_undelivered: notify::OnUndelivered,
     ) -> bool {
-        let Some(url) = self.endpoints.url(destination, endpoint_type, variables) else {
+        let Some((carrier, url)) = self.carrier_url(destination, endpoint_type, variables) else {
             return false;
         };
         self.dispatcher.send_asking(
             notify::Callback {
-                destination: destination.to_string(),
+                destination: carrier.to_string(),
                 origin: notify::Origin::Forwarded,
                 method,
                 url,

@@ -485,3 +485,86 @@ fn a_quote_a_proxy_carries_in_is_answered_back_through_it() {
     assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3202"));
     payee.assert_nothing_pending();
 }
+
+const LOOKUP_ENDPOINTS: &[(&str, &str)] = &[
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTICIPANT_PUT_ERROR",
+        "/participants/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_GET",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}",
+    ),
+    (
+        "FSPIOP_CALLBACK_URL_PARTIES_PUT_ERROR",
+        "/parties/{{partyIdType}}/{{partyIdentifier}}/error",
+    ),
+];
+
+/// The payee's scheme's side of a discovery across schemes: a lookup a
+/// proxy carries in from another scheme's payer reaches the party's
+/// holder, whose answer goes back through the proxy; a party nobody here
+/// holds is told (3204) through the proxy too. Nothing is learnt into the
+/// map from it.
+#[test]
+fn a_lookup_a_proxy_carries_in_is_answered_back_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payee = Stub::start("payeefsp");
+    let far_side = Stub::start("pxAB");
+    hub.onboard("payeefsp", &payee.base_url(), 10_000, 5_000);
+    create(&hub, "pxAB", Some(json!(true)));
+    for (kind, path) in LOOKUP_ENDPOINTS {
+        hub.add_endpoint("payeefsp", kind, &format!("{}{path}", payee.base_url()));
+        hub.add_endpoint("pxAB", kind, &format!("{}{path}", far_side.base_url()));
+    }
+    // The payee holds the party, in this scheme's built-in oracle.
+    let response = hub.api(
+        "POST",
+        "/participants/MSISDN/2557001",
+        &resource_headers("participants", "1.0", "payeefsp", None, true),
+        br#"{"fspId":"payeefsp","currency":"USD"}"#,
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    payee.expect("PUT", "/participants/MSISDN/2557001");
+
+    let carried_in = |path: &str| {
+        let mut headers = resource_headers("parties", "1.1", "payerX", None, true);
+        headers.push(("FSPIOP-Proxy".into(), "pxAB".into()));
+        hub.api("GET", &format!("/parties/{path}"), &headers, b"")
+    };
+    let response = carried_in("MSISDN/2557001");
+    assert_eq!(response.status, 202, "{response:?}");
+    let asked = payee.expect("GET", "/parties/MSISDN/2557001");
+    assert_eq!(asked.header("fspiop-source"), Some("payerX"));
+    assert_eq!(asked.header("fspiop-destination"), Some("payeefsp"));
+    let answer = r#"{"party":{"partyIdInfo":{"partyIdType":"MSISDN","partyIdentifier":"2557001","fspId":"payeefsp"},"name":"Awa"}}"#;
+    let response = hub.api(
+        "PUT",
+        "/parties/MSISDN/2557001",
+        &resource_headers("parties", "1.1", "payeefsp", Some("payerX"), false),
+        answer.as_bytes(),
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    let back = far_side.expect("PUT", "/parties/MSISDN/2557001");
+    assert_eq!(back.body, answer.as_bytes(), "the holder's bytes");
+    assert_eq!(back.header("fspiop-destination"), Some("payerX"));
+
+    // Nobody here holds it: 3204, through the proxy.
+    let response = carried_in("MSISDN/2557999");
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = far_side.expect("PUT", "/parties/MSISDN/2557999/error");
+    assert_eq!(told.header("fspiop-destination"), Some("payerX"));
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3204"));
+    assert!(proxy_map(&hub).is_empty());
+    payee.assert_nothing_pending();
+}

@@ -564,20 +564,10 @@ impl crate::Hub {
     /// and it asked `source`, else the latest requester that asked
     /// `source`. Anything else is refused with 3100 — one description
     /// for every reason, so a DFSP cannot probe what others are asking —
-    /// counted and logged as an unsolicited answer.
+    /// counted and logged as an unsolicited answer. With the requester,
+    /// the proxy its question came through (the answer's carrier), if it
+    /// did.
     pub(crate) fn answer_route(
-        &self,
-        key: &Key,
-        source: FspName,
-        destination: Option<FspName>,
-    ) -> Result<FspName, crate::HubError> {
-        self.answer_route_via(key, source, destination)
-            .map(|(requester, _)| requester)
-    }
-
-    /// [`answer_route`](Self::answer_route), with the proxy the question
-    /// came through (the answer's carrier), if it did.
-    pub(crate) fn answer_route_via(
         &self,
         key: &Key,
         source: FspName,

@@ -241,10 +241,13 @@ impl Hub {
 
     /// An error from the hub to `destination` about `key`, at its
     /// `{base}_PUT_ERROR` endpoint (or the sub-id one).
+    /// `via`: the proxy that carried the request this is about, if one
+    /// did (the error goes back through it).
+    #[allow(clippy::too_many_arguments)]
     fn send_party_error(
         &self,
         api: LookupApi,
-        destination: FspName,
+        (destination, via): (FspName, Option<FspName>),
         key: &PartyKey,
         code: ErrorCode,
         description: &str,
@@ -253,7 +256,8 @@ impl Hub {
         let body = Bytes::from(fspiop::error_body(code, description));
         let headers = hub_headers(self, api.resource(), destination, reply);
         let endpoint = endpoint_type(api.endpoint_base(), "PUT_ERROR", key);
-        if !self.send_callback(
+        if !self.send_callback_via(
+            via,
             Origin::Hub,
             destination,
             &endpoint,
@@ -261,7 +265,6 @@ impl Hub {
             Method::PUT,
             headers,
             body,
-            None,
         ) {
             tracing::warn!(%destination, endpoint, party = %key, "no error endpoint registered; callback dropped");
         }
@@ -361,7 +364,7 @@ async fn register_party(
         }
         Err(error) => hub.send_party_error(
             LookupApi::Participants,
-            caller.source,
+            (caller.source, caller.via),
             &key,
             error.code,
             &format!("{} - {}", error.code.description(), error.description),
@@ -412,7 +415,7 @@ async fn answer_lookup(
     };
     hub.send_party_error(
         LookupApi::Participants,
-        caller.source,
+        (caller.source, caller.via),
         &key,
         code,
         &description,
@@ -441,7 +444,7 @@ async fn delete_party(
         }
         Err(error) => hub.send_party_error(
             LookupApi::Participants,
-            caller.source,
+            (caller.source, caller.via),
             &key,
             error.code,
             &format!("{} - {}", error.code.description(), error.description),
@@ -573,7 +576,7 @@ async fn route_get_party(
     };
     hub.send_party_error(
         LookupApi::Parties,
-        caller.source,
+        (caller.source, caller.via),
         &key,
         code,
         &description,
@@ -609,8 +612,9 @@ fn forward_get_party(
     }
     let endpoint = endpoint_type("PARTIES", "GET", key);
     let question = answer_key(key);
-    let asked_at = hub.await_answer(&question, caller.source, holder)?;
+    let asked_at = hub.await_answer_via(&question, caller.source, holder, caller.via)?;
     let (requester, reply, party) = (caller.source, caller.reply(), key.clone());
+    let via = caller.via;
     let on_undelivered = hub.on_undelivered(
         question.clone(),
         requester,
@@ -619,7 +623,7 @@ fn forward_get_party(
         move |hub, code, description| {
             hub.send_party_error(
                 LookupApi::Parties,
-                requester,
+                (requester, via),
                 &party,
                 code,
                 description,
@@ -638,7 +642,7 @@ fn forward_get_party(
         hub.answers.withdraw(&question, caller.source, holder);
         hub.send_party_error(
             LookupApi::Parties,
-            caller.source,
+            (caller.source, caller.via),
             key,
             DESTINATION_FSP_ERROR,
             &format!("Destination FSP Error - '{holder}' has no {endpoint} endpoint"),
@@ -704,13 +708,13 @@ fn route_party_answer(
     // FSPIOP-Destination is optional here (ALS's schema): without it the
     // answer goes to whoever asked about the party.
     let named = named_destination(&headers)?;
-    let destination = hub.answer_route(&answer_key(&key), caller.source, named)?;
+    let (destination, via) = hub.answer_route(&answer_key(&key), caller.source, named)?;
     let operation = if error { "PUT_ERROR" } else { "PUT" };
     forward_answer(
         hub,
         LookupApi::Parties,
         &caller,
-        destination,
+        (destination, via),
         &key,
         operation,
         &headers,
@@ -756,7 +760,7 @@ async fn put_participant_error(
     let Some(named) = named_destination(&headers)? else {
         hub.send_party_error(
             LookupApi::Participants,
-            caller.source,
+            (caller.source, caller.via),
             &key,
             DESTINATION_FSP_ERROR,
             "Destination FSP Error - the error names no FSPIOP-Destination to forward it to",
@@ -765,12 +769,12 @@ async fn put_participant_error(
         return Ok(StatusCode::OK.into_response());
     };
     let question = answers::Key::new(Resource::Participants, key.to_string());
-    let destination = hub.answer_route(&question, caller.source, Some(named))?;
+    let (destination, via) = hub.answer_route(&question, caller.source, Some(named))?;
     forward_answer(
         &hub,
         LookupApi::Participants,
         &caller,
-        destination,
+        (destination, via),
         &key,
         "PUT_ERROR",
         &headers,
@@ -787,14 +791,16 @@ fn forward_answer(
     hub: &Hub,
     api: LookupApi,
     caller: &Caller,
-    destination: FspName,
+    (destination, via): (FspName, Option<FspName>),
     key: &PartyKey,
     operation: &str,
     headers: &HeaderMap,
     body: Bytes,
 ) {
     let endpoint = endpoint_type(api.endpoint_base(), operation, key);
-    if !hub.send_callback(
+    // Back through the proxy that carried the question, if one did.
+    if !hub.send_callback_via(
+        via,
         Origin::Forwarded,
         destination,
         &endpoint,
@@ -802,11 +808,10 @@ fn forward_answer(
         Method::PUT,
         forwarded(headers, false),
         body,
-        None,
     ) {
         hub.send_party_error(
             api,
-            caller.source,
+            (caller.source, caller.via),
             key,
             DESTINATION_FSP_ERROR,
             &format!("Destination FSP Error - '{destination}' has no {endpoint} endpoint"),

@@ -379,7 +379,7 @@ impl Service {
         destination: FspName,
     ) -> Result<Option<FspName>, HubError> {
         let question = crate::answers::Key::new(self.resource, id);
-        hub.answer_route_via(&question, caller.source, Some(destination))
+        hub.answer_route(&question, caller.source, Some(destination))
             .map(|(_, via)| via)
     }
 }
