@@ -568,3 +568,138 @@ fn a_lookup_a_proxy_carries_in_is_answered_back_through_it() {
     assert!(proxy_map(&hub).is_empty());
     payee.assert_nothing_pending();
 }
+
+/// `GET /parties` from `source` (carried by `proxy`, if any).
+fn lookup_from(hub: &Hub, source: &str, proxy: Option<&str>, path: &str) -> Response {
+    let mut headers = resource_headers("parties", "1.1", source, None, true);
+    if let Some(proxy) = proxy {
+        headers.push(("FSPIOP-Proxy".into(), proxy.into()));
+    }
+    hub.api("GET", &format!("/parties/{path}"), &headers, b"")
+}
+
+/// `PUT /parties/{path}[/error]` from another scheme's `source`, carried
+/// by `proxy`, to `destination`.
+fn party_answer(
+    hub: &Hub,
+    (source, proxy): (&str, &str),
+    destination: &str,
+    path: &str,
+    body: &str,
+) -> Response {
+    let mut headers = resource_headers("parties", "1.1", source, Some(destination), false);
+    headers.push(("FSPIOP-Proxy".into(), proxy.into()));
+    hub.api(
+        "PUT",
+        &format!("/parties/{path}"),
+        &headers,
+        body.as_bytes(),
+    )
+}
+
+fn holder_answer(identifier: &str, fsp: &str) -> String {
+    format!(
+        r#"{{"party":{{"partyIdInfo":{{"partyIdType":"MSISDN","partyIdentifier":"{identifier}","fspId":"{fsp}"}},"name":"Awa"}}}}"#
+    )
+}
+
+/// The payer's side of a discovery across schemes (rule 3): a party no
+/// FSP here holds is asked of every proxy; an error is passed on only once
+/// every proxy has answered, the first answer naming a holder wins (the
+/// others refused after it) and teaches the map where the holder is, so
+/// the payer's quote that follows goes through that proxy; a lookup that
+/// came through a proxy is never sent round again.
+#[test]
+fn a_party_nobody_here_holds_is_asked_of_every_proxy_and_the_first_holder_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payer = Stub::start("payerfsp");
+    let far_b = Stub::start("pxAB");
+    let far_c = Stub::start("pxAC");
+    hub.onboard("payerfsp", &payer.base_url(), 10_000, 5_000);
+    hub.add_endpoint("payerfsp", "FSPIOP_CALLBACK_URL_QUOTES", &payer.base_url());
+    for (proxy, stub) in [("pxAB", &far_b), ("pxAC", &far_c)] {
+        create(&hub, proxy, Some(json!(true)));
+        hub.add_endpoint(proxy, "FSPIOP_CALLBACK_URL_QUOTES", &stub.base_url());
+    }
+    for (kind, path) in LOOKUP_ENDPOINTS {
+        for (name, stub) in [("payerfsp", &payer), ("pxAB", &far_b), ("pxAC", &far_c)] {
+            hub.add_endpoint(name, kind, &format!("{}{path}", stub.base_url()));
+        }
+    }
+
+    let response = lookup_from(&hub, "payerfsp", None, "MSISDN/777");
+    assert_eq!(response.status, 202, "{response:?}");
+    for stub in [&far_b, &far_c] {
+        let asked = stub.expect("GET", "/parties/MSISDN/777");
+        assert_eq!(asked.header("fspiop-source"), Some("payerfsp"));
+    }
+    // pxAC's scheme does not hold it: not passed on while pxAB may.
+    let error = error_body("3204", "Party not found");
+    let response = party_answer(
+        &hub,
+        ("dfspC", "pxAC"),
+        "payerfsp",
+        "MSISDN/777/error",
+        &error,
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    payer.assert_quiet(QUIET_WAIT);
+    // pxAB's does: the payer hears it, byte for byte.
+    let answer = holder_answer("777", "dfspB");
+    let response = party_answer(&hub, ("dfspB", "pxAB"), "payerfsp", "MSISDN/777", &answer);
+    assert_eq!(response.status, 200, "{response:?}");
+    let heard = payer.expect("PUT", "/parties/MSISDN/777");
+    assert_eq!(heard.body, answer.as_bytes());
+    let map = proxy_map(&hub);
+    assert_eq!(map.len(), 1, "{map:?}");
+    assert_eq!(
+        (&map[0]["fspId"], &map[0]["proxy"], &map[0]["source"]),
+        (&json!("dfspB"), &json!("pxAB"), &json!("discovery"))
+    );
+    // A later holder through the other proxy: refused, nothing passed on.
+    let late = holder_answer("777", "dfspC");
+    let response = party_answer(&hub, ("dfspC", "pxAC"), "payerfsp", "MSISDN/777", &late);
+    assert_error_response(&response, 400, "3100");
+    payer.assert_quiet(QUIET_WAIT);
+    assert_eq!(proxy_map(&hub).len(), 1);
+
+    // The payer's quote to the holder goes through the proxy it learnt.
+    let quote_id = new_id();
+    let response = hub.api(
+        "POST",
+        "/quotes",
+        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspB"), true),
+        quote_body(&quote_id, "payerfsp", "dfspB").as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    far_b.expect("POST", "/quotes");
+    far_c.assert_nothing_pending();
+
+    // Every scheme says no: the last error is passed on.
+    let response = lookup_from(&hub, "payerfsp", None, "MSISDN/888");
+    assert_eq!(response.status, 202, "{response:?}");
+    far_b.expect("GET", "/parties/MSISDN/888");
+    far_c.expect("GET", "/parties/MSISDN/888");
+    for (source, proxy) in [("dfspB", "pxAB"), ("dfspC", "pxAC")] {
+        let response = party_answer(
+            &hub,
+            (source, proxy),
+            "payerfsp",
+            "MSISDN/888/error",
+            &error,
+        );
+        assert_eq!(response.status, 200, "{response:?}");
+    }
+    let told = payer.expect("PUT", "/parties/MSISDN/888/error");
+    assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3204"));
+
+    // The loop guard: a lookup pxAB carried in is not sent to pxAC.
+    let response = lookup_from(&hub, "payerX", Some("pxAB"), "MSISDN/999");
+    assert_eq!(response.status, 202, "{response:?}");
+    let told = far_b.expect("PUT", "/parties/MSISDN/999/error");
+    assert_eq!(told.header("fspiop-destination"), Some("payerX"));
+    far_c.assert_nothing_pending();
+    payer.assert_nothing_pending();
+}

@@ -114,6 +114,13 @@ impl ProxyRoutes {
         };
     }
 
+    /// Every proxy, in name order.
+    pub fn proxies(&self) -> Vec<FspName> {
+        let mut proxies: Vec<FspName> = self.state().proxies.iter().copied().collect();
+        proxies.sort();
+        proxies
+    }
+
     pub fn is_proxy(&self, name: FspName) -> bool {
         self.state().proxies.contains(&name)
     }
@@ -156,6 +163,30 @@ impl Hub {
             return dfsp;
         }
         self.proxies.proxy_of(dfsp).unwrap_or(dfsp)
+    }
+}
+
+impl Hub {
+    /// Rule 2's learning: `dfsp` answered, through `proxy`, a discovery
+    /// this hub asked of it. Kept only where the map has no entry (the
+    /// ledger's rule); a refusal (the map full) is logged, and the answer
+    /// still goes to the payer.
+    pub(crate) async fn learn_proxy(&self, dfsp: FspName, proxy: FspName) {
+        let learnt = MapProxy {
+            dfsp,
+            proxy,
+            by_operator: false,
+        };
+        match self.ask(learnt).await {
+            Ok(Ok(true)) => {
+                tracing::info!(%dfsp, %proxy, "proxy map: learnt from a discovery answer")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(rejection)) => {
+                tracing::warn!(%dfsp, %proxy, reason = %rejection.description, "proxy map: not learnt")
+            }
+            Err(error) => tracing::warn!(%dfsp, %proxy, %error, "proxy map: not learnt"),
+        }
     }
 }
 

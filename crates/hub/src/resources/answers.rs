@@ -200,6 +200,16 @@ impl Shard {
 }
 
 /// Why a request was not remembered.
+/// An answer accepted: to whom it goes, through which proxy (the one
+/// that carried the question, if one did), and whom the question was put
+/// to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answered {
+    pub requester: FspName,
+    pub via: Option<FspName>,
+    pub addressee: FspName,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum AskError {
     /// `capacity` questions are pending.
@@ -423,19 +433,25 @@ impl Answers {
         destination: Option<FspName>,
         now: Instant,
     ) -> Result<FspName, Refusal> {
-        self.answer_via(key, source, destination, now)
-            .map(|(requester, _)| requester)
+        self.answer_via(key, source, None, destination, now)
+            .map(|answered| answered.requester)
     }
 
     /// [`answer`](Self::answer), with the proxy the question came through
     /// (if it did), which the answer goes back through.
+    ///
+    /// `carrier`: the proxy that carried the answer from another scheme
+    /// (bound by the gate to speak for `source`); a question put to that
+    /// proxy itself (a discovery asked of every proxy) is answered by
+    /// whichever DFSP of its scheme holds the party.
     pub fn answer_via(
         &self,
         key: &Key,
         source: FspName,
+        carrier: Option<FspName>,
         destination: Option<FspName>,
         now: Instant,
-    ) -> Result<(FspName, Option<FspName>), Refusal> {
+    ) -> Result<Answered, Refusal> {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
         let shard: &mut Shard = &mut guard;
         let slot = shard
@@ -446,7 +462,8 @@ impl Answers {
         let mut asked_source = false;
         let mut chosen: Option<&mut Question> = None;
         for question in questions.iter_mut() {
-            if question.expires_at <= now || question.addressee != source {
+            let asked = question.addressee == source || Some(question.addressee) == carrier;
+            if question.expires_at <= now || !asked {
                 continue;
             }
             asked_source = true;
@@ -469,7 +486,11 @@ impl Answers {
                 Refusal::NothingPending
             });
         };
-        let (requester, via) = (question.requester, question.via);
+        let answered = Answered {
+            requester: question.requester,
+            via: question.via,
+            addressee: question.addressee,
+        };
         question.answered = true;
         let until = now + ANSWERED_GRACE;
         if question.expires_at > until {
@@ -481,7 +502,40 @@ impl Answers {
                 shard.due.push(Reverse(Due(until, key.clone())));
             }
         }
-        Ok((requester, via))
+        Ok(answered)
+    }
+
+    /// Questions `requester` has about `key` that still await an answer.
+    pub fn awaiting(&self, key: &Key, requester: FspName, now: Instant) -> usize {
+        let guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        guard.questions.get(key).map_or(0, |slot| {
+            slot.questions
+                .iter()
+                .filter(|q| q.requester == requester && !q.answered && q.expires_at > now)
+                .count()
+        })
+    }
+
+    /// Forgets the questions `requester` put about `key` to anyone but
+    /// `kept`, answered or not: the first answer naming a holder of a
+    /// discovery asked of every proxy wins, and the others' answers (a
+    /// success after an error too) are refused after it.
+    pub fn close_others(&self, key: &Key, requester: FspName, kept: FspName) {
+        let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        let shard: &mut Shard = &mut guard;
+        let Some(slot) = shard.questions.get_mut(key) else {
+            return;
+        };
+        let before = slot.questions.len();
+        slot.questions
+            .retain(|q| !(q.requester == requester && q.addressee != kept));
+        let removed = before - slot.questions.len();
+        if slot.questions.is_empty() {
+            shard.questions.remove(key);
+        }
+        for _ in 0..removed {
+            shard.forget(requester);
+        }
     }
 }
 
@@ -571,10 +625,11 @@ impl crate::Hub {
         &self,
         key: &Key,
         source: FspName,
+        carrier: Option<FspName>,
         destination: Option<FspName>,
-    ) -> Result<(FspName, Option<FspName>), crate::HubError> {
+    ) -> Result<Answered, crate::HubError> {
         self.answers
-            .answer_via(key, source, destination, Instant::now())
+            .answer_via(key, source, carrier, destination, Instant::now())
             .map_err(|refusal| {
                 let to = destination.map_or_else(|| "any requester".to_string(), |d| format!("'{d}'"));
                 self.refuse(

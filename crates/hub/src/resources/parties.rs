@@ -558,6 +558,9 @@ async fn route_get_party(
                 return Ok(StatusCode::ACCEPTED.into_response());
             }
         },
+        Holder::Unknown { .. } if ask_every_proxy(&hub, &key, &headers, &caller, currency)? => {
+            return Ok(StatusCode::ACCEPTED.into_response());
+        }
         Holder::Unknown { oracle: None } => (
             ErrorCode(3204),
             format!("Party not found - no FSP holds party {key}"),
@@ -583,6 +586,84 @@ async fn route_get_party(
         caller.reply(),
     );
     Ok(StatusCode::ACCEPTED.into_response())
+}
+
+/// Rule 3's on-demand discovery: a party no FSP of this scheme holds is
+/// asked of every proxy that may be paid (its scheme may hold it), unless
+/// the lookup itself came through a proxy (never sent round again: the
+/// loop guard). Each proxy is a question of its own; the first answer
+/// that names a holder wins (see `route_party_answer`). False when there
+/// is no proxy to ask (the requester is told 3204 as before).
+fn ask_every_proxy(
+    hub: &Arc<Hub>,
+    key: &PartyKey,
+    headers: &HeaderMap,
+    caller: &Caller,
+    currency: Option<Currency>,
+) -> Result<bool, HubError> {
+    if caller.via.is_some() {
+        return Ok(false);
+    }
+    let proxies: Vec<FspName> = hub
+        .proxies
+        .proxies()
+        .into_iter()
+        // A proxy that may not be paid (paused) or whose account in the
+        // lookup's currency is disabled is not asked.
+        .filter(|&proxy| {
+            hub.endpoints
+                .participant_mode(proxy)
+                .is_some_and(|mode| mode.may_receive())
+                && currency.is_none_or(|currency| !hub.endpoints.account_disabled(proxy, currency))
+        })
+        .collect();
+    if proxies.is_empty() {
+        return Ok(false);
+    }
+    let endpoint = endpoint_type("PARTIES", "GET", key);
+    let question = answer_key(key);
+    let mut asked = 0;
+    for proxy in proxies {
+        let asked_at = hub.await_answer(&question, caller.source, proxy)?;
+        let (requester, reply, party, each) =
+            (caller.source, caller.reply(), key.clone(), question.clone());
+        let on_undelivered = hub.on_undelivered(
+            question.clone(),
+            requester,
+            proxy,
+            asked_at,
+            move |hub, _code, _description| {
+                // Told only once no proxy is left to answer.
+                if hub
+                    .answers
+                    .awaiting(&each, requester, std::time::Instant::now())
+                    == 0
+                {
+                    hub.send_party_error(
+                        LookupApi::Parties,
+                        (requester, None),
+                        &party,
+                        ErrorCode(3204),
+                        &format!("Party not found - no scheme reached holds party {party}"),
+                        reply,
+                    );
+                }
+            },
+        );
+        if hub.send_callback_asking(
+            proxy,
+            &endpoint,
+            &variables(key),
+            Method::GET,
+            forwarded(headers, true),
+            on_undelivered,
+        ) {
+            asked += 1;
+        } else {
+            hub.answers.withdraw(&question, caller.source, proxy);
+        }
+    }
+    Ok(asked > 0)
 }
 
 /// A refusal in an error callback's words: the code's, then why.
@@ -660,7 +741,7 @@ async fn put_party(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    route_party_answer(&hub, key, headers, body, false)
+    route_party_answer(&hub, key, headers, body, false).await
 }
 
 async fn put_party_error(
@@ -669,7 +750,7 @@ async fn put_party_error(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, HubError> {
-    route_party_answer(&hub, key, headers, body, true)
+    route_party_answer(&hub, key, headers, body, true).await
 }
 
 /// Forwards an answer about a party only from the FSP the lookup went to,
@@ -677,7 +758,7 @@ async fn put_party_error(
 /// one the latest requester, as ALS routes it), only while the lookup is
 /// pending; a `PUT` must name its sender as the party's `fspId`. Anything
 /// else is refused (400, 3100) and nothing is forwarded.
-fn route_party_answer(
+async fn route_party_answer(
     hub: &Hub,
     key: PartyKey,
     headers: HeaderMap,
@@ -708,7 +789,28 @@ fn route_party_answer(
     // FSPIOP-Destination is optional here (ALS's schema): without it the
     // answer goes to whoever asked about the party.
     let named = named_destination(&headers)?;
-    let (destination, via) = hub.answer_route(&answer_key(&key), caller.source, named)?;
+    let question = answer_key(&key);
+    let answered = hub.answer_route(&question, caller.source, caller.via, named)?;
+    let (destination, via) = (answered.requester, answered.via);
+    // An answer to a discovery asked of every proxy (rule 3): the first
+    // that names a holder wins and teaches the map where the holder is;
+    // an error is passed on only once every proxy asked has answered.
+    if caller.via == Some(answered.addressee) && caller.source != answered.addressee {
+        let proxy = answered.addressee;
+        if error {
+            if hub
+                .answers
+                .awaiting(&question, destination, std::time::Instant::now())
+                > 0
+            {
+                tracing::debug!(party = %key, %proxy, requester = %destination, "a proxy's scheme does not hold the party; others are still asked");
+                return Ok(StatusCode::OK.into_response());
+            }
+        } else {
+            hub.answers.close_others(&question, destination, proxy);
+            hub.learn_proxy(caller.source, proxy).await;
+        }
+    }
     let operation = if error { "PUT_ERROR" } else { "PUT" };
     forward_answer(
         hub,
@@ -769,7 +871,8 @@ async fn put_participant_error(
         return Ok(StatusCode::OK.into_response());
     };
     let question = answers::Key::new(Resource::Participants, key.to_string());
-    let (destination, via) = hub.answer_route(&question, caller.source, Some(named))?;
+    let answered = hub.answer_route(&question, caller.source, caller.via, Some(named))?;
+    let (destination, via) = (answered.requester, answered.via);
     forward_answer(
         &hub,
         LookupApi::Participants,

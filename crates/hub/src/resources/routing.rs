@@ -379,8 +379,8 @@ impl Service {
         destination: FspName,
     ) -> Result<Option<FspName>, HubError> {
         let question = crate::answers::Key::new(self.resource, id);
-        hub.answer_route(&question, caller.source, Some(destination))
-            .map(|(_, via)| via)
+        hub.answer_route(&question, caller.source, caller.via, Some(destination))
+            .map(|answered| answered.via)
     }
 }
 
