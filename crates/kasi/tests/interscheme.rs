@@ -316,6 +316,20 @@ fn quote_put_body() -> String {
     )
 }
 
+/// `POST /quotes` from the local `payer` to `payee` (which must be taken,
+/// 202); the quote's id.
+fn post_quote(hub: &Hub, payer: &str, payee: &str) -> String {
+    let quote_id = new_id();
+    let response = hub.api(
+        "POST",
+        "/quotes",
+        &resource_headers("quotes", "1.1", payer, Some(payee), true),
+        quote_body(&quote_id, payer, payee).as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    quote_id
+}
+
 /// The payer's side of a quote across schemes: a `POST /quotes` for a DFSP
 /// the map places behind a proxy goes, unchanged, to the proxy; the answer
 /// the proxy carries back reaches the payer byte for byte; an answer for
@@ -383,14 +397,7 @@ fn a_quote_for_another_schemes_dfsp_goes_through_its_proxy_and_back() {
     );
 
     // A DFSP of another scheme nothing maps: the payer hears 3201.
-    let unmapped = new_id();
-    let response = hub.api(
-        "POST",
-        "/quotes",
-        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspZ"), true),
-        quote_body(&unmapped, "payerfsp", "dfspZ").as_bytes(),
-    );
-    assert_eq!(response.status, 202, "{response:?}");
+    let unmapped = post_quote(&hub, "payerfsp", "dfspZ");
     let told = payer.expect("PUT", &format!("/quotes/{unmapped}/error"));
     assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
     far_side.assert_nothing_pending();
@@ -403,14 +410,7 @@ fn a_quote_for_another_schemes_dfsp_goes_through_its_proxy_and_back() {
         Some(json!({"isActive": false})),
         200,
     );
-    let paused = new_id();
-    let response = hub.api(
-        "POST",
-        "/quotes",
-        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspB"), true),
-        quote_body(&paused, "payerfsp", "dfspB").as_bytes(),
-    );
-    assert_eq!(response.status, 202, "{response:?}");
+    let paused = post_quote(&hub, "payerfsp", "dfspB");
     let told = payer.expect("PUT", &format!("/quotes/{paused}/error"));
     assert_eq!(told.json()["errorInformation"]["errorCode"], json!("3201"));
     far_side.assert_nothing_pending();
@@ -666,14 +666,7 @@ fn a_party_nobody_here_holds_is_asked_of_every_proxy_and_the_first_holder_wins()
     assert_eq!(proxy_map(&hub).len(), 1);
 
     // The payer's quote to the holder goes through the proxy it learnt.
-    let quote_id = new_id();
-    let response = hub.api(
-        "POST",
-        "/quotes",
-        &resource_headers("quotes", "1.1", "payerfsp", Some("dfspB"), true),
-        quote_body(&quote_id, "payerfsp", "dfspB").as_bytes(),
-    );
-    assert_eq!(response.status, 202, "{response:?}");
+    post_quote(&hub, "payerfsp", "dfspB");
     far_b.expect("POST", "/quotes");
     far_c.assert_nothing_pending();
 
