@@ -442,3 +442,56 @@ fn inbound_signatures_are_checked_when_asked() {
     assert_eq!(hub.get_transfer(&accepted_id, PAYER, PAYEE).status, 202);
     payer.expect("PUT", &path);
 }
+
+/// A message a proxy carries from another scheme (FSPIOP-Proxy) is
+/// verified with the proxy's key: the other scheme's DFSP has none here
+/// (docs/design/interscheme.md, rule 6). What is signed still names that
+/// DFSP as its source.
+#[test]
+fn a_message_a_proxy_carries_is_verified_with_the_proxys_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys_dir = dir.path().join("keys");
+    std::fs::create_dir_all(&keys_dir).unwrap();
+    let (proxy_key, proxy_public) = rsa_key(dir.path(), "proxy");
+    let (other_key, _) = rsa_key(dir.path(), "other");
+    std::fs::write(
+        keys_dir.join("pxAB.pem"),
+        std::fs::read(&proxy_public).unwrap(),
+    )
+    .unwrap();
+    let (hub, _payer, payee) = scenario(
+        dir.path(),
+        &[
+            "--jws-verify",
+            "quotes",
+            "--jws-keys-dir",
+            keys_dir.to_str().unwrap(),
+        ],
+    );
+    hub.add_endpoint(PAYEE, "FSPIOP_CALLBACK_URL_QUOTES", &payee.base_url());
+    hub.admin_expect(
+        "POST",
+        "/participants",
+        Some(json!({"name": "pxAB", "currency": "USD", "isProxy": true})),
+        201,
+    );
+    let carried = |key: &Path| {
+        let quote_id = new_id();
+        let body = format!(
+            r#"{{"quoteId":"{quote_id}","transactionId":"{}","payee":{{"partyIdInfo":{}}},"payer":{{"partyIdInfo":{}}},"amountType":"SEND","amount":{{"currency":"USD","amount":"5"}},"transactionType":{{"scenario":"TRANSFER","initiator":"PAYER","initiatorType":"CONSUMER"}}}}"#,
+            new_id(),
+            party_id_info(PAYEE, "255700000001"),
+            party_id_info("payerX", "255700000002"),
+        );
+        let mut headers = resource_headers("quotes", "1.1", "payerX", Some(PAYEE), true);
+        headers.push(("FSPIOP-Proxy".into(), "pxAB".into()));
+        let headers = signed(headers, "POST", "/quotes", key, body.as_bytes());
+        (hub.api("POST", "/quotes", &headers, body.as_bytes()), body)
+    };
+    let (response, body) = carried(&proxy_key);
+    assert_eq!(response.status, 202, "{response:?}");
+    assert_eq!(payee.expect("POST", "/quotes").body, body.as_bytes());
+    let (response, _) = carried(&other_key);
+    assert_error_response(&response, 400, "3105");
+    payee.assert_quiet(QUIET_WAIT);
+}

@@ -303,8 +303,16 @@ pub(crate) async fn verified(
     let Some(source) = source.filter(|s| !s.is_empty()) else {
         return Ok(request);
     };
+    // A message a proxy carried from another scheme (the gate bound it,
+    // see `crate::Proxied`) is signed by the proxy, with its own key: the
+    // other scheme's DFSP has no key here (docs/design/interscheme.md,
+    // rule 6). What it signs still names that DFSP as its source.
+    let signer = request
+        .extensions()
+        .get::<crate::Proxied>()
+        .map_or_else(|| source.clone(), |proxied| proxied.proxy.to_string());
     if let Some(participants) = &policy.participants {
-        if !participants.contains(&source) {
+        if !participants.contains(&signer) {
             return Ok(request);
         }
     }
@@ -313,8 +321,8 @@ pub(crate) async fn verified(
         hub.refuse(crate::refused::Class::Jws, &source, &description);
         HubError::new(INVALID_SIGNATURE, description).into_response()
     };
-    let Some(key) = hub.jws_keys.as_ref().and_then(|keys| keys.get(&source)) else {
-        return Err(refuse(format!("no JWS public key for {source}")));
+    let Some(key) = hub.jws_keys.as_ref().and_then(|keys| keys.get(&signer)) else {
+        return Err(refuse(format!("no JWS public key for {signer}")));
     };
     let (Some(uri), Some(method), Some(signature)) = (uri, method, signature) else {
         return Err(refuse(
