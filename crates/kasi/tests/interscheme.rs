@@ -696,3 +696,69 @@ fn a_party_nobody_here_holds_is_asked_of_every_proxy_and_the_first_holder_wins()
     far_c.assert_nothing_pending();
     payer.assert_nothing_pending();
 }
+
+/// Rule 2's healing: a request to a DFSP that the proxy a discovery
+/// taught the map will not take drops the learnt entry (the payer told as
+/// for any undelivered request); an operator's entry stays.
+#[test]
+fn a_failed_route_through_a_learnt_proxy_drops_the_entry_and_not_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payer = Stub::start("payerfsp");
+    let far_side = Stub::start("pxAB");
+    let refusing = Stub::start_answering(
+        "pxAB quotes",
+        400,
+        r#"{"errorInformation":{"errorCode":"3201","errorDescription":"Destination FSP Error"}}"#,
+    );
+    hub.onboard("payerfsp", &payer.base_url(), 10_000, 5_000);
+    hub.add_endpoint("payerfsp", "FSPIOP_CALLBACK_URL_QUOTES", &payer.base_url());
+    create(&hub, "pxAB", Some(json!(true)));
+    hub.add_endpoint("pxAB", "FSPIOP_CALLBACK_URL_QUOTES", &refusing.base_url());
+    for (kind, path) in LOOKUP_ENDPOINTS {
+        hub.add_endpoint("payerfsp", kind, &format!("{}{path}", payer.base_url()));
+        hub.add_endpoint("pxAB", kind, &format!("{}{path}", far_side.base_url()));
+    }
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspO",
+        Some(json!({"proxy": "pxAB"})),
+        201,
+    );
+    // Learnt: dfspB through pxAB.
+    assert_eq!(
+        lookup_from(&hub, "payerfsp", None, "MSISDN/777").status,
+        202
+    );
+    far_side.expect("GET", "/parties/MSISDN/777");
+    let answer = holder_answer("777", "dfspB");
+    let response = party_answer(&hub, ("dfspB", "pxAB"), "payerfsp", "MSISDN/777", &answer);
+    assert_eq!(response.status, 200, "{response:?}");
+    payer.expect("PUT", "/parties/MSISDN/777");
+    assert_eq!(proxy_map(&hub).len(), 2);
+
+    for dfsp in ["dfspB", "dfspO"] {
+        let quote_id = post_quote(&hub, "payerfsp", dfsp);
+        refusing.expect("POST", "/quotes");
+        let told = payer.expect("PUT", &format!("/quotes/{quote_id}/error"));
+        assert_eq!(
+            told.json()["errorInformation"]["errorCode"],
+            json!("3201"),
+            "{dfsp}: the proxy's refusal passed on"
+        );
+    }
+    // The learnt entry goes (after the failure is reported: wait for it);
+    // the operator's stays.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let map = proxy_map(&hub);
+        let dfsps: Vec<&str> = map.iter().map(|e| e["fspId"].as_str().unwrap()).collect();
+        if dfsps == ["dfspO"] {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not healed: {map:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    hub.await_log("the learnt entry is dropped");
+}

@@ -190,6 +190,29 @@ impl Hub {
     }
 }
 
+/// Rule 2's healing: a message for `dfsp` through `proxy` was not
+/// delivered, so a learnt entry mapping it there goes (the ledger keeps an
+/// operator's entry, and one that moved since). On a task of its own: the
+/// caller is the dispatcher's report of the failure.
+pub(crate) fn heal_route(hub: Arc<Hub>, dfsp: FspName, proxy: FspName) {
+    tokio::spawn(async move {
+        let heal = UnmapProxy {
+            dfsp,
+            learnt_via: Some(proxy),
+        };
+        match hub.ask(heal).await {
+            Ok(Ok(true)) => {
+                tracing::info!(%dfsp, %proxy, "proxy map: a route through the proxy failed; the learnt entry is dropped")
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(rejection)) => {
+                tracing::warn!(%dfsp, %proxy, reason = %rejection.description, "proxy map: not healed")
+            }
+            Err(error) => tracing::warn!(%dfsp, %proxy, %error, "proxy map: not healed"),
+        }
+    });
+}
+
 pub fn router(hub: Arc<Hub>) -> Router {
     Router::new()
         .route("/proxyMap", get(list))

@@ -344,12 +344,20 @@ impl Service {
         let asked_at = hub.await_answer_via(&question, requester, addressee, via)?;
         let service = *self;
         let (reply, id) = (route.caller.reply(), route.id.to_string());
+        // Another scheme's DFSP, reached through the proxy a discovery
+        // taught the map: if that route fails, the entry goes (the next
+        // discovery learns it again; an operator's entry stays).
+        let carrier = hub.reach(addressee);
+        let healer = Arc::downgrade(hub);
         let on_undelivered = hub.on_undelivered(
             question.clone(),
             requester,
             addressee,
             asked_at,
             move |hub, code, description| {
+                if let Some(hub) = healer.upgrade().filter(|_| carrier != addressee) {
+                    crate::proxies::heal_route(hub, addressee, carrier);
+                }
                 service.send_error_to(hub, (requester, via), reply, &id, code, description);
             },
         );
