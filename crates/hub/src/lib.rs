@@ -883,8 +883,10 @@ pub struct Proxied {
 /// identities are enforced), only through a participant created as a
 /// proxy, and only for a source that is the proxy itself or a DFSP of
 /// another scheme the map does not place behind another proxy. Anything
-/// else is 400 (3100), counted `proxy_source` and logged. `Ok(None)`: no
-/// FSPIOP-Proxy, or no usable FSPIOP-Source (the route's checks answer).
+/// else is 400 (3100), counted `proxy_source` and logged — a message with
+/// FSPIOP-Proxy and no usable FSPIOP-Source too: every request that
+/// reaches a route with the header was bound here, so the routes may read
+/// it (`wire::Caller::via`). `Ok(None)`: no FSPIOP-Proxy.
 fn proxy_binding(
     hub: &Hub,
     request: &axum::extract::Request,
@@ -897,9 +899,6 @@ fn proxy_binding(
         .get("fspiop-source")
         .map(|value| String::from_utf8_lossy(value.as_bytes()).trim().to_string())
         .unwrap_or_default();
-    let Some(source) = FspName::new(&claimed) else {
-        return Ok(None);
-    };
     let refuse = |detail: String| -> Result<Option<Proxied>, Box<Response>> {
         hub.refuse(refused::Class::ProxySource, &claimed, &detail);
         let mut response = HubError::new(
@@ -913,6 +912,11 @@ fn proxy_binding(
     let text = String::from_utf8_lossy(value.as_bytes()).trim().to_string();
     let Some(proxy) = FspName::new(&text) else {
         return refuse(format!("'{text}' is not a participant name"));
+    };
+    let Some(source) = FspName::new(&claimed) else {
+        return refuse(format!(
+            "FSPIOP-Source '{claimed}' names no DFSP it may carry"
+        ));
     };
     if hub.config.identity.is_enforced() {
         let connection = request.extensions().get::<tls::Connection>();

@@ -255,6 +255,8 @@ fn a_proxy_speaks_only_as_itself_and_only_for_its_schemes_dfsps() {
             "not a participant created as a proxy",
         ),
         ("pxAB", "px AB", "dfspB", "is not a participant name"),
+        ("pxAB", "pxAB", "", "names no DFSP it may carry"),
+        ("pxAB", "pxAB", "dfsp B", "names no DFSP it may carry"),
     ] {
         let response = lookup(identity, &[proxy], source);
         let case = format!("{identity} as {proxy} for {source}");
