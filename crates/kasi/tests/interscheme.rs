@@ -608,7 +608,8 @@ fn holder_answer(identifier: &str, fsp: &str) -> String {
 /// The payer's side of a discovery across schemes (rule 3): a party no
 /// FSP here holds is asked of every proxy; an error is passed on only once
 /// every proxy has answered, the first answer naming a holder wins (the
-/// others refused after it) and teaches the map where the holder is, so
+/// others dropped and counted after it) and teaches the map where the
+/// holder is, so
 /// the payer's quote that follows goes through that proxy; a lookup that
 /// came through a proxy is never sent round again.
 #[test]
@@ -660,12 +661,17 @@ fn a_party_nobody_here_holds_is_asked_of_every_proxy_and_the_first_holder_wins()
         (&map[0]["fspId"], &map[0]["proxy"], &map[0]["source"]),
         (&json!("dfspB"), &json!("pxAB"), &json!("discovery"))
     );
-    // A later holder through the other proxy: refused, nothing passed on.
+    // A later holder through the other proxy: taken, counted, passed on
+    // to nobody and learnt by nobody.
     let late = holder_answer("777", "dfspC");
     let response = party_answer(&hub, ("dfspC", "pxAC"), "payerfsp", "MSISDN/777", &late);
-    assert_error_response(&response, 400, "3100");
+    assert_eq!(response.status, 200, "{response:?}");
+    hub.await_metric_line("kasi_discovery_answers_dropped_total 1");
     payer.assert_quiet(QUIET_WAIT);
     assert_eq!(proxy_map(&hub).len(), 1);
+    // Another proxy's answer nobody asked it for is still refused.
+    let response = party_answer(&hub, ("dfspD", "pxAC"), "payerfsp", "MSISDN/778", &late);
+    assert_error_response(&response, 400, "3100");
 
     // The payer's quote to the holder goes through the proxy it learnt.
     post_quote(&hub, "payerfsp", "dfspB");

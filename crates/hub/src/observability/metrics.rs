@@ -206,6 +206,9 @@ pub struct Metrics {
     /// Changes the alerts passed over: deleted by retention before they
     /// were read.
     pub alerts_skipped: Counter,
+    /// Answers to a discovery asked of every proxy that came after the
+    /// first holder had won (200 to the proxy, passed on to nobody).
+    pub discovery_answers_dropped: Counter,
     /// The last committed feed_seq less the hourly rollup's cursor.
     pub rollup_lag: Gauge,
     /// Transfers committed that the party index does not cover yet.
@@ -306,6 +309,12 @@ impl Metrics {
             "kasi_alerts_skipped",
             "Changes deleted by --feed-retention before the alerts read them (their alerts never sent)",
             alerts_skipped.clone(),
+        );
+        let discovery_answers_dropped = Counter::default();
+        registry.register(
+            "kasi_discovery_answers_dropped",
+            "Answers to a discovery asked of every proxy that came after another proxy's scheme had named the holder (answered 200, passed on to nobody)",
+            discovery_answers_dropped.clone(),
         );
         let rollup_lag = Gauge::default();
         registry.register(
@@ -437,6 +446,7 @@ impl Metrics {
             feed_lag,
             alerts_lag,
             alerts_skipped,
+            discovery_answers_dropped,
             rollup_lag,
             party_index_unfiled,
             commit_index_unfiled_seconds,

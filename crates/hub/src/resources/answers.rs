@@ -74,6 +74,10 @@ struct Question {
     /// requester (FSPIOP-Proxy, bound by the gate): the answer goes back
     /// through it.
     via: Option<FspName>,
+    /// A discovery asked of every proxy that another proxy's scheme has
+    /// answered (see [`Answers::close_others`]): kept for its window so
+    /// that its late answer is recognised, and never passed on.
+    superseded: bool,
     expires_at: Instant,
     /// When it was asked, or asked again: an answer without a named
     /// destination goes to the latest requester; and the stamp by which a
@@ -199,7 +203,6 @@ impl Shard {
     }
 }
 
-/// Why a request was not remembered.
 /// An answer accepted: to whom it goes, through which proxy (the one
 /// that carried the question, if one did), and whom the question was put
 /// to.
@@ -210,6 +213,7 @@ pub struct Answered {
     pub addressee: FspName,
 }
 
+/// Why a request was not remembered.
 #[derive(Debug, PartialEq, Eq)]
 pub enum AskError {
     /// `capacity` questions are pending.
@@ -329,6 +333,7 @@ impl Answers {
                 question.asked_at = now;
                 question.answered = false;
                 question.via = via;
+                question.superseded = false;
                 return Ok(now);
             }
             if slot.questions.len() >= ASKERS_PER_KEY
@@ -342,6 +347,7 @@ impl Answers {
                 requester,
                 addressee,
                 via,
+                superseded: false,
                 expires_at,
                 asked_at: now,
                 answered: false,
@@ -358,6 +364,7 @@ impl Answers {
                     requester,
                     addressee,
                     via,
+                    superseded: false,
                     expires_at,
                     asked_at: now,
                     answered: false,
@@ -463,7 +470,7 @@ impl Answers {
         let mut chosen: Option<&mut Question> = None;
         for question in questions.iter_mut() {
             let asked = question.addressee == source || Some(question.addressee) == carrier;
-            if question.expires_at <= now || !asked {
+            if question.expires_at <= now || !asked || question.superseded {
                 continue;
             }
             asked_source = true;
@@ -516,26 +523,41 @@ impl Answers {
         })
     }
 
-    /// Forgets the questions `requester` put about `key` to anyone but
+    /// Supersedes the questions `requester` put about `key` to anyone but
     /// `kept`, answered or not: the first answer naming a holder of a
     /// discovery asked of every proxy wins, and the others' answers (a
-    /// success after an error too) are refused after it.
+    /// success after an error too) are never passed on after it
+    /// ([`Answers::superseded`] recognises them while they are kept).
     pub fn close_others(&self, key: &Key, requester: FspName, kept: FspName) {
         let mut guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        let shard: &mut Shard = &mut guard;
-        let Some(slot) = shard.questions.get_mut(key) else {
-            return;
-        };
-        let before = slot.questions.len();
-        slot.questions
-            .retain(|q| !(q.requester == requester && q.addressee != kept));
-        let removed = before - slot.questions.len();
-        if slot.questions.is_empty() {
-            shard.questions.remove(key);
+        if let Some(slot) = guard.questions.get_mut(key) {
+            for question in &mut slot.questions {
+                if question.requester == requester && question.addressee != kept {
+                    question.superseded = true;
+                }
+            }
         }
-        for _ in 0..removed {
-            shard.forget(requester);
-        }
+    }
+
+    /// Whether an answer carried by `carrier` (to `destination`, if named)
+    /// is a late one to a discovery another proxy's scheme already
+    /// answered.
+    pub fn superseded(
+        &self,
+        key: &Key,
+        carrier: FspName,
+        destination: Option<FspName>,
+        now: Instant,
+    ) -> bool {
+        let guard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        guard.questions.get(key).is_some_and(|slot| {
+            slot.questions.iter().any(|q| {
+                q.superseded
+                    && q.addressee == carrier
+                    && q.expires_at > now
+                    && destination.is_none_or(|d| q.requester == d)
+            })
+        })
     }
 }
 
@@ -703,6 +725,62 @@ mod tests {
             answers.answer(&key, fsp("payee"), None, now),
             Ok(fsp("payer"))
         );
+    }
+
+    /// A discovery asked of two proxies: an answer carried by either is
+    /// taken (whichever DFSP of its scheme sends it); once one wins, the
+    /// other's questions are superseded: its late answer is recognised and
+    /// never accepted, and nothing else is.
+    #[test]
+    fn a_question_put_to_a_proxy_is_answered_by_what_it_carries_and_superseded_once_won() {
+        let answers = Answers::new(Duration::from_secs(60), 10_000);
+        let now = Instant::now();
+        let key = party("777");
+        for proxy in ["pxAB", "pxAC"] {
+            answers.ask(&key, fsp("payer"), fsp(proxy), now).unwrap();
+        }
+        assert_eq!(answers.awaiting(&key, fsp("payer"), now), 2);
+        // Not carried by a proxy asked: refused.
+        assert_eq!(
+            answers
+                .answer_via(&key, fsp("dfspB"), Some(fsp("pxAD")), None, now)
+                .map(|a| a.requester),
+            Err(Refusal::NotTheAddressee)
+        );
+        let won = answers
+            .answer_via(
+                &key,
+                fsp("dfspB"),
+                Some(fsp("pxAB")),
+                Some(fsp("payer")),
+                now,
+            )
+            .unwrap();
+        assert_eq!(
+            won,
+            Answered {
+                requester: fsp("payer"),
+                via: None,
+                addressee: fsp("pxAB"),
+            }
+        );
+        assert_eq!(answers.awaiting(&key, fsp("payer"), now), 1);
+        answers.close_others(&key, fsp("payer"), fsp("pxAB"));
+        assert!(answers.superseded(&key, fsp("pxAC"), Some(fsp("payer")), now));
+        assert!(!answers.superseded(&key, fsp("pxAB"), Some(fsp("payer")), now));
+        assert!(!answers.superseded(&key, fsp("pxAC"), Some(fsp("other")), now));
+        assert!(answers
+            .answer_via(
+                &key,
+                fsp("dfspC"),
+                Some(fsp("pxAC")),
+                Some(fsp("payer")),
+                now
+            )
+            .is_err());
+        // Past its window it is gone like any question.
+        let later = now + Duration::from_secs(61);
+        assert!(!answers.superseded(&key, fsp("pxAC"), Some(fsp("payer")), later));
     }
 
     #[test]

@@ -790,6 +790,18 @@ async fn route_party_answer(
     // answer goes to whoever asked about the party.
     let named = named_destination(&headers)?;
     let question = answer_key(&key);
+    // A late answer to a discovery another proxy's scheme answered first:
+    // taken (the proxy did nothing wrong) and passed on to nobody.
+    if let Some(carrier) = caller.via {
+        if hub
+            .answers
+            .superseded(&question, carrier, named, std::time::Instant::now())
+        {
+            hub.metrics.discovery_answers_dropped.inc();
+            tracing::debug!(party = %key, proxy = %carrier, source = %caller.source, "a discovery answer after the first holder's; dropped");
+            return Ok(StatusCode::OK.into_response());
+        }
+    }
     let answered = hub.answer_route(&question, caller.source, caller.via, named)?;
     let (destination, via) = (answered.requester, answered.via);
     // An answer to a discovery asked of every proxy (rule 3): the first
