@@ -432,7 +432,8 @@ impl Hub {
         probe: Option<stages::CallbackProbe>,
         tracking: Option<notify::Tracking>,
     ) -> bool {
-        let Some((carrier, url)) = self.carrier_url(destination, endpoint_type, variables) else {
+        let Some((carrier, url)) = self.carrier_url(destination, None, endpoint_type, variables)
+        else {
             return false;
         };
         self.dispatcher.send_tracked(
@@ -450,16 +451,21 @@ impl Hub {
         true
     }
 
-    /// Where a message for `destination` goes: its own `endpoint_type`
-    /// endpoint, or, for another scheme's DFSP, its proxy's (the message
-    /// unchanged: FSPIOP-Destination still names the DFSP). The carrier
-    /// and the URL; `None` when neither has one.
+    /// Where a message for `destination` goes: `via`'s `endpoint_type`
+    /// endpoint when given (the proxy that carried the request it
+    /// answers), else the destination's own, or, for another scheme's
+    /// DFSP, its proxy's (the message unchanged: FSPIOP-Destination still
+    /// names the DFSP). The carrier and the URL; `None` when it has none.
     fn carrier_url(
         &self,
         destination: FspName,
+        via: Option<FspName>,
         endpoint_type: &str,
         variables: &[(&str, &str)],
     ) -> Option<(FspName, String)> {
+        if let Some(via) = via {
+            return Some((via, self.endpoints.url(via, endpoint_type, variables)?));
+        }
         if let Some(url) = self.endpoints.url(destination, endpoint_type, variables) {
             return Some((destination, url));
         }
@@ -484,23 +490,12 @@ impl Hub {
         headers: axum::http::HeaderMap,
         body: axum::body::Bytes,
     ) -> bool {
-        let Some(via) = via else {
-            return self.send_callback(
-                origin,
-                destination,
-                endpoint_type,
-                variables,
-                method,
-                headers,
-                body,
-                None,
-            );
-        };
-        let Some(url) = self.endpoints.url(via, endpoint_type, variables) else {
+        let Some((carrier, url)) = self.carrier_url(destination, via, endpoint_type, variables)
+        else {
             return false;
         };
         self.dispatcher.send(notify::Callback {
-            destination: via.to_string(),
+            destination: carrier.to_string(),
             origin,
             method,
             url,
@@ -523,7 +518,8 @@ impl Hub {
         headers: axum::http::HeaderMap,
         on_undelivered: notify::OnUndelivered,
     ) -> bool {
-        let Some((carrier, url)) = self.carrier_url(destination, endpoint_type, variables) else {
+        let Some((carrier, url)) = self.carrier_url(destination, None, endpoint_type, variables)
+        else {
             return false;
         };
         self.dispatcher.send_asking(
