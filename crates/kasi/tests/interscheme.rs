@@ -770,3 +770,72 @@ fn a_failed_route_through_a_learnt_proxy_drops_the_entry_and_not_the_operators()
     }
     hub.await_log("the learnt entry is dropped");
 }
+
+/// Request-to-pay across a link, on the payee's side: the routed services
+/// other than quotes take the same way (`hub::routing`): a transaction
+/// request for another scheme's payer goes to its proxy unchanged, and the
+/// payer's answer the proxy carries back reaches the payee byte for byte.
+#[test]
+fn a_transaction_request_for_another_schemes_payer_goes_through_its_proxy_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = Hub::start(&dir.path().join("data"));
+    hub.setup();
+    let payee = Stub::start("payeefsp");
+    let far_side = Stub::start("pxAB");
+    hub.onboard("payeefsp", &payee.base_url(), 10_000, 5_000);
+    hub.add_endpoint(
+        "payeefsp",
+        "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
+        &payee.base_url(),
+    );
+    create(&hub, "pxAB", Some(json!(true)));
+    hub.add_endpoint(
+        "pxAB",
+        "FSPIOP_CALLBACK_URL_TRX_REQ_SERVICE",
+        &far_side.base_url(),
+    );
+    hub.admin_expect(
+        "PUT",
+        "/proxyMap/dfspB",
+        Some(json!({"proxy": "pxAB"})),
+        201,
+    );
+    let request_id = new_id();
+    let body = transaction_request_body(&request_id);
+    let response = hub.api(
+        "POST",
+        "/transactionRequests",
+        &resource_headers(
+            "transactionRequests",
+            "1.1",
+            "payeefsp",
+            Some("dfspB"),
+            true,
+        ),
+        body.as_bytes(),
+    );
+    assert_eq!(response.status, 202, "{response:?}");
+    let passed = far_side.expect("POST", "/transactionRequests");
+    assert_eq!(passed.body, body.as_bytes());
+    assert_eq!(passed.header("fspiop-destination"), Some("dfspB"));
+
+    let answer = r#"{"transactionRequestState":"RECEIVED"}"#;
+    let mut headers = resource_headers(
+        "transactionRequests",
+        "1.1",
+        "dfspB",
+        Some("payeefsp"),
+        false,
+    );
+    headers.push(("FSPIOP-Proxy".into(), "pxAB".into()));
+    let response = hub.api(
+        "PUT",
+        &format!("/transactionRequests/{request_id}"),
+        &headers,
+        answer.as_bytes(),
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    let back = payee.expect("PUT", &format!("/transactionRequests/{request_id}"));
+    assert_eq!(back.body, answer.as_bytes());
+    far_side.assert_nothing_pending();
+}
